@@ -1,0 +1,48 @@
+"""Where vLLM Dyno keeps its state: one data directory.
+
+``VLLM_DYNO_HOME`` overrides the whole directory (every test sets it); otherwise
+platformdirs' per-user data dir for ``vllm-dyno``. Layout: ``settings.yaml``,
+``profiles/``, ``runs.sqlite``, ``calibration/``.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "vllm-dyno"
+
+
+def data_dir(create: bool = True) -> Path:
+    """Return the data directory (``VLLM_DYNO_HOME`` or the platform default)."""
+    env = os.environ.get("VLLM_DYNO_HOME")
+    p = Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    if create:
+        p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def settings_path() -> Path:
+    return data_dir() / "settings.yaml"
+
+
+def profiles_dir() -> Path:
+    p = data_dir() / "profiles"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def runs_db_path() -> Path:
+    return data_dir() / "runs.sqlite"
+
+
+def calibration_dir() -> Path:
+    p = data_dir() / "calibration"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def repo_root() -> Path:
+    """The checkout root (used only for dev conveniences such as `.venv-vllm`)."""
+    return Path(__file__).resolve().parent.parent

@@ -1,0 +1,166 @@
+"""``vllm-dyno serve`` and ``vllm-dyno cleanup``: the supervisor in the foreground."""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+
+from pydantic import ValidationError
+
+from app.config import ServerConfig
+
+
+def add_server_options(p: argparse.ArgumentParser) -> None:
+    """The ServerConfig options as vLLM spells them (shared by serve, plan, run)."""
+    p.add_argument("--model", required=True, help="model directory or Hugging Face id (or a catalog id for --engine sim)")
+    p.add_argument("--served-model-name")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int)
+    p.add_argument("--data-parallel-size", "-dp", type=int)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--max-model-len", type=int)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--quantization", "-q")
+    p.add_argument("--dtype")
+    p.add_argument("--kv-cache-dtype")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--disable-custom-all-reduce", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int)
+    p.add_argument("--gpus", help="GPU indices, e.g. 0,1,2,3 (→ CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable (repeatable)")
+    p.add_argument("--extra", default="", help="further vLLM options as one string, e.g. \"--seed 1\"")
+
+
+def config_from_args(a: argparse.Namespace) -> ServerConfig:
+    """Build a ServerConfig from parsed options; exits with the validation message on error."""
+    import shlex
+
+    fields = {}
+    for f in ServerConfig.model_fields:
+        if f in ("gpus", "env", "extra_args"):
+            continue
+        v = getattr(a, f, None)
+        if v is not None:
+            fields[f] = v
+    if a.gpus:
+        fields["gpus"] = [int(x) for x in a.gpus.split(",") if x.strip()]
+    env = {}
+    for kv in a.env:
+        if "=" not in kv:
+            raise SystemExit(f"--env {kv!r}: write KEY=VALUE")
+        k, v = kv.split("=", 1)
+        env[k] = v
+    fields["env"] = env
+    fields["extra_args"] = shlex.split(a.extra) if a.extra else []
+    try:
+        return ServerConfig(**fields)
+    except ValidationError as e:
+        msgs = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
+        raise SystemExit(f"error: invalid server options: {msgs}")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="launch and supervise a server in the foreground (Ctrl-C stops it)")
+    add_server_options(p)
+    p.add_argument("--engine", choices=["vllm", "sim"], default="vllm")
+    p.add_argument("--python", help="interpreter with vLLM installed (default: VLLM_DYNO_VLLM_PYTHON, .venv-vllm, python3)")
+    p.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for ready")
+    p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on stop")
+    p.add_argument("--quiet-log", action="store_true", help="do not echo the server's log")
+    p.add_argument("--sim-gpu", help="sim: GPU catalog name, e.g. 'RTX 4090'")
+    p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
+    p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
+    p.add_argument("--sim-seed", type=int)
+    p.set_defaults(func=cmd_serve)
+
+    c = sub.add_parser("cleanup", help="list leftover VLLM:: processes and end them (--yes)")
+    c.add_argument("--yes", action="store_true", help="end them without asking")
+    c.set_defaults(func=cmd_cleanup)
+
+
+def sim_args_from(a: argparse.Namespace) -> list[str]:
+    out = []
+    for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
+                    ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed)):
+        if v is not None:
+            out += [flag, str(v)]
+    return out
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    from app.server.launch import LaunchError
+    from app.server.supervisor import ServerState, Supervisor
+
+    cfg = config_from_args(a)
+    sup = Supervisor(cfg, engine=a.engine, python=a.python, sim_args=sim_args_from(a),
+                     startup_timeout=a.startup_timeout, grace=a.grace)
+    done = threading.Event()
+
+    def on_state(ch):
+        print(f"[{ch.t:8.2f} s] state: {ch.state.value}" + (f" — {ch.reason}" if ch.reason else ""), flush=True)
+        if ch.state == ServerState.READY:
+            f = sup.parser.facts
+            print(f"  url: {sup.url}   vLLM {f.version or '?'}", flush=True)
+            if f.kv_cache_tokens is not None:
+                print(f"  {f.kv_cache_device or 'GPU'} KV cache size: {f.kv_cache_tokens:,} tokens", flush=True)
+            if f.max_concurrency is not None:
+                print(f"  maximum concurrency for {f.max_concurrency_tokens_per_request:,} tokens per request: "
+                      f"{f.max_concurrency:.2f}x", flush=True)
+            for k, label in (("model_loading_gib", "model loading GiB"), ("available_kv_cache_gib", "available KV cache GiB"),
+                             ("engine_init_s", "engine init s")):
+                v = getattr(f, k)
+                if v is not None:
+                    print(f"  {label}: {v}", flush=True)
+        if ch.state in (ServerState.FAILED, ServerState.STOPPED):
+            if ch.state == ServerState.FAILED and ch.log_tail:
+                print("  last log lines:\n    " + "\n    ".join(ch.log_tail[-20:]), flush=True)
+            done.set()
+
+    sup.on_state(on_state)
+    if not a.quiet_log:
+        sup.on_line(lambda s, text, t: print(f"  | {text}", flush=True))
+    try:
+        sup.start()
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stop_req = threading.Event()
+    prev = signal.signal(signal.SIGINT, lambda *_: stop_req.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop_req.set())
+    try:
+        while not done.is_set() and not stop_req.is_set():
+            done.wait(0.2)
+    finally:
+        left = sup.stop()
+        signal.signal(signal.SIGINT, prev)
+    if left:
+        print(f"warning: processes of the server group still alive: {left}", file=sys.stderr)
+        return 1
+    print("no process of the server group is left", flush=True)
+    return 1 if sup.state == ServerState.FAILED else 0
+
+
+def cmd_cleanup(a: argparse.Namespace) -> int:
+    from app.server.procs import end_processes, find_leftovers
+
+    left = find_leftovers()
+    if not left:
+        print("no leftover VLLM:: processes")
+        return 0
+    print(f"{'pid':>8}  {'GPU memory':>12}  {'RSS':>10}  title")
+    for p in left:
+        gpu = "n/a (no NVML)" if p.gpu_bytes is None else f"{p.gpu_bytes / 2**30:.2f} GiB"
+        print(f"{p.pid:>8}  {gpu:>12}  {p.rss_bytes / 2**30:7.2f} GiB  {p.title}")
+    if not a.yes:
+        if not sys.stdin.isatty():
+            print("run again with --yes to end them")
+            return 1
+        if input(f"end these {len(left)} processes? [y/N] ").strip().lower() not in ("y", "yes"):
+            return 1
+    alive = end_processes([p.pid for p in left])
+    print(f"ended {len(left) - len(alive)} process(es)" + (f"; still alive: {alive}" if alive else ""))
+    return 0 if not alive else 1

@@ -1,0 +1,343 @@
+"""Supervisor: start a server in its own process group, follow its states, stop it.
+
+States (timestamps on the session clock): starting → loading → ready → stopping →
+stopped, or failed (reason + last 50 log lines). The server is started through
+:mod:`app.server.reaper` so that it dies with the app even if the app is SIGKILLed.
+Stop = SIGTERM to the server's main process, a grace period (default 20 s), SIGKILL
+to the group, then a psutil check that no process of the group is left
+(shared/VLLM-FACTS.md, "Shutdown").
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import logging
+import re
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Callable
+
+from app.clock import SessionClock
+from app.config import ServerConfig
+from app.helpers import helper_argv
+from app.server import procs
+from app.server.launch import LaunchError, prepare
+from app.server.logparse import LogParser, strip_ansi
+
+log = logging.getLogger(__name__)
+
+_REAPER_RE = re.compile(r"^DYNO_REAPER server_pid=(\d+)")
+_ERROR_RE = re.compile(
+    r"(error:|Error:|Error\b|Exception:|unrecognized arguments|Unknown quantization|No available memory|out of memory)",
+)
+
+
+class ServerState(str, enum.Enum):
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+@dataclass
+class StateChange:
+    """One transition: ``t`` is seconds on the session clock; ``reason`` for failures."""
+
+    state: ServerState
+    t: float
+    reason: str = ""
+    log_tail: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    """Owns one server process group.
+
+    ``config``: the ServerConfig (port chosen at launch when unset). ``engine``: ``vllm``
+    or ``sim``. ``python``: the vLLM interpreter (see interpreter.resolve_python).
+    ``startup_timeout`` and ``grace`` in seconds. Subscribers are plain callables called
+    on the supervisor's threads: ``on_line(stream, text, t)`` and ``on_state(StateChange)``.
+    :meth:`start` raises :class:`LaunchError` for bad input before starting anything.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        engine: str = "vllm",
+        python: str | None = None,
+        sim_args: list[str] | None = None,
+        startup_timeout: float = 900.0,
+        grace: float = 20.0,
+        health_interval: float = 0.5,
+        clock: SessionClock | None = None,
+        log_capacity: int = 20000,
+    ) -> None:
+        self.config = config
+        self.engine = engine
+        self.python = python
+        self.sim_args = list(sim_args or [])
+        self.startup_timeout = startup_timeout
+        self.grace = grace
+        self.health_interval = health_interval
+        self.clock = clock or SessionClock()
+        self.lines: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=log_capacity)
+        self.parser = LogParser()
+        self.history: list[StateChange] = []
+        self.interpreter = None
+        self.argv: list[str] = []
+        self.server_pid: int | None = None
+        self.pgid: int | None = None
+        self.returncode: int | None = None
+        self.leftovers: list[int] = []
+        self._line_subs: list[Callable[[str, str, float], None]] = []
+        self._state_subs: list[Callable[[StateChange], None]] = []
+        self._proc: subprocess.Popen | None = None
+        self._lock = threading.RLock()
+        self._ready = threading.Event()
+        self._done = threading.Event()
+        self._stopping = False
+        self._last_output = time.monotonic()
+        self._threads: list[threading.Thread] = []
+        self.state = ServerState.STOPPED
+
+    # ------------------------------------------------------------------ subscription
+    def on_line(self, cb: Callable[[str, str, float], None]) -> None:
+        self._line_subs.append(cb)
+
+    def on_state(self, cb: Callable[[StateChange], None]) -> None:
+        self._state_subs.append(cb)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.config.port}"
+
+    @property
+    def failure(self) -> StateChange | None:
+        for ch in reversed(self.history):
+            if ch.state == ServerState.FAILED:
+                return ch
+        return None
+
+    def silent_for(self) -> float:
+        """Seconds since the server last printed anything (for the NCCL-hang diagnosis)."""
+        return time.monotonic() - self._last_output
+
+    def log_tail(self, n: int = 50) -> list[str]:
+        with self._lock:
+            return [l for _, _, l in list(self.lines)[-n:]]
+
+    def log_text(self) -> str:
+        with self._lock:
+            return "\n".join(l for _, _, l in self.lines)
+
+    # ------------------------------------------------------------------ transitions
+    def _set_state(self, state: ServerState, reason: str = "") -> None:
+        with self._lock:
+            if self.state == state:
+                return
+            if self.state in (ServerState.FAILED,) and state == ServerState.STOPPED:
+                return  # a failure stays the final word
+            self.state = state
+            ch = StateChange(state, self.clock.now(), reason, self.log_tail(50) if state == ServerState.FAILED else [])
+            self.history.append(ch)
+        if state == ServerState.READY:
+            self._ready.set()
+        for cb in list(self._state_subs):
+            try:
+                cb(ch)
+            except Exception:  # a subscriber must not kill the supervisor
+                log.exception("state subscriber failed")
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        """Validate, then start the reaper + server. Raises LaunchError on bad input."""
+        if self._proc is not None:
+            raise LaunchError("this supervisor already started a server; create a new one")
+        self.config, argv, env, self.interpreter = prepare(self.config, self.engine, self.python, self.sim_args)
+        self.argv = argv
+        self._set_state(ServerState.STARTING)
+        try:
+            self._proc = subprocess.Popen(
+                helper_argv("app.server.reaper") + ["--"] + argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                bufsize=0,
+            )
+        except OSError as e:
+            self._set_state(ServerState.FAILED, f"could not start the server: {e}")
+            raise LaunchError(f"could not start the server: {e}") from e
+        self.pgid = self._proc.pid  # session leader → its pid is the group id
+        self._last_output = time.monotonic()
+        for name, stream in (("stdout", self._proc.stdout), ("stderr", self._proc.stderr)):
+            t = threading.Thread(target=self._reader, args=(name, stream), daemon=True, name=f"dyno-{name}")
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._monitor, daemon=True, name="dyno-monitor")
+        t.start()
+        self._threads.append(t)
+
+    def _reader(self, name: str, stream) -> None:
+        for raw in iter(stream.readline, b""):
+            text = strip_ansi(raw.decode("utf-8", "replace"))
+            t = self.clock.now()
+            self._last_output = time.monotonic()
+            if name == "stderr":
+                m = _REAPER_RE.match(text)
+                if m and self.server_pid is None:
+                    self.server_pid = int(m.group(1))
+                    continue
+            with self._lock:
+                self.lines.append((t, name, text))
+            if self.state == ServerState.STARTING:
+                self._set_state(ServerState.LOADING)
+            kinds = self.parser.feed(text)
+            if "ready" in kinds:
+                self._health_now = True
+            for cb in list(self._line_subs):
+                try:
+                    cb(name, text, t)
+                except Exception:
+                    log.exception("line subscriber failed")
+        stream.close()
+
+    def _health_ok(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _monitor(self) -> None:
+        assert self._proc is not None
+        t_start = time.monotonic()
+        self._health_now = False
+        while True:
+            rc = self._proc.poll()
+            if rc is not None:
+                break
+            if self.state in (ServerState.STARTING, ServerState.LOADING):
+                if self._health_ok():
+                    self._set_state(ServerState.READY)
+                elif time.monotonic() - t_start > self.startup_timeout:
+                    self._set_state(
+                        ServerState.FAILED,
+                        f"the server did not become ready within {self.startup_timeout:.0f} s "
+                        f"(startup timeout); last output {self.silent_for():.0f} s ago",
+                    )
+                    threading.Thread(target=self.stop, daemon=True).start()
+            if self._health_now:
+                self._health_now = False
+                continue
+            time.sleep(self.health_interval if self.state != ServerState.READY else 0.5)
+        for t in self._threads[:2]:
+            t.join(timeout=5)
+        self.returncode = rc
+        # whatever the server left behind in its group goes too
+        if self.pgid is not None:
+            procs.kill_group(self.pgid)
+            self.leftovers = [p.pid for p in procs.wait_group_gone(self.pgid, 5.0)]
+        if not self._stopping and self.state != ServerState.FAILED:
+            self._set_state(ServerState.FAILED, self._exit_reason(rc))
+        elif self.state != ServerState.FAILED:
+            self._set_state(ServerState.STOPPED)
+        self._done.set()
+
+    def _exit_reason(self, rc: int) -> str:
+        when = "during startup" if not self._ready.is_set() else "after it was ready (engine died)"
+        tail = self.log_tail(200)
+        msg = ""
+        for line in reversed(tail):
+            if _ERROR_RE.search(line):
+                msg = line.strip()
+                break
+        reason = f"the server exited with code {rc} {when}"
+        if msg:
+            reason += f": {msg}"
+        try:
+            from app.planner.diagnose import diagnose  # optional: the planner's log diagnosis
+
+            d = diagnose(tail)
+            if d is not None:
+                reason += f"\n{d.summary()}"
+        except ImportError:
+            pass
+        except Exception:
+            log.exception("diagnosis failed")
+        return reason
+
+    # ------------------------------------------------------------------ waiting
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until ready (True) or failed/stopped/timeout (False)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._ready.is_set() and self.state == ServerState.READY:
+                return True
+            if self._done.is_set() or self.state == ServerState.FAILED:
+                return False
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+    def wait_done(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, grace: float | None = None) -> list[int]:
+        """Stop the server; return pids of group members still alive afterwards (should be []).
+
+        SIGTERM to the server's main process (through the reaper), wait ``grace`` s
+        (default ``self.grace``), SIGKILL the group, verify with psutil.
+        """
+        grace = self.grace if grace is None else grace
+        proc = self._proc
+        if proc is None:
+            return []
+        with self._lock:
+            already = self._stopping
+            self._stopping = True
+        if not already and proc.poll() is None:
+            self._set_state(ServerState.STOPPING)
+            try:
+                proc.stdin.write(b"term\n")
+                proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                log.warning("server did not stop within %.0f s; SIGKILL to its group", grace)
+        if self.pgid is not None:
+            procs.kill_group(self.pgid)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._done.wait(15)
+        try:
+            proc.stdin.close()
+        except Exception:
+            pass
+        left = procs.wait_group_gone(self.pgid, 5.0) if self.pgid is not None else []
+        self.leftovers = [p.pid for p in left]
+        if self.state not in (ServerState.FAILED, ServerState.STOPPED):
+            self._set_state(ServerState.STOPPED)
+        return self.leftovers
+
+    def __enter__(self) -> "Supervisor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

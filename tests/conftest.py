@@ -1,0 +1,69 @@
+"""Shared fixtures. Every test gets its own VLLM_DYNO_HOME; one real CPU vLLM server
+(the tiny local model, max_num_seqs 8) is shared by all e2e tests of a session."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY_MODEL = ROOT / "build" / "tiny-llama"
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+SHARED = ROOT.parent / "shared"
+CASES = SHARED / "cases"
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+@pytest.fixture(autouse=True)
+def dyno_home(tmp_path, monkeypatch):
+    home = tmp_path / "dyno-home"
+    home.mkdir()
+    monkeypatch.setenv("VLLM_DYNO_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def tiny_model() -> Path:
+    if not (TINY_MODEL / "config.json").exists():
+        pytest.fail(f"tiny model missing at {TINY_MODEL}: run `make model` (make test does it)")
+    return TINY_MODEL
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"{VLLM_PYTHON} missing: run `make vllm` (make test does it)")
+    return str(VLLM_PYTHON)
+
+
+def tiny_server_config(tiny_model: Path, **kw):
+    from app.config import ServerConfig
+
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "all"}
+    env.update(kw.pop("env", {}))
+    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, vllm_python):
+    """One real vLLM (CPU build) for the whole session: yields the ready Supervisor.
+
+    The server is stopped at the end and its whole process group must be gone.
+    """
+    from app.server.procs import group_members
+    from app.server.supervisor import Supervisor
+
+    sup = Supervisor(tiny_server_config(tiny_model), python=vllm_python, startup_timeout=600)
+    sup.start()
+    try:
+        if not sup.wait_ready(620):
+            pytest.fail(f"shared vLLM did not become ready: {sup.failure and sup.failure.reason}\n"
+                        + "\n".join(sup.log_tail(40)))
+        yield sup
+    finally:
+        left = sup.stop()
+        assert left == [], f"processes of the vLLM group survived stop(): {left}"
+        assert group_members(sup.pgid) == []
