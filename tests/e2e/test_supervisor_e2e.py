@@ -1,0 +1,137 @@
+"""Real vLLM (CPU build, tiny model): launch, capacity facts, a completion, stops, faults.
+
+Launch budget (issue #2): the shared `vllm_server` fixture (1), the CLI serve + Ctrl-C
+test (1), the SIGKILLed owner (1, killed while loading), and two launches that fail
+within seconds (an option vLLM rejects, a context longer than the model allows).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from app.server.procs import group_members, wait_group_gone
+from app.server.supervisor import ServerState, Supervisor
+from tests.conftest import ROOT, tiny_server_config
+
+pytestmark = pytest.mark.e2e
+
+
+def test_shared_server_capacity_and_completion(vllm_server):
+    f = vllm_server.parser.facts
+    # 1 GiB of KV space / 1,024 B per token, in whole 16-token blocks
+    assert f.kv_cache_tokens == 1_048_576 and f.kv_cache_device == "CPU"
+    assert f.max_concurrency is not None and f.max_concurrency_tokens_per_request == 2048
+    assert f.max_concurrency == pytest.approx(1_048_576 / 2048, rel=1e-3)
+    assert f.version == "0.32.0" and f.ready
+    states = [c.state for c in vllm_server.history]
+    assert states[:3] == [ServerState.STARTING, ServerState.LOADING, ServerState.READY]
+    body = json.dumps({"model": "tiny", "prompt": "The quick brown fox", "max_tokens": 8,
+                       "ignore_eos": True}).encode()
+    req = urllib.request.Request(vllm_server.url + "/v1/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        out = json.load(r)
+    assert out["usage"]["completion_tokens"] == 8
+    assert len(group_members(vllm_server.pgid)) >= 2  # API server + engine core (+ reaper)
+
+
+def test_cli_serve_ready_then_ctrl_c(tiny_model, vllm_python, tmp_path):
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--model", str(tiny_model), "--max-num-seqs", "8",
+           "--python", vllm_python, "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--quiet-log"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    out = []
+    pgid = None
+    deadline = time.monotonic() + 600
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if "maximum concurrency" in line:
+                break
+            assert time.monotonic() < deadline, "".join(out)
+        text = "".join(out)
+        assert "state: ready" in text and "CPU KV cache size: 1,048,576 tokens" in text, text
+        # the server group: the reaper is the child of the CLI process and leads the group
+        kids = psutil.Process(p.pid).children()
+        pgid = os.getpgid(kids[0].pid)
+        assert len(group_members(pgid)) >= 2
+        p.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, text + rest
+        assert "no process of the server group is left" in rest
+        assert group_members(pgid) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if pgid:
+            os.killpg(pgid, signal.SIGKILL) if group_members(pgid) else None
+
+
+def test_owner_sigkilled_leaves_no_server(tiny_model, vllm_python, tmp_path):
+    """A child Python owning a Supervisor is SIGKILLed while vLLM runs (engine core up):
+    within 5 s no process of the server group remains."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests.conftest import tiny_server_config
+        from app.server.supervisor import Supervisor
+        from pathlib import Path
+        sup = Supervisor(tiny_server_config(Path({str(tiny_model)!r})), python={vllm_python!r})
+        sup.start()
+        print(sup.pgid, flush=True)
+        time.sleep(600)
+    """)
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    pgid = int(owner.stdout.readline())
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # wait until vLLM's engine core exists: the process that orphans in the field
+            titles = []
+            for pr in group_members(pgid):
+                try:
+                    titles.append(" ".join(pr.cmdline()))
+                except psutil.Error:
+                    pass
+            if any(t.startswith("VLLM::") for t in titles):
+                break
+            assert time.monotonic() < deadline, titles
+            time.sleep(0.5)
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(10)
+        t0 = time.monotonic()
+        left = wait_group_gone(pgid, 8.0)
+        elapsed = time.monotonic() - t0
+        assert left == [] and elapsed < 5.0, f"left {left} after {elapsed:.1f} s"
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+        if group_members(pgid):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+def _failed_launch(tiny_model, vllm_python, **kw):
+    sup = Supervisor(tiny_server_config(tiny_model, **kw), python=vllm_python, startup_timeout=300)
+    sup.start()
+    assert not sup.wait_ready(320)
+    assert sup.wait_done(30)
+    assert sup.state == ServerState.FAILED
+    assert sup.stop() == [] and group_members(sup.pgid) == []
+    return sup.failure
+
+
+def test_option_vllm_rejects_fails_with_vllm_message(tiny_model, vllm_python):
+    fail = _failed_launch(tiny_model, vllm_python, extra_args=["--swap-space", "4"])
+    assert "unrecognized arguments: --swap-space" in fail.reason, fail.reason
+    assert "during startup" in fail.reason and fail.log_tail
+
+
+def test_vllm_exiting_during_startup_fails_with_log_tail(tiny_model, vllm_python):
+    # the tiny model allows 2048 tokens of context; vLLM refuses a longer max_model_len
+    fail = _failed_launch(tiny_model, vllm_python, max_model_len=100_000)
+    assert "exited with code" in fail.reason and "during startup" in fail.reason
+    assert any("max_model_len" in l or "max_position_embeddings" in l for l in fail.log_tail), fail.log_tail[-10:]

@@ -1,0 +1,86 @@
+"""Supervisor bad-input paths and the reaper, without vLLM (the e2e file has the real launches)."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from app.config import ServerConfig
+from app.helpers import helper_argv
+from app.server.launch import LaunchError
+from app.server.procs import group_members, wait_group_gone
+from app.server.supervisor import ServerState, Supervisor
+
+
+def test_missing_model_path_fails_before_launch(tmp_path):
+    sup = Supervisor(ServerConfig(model=str(tmp_path / "nope")), python=sys.executable)
+    with pytest.raises(LaunchError, match=str(tmp_path / "nope")):
+        sup.start()
+    assert sup.pgid is None and sup._proc is None
+
+
+def test_interpreter_without_vllm(tiny_model):
+    sup = Supervisor(ServerConfig(model=str(tiny_model)), python=sys.executable)
+    with pytest.raises(LaunchError, match="no vLLM installed"):
+        sup.start()
+    assert sup._proc is None
+
+
+def test_interpreter_that_does_not_exist(tiny_model, tmp_path):
+    with pytest.raises(LaunchError, match="does not exist"):
+        Supervisor(ServerConfig(model=str(tiny_model)), python=str(tmp_path / "python9")).start()
+
+
+def test_port_in_use_is_named(tiny_model, vllm_python):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        sup = Supervisor(ServerConfig(model=str(tiny_model), port=port), python=vllm_python)
+        with pytest.raises(LaunchError, match=f"port {port}"):
+            sup.start()
+        assert sup._proc is None
+
+
+def _reaper_with_stubborn_tree(tmp_path):
+    """A 'server' that starts a grandchild ignoring SIGTERM (like an orphaned EngineCore)."""
+    script = tmp_path / "server.py"
+    script.write_text(textwrap.dedent("""
+        import signal, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('child up', flush=True); time.sleep(600)"])
+        print("server up", flush=True)
+        time.sleep(600)
+    """))
+    p = subprocess.Popen(helper_argv("app.server.reaper") + ["--", sys.executable, str(script)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    assert p.stdout.readline().strip() == b"server up"
+    assert p.stdout.readline().strip() == b"child up"
+    assert len(group_members(p.pid)) == 3
+    return p
+
+
+def test_reaper_ends_group_when_app_pipe_closes(tmp_path):
+    p = _reaper_with_stubborn_tree(tmp_path)
+    t0 = time.monotonic()
+    p.stdin.close()  # what the kernel does when the app dies, even by SIGKILL
+    left = wait_group_gone(p.pid, 6.0)
+    assert left == [] and time.monotonic() - t0 < 5.0
+    p.wait(5)
+
+
+def test_reaper_exits_with_server_code_and_kills_leftovers(tmp_path):
+    script = tmp_path / "server.py"
+    script.write_text("import subprocess, sys\n"
+                      "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+                      "print('bye', flush=True); sys.exit(3)\n")
+    p = subprocess.Popen(helper_argv("app.server.reaper") + ["--", sys.executable, str(script)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    assert p.wait(20) == 3
+    assert wait_group_gone(p.pid, 5.0) == []
