@@ -42,7 +42,7 @@ def vllm_python() -> str:
 def tiny_server_config(tiny_model: Path, **kw):
     from app.config import ServerConfig
 
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "all"}
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     env.update(kw.pop("env", {}))
     return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
 

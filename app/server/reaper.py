@@ -42,10 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"DYNO_REAPER server_pid={child.pid}", file=sys.stderr, flush=True)
     pgid = os.getpgid(0)
     # Ignore SIGINT/SIGTERM aimed at the group by a terminal; the app controls us by stdin.
+    # (set after the child started: an ignored disposition would be inherited by it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def kill_group() -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        # runs on the stdin thread: no signal.signal() here (main thread only)
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
@@ -75,10 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     threading.Thread(target=watch_stdin, daemon=True).start()
     rc = child.wait()
     sys.stderr.flush()
-    # Leftovers of the server (engine core, workers) must not outlive it. Our own
-    # SIGKILL ends us too, so report the code first via the exit status path:
-    # fork a killer that outlives us by a moment is unnecessary; killpg then exit.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Leftovers of the server (engine core, workers) must not outlive it: SIGKILL every
+    # other member of the group, then exit with the server's code.
     others = [p for p in _group_pids(pgid) if p != os.getpid()]
     for pid in others:
         try:
