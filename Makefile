@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 TINY_MODEL := build/tiny-llama
 
-.PHONY: run test deps vllm model system unit e2e clean bench
+.PHONY: run test deps vllm model system unit e2e clean bench package package-test install-desktop icons
 
 $(VENV)/.dyno-ok: pyproject.toml
 	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
@@ -37,3 +37,20 @@ bench: deps
 
 clean:
 	rm -rf build dist *.egg-info
+
+icons: deps
+	QT_QPA_PLATFORM=offscreen $(VPY) scripts/render_icons.py
+
+package: deps
+	$(VPY) -m pip install -q --disable-pip-version-check 'pyinstaller>=6.5'
+	$(VPY) -m PyInstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/vllm-dyno.spec
+	@du -sh dist/vllm-dyno
+
+package-test:
+	@[ -x dist/vllm-dyno/vllm-dyno ] || { echo "no build: run make package first"; exit 1; }
+	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests/test_packaging.py
+
+install-desktop:
+	install -Dm644 packaging/linux/io.github.vllm_dyno.VllmDyno.desktop ~/.local/share/applications/io.github.vllm_dyno.VllmDyno.desktop
+	install -Dm644 packaging/linux/io.github.vllm_dyno.VllmDyno.metainfo.xml ~/.local/share/metainfo/io.github.vllm_dyno.VllmDyno.metainfo.xml
+	for s in 16 24 32 48 64 128 256 512; do install -Dm644 resources/icons/vllm-dyno-$$s.png ~/.local/share/icons/hicolor/$${s}x$${s}/apps/vllm-dyno.png; done
