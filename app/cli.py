@@ -15,6 +15,10 @@ from app import __version__
 #: modules with a ``register(subparsers)`` function, in help order
 COMMAND_MODULES = [
     "app.server.cli_serve",
+    "app.planner.cli_plan",
+    "app.loadgen.cli_ramp",
+    "app.telemetry.cli_telemetry",
+    "app.cli_profiles",
 ]
 
 

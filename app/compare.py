@@ -1,0 +1,277 @@
+"""Compare runs: "4 cards or 8? AWQ or FP8?".
+
+For two or more recorded runs: the overlay curves (output throughput vs concurrency,
+TTFT p99 vs throughput) and a table per run and level with
+
+- tokens/s per GPU = output tokens/s ÷ GPUs used (TP × PP × DP of the run's config);
+- scaling efficiency at the same level = (tps ÷ tps_base) ÷ (GPUs ÷ GPUs_base), the
+  baseline being the run with the fewest GPUs (first given on a tie) — 8 cards vs 4
+  cards is the throughput ratio ÷ 2; 1.0 is perfect scaling;
+- power = Σ over the run's GPUs of each card's mean ``power_w`` sample in the level's
+  steady-state window (W), J/token = power ÷ output tokens/s;
+- cost per million output tokens: rented = price per GPU-hour × GPUs ÷ (tps × 3600) ×
+  10⁶; owned = electricity price per kWh × power (kW) ÷ (tps × 3600) × 10⁶ (1 kWh =
+  3.6 MJ).
+
+Export: :meth:`Comparison.to_csv` and :meth:`Comparison.to_svg` (a dependency-free
+vector chart for headless use); the GUI renders the same :meth:`Comparison.curves` to
+PNG with pyqtgraph's exporter.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from app.history import get_run
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What the user pays: ``gpu_hour`` per GPU-hour (rented cards) and/or ``kwh`` per
+    kWh of electricity (owned cards); ``currency`` only labels the figures."""
+
+    gpu_hour: float | None = None
+    kwh: float | None = None
+    currency: str = "$"
+
+    def __post_init__(self) -> None:
+        for k in ("gpu_hour", "kwh"):
+            v = getattr(self, k)
+            if v is not None and not (v >= 0 and math.isfinite(v)):
+                raise ValueError(f"price {k}={v}: give a price ≥ 0")
+
+
+@dataclass
+class RunSeries:
+    """One run's levels for comparing. ``gpus``: cards used; ``time_scale``: sim k (the
+    level windows are in rig seconds, the power samples in wall seconds)."""
+
+    run_id: int
+    label: str
+    gpus: int
+    levels: list[dict[str, Any]]
+    status: str = ""
+    time_scale: float = 1.0
+    power_w: dict[int, float | None] = field(default_factory=dict)  # level idx → W
+
+    def peak(self) -> dict[str, Any] | None:
+        ok = [d for d in self.levels if (d.get("failure_rate") or 0) < 0.5 and not d.get("slo_broken")] or self.levels
+        return max(ok, key=lambda d: d.get("output_tps") or 0.0, default=None)
+
+
+@dataclass
+class CompareRow:
+    """One run at one level. Units: tokens/s, s, W, J/token, currency per 10⁶ output
+    tokens; None when not measurable (no power samples, no baseline level, no price)."""
+
+    run_id: int
+    label: str
+    gpus: int
+    level: float
+    output_tps: float
+    tps_per_gpu: float
+    ttft_p99: float | None
+    tpot_p99: float | None
+    failure_rate: float
+    scaling_efficiency: float | None
+    power_w: float | None
+    j_per_token: float | None
+    cost_per_mtok_rented: float | None
+    cost_per_mtok_energy: float | None
+
+    COLUMNS = ("run_id", "label", "gpus", "level", "output_tps", "tps_per_gpu", "ttft_p99", "tpot_p99",
+               "failure_rate", "scaling_efficiency", "power_w", "j_per_token", "cost_per_mtok_rented",
+               "cost_per_mtok_energy")
+
+    def values(self) -> list[Any]:
+        return [getattr(self, c) for c in self.COLUMNS]
+
+
+def gpus_of_run(run: dict[str, Any]) -> int:
+    """GPUs a run used: summary ``gpu_count``, else TP × PP × DP of its config, else 1."""
+    s = run.get("summary") or {}
+    if s.get("gpu_count"):
+        return int(s["gpu_count"])
+    cfg = run.get("config") or {}
+    server = cfg.get("server") or (cfg.get("profile") or {}).get("server") or {}
+    n = 1
+    for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+        v = server.get(k) or server.get(k.replace("_", "-"))
+        n *= int(v or 1)
+    return n
+
+
+def level_power(samples: Sequence[tuple], t0: float, t1: float) -> float | None:
+    """Σ over ``gpu*`` sources of the mean ``power_w`` in [t0, t1] (W); None without
+    samples. ``samples``: (t, source, name, value) as RunStore.samples returns."""
+    per: dict[str, list[float]] = {}
+    for t, src, name, v in samples:
+        if name == "power_w" and src.startswith("gpu") and v is not None and t0 <= t <= t1 and not math.isnan(v):
+            per.setdefault(src, []).append(v)
+    if not per:
+        return None
+    return sum(sum(v) / len(v) for v in per.values())
+
+
+def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = None) -> list[RunSeries]:
+    """The runs to compare. ``gpus`` overrides a run's GPU count (run id → cards).
+    Raises :class:`app.history.RunNotFound`."""
+    out = []
+    for rid in run_ids:
+        r = get_run(store, rid)
+        s = r.get("summary") or {}
+        k = float(s.get("time_scale") or 1.0)
+        n = (gpus or {}).get(rid) or gpus_of_run(r)
+        rs = RunSeries(rid, f"#{rid} {r['name']}", n, r["levels"], r["status"], k)
+        samples = store.samples(rid, name="power_w")
+        for d in rs.levels:
+            w0, w1 = d.get("window_start"), d.get("window_end")
+            rs.power_w[d["idx"]] = None if w0 is None or w1 is None else level_power(samples, w0 / k, w1 / k)
+        out.append(rs)
+    return out
+
+
+@dataclass
+class Comparison:
+    """The comparison of ``series`` (the baseline is ``series[baseline]``)."""
+
+    series: list[RunSeries]
+    pricing: Pricing = field(default_factory=Pricing)
+    baseline: int = 0
+    rows: list[CompareRow] = field(default_factory=list)
+
+    def curves(self) -> dict[str, list[tuple[str, list[float], list[float]]]]:
+        """Overlay data: ``throughput`` → (label, concurrency levels, output tokens/s);
+        ``ttft`` → (label, output tokens/s, TTFT p99 s), one entry per run."""
+        thr, ttft = [], []
+        for s in self.series:
+            lv = sorted(s.levels, key=lambda d: d["level"])
+            thr.append((s.label, [d["level"] for d in lv], [d.get("output_tps") or 0.0 for d in lv]))
+            pts = [(d.get("output_tps") or 0.0, d["ttft_p99"]) for d in lv if d.get("ttft_p99") is not None]
+            ttft.append((s.label, [p[0] for p in pts], [p[1] for p in pts]))
+        return {"throughput": thr, "ttft": ttft}
+
+    def peak_rows(self) -> list[CompareRow]:
+        """One row per run: its best level (highest throughput meeting the SLO), with the
+        scaling efficiency of peak vs the baseline's peak."""
+        base = self.series[self.baseline]
+        bp = base.peak()
+        out = []
+        for s in self.series:
+            p = s.peak()
+            if p is None:
+                continue
+            row = _row(s, p, self.pricing, None)
+            if bp is not None and bp.get("output_tps"):
+                row.scaling_efficiency = (row.output_tps / bp["output_tps"]) / (s.gpus / base.gpus)
+            out.append(row)
+        return out
+
+    def to_csv(self) -> str:
+        """CSV of :attr:`rows` (columns :attr:`CompareRow.COLUMNS`)."""
+        buf = io.StringIO()
+        w = csv.writer(buf)
+        w.writerow(CompareRow.COLUMNS)
+        for r in self.rows:
+            w.writerow(["" if v is None else (f"{v:.6g}" if isinstance(v, float) else v) for v in r.values()])
+        return buf.getvalue()
+
+    def to_svg(self, width: int = 960, height: int = 420) -> str:
+        """Both overlays side by side as an SVG document (no plotting library)."""
+        return _svg(self.curves(), width, height)
+
+
+def _row(s: RunSeries, d: dict[str, Any], pricing: Pricing, eff: float | None) -> CompareRow:
+    tps = d.get("output_tps") or 0.0
+    pw = s.power_w.get(d["idx"])
+    jpt = pw / tps if pw is not None and tps > 0 else None
+    rented = pricing.gpu_hour * s.gpus / (tps * 3600) * 1e6 if pricing.gpu_hour is not None and tps > 0 else None
+    energy = pricing.kwh * (pw / 1000) / (tps * 3600) * 1e6 if pricing.kwh is not None and jpt is not None else None
+    return CompareRow(s.run_id, s.label, s.gpus, d["level"], tps, tps / s.gpus, d.get("ttft_p99"), d.get("tpot_p99"),
+                      d.get("failure_rate") or 0.0, eff, pw, jpt, rented, energy)
+
+
+def compare(series: Sequence[RunSeries], pricing: Pricing | None = None, baseline: int | None = None) -> Comparison:
+    """Build the comparison table. ``baseline``: index into ``series`` (default the run
+    with the fewest GPUs, the first on a tie). Raises ValueError with fewer than 2 runs."""
+    series = list(series)
+    if len(series) < 2:
+        raise ValueError("compare needs two or more runs: give at least two run ids (see `vllm-dyno runs list`)")
+    if baseline is None:
+        baseline = min(range(len(series)), key=lambda i: (series[i].gpus, i))
+    base = series[baseline]
+    base_tps = {d["level"]: d.get("output_tps") or 0.0 for d in base.levels}
+    cmp = Comparison(series, pricing or Pricing(), baseline)
+    for s in series:
+        for d in sorted(s.levels, key=lambda x: x["level"]):
+            b = base_tps.get(d["level"])
+            tps = d.get("output_tps") or 0.0
+            eff = (tps / b) / (s.gpus / base.gpus) if b else None
+            cmp.rows.append(_row(s, d, cmp.pricing, eff))
+    return cmp
+
+
+def compare_runs(store, run_ids: Sequence[int], pricing: Pricing | None = None, gpus: dict[int, int] | None = None,
+                 baseline: int | None = None) -> Comparison:
+    """:func:`load_series` + :func:`compare`."""
+    return compare(load_series(store, run_ids, gpus), pricing, baseline)
+
+
+# ---------------------------------------------------------------------- SVG
+_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+def _panel(x0: float, y0: float, w: float, h: float, title: str, xl: str, yl: str,
+           lines: list[tuple[str, list[float], list[float]]], logx: bool) -> list[str]:
+    out = [f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#888"/>',
+           f'<text x="{x0 + w / 2}" y="{y0 - 8}" text-anchor="middle" font-size="14">{_esc(title)}</text>',
+           f'<text x="{x0 + w / 2}" y="{y0 + h + 32}" text-anchor="middle" font-size="12">{_esc(xl)}</text>',
+           f'<text x="{x0 - 48}" y="{y0 + h / 2}" text-anchor="middle" font-size="12" '
+           f'transform="rotate(-90 {x0 - 48} {y0 + h / 2})">{_esc(yl)}</text>']
+    xs = [x for _, a, _ in lines for x in a if (x > 0 or not logx)]
+    ys = [y for _, _, b in lines for y in b]
+    if not xs or not ys:
+        return out
+
+    def fx(v: float) -> float:
+        return math.log2(v) if logx else v
+
+    lo, hi = fx(min(xs)), fx(max(xs))
+    hi = hi if hi > lo else lo + 1
+    ylo, yhi = 0.0, max(ys) * 1.1 or 1.0
+    for i in range(5):
+        yv = ylo + (yhi - ylo) * i / 4
+        yy = y0 + h - h * i / 4
+        out.append(f'<text x="{x0 - 4}" y="{yy + 4}" text-anchor="end" font-size="10">{yv:.3g}</text>')
+    for v in sorted(set(xs)) if logx else [min(xs) + (max(xs) - min(xs)) * i / 4 for i in range(5)]:
+        xx = x0 + w * (fx(v) - lo) / (hi - lo)
+        out.append(f'<text x="{xx}" y="{y0 + h + 14}" text-anchor="middle" font-size="10">{v:.3g}</text>')
+    for i, (label, a, b) in enumerate(lines):
+        pts = [(x0 + w * (fx(x) - lo) / (hi - lo), y0 + h - h * (y - ylo) / (yhi - ylo))
+               for x, y in zip(a, b) if x > 0 or not logx]
+        if not pts:
+            continue
+        c = _COLORS[i % len(_COLORS)]
+        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="'
+                   + " ".join(f"{px:.1f},{py:.1f}" for px, py in pts) + '"/>')
+        out += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{c}"/>' for px, py in pts]
+        out.append(f'<text x="{x0 + 8}" y="{y0 + 16 + 14 * i}" font-size="11" fill="{c}">{_esc(label)}</text>')
+    return out
+
+
+def _svg(curves: dict, width: int, height: int) -> str:
+    pw, ph = (width - 180) / 2, height - 110
+    body = _panel(70, 40, pw, ph, "Output throughput vs concurrency", "concurrency", "output tokens/s",
+                  curves["throughput"], True)
+    body += _panel(150 + pw, 40, pw, ph, "TTFT p99 vs throughput", "output tokens/s", "TTFT p99 (s)",
+                   curves["ttft"], False)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'font-family="sans-serif">\n<rect width="100%" height="100%" fill="white"/>\n' + "\n".join(body)
+            + "\n</svg>\n")

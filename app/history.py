@@ -1,0 +1,167 @@
+"""Run history over the run store: list, show, delete, export (JSON, CSV), and turn a
+finished run back into a profile with its results.
+
+A run recorded by :class:`app.session.Session` keeps the profile snapshot under
+``runs.config.profile``; runs from ``vllm-dyno ramp`` have none (``profile_from_run``
+then needs a ``server`` mapping from the caller).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
+
+#: level columns of the CSV export and the ``runs show`` table
+LEVEL_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
+                 "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
+                 "failure_rate", "window_s", "stop_reason"]
+REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
+                   "tokens_source", "status", "error", "n_chunks"]
+
+
+class RunNotFound(LookupError):
+    """No run with that id in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass
+class RunRow:
+    """One line of the run list. ``created`` Unix time; ``peak_output_tps`` tokens/s."""
+
+    id: int
+    created: float
+    name: str
+    engine: str
+    status: str
+    peak_output_tps: float | None
+    peak_level: float | None
+    gpu_count: int | None
+
+    @property
+    def created_text(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
+
+
+def list_runs(store) -> list[RunRow]:
+    """All runs, newest first."""
+    out = []
+    for r in store.list_runs():
+        s = r.get("summary") or {}
+        out.append(RunRow(r["id"], r["created"], r["name"], r["engine"], r["status"], s.get("peak_output_tps"),
+                          s.get("peak_level"), s.get("gpu_count")))
+    return out
+
+
+def get_run(store, run_id: int) -> dict[str, Any]:
+    """The run's row (JSON fields decoded) plus ``levels`` (StepStats dicts). Raises
+    :class:`RunNotFound`."""
+    r = store.get_run(run_id)
+    if r is None:
+        ids = ", ".join(str(x["id"]) for x in store.list_runs()[:20]) or "none"
+        raise RunNotFound(f"no run {run_id} in {store.path} (runs: {ids}); see `vllm-dyno runs list`")
+    r["levels"] = store.levels(run_id)
+    return r
+
+
+def delete_run(store, run_id: int) -> None:
+    """Delete a run and everything recorded with it. Raises :class:`RunNotFound`."""
+    if not store.delete_run(run_id):
+        raise RunNotFound(f"no run {run_id} to delete; see `vllm-dyno runs list`")
+
+
+def export_json(store, run_id: int, *, requests: bool = True, samples: bool = True, log: bool = True) -> dict:
+    """Everything about a run as one JSON-ready mapping: the run row, ``levels``,
+    ``requests`` (chunk offsets as lists, s), ``samples`` ([t, source, name, value]) and
+    ``server_log`` ([t, stream, line]). Times in session-clock seconds."""
+    r = get_run(store, run_id)
+    if requests:
+        reqs = store.requests(run_id)
+        for q in reqs:
+            q["chunk_offsets"] = [round(float(x), 6) for x in q["chunk_offsets"]]
+        r["requests"] = reqs
+    if samples:
+        r["samples"] = [list(s) for s in store.samples(run_id)]
+    if log:
+        r["server_log"] = [list(x) for x in store.log_lines(run_id)]
+    return r
+
+
+def _csv(rows: list[list[Any]], header: list[str]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(header)
+    for row in rows:
+        w.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
+def levels_csv(store, run_id: int) -> str:
+    """CSV of the run's levels (:data:`LEVEL_COLUMNS`; seconds, tokens/s, fractions)."""
+    lv = get_run(store, run_id)["levels"]
+    return _csv([[d.get(c) for c in LEVEL_COLUMNS] for d in lv], LEVEL_COLUMNS)
+
+
+def requests_csv(store, run_id: int) -> str:
+    """CSV of the run's requests (:data:`REQUEST_COLUMNS`; no chunk times)."""
+    get_run(store, run_id)
+    rows = [[q.get(c) for c in REQUEST_COLUMNS[:-1]] + [int(q["chunk_offsets"].size)] for q in store.requests(run_id)]
+    return _csv(rows, REQUEST_COLUMNS)
+
+
+def results_of(store, run_id: int, which: str = "latest") -> ResultsSummary:
+    """The :class:`ResultsSummary` of a recorded run (from its levels)."""
+    r = get_run(store, run_id)
+    s = r.get("summary") or {}
+    knee = s.get("knee")
+    return ResultsSummary.from_levels(r["levels"], run_id=run_id, status=r["status"],
+                                      knee=knee.get("level") if isinstance(knee, dict) else None,
+                                      recorded_at=r.get("finished") or r["created"], which=which)
+
+
+def best_run(store, profile_name: str) -> int | None:
+    """The finished run of ``profile_name`` with the highest peak output tokens/s."""
+    best, best_tps = None, -1.0
+    for r in store.list_runs():
+        s = r.get("summary") or {}
+        if r["name"] == profile_name and s.get("peak_output_tps") is not None and s["peak_output_tps"] > best_tps:
+            best, best_tps = r["id"], s["peak_output_tps"]
+    return best
+
+
+def profile_from_run(store, run_id: int, name: str | None = None, *, which: str = "latest",
+                     server: dict[str, Any] | None = None) -> Profile:
+    """The settings of a run as a profile with its results and hardware fingerprint.
+
+    ``name``: the new profile's name (default: the run's). ``server``: a ``--config``
+    mapping for runs recorded without a profile (``vllm-dyno ramp``). Raises
+    :class:`RunNotFound`, ValueError when the run carries no settings and none are
+    given, ``pydantic.ValidationError`` for bad settings.
+    """
+    r = get_run(store, run_id)
+    cfg = r.get("config") or {}
+    data = dict(cfg.get("profile") or {})
+    if not data:
+        if server is None:
+            raise ValueError(f"run {run_id} was recorded without a profile (e.g. by `vllm-dyno ramp`): "
+                             "give the server settings (a vLLM --config mapping) to make one")
+        data = {"engine": r.get("engine") or "vllm"}
+        if r.get("spec"):
+            data["ramp"] = {k: v for k, v in r["spec"].items() if k not in ("url", "model")}
+    if server is not None:
+        data["server"] = server
+    data["name"] = name or data.get("name") or r["name"] or f"run {run_id}"
+    if data.get("engine") == "attach" and not data.get("attach_url"):
+        data["attach_url"] = (r.get("spec") or {}).get("url", "http://127.0.0.1:8000")
+    data["results"] = results_of(store, run_id, which).model_dump(mode="json")
+    hw = (r.get("summary") or {}).get("hardware")
+    if hw:
+        data["hardware"] = HardwareFingerprint.model_validate(hw).model_dump(exclude_none=True)
+    from app.profiles.io import profile_from_data
+
+    return profile_from_data(data, f"run {run_id}")

@@ -1,0 +1,230 @@
+"""``vllm-dyno ramp``: drive a running OpenAI-compatible server through a load ramp.
+
+Prints a live progress line per level, a final table and the knee; stores the run in
+the run store; optional JSON/CSV export. Exit status: 0 ramp completed (or stopped by
+its SLO), 1 the ramp failed (failure-rate stop, generator error), 2 bad input or the
+pre-flight check failed (unreachable URL, wrong model), 130 interrupted (Ctrl-C; the
+completed records are kept).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+
+from pydantic import ValidationError
+
+from app.clock import SessionClock
+from app.loadgen.generator import LoadGenerator, RampResult
+from app.loadgen.spec import RampSpec, parse_length
+from app.loadgen.stats import StepStats
+
+
+def register(sub) -> None:
+    p = sub.add_parser("ramp", help="run a concurrency (or request-rate) ramp against a running server",
+                       description="Ramp load on an OpenAI-compatible server (vLLM) and report throughput, "
+                                   "TTFT, TPOT, ITL per level and the knee. The API key, if any, is read from "
+                                   "VLLM_API_KEY or OPENAI_API_KEY.")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
+    p.add_argument("--model", help="served model name (default: the first one /v1/models lists)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--levels", help="concurrency levels, e.g. 1,2,4,8,16")
+    g.add_argument("--max-level", type=int, help="geometric levels 1,2,4,… up to this")
+    g.add_argument("--rate", help="open-loop mode: Poisson request rates in req/s, e.g. 0.5,1,2,4")
+    p.add_argument("--max-concurrency", type=int, help="rate mode: cap on requests in flight")
+    p.add_argument("--step-seconds", type=float, help="measured seconds per level (default 20 unless "
+                                                      "--requests-per-level is given)")
+    p.add_argument("--requests-per-level", type=int, help="measured requests per level")
+    p.add_argument("--warmup-seconds", type=float, default=0.0, help="seconds per level left out of the statistics")
+    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument("--prompt-tokens", default="512", help="prompt length in tokens: N or LOW-HIGH (default 512)")
+    p.add_argument("--output-tokens", default="128", help="output length in tokens: N or LOW-HIGH (default 128)")
+    p.add_argument("--prompts-file", help="JSONL file, one {\"prompt\": …} or {\"messages\": […]} per line")
+    p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--request-timeout", type=float, default=300.0, help="seconds (default 300)")
+    p.add_argument("--max-failure-rate", type=float, default=0.5, help="abort when a level's failures pass this fraction")
+    p.add_argument("--max-total-seconds", type=float, help="cap on the whole ramp")
+    p.add_argument("--slo-ttft-p99", type=float, help="stop after a level whose TTFT p99 exceeds this (s)")
+    p.add_argument("--slo-tpot-p99", type=float, help="… TPOT p99 (s/token)")
+    p.add_argument("--slo-e2e-p99", type=float, help="… end-to-end p99 (s)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write summary + steps as JSON here")
+    p.add_argument("--csv", help="write the steps table as CSV here")
+    p.add_argument("--requests-csv", help="write every request as CSV here")
+    p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
+    p.set_defaults(func=run)
+
+
+def spec_from_args(a: argparse.Namespace) -> RampSpec:
+    """Build the RampSpec; raises ValueError/ValidationError with the option named."""
+    def nums(text: str, opt: str) -> list[float]:
+        try:
+            return [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"{opt} {text!r}: write numbers separated by commas, e.g. 1,2,4,8") from None
+
+    kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
+                "endpoint": "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions",
+                "prompt_tokens": parse_length(a.prompt_tokens), "output_tokens": parse_length(a.output_tokens),
+                "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
+                "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
+                "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99},
+                "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency}
+    if a.step_seconds is not None or a.requests_per_level is None:
+        kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 20.0
+    else:
+        kw["step_seconds"] = None
+    if a.prompts_file:
+        kw["prompts_file"] = a.prompts_file
+    if a.rate:
+        kw.update(mode="rate", levels=nums(a.rate, "--rate"))
+    elif a.levels:
+        kw["levels"] = nums(a.levels, "--levels")
+    else:
+        kw["max_level"] = a.max_level or 16
+    return RampSpec(**kw)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.0f}"
+
+
+def _fmt_level(st: StepStats) -> str:
+    return f"{st.level:g}" + ("/s" if st.mode == "rate" else "")
+
+
+HEADER = (f"{'level':>7} {'reqs':>5} {'fail':>4} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'p99 ms':>7} "
+          f"{'TPOT p50':>8} {'p99 ms':>7} {'ITL p50':>7} {'e2e p99 s':>9}")
+
+
+def table_row(st: StepStats) -> str:
+    fails = st.n_measured - st.n_ok
+    e2e = "-" if st.e2e_p99 is None else f"{st.e2e_p99:.2f}"
+    return (f"{_fmt_level(st):>7} {st.n_measured:>5} {fails:>4} {st.output_tps:>9.1f} {st.rps:>6.2f} "
+            f"{_ms(st.ttft_p50):>8} {_ms(st.ttft_p99):>7} {_ms(st.tpot_p50):>8} {_ms(st.tpot_p99):>7} "
+            f"{_ms(st.itl_p50):>7} {e2e:>9}")
+
+
+class _Progress:
+    """Live one-line progress per level (rewritten in place on a terminal)."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.lock = threading.Lock()
+        self.level = None
+        self.t_level = 0.0
+        self.done = self.failed = self.tokens = 0
+        self.last = 0.0
+
+    def level_start(self, ev: dict) -> None:
+        with self.lock:
+            self.level = ev["level"]
+            self.t_level = time.monotonic()
+            self.done = self.failed = self.tokens = 0
+            self._line(force=True)
+
+    def records(self, recs) -> None:
+        with self.lock:
+            for r in recs:
+                self.done += 1
+                self.failed += 0 if r.ok else 1
+                self.tokens += r.output_tokens if r.ok else 0
+            self._line()
+
+    def _line(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.tty or (not force and now - self.last < 0.5):
+            return
+        self.last = now
+        el = max(now - self.t_level, 1e-3)
+        self.out.write(f"\r  level {self.level:g}: {el:5.1f} s, {self.done} done, {self.failed} failed, "
+                       f"~{self.tokens / el:.0f} tok/s   ")
+        self.out.flush()
+
+    def level_end(self, st: StepStats) -> None:
+        with self.lock:
+            if self.tty:
+                self.out.write("\r\033[K")
+            fails = ", ".join(f"{k} {v}" for k, v in sorted(st.failures.items()))
+            self.out.write(f"  level {_fmt_level(st)}: {st.output_tps:.1f} out tok/s, TTFT p99 {_ms(st.ttft_p99)} ms, "
+                           f"TPOT p50 {_ms(st.tpot_p50)} ms, {st.n_measured} requests"
+                           + (f", failures: {fails}" if fails else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
+                           + "\n")
+            self.out.flush()
+
+
+def print_result(res: RampResult, out=sys.stdout) -> None:
+    """The final table, the knee and the stop reason."""
+    if res.steps:
+        out.write("\n" + HEADER + "\n")
+        for st in res.steps:
+            out.write(table_row(st) + "\n")
+    out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
+    out.write(f"ramp {res.status}: {res.stop_reason}\n")
+
+
+def run(a: argparse.Namespace) -> int:
+    try:
+        spec = spec_from_args(a)
+    except ValidationError as e:
+        print("vllm-dyno ramp: invalid ramp:\n" + "\n".join(
+            f"  {'.'.join(str(x) for x in err['loc']) or 'spec'}: {err['msg']}" for err in e.errors()), file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"vllm-dyno ramp: {e}", file=sys.stderr)
+        return 2
+    clock = SessionClock()
+    store = run_id = None
+    if not a.no_store:
+        from app.store import RunStore
+
+        store = RunStore()
+        run_id = store.create_run(f"ramp {spec.url}", "attach", spec=spec, clock_wall0=clock.wall0)
+    prog = _Progress(sys.stdout)
+    levels = ", ".join(f"{x:g}" for x in spec.levels)
+    print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
+    gen = LoadGenerator(spec, clock=clock, store=store, run_id=run_id, on_records=prog.records,
+                        on_level_start=prog.level_start, on_level=prog.level_end)
+    interrupted = False
+    try:
+        gen.start()
+        while gen.running:
+            gen.wait(0.2)
+        res = gen.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        res = gen.stop()
+        res.status, res.stop_reason = "aborted", "interrupted (Ctrl-C); completed requests kept"
+    finally:
+        gen.stop()
+    if store is not None:
+        from app.loadgen.export import summary
+
+        store.finish_run(run_id, res.status, summary=summary(res))
+        store.close()
+    if res.status == "error":
+        print(f"vllm-dyno ramp: {res.error}", file=sys.stderr)
+        return 2 if not res.records else 1
+    print_result(res)
+    try:
+        from app.loadgen import export
+
+        if a.json:
+            export.write_json(a.json, res, spec)
+        if a.csv:
+            export.write_steps_csv(a.csv, res.steps)
+        if a.requests_csv:
+            export.write_requests_csv(a.requests_csv, res.records)
+    except OSError as e:
+        print(f"vllm-dyno ramp: cannot write the export ({e})", file=sys.stderr)
+        return 1
+    if interrupted:
+        return 130
+    if not res.ok:
+        print(f"vllm-dyno ramp: {res.stop_reason}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,99 @@
+"""Export a ramp's result: JSON (summary + steps) and CSV (steps; requests).
+
+Files are written to a temporary sibling and renamed into place, so a crash never
+leaves a half-written file.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+from app.loadgen.generator import RampResult
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import RampSpec
+from app.loadgen.stats import StepStats
+
+STEP_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
+                "ttft_p50", "ttft_p90", "ttft_p99", "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "itl_p50",
+                "itl_p99", "e2e_p50", "e2e_p99", "failure_rate", "failures", "max_in_flight", "window_s",
+                "stop_reason", "slo_broken"]
+REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "tpot", "e2e", "prompt_tokens", "output_tokens",
+                   "tokens_source", "status", "error", "n_chunks"]
+
+
+def summary(result: RampResult) -> dict:
+    """Summary dict: status, stop reason, model, knee (with evidence), request counts by status."""
+    by_status: dict[str, int] = {}
+    for r in result.records:
+        by_status[r.status] = by_status.get(r.status, 0) + 1
+    best = max(result.steps, key=lambda s: s.output_tps, default=None)
+    return {"status": result.status, "stop_reason": result.stop_reason, "error": result.error,
+            "model": result.model, "knee": result.knee.model_dump() if result.knee else None,
+            "knee_text": result.knee.describe() if result.knee else None,
+            "peak_output_tps": best.output_tps if best else None, "peak_level": best.level if best else None,
+            "requests": len(result.records), "requests_by_status": by_status}
+
+
+def to_json(result: RampResult, spec: RampSpec | None = None) -> dict:
+    """``{"spec", "summary", "steps"}`` ready for json.dump (times in s)."""
+    return {"spec": spec.model_dump(mode="json") if spec else None, "summary": summary(result),
+            "steps": [s.model_dump(mode="json") for s in result.steps]}
+
+
+def _atomic_write(path: Path | str, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: Path | str, result: RampResult, spec: RampSpec | None = None) -> None:
+    """Write :func:`to_json` to ``path`` (atomically)."""
+    _atomic_write(path, json.dumps(to_json(result, spec), indent=2))
+
+
+def steps_csv(steps: Iterable[StepStats]) -> str:
+    """CSV text of the step stats, one row per level (columns :data:`STEP_COLUMNS`)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(STEP_COLUMNS)
+    for s in steps:
+        d = s.model_dump()
+        d["failures"] = ";".join(f"{k}={v}" for k, v in sorted(s.failures.items()))
+        d["slo_broken"] = "; ".join(s.slo_broken)
+        w.writerow(["" if d[c] is None else d[c] for c in STEP_COLUMNS])
+    return buf.getvalue()
+
+
+def requests_csv(records: Iterable[RequestRecord]) -> str:
+    """CSV text of per-request records (columns :data:`REQUEST_COLUMNS`; no chunk times)."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(REQUEST_COLUMNS)
+    for r in records:
+        row = [r.level_idx, r.level, r.t_start, r.ttft, r.tpot, r.e2e, r.prompt_tokens, r.output_tokens,
+               r.tokens_source, r.status, r.error, int(r.chunk_offsets.size)]
+        w.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
+def write_steps_csv(path: Path | str, steps: Iterable[StepStats]) -> None:
+    _atomic_write(path, steps_csv(steps))
+
+
+def write_requests_csv(path: Path | str, records: Iterable[RequestRecord]) -> None:
+    _atomic_write(path, requests_csv(records))

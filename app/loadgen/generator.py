@@ -1,0 +1,238 @@
+"""LoadGenerator: runs a RampSpec in its own process and collects what it reports.
+
+The ramp runs in ``helper_argv("app.loadgen.worker")`` (asyncio + aiohttp), so that the
+GUI's rendering cannot skew its timings. A reader thread here receives record batches
+and level events over the pipe, keeps them, writes them to a :class:`RunStore` when
+one is given, and calls the subscriber callables (on that thread):
+``on_records(list[RequestRecord])``, ``on_level_start(dict)``, ``on_level(StepStats)``
+and ``on_done(RampResult)``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import threading
+import collections
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from app.clock import SessionClock
+from app.helpers import helper_argv
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import RampSpec
+from app.loadgen.stats import Knee, StepStats
+from app.loadgen.worker import read_frame
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RampResult:
+    """What a ramp produced.
+
+    ``status``: ``done`` (every level ran), ``slo_broken``, ``failed`` (failure-rate
+    stop), ``stopped`` (total-duration cap), ``aborted``, or ``error`` (nothing ran:
+    ``error`` holds the message, e.g. a failed pre-flight check). ``stop_reason``: one
+    line for humans. ``model``: the served model that was ramped.
+    """
+
+    status: str = "running"
+    stop_reason: str = ""
+    error: Optional[str] = None
+    model: Optional[str] = None
+    steps: list[StepStats] = field(default_factory=list)
+    records: list[RequestRecord] = field(default_factory=list)
+    knee: Optional[Knee] = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the ramp ran to an orderly end (all levels, or an SLO stop)."""
+        return self.status in ("done", "slo_broken")
+
+
+class LoadGenerator:
+    """Start with :meth:`start`, stop early with :meth:`abort`, collect with :meth:`wait`.
+
+    ``spec``: the RampSpec. ``clock``: the session clock (records' times are relative to
+    ``clock.t0``). ``store``/``run_id``: when given, records and level stats are written
+    to the run store as they arrive. ``api_key``: passed to the process through its
+    environment (never argv). Use as a context manager to be sure the process ends.
+    """
+
+    def __init__(self, spec: RampSpec, *, clock: SessionClock | None = None, store=None, run_id: int | None = None,
+                 api_key: str | None = None,
+                 on_records: Callable[[list[RequestRecord]], None] | None = None,
+                 on_level_start: Callable[[dict], None] | None = None,
+                 on_level: Callable[[StepStats], None] | None = None,
+                 on_done: Callable[[RampResult], None] | None = None) -> None:
+        self.spec = spec
+        self.clock = clock or SessionClock()
+        self.store, self.run_id = store, run_id
+        self.api_key = api_key
+        self.on_records, self.on_level_start, self.on_level, self.on_done = on_records, on_level_start, on_level, on_done
+        self.result = RampResult()
+        self.proc: subprocess.Popen | None = None
+        self._reader: threading.Thread | None = None
+        self._err_tail: collections.deque[str] = collections.deque(maxlen=40)
+        self._lock = threading.Lock()
+
+    # ---- control ---------------------------------------------------------------------
+    def start(self) -> "LoadGenerator":
+        """Start the generator process; returns self. Raises RuntimeError if started twice."""
+        if self.proc is not None:
+            raise RuntimeError("LoadGenerator already started")
+        env = dict(os.environ)
+        if self.api_key:
+            env["DYNO_API_KEY"] = self.api_key
+        self.proc = subprocess.Popen(helper_argv("app.loadgen.worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env)
+        msg = json.dumps({"spec": self.spec.model_dump(mode="json"), "t0": self.clock.t0}) + "\n"
+        self.proc.stdin.write(msg.encode())
+        self.proc.stdin.flush()
+        self._reader = threading.Thread(target=self._read, name="loadgen-reader", daemon=True)
+        self._reader.start()
+        threading.Thread(target=self._read_err, name="loadgen-stderr", daemon=True).start()
+        return self
+
+    def abort(self) -> None:
+        """Ask the ramp to stop now; records already completed are kept (idempotent)."""
+        p = self.proc
+        if p is None or p.poll() is not None:
+            return
+        try:
+            p.stdin.write(b"abort\n")
+            p.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self._reader is not None and self._reader.is_alive()
+
+    def wait(self, timeout: float | None = None) -> RampResult:
+        """Wait for the ramp to end (``timeout`` s; None = forever) and return its result.
+
+        On timeout the result has status ``running`` and the process keeps going.
+        """
+        if self._reader is not None:
+            self._reader.join(timeout)
+            if not self._reader.is_alive():
+                self._reap()
+        return self.result
+
+    def stop(self, grace: float = 5.0) -> RampResult:
+        """Abort, wait up to ``grace`` s, then kill the process; returns the result."""
+        self.abort()
+        self.wait(grace)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        if self._reader is not None:
+            self._reader.join(5)
+        self._reap()
+        if self.result.status == "running":
+            self.result.status = "aborted"
+        return self.result
+
+    def __enter__(self) -> "LoadGenerator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is not None:
+            self.stop()
+
+    def _reap(self) -> None:
+        p = self.proc
+        if p is None:
+            return
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+    # ---- reader ----------------------------------------------------------------------
+    def _read_err(self) -> None:
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self._err_tail.append(line)
+            log.debug("loadgen: %s", line)
+
+    def _read(self) -> None:
+        r = self.result
+        f = self.proc.stdout
+        try:
+            while True:
+                fr = read_frame(f)
+                if fr is None:
+                    break
+                kind, payload = fr
+                if kind == "records":
+                    recs = [RequestRecord.from_tuple(t) for t in payload]
+                    r.records.extend(recs)
+                    if self.store is not None and self.run_id is not None:
+                        self.store.add_requests(self.run_id, recs)
+                    if self.on_records:
+                        self.on_records(recs)
+                elif kind == "event":
+                    self._event(payload)
+                elif kind == "error":
+                    r.status, r.error, r.stop_reason = "error", payload, payload
+        except Exception as e:  # a subscriber or the store failed: stop the ramp, keep what we have
+            log.exception("load generator reader failed")
+            r.status, r.error = "error", f"{type(e).__name__}: {e}"
+            self.abort()
+        finally:
+            try:
+                rc = self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                rc = None
+            if r.status == "running":
+                tail = "\n".join(list(self._err_tail)[-10:])
+                r.status = "error"
+                r.error = r.stop_reason = f"the load generator process ended unexpectedly (exit {rc})" + (
+                    f":\n{tail}" if tail else "")
+            if self.on_done:
+                self.on_done(r)
+
+    def _event(self, ev: dict) -> None:
+        r = self.result
+        t = ev.get("type")
+        if t == "preflight":
+            r.model = ev.get("model")
+        elif t == "level_start":
+            if self.on_level_start:
+                self.on_level_start(ev)
+        elif t == "level_end":
+            st = StepStats.model_validate(ev["stats"])
+            r.steps.append(st)
+            if self.store is not None and self.run_id is not None:
+                self.store.add_level(self.run_id, st)
+            if self.on_level:
+                self.on_level(st)
+        elif t == "done":
+            r.status = ev["status"]
+            r.stop_reason = ev["stop_reason"]
+            r.knee = Knee.model_validate(ev["knee"]) if ev.get("knee") else None
+
+
+def run_ramp(spec: RampSpec, timeout: float | None = None, **kw) -> RampResult:
+    """Run a ramp to its end in a generator process and return the result (blocking).
+
+    Keyword arguments go to :class:`LoadGenerator`. On ``timeout`` (s) the ramp is
+    aborted and what it had completed is returned.
+    """
+    gen = LoadGenerator(spec, **kw).start()
+    try:
+        res = gen.wait(timeout)
+        if gen.running:
+            res = gen.stop()
+        return res
+    finally:
+        gen.stop()

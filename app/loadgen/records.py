@@ -1,0 +1,93 @@
+"""Per-request record of a ramp.
+
+Times are seconds on the session clock (:class:`app.clock.SessionClock`: monotonic
+seconds since the session start). Chunk arrivals are kept compactly as float32 offsets
+(seconds after ``t_start``; ~0.1 µs resolution at 1 s, ~1 µs at 10 s — well below the
+clock's jitter) — one per streamed chunk that carried output.
+
+Definitions follow ``vllm bench serve`` (vllm/benchmarks/serve.py):
+TTFT = first output chunk − send; ITL = gaps between consecutive output chunks (per
+chunk, so a chunk holding k tokens is one gap); TPOT = (e2e − TTFT) / (output tokens − 1)
+(per token); e2e = end of stream − send.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: request outcomes (``http_<code>`` is formed from the status code)
+STATUS_OK = "ok"
+STATUS_TIMEOUT = "timeout"
+STATUS_DISCONNECTED = "disconnected"
+STATUS_SERVER_ERROR = "server_error"
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.float32)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request.
+
+    ``level_idx``: index of the ramp level; ``level``: its concurrency (or rate, req/s).
+    ``t_start``: send time (session-clock s). ``ttft``: s, None when no output chunk
+    arrived (undefined, not 0). ``e2e``: s until the stream ended or failed.
+    ``chunk_offsets``: float32 s after ``t_start`` of each output chunk.
+    ``prompt_tokens``/``output_tokens``: from the server's usage chunk when sent
+    (``tokens_source`` = ``server_usage``), else output tokens = output chunks counted
+    (``counted``) and prompt tokens = the generator's estimate (``estimated``).
+    ``status``: ``ok``, ``http_<code>``, ``timeout``, ``disconnected``, ``server_error``.
+    ``error``: the error text (the server's message where it sent one).
+    """
+
+    level_idx: int
+    level: float
+    t_start: float
+    ttft: float | None = None
+    e2e: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    tokens_source: str = "counted"
+    status: str = STATUS_OK
+    error: str | None = None
+    chunk_offsets: np.ndarray = field(default_factory=_empty)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == STATUS_OK
+
+    @property
+    def t_end(self) -> float:
+        """Session-clock time the request ended (``t_start + e2e``)."""
+        return self.t_start + (self.e2e or 0.0)
+
+    @property
+    def itl(self) -> np.ndarray:
+        """Inter-chunk latencies in s (float64), one fewer than output chunks."""
+        return np.diff(self.chunk_offsets.astype(np.float64))
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first, s; None with fewer than 2 tokens."""
+        if self.ttft is None or self.e2e is None or self.output_tokens < 2:
+            return None
+        return (self.e2e - self.ttft) / (self.output_tokens - 1)
+
+    def to_tuple(self) -> tuple:
+        """Compact picklable form (for the pipe); inverse of :meth:`from_tuple`."""
+        return (self.level_idx, self.level, self.t_start, self.ttft, self.e2e, self.prompt_tokens,
+                self.output_tokens, self.tokens_source, self.status, self.error, self.chunk_offsets)
+
+    @classmethod
+    def from_tuple(cls, t: tuple) -> "RequestRecord":
+        return cls(*t)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (chunk offsets as a list of floats)."""
+        return {"level_idx": self.level_idx, "level": self.level, "t_start": self.t_start, "ttft": self.ttft,
+                "e2e": self.e2e, "tpot": self.tpot, "prompt_tokens": self.prompt_tokens,
+                "output_tokens": self.output_tokens, "tokens_source": self.tokens_source,
+                "status": self.status, "error": self.error,
+                "chunk_offsets": [round(float(x), 6) for x in self.chunk_offsets]}

@@ -1,0 +1,244 @@
+"""The ramp itself, in asyncio: closed-loop concurrency levels or open-loop Poisson rates.
+
+This runs inside the load-generator process (:mod:`app.loadgen.worker`); it reports
+through two plain callables: ``emit_record(RequestRecord)`` for every finished request
+and ``emit_event(dict)`` for ``preflight``, ``level_start``, ``level_end`` (with the
+level's StepStats as a dict) and ``done``. One :class:`aiohttp.ClientSession` serves the
+whole ramp; its connector allows at least the largest level at once (aiohttp's
+default of 100 would silently cap concurrency).
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import random
+import time
+from typing import Callable
+
+import aiohttp
+
+from app.loadgen.client import PreflightError, preflight, stream_request
+from app.loadgen.prompts import RequestFactory
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import RampSpec
+from app.loadgen.stats import StepStats, compute_step_stats, find_knee
+
+#: pause after a failed request before a closed-loop slot retries (a dead server
+#: refuses connections in microseconds; without it a slot would spin)
+FAIL_BACKOFF_S = 0.02
+
+
+def auth_headers() -> dict:
+    """``Authorization`` header from ``VLLM_API_KEY``/``OPENAI_API_KEY`` (never argv)."""
+    key = os.environ.get("DYNO_API_KEY") or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class Ramp:
+    """Run one RampSpec. ``t0``: session-clock origin (a ``time.monotonic()`` value).
+
+    ``abort``: an :class:`asyncio.Event`; when set, the ramp stops at once (in-flight
+    requests are cancelled; finished ones were already emitted). :meth:`run` returns
+    the ``done`` event dict. Raises :class:`PreflightError` before any load.
+    """
+
+    def __init__(self, spec: RampSpec, emit_record: Callable[[RequestRecord], None],
+                 emit_event: Callable[[dict], None], t0: float, abort: asyncio.Event | None = None) -> None:
+        self.spec = spec
+        self.emit_record = emit_record
+        self.emit_event = emit_event
+        self.t0 = t0
+        self.abort = abort or asyncio.Event()
+        self.steps: list[StepStats] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    def rel(self, t: float) -> float:
+        return t - self.t0
+
+    async def run(self) -> dict:
+        spec = self.spec
+        headers = auth_headers()
+        limit = spec.largest_level + 16
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=None)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                                         headers={"Content-Type": "application/json", **headers},
+                                         read_bufsize=1 << 18) as session:
+            self.session = session
+            model, entry = await preflight(session, spec.url, spec.model, headers)
+            self.emit_event({"type": "preflight", "model": model, "max_model_len": entry.get("max_model_len"),
+                             "connector_limit": connector.limit, "t": self.rel(time.monotonic())})
+            self.url = spec.url + spec.endpoint
+            self.factory = RequestFactory(spec, model)
+            self.req_timeout = aiohttp.ClientTimeout(total=spec.request_timeout, sock_connect=min(10.0, spec.request_timeout))
+            self.ramp_start = time.monotonic()
+            status, reason = "done", "all levels done"
+            for idx, level in enumerate(spec.levels):
+                if self.abort.is_set():
+                    status, reason = "aborted", "aborted"
+                    break
+                if self._cap_left() <= 0:
+                    status, reason = "stopped", f"max_total_seconds {spec.max_total_seconds:g} s reached"
+                    break
+                st = await self._level(idx, level)
+                self.steps.append(st)
+                self.emit_event({"type": "level_end", "stats": st.model_dump(mode="json")})
+                if st.stop_reason == "aborted":
+                    status, reason = "aborted", "aborted"
+                    break
+                if st.stop_reason == "failure_rate":
+                    kinds = ", ".join(f"{k} {v}" for k, v in sorted(st.failures.items())) or "none measured"
+                    status, reason = "failed", (f"level {level:g}: failure rate passed {spec.max_failure_rate:.0%} "
+                                                f"(failures: {kinds}); ramp stopped")
+                    break
+                if st.stop_reason == "total_cap":
+                    status, reason = "stopped", f"max_total_seconds {spec.max_total_seconds:g} s reached"
+                    break
+                if st.slo_broken:
+                    status, reason = "slo_broken", f"SLO broken at level {level:g}: {'; '.join(st.slo_broken)}"
+                    break
+        knee = find_knee(self.steps, spec.knee_gain, spec.knee_ttft_ratio)
+        done = {"type": "done", "status": status, "stop_reason": reason,
+                "knee": knee.model_dump(mode="json") if knee else None, "t": self.rel(time.monotonic())}
+        self.emit_event(done)
+        return done
+
+    def _cap_left(self) -> float:
+        if self.spec.max_total_seconds is None:
+            return math.inf
+        return self.ramp_start + self.spec.max_total_seconds - time.monotonic()
+
+    async def _level(self, idx: int, level: float) -> StepStats:
+        spec = self.spec
+        recs: list[RequestRecord] = []
+        self.in_flight = self.max_in_flight = 0
+        t_level = time.monotonic()
+        w0 = t_level + spec.warmup_seconds
+        deadline = w0 + spec.step_seconds if spec.step_seconds is not None else math.inf
+        cap = self.ramp_start + spec.max_total_seconds if spec.max_total_seconds else math.inf
+        stop = asyncio.Event()
+        state = {"reason": None, "issued": 0, "done_measured": 0, "last_measured_end": None}
+        self.emit_event({"type": "level_start", "idx": idx, "level": level, "mode": spec.mode,
+                         "t": self.rel(t_level), "warmup_end": self.rel(w0)})
+
+        def may_issue() -> bool:
+            """Account for one more request; False when the level should stop sending."""
+            if stop.is_set():
+                return False
+            if spec.requests_per_level is not None and time.monotonic() >= w0:
+                if state["issued"] >= spec.requests_per_level:
+                    state["reason"] = state["reason"] or "count"
+                    stop.set()
+                    return False
+                state["issued"] += 1
+            return True
+
+        async def one() -> RequestRecord:
+            body, est, _ = self.factory.next()
+            self.in_flight += 1
+            if self.in_flight > self.max_in_flight:
+                self.max_in_flight = self.in_flight
+            try:
+                rec = await stream_request(self.session, self.url, body, level_idx=idx, level=level, t0=self.t0,
+                                           timeout=self.req_timeout, est_prompt_tokens=est)
+            finally:
+                self.in_flight -= 1
+            recs.append(rec)
+            self.emit_record(rec)
+            if rec.t_start + self.t0 >= w0:
+                state["last_measured_end"] = max(state["last_measured_end"] or 0.0, rec.t_end + self.t0)
+            if not rec.ok:
+                n_fail = sum(1 for r in recs if not r.ok)
+                if len(recs) >= spec.min_requests_for_abort and n_fail / len(recs) > spec.max_failure_rate:
+                    if state["reason"] not in ("aborted",):
+                        state["reason"] = "failure_rate"
+                    stop.set()
+            return rec
+
+        tasks: set[asyncio.Task] = set()
+        if spec.mode == "concurrency":
+            async def slot() -> None:
+                while may_issue():
+                    rec = await one()
+                    if not rec.ok:
+                        await asyncio.sleep(FAIL_BACKOFF_S)
+
+            for _ in range(int(level)):
+                tasks.add(asyncio.create_task(slot()))
+        else:
+            sem = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
+
+            async def capped() -> None:
+                if sem is None:
+                    await one()
+                else:
+                    async with sem:
+                        if not stop.is_set():
+                            await one()
+
+            async def arrivals() -> None:
+                rng = random.Random(spec.seed * 1000003 + idx)
+                nxt = time.monotonic()
+                while True:
+                    nxt += rng.expovariate(level)
+                    delay = nxt - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    if not may_issue():
+                        return
+                    t = asyncio.create_task(capped())
+                    tasks.add(t)
+                    t.add_done_callback(tasks.discard)
+
+            arr_task = asyncio.create_task(arrivals())
+
+        # wait for the end of the level: time, count, failures, abort or the total cap
+        end_at = min(deadline, cap)
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self.abort.wait())]
+        try:
+            await asyncio.wait(waiters, timeout=max(0.0, end_at - time.monotonic()) if end_at < math.inf else None,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        t_stop = time.monotonic()
+        if self.abort.is_set():
+            state["reason"] = "aborted"
+        elif state["reason"] is None:
+            state["reason"] = "total_cap" if cap <= deadline and t_stop >= cap else "duration"
+        stop.set()
+        if spec.mode == "rate":
+            arr_task.cancel()
+            await asyncio.gather(arr_task, return_exceptions=True)
+
+        # drain the in-flight requests (cancel them when aborting or failing)
+        pending = set(tasks)
+        if state["reason"] in ("aborted", "failure_rate", "total_cap"):
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        elif pending:
+            ab = asyncio.create_task(self.abort.wait())
+            remaining = {t for t in pending if not t.done()}
+            while remaining and not self.abort.is_set():
+                done, _ = await asyncio.wait(remaining | {ab}, timeout=spec.request_timeout + 5,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break
+                remaining = {t for t in remaining if not t.done()}
+            ab.cancel()
+            if self.abort.is_set():
+                state["reason"] = "aborted"
+            for t in pending:
+                t.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        t_end = time.monotonic()
+
+        if state["reason"] == "count" and state["last_measured_end"]:
+            w1 = state["last_measured_end"]
+        else:
+            w1 = min(t_stop, deadline) if state["reason"] == "duration" else t_stop
+        return compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=self.rel(t_level),
+                                  t_end=self.rel(t_end), window_start=self.rel(min(w0, w1)), window_end=self.rel(w1),
+                                  slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"])

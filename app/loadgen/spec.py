@@ -1,0 +1,177 @@
+"""RampSpec: what a ramp does — levels, step length, request shape, SLO, stop rules.
+
+Units: seconds for every time, tokens for lengths, requests/s for rates, fractions
+(0–1) for failure rates. Validation errors name the field and say what is allowed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Length = Union[int, tuple[int, int]]
+"""A token length: fixed ``n`` or a uniform range ``(lo, hi)`` inclusive."""
+
+ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+
+
+def parse_length(text: str) -> Length:
+    """CLI form of a length: ``"512"`` → 512, ``"256-1024"`` → (256, 1024).
+
+    Raises ValueError naming the text when it is neither.
+    """
+    s = str(text).strip()
+    try:
+        if "-" in s.lstrip("-"):
+            lo, hi = s.split("-", 1)
+            return (int(lo), int(hi))
+        return int(s)
+    except ValueError:
+        raise ValueError(f"length {text!r}: write a token count like 512 or a range like 256-1024") from None
+
+
+class SLO(BaseModel):
+    """Service-level objective; any subset of the three p99 bounds, seconds.
+
+    Broken at a level when that level's p99 exceeds a bound; a request "meets" the SLO
+    (for goodput) when its own TTFT, TPOT and e2e are within every bound set.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    ttft_p99: Optional[float] = Field(None, gt=0, description="TTFT p99 bound, s")
+    tpot_p99: Optional[float] = Field(None, gt=0, description="TPOT p99 bound, s per token")
+    e2e_p99: Optional[float] = Field(None, gt=0, description="end-to-end latency p99 bound, s")
+
+    def is_empty(self) -> bool:
+        return self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None
+
+
+class RampSpec(BaseModel):
+    """A load ramp.
+
+    Levels: ``levels`` (explicit) or ``max_level`` (geometric 1, 2, 4 … up to it, with
+    ``max_level`` itself last). In ``concurrency`` mode a level is the number of
+    requests kept in flight (closed loop, integer ≥ 1); in ``rate`` mode it is a
+    Poisson arrival rate in requests/s (> 0), optionally capped at ``max_concurrency``.
+
+    Each level runs ``warmup_seconds`` (excluded from statistics) and then until
+    ``step_seconds`` have passed and/or ``requests_per_level`` measured requests were
+    sent — whichever comes first when both are set; then it drains its in-flight
+    requests (bounded by ``request_timeout``).
+
+    Stop rules: a level is aborted, and the ramp stopped, when its failure rate passes
+    ``max_failure_rate`` (after at least ``min_requests_for_abort`` finished); the ramp
+    stops after a level that breaks the ``slo``; ``max_total_seconds`` caps the ramp.
+    Knee rule: :func:`app.loadgen.stats.find_knee` with ``knee_gain`` and
+    ``knee_ttft_ratio``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = "http://127.0.0.1:8000"
+    endpoint: Literal["/v1/completions", "/v1/chat/completions"] = "/v1/completions"
+    model: Optional[str] = Field(None, description="served model name; None → the first one /v1/models lists")
+    mode: Literal["concurrency", "rate"] = "concurrency"
+    levels: Optional[list[float]] = None
+    max_level: Optional[int] = Field(None, ge=1)
+    max_concurrency: Optional[int] = Field(None, ge=1, description="rate mode: cap on requests in flight")
+    step_seconds: Optional[float] = Field(20.0, gt=0)
+    requests_per_level: Optional[int] = Field(None, ge=1)
+    warmup_seconds: float = Field(0.0, ge=0)
+    prompt_tokens: Length = 512
+    output_tokens: Length = 128
+    prompts_file: Optional[Path] = Field(None, description="JSONL, one {\"prompt\": …} or {\"messages\": […]} a line")
+    ignore_eos: bool = True
+    temperature: float = Field(0.0, ge=0)
+    request_timeout: float = Field(300.0, gt=0)
+    max_failure_rate: float = Field(0.5, ge=0, le=1)
+    min_requests_for_abort: int = Field(5, ge=1)
+    slo: SLO = Field(default_factory=SLO)
+    max_total_seconds: Optional[float] = Field(None, gt=0)
+    knee_gain: float = Field(0.15, ge=0, description="knee: throughput growth per doubling below this")
+    knee_ttft_ratio: float = Field(1.5, ge=1, description="knee: TTFT p99 growth at least this")
+    seed: int = 0
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = v.strip().rstrip("/")
+        if not v.startswith(("http://", "https://")):
+            raise ValueError(f"url {v!r}: write the server's base URL, e.g. http://127.0.0.1:8000")
+        if v.endswith("/v1"):
+            v = v[:-3]
+        return v
+
+    @field_validator("prompt_tokens", "output_tokens")
+    @classmethod
+    def _length(cls, v: Length, info) -> Length:
+        if isinstance(v, tuple):
+            lo, hi = v
+            if lo < 1 or hi < lo:
+                raise ValueError(f"{info.field_name} range {lo}-{hi}: need 1 ≤ low ≤ high")
+        elif v < 1:
+            raise ValueError(f"{info.field_name} = {v}: need at least 1 token")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> "RampSpec":
+        if self.levels is None:
+            if self.max_level is None:
+                raise ValueError("no levels: give levels (e.g. [1, 2, 4, 8]) or max_level (geometric 1, 2, 4 … N)")
+            n, lv = 1, []
+            while n < self.max_level:
+                lv.append(float(n))
+                n *= 2
+            lv.append(float(self.max_level))
+            self.levels = lv
+        if not self.levels:
+            raise ValueError("levels is empty: give at least one level")
+        for x in self.levels:
+            if self.mode == "concurrency" and (x < 1 or x != int(x)):
+                raise ValueError(f"level {x}: a concurrency level is a whole number ≥ 1")
+            if self.mode == "rate" and not x > 0:
+                raise ValueError(f"level {x}: a rate level is a request rate > 0 req/s")
+        if self.step_seconds is None and self.requests_per_level is None:
+            raise ValueError("set step_seconds and/or requests_per_level: a level needs an end")
+        if self.prompts_file is not None:
+            load_prompts(self.prompts_file)  # raises with the line number
+        return self
+
+    @property
+    def largest_level(self) -> int:
+        """The most requests ever in flight (concurrency) or the cap (rate; 1024 if none)."""
+        if self.mode == "concurrency":
+            return int(max(self.levels))
+        return self.max_concurrency or 1024
+
+    @property
+    def chat(self) -> bool:
+        return self.endpoint == "/v1/chat/completions"
+
+
+def load_prompts(path: Path | str) -> list[dict]:
+    """Read a JSONL prompts file: list of ``{"prompt": str}`` or ``{"messages": list}``.
+
+    Raises ValueError naming the file and line for a bad line or an empty file.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"prompts_file {p}: no such file")
+    out = []
+    with p.open(encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"prompts_file {p} line {i}: not JSON ({e.msg})") from None
+            if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str)
+                                                 or isinstance(obj.get("messages"), list)):
+                raise ValueError(f"prompts_file {p} line {i}: write {{\"prompt\": \"…\"}} or {{\"messages\": [...]}}")
+            out.append(obj)
+    if not out:
+        raise ValueError(f"prompts_file {p}: no prompts in it")
+    return out

@@ -1,0 +1,144 @@
+"""Incremental Server-Sent-Events parser and OpenAI stream-chunk interpretation.
+
+:class:`SSEParser` takes socket reads as they come (events cut across reads or glued
+together, ``data:`` with or without the space, ``\\n``/``\\r\\n``/``\\r`` line ends,
+``:`` comment lines) and returns complete event payloads — the ``data`` lines of one
+event joined by ``\\n`` as in the WHATWG SSE spec (html.spec.whatwg.org, "Server-sent
+events", event stream interpretation). Other fields (``event:``, ``id:``, ``retry:``)
+are ignored: the OpenAI streaming API uses only ``data``.
+
+:func:`interpret` turns one payload into a :class:`Chunk`: does it carry output (a
+token), usage counts, an error, or the ``[DONE]`` marker. A chunk "carries output"
+when its first choice has non-empty ``text`` (completions) or a delta with non-empty
+``content``, ``reasoning_content``/``reasoning`` or ``tool_calls`` (chat). A role-only
+first chunk (``content: ""``) is not output, so TTFT is not timed on it
+(shared/cases/streaming/role-only-first-chunk.yaml).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+DONE = b"[DONE]"
+
+
+class SSEParser:
+    """Feed raw bytes with :meth:`feed`; get back complete event payloads (bytes).
+
+    State is kept between reads: a partial line or a partial event waits for the rest.
+    ``max_event_bytes`` (default 16 MiB) bounds a single line; a longer one raises
+    ``ValueError`` (a server that never ends its lines is broken, not slow).
+    """
+
+    __slots__ = ("_buf", "_data", "_cr", "max_event_bytes")
+
+    def __init__(self, max_event_bytes: int = 16 << 20) -> None:
+        self._buf = b""  # partial line
+        self._data: list[bytes] = []  # data lines of the event being built
+        self._cr = False  # last read ended with a lone '\r' (a '\n' may follow)
+        self.max_event_bytes = max_event_bytes
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Parse one read; return the payloads of the events it completed (maybe none)."""
+        if self._cr:
+            self._cr = False
+            if data[:1] == b"\n":
+                data = data[1:]
+        if b"\r" in data:
+            if data.endswith(b"\r"):
+                self._cr = True
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if self._buf:
+            data = self._buf + data
+        lines = data.split(b"\n")
+        self._buf = lines.pop()  # the unterminated tail ("" when data ended with \n)
+        if len(self._buf) > self.max_event_bytes:
+            raise ValueError(f"SSE line longer than {self.max_event_bytes} bytes without a line end")
+        out: list[bytes] = []
+        dl = self._data
+        for line in lines:
+            if not line:  # blank line: dispatch
+                if dl:
+                    out.append(dl[0] if len(dl) == 1 else b"\n".join(dl))
+                    dl.clear()
+            elif line.startswith(b"data:"):
+                dl.append(line[6:] if line[5:6] == b" " else line[5:])
+            # comments (":…") and other fields are ignored
+        return out
+
+    def close(self) -> list[bytes]:
+        """End of stream: dispatch a last event that lacked its blank line (lenient)."""
+        out = []
+        if self._buf:
+            self.feed(b"\n")
+        if self._data:
+            out.append(b"\n".join(self._data))
+            self._data.clear()
+        return out
+
+
+@dataclass(slots=True)
+class Chunk:
+    """One interpreted stream payload.
+
+    ``output``: True when it carries generated content (counts as a token arrival).
+    ``text``: the content text (may be ""). ``usage``: (prompt_tokens,
+    completion_tokens) when the chunk has a ``usage`` object. ``error``: message of an
+    error object sent mid-stream. ``done``: the ``[DONE]`` marker.
+    """
+
+    output: bool = False
+    text: str = ""
+    usage: tuple[int | None, int | None] | None = None
+    error: str | None = None
+    done: bool = False
+
+
+def error_message(obj: object) -> str:
+    """Best-effort message of an OpenAI/vLLM error body (``{"error": {"message": …}}``,
+    ``{"object": "error", "message": …}``, or anything else → its JSON text)."""
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if obj.get("message"):
+            return str(obj["message"])
+    return json.dumps(obj)[:2000]
+
+
+def interpret(payload: bytes) -> Chunk:
+    """Interpret one SSE payload of an OpenAI-compatible completions/chat stream.
+
+    Raises ``ValueError`` (json.JSONDecodeError) when the payload is not JSON and not
+    ``[DONE]``.
+    """
+    if payload == DONE or payload.strip() == DONE:
+        return Chunk(done=True)
+    obj = json.loads(payload)
+    if not isinstance(obj, dict):
+        raise ValueError(f"stream chunk is not a JSON object: {payload[:200]!r}")
+    c = Chunk()
+    if "error" in obj or obj.get("object") == "error":
+        c.error = error_message(obj)
+        return c
+    choices = obj.get("choices")
+    if choices:
+        ch = choices[0]
+        text = ch.get("text")
+        if text is None:
+            delta = ch.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                c.output = True
+                c.text = text
+            elif delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+                c.output = True
+        elif text:
+            c.output = True
+            c.text = text
+    usage = obj.get("usage")
+    if usage:
+        c.usage = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    return c

@@ -1,0 +1,203 @@
+"""Step statistics per ramp level, and knee detection.
+
+Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has them):
+
+- Steady-state window ``[window_start, window_end]``: from the end of the level's
+  warm-up to the moment it stopped sending (duration-limited level) or to the end of
+  its last measured request (count-limited level). ``window_s`` is its length.
+- Measured requests: those *sent* inside the window. Latency figures use the measured
+  requests that succeeded: TTFT (first output chunk − send; requests without output
+  are left out, TTFT undefined), TPOT = (e2e − TTFT) / (output tokens − 1) over
+  requests with ≥ 2 output tokens, ITL = every gap between consecutive output chunks
+  (per chunk), e2e. Percentiles are ``numpy.percentile`` (linear), as vllm bench.
+- Throughput counts what arrives inside the window, whoever sent it: output tokens/s =
+  output chunks arriving in the window, each weighted by its request's output tokens ÷
+  output chunks, ÷ ``window_s``; total tokens/s adds the prompt tokens of requests
+  sent in the window; requests/s = successful requests ending in the window ÷
+  ``window_s``; goodput = those that also met every SLO bound ÷ ``window_s``.
+- Failure rate = failed ÷ all measured requests; failures are counted by status.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import SLO
+
+
+class StepStats(BaseModel):
+    """Statistics of one level. Times in s (session clock), rates per s, tokens."""
+
+    idx: int
+    level: float
+    mode: str = "concurrency"
+    t_start: float
+    t_end: float
+    window_start: float
+    window_end: float
+    window_s: float
+    stop_reason: str = "duration"
+    n_measured: int = 0
+    n_ok: int = 0
+    max_in_flight: int = 0
+    output_tps: float = 0.0
+    total_tps: float = 0.0
+    rps: float = 0.0
+    goodput_rps: float = 0.0
+    ttft_p50: Optional[float] = None
+    ttft_p90: Optional[float] = None
+    ttft_p99: Optional[float] = None
+    ttft_max: Optional[float] = None
+    ttft_mean: Optional[float] = None
+    tpot_p50: Optional[float] = None
+    tpot_p99: Optional[float] = None
+    tpot_mean: Optional[float] = None
+    itl_p50: Optional[float] = None
+    itl_p99: Optional[float] = None
+    itl_mean: Optional[float] = None
+    e2e_p50: Optional[float] = None
+    e2e_p99: Optional[float] = None
+    e2e_mean: Optional[float] = None
+    failures: dict[str, int] = {}
+    failure_rate: float = 0.0
+    slo_broken: list[str] = []
+
+    @property
+    def slo_met(self) -> bool:
+        return not self.slo_broken
+
+
+def _pct(a: np.ndarray, q: float) -> Optional[float]:
+    return float(np.percentile(a, q)) if a.size else None
+
+
+def _mean(a: np.ndarray) -> Optional[float]:
+    return float(a.mean()) if a.size else None
+
+
+def meets_slo(r: RequestRecord, slo: SLO) -> bool:
+    """Whether one successful request is within every bound of ``slo``."""
+    if not r.ok:
+        return False
+    if slo.ttft_p99 is not None and (r.ttft is None or r.ttft > slo.ttft_p99):
+        return False
+    if slo.tpot_p99 is not None:
+        tp = r.tpot
+        if tp is not None and tp > slo.tpot_p99:
+            return False
+    if slo.e2e_p99 is not None and (r.e2e is None or r.e2e > slo.e2e_p99):
+        return False
+    return True
+
+
+def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: float, mode: str,
+                       t_start: float, t_end: float, window_start: float, window_end: float,
+                       slo: SLO | None = None, max_in_flight: int = 0,
+                       stop_reason: str = "duration") -> StepStats:
+    """StepStats of one level from its records (all of the level's, warm-up included).
+
+    Times are session-clock seconds. A window shorter than 1 ms is widened to 1 ms
+    (a degenerate level must not divide by zero).
+    """
+    slo = slo or SLO()
+    w0, w1 = window_start, window_end
+    ws = max(w1 - w0, 1e-3)
+    measured = [r for r in records if w0 <= r.t_start <= w1]
+    ok = [r for r in measured if r.ok]
+    failures: dict[str, int] = {}
+    for r in measured:
+        if not r.ok:
+            failures[r.status] = failures.get(r.status, 0) + 1
+
+    ttft = np.array([r.ttft for r in ok if r.ttft is not None], dtype=np.float64)
+    tpot = np.array([t for t in (r.tpot for r in ok) if t is not None], dtype=np.float64)
+    e2e = np.array([r.e2e for r in ok if r.e2e is not None], dtype=np.float64)
+    itls = [r.itl for r in ok if r.chunk_offsets.size > 1]
+    itl = np.concatenate(itls) if itls else np.zeros(0)
+
+    out_tokens = 0.0
+    for r in records:
+        n = r.chunk_offsets.size
+        if not n:
+            continue
+        arr = r.t_start + r.chunk_offsets.astype(np.float64)
+        inside = int(np.count_nonzero((arr >= w0) & (arr <= w1)))
+        if inside:
+            out_tokens += inside * (r.output_tokens / n if r.output_tokens else 1.0)
+    prompt_tokens = sum(r.prompt_tokens or 0 for r in measured)
+    ended_ok = [r for r in records if r.ok and w0 <= r.t_end <= w1]
+
+    st = StepStats(
+        idx=idx, level=level, mode=mode, t_start=t_start, t_end=t_end, window_start=w0, window_end=w1,
+        window_s=ws, stop_reason=stop_reason, n_measured=len(measured), n_ok=len(ok),
+        max_in_flight=max_in_flight, output_tps=out_tokens / ws, total_tps=(out_tokens + prompt_tokens) / ws,
+        rps=len(ended_ok) / ws, goodput_rps=sum(1 for r in ended_ok if meets_slo(r, slo)) / ws,
+        ttft_p50=_pct(ttft, 50), ttft_p90=_pct(ttft, 90), ttft_p99=_pct(ttft, 99),
+        ttft_max=float(ttft.max()) if ttft.size else None, ttft_mean=_mean(ttft),
+        tpot_p50=_pct(tpot, 50), tpot_p99=_pct(tpot, 99), tpot_mean=_mean(tpot),
+        itl_p50=_pct(itl, 50), itl_p99=_pct(itl, 99), itl_mean=_mean(itl),
+        e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
+        failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+    )
+    st.slo_broken = slo_breaches(st, slo)
+    return st
+
+
+def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
+    """Human-readable list of the SLO bounds a level broke, e.g. ``["ttft_p99 0.81 s > 0.5 s"]``."""
+    out = []
+    for name in ("ttft_p99", "tpot_p99", "e2e_p99"):
+        bound = getattr(slo, name)
+        val = getattr(st, name)
+        if bound is not None and val is not None and val > bound:
+            out.append(f"{name} {val:.3g} s > {bound:g} s")
+    return out
+
+
+class Knee(BaseModel):
+    """The knee of a ramp: the last level before throughput stops paying for latency.
+
+    ``level``: the knee level; ``next_level``: the level after it. Evidence: both
+    levels' output tokens/s and TTFT p99 (s), the throughput growth per doubling of the
+    level (fraction) and the TTFT p99 ratio.
+    """
+
+    level: float
+    next_level: float
+    output_tps: float
+    next_output_tps: float
+    ttft_p99: float
+    next_ttft_p99: float
+    gain_per_doubling: float
+    ttft_ratio: float
+
+    def describe(self) -> str:
+        return (f"knee at {self.level:g}: {self.level:g} → {self.next_level:g} gains "
+                f"{self.gain_per_doubling * 100:.0f}% throughput per doubling "
+                f"({self.output_tps:.0f} → {self.next_output_tps:.0f} tok/s) while TTFT p99 grows "
+                f"{self.ttft_ratio:.1f}× ({self.ttft_p99 * 1e3:.0f} → {self.next_ttft_p99 * 1e3:.0f} ms)")
+
+
+def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float = 1.5) -> Knee | None:
+    """First level L (in increasing order) such that going to the next level L' grows
+    output throughput by less than ``gain`` per doubling — (tps'/tps)^(1/log2(L'/L)) − 1
+    — while TTFT p99 grows by at least ``ttft_ratio``×. None when no pair qualifies.
+
+    Rule from the issue (default 15 %/doubling, 1.5×); levels without successful
+    requests are skipped.
+    """
+    s = sorted((x for x in steps if x.n_ok and x.output_tps > 0 and x.ttft_p99), key=lambda x: x.level)
+    for a, b in zip(s, s[1:]):
+        if b.level <= a.level:
+            continue
+        doublings = math.log2(b.level / a.level)
+        g = (b.output_tps / a.output_tps) ** (1.0 / doublings) - 1.0
+        r = b.ttft_p99 / a.ttft_p99
+        if g < gain and r >= ttft_ratio:
+            return Knee(level=a.level, next_level=b.level, output_tps=a.output_tps, next_output_tps=b.output_tps,
+                        ttft_p99=a.ttft_p99, next_ttft_p99=b.ttft_p99, gain_per_doubling=g, ttft_ratio=r)
+    return None

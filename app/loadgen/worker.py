@@ -1,0 +1,149 @@
+"""The load-generator process: ``helper_argv("app.loadgen.worker")``.
+
+Protocol (parent = :class:`app.loadgen.generator.LoadGenerator`):
+
+- stdin, first line: JSON ``{"spec": RampSpec, "t0": session-clock origin}``; later
+  lines: ``abort``. End of stdin (the parent died or closed it) also aborts.
+- stdout: frames of a 4-byte big-endian length + a pickle of ``(kind, payload)``:
+  ``("records", [RequestRecord tuples])`` in batches (every 0.1 s or 512 records),
+  ``("event", dict)`` (preflight / level_start / level_end / done) and
+  ``("error", message)`` for a fatal error such as a failed pre-flight check.
+  Records are always sent before the event that follows them, so an abort loses no
+  completed request. Anything else the process prints goes to stderr.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import queue
+import struct
+import sys
+import threading
+import traceback
+
+BATCH_SECONDS = 0.1
+BATCH_MAX = 512
+
+
+def write_frame(f, kind: str, payload) -> None:
+    data = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(struct.pack(">I", len(data)) + data)
+    f.flush()
+
+
+def read_frame(f):
+    """Read one frame from a binary file; None at end of stream."""
+    head = f.read(4)
+    if len(head) < 4:
+        return None
+    (n,) = struct.unpack(">I", head)
+    data = f.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    # keep the real stdout for frames; anything printed goes to stderr
+    out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
+    os.dup2(2, 1)
+    first = sys.stdin.buffer.readline()
+    if not first:
+        return 2
+    try:
+        from app.loadgen.spec import RampSpec
+
+        msg = json.loads(first)
+        spec = RampSpec.model_validate(msg["spec"])
+        t0 = float(msg["t0"])
+    except Exception as e:  # bad input from the parent: report, don't hang
+        write_frame(out, "error", f"bad ramp request: {e}")
+        return 2
+
+    frames: queue.SimpleQueue = queue.SimpleQueue()
+
+    def writer() -> None:
+        while True:
+            item = frames.get()
+            if item is None:
+                break
+            try:
+                write_frame(out, *item)
+            except (BrokenPipeError, OSError):
+                break
+
+    wt = threading.Thread(target=writer, name="frames", daemon=True)
+    wt.start()
+    try:
+        import uvloop  # optional (extra "bench"): a faster event loop
+
+        runner = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    rc = 0
+    try:
+        runner(_amain(spec, t0, frames))
+    except Exception as e:
+        from app.loadgen.client import PreflightError
+
+        if isinstance(e, PreflightError):
+            frames.put(("error", str(e)))
+        else:
+            frames.put(("error", f"load generator failed: {type(e).__name__}: {e}"))
+            traceback.print_exc()
+        rc = 1
+    frames.put(None)
+    wt.join(timeout=10)
+    try:
+        out.close()
+    except OSError:
+        pass
+    return rc
+
+
+async def _amain(spec, t0: float, frames: queue.SimpleQueue) -> None:
+    from app.loadgen.runner import Ramp
+
+    loop = asyncio.get_running_loop()
+    abort = asyncio.Event()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin.buffer:
+            if line.strip() == b"abort":
+                break
+        loop.call_soon_threadsafe(abort.set)
+
+    threading.Thread(target=watch_stdin, name="stdin-watch", daemon=True).start()
+    batch: list[tuple] = []
+
+    def flush() -> None:
+        if batch:
+            frames.put(("records", batch.copy()))
+            batch.clear()
+
+    def emit_record(rec) -> None:
+        batch.append(rec.to_tuple())
+        if len(batch) >= BATCH_MAX:
+            flush()
+
+    def emit_event(ev: dict) -> None:
+        flush()
+        frames.put(("event", ev))
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(BATCH_SECONDS)
+            flush()
+
+    tick = asyncio.create_task(ticker())
+    try:
+        await Ramp(spec, emit_record, emit_event, t0, abort).run()
+    finally:
+        tick.cancel()
+        flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

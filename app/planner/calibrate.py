@@ -1,0 +1,183 @@
+"""Calibration: fit the step-time model's parameters to a measured ramp and keep them
+per hardware fingerprint under ``app.paths.calibration_dir()`` for later predictions.
+
+The fit minimises the squared log-errors of the measured levels' output throughput
+(and TTFT / TPOT where measured, at half weight) over the chosen parameters, in log
+space, with a Nelder–Mead simplex (numpy only). Parameters are kept in plausible
+bounds (η in 0.05–1, times in 1 µs–1 s).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import yaml
+
+from app.paths import calibration_dir
+from app.planner.gpus import GpuSpec
+from app.planner.perf import PerfParams, StepTimeModel, predict_level
+
+FIT_DEFAULT = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s")
+_BOUNDS = {"eta_mem": (0.05, 1.0), "eta_compute": (0.01, 1.0), "t_cpu_s": (1e-6, 1.0),
+           "t_cpu_seq_s": (1e-7, 0.1), "allreduce_alpha_s": (1e-6, 1e-2), "link_gbs": (0.5, 2000.0)}
+
+
+@dataclass(frozen=True)
+class MeasuredLevel:
+    """One measured ramp level: ``concurrency`` users, output tokens/s over the level's
+    wall time, mean TTFT and TPOT in seconds (None when not measured)."""
+
+    concurrency: int
+    output_tps: float
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+
+@dataclass(frozen=True)
+class LevelError:
+    """Predicted vs measured at one level; errors in percent of the measured value."""
+
+    concurrency: int
+    predicted_tps: float
+    measured_tps: float
+    tps_error_pct: float
+    predicted_ttft_s: float | None = None
+    measured_ttft_s: float | None = None
+    ttft_error_pct: float | None = None
+
+
+def hardware_fingerprint(cards: Sequence[GpuSpec]) -> str:
+    """A stable id for a set of cards: ``4x RTX 5090 31.8GiB`` (mixed cards joined by
+    ``+``, in order). Memory to 0.1 GiB tells card variants apart."""
+    groups: list[list] = []
+    for g in cards:
+        key = f"{g.name} {g.memory_gib:.1f}GiB"
+        if groups and groups[-1][0] == key:
+            groups[-1][1] += 1
+        else:
+            groups.append([key, 1])
+    return " + ".join(f"{n}x {k}" for k, n in groups)
+
+
+def _path(fingerprint: str) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9.+-]+", "_", fingerprint).strip("_") or "default"
+    return calibration_dir() / f"{slug}.yaml"
+
+
+def save_calibration(fingerprint: str, params: PerfParams, info: dict | None = None) -> Path:
+    """Write the parameters for ``fingerprint`` (atomically: temp file, then rename)."""
+    p = _path(fingerprint)
+    data = {"schema_version": 1, "fingerprint": fingerprint, "params": params.as_dict(), "info": info or {}}
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
+    tmp.replace(p)
+    return p
+
+
+def load_calibration(fingerprint: str) -> PerfParams | None:
+    """The saved parameters for ``fingerprint``, or None (missing or unreadable file)."""
+    p = _path(fingerprint)
+    if not p.is_file():
+        return None
+    try:
+        d = yaml.safe_load(p.read_text())["params"]
+        return PerfParams(**{k: d[k] for k in PerfParams.__dataclass_fields__ if k in d})
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
+def level_errors(model: StepTimeModel, levels: Iterable[MeasuredLevel], prompt_tokens: int, output_tokens: int,
+                 capacity: int) -> list[LevelError]:
+    """Prediction vs measurement for each level (errors in % of the measurement)."""
+    out = []
+    for m in levels:
+        pt = predict_level(model, m.concurrency, prompt_tokens, output_tokens, capacity)
+        te = None
+        if m.ttft_s:
+            te = 100 * (pt.ttft_s - m.ttft_s) / m.ttft_s
+        out.append(LevelError(m.concurrency, pt.output_tps, m.output_tps,
+                              100 * (pt.output_tps - m.output_tps) / m.output_tps,
+                              pt.ttft_s if m.ttft_s else None, m.ttft_s, te))
+    return out
+
+
+def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 0.5, iters: int = 600,
+                tol: float = 1e-10) -> np.ndarray:
+    """Minimise ``f`` from ``x0`` with the Nelder–Mead simplex (standard coefficients
+    1, 2, 0.5, 0.5). Returns the best point."""
+    n = len(x0)
+    pts = [x0] + [x0 + step * np.eye(n)[i] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = np.argsort(vals)
+        pts = [pts[i] for i in order]
+        vals = [vals[i] for i in order]
+        if abs(vals[-1] - vals[0]) < tol:
+            break
+        c = np.mean(pts[:-1], axis=0)
+        xr = c + (c - pts[-1])
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = c + 2 * (c - pts[-1])
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = c + 0.5 * (pts[-1] - c)
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:
+                pts = [pts[0]] + [pts[0] + 0.5 * (p - pts[0]) for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    return pts[int(np.argmin(vals))]
+
+
+def fit(model: StepTimeModel, levels: Sequence[MeasuredLevel], prompt_tokens: int, output_tokens: int,
+        capacity: int, names: Sequence[str] = FIT_DEFAULT) -> PerfParams:
+    """Parameters of ``model`` (those in ``names``) fitted to the measured ``levels`` of
+    a closed-loop ramp with this workload; ``capacity`` = requests the engine runs at
+    once (max_num_seqs or the KV limit). Raises ValueError with fewer than 2 levels."""
+    if len(levels) < 2:
+        raise ValueError("calibration needs at least 2 measured levels of a ramp")
+    names = [n for n in names if not (n in ("allreduce_alpha_s", "link_gbs") and model.tp <= 1)]
+    base = model.params
+    x0 = np.log([getattr(base, n) for n in names])
+
+    def params_of(x: np.ndarray) -> PerfParams:
+        vals = {}
+        for n, v in zip(names, np.exp(x)):
+            lo, hi = _BOUNDS[n]
+            vals[n] = float(min(hi, max(lo, v)))
+        return replace(base, **vals)
+
+    def loss(x: np.ndarray) -> float:
+        m = model.with_params(params_of(x))
+        s = 0.0
+        for lv in levels:
+            pt = predict_level(m, lv.concurrency, prompt_tokens, output_tokens, capacity)
+            s += math.log(pt.output_tps / lv.output_tps) ** 2
+            if lv.ttft_s:
+                s += 0.5 * math.log(pt.ttft_s / lv.ttft_s) ** 2
+            if lv.tpot_s:
+                s += 0.5 * math.log(pt.tpot_s / lv.tpot_s) ** 2
+        return s
+
+    best = nelder_mead(loss, x0)
+    best = nelder_mead(loss, best, step=0.2)  # restart: the simplex may have collapsed early
+    return replace(params_of(best), source=f"calibrated on {len(levels)} levels")
+
+
+def calibrate_and_save(model: StepTimeModel, cards: Sequence[GpuSpec], levels: Sequence[MeasuredLevel],
+                       prompt_tokens: int, output_tokens: int, capacity: int) -> tuple[PerfParams, Path]:
+    """:func:`fit`, then save under the cards' fingerprint; returns (params, file)."""
+    params = fit(model, levels, prompt_tokens, output_tokens, capacity)
+    errs = level_errors(model.with_params(params), levels, prompt_tokens, output_tokens, capacity)
+    info = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "capacity": capacity,
+            "levels": [e.__dict__ for e in errs]}
+    return params, save_calibration(hardware_fingerprint(cards), params, info)

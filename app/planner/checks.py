@@ -1,0 +1,298 @@
+"""Pre-launch checks: each looks at a built plan and returns a :class:`Finding` (verdict
+``ok``/``warn``/``error``, a stable problem code, a sentence) plus candidate fixes.
+
+A candidate fix is a dict of option values (ServerConfig field names; ``env`` merges
+into the environment; a key that is not a field names an extra option, ``None`` drops
+it). :func:`app.planner.plan.plan` offers the first candidate whose fixed configuration
+has no error and no longer shows the problem — memory included.
+
+Problem codes (stable): not_enough_gpus, tp_not_divisor_of_heads, pp_partition_invalid,
+quantization_unknown, quantization_unsupported_by_gpu, dtype_unsupported_by_gpu,
+dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num_seqs,
+max_model_len_exceeds_model, not_enough_free_vram, no_kv_cache_memory,
+context_exceeds_kv_cache, request_exceeds_max_model_len, cuda_graph_oom_risk,
+sampler_warmup_oom, no_p2p.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from app.planner.plan import Plan
+
+VERDICT_ORDER = {"ok": 0, "warn": 1, "error": 2}
+
+
+@dataclass
+class Finding:
+    """One check's result: ``verdict`` ok/warn/error, ``problem`` code, ``message`` a
+    plain sentence, ``fix`` option values that pass every check (None when no such fix
+    was found), ``candidates`` the fixes tried in order."""
+
+    problem: str
+    verdict: str
+    message: str
+    fix: dict[str, Any] | None = None
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+
+
+def floor2(x: float) -> float:
+    """Round down to two decimals (0.6636 → 0.66), robust to float noise."""
+    return math.floor(x * 100 + 1e-9) / 100
+
+
+def _divides(tp: int, heads: int, kv_heads: int) -> bool:
+    return heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)
+
+
+def _tp_choices(p: "Plan", max_tp: int) -> list[int]:
+    m = p.model
+    return [t for t in range(max_tp, 0, -1) if _divides(t, m.heads, m.kv_heads)]
+
+
+# ---------------------------------------------------------------------- checks
+def check_world_size(p: "Plan") -> Finding | None:
+    e, n = p.effective, len(p.gpus)
+    if e.world <= n:
+        return None
+    cands = [{"tensor_parallel_size": t} for t in _tp_choices(p, n // e.pp)] if n // e.pp >= 1 else []
+    if e.pp > 1:
+        cands += [{"tensor_parallel_size": t, "pipeline_parallel_size": 1} for t in _tp_choices(p, n)]
+    return Finding("not_enough_gpus", "error",
+                   f"tensor_parallel_size × pipeline_parallel_size = {e.tp} × {e.pp} = {e.world} GPUs, "
+                   f"but only {n} are selected: vLLM stops with \"World size ({e.world}) is larger than the "
+                   f"number of available GPUs ({n})\".", candidates=cands)
+
+
+def check_tp_heads(p: "Plan") -> Finding | None:
+    e, m = p.effective, p.model
+    if _divides(e.tp, m.heads, m.kv_heads):
+        return None
+    limit = max(1, len(p.gpus) // e.pp)
+    below = [t for t in _tp_choices(p, min(e.tp, limit))]
+    above = [t for t in range(e.tp + 1, limit + 1) if _divides(t, m.heads, m.kv_heads)]
+    cands = [{"tensor_parallel_size": t} for t in below + above]
+    if m.layers >= e.tp * e.pp:
+        cands.append({"tensor_parallel_size": 1, "pipeline_parallel_size": e.tp * e.pp})
+    return Finding("tp_not_divisor_of_heads", "error",
+                   f"tensor_parallel_size {e.tp} does not divide the model's {m.heads} attention heads "
+                   f"({m.kv_heads} KV heads): each card must hold whole heads.", candidates=cands)
+
+
+def check_pp_partition(p: "Plan") -> Finding | None:
+    if p.partition_error is None:
+        return None
+    return Finding("pp_partition_invalid", "error", p.partition_error,
+                   candidates=[{"env": {"VLLM_PP_LAYER_PARTITION": None}}])
+
+
+def check_quantization_known(p: "Plan") -> Finding | None:
+    q = p.config.quantization
+    if not q or q in p.rules.quantization_methods:
+        return None
+    return Finding("quantization_unknown", "error",
+                   f"--quantization {q} is not a method vLLM {p.rules.version} knows "
+                   f"(\"Unknown quantization method: {q}\").", candidates=[{"quantization": None}])
+
+
+def check_quantization_capability(p: "Plan") -> Finding | None:
+    q = p.effective.quantization
+    if not q:
+        return None
+    need = p.rules.min_capability(q)
+    gpus = [g for g in p.cards if g.kind != "cpu"]
+    if need is None or not gpus:
+        return None
+    low = min(gpus, key=lambda g: g.capability)
+    if low.capability >= need:
+        return None
+    return Finding("quantization_unsupported_by_gpu", "error",
+                   f"quantization {q} needs compute capability {need / 10:.1f} or higher; the {low.name} "
+                   f"has {low.cc:.1f}: use a checkpoint in another format (unquantized, or GPTQ from 6.0) "
+                   f"or a newer card.")
+
+
+def check_dtype_capability(p: "Plan") -> Finding | None:
+    if p.config.dtype != "bfloat16":
+        return None
+    gpus = [g for g in p.cards if g.kind != "cpu"]
+    low = min(gpus, key=lambda g: g.capability) if gpus else None
+    if low is None or low.capability >= 80:
+        return None
+    return Finding("dtype_unsupported_by_gpu", "error",
+                   f"bfloat16 needs compute capability 8.0; the {low.name} has {low.cc:.1f}: run in float16.",
+                   candidates=[{"dtype": "half"}])
+
+
+def check_dtype_quantization(p: "Plan") -> Finding | None:
+    q = p.effective.quantization
+    if q != "awq" or p.config.dtype != "bfloat16" or p.rules.awq_bf16:
+        return None
+    return Finding("dtype_unsupported_by_quantization", "error",
+                   f"vLLM {p.rules.version} runs AWQ in float16 only (\"torch.bfloat16 is not supported for "
+                   f"quantization method awq\").", candidates=[{"dtype": "half"}])
+
+
+def check_removed_options(p: "Plan") -> Finding | None:
+    from app.config import extra_args_to_dict
+
+    try:
+        extra = extra_args_to_dict(p.config.extra_args)
+    except ValueError:
+        return None
+    bad = [k for k in extra if k in p.rules.removed_options]
+    if not bad:
+        return None
+    return Finding("option_not_accepted", "error",
+                   f"vLLM {p.rules.version} no longer accepts {', '.join('--' + b for b in bad)} "
+                   f"(argparse stops with \"unrecognized arguments\").",
+                   candidates=[{b.replace('-', '_'): None for b in bad}])
+
+
+def check_batched_tokens(p: "Plan") -> Finding | None:
+    e = p.effective
+    if e.max_num_batched_tokens >= e.max_num_seqs:
+        return None
+    return Finding("batched_tokens_below_num_seqs", "error",
+                   f"max_num_batched_tokens {e.max_num_batched_tokens} is smaller than max_num_seqs "
+                   f"{e.max_num_seqs}; vLLM needs at least one token per sequence per step.",
+                   candidates=[{"max_num_batched_tokens": e.max_num_seqs}])
+
+
+def check_max_model_len(p: "Plan") -> Finding | None:
+    e, m = p.effective, p.model
+    if e.max_model_len <= m.max_position:
+        return None
+    return Finding("max_model_len_exceeds_model", "error",
+                   f"max_model_len {e.max_model_len:,} is longer than the model's limit "
+                   f"(max_position_embeddings {m.max_position:,}).", candidates=[{"max_model_len": m.max_position}])
+
+
+def check_free_vram(p: "Plan") -> Finding | None:
+    e = p.effective
+    short = [g for g in p.cards if g.kind != "cpu" and e.utilization * g.memory_gib > g.free_gib + 1e-9]
+    if not short:
+        return None
+    fit = floor2(min(g.free_gib / g.memory_gib for g in p.cards if g.kind != "cpu"))
+    g = min(short, key=lambda g: g.free_gib / g.memory_gib)
+    return Finding("not_enough_free_vram", "error",
+                   f"gpu_memory_utilization {e.utilization} asks for {e.utilization * g.memory_gib:.2f} GiB of the "
+                   f"{g.name}'s {g.memory_gib:.2f} GiB, but other processes hold {g.busy_gib:.2f} GiB "
+                   f"({g.free_gib:.2f} GiB free).", candidates=[{"gpu_memory_utilization": fit}] if fit > 0 else [])
+
+
+def _util_up(p: "Plan") -> list[dict[str, Any]]:
+    gpus = [g for g in p.cards if g.kind != "cpu"]
+    if not gpus:
+        return []
+    top = min(0.95, floor2(min(g.free_gib / g.memory_gib for g in gpus)))
+    cur = p.effective.utilization
+    return [{"gpu_memory_utilization": round(u / 100, 2)} for u in range(round(top * 100), round(cur * 100), -1)]
+
+
+def _more_parallel(p: "Plan") -> list[dict[str, Any]]:
+    e, n = p.effective, len(p.gpus)
+    out = [{"tensor_parallel_size": t} for t in sorted(_tp_choices(p, n // e.pp)) if t > e.tp]
+    for pp in range(e.pp + 1, n // e.tp + 1):
+        if p.model.layers >= pp:
+            out.append({"pipeline_parallel_size": pp})
+    return out
+
+
+def check_kv_memory(p: "Plan") -> Finding | None:
+    bad = [r for r in p.ranks if r.kv_tokens <= 0]
+    if not bad:
+        return None
+    r = min(bad, key=lambda r: r.kv_gib)
+    return Finding("no_kv_cache_memory", "error",
+                   f"no memory is left for the KV cache on {r.gpu.name} (rank {r.rank}): weights "
+                   f"{r.weights_gib:.2f} GiB + activations {r.activation_gib:.2f} GiB + non-torch "
+                   f"{r.non_torch_gib:.2f} GiB exceed the budget of {r.budget_gib:.2f} GiB "
+                   f"(\"No available memory for the cache blocks\"): quantize, raise the utilization or "
+                   f"spread the model over more cards.", candidates=_util_up(p) + _more_parallel(p))
+
+
+def check_context_fits(p: "Plan") -> Finding | None:
+    e = p.effective
+    if p.kv_cache_tokens <= 0 or p.kv_cache_tokens >= e.max_model_len:
+        return None
+    cands: list[dict[str, Any]] = [{"max_model_len": p.kv_cache_tokens}]
+    if p.kv_cache_tokens * 2 >= e.max_model_len and e.kv_dtype_bytes > 1:
+        cands.append({"kv_cache_dtype": "fp8"})
+    return Finding("context_exceeds_kv_cache", "error",
+                   f"one request of max_model_len {e.max_model_len:,} tokens needs "
+                   f"{e.max_model_len * p.kv_bytes_per_token / 2**30:.2f} GiB of KV cache; only "
+                   f"{p.kv_cache_tokens:,} tokens fit (the smallest stage decides).", candidates=cands)
+
+
+def check_workload_len(p: "Plan") -> Finding | None:
+    w = p.workload
+    if w is None or w.prompt_tokens + w.output_tokens <= p.effective.max_model_len:
+        return None
+    need = w.prompt_tokens + w.output_tokens
+    return Finding("request_exceeds_max_model_len", "error",
+                   f"the workload's requests ({w.prompt_tokens} + {w.output_tokens} tokens) are longer than "
+                   f"max_model_len {p.effective.max_model_len:,}: the server answers HTTP 400.",
+                   candidates=[{"max_model_len": need}])
+
+
+def check_graph_headroom(p: "Plan") -> Finding | None:
+    bad = [r for r in p.ranks if r.gpu.kind != "cpu" and r.cuda_graphs_gib > r.headroom_gib]
+    if not bad:
+        return None
+    r = bad[0]
+    u = floor2(min((x.total_gib - x.cuda_graphs_gib - x.sampler_gib) / x.total_gib for x in p.ranks))
+    return Finding("cuda_graph_oom_risk", "warn",
+                   f"CUDA graphs need ≈{r.cuda_graphs_gib:.2f} GiB outside the budget but only "
+                   f"{r.headroom_gib:.2f} GiB is left above gpu_memory_utilization {p.effective.utilization} "
+                   f"on {r.gpu.name}: the launch may end in \"CUDA out of memory\".",
+                   candidates=[{"gpu_memory_utilization": u}, {"enforce_eager": True}])
+
+
+def check_sampler(p: "Plan") -> Finding | None:
+    bad = [r for r in p.ranks if r.sampler_gib and r.sampler_gib > r.headroom_gib - r.cuda_graphs_gib]
+    if not bad:
+        return None
+    r = bad[0]
+    e = p.effective
+    default_seqs = p.rules.batch_defaults(r.gpu.memory_gib, r.gpu.name)[0]
+    seqs = [default_seqs] if default_seqs < e.max_num_seqs else []
+    s = e.max_num_seqs // 2
+    while s >= 1:
+        if s not in seqs and s < e.max_num_seqs:
+            seqs.append(s)
+        s //= 2
+    return Finding("sampler_warmup_oom", "warn",
+                   f"the sampler warm-up for max_num_seqs {e.max_num_seqs} × vocabulary {p.model.vocab:,} needs "
+                   f"≈{r.sampler_gib:.2f} GiB above the budget, but only "
+                   f"{max(0.0, r.headroom_gib - r.cuda_graphs_gib):.2f} GiB is left on {r.gpu.name} after CUDA "
+                   f"graphs (\"CUDA out of memory occurred when warming up sampler\").",
+                   candidates=[{"max_num_seqs": s} for s in seqs])
+
+
+def check_p2p(p: "Plan") -> Finding | None:
+    e = p.effective
+    if e.world <= 1 or p.config.env.get("NCCL_P2P_DISABLE") == "1":
+        return None
+    used = p.cards
+    if all(g.p2p for g in used) or any(g.kind == "cpu" for g in used):
+        return None
+    g = next(g for g in used if not g.p2p)
+    fix: dict[str, Any] = {"env": {"NCCL_P2P_DISABLE": "1"}}
+    if e.tp > 1 and not p.config.disable_custom_all_reduce:
+        fix["disable_custom_all_reduce"] = True
+    return Finding("no_p2p", "warn",
+                   f"{g.name} cards have no peer-to-peer access: NCCL can hang at start-up unless P2P is "
+                   f"disabled, and vLLM's custom all-reduce needs P2P.", candidates=[fix])
+
+
+#: all checks in the order problems are reported (errors before warnings in the result)
+CHECKS: list[Callable[["Plan"], Finding | None]] = [
+    check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
+    check_quantization_capability, check_dtype_capability, check_dtype_quantization,
+    check_removed_options, check_batched_tokens, check_max_model_len, check_free_vram,
+    check_kv_memory, check_context_fits, check_workload_len, check_graph_headroom,
+    check_sampler, check_p2p,
+]

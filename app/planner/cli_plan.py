@@ -1,0 +1,111 @@
+"""``vllm-dyno plan`` (pre-launch plan) and ``vllm-dyno diagnose LOGFILE``."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from app.server.cli_serve import add_server_options
+
+    p = sub.add_parser("plan", help="will it fit, how many users, what breaks — before a launch")
+    add_server_options(p)
+    p.add_argument("--gpu", action="append", default=[], metavar="NAME[:GIB]",
+                   help="card name (catalog or NVML name); repeat once per card for mixed cards; "
+                        "NAME:GIB plans an unknown card from its memory; 'CPU' for the CPU build; "
+                        "default: the cards NVML sees")
+    p.add_argument("--count", type=int, help="number of cards of a single --gpu (default TP × PP)")
+    p.add_argument("--busy-gib", type=float, default=0.0, help="GiB other processes hold on each given card")
+    p.add_argument("--prompt-tokens", type=int, default=512)
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--levels", help="concurrency levels to predict, e.g. 1,10,30")
+    p.add_argument("--vllm-version", help="plan for this vLLM version (default: the installed one, else the newest known)")
+    p.add_argument("--python", help="interpreter with vLLM (to read its version)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.set_defaults(func=cmd_plan)
+
+    d = sub.add_parser("diagnose", help="explain a failed vLLM launch from its log, with the fix")
+    d.add_argument("logfile", help="a saved vLLM log ('-' reads stdin)")
+    d.add_argument("--silent-for", type=float, metavar="SECONDS",
+                   help="how long vLLM printed nothing after the last line (NCCL hang after 300 s)")
+    d.add_argument("--json", action="store_true")
+    d.set_defaults(func=cmd_diagnose)
+
+
+def _cards(a: argparse.Namespace, world: int):
+    from app.planner.gpus import UnknownGpuError, cpu_device, gpus_from_nvml, resolve_gpu
+
+    if not a.gpu:
+        found = gpus_from_nvml()
+        if not found:
+            raise SystemExit("error: no GPU found through NVML: name the cards with --gpu \"RTX 4090\" --count 4")
+        return found
+    out = []
+    for spec in a.gpu:
+        name, _, gib = spec.partition(":")
+        if name.strip().lower() == "cpu":
+            import psutil
+
+            out.append(cpu_device(psutil.virtual_memory().total / 2**30, psutil.cpu_count() or 1))
+            continue
+        try:
+            out.append(resolve_gpu(name.strip(), float(gib) if gib else None, a.busy_gib))
+        except (UnknownGpuError, ValueError) as e:
+            raise SystemExit(f"error: --gpu {spec!r}: {e}")
+    if len(out) == 1:
+        out = out * (a.count or world)
+    return out
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from app.planner.models import ModelNotFoundError, resolve_model
+    from app.planner.plan import Workload, plan
+    from app.planner.render import render_plan
+    from app.planner.versions import installed_version
+    from app.server.cli_serve import config_from_args
+
+    cfg = config_from_args(a)
+    try:
+        model = resolve_model(cfg.model)
+    except (ModelNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cards = _cards(a, cfg.world_size)
+    levels = tuple(int(x) for x in a.levels.split(",")) if a.levels else None
+    version = a.vllm_version or installed_version(a.python)
+    p = plan(cfg, cards, model, Workload(a.prompt_tokens, a.output_tokens, levels), vllm_version=version)
+    if a.json:
+        print(json.dumps(p.as_dict(), indent=1, default=str))
+    else:
+        print(render_plan(p))
+    return 1 if p.verdict == "error" else 0
+
+
+def cmd_diagnose(a: argparse.Namespace) -> int:
+    from app.planner.diagnose import diagnose
+
+    if a.logfile == "-":
+        text = sys.stdin.read()
+    else:
+        f = Path(a.logfile)
+        if not f.is_file():
+            print(f"error: log file {a.logfile} does not exist: give the path of a saved vLLM log", file=sys.stderr)
+            return 2
+        text = f.read_text(errors="replace")
+    d = diagnose(text.splitlines(), a.silent_for)
+    if d is None:
+        msg = "no known problem in this log"
+        if a.silent_for is None:
+            msg += " (if vLLM stopped printing, pass --silent-for SECONDS)"
+        print(json.dumps(None) if a.json else msg)
+        return 1
+    if a.json:
+        print(json.dumps({"problem": d.problem, "explanation": d.explanation, "fix": d.fix, "evidence": d.evidence}))
+    else:
+        print(d.summary())
+        print("evidence:")
+        for l in d.evidence:
+            print(f"  {l}")
+    return 0

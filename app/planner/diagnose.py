@@ -1,0 +1,282 @@
+"""Diagnosis of a vLLM log: which problem, why, the fix as option values, and the lines
+that show it.
+
+A catalog of patterns (source: shared/VLLM-FACTS.md "Failures to recognise") maps log
+lines to the planner's problem codes (app.planner.checks). Wrapper errors (``Engine
+core initialization failed``, ``EngineDeadError``) only count when no root cause is
+found earlier in the log. A server silent for ``silent_for_s`` ≥ 300 s after ``vLLM is
+using nccl`` is an NCCL hang. Fixes read the numbers vLLM printed (and the
+``non-default args`` line for the options in force).
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from app.server.logparse import strip_ansi
+
+NCCL_SILENCE_S = 300.0
+_N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+
+
+def _num(s: str) -> float:
+    return float(s.replace(",", ""))
+
+
+@dataclass
+class Diagnosis:
+    """``problem`` a stable code; ``explanation`` plain sentences; ``fix`` option values
+    (ServerConfig field names, ``env`` for variables; may be empty when the fix is not
+    an option); ``evidence`` the supporting log lines (ANSI stripped)."""
+
+    problem: str
+    explanation: str
+    fix: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One short paragraph: problem, why, fix."""
+        from app.planner.plan import fix_to_flags
+
+        s = f"Diagnosis: {self.problem} — {self.explanation}"
+        if self.fix:
+            s += f" Fix: {fix_to_flags(self.fix)}."
+        return s
+
+
+@dataclass
+class _Ctx:
+    args: dict[str, Any]  # non-default args vLLM printed
+
+    def get(self, *names: str, default: Any = None) -> Any:
+        for n in names:
+            if n in self.args:
+                return self.args[n]
+        return default
+
+
+Rule = tuple[str, re.Pattern[str], int, Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]]
+
+
+def _largest_power_of_two(n: int) -> int:
+    return 1 << (max(1, n).bit_length() - 1)
+
+
+def _r_kv_ctx(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    need, est = int(_num(m.group(1))), int(_num(m.group(4)))
+    return (f"one request of the model's max_model_len ({need:,} tokens) needs {m.group(2)} GiB of KV cache "
+            f"but only {m.group(3)} GiB is available; about {est:,} tokens fit. Lower max_model_len (or use an "
+            f"fp8 KV cache, or raise gpu_memory_utilization).", {"max_model_len": est})
+
+
+def _r_free(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    free, total = _num(m.group(1)), _num(m.group(2))
+    u = math.floor(free / total * 100 + 1e-9) / 100
+    return (f"other processes (often a leftover vLLM) hold memory on the GPU: only {free} of {total} GiB is "
+            f"free, less than gpu_memory_utilization {m.group(3)} asks for. End them (vllm-dyno cleanup) or use "
+            f"the largest utilization that fits.", {"gpu_memory_utilization": u})
+
+
+def _r_sampler(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    n = int(_num(m.group(1)))
+    seqs = 256 if n > 256 else max(1, n // 2)
+    return (f"the sampler warm-up for {n} sequences (fp32 logits over the whole vocabulary) did not fit in the "
+            f"memory left after the KV cache; {seqs} is vLLM's default for cards under 70 GiB.",
+            {"max_num_seqs": seqs})
+
+
+def _r_heads(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    heads, tp = int(m.group(1)), int(m.group(2))
+    d = max(t for t in range(1, tp) if heads % t == 0) if tp > 1 else 1
+    return (f"tensor parallel size {tp} does not divide the {heads} attention heads; {d} is the largest size "
+            f"below it that does (or use pipeline parallelism).", {"tensor_parallel_size": d})
+
+
+def _r_world(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    world, n = int(m.group(1)), int(m.group(2))
+    pp = int(c.get("pipeline_parallel_size", default=1) or 1)
+    tp = _largest_power_of_two(max(1, n // pp))
+    return (f"tensor × pipeline parallel size is {world} but only {n} GPUs are visible "
+            f"(CUDA_VISIBLE_DEVICES / the card count).", {"tensor_parallel_size": tp})
+
+
+def _r_quant_cc(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"the {m.group(1)} kernels need compute capability {int(m.group(2)) / 10:.1f}; this GPU has "
+            f"{int(m.group(3)) / 10:.1f}. Use a checkpoint in another format (unquantized, or GPTQ) or a newer card.",
+            {})
+
+
+def _r_bf16(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return ("bfloat16 needs compute capability 8.0 (Ampere or newer); run the model in float16.", {"dtype": "half"})
+
+
+def _r_awq_bf16(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"this vLLM runs {m.group(1)} only in float16.", {"dtype": "half"})
+
+
+def _r_no_kv(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    u = c.get("gpu_memory_utilization")
+    fix = {"gpu_memory_utilization": min(0.95, round(float(u) + 0.03, 2))} if u and float(u) < 0.95 else {}
+    return ("weights and activations take the whole memory budget, nothing is left for the KV cache: raise "
+            "gpu_memory_utilization, quantize, or spread the model over more GPUs.", fix)
+
+
+def _r_oom(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    u = float(c.get("gpu_memory_utilization", default=0.92) or 0.92)
+    return ("the GPU ran out of memory while loading, profiling or capturing CUDA graphs: lower "
+            "gpu_memory_utilization (CUDA graphs live outside it), or --enforce-eager, quantize or use more GPUs.",
+            {"gpu_memory_utilization": round(max(0.5, u - 0.05), 2)})
+
+
+def _r_graph_oom(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return ("the GPU ran out of memory while capturing CUDA graphs, which live outside gpu_memory_utilization.",
+            {"enforce_eager": True})
+
+
+def _r_maxlen(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"max_model_len {int(_num(m.group(1))):,} is longer than the model allows ({int(_num(m.group(2))):,}).",
+            {"max_model_len": int(_num(m.group(2)))})
+
+
+def _r_batched(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return ("max_num_batched_tokens must be at least max_num_seqs.", {"max_num_batched_tokens": int(_num(m.group(2)))})
+
+
+def _r_unrecognized(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    flags = re.findall(r"--([A-Za-z0-9][\w-]*)", m.group(1))
+    return (f"this vLLM version does not accept {', '.join('--' + f for f in flags) or m.group(1)} "
+            f"(removed or renamed).", {f.replace("-", "_"): None for f in flags})
+
+
+def _r_unknown_quant(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"--quantization {m.group(1)} is not a method this vLLM version knows; leave it unset to use the "
+            f"checkpoint's own quantization_config.", {"quantization": None})
+
+
+def _fixed(text: str, fix: dict[str, Any] | None = None) -> Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]:
+    return lambda m, c: (text, dict(fix or {}))
+
+
+_NCCL_FIX = {"env": {"NCCL_P2P_DISABLE": "1"}, "disable_custom_all_reduce": True}
+
+#: (code, pattern, rank, explain+fix). Lower rank = more specific; wrappers rank 90+.
+RULES: list[Rule] = [
+    ("context_exceeds_kv_cache", re.compile(
+        r"max seq len \(" + _N + r"\).*?\(" + _N + r" ?GiB KV cache is needed.*?available KV cache memory \("
+        + _N + r" ?GiB\).*?estimated maximum model length is " + _N), 10, _r_kv_ctx),
+    ("not_enough_free_vram", re.compile(
+        r"Free memory on device \(" + _N + r"/" + _N + r" ?GiB\) on startup is less than desired GPU memory "
+        r"utilization \(" + _N), 10, _r_free),
+    ("sampler_warmup_oom", re.compile(r"out of memory occurred when warming up sampler with " + _N), 10, _r_sampler),
+    ("tp_not_divisor_of_heads", re.compile(
+        r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)"), 10, _r_heads),
+    ("not_enough_gpus", re.compile(r"World size \((\d+)\) is larger than the number of available GPUs \((\d+)\)"),
+     10, _r_world),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"quantization method (\S+) is not supported for the current GPU\. Minimum capability: (\d+)\. "
+        r"Current capability: (\d+)"), 10, _r_quant_cc),
+    ("dtype_unsupported_by_gpu", re.compile(r"Bfloat16 is only supported on GPUs with compute capability"), 10, _r_bf16),
+    ("dtype_unsupported_by_quantization", re.compile(r"torch\.bfloat16 is not supported for quantization method (\w+)"),
+     10, _r_awq_bf16),
+    ("max_model_len_exceeds_model", re.compile(
+        r"User-specified max_model_len \(" + _N + r"\) is greater than the derived max_model_len \(\w+=" + _N),
+     10, _r_maxlen),
+    ("batched_tokens_below_num_seqs", re.compile(
+        r"max_num_batched_tokens \((\d+)\) must be greater than or equal to max_num_seqs \((\d+)\)"), 10, _r_batched),
+    ("quantization_unknown", re.compile(r"Unknown quantization method: ([\w-]+)"), 10, _r_unknown_quant),
+    ("option_not_accepted", re.compile(r"unrecognized arguments: (.*)$"), 10, _r_unrecognized),
+    ("shm_too_small", re.compile(r"Error while creating shared memory segment /dev/shm"), 10, _fixed(
+        "/dev/shm is too small for NCCL (usual in containers): run the container with --ipc=host or a larger "
+        "--shm-size.")),
+    ("port_in_use", re.compile(r"Address already in use"), 20, _fixed(
+        "the port is taken by another program: launch on another port (vLLM Dyno picks a free one).")),
+    ("attention_unsupported", re.compile(r"Unsupported CPU attention configuration: (head_dim=\d+)"), 10, _fixed(
+        "the attention kernels do not support this model's head size on this device; the server reports healthy "
+        "but fails on the first request.")),
+    ("model_not_found", re.compile(
+        r"(Repository Not Found|is not a local folder and is not a valid model identifier|"
+        r"does not appear to have a file named config\.json|Invalid repository ID or local directory)"), 15, _fixed(
+        "the model was not found: check the path or id (offline mode needs the model in the local cache).")),
+    ("model_gated", re.compile(r"(gated repo|Access to model .* is restricted)"), 15, _fixed(
+        "the model is gated on the Hugging Face Hub: accept its licence and set HF_TOKEN.")),
+    ("no_kv_cache_memory", re.compile(r"No available memory for the cache blocks"), 12, _r_no_kv),
+    ("cuda_graph_oom_risk", re.compile(r"CUDA out of memory.*(?:graph|Graph)|(?:capturing|Capturing) CUDA graph.*out of memory"),
+     30, _r_graph_oom),
+    ("cuda_oom", re.compile(r"(torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory)"),
+     40, _r_oom),
+    ("engine_dead", re.compile(r"(EngineDeadError|Engine core proc \S+ died unexpectedly)"), 95, _fixed(
+        "the engine process died; no root cause was found in the log shown — look further up for the first "
+        "traceback.")),
+    ("engine_init_failed", re.compile(r"Engine core initialization failed"), 96, _fixed(
+        "the engine failed to start; no root cause was found in the log shown — look further up for the first "
+        "error.")),
+]
+
+_NONDEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
+_NCCL = re.compile(r"vLLM is using nccl==")
+
+
+def _context(lines: list[str]) -> _Ctx:
+    args: dict[str, Any] = {}
+    for l in lines:
+        m = _NONDEFAULT.search(l)
+        if m:
+            try:
+                v = ast.literal_eval(m.group(1))
+                if isinstance(v, dict):
+                    args = v
+            except (ValueError, SyntaxError):
+                pass
+    return _Ctx(args)
+
+
+def diagnose(lines: list[str], silent_for_s: float | None = None) -> Diagnosis | None:
+    """Diagnose a vLLM log (lines in order; ANSI colours allowed). ``silent_for_s``:
+    how long the server has printed nothing after the last line (a live supervisor
+    measures it; for a saved log it is given). Returns the most specific problem found
+    (ties: the latest line), or None when nothing known is in the log."""
+    clean = [strip_ansi(l) for l in lines if l is not None]
+    ctx = _context(clean)
+    best: tuple[int, int, str, re.Match[str], Callable] | None = None
+    for i, line in enumerate(clean):
+        for code, rx, rank, fn in RULES:
+            m = rx.search(line)
+            if m:
+                if best is None or rank < best[0] or (rank == best[0] and i > best[1]):
+                    best = (rank, i, code, m, fn)
+                break  # one rule per line: the first (most specific) that matches
+    if best is not None and best[0] < 90:
+        rank, i, code, m, fn = best
+        text, fix = fn(m, ctx)
+        return Diagnosis(code, text, fix, _evidence(clean, i, code))
+    # NCCL hang: nothing after "vLLM is using nccl" for a long time
+    nonblank = [l for l in clean if l.strip()]
+    if silent_for_s is not None and silent_for_s >= NCCL_SILENCE_S and nonblank and _NCCL.search(nonblank[-1]):
+        ev = [l for l in nonblank if _NCCL.search(l)][-4:]
+        return Diagnosis("nccl_hang",
+                         f"the server printed nothing for {silent_for_s:.0f} s after NCCL started: the usual NCCL "
+                         f"peer-to-peer hang (IOMMU/ACS, consumer cards). Disable P2P and vLLM's custom all-reduce.",
+                         dict(_NCCL_FIX), ev)
+    if best is not None:
+        rank, i, code, m, fn = best
+        text, fix = fn(m, ctx)
+        return Diagnosis(code, text, fix, _evidence(clean, i, code))
+    return None
+
+
+def _evidence(lines: list[str], i: int, code: str) -> list[str]:
+    """The matching line, plus a wrapper line after it if there is one."""
+    ev = [lines[i]]
+    for l in lines[i + 1:]:
+        if re.search(r"Engine core initialization failed|EngineDeadError", l):
+            ev.append(l)
+            break
+    return ev
+
+
+def diagnose_text(text: str, silent_for_s: float | None = None) -> Diagnosis | None:
+    """:func:`diagnose` on a whole log text."""
+    return diagnose(text.splitlines(), silent_for_s)

@@ -1,0 +1,213 @@
+"""GPU catalog (``data/gpus.yaml``) and :class:`GpuSpec`, the card the planner plans on.
+
+A card comes from the catalog by name (``"RTX 4090"``, or the NVML name
+``"NVIDIA GeForce RTX 4090"``), from NVML (:func:`gpus_from_nvml`), or — for a card the
+catalog does not know — from NVML's memory alone with the other figures assumed
+(:func:`unknown_gpu`). Figures not checked against a datasheet are listed in
+``GpuSpec.assumed`` so the plan can mark them.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+import yaml
+
+GIB = 2**30
+
+
+class UnknownGpuError(KeyError):
+    """A GPU name that is not in the catalog; the message lists close names and the fix."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One card. Units: ``memory_gib`` total as NVML reports it (GiB); ``busy_gib`` memory
+    already held by other processes (GiB); ``bandwidth_gbs`` GB/s (10^9 B/s);
+    ``tflops_bf16`` dense FP16/BF16 tensor TFLOPS; ``cc`` compute capability (8.9);
+    ``nvlink_gbs`` GB/s, 0 if none; ``tdp_w`` W. ``kind`` is ``"gpu"`` or ``"cpu"`` (the
+    CPU build of vLLM, whose KV space is ``VLLM_CPU_KVCACHE_SPACE``)."""
+
+    name: str
+    memory_gib: float
+    bandwidth_gbs: float
+    tflops_bf16: float
+    fp8: bool = False
+    cc: float = 8.0
+    pcie_gen: int = 4
+    nvlink_gbs: float = 0.0
+    p2p: bool = False
+    tdp_w: float = 0.0
+    memory_gb: float | None = None
+    busy_gib: float = 0.0
+    kind: str = "gpu"
+    nvml_names: tuple[str, ...] = ()
+    assumed: tuple[str, ...] = ()
+
+    @property
+    def free_gib(self) -> float:
+        """Memory not held by other processes, GiB."""
+        return max(0.0, self.memory_gib - self.busy_gib)
+
+    @property
+    def capability(self) -> int:
+        """Compute capability as vLLM writes it: 8.9 → 89."""
+        return int(round(self.cc * 10))
+
+    @property
+    def pcie_gbs(self) -> float:
+        """Usable PCIe bandwidth one way, GB/s (x16 link; ≈ 80 % of the raw rate)."""
+        return {3: 12.0, 4: 25.0, 5: 50.0}.get(self.pcie_gen, 25.0)
+
+    def with_memory(self, memory_gib: float | None = None, busy_gib: float | None = None) -> "GpuSpec":
+        """A copy with NVML's own total and/or the memory other processes hold (GiB)."""
+        return replace(
+            self,
+            memory_gib=self.memory_gib if memory_gib is None else float(memory_gib),
+            busy_gib=self.busy_gib if busy_gib is None else float(busy_gib),
+        )
+
+
+def _norm(name: str) -> str:
+    n = name.lower()
+    for word in ("nvidia", "geforce", "tesla", "generation", "graphics"):
+        n = n.replace(word, " ")
+    return re.sub(r"[^a-z0-9]", "", n)
+
+
+@functools.lru_cache(maxsize=1)
+def load_catalog() -> dict[str, GpuSpec]:
+    """All catalog cards by their catalog name (read once from package data)."""
+    text = resources.files("app.planner").joinpath("data/gpus.yaml").read_text(encoding="utf-8")
+    out: dict[str, GpuSpec] = {}
+    for e in yaml.safe_load(text)["gpus"]:
+        e = dict(e)
+        e["nvml_names"] = tuple(e.get("nvml_names", ()))
+        e["assumed"] = tuple(e.get("assumed", ()))
+        out[e["name"]] = GpuSpec(**e)
+    return out
+
+
+def catalog_names() -> list[str]:
+    return list(load_catalog())
+
+
+def lookup_gpu(name: str, memory_gib: float | None = None) -> GpuSpec:
+    """Catalog entry for a catalog or NVML name (case, spaces, "NVIDIA"/"GeForce"/"Tesla"
+    ignored). ``memory_gib`` (NVML's total) picks between variants of one name and
+    replaces the catalog figure. Raises :class:`UnknownGpuError` listing close names."""
+    cat = load_catalog()
+    key = _norm(name)
+    hits = [g for g in cat.values() if key in {_norm(g.name), *(_norm(n) for n in g.nvml_names)}]
+    if not hits:  # "RTX 5090 D", "H100 80GB HBM3e": a catalog name that the given name contains
+        hits = [g for g in cat.values() if _norm(g.name) and _norm(g.name) in key]
+        hits.sort(key=lambda g: -len(_norm(g.name)))
+        hits = hits[:1]
+    if not hits:
+        close = [g.name for g in cat.values() if any(t in _norm(g.name) for t in re.findall(r"\d{3,}", key))]
+        raise UnknownGpuError(
+            f"GPU {name!r} is not in the catalog"
+            + (f" (close: {', '.join(close)})" if close else "")
+            + f"; use one of: {', '.join(cat)} — or give its memory so it plans as an unknown card"
+        )
+    if memory_gib is not None and len(hits) > 1:
+        hits.sort(key=lambda g: abs(g.memory_gib - memory_gib))
+    g = hits[0]
+    return g.with_memory(memory_gib) if memory_gib is not None else g
+
+
+def unknown_gpu(name: str, memory_gib: float, cc: float | None = None) -> GpuSpec:
+    """A card the catalog does not know, planned from NVML's memory (GiB). Bandwidth,
+    TFLOPS, P2P and the rest are assumed (a mid-range PCIe 4.0 consumer card: 900 GB/s,
+    80 TFLOPS, no P2P) and listed in ``assumed``."""
+    return GpuSpec(
+        name=name, memory_gib=float(memory_gib), bandwidth_gbs=900.0, tflops_bf16=80.0,
+        fp8=False, cc=cc if cc is not None else 8.0, pcie_gen=4, nvlink_gbs=0.0, p2p=False,
+        tdp_w=0.0, assumed=("bandwidth_gbs", "tflops_bf16", "fp8", "pcie_gen", "nvlink_gbs", "p2p", "tdp_w")
+        + (() if cc is not None else ("cc",)),
+    )
+
+
+def resolve_gpu(name: str, memory_gib: float | None = None, busy_gib: float = 0.0) -> GpuSpec:
+    """Catalog card, or an unknown card when ``memory_gib`` is given; see :func:`lookup_gpu`."""
+    try:
+        g = lookup_gpu(name, memory_gib)
+    except UnknownGpuError:
+        if memory_gib is None:
+            raise
+        g = unknown_gpu(name, memory_gib)
+    return g.with_memory(busy_gib=busy_gib)
+
+
+def cpu_device(memory_gib: float, cores: int = 2) -> GpuSpec:
+    """The host CPU as a "device" for the CPU build of vLLM. Bandwidth ≈ 10 GB/s and
+    ≈ 0.05 TFLOPS per core are assumptions to calibrate (app.planner.calibrate)."""
+    return GpuSpec(
+        name="CPU", memory_gib=float(memory_gib), bandwidth_gbs=10.0 * max(1, min(cores, 4)),
+        tflops_bf16=0.05 * max(1, cores), cc=0.0, pcie_gen=0, p2p=True, kind="cpu",
+        assumed=("bandwidth_gbs", "tflops_bf16"),
+    )
+
+
+def gpus_from_hardware(hw: dict[str, Any]) -> list[GpuSpec]:
+    """Cards from a case/profile ``hardware`` mapping: ``{gpu: NAME, count: N, busy_gib:
+    [..]}`` or ``{gpus: [{gpu: NAME, memory_gib: X, busy_gib: Y}, ...]}``."""
+    if "gpus" in hw:
+        return [resolve_gpu(e["gpu"], e.get("memory_gib"), float(e.get("busy_gib", 0.0))) for e in hw["gpus"]]
+    n = int(hw.get("count", 1))
+    busy = hw.get("busy_gib") or []
+    if isinstance(busy, (int, float)):
+        busy = [busy] * n
+    out = []
+    for i in range(n):
+        out.append(resolve_gpu(hw["gpu"], hw.get("memory_gib"), float(busy[i]) if i < len(busy) else 0.0))
+    return out
+
+
+def gpus_from_nvml(nvml: Any | None = None, indices: list[int] | None = None) -> list[GpuSpec]:
+    """The cards present, from NVML (``pynvml`` or a double shaped like it): name, total
+    memory and the memory in use (= other processes' share before a launch), compute
+    capability. Unknown names plan from their memory. Returns [] when NVML is not
+    available (no driver); never raises for a missing library."""
+    if nvml is None:
+        try:
+            import pynvml as nvml  # type: ignore[no-redef]
+        except ImportError:
+            return []
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return []
+    out: list[GpuSpec] = []
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        for i in indices if indices is not None else range(count):
+            h = nvml.nvmlDeviceGetHandleByIndex(i)
+            name = nvml.nvmlDeviceGetName(h)
+            if isinstance(name, bytes):
+                name = name.decode()
+            mem = nvml.nvmlDeviceGetMemoryInfo(h)
+            total, used = mem.total / GIB, mem.used / GIB
+            cc = None
+            try:
+                major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
+                cc = major + minor / 10
+            except Exception:
+                pass
+            try:
+                g = lookup_gpu(name, total)
+            except UnknownGpuError:
+                g = unknown_gpu(name, total, cc)
+            out.append(g.with_memory(total, used))
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    return out

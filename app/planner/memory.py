@@ -1,0 +1,176 @@
+"""Per-GPU memory plan: what vLLM (V1) will put on each card before the first request.
+
+Source: shared/PERF-MODEL.md "KV cache": budget = total · gpu_memory_utilization; KV
+memory = budget − weights − activation peak − non-torch memory; CUDA graphs come out
+of the (1 − utilization) headroom; KV cache tokens = whole blocks of ``block_size``
+tokens; vLLM's logged "Maximum concurrency" = blocks / ceil(max_model_len / block).
+Each pipeline stage is planned on its own cards; vLLM then uses the smallest block
+count of all workers. The CPU build's KV space is ``VLLM_CPU_KVCACHE_SPACE`` GiB.
+All sizes in GiB (2^30 B) unless the name says bytes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from app.planner.gpus import GIB, GpuSpec
+from app.planner.models import DTYPE_BYTES, ModelArch
+
+#: Assumed figures (GiB), to be compared with real logs (app.planner.compare):
+NON_TORCH_GIB = 0.6          # CUDA context, cuBLAS workspace — one card
+NON_TORCH_PARALLEL_GIB = 0.3  # + NCCL buffers when TP·PP > 1
+GRAPHS_BASE_GIB = 0.2        # CUDA graphs: base + per layer on the card
+GRAPHS_PER_LAYER_GIB = 0.005
+SAMPLER_COPIES = 3           # fp32 logits, probabilities, sort/top-k buffers
+CPU_DEFAULT_KV_GIB = 4.0     # VLLM_CPU_KVCACHE_SPACE when unset (assumed)
+
+
+@dataclass
+class Effective:
+    """The values vLLM will really use (options as given, else version defaults).
+    Tokens for lengths and batch sizes; ``utilization`` a fraction of total memory."""
+
+    tp: int
+    pp: int
+    quantization: str | None
+    dtype: str
+    dtype_bytes: int
+    kv_dtype_bytes: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    utilization: float
+    enforce_eager: bool
+    block_size: int
+    pp_partition: list[int]
+    cpu_kv_space_gib: float | None = None
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp
+
+
+@dataclass
+class RankMemory:
+    """One worker (one card): where its memory goes. GiB except ``kv_bytes_per_token``."""
+
+    rank: int
+    gpu: GpuSpec
+    stage: int
+    layers: range
+    total_gib: float
+    budget_gib: float
+    weights_gib: float
+    activation_gib: float
+    non_torch_gib: float
+    kv_gib: float
+    kv_bytes_per_token: int
+    kv_tokens: int
+    cuda_graphs_gib: float
+    sampler_gib: float
+
+    @property
+    def headroom_gib(self) -> float:
+        """Memory above the budget (1 − utilization), which CUDA graphs and the sampler
+        warm-up use."""
+        return self.total_gib - self.budget_gib
+
+
+def pp_partition(layers: int, pp: int, env_value: str | None = None) -> list[int]:
+    """Layers per pipeline stage: ``VLLM_PP_LAYER_PARTITION`` ("16,32") if given, else
+    vLLM's even split (extra layers go to the stages before the last, from the end).
+    Raises ValueError naming the variable when the partition does not add up."""
+    if env_value:
+        parts = [int(x) for x in env_value.split(",") if x.strip()]
+        if len(parts) != pp or sum(parts) != layers or min(parts) < 1:
+            raise ValueError(
+                f"VLLM_PP_LAYER_PARTITION={env_value!r} must list {pp} positive layer counts that add "
+                f"up to the model's {layers} layers"
+            )
+        return parts
+    base = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        base[-i] += 1
+    return base
+
+
+def activation_gib(model: ModelArch, eff: Effective, layers_on_rank: int, last_stage: bool) -> float:
+    """Peak activation of vLLM's profiling forward (``max_num_batched_tokens`` dummy
+    tokens) on one rank, GiB: hidden states and residuals (≈4·H), the q/k/v projection,
+    the MLP's gate/up and down intermediates (MoE: fused-expert caches for the top-k
+    experts), 2 bytes each; plus, on the last stage, the dummy sampler's fp32 logits and
+    probabilities for ``max_num_seqs`` rows. Assumed shape, calibrate against logs."""
+    if layers_on_rank == 0:
+        return 0.0
+    n = eff.max_num_batched_tokens
+    tp = eff.tp
+    qkv = (model.heads + 2 * model.kv_heads) * model.head_dim / tp
+    if model.is_moe:
+        mlp = 3 * model.moe_intermediate * model.experts_per_tok / tp + 3 * model.shared_intermediate / tp
+    else:
+        mlp = 3 * model.intermediate / tp
+    per_tok = 2 * (4 * model.hidden + qkv + mlp)
+    act = n * per_tok
+    if last_stage:
+        act += eff.max_num_seqs * model.vocab * 4 * 2
+    return act / GIB
+
+
+def cuda_graphs_gib(eff: Effective, layers_on_rank: int) -> float:
+    """CUDA graph memory (GiB): 0 with ``enforce_eager``, else a base plus a per-layer
+    part (PERF-MODEL.md: 0.1–1+ GiB). Assumed."""
+    if eff.enforce_eager:
+        return 0.0
+    return GRAPHS_BASE_GIB + GRAPHS_PER_LAYER_GIB * layers_on_rank
+
+
+def sampler_gib(model: ModelArch, eff: Effective) -> float:
+    """Sampler warm-up (``max_num_seqs`` rows × vocabulary × fp32 × copies), GiB; runs
+    after the KV cache is allocated, so it must fit in the headroom."""
+    return eff.max_num_seqs * model.vocab * 4 * SAMPLER_COPIES / GIB
+
+
+def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec]) -> list[RankMemory]:
+    """One :class:`RankMemory` per worker, ranks in vLLM's order (stage-major: stage s
+    uses ranks s·TP … s·TP+TP−1). ``cards`` must have one entry per rank."""
+    out: list[RankMemory] = []
+    start = 0
+    for s, n_layers in enumerate(eff.pp_partition):
+        rng = range(start, start + n_layers)
+        start += n_layers
+        first, last = s == 0, s == eff.pp - 1
+        w = model.weight_bytes(eff.quantization, eff.dtype_bytes, rng, embed=first, lm_head=last) / eff.tp / GIB
+        act = activation_gib(model, eff, n_layers, last)
+        bpt = model.kv_bytes_per_token(eff.kv_dtype_bytes, eff.tp, n_layers)
+        for t in range(eff.tp):
+            r = s * eff.tp + t
+            g = cards[r]
+            if g.kind == "cpu":
+                budget = eff.cpu_kv_space_gib if eff.cpu_kv_space_gib is not None else CPU_DEFAULT_KV_GIB
+                non_torch, graphs, kv = 0.0, 0.0, budget
+                a = 0.0
+                total = g.memory_gib
+                budget_all = budget
+            else:
+                total = g.memory_gib
+                budget_all = total * eff.utilization
+                non_torch = NON_TORCH_GIB + (NON_TORCH_PARALLEL_GIB if eff.world > 1 else 0.0)
+                graphs = cuda_graphs_gib(eff, n_layers)
+                a = act
+                kv = budget_all - w - a - non_torch
+            block_bytes = bpt * eff.block_size
+            blocks = max(0, math.floor(kv * GIB / block_bytes)) if block_bytes else 0
+            out.append(RankMemory(
+                rank=r, gpu=g, stage=s, layers=rng, total_gib=total, budget_gib=budget_all,
+                weights_gib=w, activation_gib=a, non_torch_gib=non_torch, kv_gib=kv,
+                kv_bytes_per_token=bpt, kv_tokens=blocks * eff.block_size, cuda_graphs_gib=graphs,
+                sampler_gib=sampler_gib(model, eff) if last and g.kind != "cpu" else 0.0,
+            ))
+    return out
+
+
+def kv_dtype_bytes(kv_cache_dtype: str | None, model_dtype_bytes: int) -> int:
+    """Bytes per KV element: ``auto`` → the model's dtype; fp8 variants → 1."""
+    if not kv_cache_dtype or kv_cache_dtype == "auto":
+        return model_dtype_bytes
+    return DTYPE_BYTES.get(kv_cache_dtype, 1 if "fp8" in kv_cache_dtype else model_dtype_bytes)

@@ -1,0 +1,287 @@
+"""Step-time model (decode, prefill, mixed steps) and the predicted curve versus concurrency.
+
+Source: shared/PERF-MODEL.md "Step time (decode)" and "Prefill and TTFT". Per card of a
+pipeline stage, batch B, mean context c::
+
+    t_stage = max((W + B·c·kv) / (η_mem·BW), (2·P_active·B + attention) / (η_c·F))
+              + 2·L_stage·t_allreduce(B·H·2 bytes)            (TP > 1)
+    t_allreduce(S) = α + 2(N−1)/N · S / B_link                (ring over N = TP cards)
+    t_step = Σ stages (+ a send per stage boundary) + t_cpu + t_cpu_seq·B
+
+MoE: the routed-expert weights read per step scale with the expected share of experts
+touched, 1 − (1 − k/E)^B. Pipeline stages run one after another for one batch (no
+micro-batch overlap: conservative for PP throughput). All times in seconds, sizes in
+bytes, bandwidths in bytes/s, compute in FLOP/s.
+
+The simulator uses :class:`StepTimeModel` through :meth:`StepTimeModel.step_time_decode`,
+:meth:`StepTimeModel.step_time_prefill` and :meth:`StepTimeModel.step_time_mixed`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from app.planner.gpus import GpuSpec
+
+
+@dataclass(frozen=True)
+class PerfParams:
+    """Efficiencies and overheads of the step-time model (the calibrated quantities).
+
+    ``eta_mem`` share of peak memory bandwidth reached (0–1); ``eta_compute`` share of
+    dense tensor FLOPS; ``t_cpu_s`` fixed CPU time per engine step (scheduler, sampling,
+    output) in s; ``t_cpu_seq_s`` CPU time per running sequence per step, s;
+    ``allreduce_alpha_s`` latency of one all-reduce, s; ``link_gbs`` all-reduce bus
+    bandwidth, GB/s (10^9 B/s). ``source``: "default (…)" or "calibrated …"."""
+
+    eta_mem: float = 0.7
+    eta_compute: float = 0.5
+    t_cpu_s: float = 0.0025
+    t_cpu_seq_s: float = 2e-5
+    allreduce_alpha_s: float = 25e-6
+    link_gbs: float = 25.0
+    source: str = "default"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> PerfParams:
+    """Defaults per GPU class (PERF-MODEL.md): η_mem 0.75 on HBM cards, 0.65 on GDDR,
+    −0.05 for 4-bit kernels; η_c 0.5; t_cpu 2.5 ms. All-reduce: NVLink α 25 µs at the
+    NVLink rate; PCIe with P2P α 22 µs at the PCIe rate; without P2P (consumer cards,
+    NCCL through host memory) α = 40 + 5·TP µs (50 at TP2, 60 at TP4, 80 at TP8) and
+    16 GB/s (PCIe 5.0) / 9 GB/s (PCIe 4.0). The CPU build: η_mem 0.5, η_c 0.3, t_cpu 5 ms,
+    0.3 ms per sequence (assumed; calibrate)."""
+    if gpu.kind == "cpu":
+        return PerfParams(0.5, 0.3, 0.005, 3e-4, 0.0, 10.0, "default (CPU build, assumed)")
+    hbm = gpu.bandwidth_gbs >= 1500 and gpu.nvlink_gbs > 0
+    eta = 0.75 if hbm else 0.65
+    if quant_bits is not None and quant_bits <= 4:
+        eta -= 0.05
+    if gpu.nvlink_gbs >= 300 and gpu.p2p:
+        alpha, link, cls = 25e-6, gpu.nvlink_gbs, "NVLink"
+    elif gpu.p2p:
+        alpha, link, cls = 22e-6, gpu.pcie_gbs, "PCIe P2P"
+    else:
+        alpha = (40 + 5 * tp) * 1e-6
+        link = 16.0 if gpu.pcie_gen >= 5 else 9.0
+        cls = "PCIe without P2P"
+    return PerfParams(eta, 0.5, 0.0025, 2e-5, alpha, link, f"default ({cls})")
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one card of a pipeline stage holds and does (bytes, parameter counts)."""
+
+    gpu: GpuSpec
+    layers: int
+    dense_weight_bytes: float      # read every step
+    expert_weight_bytes: float     # routed experts: read in proportion to the experts touched
+    active_params: float           # per token, this card's share (FLOPs = 2 × this)
+    kv_bytes_per_token: float      # this card
+    attn_heads: float              # query heads on this card
+    head_dim: int
+
+
+@dataclass
+class StepTimeModel:
+    """Engine step times for one server (all pipeline stages, one TP group each).
+
+    ``hidden`` H; ``tp`` cards per stage; ``experts``/``experts_per_tok`` (0 for dense);
+    ``max_num_batched_tokens`` the prefill chunk budget (tokens)."""
+
+    stages: list[StageSpec]
+    params: PerfParams
+    hidden: int
+    tp: int
+    experts: int = 0
+    experts_per_tok: int = 0
+    max_num_batched_tokens: int = 2048
+
+    # ------------------------------------------------------------------ pieces
+    def allreduce_s(self, nbytes: float) -> float:
+        """One ring all-reduce of ``nbytes`` over the TP group, s (0 when TP = 1)."""
+        if self.tp <= 1:
+            return 0.0
+        n = self.tp
+        return self.params.allreduce_alpha_s + 2 * (n - 1) / n * nbytes / (self.params.link_gbs * 1e9)
+
+    def _expert_share(self, tokens: float) -> float:
+        if not self.experts or not self.experts_per_tok:
+            return 1.0
+        return 1.0 - (1.0 - self.experts_per_tok / self.experts) ** max(tokens, 0.0)
+
+    def _stage(self, st: StageSpec, decode_tokens: float, mean_context: float, prefill_tokens: float,
+               prefill_context: float) -> tuple[float, float, float]:
+        """(memory s, compute s, comm s) of one card for one fused step."""
+        p = self.params
+        tokens = decode_tokens + prefill_tokens
+        wbytes = st.dense_weight_bytes + st.expert_weight_bytes * self._expert_share(tokens)
+        kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
+        kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) * st.kv_bytes_per_token
+        mem = (wbytes + kv_read + kv_prefill) / (p.eta_mem * st.gpu.bandwidth_gbs * 1e9)
+        # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer
+        att = 4 * st.layers * st.attn_heads * st.head_dim * (
+            decode_tokens * mean_context + prefill_tokens * (prefill_context + prefill_tokens / 2))
+        flops = 2 * st.active_params * tokens + att
+        comp = flops / (p.eta_compute * st.gpu.tflops_bf16 * 1e12)
+        comm = 2 * st.layers * self.allreduce_s(tokens * self.hidden * 2) if tokens > 0 else 0.0
+        return mem, comp, comm
+
+    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float) -> float:
+        total = 0.0
+        for i, st in enumerate(self.stages):
+            mem, comp, comm = self._stage(st, decode_tokens, mean_context, prefill_tokens, prefill_context)
+            total += max(mem, comp) + comm
+            if i < len(self.stages) - 1:  # activations to the next stage
+                total += self.params.allreduce_alpha_s + (decode_tokens + prefill_tokens) * self.hidden * 2 / (
+                    self.params.link_gbs * 1e9)
+        running = decode_tokens + (1 if prefill_tokens else 0)
+        return total + self.params.t_cpu_s + self.params.t_cpu_seq_s * running
+
+    # ------------------------------------------------------------------ public API
+    def step_time_decode(self, batch: float, mean_context: float) -> float:
+        """Seconds for one decode step of ``batch`` running sequences whose mean context
+        is ``mean_context`` tokens (each sequence emits one token)."""
+        if batch <= 0:
+            return 0.0
+        return self._step(batch, mean_context, 0.0, 0.0)
+
+    def step_time_prefill(self, n_tokens: float, context: float = 0.0) -> float:
+        """Seconds to prefill ``n_tokens`` prompt tokens of one request (after ``context``
+        tokens already cached), alone, chunked by ``max_num_batched_tokens`` — one
+        engine step per chunk."""
+        if n_tokens <= 0:
+            return 0.0
+        chunk = max(1, self.max_num_batched_tokens)
+        t, done = 0.0, 0.0
+        while done < n_tokens:
+            n = min(chunk, n_tokens - done)
+            t += self._step(0.0, 0.0, n, context + done)
+            done += n
+        return t
+
+    def step_time_mixed(self, batch: float, mean_context: float, prefill_tokens: float,
+                        prefill_context: float = 0.0) -> float:
+        """Seconds for one fused step: ``batch`` decodes plus ``prefill_tokens`` prompt
+        tokens (vLLM V1 chunked prefill puts both in one forward pass)."""
+        return self._step(batch, mean_context, prefill_tokens, prefill_context)
+
+    def prefill_marginal(self, batch: float, mean_context: float, n_tokens: float) -> float:
+        """Extra seconds a prompt of ``n_tokens`` adds to decode steps of ``batch``
+        sequences (weights are already being read), chunked by the token budget."""
+        if batch <= 0:
+            return self.step_time_prefill(n_tokens)
+        chunk = max(1, self.max_num_batched_tokens - int(batch))
+        base = self.step_time_decode(batch, mean_context)
+        t, done = 0.0, 0.0
+        while done < n_tokens:
+            n = min(chunk, n_tokens - done)
+            t += self.step_time_mixed(batch, mean_context, n, done) - base
+            done += n
+        return t
+
+    def compute_bound_batch(self, mean_context: float, limit: int = 4096) -> int | None:
+        """Smallest batch whose decode step is compute-bound on every stage (the
+        roofline ridge), or None below ``limit``."""
+        for b in range(1, limit + 1):
+            if all(self._stage(st, b, mean_context, 0, 0)[1] >= self._stage(st, b, mean_context, 0, 0)[0]
+                   for st in self.stages):
+                return b
+        return None
+
+    def with_params(self, params: PerfParams) -> "StepTimeModel":
+        return replace(self, params=params)
+
+
+@dataclass
+class CurvePoint:
+    """Predicted steady state of a closed-loop ramp level: ``concurrency`` users, each
+    sending the next request when the last one ends. Throughput in output tokens/s over
+    wall time (prefill included); TTFT and TPOT in seconds; ``running`` the batch the
+    engine holds; ``queued`` users waiting for a slot."""
+
+    concurrency: int
+    running: int
+    queued: int
+    output_tps: float
+    per_user_tps: float
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+
+
+def predict_level(model: StepTimeModel, concurrency: int, prompt_tokens: int, output_tokens: int,
+                  capacity: int) -> CurvePoint:
+    """One ramp level. ``capacity`` = requests the engine runs at once (min of
+    max_num_seqs and KV capacity for this workload); beyond it users queue."""
+    n = max(1, concurrency)
+    b = max(1, min(n, capacity))
+    o = max(1, output_tokens)
+    c = prompt_tokens + o / 2
+    td = model.step_time_decode(b, c)
+    if b == 1:
+        ttft = model.step_time_prefill(prompt_tokens)
+        step = td
+    else:
+        marg = model.prefill_marginal(b - 1, c, prompt_tokens)
+        ttft = td + marg
+        step = td + marg * b / o  # each of b users prefills once per o tokens
+    e2e = ttft + (o - 1) * step
+    rate = b / e2e  # requests per second at the engine's capacity
+    wait = (n - b) / rate if n > b else 0.0
+    tps = rate * o
+    return CurvePoint(n, b, n - b, tps, o / e2e, ttft + wait, step, e2e + wait)
+
+
+@dataclass
+class Curve:
+    """Predicted throughput/TTFT/TPOT versus concurrency, and the knee: the concurrency
+    after which adding users mostly adds queueing (``knee_reason``: "max_num_seqs",
+    "KV cache" or "compute")."""
+
+    points: list[CurvePoint]
+    knee: int
+    knee_reason: str
+    capacity: int
+    prompt_tokens: int
+    output_tokens: int
+
+    def at(self, concurrency: int) -> CurvePoint | None:
+        for p in self.points:
+            if p.concurrency == concurrency:
+                return p
+        return None
+
+
+def default_levels(capacity: int) -> list[int]:
+    """1, 2, 4, … up to twice the capacity (at least 16 levels' worth of doubling)."""
+    out, n = [], 1
+    while n <= max(2 * capacity, 2):
+        out.append(n)
+        n *= 2
+    return out
+
+
+def predict_curve(model: StepTimeModel, prompt_tokens: int, output_tokens: int, capacity: int,
+                  capacity_reason: str = "max_num_seqs", levels: list[int] | None = None,
+                  knee_gain: float = 0.15) -> Curve:
+    """Points for ``levels`` (default :func:`default_levels`) and the knee: the smallest
+    concurrency N whose doubling adds less than ``knee_gain`` (15 %) throughput — either
+    because the engine is full at ``capacity`` (reason ``capacity_reason``) or because
+    the step time grows as fast as the batch (reason "step time": compute, KV reads,
+    CPU overhead)."""
+    levels = levels or default_levels(capacity)
+    pts = [predict_level(model, n, prompt_tokens, output_tokens, capacity) for n in levels]
+    knee, why = capacity, capacity_reason
+    for b in range(1, capacity):
+        x = predict_level(model, b, prompt_tokens, output_tokens, capacity).output_tps
+        b2 = min(2 * b, capacity)
+        x2 = predict_level(model, b2, prompt_tokens, output_tokens, capacity).output_tps
+        per_doubling = (x2 / x) ** (math.log(2) / math.log(b2 / b))  # growth scaled to a doubling
+        if per_doubling < 1 + knee_gain:
+            knee, why = b, "step time"
+            break
+    return Curve(pts, knee, why, capacity, prompt_tokens, output_tokens)

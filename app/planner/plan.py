@@ -1,0 +1,329 @@
+"""The plan: will it fit, how many users, what breaks — before a launch.
+
+``plan(config, gpus, model, workload)`` resolves vLLM's effective settings for the
+installed (or newest known) version, plans each card's memory (app.planner.memory),
+runs every check (app.planner.checks) and searches a passing fix for each problem,
+then builds the step-time model and the predicted curve (app.planner.perf).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
+from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
+from app.planner.gpus import GIB, GpuSpec
+from app.planner.memory import Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
+from app.planner.models import DTYPE_BYTES, ModelArch, quant_bytes_per_param
+from app.planner.perf import Curve, PerfParams, StageSpec, StepTimeModel, default_params, predict_curve
+from app.planner.versions import VllmRules, rules_for
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Closed-loop ramp workload: tokens per request in and out, and the concurrency
+    levels to predict (None → 1, 2, 4 … up to twice the capacity)."""
+
+    prompt_tokens: int = 512
+    output_tokens: int = 128
+    levels: tuple[int, ...] | None = None
+
+
+@dataclass
+class Plan:
+    """Everything the planner found. Sizes in GiB unless named bytes; tokens as counts.
+
+    ``verdict`` ok/warn/error; ``problem`` the first error's code (else the first
+    warning's, else None); ``fix`` its passing fix (or None); ``findings`` all of them.
+    ``kv_cache_tokens`` what vLLM will log as "KV cache size"; ``max_concurrency``
+    vLLM's "Maximum concurrency for max_model_len tokens per request";
+    ``workload_concurrency`` requests of the workload that run at once (capped by
+    max_num_seqs). ``perf`` the step-time model, ``curve`` the predicted ramp."""
+
+    config: ServerConfig
+    model: ModelArch
+    gpus: list[GpuSpec]
+    cards: list[GpuSpec]
+    rules: VllmRules
+    effective: Effective
+    ranks: list[RankMemory]
+    workload: Workload | None
+    partition_error: str | None = None
+    findings: list[Finding] = field(default_factory=list)
+    perf: StepTimeModel | None = None
+    curve: Curve | None = None
+
+    # ------------------------------------------------------------------ figures
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes per token of the whole model (all layers, all heads)."""
+        return self.model.kv_bytes_per_token(self.effective.kv_dtype_bytes, 1)
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return min((r.kv_tokens for r in self.ranks), default=0)
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.kv_cache_tokens // self.effective.block_size
+
+    @property
+    def max_concurrency(self) -> float:
+        bs = self.effective.block_size
+        return self.kv_blocks / math.ceil(self.effective.max_model_len / bs)
+
+    def concurrency_for(self, prompt_tokens: int, output_tokens: int) -> tuple[int, str]:
+        """(requests that run at once, what limits it: "max_num_seqs" or "KV cache")."""
+        bs = self.effective.block_size
+        kv = self.kv_blocks // max(1, math.ceil((prompt_tokens + output_tokens) / bs))
+        if kv < self.effective.max_num_seqs:
+            return kv, "KV cache"
+        return self.effective.max_num_seqs, "max_num_seqs"
+
+    @property
+    def workload_concurrency(self) -> int | None:
+        if self.workload is None:
+            return None
+        return self.concurrency_for(self.workload.prompt_tokens, self.workload.output_tokens)[0]
+
+    @property
+    def weights_gib_total(self) -> float:
+        e = self.effective
+        return self.model.weight_bytes(e.quantization, e.dtype_bytes) / GIB
+
+    # ------------------------------------------------------------------ verdict
+    @property
+    def verdict(self) -> str:
+        return max((f.verdict for f in self.findings), key=VERDICT_ORDER.__getitem__, default="ok")
+
+    @property
+    def primary(self) -> Finding | None:
+        for level in ("error", "warn"):
+            for f in self.findings:
+                if f.verdict == level:
+                    return f
+        return None
+
+    @property
+    def problem(self) -> str | None:
+        return self.primary.problem if self.primary else None
+
+    @property
+    def fix(self) -> dict[str, Any] | None:
+        return self.primary.fix if self.primary else None
+
+    def problems(self) -> list[str]:
+        return [f.problem for f in self.findings]
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain mapping for storage and JSON output."""
+        e = self.effective
+        return {
+            "verdict": self.verdict, "problem": self.problem, "fix": self.fix,
+            "findings": [{"problem": f.problem, "verdict": f.verdict, "message": f.message, "fix": f.fix}
+                         for f in self.findings],
+            "vllm_version": self.rules.version,
+            "kv_bytes_per_token": self.kv_bytes_per_token, "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": self.max_concurrency, "workload_concurrency": self.workload_concurrency,
+            "weights_gib_total": self.weights_gib_total,
+            "effective": {k: getattr(e, k) for k in e.__dataclass_fields__},
+            "ranks": [{"rank": r.rank, "gpu": r.gpu.name, "stage": r.stage, "total_gib": r.total_gib,
+                       "budget_gib": r.budget_gib, "weights_gib": r.weights_gib, "activation_gib": r.activation_gib,
+                       "non_torch_gib": r.non_torch_gib, "kv_gib": r.kv_gib, "kv_tokens": r.kv_tokens,
+                       "cuda_graphs_gib": r.cuda_graphs_gib, "sampler_gib": r.sampler_gib} for r in self.ranks],
+            "curve": None if self.curve is None else {
+                "knee": self.curve.knee, "knee_reason": self.curve.knee_reason,
+                "points": [p.__dict__ for p in self.curve.points]},
+        }
+
+
+# ---------------------------------------------------------------------- effective
+def _resolve_dtype(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec], rules: VllmRules,
+                   quantization: str | None) -> str:
+    d = cfg.dtype or "auto"
+    if d in ("half",):
+        return "float16"
+    if d in ("float",):
+        return "float32"
+    if d != "auto":
+        return d
+    d = model.torch_dtype if model.torch_dtype in ("bfloat16", "float16", "float32") else "bfloat16"
+    if d == "float32":
+        d = "bfloat16"  # vLLM serves float32 checkpoints in 16 bits by default
+    gpus = [g for g in cards if g.kind != "cpu"]
+    if d == "bfloat16" and gpus and min(g.capability for g in gpus) < 80:
+        d = "float16"  # vLLM falls back on its own when dtype is auto
+    if d == "bfloat16" and quantization == "awq" and not rules.awq_bf16:
+        d = "float16"
+    return d
+
+
+def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec], rules: VllmRules) -> tuple[Effective, str | None]:
+    """vLLM's effective values for ``cfg`` (and an error text when the PP layer
+    partition is invalid)."""
+    tp = cfg.tensor_parallel_size or 1
+    pp = cfg.pipeline_parallel_size or 1
+    q = cfg.quantization or model.quant_method
+    dtype = _resolve_dtype(cfg, model, cards, rules, q)
+    dbytes = DTYPE_BYTES.get(dtype, 2)
+    smallest = min(cards, key=lambda g: g.memory_gib)
+    seqs, batched = rules.batch_defaults(smallest.memory_gib, smallest.name)
+    cpu = any(g.kind == "cpu" for g in cards)
+    part_err = None
+    try:
+        part = pp_partition(model.layers, pp, cfg.env.get("VLLM_PP_LAYER_PARTITION"))
+    except ValueError as e:
+        part_err = str(e)
+        part = pp_partition(model.layers, pp) if model.layers >= pp else [1] * pp
+    space = cfg.env.get("VLLM_CPU_KVCACHE_SPACE")
+    eff = Effective(
+        tp=tp, pp=pp, quantization=q, dtype=dtype, dtype_bytes=dbytes,
+        kv_dtype_bytes=kv_dtype_bytes(cfg.kv_cache_dtype, dbytes),
+        max_model_len=cfg.max_model_len or model.max_position,
+        max_num_seqs=cfg.max_num_seqs or seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens or batched,
+        utilization=cfg.gpu_memory_utilization or rules.default_utilization,
+        enforce_eager=bool(cfg.enforce_eager), block_size=128 if cpu else 16, pp_partition=part,
+        cpu_kv_space_gib=float(space) if space else None,
+    )
+    return eff, part_err
+
+
+# ---------------------------------------------------------------------- fixes
+def apply_fix(cfg: ServerConfig, fix: dict[str, Any]) -> ServerConfig:
+    """``cfg`` with the option values of ``fix`` (``env`` merged, a ``None`` env value
+    removed; keys that are not ServerConfig fields edit ``extra_args``, ``None`` drops
+    the option). Raises ValueError when the result is not a valid ServerConfig."""
+    data = cfg.model_dump()
+    extra = extra_args_to_dict(cfg.extra_args)
+    for k, v in fix.items():
+        if k == "env":
+            env = dict(data["env"])
+            for ek, ev in v.items():
+                if ev is None:
+                    env.pop(ek, None)
+                else:
+                    env[ek] = str(ev)
+            data["env"] = env
+        elif k in ServerConfig.model_fields:
+            data[k] = v
+        else:
+            opt = k.replace("_", "-")
+            if v is None:
+                extra.pop(opt, None)
+            else:
+                extra[opt] = v
+    data["extra_args"] = dict_to_extra_args(extra)
+    try:
+        return ServerConfig(**data)
+    except ValidationError as e:
+        raise ValueError(str(e)) from e
+
+
+def fix_to_flags(fix: dict[str, Any]) -> str:
+    """A fix as a command-line fragment: ``NCCL_P2P_DISABLE=1 --disable-custom-all-reduce``."""
+    parts = []
+    for k, v in fix.items():
+        if k == "env":
+            parts += [f"{ek}={ev}" if ev is not None else f"unset {ek}" for ek, ev in v.items()]
+        elif v is True:
+            parts.append(f"--{k.replace('_', '-')}")
+        elif v is False:
+            parts.append(f"--no-{k.replace('_', '-')}")
+        elif v is None:
+            parts.append(f"(drop --{k.replace('_', '-')})")
+        else:
+            parts.append(f"--{k.replace('_', '-')} {v}")
+    return " ".join(parts)
+
+
+# ---------------------------------------------------------------------- perf model
+def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel:
+    """The step-time model of the planned server: per stage, the slowest card of the
+    TP group (lowest bandwidth) and that card's share of weights, parameters and KV."""
+    m, e = p.model, p.effective
+    bpp = quant_bytes_per_param(e.quantization, m.quant_bits if e.quantization == m.quant_method else None,
+                                m.quant_group_size if e.quantization == m.quant_method else None, e.dtype_bytes)
+    stages = []
+    for s in range(e.pp):
+        rs = [r for r in p.ranks if r.stage == s]
+        slow = min(rs, key=lambda r: r.gpu.bandwidth_gbs)
+        layers = slow.layers
+        expert_params = sum(m.experts * 3 * m.hidden * m.moe_intermediate for i in layers if m.is_moe_layer(i))
+        expert_bytes = expert_params * bpp / e.tp
+        active = sum(m.layer_params(i, active=True) for i in layers)
+        if s == e.pp - 1:
+            active += m.embedding_params()  # lm_head
+        hd = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else m.head_dim
+        stages.append(StageSpec(
+            gpu=slow.gpu, layers=len(layers), dense_weight_bytes=slow.weights_gib * GIB - expert_bytes,
+            expert_weight_bytes=expert_bytes, active_params=active / e.tp,
+            kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd))
+    if params is None:
+        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None)
+    return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
+                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens)
+
+
+# ---------------------------------------------------------------------- entry point
+def _build(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
+           rules: VllmRules) -> Plan:
+    if not gpus:
+        raise ValueError("plan needs at least one GPU: give --gpu NAME (and --count N)")
+    tp, pp = cfg.tensor_parallel_size or 1, cfg.pipeline_parallel_size or 1
+    world = tp * pp
+    cards = [gpus[i % len(gpus)] for i in range(world)]
+    eff, part_err = effective_settings(cfg, model, cards, rules)
+    ranks = plan_ranks(model, eff, cards)
+    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err)
+    p.findings = [f for f in (c(p) for c in CHECKS) if f is not None]
+    return p
+
+
+def _passes(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
+            rules: VllmRules, problem: str) -> bool:
+    try:
+        q = _build(cfg, gpus, model, workload, rules)
+    except ValueError:
+        return False
+    return q.verdict != "error" and problem not in q.problems()
+
+
+def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
+         vllm_version: str | None = None, params: PerfParams | None = None,
+         use_calibration: bool = True) -> Plan:
+    """Plan ``config`` on ``gpus`` (one GpuSpec per card, in CUDA order; mixed cards
+    allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1) for ``model``.
+
+    ``vllm_version`` selects version rules (None → the newest known; callers that know
+    the installed version pass it, see app.planner.versions.installed_version).
+    ``params`` overrides the performance parameters; otherwise a saved calibration for
+    these cards is used when ``use_calibration``, else the per-class defaults.
+    Raises ValueError when ``gpus`` is empty.
+    """
+    rules = rules_for(vllm_version)
+    p = _build(config, gpus, model, workload, rules)
+    for f in p.findings:
+        for cand in f.candidates:
+            try:
+                fixed = apply_fix(config, cand)
+            except ValueError:
+                continue
+            if _passes(fixed, gpus, model, workload, rules, f.problem):
+                f.fix = cand
+                break
+    if params is None and use_calibration:
+        from app.planner.calibrate import hardware_fingerprint, load_calibration
+
+        params = load_calibration(hardware_fingerprint(p.cards))
+    if all(r.kv_tokens > 0 for r in p.ranks) and p.partition_error is None:
+        p.perf = build_step_model(p, params)
+        w = workload or Workload()
+        cap, why = p.concurrency_for(w.prompt_tokens, w.output_tokens)
+        if cap > 0:
+            p.curve = predict_curve(p.perf, w.prompt_tokens, w.output_tokens, cap, why,
+                                    list(w.levels) if w.levels else None)
+    return p

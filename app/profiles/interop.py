@@ -1,0 +1,190 @@
+"""Import and export: a profile as a ``vllm serve`` command line or a vLLM ``--config``
+YAML file, and back.
+
+The ``server:`` block of a profile is a ``--config`` mapping already, so the YAML
+export is that block (model path resolved); the environment and GPU choice, which a
+``--config`` file cannot hold, are written as comments. The command line is
+``ENV=V … CUDA_VISIBLE_DEVICES=… vllm serve MODEL --opt v …``, shell-quoted
+(:func:`shlex.quote`); booleans follow vLLM's ``--flag`` / ``--no-flag`` convention
+(shared/VLLM-FACTS.md, "CLI knobs").
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Any
+
+import yaml
+
+from app.config import ConfigError, dict_to_extra_args, extra_args_to_dict, option_name
+from app.profiles.io import ProfileError, profile_from_data, safe_yaml
+from app.profiles.model import Profile
+
+#: vLLM's short option spellings → long names
+SHORT_OPTIONS = {"-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size", "-dp": "data-parallel-size",
+                 "-q": "quantization"}
+
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+# ---------------------------------------------------------------------- export
+def command_env(profile: Profile) -> dict[str, str]:
+    """Environment assignments of the command line: ``env`` + ``CUDA_VISIBLE_DEVICES``."""
+    env = dict(profile.env)
+    idx = profile.gpu_indices()
+    if idx is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, idx))
+    return env
+
+
+def to_command_line(profile: Profile, *, program: str = "vllm serve", resolve: bool = True) -> str:
+    """The profile as one copy-pasteable shell line (``vllm serve MODEL …``).
+
+    ``program``: what runs vLLM (``"vllm serve"``; or e.g. ``"python -m
+    vllm.entrypoints.openai.api_server"``, then the model is passed as ``--model``).
+    ``resolve``: expand the model path (see app.profiles.model.resolve_model_path).
+    """
+    cfg = profile.vllm_config(resolve=resolve)
+    model = str(cfg.pop("model"))
+    head = shlex.split(program)
+    argv = head + ([model] if head[-1:] == ["serve"] else ["--model", model]) + dict_to_extra_args(cfg)
+    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in command_env(profile).items())
+    return (pre + " " if pre else "") + shlex.join(argv)
+
+
+def to_vllm_config_yaml(profile: Profile, *, resolve: bool = True, comments: bool = True) -> str:
+    """The ``server:`` block as a ``vllm serve --config FILE`` YAML text; environment
+    and GPUs (which such a file cannot hold) as leading comments when ``comments``."""
+    body = yaml.safe_dump(profile.vllm_config(resolve=resolve), sort_keys=False, allow_unicode=True)
+    if not comments:
+        return body
+    head = [f"# vLLM --config file exported by vLLM Dyno from profile {profile.name!r}",
+            "# run: vllm serve --config THIS_FILE"]
+    env = command_env(profile)
+    if env:
+        head.append("# environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
+    return "\n".join(head) + "\n" + body
+
+
+# ---------------------------------------------------------------------- import
+def parse_command_line(line: str | list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``[ENV=V …] vllm serve MODEL --opt v …`` (also ``python -m
+    vllm.entrypoints.cli.main serve …`` and ``python -m vllm.entrypoints.openai.api_server
+    --model M …``) → (``--config`` mapping, environment). Line continuations
+    (backslash-newline) are accepted. Raises ConfigError naming the token that is wrong.
+    """
+    if isinstance(line, str):
+        try:
+            toks = shlex.split(line.replace("\\\n", " "))
+        except ValueError as e:
+            raise ConfigError(f"cannot split the command line: {e} (check the quotes)") from None
+    else:
+        toks = list(line)
+    env: dict[str, str] = {}
+    while toks and (_ENV_RE.match(toks[0]) or toks[0] in ("env", "export")):
+        t = toks.pop(0)
+        if "=" in t:
+            k, v = t.split("=", 1)
+            env[k] = v
+    # skip the program: everything up to "serve" (+ its positional model) or the first option
+    model = None
+    if "serve" in toks:
+        i = toks.index("serve") + 1
+        if i < len(toks) and not toks[i].startswith("-"):
+            model = toks[i]
+            i += 1
+    else:
+        i = 0
+        while i < len(toks) and not toks[i].startswith("-"):
+            i += 1
+        if i < len(toks) and toks[i] == "-m":  # python -m module
+            i += 2
+            while i < len(toks) and not toks[i].startswith("-"):
+                i += 1
+    rest = ["--" + SHORT_OPTIONS[t] if t in SHORT_OPTIONS else t for t in toks[i:]]
+    if not rest and model is None:
+        raise ConfigError("no vLLM options found: paste a line such as `vllm serve MODEL --max-num-seqs 64`")
+    d = extra_args_to_dict(rest)
+    cfg: dict[str, Any] = {}
+    if model is not None:
+        cfg["model"] = model
+    for k, v in d.items():
+        cfg[option_name(k)] = v
+    if "config" in cfg:
+        raise ConfigError("the command uses --config FILE: import that YAML file instead "
+                          "(vllm-dyno profiles import FILE)")
+    return cfg, env
+
+
+def profile_from_vllm_config(cfg: dict[str, Any], name: str, *, env: dict[str, str] | None = None,
+                             label: str = "<import>", base: Profile | None = None,
+                             warnings: list[str] | None = None) -> Profile:
+    """A profile around a ``--config`` mapping. ``CUDA_VISIBLE_DEVICES`` in ``env``
+    becomes ``gpus``. ``base``: a profile whose other blocks (ramp, engine, notes …) the
+    new one keeps. Raises :class:`ProfileError`."""
+    env = dict(env or {})
+    gpus = None
+    cvd = env.pop("CUDA_VISIBLE_DEVICES", None)
+    if cvd is not None:
+        try:
+            gpus = [int(x) for x in cvd.split(",") if x.strip()]
+        except ValueError:
+            raise ProfileError(label, "CUDA_VISIBLE_DEVICES", f"{cvd!r} is not a list of GPU indices "
+                                                              "(UUIDs are not kept in profiles)") from None
+    env.pop("VLLM_API_KEY", None)  # never stored
+    data: dict[str, Any] = base.to_data() if base is not None else {"schema_version": 1}
+    data.update(name=name, server=cfg)
+    data["env"] = {**(data.get("env") or {}), **env} if base is not None else env
+    if gpus is not None:
+        data["gpus"] = gpus
+    return profile_from_data(data, label, warnings)
+
+
+def import_command_line(line: str, name: str, **kw: Any) -> Profile:
+    """A profile from a pasted ``vllm serve`` command line. Raises ProfileError."""
+    try:
+        cfg, env = parse_command_line(line)
+    except ConfigError as e:
+        raise ProfileError("<command line>", None, str(e)) from None
+    return profile_from_vllm_config(cfg, name, env=env, label="<command line>", **kw)
+
+
+def import_vllm_config_yaml(text: str, name: str, label: str = "<config>", **kw: Any) -> Profile:
+    """A profile from a vLLM ``--config`` YAML text. Raises ProfileError naming ``label``."""
+    data = safe_yaml(text, label)
+    if not isinstance(data, dict):
+        raise ProfileError(label, None, "a vLLM --config file is a mapping of option: value")
+    return profile_from_vllm_config(data, name, label=label, **kw)
+
+
+def import_text(text: str, name: str | None = None, label: str = "<import>",
+                warnings: list[str] | None = None) -> Profile:
+    """Import whatever was given: a vLLM Dyno profile (has ``server:``), a vLLM
+    ``--config`` YAML (has ``model:``) or a ``vllm serve`` command line. ``name``
+    overrides (or, for the vLLM forms, provides; default from the model) the name.
+    Raises :class:`ProfileError`."""
+    stripped = text.lstrip()
+    looks_cmd = bool(re.match(r"^([A-Za-z_][A-Za-z0-9_]*=\S*\s+)*(\S*/)?(vllm|python\S*)\s", stripped))
+    if not looks_cmd:
+        data = safe_yaml(text, label)
+        if isinstance(data, dict) and ("server" in data or "config" in data):
+            if name:
+                data = {**data, "name": name}
+            return profile_from_data(data, label, warnings)
+        if isinstance(data, dict):
+            nm = name or _name_from_model(data.get("model"))
+            return profile_from_vllm_config(data, nm, label=label, warnings=warnings)
+        if not isinstance(data, str):
+            raise ProfileError(label, None, "neither a profile, a vLLM --config mapping nor a vllm serve command")
+    try:
+        cfg, env = parse_command_line(text)
+    except ConfigError as e:
+        raise ProfileError(label, None, str(e)) from None
+    return profile_from_vllm_config(cfg, name or _name_from_model(cfg.get("model")), env=env, label=label,
+                                    warnings=warnings)
+
+
+def _name_from_model(model: Any) -> str:
+    if not isinstance(model, str) or not model.strip():
+        return "imported"
+    return model.rstrip("/").split("/")[-1] or "imported"

@@ -1,0 +1,401 @@
+"""The tuning profile: what a user keeps and shares — settings that worked, with evidence.
+
+A profile on disk is YAML (``schema_version`` :data:`SCHEMA_VERSION`)::
+
+    schema_version: 1
+    name: 8x RTX 4090 Llama-3-70B AWQ
+    description: …
+    engine: vllm            # vllm | sim | attach
+    sim: {gpu: RTX 4090, count: 8}          # the virtual rig (engine sim)
+    server:                 # exactly a `vllm serve --config` file: long option names
+      model: hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4
+      tensor-parallel-size: 8
+    env: {NCCL_P2P_DISABLE: "1"}
+    gpus: 8                 # first N cards, or a list of indices [0, 1, 2, 3]; absent = all
+    ramp: {max_level: 64, step_seconds: 20, slo: {ttft_p99: 2.0}}   # RampSpec (incl. SLO), no url
+    hardware: {gpu: RTX 4090, count: 8, driver: …, vllm_version: …}   # the fingerprint
+    results: {…}            # per-level summary of the best or latest run
+    notes: free text
+
+The port is never stored (it is chosen at launch): a ``port`` key in ``server:`` is
+dropped with a warning. Secrets are never stored either: an ``api-key`` in ``server:``
+is refused (use the environment variable ``VLLM_API_KEY``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from app.config import ServerConfig, option_name
+from app.loadgen.spec import SLO, RampSpec
+
+#: the schema written by this version; older files are migrated on load (app.profiles.io)
+SCHEMA_VERSION = 1
+
+Engine = Literal["vllm", "sim", "attach"]
+
+#: the ramp of a profile that does not say (concurrency 1, 2, 4 … 64, 20 s per level)
+DEFAULT_RAMP: dict[str, Any] = {"max_level": 64, "step_seconds": 20.0}
+
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+_VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def slugify(name: str) -> str:
+    """File stem for a profile name: ``"8× RTX 4090 (AWQ)"`` → ``"8-rtx-4090-awq"``."""
+    s = _SLUG_RE.sub("-", name.lower()).strip("-")
+    return s[:80] or "profile"
+
+
+def expand_vars(text: str) -> str:
+    """Expand ``${NAME}`` and ``${NAME:-default}`` from the environment, then ``~``.
+
+    Used for model paths in shared profiles (the CPU built-in's model is
+    ``${VLLM_DYNO_TINY_MODEL:-./build/tiny-llama}``). Unset without default → empty.
+    """
+    out = _VAR_RE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), text)
+    return os.path.expanduser(out)
+
+
+def resolve_model_path(model: str) -> str:
+    """The model a launch uses: variables expanded; a relative path (``./x``, ``../x``,
+    or an ``a/b`` that exists as a directory) made absolute against the current
+    directory, else against the checkout root (app.paths.repo_root). A Hugging Face id
+    is returned unchanged."""
+    from app.paths import repo_root
+
+    m = expand_vars(model)
+    if not m or os.path.isabs(m):
+        return m
+    local = m.startswith(("./", "../"))
+    for base in (os.getcwd(), str(repo_root())):
+        cand = os.path.normpath(os.path.join(base, m))
+        if os.path.isdir(cand):
+            return cand
+    if local:
+        return os.path.normpath(os.path.join(os.getcwd(), m))
+    return m
+
+
+class SimRig(BaseModel):
+    """The virtual rig of engine ``sim``: catalog GPU name, card count, time scale
+    (k× faster than the wall clock; tests only) and random seed."""
+
+    model_config = ConfigDict(extra="forbid")
+    gpu: str = "RTX 4090"
+    count: int = Field(8, ge=1, le=64)
+    time_scale: Optional[float] = Field(None, gt=0)
+    seed: Optional[int] = None
+
+    def argv(self) -> list[str]:
+        """The sim server's own options (``--sim-gpu …``), see app.server.cli_serve."""
+        out = ["--sim-gpu", self.gpu, "--sim-gpu-count", str(self.count)]
+        if self.time_scale is not None:
+            out += ["--sim-time-scale", repr(self.time_scale)]
+        if self.seed is not None:
+            out += ["--sim-seed", str(self.seed)]
+        return out
+
+
+class HardwareFingerprint(BaseModel):
+    """The hardware a profile is for / a run was recorded on.
+
+    ``gpu``: card name (catalog or NVML name; mixed rigs joined by ``" + "``; ``CPU``
+    for the CPU build of vLLM). ``count``: cards. ``memory_gib``: one card's total
+    memory (GiB) — for ``CPU`` the host memory the planner may use. ``driver``: NVIDIA
+    driver version; ``vllm_version``; ``recorded_at``: Unix time it was filled in from
+    a run (None for a hand-written target).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    gpu: str
+    count: int = Field(1, ge=1, le=1024)
+    memory_gib: Optional[float] = Field(None, gt=0)
+    driver: Optional[str] = None
+    vllm_version: Optional[str] = None
+    recorded_at: Optional[float] = None
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.gpu.strip().upper() == "CPU"
+
+    def describe(self) -> str:
+        s = f"{self.count}× {self.gpu}"
+        if self.driver:
+            s += f", driver {self.driver}"
+        if self.vllm_version:
+            s += f", vLLM {self.vllm_version}"
+        return s
+
+    def planner_cards(self) -> list:
+        """The cards as the planner's ``GpuSpec`` list (app.planner.gpus). ``CPU`` → the
+        host as one device with ``memory_gib`` (default 16 GiB). Raises
+        ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not know and no
+        ``memory_gib``."""
+        from app.planner.gpus import cpu_device, resolve_gpu
+
+        if self.is_cpu:
+            return [cpu_device(self.memory_gib or 16.0)]
+        names = [n.strip() for n in self.gpu.split(" + ") if n.strip()]
+        cards = [resolve_gpu(n, self.memory_gib) for n in names]
+        return [cards[i % len(cards)] for i in range(self.count)]
+
+
+class LevelResult(BaseModel):
+    """One ramp level of a results summary: ``level`` (concurrency, or req/s in rate
+    mode), ``output_tps`` output tokens/s, ``ttft_p99``/``tpot_p99`` seconds,
+    ``failure_rate`` 0–1, ``rps`` successful requests/s."""
+
+    model_config = ConfigDict(extra="forbid")
+    level: float
+    output_tps: float = 0.0
+    ttft_p99: Optional[float] = None
+    tpot_p99: Optional[float] = None
+    failure_rate: float = 0.0
+    rps: Optional[float] = None
+    slo_met: Optional[bool] = None
+
+
+class ResultsSummary(BaseModel):
+    """What a recorded run measured, kept with the profile as evidence.
+
+    ``run_id``: the run in the run store (may be gone later); ``recorded_at``: Unix
+    time; ``which``: ``best`` (highest peak throughput) or ``latest``; ``status``: the
+    ramp's end (done, slo_broken, …); ``knee``: the knee level (None if not found);
+    ``best_level``: the level with the most output tokens/s among those meeting the
+    SLO (all levels when no SLO); ``peak_output_tps`` its throughput.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: Optional[int] = None
+    recorded_at: Optional[float] = None
+    which: Literal["best", "latest"] = "latest"
+    status: Optional[str] = None
+    knee: Optional[float] = None
+    best_level: Optional[float] = None
+    peak_output_tps: Optional[float] = None
+    levels: list[LevelResult] = Field(default_factory=list)
+
+    @classmethod
+    def from_levels(cls, levels: list[dict[str, Any]], *, run_id: int | None = None, status: str | None = None,
+                    knee: float | None = None, recorded_at: float | None = None,
+                    which: str = "latest") -> "ResultsSummary":
+        """Build from StepStats dicts (RunStore.levels) — keys ``level``, ``output_tps``,
+        ``ttft_p99``, ``tpot_p99``, ``failure_rate``, ``rps``, ``slo_broken``."""
+        rows = [LevelResult(level=d["level"], output_tps=d.get("output_tps") or 0.0, ttft_p99=d.get("ttft_p99"),
+                            tpot_p99=d.get("tpot_p99"), failure_rate=d.get("failure_rate") or 0.0,
+                            rps=d.get("rps"), slo_met=(not d.get("slo_broken")) if "slo_broken" in d else None)
+                for d in levels]
+        ok = [r for r in rows if r.slo_met is not False and r.failure_rate < 0.5] or rows
+        best = max(ok, key=lambda r: r.output_tps, default=None)
+        return cls(run_id=run_id, recorded_at=time.time() if recorded_at is None else recorded_at, which=which,
+                   status=status, knee=knee, best_level=best.level if best else None,
+                   peak_output_tps=best.output_tps if best else None, levels=rows)
+
+
+def _normalize_server(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError("server must be a mapping of vLLM option: value (a `vllm serve --config` file)")
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        if not isinstance(k, str) or not k.strip("-"):
+            raise ValueError(f"server key {k!r} is not an option name; use vLLM's long names such as max-num-seqs")
+        key = option_name(k.lstrip("-").strip())
+        out[key] = v
+    return out
+
+
+class Profile(BaseModel):
+    """A tuning profile (see the module docstring for the YAML form).
+
+    ``server`` is kept verbatim (dashed keys) so it can be handed to vLLM as a
+    ``--config`` file; it is validated by building a :class:`~app.config.ServerConfig`
+    from it (errors name ``server.<key>``). ``gpus``: a list of CUDA indices, or an int
+    N = the first N cards, or None = all visible. ``ramp``: the RampSpec (its ``url``
+    and ``model`` are set at launch and not stored). Raises
+    ``pydantic.ValidationError`` on bad values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    name: str = Field(..., min_length=1, max_length=120)
+    description: str = ""
+    engine: Engine = "vllm"
+    sim: Optional[SimRig] = None
+    attach_url: Optional[str] = None
+    server: dict[str, Any]
+    env: dict[str, str] = Field(default_factory=dict)
+    gpus: Union[list[int], int, None] = None
+    ramp: RampSpec = Field(default_factory=lambda: RampSpec(**DEFAULT_RAMP))
+    hardware: Optional[HardwareFingerprint] = None
+    results: Optional[ResultsSummary] = None
+    notes: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        v = v.strip()
+        if not v or any(c in v for c in "\n\r\t/\\\0"):
+            raise ValueError(f"name {v!r}: one line of text without / or \\")
+        return v
+
+    @field_validator("server", mode="before")
+    @classmethod
+    def _server(cls, v: Any) -> dict[str, Any]:
+        d = _normalize_server(v)
+        d.pop("port", None)  # chosen at launch; the loader warns about it
+        if "api-key" in d:
+            raise ValueError("server.api-key: secrets are never stored in a profile; set the environment "
+                             "variable VLLM_API_KEY when you launch instead")
+        if "model" not in d or not isinstance(d["model"], str) or not d["model"].strip():
+            raise ValueError("server has no 'model': add 'model: <model directory or Hugging Face id>'")
+        for k, val in d.items():
+            if not isinstance(val, (str, int, float, bool, list)) and val is not None:
+                if not isinstance(val, dict):
+                    raise ValueError(f"server.{k}: {type(val).__name__} is not a vLLM option value")
+        return d
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> dict[str, str]:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise ValueError("env must be a mapping NAME: value")
+        out = {}
+        for k, val in v.items():
+            if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+                raise ValueError(f"env key {k!r} is not an environment variable name")
+            if k == "VLLM_API_KEY":
+                raise ValueError("env.VLLM_API_KEY: secrets are never stored in a profile; set it in the "
+                                 "environment you launch from")
+            if isinstance(val, bool):
+                val = "1" if val else "0"
+            if not isinstance(val, (str, int, float)):
+                raise ValueError(f"env.{k}: a value must be text or a number, not {type(val).__name__}")
+            out[k] = str(val)
+        return out
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: Union[list[int], int, None]) -> Union[list[int], int, None]:
+        if isinstance(v, bool):
+            raise ValueError("gpus: give a count (first N cards) or a list of indices")
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"gpus={v}: give a count ≥ 1 (first N cards) or a list of indices")
+        if isinstance(v, list):
+            if any(i < 0 for i in v) or len(set(v)) != len(v):
+                raise ValueError(f"gpus={v}: indices are distinct and ≥ 0, as nvidia-smi lists them")
+        return v
+
+    @field_validator("ramp", mode="before")
+    @classmethod
+    def _ramp(cls, v: Any) -> Any:
+        if v is None:
+            return dict(DEFAULT_RAMP)
+        if isinstance(v, dict):
+            v = {k: x for k, x in v.items() if k not in ("url",)}
+            if "levels" not in v and "max_level" not in v:
+                v = {**v, "max_level": DEFAULT_RAMP["max_level"]}
+        return v
+
+    @model_validator(mode="after")
+    def _whole(self) -> "Profile":
+        try:
+            self.server_config(resolve=False)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = [str(x) for x in err["loc"]]
+            field = loc[0] if loc else "server"
+            where = {"env": "env", "gpus": "gpus"}.get(field, f"server.{option_name(field)}")
+            raise ValueError(f"{where}: {err['msg']}") from None
+        if self.engine == "sim" and self.sim is None:
+            self.sim = SimRig()
+        if self.engine == "attach" and not self.attach_url:
+            raise ValueError("engine attach needs attach_url: the base URL of the running server, "
+                             "e.g. http://127.0.0.1:8000")
+        return self
+
+    def updated(self, **changes: Any) -> "Profile":
+        """A validated copy with ``changes`` (field name → value; ``server``/``env`` replace
+        the whole block). Raises ``pydantic.ValidationError``."""
+        d = self.model_dump()
+        d.update(changes)
+        return Profile.model_validate(d)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def slo(self) -> SLO:
+        """The ramp's SLO (a profile keeps it inside ``ramp``)."""
+        return self.ramp.slo
+
+    @property
+    def model(self) -> str:
+        return str(self.server["model"])
+
+    def gpu_indices(self) -> list[int] | None:
+        """``gpus`` as CUDA indices: an int N → ``[0 … N-1]``; None → all visible."""
+        if isinstance(self.gpus, int):
+            return list(range(self.gpus))
+        return None if self.gpus is None else list(self.gpus)
+
+    def server_config(self, resolve: bool = True) -> ServerConfig:
+        """The :class:`ServerConfig` to launch (port unset: chosen at launch).
+
+        ``resolve``: expand variables and make a local model path absolute
+        (:func:`resolve_model_path`). Raises ``pydantic.ValidationError``.
+        """
+        server = dict(self.server)
+        if resolve:
+            server["model"] = resolve_model_path(str(server["model"]))
+        return ServerConfig.from_vllm_config(server, env=dict(self.env), gpus=self.gpu_indices())
+
+    def vllm_config(self, resolve: bool = True) -> dict[str, Any]:
+        """The ``server:`` block as a ``vllm serve --config`` mapping (model resolved)."""
+        d = dict(self.server)
+        if resolve:
+            d["model"] = resolve_model_path(str(d["model"]))
+        return d
+
+    def ramp_spec(self, url: str, model: str | None = None, **overrides: Any) -> RampSpec:
+        """The RampSpec to run against ``url`` (served ``model`` name; None → ask the
+        server), with any field ``overrides`` (e.g. ``levels=[1, 2]``)."""
+        d = self.ramp.model_dump()
+        d.update(url=url, model=model)
+        d.update(overrides)
+        if "levels" in overrides and "max_level" not in overrides:
+            d["max_level"] = None
+        return RampSpec(**d)
+
+    def to_data(self) -> dict[str, Any]:
+        """The YAML-ready mapping (defaults of nested blocks left out, ``ramp.url`` and
+        ``ramp.model`` never written)."""
+        d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "name": self.name}
+        if self.description:
+            d["description"] = self.description
+        d["engine"] = self.engine
+        if self.sim is not None:
+            d["sim"] = self.sim.model_dump(exclude_none=True)
+        if self.attach_url:
+            d["attach_url"] = self.attach_url
+        d["server"] = dict(self.server)
+        if self.env:
+            d["env"] = dict(self.env)
+        if self.gpus is not None:
+            d["gpus"] = self.gpus
+        ramp = self.ramp.model_dump(mode="json", exclude_defaults=True, exclude={"url", "model"})
+        if "levels" in ramp and self.ramp.max_level is not None:
+            ramp.pop("levels")  # derived from max_level
+        d["ramp"] = ramp
+        if self.hardware is not None:
+            d["hardware"] = self.hardware.model_dump(exclude_none=True)
+        if self.results is not None:
+            d["results"] = self.results.model_dump(mode="json", exclude_none=True)
+        if self.notes:
+            d["notes"] = self.notes
+        return d

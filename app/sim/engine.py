@@ -1,0 +1,223 @@
+"""The sim's engine loop: the scheduler stepped in rig time, paced to the wall clock.
+
+Rig time runs ``k`` (``--sim-time-scale``) times faster than the wall clock:
+``rig = (monotonic() − t0) · k``. Each step is planned at rig time T, lasts ``dt`` rig
+seconds (performance model × thermal slowdown) and its tokens are handed to the
+clients at wall time ``t0 + (T + dt)/k``. When the process falls behind (Python work
+for many streams takes longer than the steps it simulates), the engine runs several
+steps back to back before yielding, so each client receives several tokens in one
+write instead of rig time drifting; it says so in its log (once per 5 s at most).
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+
+from app.sim import vlog
+from app.sim.gpus import GpuBank
+from app.sim.metrics import SimMetrics
+from app.sim.scheduler import Request, Scheduler
+
+#: wall seconds behind schedule before the engine stops yielding after every step
+COALESCE_AFTER_S = 0.005
+#: longest run of back-to-back steps (wall s) before the engine yields anyway
+MAX_BURST_S = 0.05
+STATS_EVERY_S = 5.0
+
+
+class Stream:
+    """A request's link to its HTTP handler: ``pending`` tokens not yet written,
+    ``finished`` once the last token is out; ``event`` wakes the handler."""
+
+    __slots__ = ("req", "pending", "finished", "event")
+
+    def __init__(self) -> None:
+        self.req: Request | None = None
+        self.pending = 0
+        self.finished = False
+        self.event = asyncio.Event()
+
+    def on_token(self, req: Request, t: float) -> None:
+        self.pending += 1
+        self.event.set()
+
+    def on_finish(self, req: Request, t: float) -> None:
+        self.finished = True
+        self.event.set()
+
+
+class SimEngine:
+    """Owns the scheduler, the virtual GPUs and the metrics; ``time_scale`` = k.
+
+    ``step_time`` as :meth:`app.sim.model_adapter.StepModel.step_time`. Call
+    :meth:`submit` from handlers and run :meth:`run` as a task.
+    """
+
+    def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time,
+                 gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0) -> None:
+        self.k = float(time_scale)
+        self.gpus = gpus
+        self.metrics = metrics
+        self._step_time = step_time
+        self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
+                               on_first_token=self._first, on_finished=self._finished, on_token=self._token)
+        self.rng = random.Random(seed)
+        self.t0 = time.monotonic()
+        self.T = 0.0
+        self._wake = asyncio.Event()
+        self._stop = False
+        self._n = 0
+        # pacing figures (wall seconds)
+        self.max_lag = 0.0
+        self.lags: deque[float] = deque(maxlen=4096)
+        self.coalesced_steps = 0
+        self.steps = 0
+        self.busy_rig = 0.0
+        self._last_coalesce_log = -1e9
+        self._stats = (time.monotonic(), 0, 0, 0.0)
+        self._reported_preemptions = 0
+
+    # ------------------------------------------------------------------ clocks
+    def rig_now(self) -> float:
+        """Rig seconds since the engine started (wall × k)."""
+        return (time.monotonic() - self.t0) * self.k
+
+    def _timed(self, b: int, ctx: float, n: int, attn2: float) -> float:
+        return self._step_time(b, ctx, n, attn2) * self.gpus.slowdown
+
+    # ------------------------------------------------------------------ metrics hooks
+    def _first(self, r: Request, t: float) -> None:
+        m = self.metrics
+        m.ttft.observe(t - r.arrival)
+        m.queue.observe((r.first_scheduled or t) - r.arrival)
+        m.prompt_tokens.inc(r.prompt_len)
+        m.prompt_hist.observe(r.prompt_len)
+
+    def _token(self, r: Request, t: float) -> None:
+        self.metrics.itl.observe(t - r.last_token)
+
+    def _finished(self, r: Request, t: float) -> None:
+        self.metrics.e2e.observe(t - r.arrival)
+        self.metrics.success[r.finish_reason].inc()
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, prompt_len: int, max_tokens: int, ignore_eos: bool) -> Stream:
+        """Queue a request now (rig time); returns its :class:`Stream`."""
+        self._n += 1
+        eos_at = None if ignore_eos else 1 + int(self.rng.expovariate(1 / 200.0))
+        s = Stream()
+        s.req = Request(f"cmpl-{self._n}", prompt_len, max_tokens, self.rig_now(), eos_at, s)
+        self.sched.add(s.req)
+        self._wake.set()
+        return s
+
+    def abort(self, s: Stream) -> None:
+        if s.req is not None and s.req.finish_reason is None:
+            self.sched.abort(s.req)
+            self.metrics.success["abort"].inc()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    # ------------------------------------------------------------------ loop
+    async def run(self) -> None:
+        sched, k = self.sched, self.k
+        burst_start = None
+        while not self._stop:
+            self._maybe_log_stats()
+            if not sched.has_work:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), STATS_EVERY_S)
+                except asyncio.TimeoutError:
+                    pass
+                self.T = max(self.T, self.rig_now())
+                burst_start = None
+                continue
+            step = sched.schedule(self.T)
+            if step is None:  # waiting requests that do not fit yet and nothing running
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            t_end = self.T + step.dt
+            delay = self.t0 + t_end / k - time.monotonic()
+            if delay > 0:
+                burst_start = None
+                await asyncio.sleep(delay)
+            else:
+                lag = -delay
+                self.lags.append(lag)
+                if lag > self.max_lag:
+                    self.max_lag = lag
+                if lag > COALESCE_AFTER_S:
+                    now = time.monotonic()
+                    if burst_start is None:
+                        burst_start = now
+                    if now - burst_start < MAX_BURST_S:
+                        self.coalesced_steps += 1
+                        self._log_coalescing(lag)
+                    else:
+                        burst_start = None
+                        await asyncio.sleep(0)
+                else:
+                    burst_start = None
+                    await asyncio.sleep(0)
+            g0 = sched.generation_tokens
+            sched.complete(step, t_end)
+            self.metrics.generation_tokens.inc(sched.generation_tokens - g0)
+            if sched.num_preemptions != self._reported_preemptions:
+                self.metrics.preemptions.inc(sched.num_preemptions - self._reported_preemptions)
+                self._reported_preemptions = sched.num_preemptions
+            self.gpus.busy(t_end, step.dt)
+            self.busy_rig += step.dt
+            self.steps += 1
+            self.T = t_end
+            if not sched.has_work:
+                self.T = max(self.T, self.rig_now())
+
+    def _log_coalescing(self, lag: float) -> None:
+        now = time.monotonic()
+        if now - self._last_coalesce_log >= STATS_EVERY_S:
+            self._last_coalesce_log = now
+            vlog.emit(f"Sim engine is {lag * 1e3:.1f} ms (wall) behind the rig clock: running steps back to back "
+                      f"and coalescing several tokens per write ({self.coalesced_steps} steps coalesced so far)",
+                      level="WARNING", process="EngineCore_DP0", where="sim_engine.py:1")
+
+    def _maybe_log_stats(self) -> None:
+        now = time.monotonic()
+        t_last, p_last, g_last, rig_last = self._stats
+        if now - t_last < STATS_EVERY_S:
+            return
+        s = self.sched
+        rig = self.rig_now()
+        span = max(rig - rig_last, 1e-9)
+        p, g = s.prompt_tokens_done, s.generation_tokens
+        self._stats = (now, p, g, rig)
+        if p == p_last and g == g_last and not s.has_work:
+            return
+        vlog.emit(f"Engine 000: Avg prompt throughput: {(p - p_last) / span:.1f} tokens/s, Avg generation "
+                  f"throughput: {(g - g_last) / span:.1f} tokens/s, Running: {len(s.running)} reqs, Waiting: "
+                  f"{len(s.waiting)} reqs, GPU KV cache usage: {100 * s.kv_usage:.1f}%, Prefix cache hit rate: "
+                  f"0.0%", process="APIServer", where="loggers.py:123")
+
+    def reset_pacing(self) -> None:
+        """Start a new measurement window for the pacing figures of :meth:`info`."""
+        self.max_lag = 0.0
+        self.lags.clear()
+        self.coalesced_steps = 0
+
+    def info(self) -> dict:
+        """Pacing figures for ``/sim/info`` (wall seconds unless named rig)."""
+        lags = sorted(self.lags)
+        p99 = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
+        wall = time.monotonic() - self.t0
+        return {"rig_time_s": self.T, "rig_now_s": self.rig_now(), "wall_time_s": wall,
+                "behind_s": max(0.0, self.rig_now() - self.T) / self.k if self.sched.has_work else 0.0,
+                "max_lag_s": self.max_lag, "p99_lag_s": p99, "steps": self.steps,
+                "coalesced_steps": self.coalesced_steps, "busy_rig_s": self.busy_rig,
+                "running": len(self.sched.running), "waiting": len(self.sched.waiting),
+                "kv_cache_usage": self.sched.kv_usage, "preemptions": self.sched.num_preemptions,
+                "slowdown": self.gpus.slowdown}

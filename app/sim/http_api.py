@@ -1,0 +1,245 @@
+"""vLLM's HTTP surface for the sim (aiohttp).
+
+Routes: ``GET /health``, ``GET /version``, ``GET /v1/models``, ``POST /v1/completions``,
+``POST /v1/chat/completions`` (streaming and not; ``usage``,
+``stream_options.include_usage``, ``max_tokens`` / ``max_completion_tokens``,
+``ignore_eos``), ``GET /metrics``, ``GET /sim/info``, ``GET /sim/telemetry``.
+Shapes and error texts follow vLLM 0.32 (shared/VLLM-FACTS.md, "HTTP").
+
+Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
+length; a text counts one token per word and per punctuation mark (regex
+``\\w+|[^\\w\\s]``). Generated text is filler, one word per token, so the counts in
+``usage`` are exact for the tokens the engine simulated.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+from aiohttp import web
+
+from app.sim.engine import SimEngine, Stream
+
+_TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+WORDS = ("the", "rig", "runs", "fast", "and", "every", "card", "keeps", "its", "cool", "while", "tokens",
+         "flow", "through", "long", "steady", "batches")
+CHAT_MESSAGE_OVERHEAD = 4  # role header tokens per message (Llama-3 template ≈ 4–5)
+
+
+def count_tokens(text: str) -> int:
+    """Simulated token count of a text (words and punctuation marks)."""
+    return len(_TOKEN_RE.findall(text))
+
+
+def _error(status: int, message: str, typ: str = "BadRequestError", param: str | None = None) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": typ, "param": param, "code": status}},
+                             status=status)
+
+
+class ApiServer:
+    """Routes bound to one :class:`SimEngine`. ``info`` is the static part of ``/sim/info``."""
+
+    def __init__(self, engine: SimEngine, served_name: str, model: str, max_model_len: int, info: dict,
+                 api_key: str | None = None) -> None:
+        self.engine, self.served_name, self.model = engine, served_name, model
+        self.max_model_len = max_model_len
+        self.static_info = info
+        self.api_key = api_key
+        self.created = int(time.time())
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth], client_max_size=64 * 2**20)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/version", self.version)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/completions", self.completions)
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/metrics", self.metrics)
+        app.router.add_get("/sim/info", self.sim_info)
+        app.router.add_get("/sim/telemetry", self.telemetry)
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        if self.api_key and request.path.startswith("/v1"):
+            if request.headers.get("Authorization", "") != f"Bearer {self.api_key}":
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    # ------------------------------------------------------------------ simple routes
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": self.static_info.get("vllm_version", "0.32.0")})
+
+    async def models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{
+            "id": self.served_name, "object": "model", "created": self.created, "owned_by": "vllm",
+            "root": self.model, "parent": None, "max_model_len": self.max_model_len,
+            "sim": {"time_scale": self.engine.k}}]})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        e, m = self.engine, self.engine.metrics
+        m.running.set(len(e.sched.running))
+        m.waiting.set(len(e.sched.waiting))
+        m.kv_usage.set(e.sched.kv_usage)
+        return web.Response(body=m.render(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Version": "0.0.4"})
+
+    async def sim_info(self, request: web.Request) -> web.Response:
+        """Static facts + pacing figures; ``?reset=1`` starts a new pacing window after reading."""
+        body = {**self.static_info, "time_scale": self.engine.k, "pid": os.getpid(), "engine": self.engine.info()}
+        if request.query.get("reset"):
+            self.engine.reset_pacing()
+        return web.json_response(body)
+
+    async def telemetry(self, request: web.Request) -> web.Response:
+        doc = self.engine.gpus.document(self.engine.rig_now() if not self.engine.sched.has_work
+                                        else self.engine.T)
+        return web.Response(text=doc.to_json(), content_type="application/json")
+
+    # ------------------------------------------------------------------ generation
+    async def _body(self, request: web.Request) -> dict | web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "The request body is not valid JSON.")
+        if not isinstance(body, dict):
+            return _error(400, "The request body must be a JSON object.")
+        model = body.get("model")
+        if model is not None and model not in (self.served_name, self.model):
+            return _error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+        if body.get("n", 1) != 1:
+            return _error(400, "The sim serves n=1 only (one choice per request).", param="n")
+        return body
+
+    def _limits(self, body: dict, prompt_len: int) -> tuple[int, web.Response | None]:
+        mml = self.max_model_len
+        if prompt_len >= mml:
+            return 0, _error(400, f"This model's maximum context length is {mml} tokens. However, your request "
+                                  f"has {prompt_len} input tokens. Please reduce the length of the input messages.")
+        mt = body.get("max_tokens", body.get("max_completion_tokens"))
+        if mt is None:
+            mt = mml - prompt_len
+        if not isinstance(mt, int) or mt < 1:
+            return 0, _error(400, f"max_tokens must be at least 1, got {mt}.", param="max_tokens")
+        if prompt_len + mt > mml:
+            return 0, _error(400, f"'max_tokens' or 'max_completion_tokens' is too large: {mt}. This model's maximum "
+                                  f"context length is {mml} tokens and your request has {prompt_len} input tokens "
+                                  f"({mt} > {mml} - {prompt_len}).")
+        return mt, None
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            plen = count_tokens(prompt)
+        elif isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
+            plen = len(prompt)
+        else:
+            return _error(400, "prompt must be a string or a list of token ids (one prompt per request).",
+                          param="prompt")
+        if plen == 0:
+            return _error(400, "The prompt cannot be empty.", param="prompt")
+        return await self._generate(request, body, plen, chat=False)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._body(request)
+        if isinstance(body, web.Response):
+            return body
+        msgs = body.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            return _error(400, "messages must be a non-empty list.", param="messages")
+        plen = 1 + CHAT_MESSAGE_OVERHEAD
+        for m in msgs:
+            c = m.get("content") if isinstance(m, dict) else None
+            if isinstance(c, list):
+                c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+            plen += CHAT_MESSAGE_OVERHEAD + count_tokens(c or "")
+        return await self._generate(request, body, plen, chat=True)
+
+    async def _generate(self, request: web.Request, body: dict, plen: int, chat: bool) -> web.StreamResponse:
+        mt, err = self._limits(body, plen)
+        if err is not None:
+            return err
+        s = self.engine.submit(plen, mt, bool(body.get("ignore_eos", False)))
+        rid = ("chatcmpl-" if chat else "cmpl-") + s.req.rid.split("-", 1)[1] + f"{os.getpid():x}"
+        try:
+            if body.get("stream"):
+                opts = body.get("stream_options") or {}
+                return await self._stream(request, s, rid, chat, bool(opts.get("include_usage")))
+            while not s.finished:
+                await s.event.wait()
+                s.event.clear()
+            return web.json_response(self._full(s, rid, chat))
+        finally:
+            self.engine.abort(s)  # no-op when finished
+
+    def _full(self, s: Stream, rid: str, chat: bool) -> dict:
+        r = s.req
+        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(r.output))
+        usage = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.output, "completion_tokens": r.output}
+        base = {"id": rid, "created": int(time.time()), "model": self.served_name, "usage": usage}
+        if chat:
+            return {**base, "object": "chat.completion", "choices": [{
+                "index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}]}
+        return {**base, "object": "text_completion", "choices": [{
+            "index": 0, "text": text, "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}]}
+
+    async def _stream(self, request: web.Request, s: Stream, rid: str, chat: bool, usage: bool) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                           "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        created = int(time.time())
+        name = json.dumps(self.served_name)
+        if chat:
+            head = f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{name},' \
+                   '"choices":[{"index":0,"delta":{"content":" '
+            mid = '"},"logprobs":null,"finish_reason":'
+            tail = "}]}\n\n"
+            await resp.write(f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},'
+                             f'"model":{name},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},'
+                             '"logprobs":null,"finish_reason":null}]}\n\n'.encode())
+        else:
+            head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{name},' \
+                   '"choices":[{"index":0,"text":" '
+            mid = '","logprobs":null,"finish_reason":'
+            tail = ',"stop_reason":null}]}\n\n'
+        r = s.req
+        sent = 0
+        nw = len(WORDS)
+        while True:
+            await s.event.wait()
+            s.event.clear()
+            n = s.pending
+            s.pending = 0
+            if n == 0 and not s.finished:
+                continue
+            parts = []
+            last = sent + n
+            for i in range(sent, last):
+                fin = "null"
+                if s.finished and i == last - 1:
+                    fin = f'"{r.finish_reason}"'
+                parts.append(f"{head}{WORDS[i % nw]}{mid}{fin}{tail}")
+            sent = last
+            if s.finished:
+                if usage:
+                    obj = "chat.completion.chunk" if chat else "text_completion"
+                    parts.append(f'data: {{"id":"{rid}","object":"{obj}","created":{created},"model":{name},'
+                                 f'"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},"total_tokens":'
+                                 f'{r.prompt_len + r.output},"completion_tokens":{r.output}}}}}\n\n')
+                parts.append("data: [DONE]\n\n")
+            await resp.write("".join(parts).encode())
+            if s.finished:
+                break
+        await resp.write_eof()
+        return resp

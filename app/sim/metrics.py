@@ -1,0 +1,59 @@
+"""``/metrics`` with vLLM V1's metric names, types and labels (prometheus_client).
+
+Names and buckets from vLLM ``vllm/v1/metrics/loggers.py`` (0.10–0.32) as listed in
+shared/VLLM-FACTS.md, "HTTP". Labels ``model_name`` and ``engine`` ("0"). Durations
+are rig seconds.
+"""
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+               40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0, 1920.0, 7680.0)
+
+
+class SimMetrics:
+    """Holds a private registry; :meth:`render` gives the exposition text (bytes)."""
+
+    def __init__(self, model_name: str, num_gpu_blocks: int, gpu_memory_utilization: float) -> None:
+        r = self.registry = CollectorRegistry()
+        lab = ("model_name", "engine")
+        v = (model_name, "0")
+        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                             lab, registry=r).labels(*v)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                             lab, registry=r).labels(*v)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                              lab, registry=r).labels(*v)
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
+                     ("block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks", "engine"),
+                     registry=r)
+        info.labels("16", "auto", str(gpu_memory_utilization), str(num_gpu_blocks), "0").set(1)
+        self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+                                   lab, registry=r).labels(*v)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab,
+                                     registry=r).labels(*v)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", lab,
+                                         registry=r).labels(*v)
+        succ = Counter("vllm:request_success", "Count of successfully processed requests.",
+                       ("model_name", "engine", "finished_reason"), registry=r)
+        self.success = {k: succ.labels(model_name, "0", k) for k in ("stop", "length", "abort")}
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              lab, buckets=TTFT_BUCKETS, registry=r).labels(*v)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             lab, buckets=ITL_BUCKETS, registry=r).labels(*v)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                             lab, buckets=E2E_BUCKETS, registry=r).labels(*v)
+        self.queue = Histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.", lab,
+                               buckets=E2E_BUCKETS, registry=r).labels(*v)
+        self.prompt_hist = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lab,
+                                     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
+                                              50000, 100000), registry=r).labels(*v)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

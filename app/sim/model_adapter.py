@@ -1,0 +1,251 @@
+"""The sim's one door to the planner: GPU and model catalogs, the memory plan, vLLM's
+refusals (with vLLM's own error text) and the step times.
+
+Everything else in :mod:`app.sim` calls only this module. Memory figures, checks and
+step times come from :mod:`app.planner` (``plan``, ``build_step_model``) for vLLM
+0.32's rules; what the planner does not hold and the sim needs — vLLM's exact error
+sentences per problem code (shared/VLLM-FACTS.md, "Failures to recognise") and the
+telemetry figures of a card (idle power, thermal thresholds, clocks) — lives here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from app.config import ServerConfig
+from app.planner.gpus import GIB, GpuSpec, lookup_gpu
+from app.planner.models import ModelArch, resolve_model
+from app.planner.perf import PerfParams, StepTimeModel
+from app.planner.plan import Plan, build_step_model
+from app.planner.plan import plan as planner_plan
+
+BLOCK_SIZE = 16  # vLLM's KV block on GPUs, tokens
+VLLM_RULES = "0.32"  # the vLLM version whose defaults and wording the sim follows
+
+
+# ---------------------------------------------------------------------------- catalogs
+def find_gpu(name: str) -> GpuSpec:
+    """Planner catalog card by catalog or NVML name. Raises KeyError (UnknownGpuError)
+    whose message lists the catalog."""
+    return lookup_gpu(name)
+
+
+def find_model(name: str) -> ModelArch:
+    """Architecture of a local model dir, a cached Hub id or a catalog id (``…-AWQ``
+    suffix → AWQ 4-bit). Raises LookupError (ModelNotFoundError) naming the catalog."""
+    return resolve_model(name)
+
+
+@dataclass(frozen=True)
+class Card:
+    """What the virtual telemetry needs of a card. Memory bytes = NVML's total;
+    power W; temperatures °C; clocks MHz. ``nvml_name`` as NVML reports it."""
+
+    name: str
+    nvml_name: str
+    memory_bytes: int
+    tdp_w: float
+    idle_w: float
+    slowdown_c: float
+    shutdown_c: float
+    sm_clock_mhz: float
+    mem_clock_mhz: float
+    cc: tuple[int, int]
+    p2p: bool
+    nvlink: bool
+
+
+#: name → (idle W, slowdown °C, shutdown °C, max SM clock MHz, memory clock MHz): typical
+#: values for the class (assumed, not read from a card); real runs read them from NVML.
+_TELEMETRY = {
+    "RTX 3090": (25, 90, 98, 1695, 9751), "RTX 4090": (25, 88, 93, 2520, 10501),
+    "RTX 5090": (30, 88, 93, 2407, 14001), "RTX 5080": (20, 88, 93, 2617, 15001),
+    "RTX 5070 Ti": (18, 88, 93, 2452, 14001), "H100 SXM": (70, 87, 92, 1980, 2619),
+    "H100 PCIe": (45, 87, 92, 1755, 1593), "A100 80GB SXM": (55, 87, 92, 1410, 1593),
+}
+_TELEMETRY_DEFAULT = (25, 88, 93, 2000, 9001)
+
+
+def card_of(g: GpuSpec) -> Card:
+    idle, slow, shut, sm, mem = _TELEMETRY.get(g.name, _TELEMETRY_DEFAULT)
+    nvml = g.nvml_names[0] if g.nvml_names else f"NVIDIA {g.name}"
+    major = int(g.cc)
+    return Card(g.name, nvml, int(g.memory_gib * GIB), g.tdp_w or 300.0, idle, slow, shut, sm, mem,
+                (major, int(round((g.cc - major) * 10))), g.p2p, g.nvlink_gbs > 0)
+
+
+# ---------------------------------------------------------------------------- refusals
+class Refusal(Exception):
+    """vLLM would refuse this configuration. ``text``: vLLM's error line (root cause);
+    ``where``: the ``file.py:N`` vLLM prints; ``process``: APIServer or EngineCore_DP0;
+    ``wrapped``: vLLM adds 'Engine core initialization failed' after it; ``after_load``:
+    vLLM gets there only after loading the weights (memory profiling)."""
+
+    def __init__(self, text: str, where: str, process: str = "EngineCore_DP0", wrapped: bool = True,
+                 after_load: bool = False, available_kv_gib: float | None = None) -> None:
+        super().__init__(text)
+        self.text, self.where, self.process, self.wrapped = text, where, process, wrapped
+        self.after_load, self.available_kv_gib = after_load, available_kv_gib
+
+
+def _refusal(p: Plan) -> Refusal | None:
+    """The first error vLLM itself would hit, in vLLM's order, with vLLM's text."""
+    codes = {f.problem: f for f in p.findings if f.verdict == "error"}
+    e, m = p.effective, p.model
+    n = len(p.gpus)
+    if "option_not_accepted" in codes:
+        return Refusal(f"ValueError: {codes['option_not_accepted'].message}", "arg_utils.py:1", "APIServer", False)
+    if "quantization_unknown" in codes:
+        return Refusal(f"ValueError: Unknown quantization method: {e.quantization}. Must be one of "
+                       f"{p.rules.quantization_methods}.", "arg_utils.py:1", "APIServer", False)
+    if "batched_tokens_below_num_seqs" in codes:
+        return Refusal(f"ValueError: max_num_batched_tokens ({e.max_num_batched_tokens}) must be greater than or "
+                       f"equal to max_num_seqs ({e.max_num_seqs}).", "scheduler.py:1", "APIServer", False)
+    if "max_model_len_exceeds_model" in codes:
+        return Refusal(f"ValueError: User-specified max_model_len ({e.max_model_len}) is greater than the derived "
+                       f"max_model_len (max_position_embeddings={m.max_position} or model_max_length=None in "
+                       "model's config.json). To allow overriding this maximum, set the env var "
+                       "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", "model.py:1", "APIServer", False)
+    if "not_enough_gpus" in codes:
+        return Refusal(f"ValueError: World size ({e.world}) is larger than the number of available GPUs ({n}) in "
+                       "this node. If this is intentional and you are using: - ray, set "
+                       "'--distributed-executor-backend ray'.", "arg_utils.py:1204", "APIServer", False)
+    if "tp_not_divisor_of_heads" in codes:
+        if m.heads % e.tp:
+            return Refusal(f"ValueError: Total number of attention heads ({m.heads}) must be divisible by tensor "
+                           f"parallel size ({e.tp}).", "core.py:700")
+        return Refusal(f"AssertionError: total_num_kv_heads ({m.kv_heads}) is not divisible by tensor parallel "
+                       f"size ({e.tp})", "core.py:700")
+    if "quantization_unsupported_by_gpu" in codes:
+        g = min(p.cards, key=lambda c: c.capability)
+        need = p.rules.min_capability(e.quantization or "") or 0
+        return Refusal(f"ValueError: The quantization method {e.quantization} is not supported for the current "
+                       f"GPU. Minimum capability: {need}. Current capability: {g.capability}.", "core.py:700")
+    if "dtype_unsupported_by_gpu" in codes:
+        g = min(p.cards, key=lambda c: c.capability)
+        return Refusal("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+                       f"Your {g.name} GPU has compute capability {g.cc}. You can use float16 instead by explicitly "
+                       "setting the `dtype` flag in CLI, for example: --dtype=half.", "core.py:700")
+    if "dtype_unsupported_by_quantization" in codes:
+        return Refusal(f"ValueError: torch.bfloat16 is not supported for quantization method {e.quantization}. "
+                       "Supported dtypes: [torch.float16]", "core.py:700")
+    for r in p.ranks:
+        if r.weights_gib > r.total_gib:
+            return Refusal(f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU {r.rank} "
+                           f"has a total capacity of {r.total_gib:.2f} GiB of which 0 bytes is free.",
+                           "core.py:700", after_load=True)
+    kv = min(r.kv_gib for r in p.ranks)
+    if "no_kv_cache_memory" in codes or kv <= 0:
+        return Refusal("ValueError: No available memory for the cache blocks. Try increasing "
+                       "`gpu_memory_utilization` when initializing the engine.", "core.py:700", after_load=True)
+    if "context_exceeds_kv_cache" in codes:
+        rk = min(p.ranks, key=lambda r: r.kv_tokens)
+        need = math.ceil(e.max_model_len / BLOCK_SIZE) * BLOCK_SIZE * rk.kv_bytes_per_token / GIB
+        return Refusal(
+            f"ValueError: To serve at least one request with the models's max seq len ({e.max_model_len}), "
+            f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({rk.kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+            f"{rk.kv_tokens // BLOCK_SIZE * BLOCK_SIZE}. Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine.", "core.py:843", after_load=True,
+            available_kv_gib=rk.kv_gib)
+    if codes:  # an error the sim has no vLLM sentence for: the planner's own
+        f = next(iter(codes.values()))
+        return Refusal(f"ValueError: {f.message}", "core.py:700")
+    return None
+
+
+# ---------------------------------------------------------------------------- the plan
+@dataclass
+class SimPlan:
+    """The planned rig as the sim uses it. Bytes per GPU (rank 0 unless named);
+    tokens as counts. ``plan`` is the planner's full :class:`Plan`."""
+
+    plan: Plan
+    card: Card
+    gpu_count: int
+    tp: int
+    pp: int
+    weights_bytes: float
+    kv_bytes: float
+    kv_bytes_per_token: int
+    num_blocks: int
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    utilization: float
+    cuda_graph_bytes: float
+    used_bytes_per_rank: list[float]
+    load_s: float
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.num_blocks * BLOCK_SIZE
+
+    @property
+    def max_concurrency(self) -> float:
+        """vLLM's logged figure: blocks / ceil(max_model_len / 16)."""
+        return self.num_blocks / math.ceil(self.max_model_len / BLOCK_SIZE)
+
+
+def load_seconds(weights_bytes_per_gpu: float) -> float:
+    """Rig seconds to load one worker's weights: 4 s + 1.5 GB/s (assumed; workers load
+    their shards in parallel)."""
+    return 4.0 + weights_bytes_per_gpu / 1.5e9
+
+
+def plan_rig(config: ServerConfig, gpu_name: str, gpu_count: int) -> SimPlan:
+    """Plan ``config`` on ``gpu_count`` cards named ``gpu_name``. Raises KeyError /
+    LookupError for an unknown card or model, :class:`Refusal` (vLLM's text) for a
+    configuration vLLM refuses."""
+    gpu = find_gpu(gpu_name)
+    model = find_model(config.model)
+    p = planner_plan(config, [gpu] * gpu_count, model, vllm_version=VLLM_RULES, use_calibration=False)
+    ref = _refusal(p)
+    if ref is not None:
+        if ref.after_load:
+            ref.load_s = load_seconds(p.ranks[0].weights_gib * GIB)  # type: ignore[attr-defined]
+            ref.weights_gib = p.ranks[0].weights_gib  # type: ignore[attr-defined]
+        raise ref
+    e = p.effective
+    r0 = p.ranks[0]
+    blocks = min(r.kv_tokens for r in p.ranks) // BLOCK_SIZE
+    return SimPlan(
+        plan=p, card=card_of(gpu), gpu_count=gpu_count, tp=e.tp, pp=e.pp, weights_bytes=r0.weights_gib * GIB,
+        kv_bytes=min(r.kv_gib for r in p.ranks) * GIB, kv_bytes_per_token=r0.kv_bytes_per_token, num_blocks=blocks,
+        max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
+        utilization=e.utilization, cuda_graph_bytes=r0.cuda_graphs_gib * GIB,
+        used_bytes_per_rank=[(r.budget_gib + r.cuda_graphs_gib) * GIB for r in p.ranks],
+        load_s=load_seconds(r0.weights_gib * GIB))
+
+
+# ---------------------------------------------------------------------------- step times
+class StepModel:
+    """Engine step times in rig seconds from the planner's :class:`StepTimeModel`.
+    Overrides (None = the planner's defaults for the card class): ``eta_mem``,
+    ``eta_c``, ``t_cpu`` (s per step)."""
+
+    def __init__(self, sp: SimPlan, eta_mem: float | None = None, eta_c: float | None = None,
+                 t_cpu: float | None = None) -> None:
+        base = build_step_model(sp.plan)
+        pr: PerfParams = base.params
+        changes = {k: v for k, v in (("eta_mem", eta_mem), ("eta_compute", eta_c), ("t_cpu_s", t_cpu))
+                   if v is not None}
+        self.model: StepTimeModel = base.with_params(replace(pr, **changes)) if changes else base
+
+    @property
+    def params(self) -> PerfParams:
+        return self.model.params
+
+    def step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
+                  prefill_context: float = 0.0) -> float:
+        """One fused step: ``decode_batch`` sequences decoding one token each over
+        ``decode_context_sum`` cached tokens in all, plus ``prefill_tokens`` prompt tokens
+        whose chunks start after ``prefill_context`` cached tokens on average. Seconds."""
+        mean = decode_context_sum / decode_batch if decode_batch else 0.0
+        return self.model.step_time_mixed(decode_batch, mean, prefill_tokens, prefill_context)
+
+    def step_time_decode(self, batch: int, mean_context: float) -> float:
+        return self.model.step_time_decode(batch, mean_context)
+
+    def step_time_prefill(self, n_tokens: int) -> float:
+        return self.model.step_time_prefill(n_tokens)

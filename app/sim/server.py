@@ -1,0 +1,227 @@
+"""The simulated rig's server process: ``python -m app.sim.server --model M [vLLM options]
+--sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]``.
+
+Started by the Supervisor as engine ``sim`` (app/server/launch.py). It behaves like
+``vllm serve``: prints vLLM-format startup lines after a load delay (rig seconds ÷ k),
+then serves vLLM's HTTP surface (app/sim/http_api.py) from a continuous-batching
+engine in rig time (app/sim/engine.py). Configurations that vLLM refuses exit with
+code 1 after vLLM's own error text. SIGTERM/SIGINT stop it cleanly (exit 0).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+import time
+
+from app.sim import vlog
+from app.sim import model_adapter as ma
+
+VLLM_VERSION = "0.32.0"
+
+
+def _int_len(v: str) -> int:
+    """``32768``, ``32k`` or ``1M`` (vLLM accepts the suffixes for --max-model-len)."""
+    s = v.strip().lower().replace("_", "")
+    mult = {"k": 1000, "m": 1000_000}.get(s[-1:], 1)
+    try:
+        return int(float(s[:-1] if mult > 1 else s) * mult)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid length {v!r}: use e.g. 8192 or 32k") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="app.sim.server", description="Simulated vLLM server on a virtual GPU rig")
+    p.add_argument("--model", required=True)
+    p.add_argument("--served-model-name", nargs="+")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    p.add_argument("--max-num-seqs", type=int)
+    p.add_argument("--max-num-batched-tokens", type=int)
+    p.add_argument("--max-model-len", type=_int_len)
+    p.add_argument("--gpu-memory-utilization", type=float)
+    p.add_argument("--quantization", "-q")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto")
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--disable-custom-all-reduce", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--sim-gpu", default="RTX 4090", help="GPU catalog name")
+    p.add_argument("--sim-gpu-count", type=int, default=1)
+    p.add_argument("--sim-time-scale", type=float, default=1.0, help="rig runs k× faster than the wall clock")
+    p.add_argument("--sim-seed", type=int, default=0)
+    p.add_argument("--sim-cooling", help="open, blower4, chassis8, poor or a factor (1 = 80 °C at TDP)")
+    p.add_argument("--sim-ambient-c", type=float, default=25.0)
+    p.add_argument("--sim-eta-mem", type=float, help="override the memory-bandwidth efficiency η_mem")
+    p.add_argument("--sim-eta-c", type=float, help="override the compute efficiency η_c")
+    p.add_argument("--sim-t-cpu", type=float, help="override the per-step CPU time, seconds")
+    return p
+
+
+def _fail(text: str, where: str, process: str, wrapped: bool) -> int:
+    vlog.emit(text, "ERROR", process, where)
+    if wrapped:
+        vlog.emit("EngineCore failed to start.", "ERROR", process, "core.py:708")
+        vlog.emit("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
+                  "ERROR", "APIServer", "api_server.py:1")
+    return 1
+
+
+def _non_default(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+    out = {}
+    for k, v in vars(a).items():
+        if k.startswith("sim_"):
+            continue
+        if v != parser.get_default(k):
+            out[k] = v
+    return out
+
+
+def config_from_args(a: argparse.Namespace):
+    """The parsed vLLM options as a ServerConfig (what the planner plans)."""
+    from app.config import ServerConfig
+
+    return ServerConfig(
+        model=a.model, served_model_name=(a.served_model_name or [None])[0], tensor_parallel_size=a.tensor_parallel_size,
+        pipeline_parallel_size=a.pipeline_parallel_size, max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_num_batched_tokens, max_model_len=a.max_model_len,
+        gpu_memory_utilization=a.gpu_memory_utilization, quantization=a.quantization,
+        dtype=None if a.dtype == "auto" else a.dtype, kv_cache_dtype=None if a.kv_cache_dtype == "auto" else a.kv_cache_dtype,
+        enforce_eager=a.enforce_eager or None)
+
+
+def _engine_intro(a: argparse.Namespace, k: float) -> None:
+    vlog.emit(f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model='{a.model}', "
+              f"tensor_parallel_size={a.tensor_parallel_size}, pipeline_parallel_size={a.pipeline_parallel_size}, "
+              f"quantization={a.quantization}, max_seq_len={a.max_model_len}, sim_gpu='{a.sim_gpu}' "
+              f"x{a.sim_gpu_count}, sim_time_scale={k}", process="EngineCore_DP0", where="core.py:74")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sim server until SIGTERM/SIGINT; returns the exit code (1 = refused config)."""
+    parser = build_parser()
+    a, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    k = a.sim_time_scale
+    if k <= 0:
+        print(f"error: --sim-time-scale {k}: must be > 0 (1 = real time, 20 = 20× faster)", file=sys.stderr)
+        return 2
+    vlog.emit(f"vLLM API server version {VLLM_VERSION} (vllm-dyno sim)", where="api_server.py:1896")
+    vlog.emit(f"non-default args: {_non_default(a, parser)}", where="utils.py:328")
+    if unknown:
+        vlog.emit(f"sim: ignoring options it does not simulate: {' '.join(unknown)}", "WARNING",
+                  where="arg_utils.py:1")
+    try:
+        from app.sim.gpus import cooling_factor
+
+        cooling = cooling_factor(a.sim_cooling, a.sim_gpu_count)
+        if a.sim_gpu_count < 1:
+            raise ValueError(f"--sim-gpu-count {a.sim_gpu_count}: the rig needs at least 1 GPU")
+        if a.data_parallel_size > 1:
+            raise ValueError("sim: --data-parallel-size > 1 is not simulated; run one sim per engine (TP/PP)")
+        cfg = config_from_args(a)
+        plan = ma.plan_rig(cfg, a.sim_gpu, a.sim_gpu_count)
+    except ma.Refusal as r:
+        if r.process == "APIServer":
+            return _fail(r.text, r.where, r.process, r.wrapped)
+        _engine_intro(a, k)
+        if r.after_load:  # memory refusals come after the weights are loaded and the profile run
+            time.sleep(min(r.load_s / k, 30.0))
+            vlog.emit(f"Model loading took {r.weights_gib:.4f} GiB and {r.load_s:.6f} seconds",
+                      process="EngineCore_DP0", where="gpu_model_runner.py:2")
+            if r.available_kv_gib is not None:
+                vlog.emit(f"Available KV cache memory: {r.available_kv_gib:.2f} GiB", process="EngineCore_DP0",
+                          where="gpu_worker.py:298")
+        return _fail(r.text, r.where, r.process, r.wrapped)
+    except (KeyError, LookupError, ValueError) as e:
+        msg = e.args[0] if e.args else str(e)
+        vlog.emit(f"ValueError: {msg}", "ERROR", where="arg_utils.py:1")
+        return 1
+    _engine_intro(a, k)
+    # ---- load: rig seconds scaled by k
+    if plan.tp * plan.pp > 1:
+        vlog.emit("vLLM is using nccl==2.27.3", process="Worker_TP0", where="pynccl.py:70")
+    time.sleep(plan.load_s / k)
+    vlog.emit(f"Model loading took {plan.weights_bytes / ma.GIB:.4f} GiB and {plan.load_s:.6f} seconds",
+              process="EngineCore_DP0", where="gpu_model_runner.py:2")
+    profile_s = 2.0 + 0.5 * plan.tp
+    time.sleep(profile_s / k)
+    vlog.emit(f"Available KV cache memory: {plan.kv_bytes / ma.GIB:.2f} GiB", process="EngineCore_DP0",
+              where="gpu_worker.py:298")
+    vlog.emit(f"GPU KV cache size: {plan.kv_tokens:,} tokens, Maximum concurrency for {plan.max_model_len:,} "
+              f"tokens per request: {plan.max_concurrency:.2f}x", process="EngineCore_DP0", where="kv_cache_utils.py:1")
+    graphs_s = 0.0
+    if not a.enforce_eager:
+        graphs_s = 8.0
+        time.sleep(graphs_s / k)
+        vlog.emit(f"Graph capturing finished in {graphs_s:.0f} secs, took {plan.cuda_graph_bytes / ma.GIB:.2f} GiB",
+                  process="EngineCore_DP0", where="gpu_model_runner.py:3")
+    vlog.emit(f"init engine (profile, create kv cache, warmup model) took {profile_s + graphs_s:.2f} seconds",
+              process="EngineCore_DP0", where="core.py:210")
+    try:
+        return asyncio.run(_serve(a, plan, cooling))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int:
+    from aiohttp import web
+
+    from app.sim.engine import SimEngine
+    from app.sim.gpus import GpuBank
+    from app.sim.http_api import ApiServer
+    from app.sim.metrics import SimMetrics
+
+    k = a.sim_time_scale
+    served = (a.served_model_name or [a.model])[0]
+    steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu)
+    gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
+    gpus.loaded = True
+    metrics = SimMetrics(served, plan.num_blocks, plan.utilization)
+    engine = SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
+                       metrics, k, a.sim_seed)
+    info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
+            "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
+            "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp,
+            "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
+            "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
+            "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
+            "perf": steps.params.as_dict()}
+    api = ApiServer(engine, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"))
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, a.host, a.port, reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        vlog.emit(f"OSError: [Errno {e.errno}] error while attempting to bind on address ('{a.host}', {a.port}): "
+                  f"{e.strerror} (Address already in use)" if e.errno == 98 else f"OSError: {e}", "ERROR")
+        await runner.cleanup()
+        return 1
+    task = asyncio.create_task(engine.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    vlog.emit(f"Starting vLLM API server 0 on http://{a.host}:{a.port}", where="launcher.py:44")
+    vlog.emit("Started server process [%d]" % os.getpid(), where="server.py:1")
+    vlog.emit("Application startup complete.", where="on.py:62")
+    await stop.wait()
+    vlog.emit("Shutting down FastAPI HTTP server.", where="launcher.py:99")
+    engine.stop()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    await runner.shutdown()
+    await runner.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

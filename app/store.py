@@ -1,0 +1,340 @@
+"""SQLite run store: runs, ramp levels, per-request records, telemetry samples, server log.
+
+One file (default :func:`app.paths.runs_db_path`), stdlib :mod:`sqlite3` in WAL mode with
+``synchronous=NORMAL``. Writes are buffered in memory and committed by a background
+flusher every ``flush_interval`` seconds (default 0.5 s), so a crash of the app loses at
+most the last second; reads flush first, so a reader always sees its own writes.
+
+Times: ``t`` columns are seconds on the session clock (:class:`app.clock.SessionClock`,
+``clock.now()``); ``runs.created`` is Unix wall time and ``runs.clock_wall0`` maps the
+session clock to wall time (``wall = clock_wall0 + t``).
+
+Thread-safe: one connection shared under a lock (``check_same_thread=False``).
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    name TEXT NOT NULL DEFAULT '',
+    engine TEXT NOT NULL DEFAULT '',
+    config TEXT,
+    spec TEXT,
+    plan TEXT,
+    capacity TEXT,
+    summary TEXT,
+    status TEXT NOT NULL DEFAULT 'running',
+    clock_wall0 REAL,
+    finished REAL
+);
+CREATE TABLE IF NOT EXISTS levels (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    level REAL NOT NULL,
+    mode TEXT NOT NULL DEFAULT 'concurrency',
+    t_start REAL, t_end REAL,
+    n_measured INTEGER,
+    output_tps REAL, total_tps REAL, rps REAL, goodput_rps REAL,
+    ttft_p50 REAL, ttft_p99 REAL, tpot_p50 REAL, tpot_p99 REAL,
+    itl_p50 REAL, itl_p99 REAL, e2e_p50 REAL, e2e_p99 REAL,
+    failure_rate REAL,
+    stats TEXT NOT NULL,
+    PRIMARY KEY (run_id, idx)
+);
+CREATE TABLE IF NOT EXISTS requests (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    level_idx INTEGER NOT NULL,
+    level REAL NOT NULL,
+    t_start REAL NOT NULL,
+    ttft REAL,
+    e2e REAL,
+    prompt_tokens INTEGER,
+    output_tokens INTEGER,
+    tokens_source TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    chunk_offsets BLOB
+);
+CREATE INDEX IF NOT EXISTS requests_run ON requests(run_id, level_idx);
+CREATE TABLE IF NOT EXISTS server_log (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    stream TEXT NOT NULL,
+    line TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS server_log_run ON server_log(run_id, t);
+CREATE TABLE IF NOT EXISTS samples (
+    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    source TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value REAL
+);
+CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, source, name, t);
+"""
+
+_RUN_JSON = ("config", "spec", "plan", "capacity", "summary")
+_LEVEL_COLS = ("output_tps", "total_tps", "rps", "goodput_rps", "ttft_p50", "ttft_p99", "tpot_p50",
+               "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "failure_rate")
+_REQ_COLS = ("run_id", "level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
+             "tokens_source", "status", "error", "chunk_offsets")
+
+
+def _dumps(v: Any) -> str | None:
+    if v is None:
+        return None
+    if hasattr(v, "model_dump"):
+        v = v.model_dump(mode="json")
+    return json.dumps(v, default=str)
+
+
+def _loads(s: str | None) -> Any:
+    return None if s is None else json.loads(s)
+
+
+class RunStore:
+    """The run database.
+
+    ``path``: SQLite file (created with its parent directory); default
+    :func:`app.paths.runs_db_path`. ``flush_interval``: seconds between background
+    commits of buffered writes. Use as a context manager or call :meth:`close`.
+    Raises :class:`sqlite3.DatabaseError` when ``path`` is not an SQLite database.
+    """
+
+    def __init__(self, path: str | Path | None = None, *, flush_interval: float = 0.5) -> None:
+        if path is None:
+            from app.paths import runs_db_path
+
+            path = runs_db_path()
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        with self._lock:
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        # pending writes: table -> list of row tuples
+        self._pending: dict[str, list[tuple]] = {"samples": [], "server_log": [], "requests": []}
+        self._closed = threading.Event()
+        self._flush_interval = flush_interval
+        self._flusher = threading.Thread(target=self._flush_loop, name="runstore-flush", daemon=True)
+        self._flusher.start()
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Flush pending writes, stop the flusher and close the connection (idempotent)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._flusher.join(timeout=5)
+        with self._lock:
+            self._flush_locked()
+            self._db.close()
+            self._db = None
+
+    def _flush_loop(self) -> None:
+        while not self._closed.wait(self._flush_interval):
+            try:
+                self.flush()
+            except sqlite3.Error:  # pragma: no cover - disk full etc.; retried next tick
+                pass
+
+    def flush(self) -> None:
+        """Commit every buffered write now."""
+        with self._lock:
+            if self._db is not None:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        sql = {
+            "samples": "INSERT INTO samples(run_id, t, source, name, value) VALUES (?,?,?,?,?)",
+            "server_log": "INSERT INTO server_log(run_id, t, stream, line) VALUES (?,?,?,?)",
+            "requests": f"INSERT INTO requests({','.join(_REQ_COLS)}) VALUES ({','.join('?' * len(_REQ_COLS))})",
+        }
+        if not any(self._pending.values()):
+            return
+        self._db.execute("BEGIN")
+        try:
+            for table, rows in self._pending.items():
+                if rows:
+                    self._db.executemany(sql[table], rows)
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        for rows in self._pending.values():
+            rows.clear()
+
+    def _exec(self, sql: str, args: Sequence = ()) -> sqlite3.Cursor:
+        with self._lock:
+            if self._db is None:
+                raise RuntimeError(f"RunStore({self.path}) is closed")
+            self._flush_locked()
+            return self._db.execute(sql, args)
+
+    # ---- runs ------------------------------------------------------------------------
+    def create_run(self, name: str = "", engine: str = "", *, config: Any = None, spec: Any = None,
+                   plan: Any = None, capacity: Any = None, status: str = "running",
+                   clock_wall0: float | None = None, created: float | None = None) -> int:
+        """Insert a run and return its id. JSON fields take dicts or pydantic models.
+
+        ``clock_wall0``: Unix time of the session clock's zero (pass ``clock.wall0``) so
+        stored ``t`` values map to wall time.
+        """
+        cur = self._exec(
+            "INSERT INTO runs(created, name, engine, config, spec, plan, capacity, status, clock_wall0)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
+            (time.time() if created is None else created, name, engine, _dumps(config), _dumps(spec),
+             _dumps(plan), _dumps(capacity), status, clock_wall0))
+        return int(cur.lastrowid)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        """Set run columns (``name``, ``engine``, ``status`` or any JSON field)."""
+        allowed = {"name", "engine", "status", "clock_wall0", "finished", *_RUN_JSON}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"update_run: unknown run field(s) {sorted(bad)}; allowed: {sorted(allowed)}")
+        if not fields:
+            return
+        cols = ", ".join(f"{k}=?" for k in fields)
+        vals = [_dumps(v) if k in _RUN_JSON else v for k, v in fields.items()]
+        self._exec(f"UPDATE runs SET {cols} WHERE id=?", (*vals, run_id))
+
+    def finish_run(self, run_id: int, status: str = "done", *, summary: Any = None, capacity: Any = None) -> None:
+        """Mark a run finished (``done``, ``failed``, ``aborted`` …) and store its summary."""
+        fields: dict[str, Any] = {"status": status, "finished": time.time()}
+        if summary is not None:
+            fields["summary"] = summary
+        if capacity is not None:
+            fields["capacity"] = capacity
+        self.update_run(run_id, **fields)
+
+    def _run_row(self, row: sqlite3.Row | tuple, names: list[str]) -> dict[str, Any]:
+        d = dict(zip(names, row))
+        for k in _RUN_JSON:
+            if k in d:
+                d[k] = _loads(d[k])
+        return d
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        """All runs, newest first: dicts with id, created, name, engine, status, finished, summary."""
+        cur = self._exec("SELECT id, created, name, engine, status, finished, summary FROM runs ORDER BY id DESC")
+        names = [c[0] for c in cur.description]
+        return [self._run_row(r, names) for r in cur.fetchall()]
+
+    def get_run(self, run_id: int) -> dict[str, Any] | None:
+        """One run as a dict (JSON fields decoded), or None when there is no such id."""
+        cur = self._exec("SELECT * FROM runs WHERE id=?", (run_id,))
+        row = cur.fetchone()
+        return None if row is None else self._run_row(row, [c[0] for c in cur.description])
+
+    def delete_run(self, run_id: int) -> bool:
+        """Delete a run and all its rows; returns False when there was no such run."""
+        with self._lock:
+            self._flush_locked()
+            self._db.execute("BEGIN")
+            for t in ("levels", "requests", "server_log", "samples"):
+                self._db.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
+            n = self._db.execute("DELETE FROM runs WHERE id=?", (run_id,)).rowcount
+            self._db.execute("COMMIT")
+        return n > 0
+
+    # ---- samples & log ---------------------------------------------------------------
+    def add_samples(self, run_id: int, rows: Iterable[tuple[float, str, str, float | None]]) -> None:
+        """Buffer telemetry samples ``(t, source, name, value)``; t in session-clock seconds."""
+        new = [(run_id, float(t), s, n, None if v is None else float(v)) for t, s, n, v in rows]
+        with self._lock:
+            self._pending["samples"].extend(new)
+
+    def samples(self, run_id: int, source: str | None = None, name: str | None = None
+                ) -> list[tuple[float, str, str, float | None]]:
+        """Samples of a run in time order, optionally filtered: list of (t, source, name, value)."""
+        sql, args = "SELECT t, source, name, value FROM samples WHERE run_id=?", [run_id]
+        if source is not None:
+            sql += " AND source=?"
+            args.append(source)
+        if name is not None:
+            sql += " AND name=?"
+            args.append(name)
+        return [tuple(r) for r in self._exec(sql + " ORDER BY t", args).fetchall()]
+
+    def add_log_lines(self, run_id: int, rows: Iterable[tuple[float, str, str]]) -> None:
+        """Buffer server log lines ``(t, stream, line)``; stream e.g. 'stdout'/'stderr'."""
+        new = [(run_id, float(t), s, line) for t, s, line in rows]
+        with self._lock:
+            self._pending["server_log"].extend(new)
+
+    def log_lines(self, run_id: int) -> list[tuple[float, str, str]]:
+        """Server log of a run in time order: list of (t, stream, line)."""
+        return [tuple(r) for r in self._exec(
+            "SELECT t, stream, line FROM server_log WHERE run_id=? ORDER BY t, rowid", (run_id,)).fetchall()]
+
+    # ---- ramp results ----------------------------------------------------------------
+    def add_requests(self, run_id: int, records: Iterable[Any]) -> None:
+        """Buffer per-request records.
+
+        Each record is a mapping or an object with attributes ``level_idx, level, t_start,
+        ttft, e2e, prompt_tokens, output_tokens, tokens_source, status, error`` and
+        ``chunk_offsets`` (float32 seconds after ``t_start``, one per streamed chunk; stored
+        as raw little-endian float32 bytes) — :class:`app.loadgen.records.RequestRecord`.
+        """
+        new = []
+        for r in records:
+            get = r.get if isinstance(r, Mapping) else (lambda k, _r=r: getattr(_r, k, None))
+            offs = get("chunk_offsets")
+            blob = None if offs is None else np.asarray(offs, dtype="<f4").tobytes()
+            new.append((run_id, get("level_idx"), get("level"), get("t_start"), get("ttft"), get("e2e"),
+                        get("prompt_tokens"), get("output_tokens"), get("tokens_source"), get("status"),
+                        get("error"), blob))
+        with self._lock:
+            self._pending["requests"].extend(new)
+
+    def requests(self, run_id: int, level_idx: int | None = None) -> list[dict[str, Any]]:
+        """Request records of a run (dicts; ``chunk_offsets`` as a float32 numpy array)."""
+        sql, args = f"SELECT {','.join(_REQ_COLS[1:])} FROM requests WHERE run_id=?", [run_id]
+        if level_idx is not None:
+            sql += " AND level_idx=?"
+            args.append(level_idx)
+        out = []
+        for row in self._exec(sql + " ORDER BY t_start", args).fetchall():
+            d = dict(zip(_REQ_COLS[1:], row))
+            b = d["chunk_offsets"]
+            d["chunk_offsets"] = np.frombuffer(b, dtype="<f4").copy() if b is not None else np.zeros(0, "<f4")
+            out.append(d)
+        return out
+
+    def add_level(self, run_id: int, stats: Any) -> None:
+        """Store (or replace) one level's StepStats (a mapping or a pydantic model with
+        ``idx``, ``level``, ``mode``, ``t_start``, ``t_end``, ``n_measured`` and the figures)."""
+        d = stats.model_dump(mode="json") if hasattr(stats, "model_dump") else dict(stats)
+        cols = ("run_id", "idx", "level", "mode", "t_start", "t_end", "n_measured", *_LEVEL_COLS, "stats")
+        vals = (run_id, d["idx"], d["level"], d.get("mode", "concurrency"), d.get("t_start"), d.get("t_end"),
+                d.get("n_measured"), *(d.get(k) for k in _LEVEL_COLS), json.dumps(d, default=str))
+        self._exec(f"INSERT OR REPLACE INTO levels({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
+
+    def levels(self, run_id: int) -> list[dict[str, Any]]:
+        """The StepStats of a run in level order, as the dicts given to :meth:`add_level`."""
+        rows = self._exec("SELECT stats FROM levels WHERE run_id=? ORDER BY idx", (run_id,)).fetchall()
+        return [json.loads(r[0]) for r in rows]

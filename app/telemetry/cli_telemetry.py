@@ -1,0 +1,140 @@
+"""``vllm-dyno telemetry [--url URL] [--seconds N]``: a live table of GPUs, host and server.
+
+Per GPU: memory used/total, utilization, temperature, power/limit, SM/memory clocks,
+throttle reasons. Host: CPU %, memory. Server (``--url``): running, waiting, KV-cache
+usage, token rates from ``/metrics``, and the server process tree's RSS/CPU (found as
+the process listening on the URL's port, or ``--pgid``/``--pid``). A field a card does
+not report shows ``n/a``; a metric the server does not export shows ``not exported``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import urllib.parse
+
+GiB = 2**30
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("telemetry", help="live table of GPU, host and server figures")
+    p.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000 (scrapes /metrics)")
+    p.add_argument("--seconds", type=float, help="stop after N seconds (default: until Ctrl-C)")
+    p.add_argument("--refresh", type=float, default=1.0, help="seconds between table prints (default 1)")
+    p.add_argument("--gpus", help="GPU indices to read, e.g. 0,1,2,3 (default: all)")
+    p.add_argument("--sim-url", help="read virtual GPUs from a sim rig's /sim/telemetry instead of NVML")
+    p.add_argument("--no-gpu", action="store_true", help="do not read GPUs")
+    p.add_argument("--pgid", type=int, help="server process group (for its RSS/CPU)")
+    p.add_argument("--pid", type=int, help="server root pid (for its RSS/CPU)")
+    p.set_defaults(func=cmd_telemetry)
+
+
+def listening_pid(url: str) -> int | None:
+    """Pid of the local process listening on ``url``'s port, when visible (psutil)."""
+    import psutil
+
+    u = urllib.parse.urlparse(url)
+    if u.hostname not in ("127.0.0.1", "localhost", "::1", "0.0.0.0"):
+        return None
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return c.pid
+    except (psutil.Error, OSError):
+        return None
+    return None
+
+
+def _f(v, fmt: str, na: str = "n/a") -> str:
+    return na if v is None else format(v, fmt)
+
+
+def render(tel, url: str | None) -> str:
+    """The table as text (one frame)."""
+    lines = [f"t = {tel.clock.now():7.1f} s"]
+    g = tel.gpu
+    if g is not None:
+        if not g.status.ok:
+            lines.append(f"GPU: {g.status.message or g.status.state}")
+        else:
+            s = g.session
+            lines.append(f"GPU: driver {s.driver_version or 'n/a'}, CUDA {s.cuda_version or 'n/a'}"
+                         + ("" if s.p2p_ok is None else f", P2P {'yes' if s.p2p_ok else 'no'}"))
+            lines.append(f"{'gpu':>3}  {'memory used/total':>20}  {'util':>5}  {'temp':>5}  {'power/limit W':>14}"
+                         f"  {'SM/mem MHz':>11}  throttle")
+            for i, r in sorted(g.latest.items()):
+                if r.state == "lost":
+                    lines.append(f"{i:>3}  lost: {r.unavailable.get('*', 'GPU is lost')}")
+                    continue
+                mem = (f"{_f(r.memory_used_bytes and r.memory_used_bytes / GiB, '.1f')}/"
+                       f"{_f(r.memory_total_bytes and r.memory_total_bytes / GiB, '.1f')} GiB")
+                lines.append(
+                    f"{i:>3}  {mem:>20}  {_f(r.util_gpu_pct, '.0f') + ('%' if r.util_gpu_pct is not None else ''):>5}"
+                    f"  {_f(r.temp_gpu_c, '.0f') + ('C' if r.temp_gpu_c is not None else ''):>5}"
+                    f"  {_f(r.power_w, '.0f') + '/' + _f(r.power_limit_w, '.0f'):>14}"
+                    f"  {_f(r.clock_sm_mhz, '.0f') + '/' + _f(r.clock_mem_mhz, '.0f'):>11}"
+                    f"  {', '.join(r.throttle) if r.throttle else ('n/a' if r.throttle is None else 'none')}")
+    h = tel.host.latest if tel.host is not None else {}
+    if h:
+        lines.append(f"host: CPU {h['host.cpu_pct']:.0f}%, memory {h['host.memory_used_bytes'] / GiB:.1f} GiB used,"
+                     f" {h['host.memory_available_bytes'] / GiB:.1f} GiB available")
+        if "server.rss_bytes" in h:
+            lines.append(f"server tree: {h['server.processes']:.0f} processes, RSS {h['server.rss_bytes'] / GiB:.2f} GiB,"
+                         f" CPU {h['server.cpu_pct']:.0f}% (100% = one core)")
+    m = tel.metrics
+    if m is not None:
+        lt = m.latest
+        if m.last_error:
+            lines.append(f"server {url}: no metrics ({m.last_error})")
+        elif lt.get("up"):
+            kv = lt.get("kv_cache_usage")
+            lines.append(
+                f"server: running {_f(lt.get('running'), '.0f', 'not exported')}, waiting "
+                f"{_f(lt.get('waiting'), '.0f', 'not exported')}, KV "
+                f"{'not exported' if kv is None else format(kv * 100, '.1f') + '%'}, generation "
+                f"{_f(lt.get('generation_tokens_per_s'), '.1f', '…')} tok/s, prompt "
+                f"{_f(lt.get('prompt_tokens_per_s'), '.1f', '…')} tok/s"
+                + (f", engines {len(lt['engines'])}" if len(lt.get("engines", [])) > 1 else ""))
+        else:
+            lines.append(f"server {url}: waiting for the first scrape")
+    return "\n".join(lines)
+
+
+def cmd_telemetry(a: argparse.Namespace) -> int:
+    from app.telemetry.hub import Telemetry, default_gpu_source
+
+    if a.refresh <= 0:
+        print("error: --refresh must be > 0 seconds", file=sys.stderr)
+        return 2
+    if a.seconds is not None and a.seconds <= 0:
+        print("error: --seconds must be > 0", file=sys.stderr)
+        return 2
+    try:
+        gpus = [int(x) for x in a.gpus.split(",") if x.strip()] if a.gpus else None
+    except ValueError:
+        print(f"error: --gpus {a.gpus!r}: write indices like 0,1,2,3", file=sys.stderr)
+        return 2
+    url = a.url.rstrip("/") if a.url else None
+    if url and not url.startswith(("http://", "https://")):
+        print(f"error: --url {a.url!r}: write a URL like http://127.0.0.1:8000", file=sys.stderr)
+        return 2
+    root_pid = a.pid if a.pid is not None else (listening_pid(url) if url and a.pgid is None else None)
+    src = None if a.no_gpu else default_gpu_source(gpus, a.sim_url, a.pgid)
+    tel = Telemetry(gpu_source=src, metrics_url=url, pgid=a.pgid, root_pid=root_pid)
+    tel.start()
+    t_end = None if a.seconds is None else time.monotonic() + a.seconds
+    tty = sys.stdout.isatty()
+    try:
+        time.sleep(min(a.refresh, 1.0))
+        while True:
+            frame = render(tel, url)
+            print(("\x1b[H\x1b[J" if tty else "") + frame + ("" if tty else "\n"), flush=True)
+            if t_end is not None and time.monotonic() >= t_end:
+                break
+            time.sleep(a.refresh if t_end is None else max(0.0, min(a.refresh, t_end - time.monotonic())))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        tel.stop()
+    return 0

@@ -1,0 +1,122 @@
+"""Series derived from telemetry, per ramp level.
+
+A level span is ``(level, t_start, t_end)``: any label (e.g. the concurrency) and its
+start/end in session-clock seconds. Series are ``(t, values)`` numpy arrays as
+:meth:`SeriesBank.get` returns them (NaN = gap, ignored).
+
+- VRAM headroom per GPU: total − used bytes (the GPU sampler emits it as
+  ``vram_headroom_bytes``; :func:`vram_headroom` for arrays).
+- Energy per output token per level: ∫ Σ_gpus P dt (trapezoid rule over the samples,
+  values at the level's edges interpolated) ÷ tokens generated in the level → J/token.
+- Throttle events per level: onsets of a limiting NVML clock-event reason (thermal,
+  power cap, hardware slowdown, …; idle and application clocks do not count) inside
+  the level, plus one at the level's start when it began throttled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from app.telemetry import throttle
+
+Series = tuple[np.ndarray, np.ndarray]
+LevelSpan = tuple[Any, float, float]
+
+
+def _finite(s: Series) -> Series:
+    t, v = np.asarray(s[0], dtype=float), np.asarray(s[1], dtype=float)
+    ok = np.isfinite(v) & np.isfinite(t)
+    return t[ok], v[ok]
+
+
+def vram_headroom(total: np.ndarray, used: np.ndarray) -> np.ndarray:
+    """Bytes free for growth: ``total − used`` elementwise (same shapes)."""
+    return np.asarray(total, dtype=float) - np.asarray(used, dtype=float)
+
+
+def integrate(series: Series, t0: float, t1: float) -> float | None:
+    """∫ v dt over [t0, t1] (value·seconds) by the trapezoid rule; the series is
+    interpolated at the edges and not extrapolated beyond its first/last sample.
+    None when the series has no point in or around the window."""
+    t, v = _finite(series)
+    if t.size == 0 or t1 <= t0:
+        return None
+    a, b = max(t0, t[0]), min(t1, t[-1])
+    if b < a or (t.size == 1):
+        return None
+    inner = (t > a) & (t < b)
+    tt = np.concatenate(([a], t[inner], [b]))
+    vv = np.concatenate(([np.interp(a, t, v)], v[inner], [np.interp(b, t, v)]))
+    return float(np.sum((tt[1:] - tt[:-1]) * (vv[1:] + vv[:-1]) / 2.0))
+
+
+def counter_delta(series: Series, t0: float, t1: float) -> float | None:
+    """Increase of a cumulative counter between t0 and t1 (interpolated); None without data."""
+    t, v = _finite(series)
+    if t.size < 2 or t1 < t[0] or t0 > t[-1]:
+        return None
+    return float(np.interp(min(t1, t[-1]), t, v) - np.interp(max(t0, t[0]), t, v))
+
+
+def energy_per_token(power_w: Mapping[str, Series], levels: Sequence[LevelSpan], *,
+                     tokens: Mapping[Any, float] | None = None, generation_counter: Series | None = None
+                     ) -> dict[Any, float | None]:
+    """J per output token for each level: ∫ Σ power dt ÷ tokens generated in the level.
+
+    ``power_w``: GPU name → power series (W). Tokens come from ``tokens`` (level → output
+    tokens, e.g. the load generator's count) or else from ``generation_counter``
+    (``vllm:generation_tokens_total`` over time). None for a level without power data
+    or without tokens.
+    """
+    out: dict[Any, float | None] = {}
+    for level, t0, t1 in levels:
+        joules = [integrate(s, t0, t1) for s in power_w.values()]
+        joules = [j for j in joules if j is not None]
+        n = tokens.get(level) if tokens is not None else (
+            counter_delta(generation_counter, t0, t1) if generation_counter is not None else None)
+        out[level] = sum(joules) / n if joules and n else None
+    return out
+
+
+@dataclass(frozen=True)
+class ThrottleEvent:
+    """A GPU started (or entered the level) limited by ``reasons`` at ``t`` (s)."""
+
+    gpu: str
+    t: float
+    reasons: tuple[str, ...]
+    at_level_start: bool = False
+
+
+def throttle_events(masks: Mapping[str, Series], levels: Sequence[LevelSpan]) -> dict[Any, list[ThrottleEvent]]:
+    """Level → throttle events on any GPU, in time order. ``masks``: GPU name →
+    ``throttle_reasons`` series (NVML bitmask as float)."""
+    out: dict[Any, list[ThrottleEvent]] = {level: [] for level, _, _ in levels}
+    for gpu, s in masks.items():
+        t, v = _finite(s)
+        if t.size == 0:
+            continue
+        lim = np.array([throttle.limiting(int(x)) for x in v], dtype=np.int64)
+        for level, t0, t1 in levels:
+            before = np.nonzero(t <= t0)[0]  # the state the level starts in
+            prev = int(lim[before[-1]]) if before.size else 0
+            if prev:
+                out[level].append(ThrottleEvent(gpu, float(t0), tuple(throttle.decode(prev)), True))
+            for i in np.nonzero((t > t0) & (t < t1))[0]:
+                cur = int(lim[i])
+                if cur and cur & ~prev:
+                    out[level].append(ThrottleEvent(gpu, float(t[i]), tuple(throttle.decode(cur))))
+                prev = cur
+    for evs in out.values():
+        evs.sort(key=lambda e: (e.t, e.gpu))
+    return out
+
+
+def gpu_series(bank: Any, name: str, gpus: Iterable[str] | None = None) -> dict[str, Series]:
+    """``{'gpu0': (t, v), …}`` of sample ``name`` from a :class:`SeriesBank`."""
+    keys = [src for src, n in bank.keys() if n == name and src.startswith("gpu")]
+    if gpus is not None:
+        keys = [k for k in keys if k in set(gpus)]
+    return {k: bank.get(k, name) for k in keys}

@@ -1,0 +1,109 @@
+"""Checks beyond the shared cases: version-dependent options and defaults, CPU build,
+seed scenario capacity, fixes that must pass every check."""
+from __future__ import annotations
+
+import pytest
+
+from app.config import ServerConfig
+from app.planner.gpus import cpu_device, gpus_from_hardware, lookup_gpu
+from app.planner.models import from_catalog
+from app.planner.plan import Workload, apply_fix, fix_to_flags, plan
+
+
+def seed(count: int, **kw):
+    cfg = ServerConfig(model="Llama-3-70B", tensor_parallel_size=count, quantization="awq", max_model_len=8192, **kw)
+    return plan(cfg, [lookup_gpu("RTX 5090")] * count, from_catalog("Llama-3-70B"), Workload(512, 128),
+                vllm_version="0.32.0", use_calibration=False)
+
+
+def test_seed_scenario_fits_and_warns_about_p2p():
+    for n in (4, 8):
+        p = seed(n)
+        assert p.verdict == "warn" and p.problem == "no_p2p"
+        assert p.fix == {"env": {"NCCL_P2P_DISABLE": "1"}, "disable_custom_all_reduce": True}
+        assert p.ranks[0].weights_gib == pytest.approx(37.03 / n, rel=0.01)
+        assert p.workload_concurrency == 256  # max_num_seqs, not KV, limits 512+128 requests
+    p4 = seed(4)
+    # PERF-MODEL.md: ≈ 230k KV tokens free at TP4; 30 × 640 need 19k — no OOM at 30 users
+    assert 200_000 < p4.kv_cache_tokens < 280_000
+    fixed = seed(4, env={"NCCL_P2P_DISABLE": "1"}, disable_custom_all_reduce=True)
+    assert fixed.verdict == "ok"
+
+
+def test_swap_space_refused_by_032_accepted_by_010():
+    cfg = ServerConfig(model="Llama-3.1-8B-Instruct", extra_args=["--swap-space", "4"])
+    gpus = [lookup_gpu("H100 SXM")]
+    p = plan(cfg, gpus, from_catalog("Llama-3.1-8B-Instruct"), vllm_version="0.32.0", use_calibration=False)
+    assert p.problem == "option_not_accepted" and p.fix == {"swap_space": None}
+    assert apply_fix(cfg, p.fix).extra_args == []
+    old = plan(cfg, gpus, from_catalog("Llama-3.1-8B-Instruct"), vllm_version="0.10.2", use_calibration=False)
+    assert "option_not_accepted" not in old.problems()
+
+
+def test_default_utilization_follows_version():
+    cfg = ServerConfig(model="m")
+    m = from_catalog("Qwen2.5-7B")
+    assert plan(cfg, [lookup_gpu("RTX 4090")], m, vllm_version="0.10.2").effective.utilization == 0.9
+    assert plan(cfg, [lookup_gpu("RTX 4090")], m).effective.utilization == 0.92  # newest known
+
+
+def test_awq_bf16_only_refused_by_old_versions():
+    cfg = ServerConfig(model="m", quantization="awq", dtype="bfloat16")
+    m = from_catalog("Qwen2.5-7B-Instruct-AWQ")
+    old = plan(cfg, [lookup_gpu("RTX 4090")], m, vllm_version="0.10.2", use_calibration=False)
+    assert old.problem == "dtype_unsupported_by_quantization" and old.fix == {"dtype": "half"}
+    assert plan(cfg, [lookup_gpu("RTX 4090")], m, vllm_version="0.32.0").verdict == "ok"
+
+
+def test_max_model_len_over_model_limit_and_batched_tokens():
+    m = from_catalog("Llama-3-8B")
+    p = plan(ServerConfig(model="m", max_model_len=16384), [lookup_gpu("H100 SXM")], m)
+    assert p.problem == "max_model_len_exceeds_model" and p.fix == {"max_model_len": 8192}
+    p = plan(ServerConfig(model="m", max_num_seqs=4096), [lookup_gpu("RTX 4090")], m)
+    assert "batched_tokens_below_num_seqs" in p.problems()
+    f = next(f for f in p.findings if f.problem == "batched_tokens_below_num_seqs")
+    assert f.fix == {"max_num_batched_tokens": 4096}
+
+
+def test_weights_that_do_not_fit_get_more_cards_not_a_fake_fix():
+    m = from_catalog("Llama-3-70B")  # bf16, 131 GiB
+    p = plan(ServerConfig(model="m"), gpus_from_hardware({"gpu": "H100 SXM", "count": 4}), m)
+    assert p.problem == "no_kv_cache_memory" and p.fix == {"tensor_parallel_size": 2}  # the smallest that fits
+    lone = plan(ServerConfig(model="m"), [lookup_gpu("RTX 4090")], m)
+    assert lone.problem == "no_kv_cache_memory" and lone.fix is None and lone.curve is None
+
+
+def test_quantization_unknown_to_version():
+    m = from_catalog("Llama-3-8B")
+    p = plan(ServerConfig(model="m", quantization="gguf"), [lookup_gpu("RTX 4090")], m, vllm_version="0.33.0")
+    assert p.problem == "quantization_unknown" and p.fix == {"quantization": None}
+
+
+def test_graph_headroom_warning_at_high_utilization():
+    m = from_catalog("Llama-3-8B")
+    p = plan(ServerConfig(model="m", gpu_memory_utilization=0.99), [lookup_gpu("RTX 4090")], m)
+    assert p.verdict == "warn" and p.problem == "cuda_graph_oom_risk"
+    assert p.fix is not None and p.fix["gpu_memory_utilization"] < 0.99
+    eager = plan(ServerConfig(model="m", gpu_memory_utilization=0.99, enforce_eager=True), [lookup_gpu("RTX 4090")], m)
+    assert "cuda_graph_oom_risk" not in eager.problems()
+
+
+def test_cpu_build_kv_tokens_from_kv_space(tiny_model):
+    from app.planner.models import resolve_model
+
+    cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), use_calibration=False)
+    assert p.verdict == "ok"
+    assert p.kv_cache_tokens == 1_048_576  # 1 GiB / 1,024 B per token (VLLM-FACTS.md)
+    assert p.max_concurrency == pytest.approx(1_048_576 / 2048)
+
+
+def test_fix_to_flags():
+    assert fix_to_flags({"env": {"NCCL_P2P_DISABLE": "1"}, "disable_custom_all_reduce": True}) == \
+        "NCCL_P2P_DISABLE=1 --disable-custom-all-reduce"
+    assert fix_to_flags({"max_model_len": 34736}) == "--max-model-len 34736"
+
+
+def test_empty_gpu_list_is_a_clear_error():
+    with pytest.raises(ValueError, match="--gpu"):
+        plan(ServerConfig(model="m"), [], from_catalog("Llama-3-8B"))

@@ -1,0 +1,66 @@
+"""The planner against the real CPU vLLM (shared ``vllm_server``): predicted KV cache
+tokens vs the logged figure, and calibration on a live measured ramp (fit on half the
+levels, predict the other half, report the error per level — run with -s)."""
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from app.planner.calibrate import MeasuredLevel, calibrate_and_save, hardware_fingerprint, level_errors, load_calibration
+from app.planner.compare import compare_launch, compare_ramp
+from app.planner.gpus import cpu_device
+from app.planner.models import resolve_model
+from app.planner.plan import Workload, plan
+
+pytestmark = pytest.mark.e2e
+
+PROMPT, OUTPUT = 32, 64
+
+
+def cpu_plan(server, **kw):
+    cards = [cpu_device(psutil.virtual_memory().total / 2**30, psutil.cpu_count() or 1)]
+    return plan(server.config, cards, resolve_model(server.config.model), Workload(PROMPT, OUTPUT, (1, 2, 4, 8, 16)),
+                vllm_version=server.parser.facts.version, **kw)
+
+
+def test_predicted_kv_tokens_match_the_log(vllm_server):
+    f = vllm_server.parser.facts
+    p = cpu_plan(vllm_server, use_calibration=False)
+    assert f.kv_cache_tokens, "the CPU build logged no KV cache size"
+    assert abs(p.kv_cache_tokens - f.kv_cache_tokens) <= 0.02 * f.kv_cache_tokens
+    cmp = {c.metric: c for c in compare_launch(p, f)}
+    assert abs(cmp["kv_cache_tokens"].error_pct) <= 2.0
+    if "max_concurrency" in cmp:
+        assert abs(cmp["max_concurrency"].error_pct) <= 2.0
+    print(f"\nKV cache tokens: predicted {p.kv_cache_tokens:,}, logged {f.kv_cache_tokens:,}")
+
+
+def test_calibration_on_a_live_ramp(vllm_server, capsys):
+    from app.loadgen.generator import run_ramp
+    from app.loadgen.spec import RampSpec
+
+    spec = RampSpec(url=vllm_server.url, model=vllm_server.config.api_model_name, levels=[1, 2, 4, 8, 16],
+                    step_seconds=6.0, warmup_seconds=1.0, prompt_tokens=PROMPT, output_tokens=OUTPUT,
+                    ignore_eos=True, max_total_seconds=240)
+    res = run_ramp(spec, timeout=300)
+    assert res.status == "done", res.stop_reason
+    measured = [MeasuredLevel(int(s.level), s.output_tps, s.ttft_mean) for s in res.steps if s.n_ok]
+    assert len(measured) == 5
+    p = cpu_plan(vllm_server, use_calibration=False)
+    cap, _ = p.concurrency_for(PROMPT, OUTPUT)
+    assert cap == 8
+    train = [m for m in measured if m.concurrency in (1, 4, 16)]
+    params, path = calibrate_and_save(p.perf, p.cards, train, PROMPT, OUTPUT, cap)
+    before = level_errors(p.perf, measured, PROMPT, OUTPUT, cap)
+    after = compare_ramp(cpu_plan(vllm_server), measured, PROMPT, OUTPUT)  # reuses the saved calibration
+    assert load_calibration(hardware_fingerprint(p.cards)) == params and path.is_file()
+    with capsys.disabled():
+        print(f"\nlive CPU ramp ({PROMPT} in / {OUTPUT} out, max_num_seqs 8), fit on 1/4/16 → {params}")
+        for b, a in zip(before, after):
+            tag = "fit" if b.concurrency in (1, 4, 16) else "predicted"
+            print(f"  c={b.concurrency:>2} measured {b.measured_tps:6.0f} tok/s (TTFT {b.measured_ttft_s * 1e3:6.0f} ms)"
+                  f"  default {b.tps_error_pct:+6.1f} %  calibrated {a.predicted_tps:6.0f} ({a.tps_error_pct:+6.1f} %, "
+                  f"TTFT {a.ttft_error_pct:+6.1f} %) [{tag}]")
+    # other helpers load this 2-core machine at the same time: a loose bound on held-out levels
+    held = [abs(a.tps_error_pct) for a in after if a.concurrency in (2, 8)]
+    assert max(held) < 50

@@ -1,0 +1,261 @@
+"""The sim started through the real Supervisor (engine "sim"): readiness, log facts,
+vLLM's HTTP surface, /metrics, telemetry, and vLLM's failures. No vLLM needed."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.config import ServerConfig
+from app.server.procs import group_members
+from app.server.supervisor import ServerState, Supervisor
+from app.sim import model_adapter as ma
+from app.telemetry.gpu_source import TelemetryDocument
+
+K = 40.0  # time scale for tests
+MODEL = "meta-llama/Meta-Llama-3-70B-Instruct-AWQ"
+CFG = ServerConfig(model=MODEL, served_model_name="llama70", tensor_parallel_size=8, max_num_seqs=64,
+                   max_model_len=4096)
+
+
+def sim_args(gpu="RTX 4090", count=8, k=K, seed=1, extra=()):
+    return ["--sim-gpu", gpu, "--sim-gpu-count", str(count), "--sim-time-scale", str(k), "--sim-seed", str(seed),
+            *extra]
+
+
+def start(cfg: ServerConfig, args: list[str]) -> Supervisor:
+    sup = Supervisor(cfg, engine="sim", sim_args=args, startup_timeout=60, grace=5)
+    sup.start()
+    return sup
+
+
+def stop_and_check(sup: Supervisor) -> None:
+    left = sup.stop()
+    assert left == [], f"sim group survived stop(): {left}"
+    assert group_members(sup.pgid) == []
+
+
+@pytest.fixture(scope="module")
+def sim():
+    sup = start(CFG, sim_args())
+    try:
+        assert sup.wait_ready(60), f"sim not ready: {sup.failure and sup.failure.reason}\n" + "\n".join(sup.log_tail())
+        yield sup
+    finally:
+        stop_and_check(sup)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def _post(url, path, body):
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + path, json=body) as r:
+            return r.status, await r.read()
+
+
+async def _stream(url, path, body):
+    """(status, [decoded data payloads], reads) of one streaming request."""
+    out, reads = [], 0
+    async with aiohttp.ClientSession() as s:
+        async with s.post(url + path, json=body) as r:
+            buf = b""
+            async for chunk in r.content.iter_any():
+                reads += 1
+                buf += chunk
+            for ev in buf.decode().split("\n\n"):
+                if ev.startswith("data: "):
+                    out.append(ev[6:])
+            return r.status, out, reads
+
+
+def test_ready_and_startup_facts_match_the_plan(sim):
+    assert sim.state == ServerState.READY
+    f = sim.parser.facts
+    p = ma.plan_rig(CFG, "RTX 4090", 8)
+    assert f.ready and f.version == "0.32.0"
+    assert f.kv_cache_device == "GPU"
+    assert f.kv_cache_tokens == p.kv_tokens
+    assert f.max_concurrency_tokens_per_request == 4096
+    assert f.max_concurrency == pytest.approx(p.max_concurrency, abs=0.01)
+    assert f.model_loading_gib == pytest.approx(p.weights_bytes / ma.GIB, abs=1e-3)
+    assert f.available_kv_cache_gib == pytest.approx(p.kv_bytes / ma.GIB, abs=0.01)
+    assert f.engine_init_s is not None and f.cuda_graph_gib is not None
+    assert f.non_default_args["tensor_parallel_size"] == 8
+    states = [c.state for c in sim.history]
+    assert states[:3] == [ServerState.STARTING, ServerState.LOADING, ServerState.READY]
+
+
+def test_models_and_sim_info_announce_the_time_scale(sim):
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(sim.url + "/v1/models") as r:
+                models = await r.json()
+            async with s.get(sim.url + "/sim/info") as r:
+                info = await r.json()
+            async with s.get(sim.url + "/health") as r:
+                health = r.status
+        return models, info, health
+
+    models, info, health = run(go())
+    assert health == 200
+    assert models["data"][0]["id"] == "llama70" and models["data"][0]["max_model_len"] == 4096
+    assert info["time_scale"] == K and info["gpu"] == "RTX 4090" and info["gpu_count"] == 8
+    assert info["max_num_seqs"] == 64
+
+
+def test_streaming_completion_with_usage_and_exact_counts(sim):
+    status, events, _ = run(_stream(sim.url, "/v1/completions", {
+        "model": "llama70", "prompt": list(range(300)), "max_tokens": 20, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True}}))
+    assert status == 200
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    tokens = [c for c in chunks if c["choices"]]
+    assert len(tokens) == 20
+    assert tokens[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(c["choices"][0]["finish_reason"] is None for c in tokens[:-1])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == {
+        "prompt_tokens": 300, "total_tokens": 320, "completion_tokens": 20}
+
+
+def test_streaming_chat_and_non_streaming_forms(sim):
+    status, events, _ = run(_stream(sim.url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Say hello to the rig."}], "max_tokens": 5, "ignore_eos": True,
+        "stream": True}))
+    assert status == 200 and events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = [c["choices"][0]["delta"]["content"] for c in chunks[1:]]
+    assert len(content) == 5 and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert all("usage" not in c for c in chunks)  # no include_usage → no usage chunk
+
+    status, body = run(_post(sim.url, "/v1/completions", {"prompt": "one two three", "max_tokens": 7,
+                                                          "ignore_eos": True}))
+    d = json.loads(body)
+    assert status == 200 and d["object"] == "text_completion"
+    assert d["usage"] == {"prompt_tokens": 3, "total_tokens": 10, "completion_tokens": 7}
+    assert len(d["choices"][0]["text"].split()) == 7
+    status, body = run(_post(sim.url, "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "ignore_eos": True}))
+    d = json.loads(body)
+    assert status == 200 and d["choices"][0]["message"]["role"] == "assistant"
+    assert d["usage"]["completion_tokens"] == 4
+
+
+def test_too_long_prompt_is_400_with_vllms_wording(sim):
+    status, body = run(_post(sim.url, "/v1/completions", {"prompt": list(range(5000)), "max_tokens": 10}))
+    assert status == 400
+    msg = json.loads(body)["error"]["message"]
+    assert msg.startswith("This model's maximum context length is 4096 tokens. However, your request has 5000 "
+                          "input tokens.")
+    status, body = run(_post(sim.url, "/v1/completions", {"prompt": list(range(4000)), "max_tokens": 200}))
+    assert status == 400 and "maximum context length is 4096 tokens" in json.loads(body)["error"]["message"]
+    status, body = run(_post(sim.url, "/v1/completions", {"model": "other", "prompt": "x", "max_tokens": 1}))
+    assert status == 404 and "does not exist" in json.loads(body)["error"]["message"]
+
+
+def test_metrics_parse_with_vllm_names_and_types(sim):
+    run(_post(sim.url, "/v1/completions", {"prompt": list(range(64)), "max_tokens": 8, "ignore_eos": True}))
+
+    async def get():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(sim.url + "/metrics") as r:
+                return await r.text()
+
+    fams = {f.name: f for f in text_string_to_metric_families(run(get()))}
+    want = {
+        "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge", "vllm:cache_config_info": "gauge",
+        "vllm:num_preemptions": "counter", "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
+        "vllm:request_success": "counter", "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_queue_time_seconds": "histogram",
+    }
+    for name, typ in want.items():
+        assert name in fams, name
+        assert fams[name].type == typ, (name, fams[name].type)
+    gen = [s for s in fams["vllm:generation_tokens"].samples if s.name.endswith("_total")]
+    assert gen[0].labels == {"model_name": "llama70", "engine": "0"} and gen[0].value >= 8
+    info = fams["vllm:cache_config_info"].samples[0].labels
+    assert info["block_size"] == "16" and int(info["num_gpu_blocks"]) * 16 == sim.parser.facts.kv_cache_tokens
+
+
+def test_telemetry_document_matches_the_telemetry_shape(sim):
+    async def get():
+        async with aiohttp.ClientSession() as s:
+            async with s.get(sim.url + "/sim/telemetry") as r:
+                return await r.text()
+
+    doc = TelemetryDocument.model_validate_json(run(get()))
+    assert doc.status.ok and len(doc.readings) == 8 and len(doc.session.gpus) == 8
+    r0 = doc.readings[0]
+    p = ma.plan_rig(CFG, "RTX 4090", 8)
+    assert r0.name == "NVIDIA GeForce RTX 4090"
+    assert r0.memory_total_bytes == p.card.memory_bytes
+    assert r0.memory_used_bytes >= p.used_bytes_per_rank[0]  # reservation held once loaded
+    assert r0.temp_slowdown_c == 88 and r0.power_limit_w == 450
+    assert r0.processes and r0.processes[0].server
+    assert doc.session.p2p[0][1] == "not_supported"  # GeForce cards: no P2P
+
+
+def test_time_scale_maps_wall_time_to_rig_time(sim):
+    """100 tokens for one user: rig e2e from the model vs wall × k (loose: a loaded machine)."""
+    p = ma.plan_rig(CFG, "RTX 4090", 8)
+    sm = ma.StepModel(p)
+    rig = sm.step_time_prefill(100) + sum(sm.step_time_decode(1, 100 + i) for i in range(99))
+    t = time.monotonic()
+    status, events, _ = run(_stream(sim.url, "/v1/completions", {
+        "prompt": list(range(100)), "max_tokens": 100, "ignore_eos": True, "stream": True}))
+    wall = time.monotonic() - t
+    assert status == 200 and len(events) == 101
+    assert 0.7 * rig <= wall * K <= 2.0 * rig, (wall * K, rig)
+
+
+def _fails_with(cfg: ServerConfig, args: list[str], text: str, code: str | None = None) -> Supervisor:
+    """The sim exits 1 with vLLM's ``text``; the Supervisor is failed and (through the
+    planner's log diagnosis) names the problem ``code``."""
+    sup = start(cfg, args)
+    try:
+        assert sup.wait_done(60), "sim did not exit"
+        assert sup.state == ServerState.FAILED
+        assert any(text in line for line in sup.failure.log_tail), "\n".join(sup.failure.log_tail)
+        assert "exited with code 1" in sup.failure.reason
+        if code is not None:
+            assert f"Diagnosis: {code}" in sup.failure.reason, sup.failure.reason
+        return sup
+    finally:
+        stop_and_check(sup)
+
+
+def test_tp_not_dividing_heads_fails_like_vllm():
+    _fails_with(ServerConfig(model=MODEL, tensor_parallel_size=3), sim_args(count=4),
+                "ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3).",
+                "tp_not_divisor_of_heads")
+
+
+def test_world_size_larger_than_gpus_fails_like_vllm():
+    _fails_with(ServerConfig(model=MODEL, tensor_parallel_size=8), sim_args(count=4),
+                "ValueError: World size (8) is larger than the number of available GPUs (4) in this node.",
+                "not_enough_gpus")
+
+
+def test_no_memory_for_cache_blocks_fails_like_vllm():
+    _fails_with(ServerConfig(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilization=0.6),
+                sim_args(count=1), "ValueError: No available memory for the cache blocks.", "no_kv_cache_memory")
+
+
+def test_context_too_long_for_kv_fails_like_vllm():
+    sup = _fails_with(ServerConfig(model="Qwen/Qwen2.5-32B-Instruct-AWQ"), sim_args(count=1),
+                      "To serve at least one request with the models's max seq len (32768)",
+                      "context_exceeds_kv_cache")
+    assert sup.parser.facts.available_kv_cache_gib is not None
+
+
+def test_unknown_gpu_names_the_catalog():
+    _fails_with(ServerConfig(model=MODEL), sim_args(gpu="RTX 9999", count=1), "GPU 'RTX 9999' is not in the catalog")

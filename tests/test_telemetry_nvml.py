@@ -1,0 +1,224 @@
+"""GPU sampling through NVML: the cases in shared/cases/nvml/ and a pynvml-shaped double."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+
+import pynvml
+import pytest
+import yaml
+
+from app.telemetry import throttle
+from app.telemetry.gpu_sampler import GpuSampler, reading_samples
+from app.telemetry.gpu_source import GpuSource
+from app.telemetry.nvml_double import FUNCTIONS, FakeGpu, NvmlDouble
+from app.telemetry.nvml_source import NvmlSource
+from app.telemetry.series import SeriesBank
+from tests.conftest import CASES
+
+NVML_CASES = sorted((CASES / "nvml").glob("*.yaml"))
+
+
+def double_from_case(case: dict) -> NvmlDouble:
+    gpus = []
+    for d in case["devices"]:
+        g = FakeGpu(d["index"], raises=dict(d.get("raises", {})), returns=dict(d.get("returns", {})))
+        if d.get("returns", {}).get("nvmlDeviceGetMigMode"):
+            g.mig = tuple(d["returns"]["nvmlDeviceGetMigMode"])
+        gpus.append(g)
+    return NvmlDouble(gpus)
+
+
+def test_double_is_shaped_like_pynvml():
+    d = NvmlDouble(1)
+    for fn in FUNCTIONS:
+        assert callable(getattr(pynvml, fn)), fn
+    assert d.NVMLError_NotSupported is pynvml.NVMLError_NotSupported
+    assert d.NVML_TEMPERATURE_GPU == pynvml.NVML_TEMPERATURE_GPU
+    assert isinstance(NvmlSource(nvml=d), GpuSource)
+
+
+@pytest.mark.parametrize("path", NVML_CASES, ids=[p.stem for p in NVML_CASES])
+def test_nvml_case(path, caplog):
+    case = yaml.safe_load(path.read_text())
+    exp = case["expect"]
+    nv = double_from_case(case)
+    src = NvmlSource(nvml=nv)
+    assert src.open().ok
+    rounds = [src.read() for _ in range(6)]  # no exception (expect.no_exception)
+    last = {r.index: r for r in rounds[-1]}
+    for key, want in exp.items():
+        if not key.startswith("gpu"):
+            continue
+        r = last[int(key[3:])]
+        for field, val in want.items():
+            if field == "state":
+                assert r.state == val
+            elif field == "utilization":
+                assert val == "not_available"
+                assert r.util_gpu_pct is None and r.util_memory_pct is None
+                assert "util_gpu_pct" in r.unavailable
+            else:
+                assert val == "not_available"
+                assert getattr(r, field) is None, field  # never 0
+                assert field in r.unavailable
+    if exp.get("others_keep_updating"):
+        nv.gpus[0].power_mw = 123_000
+        assert {r.index: r for r in src.read()}[0].power_w == 123.0
+    if exp.get("unsupported_fields_not_retried_every_tick"):
+        for (fn, idx), want_raise in ((k, v) for d in case["devices"] for k, v in
+                                      [((fn, d["index"]), e) for fn, e in d.get("raises", {}).items()]):
+            if fn == "nvmlDeviceGetHandleByIndex":
+                assert nv.calls[(fn, idx)] <= 2  # once at open, at most one re-probe
+            else:
+                assert nv.calls[(fn, idx)] == 1, (fn, idx)
+    # samples: a field that is not available yields no sample, never 0
+    samples = reading_samples(1.0, last[1])
+    assert not [s for s in samples if s.name in ("power_w", "fan_pct")]
+
+
+@pytest.mark.parametrize("path", NVML_CASES, ids=[p.stem for p in NVML_CASES])
+def test_nvml_case_init_failures(path, caplog):
+    case = yaml.safe_load(path.read_text())
+    for fail in case.get("init_failures", []):
+        nv = NvmlDouble(2, init_raises=fail["raises"])
+        sampler = GpuSampler(NvmlSource(nvml=nv), interval=0.01)
+        seen = []
+        sampler.on_status(seen.append)
+        with caplog.at_level(logging.WARNING):
+            sampler.start()
+            sampler._thread.join(5)
+        assert not sampler.running, "the sampler stops when NVML cannot start"
+        assert len(seen) == 1 and not seen[0].ok  # reported once
+        msg = seen[0].message
+        if fail["raises"] == "NVMLError_LibraryNotFound":
+            assert seen[0].state == "no_driver" and "no NVIDIA driver found" in msg
+        elif fail["raises"] == "NVMLError_LibRmVersionMismatch":
+            assert seen[0].state == "driver_mismatch"
+            assert "driver and library versions differ: reboot or reload the module" in msg
+        assert "Traceback" not in caplog.text
+        assert sum(msg in r.getMessage() for r in caplog.records) == 1
+        caplog.clear()
+
+
+def test_eight_gpus_all_fields_and_session_facts():
+    nv = NvmlDouble(8)
+    nv.gpus[5].temp_memory = 71
+    nv.gpus[5].throttle = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    nv.gpus[2].processes = [(os.getpid(), 3 * 2**30), (999_999_999, None)]
+    src = NvmlSource(nvml=nv, server_pgid=os.getpgid(0))
+    assert src.open().ok
+    info = src.session_info()
+    assert info.driver_version == "550.54.15" and info.cuda_version == "12.4"
+    assert len(info.gpus) == 8 and info.gpus[0].compute_capability == (8, 9)
+    assert info.p2p[0][1] == "gpu_not_supported" and info.p2p[0][0] is None and info.p2p_ok is False
+    assert info.topology[1][0] == "hostbridge"
+    rs = src.read()
+    assert [r.index for r in rs] == list(range(8))
+    r = rs[5]
+    assert r.temp_memory_c == 71.0 and rs[0].temp_memory_c is None and "temp_memory_c" in rs[0].unavailable
+    assert r.throttle == ["power cap", "thermal (hardware)"]
+    assert r.power_w == 30.0 and r.power_limit_w == 450.0 and r.fan_pct == 30.0
+    assert r.memory_total_bytes == 24 * 2**30 and r.vram_headroom_bytes == 23 * 2**30
+    assert r.temp_slowdown_c == 90.0 and r.temp_shutdown_c == 95.0
+    assert r.clock_sm_mhz == 210.0 and r.clock_mem_mhz == 405.0
+    assert r.uuid.startswith("GPU-") and r.pci_bus_id == "00000000:1D:00.0" and r.name.startswith("NVIDIA")
+    # PCIe is read for one card per round (≈20 ms per call on real cards)
+    assert sum(v for (fn, _), v in nv.calls.items() if fn == "nvmlDeviceGetPcieThroughput") == 2
+    for _ in range(7):
+        src.read()
+    assert all(r.pcie_tx_bytes_per_s == 1000 * 1024.0 for r in src.read())
+    procs = rs[2].processes
+    assert procs[0].server is True and procs[0].used_memory_bytes == 3 * 2**30
+    assert procs[1].server is False and procs[1].used_memory_bytes is None
+    src.close()
+    assert nv.initialized is False
+
+
+def test_gpu_lost_mid_run_and_back():
+    now = [0.0]
+    nv = NvmlDouble(4)
+    src = NvmlSource(nvml=nv, lost_retry_s=10.0, monotonic=lambda: now[0])
+    sampler = GpuSampler(src)
+    assert sampler.open()
+    bank = SeriesBank()
+    bank(sampler.tick())
+    nv.lose(2)
+    out = sampler.tick()
+    assert sampler.latest[2].state == "lost" and sampler.latest[3].state == "ok"
+    gpu2 = {s.name: s.value for s in out if s.source == "gpu2"}
+    assert gpu2["lost"] == 1.0 and math.isnan(gpu2["power_w"])  # a gap, not 0
+    calls = nv.calls[("nvmlDeviceGetHandleByIndex", 2)]
+    for _ in range(5):
+        sampler.tick()
+    assert nv.calls[("nvmlDeviceGetHandleByIndex", 2)] == calls  # not probed every tick
+    assert nv.calls[("nvmlDeviceGetPowerUsage", 3)] >= 7  # others keep updating
+    nv.recover(2)
+    now[0] = 11.0
+    sampler.tick()
+    assert sampler.latest[2].state == "ok" and sampler.latest[2].power_w == 30.0
+
+
+def test_mig_card_refuses_utilization():
+    nv = NvmlDouble([FakeGpu(0, mig=(1, 1), raises={"nvmlDeviceGetUtilizationRates": "NVMLError_NotSupported"})])
+    src = NvmlSource(nvml=nv)
+    src.open()
+    r = src.read()[0]
+    assert r.mig_mode is True and r.util_gpu_pct is None and r.unavailable["util_memory_pct"] == "not supported"
+    assert src.session_info().gpus[0].mig_mode is True
+
+
+def test_transient_error_is_retried_next_tick():
+    nv = NvmlDouble([FakeGpu(0, raises={"nvmlDeviceGetTemperature": "NVMLError_Unknown"})])
+    src = NvmlSource(nvml=nv)
+    src.open()
+    assert src.read()[0].temp_gpu_c is None
+    del nv.gpus[0].raises["nvmlDeviceGetTemperature"]
+    assert src.read()[0].temp_gpu_c == 35.0
+
+
+def test_no_gpu_and_bad_selection():
+    assert NvmlSource(nvml=NvmlDouble(0)).open().state == "no_gpu"
+    st = NvmlSource([0, 9], nvml=NvmlDouble(2)).open()
+    assert st.state == "error" and "9" in st.message and "2 GPU" in st.message
+    st = NvmlSource([1], nvml=NvmlDouble(2))
+    st.open()
+    assert [r.index for r in st.read()] == [1]
+
+
+def test_real_pynvml_without_driver_is_a_clear_state():
+    """This machine has no NVIDIA driver: the real module must give a state, not an exception."""
+    try:
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        pytest.skip("an NVIDIA driver is present here")
+    except pynvml.NVMLError:
+        pass
+    st = NvmlSource().open()
+    assert st.state in ("no_driver", "driver_mismatch", "no_permission", "error") and st.message
+
+
+def test_sampler_thread_runs_and_stops():
+    nv = NvmlDouble(8)
+    sampler = GpuSampler(NvmlSource(nvml=nv), interval=0.05)
+    bank = SeriesBank()
+    sampler.subscribe(bank)
+    sampler.start()
+    deadline = time.monotonic() + 10
+    while sampler.rounds < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sampler.stop()
+    assert not sampler.running and sampler.rounds >= 3
+    t, v = bank.get("gpu7", "power_w")
+    assert len(t) >= 3 and (v == 30.0).all() and (t[1:] > t[:-1]).all()
+    assert bank.last("gpu0", "vram_headroom_bytes")[1] == 23 * 2**30
+    assert nv.initialized is False  # nvmlShutdown on stop
+
+
+def test_throttle_decode():
+    assert throttle.decode(None) is None
+    assert throttle.decode(0) == []
+    assert throttle.decode(0x4 | 0x40 | 0x10000) == ["power cap", "thermal (hardware)", "bit 0x10000"]
+    assert throttle.limiting(0x1 | 0x2) == 0 and throttle.limiting(0x8 | 0x1) == 0x8

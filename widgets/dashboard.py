@@ -1,0 +1,272 @@
+"""The live dashboard: six pyqtgraph plots on the session clock, level boundaries marked.
+
+Throughput (client output tok/s, concurrency level as a step line on a second axis),
+latency (TTFT and TPOT p50/p99, ms), VRAM per GPU (GiB, total dashed) with the
+server's KV-cache usage (%) on a second axis, temperature per GPU (°C, slowdown
+threshold dashed), power per GPU (W), running and waiting requests. Data come from
+ring buffers (:class:`app.telemetry.series.SeriesBank` and
+:class:`widgets.live_series.ClientSeries`); a QTimer redraws at ≤ 20 Hz with
+clip-to-view and peak downsampling; unchanged series are not redrawn.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+GIB = 2**30
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+           "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
+
+#: per-GPU plots: plot key → (sample name, scale to display units)
+GPU_SERIES = {"vram": ("memory_used_bytes", 1 / GIB), "temp": ("temp_gpu_c", 1.0), "power": ("power_w", 1.0)}
+
+
+def gpu_color(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+class _TwinAxis:
+    """A second y axis (right) sharing the plot's x axis."""
+
+    def __init__(self, plot: pg.PlotItem, label: str) -> None:
+        self.vb = pg.ViewBox()
+        plot.showAxis("right")
+        plot.scene().addItem(self.vb)
+        plot.getAxis("right").linkToView(self.vb)
+        plot.getAxis("right").setLabel(label)
+        self.vb.setXLink(plot)
+        self.plot = plot
+        plot.vb.sigResized.connect(self._sync)
+        self._sync()
+
+    def _sync(self) -> None:
+        self.vb.setGeometry(self.plot.vb.sceneBoundingRect())
+        self.vb.linkedViewChanged(self.plot.vb, self.vb.XAxis)
+
+
+class Dashboard(QWidget):
+    """``bank_fn()`` returns the current SeriesBank, ``client_fn()`` the ClientSeries,
+    ``now_fn()`` session seconds. :meth:`start` / :meth:`stop` the redraw timer."""
+
+    def __init__(self, bank_fn: Callable, client_fn: Callable, now_fn: Callable[[], float],
+                 hz: float = 10.0, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.bank_fn, self.client_fn, self.now_fn = bank_fn, client_fn, now_fn
+        v = QVBoxLayout(self)
+        v.setContentsMargins(0, 0, 0, 0)
+        self.glw = pg.GraphicsLayoutWidget()
+        v.addWidget(self.glw)
+        self.plots: dict[str, pg.PlotItem] = {}
+        spec = [("throughput", "Throughput", "output tok/s"), ("latency", "Latency", "ms"),
+                ("vram", "VRAM used per GPU", "GiB"), ("temp", "GPU temperature", "°C"),
+                ("power", "GPU power", "W"), ("requests", "Server requests (/metrics)", "requests")]
+        first = None
+        for i, (key, title, unit) in enumerate(spec):
+            p = self.glw.addPlot(row=i // 2, col=i % 2)
+            p.setTitle(title, size="10pt")
+            p.setLabel("left", unit)
+            p.setLabel("bottom", "session time", units="s")
+            p.showGrid(x=True, y=True, alpha=0.2)
+            p.setClipToView(True)
+            p.setDownsampling(auto=True, mode="peak")
+            p.getAxis("left").setWidth(52)
+            if first is None:
+                first = p
+            else:
+                p.setXLink(first)
+            self.plots[key] = p
+        self.legends = {k: self.plots[k].addLegend(offset=(6, 4), labelTextSize="8pt", colCount=1 if k in
+                                                   ("throughput", "latency", "requests") else 4,
+                                                   brush=pg.mkBrush(255, 255, 255, 200))
+                        for k in self.plots}
+        tp = self.plots["throughput"]
+        self.tps_curve = tp.plot([], [], pen=pg.mkPen("#1f77b4", width=2), name="output tok/s (client)")
+        self.level_axis = _TwinAxis(tp, "concurrency")
+        self.level_curve = pg.PlotCurveItem([], [], stepMode="center", pen=pg.mkPen("#888", width=1.5,
+                                                                                   style=Qt.DashLine))
+        self.level_axis.vb.addItem(self.level_curve)
+        self.legends["throughput"].addItem(self.level_curve, "concurrency level (right)")
+        lp = self.plots["latency"]
+        lp.setLogMode(y=True)
+        self.lat_curves = {
+            "ttft_p50": lp.plot([], [], pen=pg.mkPen("#2ca02c", width=1.5), name="TTFT p50"),
+            "ttft_p99": lp.plot([], [], pen=pg.mkPen("#2ca02c", width=2, style=Qt.DashLine), name="TTFT p99"),
+            "tpot_p50": lp.plot([], [], pen=pg.mkPen("#9467bd", width=1.5), name="TPOT p50"),
+            "tpot_p99": lp.plot([], [], pen=pg.mkPen("#9467bd", width=2, style=Qt.DashLine), name="TPOT p99"),
+        }
+        vp = self.plots["vram"]
+        self.vram_total = vp.plot([], [], pen=pg.mkPen("#444", width=1, style=Qt.DashLine), name="total")
+        self.kv_axis = _TwinAxis(vp, "KV cache %")
+        self.kv_axis.vb.setYRange(0, 100)
+        self.kv_curve = pg.PlotCurveItem([], [], pen=pg.mkPen("#000", width=1.5, style=Qt.DotLine))
+        self.kv_axis.vb.addItem(self.kv_curve)
+        self.legends["vram"].addItem(self.kv_curve, "KV cache % (right)")
+        self.slowdown_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#d62728", style=Qt.DashLine),
+                                             label="slowdown {value:.0f} °C",
+                                             labelOpts={"position": 0.1, "color": "#d62728"})
+        self.plots["temp"].addItem(self.slowdown_line)
+        self.slowdown_line.hide()
+        self.power_limit_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#d62728", style=Qt.DotLine),
+                                                label="limit {value:.0f} W",
+                                                labelOpts={"position": 0.1, "color": "#d62728"})
+        self.plots["power"].addItem(self.power_limit_line)
+        self.power_limit_line.hide()
+        rp = self.plots["requests"]
+        self.req_curves = {"running": rp.plot([], [], pen=pg.mkPen("#1f77b4", width=2), name="running"),
+                           "waiting": rp.plot([], [], pen=pg.mkPen("#ff7f0e", width=2), name="waiting")}
+        self.gpu_curves: dict[tuple[str, str], pg.PlotDataItem] = {}
+        self.boundaries: list[tuple[float, float]] = []
+        self._boundary_items: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._seen: dict[tuple[str, str], float] = {}
+        self._client_version = -1
+        self.frame_costs: list[float] = []
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / min(20.0, max(1.0, hz))))
+        self.timer.timeout.connect(self.refresh)
+
+    # ------------------------------------------------------------------ control
+    def start(self) -> None:
+        self.timer.start()
+
+    def stop(self) -> None:
+        self.timer.stop()
+
+    def reset(self) -> None:
+        """Forget everything drawn (a new launch)."""
+        for key, c in list(self.gpu_curves.items()):
+            self.plots[self._plot_of(key[1])].removeItem(c)
+        self.gpu_curves.clear()
+        self._seen.clear()
+        for p, line in self._boundary_items:
+            p.removeItem(line)
+        self._boundary_items.clear()
+        self.boundaries = []
+        self._client_version = -1
+        for c in [self.tps_curve, self.vram_total, *self.lat_curves.values(), *self.req_curves.values()]:
+            c.setData([], [])
+        self.level_curve.setData([], [])
+        self.kv_curve.setData([], [])
+        self.slowdown_line.hide()
+        self.power_limit_line.hide()
+
+    @staticmethod
+    def _plot_of(name: str) -> str:
+        for k, (n, _) in GPU_SERIES.items():
+            if n == name:
+                return k
+        raise KeyError(name)
+
+    # ------------------------------------------------------------------ drawing
+    def refresh(self, force: bool = False) -> None:
+        """One frame (timer slot): redraw series that changed. Skipped while hidden."""
+        if not force and not self.isVisible():
+            return
+        t0 = time.perf_counter()
+        self._draw_telemetry(self.bank_fn())
+        self._draw_client(self.client_fn())
+        self.frame_costs.append(time.perf_counter() - t0)
+        if len(self.frame_costs) > 10000:
+            del self.frame_costs[:5000]
+
+    def _changed(self, bank, src: str, name: str) -> bool:
+        last = bank.last(src, name)
+        if last is None:
+            return False
+        if self._seen.get((src, name)) == last[0]:
+            return False
+        self._seen[(src, name)] = last[0]
+        return True
+
+    def _draw_telemetry(self, bank) -> None:
+        if bank is None:
+            return
+        gpus = sorted({s for s, _ in bank.keys() if s.startswith("gpu") and s[3:].isdigit()}, key=lambda s: int(s[3:]))
+        for src in gpus:
+            i = int(src[3:])
+            for plot_key, (name, scale) in GPU_SERIES.items():
+                if not self._changed(bank, src, name):
+                    continue
+                key = (src, name)
+                c = self.gpu_curves.get(key)
+                if c is None:
+                    c = self.plots[plot_key].plot([], [], pen=pg.mkPen(gpu_color(i), width=1.5), name=f"GPU {i}")
+                    c.setClipToView(True)
+                    self.gpu_curves[key] = c
+                t, val = bank.get(src, name)
+                c.setData(t, val * scale, connect="finite")
+        if gpus:
+            g0 = gpus[0]
+            if self._changed(bank, g0, "memory_total_bytes"):
+                t, val = bank.get(g0, "memory_total_bytes")
+                self.vram_total.setData(t, val / GIB, connect="finite")
+            last = bank.last(g0, "temp_slowdown_c")
+            if last is not None and last[1] == last[1]:
+                self.slowdown_line.setValue(last[1])
+                self.slowdown_line.show()
+            last = bank.last(g0, "power_limit_w")
+            if last is not None and last[1] == last[1]:
+                self.power_limit_line.setValue(last[1])
+                self.power_limit_line.show()
+        for name, c in self.req_curves.items():
+            if self._changed(bank, "metrics", name):
+                t, val = bank.get("metrics", name)
+                c.setData(t, val, connect="finite")
+        if self._changed(bank, "metrics", "kv_cache_usage"):
+            t, val = bank.get("metrics", "kv_cache_usage")
+            ok = np.isfinite(val)
+            self.kv_curve.setData(t[ok], val[ok] * 100.0)
+
+    def _draw_client(self, client) -> None:
+        if client is None:
+            return
+        now = self.now_fn()
+        snap = client.snapshot(now)
+        if len(snap.tps_t) != len(self.tps_curve.xData if self.tps_curve.xData is not None else []):
+            self.tps_curve.setData(snap.tps_t, snap.tps)
+        if snap.levels.size:
+            self.level_curve.setData(snap.level_edges, snap.levels)
+            self.level_axis.vb.setYRange(0, float(snap.levels.max()) * 1.1)
+        else:
+            self.level_curve.setData([], [])
+        if snap.lat_t.size:
+            ms = 1000.0
+            for key, arr in (("ttft_p50", snap.ttft_p50), ("ttft_p99", snap.ttft_p99),
+                             ("tpot_p50", snap.tpot_p50), ("tpot_p99", snap.tpot_p99)):
+                ok = np.isfinite(arr) & (arr > 0)
+                self.lat_curves[key].setData(snap.lat_t[ok], arr[ok] * ms)
+        else:
+            for c in self.lat_curves.values():
+                c.setData([], [])
+        if snap.boundaries != self.boundaries:
+            self._set_boundaries(snap.boundaries)
+
+    def _set_boundaries(self, bounds: list[tuple[float, float]]) -> None:
+        for p, line in self._boundary_items:
+            p.removeItem(line)
+        self._boundary_items = []
+        for t, level in bounds:
+            for key, p in self.plots.items():
+                line = pg.InfiniteLine(pos=t, angle=90, pen=pg.mkPen("#999", width=1, style=Qt.DotLine),
+                                       label=f"{level:g}" if key == "throughput" else None,
+                                       labelOpts={"position": 0.95, "color": "#666"})
+                p.addItem(line, ignoreBounds=True)
+                self._boundary_items.append((p, line))
+        self.boundaries = list(bounds)
+
+    def plots_with_data(self) -> dict[str, bool]:
+        """Plot key → whether any of its curves holds data (for tests and the UI)."""
+        out = {}
+        for key, p in self.plots.items():
+            items = [c for c in p.listDataItems()]
+            if key == "throughput":
+                items.append(self.level_curve)
+            if key == "vram":
+                items.append(self.kv_curve)
+            out[key] = any(c.xData is not None and len(c.xData) > 0 for c in items
+                           if hasattr(c, "xData"))
+        return out

@@ -1,0 +1,69 @@
+"""The banner shown when a launch fails: the explanation, the supporting log lines and
+**Apply fix** (the planner's diagnosis, :func:`app.planner.diagnose.diagnose`)."""
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
+
+
+class DiagnosisBanner(QFrame):
+    """Hidden until :meth:`show_failure`. ``apply_fix(dict)`` when the user presses it."""
+
+    apply_fix = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setObjectName("diagnosisBanner")
+        self.setStyleSheet("#diagnosisBanner { background:#fde4e4; border:1px solid #a61b1b; border-radius:4px; }")
+        v = QVBoxLayout(self)
+        v.setContentsMargins(8, 6, 8, 6)
+        top = QHBoxLayout()
+        self.title = QLabel()
+        self.title.setWordWrap(True)
+        self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        top.addWidget(self.title, 1)
+        self.fix_btn = QPushButton("Apply fix")
+        self.fix_btn.setObjectName("applyDiagnosisFix")
+        self.fix_btn.clicked.connect(self._apply)
+        self.close_btn = QPushButton("Dismiss")
+        self.close_btn.clicked.connect(self.hide)
+        top.addWidget(self.fix_btn)
+        top.addWidget(self.close_btn)
+        v.addLayout(top)
+        self.evidence = QLabel()
+        self.evidence.setWordWrap(True)
+        self.evidence.setTextFormat(Qt.RichText)
+        self.evidence.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        v.addWidget(self.evidence)
+        self.diagnosis: Any = None
+        self.hide()
+
+    def show_failure(self, reason: str, diagnosis: Any | None) -> None:
+        """``reason``: the supervisor's one-line failure; ``diagnosis``: a Diagnosis or None."""
+        self.diagnosis = diagnosis
+        first = reason.splitlines()[0] if reason else "the server failed"
+        if diagnosis is None:
+            self.title.setText(f"<b>Launch failed.</b> {html.escape(first)}")
+            self.evidence.setText("No known cause found in the log; see the Log tab.")
+            self.fix_btn.hide()
+        else:
+            self.title.setText(f"<b>Launch failed — {html.escape(diagnosis.problem)}.</b> "
+                               f"{html.escape(diagnosis.explanation)}")
+            ev = "<br>".join(f"<code>{html.escape(l.strip()[:300])}</code>" for l in diagnosis.evidence[:4])
+            self.evidence.setText(ev or html.escape(first))
+            if diagnosis.fix:
+                from app.planner.plan import fix_to_flags
+
+                self.fix_btn.setToolTip(f"Change the form: {fix_to_flags(diagnosis.fix)}")
+                self.fix_btn.show()
+            else:
+                self.fix_btn.hide()
+        self.show()
+
+    def _apply(self) -> None:
+        if self.diagnosis is not None and self.diagnosis.fix:
+            self.apply_fix.emit(dict(self.diagnosis.fix))
+            self.hide()

@@ -1,0 +1,324 @@
+"""The live plan next to the form: per-GPU memory bars, KV tokens and concurrency, the
+predicted throughput curve, and the verdict with each problem's sentence and an
+**Apply fix** button. :class:`PlanRunner` re-plans (debounced, off the GUI thread) as the
+user types; the planner itself is :func:`app.planner.plan.plan`.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtCore import QObject, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtWidgets import (QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
+                               QVBoxLayout, QWidget)
+
+from widgets.tasks import run_in_background
+
+log = logging.getLogger(__name__)
+
+#: memory segments: (label, colour)
+SEGMENTS = [("Other processes", "#6b6b6b"), ("Weights", "#3b6fb6"), ("Activations", "#e8912d"),
+            ("Non-torch", "#b08fc7"), ("KV cache", "#4aa564"), ("CUDA graphs", "#8e44ad"), ("Headroom", "#d9d9d9")]
+VERDICT_STYLE = {"ok": ("#1e7b34", "#e3f4e6", "Fits — no problem found"),
+                 "warn": ("#8a5a00", "#fff4d6", "Will run, with warnings"),
+                 "error": ("#a61b1b", "#fde4e4", "Will not start as configured"),
+                 "none": ("#555", "#eeeeee", "No plan")}
+
+
+@dataclass
+class PlanInputs:
+    """What a plan needs, captured on the GUI thread. ``readings``: NVML GpuReadings."""
+
+    config: Any
+    engine: str
+    sim_gpu: str
+    sim_count: int
+    readings: list
+    prompt_tokens: int
+    output_tokens: int
+    levels: tuple[int, ...] | None
+    vllm_version: str | None
+
+
+def compute_plan(inp: PlanInputs):
+    """Run the planner for ``inp`` (background thread). Returns the Plan; raises the
+    planner's lookup errors (unknown model/GPU) and ValueError."""
+    from app.planner.gpus import GIB, cpu_device, resolve_gpu
+    from app.planner.models import resolve_model
+    from app.planner.plan import Workload, plan
+
+    cfg = inp.config
+    model = resolve_model(cfg.model)
+    if inp.engine == "sim":
+        gpus = [resolve_gpu(inp.sim_gpu)] * max(1, inp.sim_count)
+    elif inp.readings:
+        sel = set(cfg.gpus) if cfg.gpus is not None else {r.index for r in inp.readings}
+        gpus = [resolve_gpu(r.name or "GPU", (r.memory_total_bytes or 0) / GIB or None,
+                            busy_gib=(r.memory_used_bytes or 0) / GIB) for r in inp.readings if r.index in sel]
+    else:  # the CPU build of vLLM: the host is the device
+        import psutil
+
+        space = cfg.env.get("VLLM_CPU_KVCACHE_SPACE")
+        gpus = [cpu_device(psutil.virtual_memory().total / GIB, os.cpu_count() or 2)]
+        del space
+    wl = Workload(inp.prompt_tokens, inp.output_tokens, inp.levels)
+    try:
+        return plan(cfg, gpus, model, wl, inp.vllm_version)
+    except ImportError:  # no calibration module in this build
+        return plan(cfg, gpus, model, wl, inp.vllm_version, use_calibration=False)
+
+
+class PlanRunner(QObject):
+    """Debounced re-planning: :meth:`request` with a zero-argument callable returning
+    PlanInputs (or raising ValueError for a form error). Emits ``planned(plan)`` or
+    ``failed(message, is_form_error)``; stale results are dropped."""
+
+    planned = Signal(object)
+    failed = Signal(str, bool)
+
+    def __init__(self, parent: QObject | None = None, delay_ms: int = 150) -> None:
+        super().__init__(parent)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(delay_ms)
+        self._timer.timeout.connect(self._run)
+        self._gen = 0
+        self._inputs = None
+        self.busy = False
+        self.thread = None
+
+    def request(self, inputs_fn) -> None:
+        self._inputs = inputs_fn
+        self._timer.start()
+
+    def _run(self) -> None:
+        self._gen += 1
+        gen = self._gen
+        try:
+            inp = self._inputs()
+        except ValueError as e:
+            self.failed.emit(str(e), True)
+            return
+        self.busy = True
+
+        def done(p):
+            if gen == self._gen:
+                self.busy = False
+                self.planned.emit(p)
+
+        def err(e):
+            if gen == self._gen:
+                self.busy = False
+                self.failed.emit(str(e), isinstance(e, ValueError) and not isinstance(e, LookupError))
+
+        self.thread = run_in_background("plan", lambda: compute_plan(inp), done, err)
+
+    def stop(self) -> None:
+        self._timer.stop()
+        self._gen += 1
+
+
+class MemoryBar(QWidget):
+    """One card's memory as a stacked horizontal bar (GiB)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[tuple[str, str, float]] = []
+        self.total = 1.0
+        self.setMinimumHeight(22)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(300, 22)
+
+    def set_parts(self, parts: list[tuple[str, str, float]], total: float) -> None:
+        self.parts, self.total = parts, max(total, 1e-9)
+        self.setToolTip("\n".join(f"{n}: {g:.2f} GiB" for n, _, g in parts if g > 0.005))
+        self.update()
+
+    def paintEvent(self, _ev) -> None:
+        p = QPainter(self)
+        r = self.rect().adjusted(0, 2, -1, -2)
+        x = float(r.left())
+        for name, color, gib in self.parts:
+            w = r.width() * max(0.0, gib) / self.total
+            if w <= 0:
+                continue
+            p.fillRect(QRectF(x, r.top(), w, r.height()), QColor(color))
+            x += w
+        p.setPen(QColor("#444"))
+        p.drawRect(r)
+        p.end()
+
+
+def rank_parts(r) -> list[tuple[str, str, float]]:
+    """Memory segments of a RankMemory, GiB; headroom = what is left of the card."""
+    busy = r.gpu.busy_gib
+    vals = [busy, r.weights_gib, r.activation_gib, r.non_torch_gib, r.kv_gib, r.cuda_graphs_gib]
+    used = sum(max(0.0, v) for v in vals)
+    vals.append(max(0.0, r.total_gib - used))
+    return [(n, c, v) for (n, c), v in zip(SEGMENTS, vals)]
+
+
+class PlanPanel(QScrollArea):
+    """Shows a Plan. ``apply_fix(dict)`` when the user presses a finding's Apply fix."""
+
+    apply_fix = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWidgetResizable(True)
+        body = QWidget()
+        self.setWidget(body)
+        self.v = QVBoxLayout(body)
+        self.verdict = QLabel()
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        self.v.addWidget(self.verdict)
+        self.findings_box = QVBoxLayout()
+        self.v.addLayout(self.findings_box)
+
+        self.mem_title = QLabel("<b>Memory per GPU</b>")
+        self.v.addWidget(self.mem_title)
+        self.bars_box = QGridLayout()
+        self.v.addLayout(self.bars_box)
+        legend = QHBoxLayout()
+        for name, color in SEGMENTS:
+            sw = QLabel()
+            sw.setFixedSize(12, 12)
+            sw.setStyleSheet(f"background:{color}; border:1px solid #555;")
+            legend.addWidget(sw)
+            legend.addWidget(QLabel(name))
+            legend.addSpacing(6)
+        legend.addStretch(1)
+        self.v.addLayout(legend)
+
+        self.figures = QLabel()
+        self.figures.setTextFormat(Qt.RichText)
+        self.figures.setWordWrap(True)
+        self.v.addWidget(self.figures)
+
+        self.curve_plot = pg.PlotWidget()
+        self.curve_plot.setMinimumHeight(220)
+        pi = self.curve_plot.getPlotItem()
+        pi.setTitle("Predicted throughput vs concurrency")
+        pi.setLabel("bottom", "concurrent requests")
+        pi.setLabel("left", "output tok/s")
+        pi.setLogMode(x=True, y=False)
+        pi.showGrid(x=True, y=True, alpha=0.25)
+        self.curve_item = pi.plot([], [], pen=pg.mkPen("#3b6fb6", width=2), symbol="o", symbolSize=5,
+                                  symbolBrush="#3b6fb6")
+        self.knee_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#a61b1b", style=Qt.DashLine),
+                                         label="knee", labelOpts={"position": 0.9, "color": "#a61b1b"})
+        pi.addItem(self.knee_line)
+        self.knee_line.hide()
+        self.v.addWidget(self.curve_plot)
+        self.v.addStretch(1)
+        self.plan = None
+        self.show_message("Planning…", "none")
+
+    # ------------------------------------------------------------------ display
+    def _clear_layout(self, lay) -> None:
+        while lay.count():
+            it = lay.takeAt(0)
+            w = it.widget()
+            if w is not None:
+                w.deleteLater()
+            elif it.layout() is not None:
+                self._clear_layout(it.layout())
+
+    def _set_verdict(self, verdict: str, text: str) -> None:
+        fg, bg, _ = VERDICT_STYLE[verdict]
+        self.verdict.setStyleSheet(f"color:{fg}; background:{bg}; border:1px solid {fg}; border-radius:4px;"
+                                   "padding:6px; font-weight:bold;")
+        self.verdict.setText(text)
+
+    def show_message(self, text: str, verdict: str = "none") -> None:
+        """A verdict line without a plan (form error, unknown model, attach)."""
+        self.plan = None
+        self._set_verdict(verdict, text)
+        self._clear_layout(self.findings_box)
+        self._clear_layout(self.bars_box)
+        self.figures.setText("")
+        self.curve_item.setData([], [])
+        self.knee_line.hide()
+
+    def show_plan(self, p) -> None:
+        self.plan = p
+        head = VERDICT_STYLE[p.verdict][2]
+        self._set_verdict(p.verdict, f"{head} · vLLM {p.rules.version} rules")
+        self._clear_layout(self.findings_box)
+        from app.planner.plan import fix_to_flags
+
+        for f in sorted(p.findings, key=lambda f: {"error": 0, "warn": 1, "ok": 2}[f.verdict]):
+            fr = QFrame()
+            fr.setObjectName(f"finding_{f.problem}")
+            fr.setFrameShape(QFrame.StyledPanel)
+            h = QHBoxLayout(fr)
+            h.setContentsMargins(6, 4, 6, 4)
+            icon = {"error": "⛔", "warn": "⚠", "ok": "✓"}[f.verdict]
+            lab = QLabel(f"{icon} <b>{f.problem}</b>: {f.message}")
+            lab.setWordWrap(True)
+            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            h.addWidget(lab, 1)
+            if f.fix:
+                b = QPushButton("Apply fix")
+                b.setObjectName(f"fix_{f.problem}")
+                b.setToolTip(f"Change the form: {fix_to_flags(f.fix)}")
+                b.clicked.connect(lambda _=False, fix=f.fix: self.apply_fix.emit(fix))
+                h.addWidget(b)
+            self.findings_box.addWidget(fr)
+
+        self._clear_layout(self.bars_box)
+        groups: list[tuple[list[int], Any]] = []
+        for r in p.ranks:
+            key = (r.gpu.name, round(r.total_gib, 2), round(r.gpu.busy_gib, 2), round(r.weights_gib, 3),
+                   round(r.kv_gib, 3), r.stage)
+            if groups and groups[-1][1][0] == key:
+                groups[-1][0].append(r.rank)
+            else:
+                groups.append(([r.rank], (key, r)))
+        for row, (ranks, (_, r)) in enumerate(groups[:16]):
+            name = f"GPU {ranks[0]}" if len(ranks) == 1 else f"GPU {ranks[0]}–{ranks[-1]} (each)"
+            lab = QLabel(f"{name}<br><small>{r.gpu.name}, {r.total_gib:.1f} GiB</small>")
+            bar = MemoryBar()
+            parts = rank_parts(r)
+            bar.set_parts(parts, r.total_gib)
+            d = {n: g for n, _, g in parts}
+            txt = QLabel(f"<small>weights {d['Weights']:.1f} · KV {d['KV cache']:.1f} · headroom "
+                         f"{d['Headroom']:.1f} GiB</small>")
+            self.bars_box.addWidget(lab, row, 0)
+            self.bars_box.addWidget(bar, row, 1)
+            self.bars_box.addWidget(txt, row, 2)
+        self.bars_box.setColumnStretch(1, 1)
+
+        e = p.effective
+        lines = [f"KV cache: <b>{p.kv_cache_tokens:,}</b> tokens ({p.kv_bytes_per_token:,} B/token, "
+                 f"block {e.block_size})",
+                 f"Max concurrency at max_model_len {e.max_model_len:,}: <b>{p.max_concurrency:.1f}×</b>",
+                 f"Weights: {p.weights_gib_total:.1f} GiB in total · TP {e.tp} × PP {e.pp} · {e.dtype}"
+                 + (f" · {e.quantization}" if e.quantization else "")
+                 + f" · max_num_seqs {e.max_num_seqs} · max_num_batched_tokens {e.max_num_batched_tokens:,}"]
+        if p.workload is not None:
+            n, why = p.concurrency_for(p.workload.prompt_tokens, p.workload.output_tokens)
+            lines.append(f"Requests at once for {p.workload.prompt_tokens}+{p.workload.output_tokens} tokens: "
+                         f"<b>{n}</b> (limited by {why})")
+        if p.curve is not None:
+            best = max(p.curve.points, key=lambda q: q.output_tps)
+            lines.append(f"Predicted knee: <b>{p.curve.knee}</b> concurrent ({p.curve.knee_reason}); peak "
+                         f"≈ {best.output_tps:,.0f} output tok/s")
+        self.figures.setText("<br>".join(lines))
+        if p.curve is not None:
+            xs = [q.concurrency for q in p.curve.points]
+            ys = [q.output_tps for q in p.curve.points]
+            self.curve_item.setData(xs, ys)
+            self.knee_line.setValue(math.log10(max(1, p.curve.knee)))
+            self.knee_line.show()
+        else:
+            self.curve_item.setData([], [])
+            self.knee_line.hide()

@@ -1,0 +1,244 @@
+"""The ramp form (levels, step, warm-up, request shape or prompts file, SLO) with
+**Run ramp / Abort** and progress per level. Builds an :class:`app.loadgen.spec.RampSpec`."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
+                               QLineEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget)
+
+
+def parse_levels(text: str) -> dict[str, Any]:
+    """``"1,2,4,8"`` → ``{"levels": [1, 2, 4, 8]}``; ``"64"`` → ``{"max_level": 64}`` (1, 2, 4 … 64).
+    Raises ValueError naming the text."""
+    parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p]
+    try:
+        nums = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"levels {text!r}: write concurrency levels like 1,2,4,8,16 or one maximum like 64") from None
+    if not nums:
+        raise ValueError("levels: give at least one level, e.g. 1,2,4,8,16")
+    if len(nums) == 1 and nums[0] > 1:
+        return {"max_level": int(nums[0])}
+    return {"levels": nums}
+
+
+class RampPanel(QWidget):
+    """``run_requested`` / ``abort_requested`` when the buttons are pressed."""
+
+    run_requested = Signal()
+    abort_requested = Signal()
+
+    def __init__(self, now_fn: Callable[[], float], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.now_fn = now_fn
+        v = QVBoxLayout(self)
+        g = QGroupBox("Ramp")
+        f = QFormLayout(g)
+        self.levels = QLineEdit("1,2,4,8,16,32,64")
+        self.levels.setToolTip("Concurrency levels (requests kept in flight), or one maximum N for 1, 2, 4 … N")
+        f.addRow("Levels", self.levels)
+        self.step = QDoubleSpinBox()
+        self.step.setRange(1, 3600)
+        self.step.setValue(20)
+        self.step.setSuffix(" s")
+        f.addRow("Step duration", self.step)
+        self.warmup = QDoubleSpinBox()
+        self.warmup.setRange(0, 600)
+        self.warmup.setValue(2)
+        self.warmup.setSuffix(" s")
+        self.warmup.setToolTip("Excluded from each level's statistics")
+        f.addRow("Warm-up", self.warmup)
+        self.prompt = QLineEdit("512")
+        self.prompt.setToolTip("Prompt tokens: a count (512) or a uniform range (256-1024)")
+        self.output = QLineEdit("128")
+        self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on")
+        f.addRow("Prompt tokens", self.prompt)
+        f.addRow("Output tokens", self.output)
+        prow = QHBoxLayout()
+        self.prompts_file = QLineEdit()
+        self.prompts_file.setPlaceholderText("optional JSONL: {\"prompt\": …} or {\"messages\": […]} a line")
+        b = QPushButton("…")
+        b.setFixedWidth(28)
+        b.clicked.connect(self._browse)
+        prow.addWidget(self.prompts_file, 1)
+        prow.addWidget(b)
+        f.addRow("Prompts file", prow)
+        self.endpoint = QComboBox()
+        self.endpoint.addItems(["/v1/completions", "/v1/chat/completions"])
+        f.addRow("Endpoint", self.endpoint)
+        v.addWidget(g)
+
+        s = QGroupBox("SLO (p99; 0 = none)")
+        f = QFormLayout(s)
+        self.slo_ttft = QDoubleSpinBox()
+        self.slo_ttft.setRange(0, 600000)
+        self.slo_ttft.setDecimals(0)
+        self.slo_ttft.setSuffix(" ms")
+        self.slo_ttft.setValue(2000)
+        self.slo_tpot = QDoubleSpinBox()
+        self.slo_tpot.setRange(0, 60000)
+        self.slo_tpot.setDecimals(0)
+        self.slo_tpot.setSuffix(" ms")
+        self.slo_tpot.setValue(100)
+        f.addRow("TTFT p99", self.slo_ttft)
+        f.addRow("TPOT p99", self.slo_tpot)
+        v.addWidget(s)
+        self.safety_label = QLabel()
+        self.safety_label.setWordWrap(True)
+        v.addWidget(self.safety_label)
+
+        row = QHBoxLayout()
+        self.run_btn = QPushButton("Run ramp")
+        self.run_btn.setObjectName("runRamp")
+        self.abort_btn = QPushButton("Abort")
+        self.abort_btn.setObjectName("abortRamp")
+        self.abort_btn.setEnabled(False)
+        self.run_btn.clicked.connect(self.run_requested)
+        self.abort_btn.clicked.connect(self.abort_requested)
+        row.addWidget(self.run_btn)
+        row.addWidget(self.abort_btn)
+        v.addLayout(row)
+
+        self.level_bar = QProgressBar()
+        self.level_bar.setFormat("level: %p%")
+        self.total_bar = QProgressBar()
+        self.total_bar.setFormat("ramp: %v / %m levels")
+        self.progress = QLabel("")
+        self.progress.setWordWrap(True)
+        v.addWidget(self.level_bar)
+        v.addWidget(self.total_bar)
+        v.addWidget(self.progress)
+        v.addStretch(1)
+        self.level_ev: dict | None = None
+        self.levels_list: list[float] = []
+        self.done: dict[int, str] = {}
+        self.timer = QTimer(self)
+        self.timer.setInterval(250)
+        self.timer.timeout.connect(self._tick)
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Prompts file", "", "JSON lines (*.jsonl *.json);;All files (*)")
+        if path:
+            self.prompts_file.setText(path)
+
+    def set_safety(self, safety) -> None:
+        if safety.enabled:
+            self.safety_label.setText(f"Safety on: the ramp stops when a GPU comes within {safety.thermal_margin_c:g} °C"
+                                      f" of its slowdown temperature or a level's failure rate passes "
+                                      f"{safety.max_failure_rate:.0%} (Settings).")
+        else:
+            self.safety_label.setText("<span style='color:#a61b1b'>Safety limits are off (Settings).</span>")
+
+    def set_ready(self, server_ready: bool, running: bool, reason: str = "") -> None:
+        self.run_btn.setEnabled(server_ready and not running)
+        self.run_btn.setToolTip("" if server_ready else (reason or "Launch (or attach to) a server first"))
+        self.abort_btn.setEnabled(running)
+
+    def build_spec(self, url: str, model: str | None, safety=None):
+        """The form as a RampSpec. Raises ValueError (pydantic's message names the field)."""
+        from pydantic import ValidationError
+
+        from app.loadgen.spec import RampSpec, parse_length
+
+        kw: dict[str, Any] = parse_levels(self.levels.text())
+        slo = {}
+        if self.slo_ttft.value() > 0:
+            slo["ttft_p99"] = self.slo_ttft.value() / 1000
+        if self.slo_tpot.value() > 0:
+            slo["tpot_p99"] = self.slo_tpot.value() / 1000
+        kw.update(url=url, model=model or None, endpoint=self.endpoint.currentText(), step_seconds=self.step.value(),
+                  warmup_seconds=self.warmup.value(), prompt_tokens=parse_length(self.prompt.text()),
+                  output_tokens=parse_length(self.output.text()), slo=slo)
+        if self.prompts_file.text().strip():
+            kw["prompts_file"] = self.prompts_file.text().strip()
+        if safety is not None:
+            kw["max_failure_rate"] = safety.max_failure_rate if safety.enabled else 1.0
+        try:
+            return RampSpec(**kw)
+        except ValidationError as e:
+            raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'ramp'}: {er['msg']}"
+                                       for er in e.errors())) from None
+
+    def set_from_profile(self, ramp: dict[str, Any]) -> None:
+        if "levels" in ramp:
+            self.levels.setText(",".join(f"{x:g}" for x in ramp["levels"]))
+        elif "max_level" in ramp:
+            self.levels.setText(str(ramp["max_level"]))
+        for key, w in (("step_seconds", self.step), ("warmup_seconds", self.warmup)):
+            if ramp.get(key) is not None:
+                w.setValue(float(ramp[key]))
+        for key, w in (("prompt_tokens", self.prompt), ("output_tokens", self.output)):
+            val = ramp.get(key)
+            if val is not None:
+                w.setText(f"{val[0]}-{val[1]}" if isinstance(val, (list, tuple)) else str(val))
+        slo = ramp.get("slo") or {}
+        self.slo_ttft.setValue((slo.get("ttft_p99") or 0) * 1000)
+        self.slo_tpot.setValue((slo.get("tpot_p99") or 0) * 1000)
+
+    def to_profile(self) -> dict[str, Any]:
+        from app.loadgen.spec import parse_length
+
+        d: dict[str, Any] = dict(parse_levels(self.levels.text()))
+        d.update(step_seconds=self.step.value(), warmup_seconds=self.warmup.value())
+        for key, w in (("prompt_tokens", self.prompt), ("output_tokens", self.output)):
+            val = parse_length(w.text())
+            d[key] = list(val) if isinstance(val, tuple) else val
+        d["slo"] = {k: v for k, v in (("ttft_p99", self.slo_ttft.value() / 1000 or None),
+                                      ("tpot_p99", self.slo_tpot.value() / 1000 or None)) if v}
+        return d
+
+    # ------------------------------------------------------------------ progress
+    def ramp_started(self, spec) -> None:
+        self.levels_list = list(spec.levels)
+        self.spec = spec
+        self.done = {}
+        self.level_ev = None
+        self.total_bar.setRange(0, len(self.levels_list))
+        self.total_bar.setValue(0)
+        self.level_bar.setValue(0)
+        self.timer.start()
+        self._render()
+
+    def level_started(self, ev: dict) -> None:
+        self.level_ev = ev
+        self._render()
+
+    def level_done(self, st) -> None:
+        self.done[st.idx] = "✗" if st.stop_reason in ("aborted", "failure_rate") else "✓"
+        self.total_bar.setValue(len(self.done))
+        self._render()
+
+    def ramp_finished(self, status: str, reason: str) -> None:
+        self.timer.stop()
+        self.level_bar.setValue(100 if status in ("done", "slo_broken") else self.level_bar.value())
+        self._render(f"<b>Ramp {status}</b>: {reason}")
+
+    def _tick(self) -> None:
+        ev = self.level_ev
+        if ev is None or not hasattr(self, "spec"):
+            return
+        span = (self.spec.warmup_seconds or 0) + (self.spec.step_seconds or 0)
+        if span > 0:
+            self.level_bar.setValue(int(min(100, 100 * (self.now_fn() - ev.get("t", 0)) / span)))
+        self._render()
+
+    def _render(self, tail: str = "") -> None:
+        cur = self.level_ev.get("idx") if self.level_ev else None
+        marks = []
+        for i, lv in enumerate(self.levels_list):
+            if i in self.done:
+                marks.append(f"{self.done[i]}{lv:g}")
+            elif i == cur:
+                marks.append(f"<b>▶{lv:g}</b>")
+            else:
+                marks.append(f"<span style='color:#999'>·{lv:g}</span>")
+        text = "Levels: " + " ".join(marks) if marks else ""
+        if self.level_ev and cur is not None and cur not in self.done:
+            el = self.now_fn() - self.level_ev.get("t", 0)
+            text += f"<br>level {cur + 1}/{len(self.levels_list)} (concurrency {self.level_ev.get('level', 0):g}): " \
+                    f"{el:.0f} s"
+        if tail:
+            text += "<br>" + tail
+        self.progress.setText(text)

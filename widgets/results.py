@@ -1,0 +1,198 @@
+"""The results table (one row per ramp level: StepStats, failure rate, J/token; copyable
+as tab-separated text) and the curves view (throughput vs concurrency and TTFT p99 vs
+throughput; measurement, the plan's prediction overlaid, the knee marked)."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x * 1000:.1f}"
+
+
+def _s(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+#: (header, StepStats → text)
+COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
+    ("Level", lambda s: f"{s.level:g}"),
+    ("Requests", lambda s: str(s.n_measured)),
+    ("OK", lambda s: str(s.n_ok)),
+    ("Out tok/s", lambda s: f"{s.output_tps:,.0f}"),
+    ("Total tok/s", lambda s: f"{s.total_tps:,.0f}"),
+    ("Req/s", lambda s: f"{s.rps:.2f}"),
+    ("Goodput req/s", lambda s: f"{s.goodput_rps:.2f}"),
+    ("TTFT p50 ms", lambda s: _ms(s.ttft_p50)),
+    ("TTFT p99 ms", lambda s: _ms(s.ttft_p99)),
+    ("TPOT p50 ms", lambda s: _ms(s.tpot_p50)),
+    ("TPOT p99 ms", lambda s: _ms(s.tpot_p99)),
+    ("ITL p50 ms", lambda s: _ms(s.itl_p50)),
+    ("ITL p99 ms", lambda s: _ms(s.itl_p99)),
+    ("E2E p50 s", lambda s: _s(s.e2e_p50)),
+    ("E2E p99 s", lambda s: _s(s.e2e_p99)),
+    ("Failures", lambda s: f"{s.failure_rate:.1%}"),
+]
+
+
+class ResultsTable(QWidget):
+    """``energy_fn(StepStats) → J/token or None`` fills the J/token column."""
+
+    def __init__(self, energy_fn: Callable[[Any], float | None] | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.energy_fn = energy_fn
+        self.steps: list[Any] = []
+        v = QVBoxLayout(self)
+        v.setContentsMargins(4, 4, 4, 4)
+        top = QHBoxLayout()
+        self.summary = QLabel("No ramp yet: launch a server, then Run ramp.")
+        self.summary.setWordWrap(True)
+        self.summary.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        top.addWidget(self.summary, 1)
+        self.copy_btn = QPushButton("Copy table")
+        self.copy_btn.setToolTip("Copy as tab-separated text (paste into a spreadsheet); Ctrl+C copies the selection")
+        self.copy_btn.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.to_tsv()))
+        top.addWidget(self.copy_btn)
+        v.addLayout(top)
+        self.headers = [h for h, _ in COLUMNS] + ["J/token", "SLO", "Stop"]
+        self.table = QTableWidget(0, len(self.headers))
+        self.table.setHorizontalHeaderLabels(self.headers)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setAlternatingRowColors(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        v.addWidget(self.table, 1)
+        sc = QShortcut(QKeySequence.Copy, self.table)
+        sc.activated.connect(self.copy_selection)
+
+    def clear(self) -> None:
+        self.steps = []
+        self.table.setRowCount(0)
+
+    def add_step(self, st: Any) -> None:
+        self.steps = [s for s in self.steps if s.idx != st.idx] + [st]
+        self.steps.sort(key=lambda s: s.idx)
+        self._fill()
+
+    def refresh_energy(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        self.table.setRowCount(len(self.steps))
+        for row, st in enumerate(self.steps):
+            vals = [fn(st) for _, fn in COLUMNS]
+            j = self.energy_fn(st) if self.energy_fn else None
+            vals.append("–" if j is None else f"{j:.3f}")
+            vals.append("met" if st.slo_met else "broken: " + "; ".join(st.slo_broken))
+            vals.append(st.stop_reason)
+            for col, text in enumerate(vals):
+                it = QTableWidgetItem(text)
+                if col < len(COLUMNS) + 1:
+                    it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                if col == len(COLUMNS) + 1 and not st.slo_met:
+                    it.setForeground(Qt.red)
+                self.table.setItem(row, col, it)
+
+    def to_tsv(self, rows: list[int] | None = None) -> str:
+        rows = range(self.table.rowCount()) if rows is None else rows
+        out = ["\t".join(self.headers)]
+        for r in rows:
+            out.append("\t".join((self.table.item(r, c).text() if self.table.item(r, c) else "")
+                                 for c in range(self.table.columnCount())))
+        return "\n".join(out)
+
+    def copy_selection(self) -> None:
+        rows = sorted({i.row() for i in self.table.selectedIndexes()})
+        QGuiApplication.clipboard().setText(self.to_tsv(rows or None))
+
+
+class CurvesView(QWidget):
+    """Measured points per level, the plan's predicted curve (dashed) and the knee."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        v = QVBoxLayout(self)
+        v.setContentsMargins(4, 4, 4, 4)
+        self.knee_label = QLabel("The knee is the last level where more users still buy throughput; it is "
+                                 "marked once a ramp has run past it.")
+        self.knee_label.setWordWrap(True)
+        self.knee_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        v.addWidget(self.knee_label)
+        self.glw = pg.GraphicsLayoutWidget()
+        v.addWidget(self.glw, 1)
+        a = self.glw.addPlot(row=0, col=0)
+        a.setTitle("Throughput vs concurrency", size="10pt")
+        a.setLabel("bottom", "concurrent requests (log scale)")
+        a.setLabel("left", "output tok/s")
+        a.setLogMode(x=True, y=False)
+        a.showGrid(x=True, y=True, alpha=0.25)
+        a.addLegend(offset=(-6, -6), labelTextSize="9pt")
+        b = self.glw.addPlot(row=0, col=1)
+        b.setTitle("TTFT p99 vs throughput", size="10pt")
+        b.setLabel("bottom", "output tok/s")
+        b.setLabel("left", "TTFT p99 (ms, log scale)")
+        b.setLogMode(x=False, y=True)
+        b.showGrid(x=True, y=True, alpha=0.25)
+        b.addLegend(offset=(6, 6), labelTextSize="9pt")
+        self.tput_plot, self.lat_plot = a, b
+        meas = dict(pen=pg.mkPen("#1f77b4", width=2), symbol="o", symbolSize=7, symbolBrush="#1f77b4")
+        pred = dict(pen=pg.mkPen("#ff7f0e", width=2, style=Qt.DashLine), symbol="t", symbolSize=6,
+                    symbolBrush="#ff7f0e")
+        self.meas_tput = a.plot([], [], name="measured", **meas)
+        self.pred_tput = a.plot([], [], name="predicted (plan)", **pred)
+        self.meas_lat = b.plot([], [], name="measured", **meas)
+        self.pred_lat = b.plot([], [], name="predicted (plan)", **pred)
+        self.knee_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#d62728", width=2),
+                                         label="knee {value:.0f}", labelOpts={"position": 0.12, "color": "#d62728"})
+        self.pred_knee_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#ff7f0e", width=1, style=Qt.DotLine),
+                                              label="predicted knee", labelOpts={"position": 0.25,
+                                                                                 "color": "#ff7f0e"})
+        a.addItem(self.knee_line, ignoreBounds=True)
+        a.addItem(self.pred_knee_line, ignoreBounds=True)
+        self.knee_point = b.plot([], [], pen=None, symbol="star", symbolSize=18, symbolBrush="#d62728",
+                                 name="knee")
+        self.knee_line.hide()
+        self.pred_knee_line.hide()
+        # the log-x line stores log10(level); its label shows the level itself
+        self.knee_line.label.setFormat("knee")
+
+    def set_prediction(self, curve: Any | None) -> None:
+        """``curve``: app.planner.perf.Curve or None."""
+        if curve is None:
+            self.pred_tput.setData([], [])
+            self.pred_lat.setData([], [])
+            self.pred_knee_line.hide()
+            return
+        xs = [p.concurrency for p in curve.points]
+        self.pred_tput.setData(xs, [p.output_tps for p in curve.points])
+        self.pred_lat.setData([p.output_tps for p in curve.points], [p.ttft_s * 1000 for p in curve.points])
+        self.pred_knee_line.setValue(math.log10(max(1, curve.knee)))
+        self.pred_knee_line.label.setFormat(f"predicted knee {curve.knee}")
+        self.pred_knee_line.show()
+
+    def set_measured(self, steps: list[Any], knee: Any | None = None) -> None:
+        """``steps``: StepStats list; ``knee``: app.loadgen.stats.Knee or None."""
+        ok = sorted((s for s in steps if s.n_ok and s.output_tps > 0), key=lambda s: s.level)
+        self.meas_tput.setData([s.level for s in ok], [s.output_tps for s in ok])
+        lat = [s for s in ok if s.ttft_p99]
+        self.meas_lat.setData([s.output_tps for s in lat], [s.ttft_p99 * 1000 for s in lat])
+        if knee is not None:
+            self.knee_line.setValue(math.log10(knee.level))
+            self.knee_line.label.setFormat(f"knee {knee.level:g}")
+            self.knee_line.show()
+            self.knee_point.setData([knee.output_tps], [knee.ttft_p99 * 1000])
+            self.knee_label.setText(f"<b>Knee at {knee.level:g} concurrent requests.</b> {knee.describe()}.")
+        else:
+            self.knee_line.hide()
+            self.knee_point.setData([], [])
+            if ok:
+                self.knee_label.setText(f"{len(ok)} level(s) measured; no knee yet (throughput still grows "
+                                        "≥ 15 % per doubling, or TTFT p99 grew < 1.5×).")
