@@ -108,11 +108,13 @@ def cmd_profiles(a: argparse.Namespace) -> int:
             print(f"deleted {lib.delete(a.name)}")
             return 0
         if a.action == "save-run":
-            from app.history import best_run, profile_from_run
+            from app.history import best_run, get_run, profile_from_run
             from app.store import RunStore
 
             with RunStore() as store:
                 rid = a.run_id
+                if a.which == "best":  # the best run recorded for the same profile
+                    rid = best_run(store, get_run(store, rid)["name"]) or rid
                 p = profile_from_run(store, rid, a.name, which=a.which)
             path = lib.save(p, overwrite=a.force)
             print(f"saved run {rid} as profile {p.name!r} → {path}")
@@ -314,7 +316,8 @@ def register(sub) -> None:
     x = ps.add_parser("save-run", help="save a recorded run's settings and results as a profile")
     x.add_argument("run_id", type=int)
     x.add_argument("--name", help="profile name (default: the run's)")
-    x.add_argument("--which", choices=["latest", "best"], default="latest")
+    x.add_argument("--which", choices=["latest", "best"], default="latest",
+                   help="best: take the results of the best run recorded for the same profile")
     x.add_argument("--force", action="store_true", help="replace a user profile of the same name")
     p.set_defaults(func=cmd_profiles)
 

@@ -42,8 +42,9 @@ def get(url: str) -> dict:
         return json.loads(r.read())
 
 
-def client_proc(url: str, users: int, prompt: int, output: int, seconds: float, out: mp.Queue, cores) -> None:
-    """N closed-loop users for ``seconds``; reports tokens received and reads."""
+def client_proc(url: str, users: int, prompt: int, output: int, seconds: float, out, cores) -> None:
+    """N closed-loop users for ``seconds``; counts tokens received, reads and errors in
+    the shared array ``out``."""
     if cores:
         os.sched_setaffinity(0, cores)
     import aiohttp
@@ -56,7 +57,6 @@ def client_proc(url: str, users: int, prompt: int, output: int, seconds: float, 
         pass
 
     async def main() -> None:
-        stats = {"tokens": 0, "reads": 0, "requests": 0, "errors": 0}
         body = {"prompt": list(range(prompt)), "max_tokens": output, "ignore_eos": True, "stream": True}
         stop = time.monotonic() + seconds
         conn = aiohttp.TCPConnector(limit=0)
@@ -67,17 +67,15 @@ def client_proc(url: str, users: int, prompt: int, output: int, seconds: float, 
                     try:
                         async with s.post(url + "/v1/completions", json=body) as r:
                             async for chunk in r.content.iter_any():
-                                stats["reads"] += 1
-                                stats["tokens"] += chunk.count(b'"text"')
+                                out[1] += 1
+                                out[0] += chunk.count(b'"text"')
                                 if time.monotonic() >= stop:
                                     return
-                        stats["requests"] += 1
                     except (aiohttp.ClientError, asyncio.TimeoutError):
-                        stats["errors"] += 1
+                        out[2] += 1
                         await asyncio.sleep(0.1)
 
             await asyncio.gather(*(user(i) for i in range(users)))
-        out.put(stats)
 
     asyncio.run(main())
 
@@ -115,6 +113,7 @@ def main() -> int:
     ap.add_argument("--levels", default="250,500,1000,1400")
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--settle", type=float, default=20.0, help="wall s before each window")
+    ap.add_argument("--max-settle", type=float, default=300.0, help="extra wall s to wait for all N running")
     ap.add_argument("--window", type=float, default=20.0, help="wall s measured per level")
     ap.add_argument("--server-core", type=int, default=0)
     ap.add_argument("--log", default="/tmp/sim_capacity.log")
@@ -137,26 +136,33 @@ def main() -> int:
     rows = []
     try:
         for n in levels:
-            q: mp.Queue = mp.Queue()
-            c = mp.Process(target=client_proc, args=(url, n, args.prompt, args.output, args.settle + args.window + 5,
+            q = mp.Array("d", 3, lock=False)
+            c = mp.Process(target=client_proc, args=(url, n, args.prompt, args.output, args.settle + args.max_settle + args.window + 5,
                                                      q, cores))
             c.start()
-            time.sleep(args.settle)
+            t_settle = time.monotonic() + args.settle
+            want = min(n, max_seqs)
+            while time.monotonic() < t_settle or get(url + "/sim/info")["engine"]["running"] < want:
+                if time.monotonic() > t_settle + args.max_settle:
+                    break
+                time.sleep(1.0)
             a = get(url + "/sim/info?reset=1")["engine"]
             proc.cpu_percent(None)
+            c0 = list(q)
             w0 = time.monotonic()
             time.sleep(args.window)
             b = get(url + "/sim/info")["engine"]
             wall = time.monotonic() - w0
             cpu = proc.cpu_percent(None)
-            stats = q.get(timeout=120)
+            c1 = list(q)
+            c.terminate()  # the users stop; their requests are aborted by the server
             c.join(30)
-            pace = (b["rig_time_s"] - a["rig_time_s"]) / (args.time_scale * wall)
+            toks, reads, errs = (c1[i] - c0[i] for i in range(3))
+            pace = (b["sim_now_s"] - a["sim_now_s"]) / (args.time_scale * (b["wall_time_s"] - a["wall_time_s"]))
             ok = abs(pace - 1) <= 0.05 and b["behind_s"] <= 0.05 * args.window
             row = dict(n=n, running=b["running"], waiting=b["waiting"], pace=pace, behind=b["behind_s"],
                        p99=b["p99_lag_s"], max=b["max_lag_s"], coalesced=b["coalesced_steps"], steps=b["steps"] - a["steps"],
-                       cpu=cpu, tps=stats["tokens"] / (args.settle + args.window + 5),
-                       tpr=stats["tokens"] / max(stats["reads"], 1), errors=stats["errors"], ok=ok)
+                       cpu=cpu, tps=toks / wall, tpr=toks / max(reads, 1), errors=int(errs), ok=ok)
             rows.append(row)
             print(f"N={n:5d} running={row['running']:5d} waiting={row['waiting']:4d} pace={pace:6.3f} "
                   f"behind={row['behind']:.3f}s lag p99={row['p99'] * 1e3:6.1f}ms max={row['max'] * 1e3:6.1f}ms "

@@ -118,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             rss = proc.memory_info().rss
             rss_max = max(rss_max, rss)
             rss_by_hour.append((clock.t / 3600, rss / MB))
+            if k and (clock.t / 3600) % 6 == 0:
+                print(f"  {clock.t / 3600:3.0f} h simulated: RSS {rss / MB:.1f} MB (after warm-up "
+                      f"{(rss0 or rss) / MB:.1f} MB), {time.perf_counter() - wall0:.0f} s wall", flush=True)
     wall = time.perf_counter() - wall0
     writer.close()
     store.flush()

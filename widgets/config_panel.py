@@ -304,6 +304,8 @@ class ConfigPanel(QScrollArea):
         self.sim_gpu.clear()
         self.sim_gpu.addItems(gpu_names)
         if cur:
+            if self.sim_gpu.findText(cur) < 0:
+                self.sim_gpu.addItem(cur)
             self.sim_gpu.setCurrentText(cur)
         text = self.model.currentText()
         self.model.clear()
@@ -488,6 +490,8 @@ class ConfigPanel(QScrollArea):
         try:
             self._set_combo_data(self.engine, engine)
             if sim_gpu:
+                if self.sim_gpu.findText(sim_gpu) < 0:
+                    self.sim_gpu.addItem(sim_gpu)
                 self.sim_gpu.setCurrentText(sim_gpu)
             if sim_count:
                 self.sim_count.setValue(int(sim_count))

@@ -18,6 +18,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from widgets.axes import PlainLogAxis
+
 GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
@@ -67,8 +69,10 @@ class Dashboard(QWidget):
                 ("power", "GPU power", "W"), ("requests", "Server requests (/metrics)", "requests")]
         first = None
         for i, (key, title, unit) in enumerate(spec):
-            p = self.glw.addPlot(row=i // 2, col=i % 2)
-            p.setTitle(title, size="10pt")
+            p = self.glw.addPlot(row=i // 2, col=i % 2, axisItems={"left": PlainLogAxis("left")} if key == "latency"
+                                 else None)
+            p.setTitle(title + ("  (colours: GPU legend under VRAM)" if key in ("temp", "power") else ""),
+                       size="10pt")
             p.setLabel("left", unit)
             p.setLabel("bottom", "session time", units="s")
             p.showGrid(x=True, y=True, alpha=0.2)
@@ -80,14 +84,15 @@ class Dashboard(QWidget):
             else:
                 p.setXLink(first)
             self.plots[key] = p
+        # per-GPU colours are explained once, in the VRAM plot's legend
         self.legends = {k: self.plots[k].addLegend(offset=(6, 4), labelTextSize="8pt", colCount=1 if k in
-                                                   ("throughput", "latency", "requests") else 4,
-                                                   brush=pg.mkBrush(255, 255, 255, 200))
-                        for k in self.plots}
+                                                   ("throughput", "latency", "requests") else 3,
+                                                   brush=pg.mkBrush(255, 255, 255, 210))
+                        for k in ("throughput", "latency", "vram", "requests")}
         tp = self.plots["throughput"]
         self.tps_curve = tp.plot([], [], pen=pg.mkPen("#1f77b4", width=2), name="output tok/s (client)")
         self.level_axis = _TwinAxis(tp, "concurrency")
-        self.level_curve = pg.PlotCurveItem([], [], stepMode="center", pen=pg.mkPen("#888", width=1.5,
+        self.level_curve = pg.PlotCurveItem(pen=pg.mkPen("#888", width=1.5,
                                                                                    style=Qt.DashLine))
         self.level_axis.vb.addItem(self.level_curve)
         self.legends["throughput"].addItem(self.level_curve, "concurrency level (right)")
@@ -149,7 +154,7 @@ class Dashboard(QWidget):
         self._client_version = -1
         for c in [self.tps_curve, self.vram_total, *self.lat_curves.values(), *self.req_curves.values()]:
             c.setData([], [])
-        self.level_curve.setData([], [])
+        self.level_curve.clear()
         self.kv_curve.setData([], [])
         self.slowdown_line.hide()
         self.power_limit_line.hide()
@@ -194,7 +199,8 @@ class Dashboard(QWidget):
                 key = (src, name)
                 c = self.gpu_curves.get(key)
                 if c is None:
-                    c = self.plots[plot_key].plot([], [], pen=pg.mkPen(gpu_color(i), width=1.5), name=f"GPU {i}")
+                    c = self.plots[plot_key].plot([], [], pen=pg.mkPen(gpu_color(i), width=1.5),
+                                                  name=f"GPU {i}" if plot_key == "vram" else None)
                     c.setClipToView(True)
                     self.gpu_curves[key] = c
                 t, val = bank.get(src, name)
@@ -229,10 +235,10 @@ class Dashboard(QWidget):
         if len(snap.tps_t) != len(self.tps_curve.xData if self.tps_curve.xData is not None else []):
             self.tps_curve.setData(snap.tps_t, snap.tps)
         if snap.levels.size:
-            self.level_curve.setData(snap.level_edges, snap.levels)
+            self.level_curve.setData(snap.level_edges, snap.levels, stepMode="center")
             self.level_axis.vb.setYRange(0, float(snap.levels.max()) * 1.1)
-        else:
-            self.level_curve.setData([], [])
+        elif self.level_curve.xData is not None and len(self.level_curve.xData):
+            self.level_curve.clear()
         if snap.lat_t.size:
             ms = 1000.0
             for key, arr in (("ttft_p50", snap.ttft_p50), ("ttft_p99", snap.ttft_p99),

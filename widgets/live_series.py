@@ -42,6 +42,7 @@ class ClientSeries:
 
     def __init__(self, bin_s: float = 1.0, window_s: float = 2.0, lag_s: float = 0.5) -> None:
         self.bin_s, self.window_s, self.lag_s = bin_s, window_s, lag_s
+        self.time_scale = 1.0  # sim k: throughput ÷ k and latencies × k (rig time)
         self._lock = threading.Lock()
         self.reset()
 
@@ -111,7 +112,7 @@ class ClientSeries:
             if self._tok_min is not None and last_bin >= self._tok_min:
                 i = np.arange(self._tok_min, last_bin + 1)
                 tps_t = (i + 0.5) * self.bin_s
-                tps = self._tok[self._tok_min: last_bin + 1] / self.bin_s
+                tps = self._tok[self._tok_min: last_bin + 1] / (self.bin_s * self.time_scale)
             else:
                 tps_t = tps = np.zeros(0)
             closed = int((now - self.lag_s) // self.window_s)  # windows < closed are final
@@ -131,5 +132,6 @@ class ClientSeries:
             levels = np.array([l for _, l in lv])
         else:
             edges, levels = np.zeros(0), np.zeros(0)
-        return Snapshot(tps_t, tps, lat[:, 0], lat[:, 1], lat[:, 2], lat[:, 3], lat[:, 4], edges, levels,
+        k = self.time_scale
+        return Snapshot(tps_t, tps, lat[:, 0], lat[:, 1] * k, lat[:, 2] * k, lat[:, 3] * k, lat[:, 4] * k, edges, levels,
                         self.n_records, self.n_failed, lv)

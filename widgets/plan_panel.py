@@ -17,6 +17,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
 
+from widgets.axes import Log2Axis, log2
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -203,13 +204,12 @@ class PlanPanel(QScrollArea):
         self.figures.setWordWrap(True)
         self.v.addWidget(self.figures)
 
-        self.curve_plot = pg.PlotWidget()
+        self.curve_plot = pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom")})
         self.curve_plot.setMinimumHeight(220)
         pi = self.curve_plot.getPlotItem()
         pi.setTitle("Predicted throughput vs concurrency")
         pi.setLabel("bottom", "concurrent requests")
         pi.setLabel("left", "output tok/s")
-        pi.setLogMode(x=True, y=False)
         pi.showGrid(x=True, y=True, alpha=0.25)
         self.curve_item = pi.plot([], [], pen=pg.mkPen("#3b6fb6", width=2), symbol="o", symbolSize=5,
                                   symbolBrush="#3b6fb6")
@@ -316,8 +316,10 @@ class PlanPanel(QScrollArea):
         if p.curve is not None:
             xs = [q.concurrency for q in p.curve.points]
             ys = [q.output_tps for q in p.curve.points]
-            self.curve_item.setData(xs, ys)
-            self.knee_line.setValue(math.log10(max(1, p.curve.knee)))
+            self.curve_item.setData(log2(xs), ys)
+            self.knee_line.label.setFormat(f"knee {p.curve.knee}")
+            self.knee_line.setValue(math.log2(max(1, p.curve.knee)))
+            self.knee_line.label.valueChanged()
             self.knee_line.show()
         else:
             self.curve_item.setData([], [])

@@ -112,6 +112,7 @@ class RampPanel(QWidget):
         v.addWidget(self.progress)
         v.addStretch(1)
         self.level_ev: dict | None = None
+        self.time_scale = 1.0  # sim k: the spec is in rig seconds, the clock in wall seconds
         self.levels_list: list[float] = []
         self.done: dict[int, str] = {}
         self.timer = QTimer(self)
@@ -219,7 +220,7 @@ class RampPanel(QWidget):
         ev = self.level_ev
         if ev is None or not hasattr(self, "spec"):
             return
-        span = (self.spec.warmup_seconds or 0) + (self.spec.step_seconds or 0)
+        span = ((self.spec.warmup_seconds or 0) + (self.spec.step_seconds or 0)) / self.time_scale
         if span > 0:
             self.level_bar.setValue(int(min(100, 100 * (self.now_fn() - ev.get("t", 0)) / span)))
         self._render()

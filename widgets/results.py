@@ -12,6 +12,8 @@ from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
+from widgets.axes import Log2Axis, PlainLogAxis, log2
+
 
 def _ms(x: float | None) -> str:
     return "–" if x is None else f"{x * 1000:.1f}"
@@ -128,14 +130,13 @@ class CurvesView(QWidget):
         v.addWidget(self.knee_label)
         self.glw = pg.GraphicsLayoutWidget()
         v.addWidget(self.glw, 1)
-        a = self.glw.addPlot(row=0, col=0)
+        a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
         a.setTitle("Throughput vs concurrency", size="10pt")
-        a.setLabel("bottom", "concurrent requests (log scale)")
+        a.setLabel("bottom", "concurrent requests")
         a.setLabel("left", "output tok/s")
-        a.setLogMode(x=True, y=False)
         a.showGrid(x=True, y=True, alpha=0.25)
         a.addLegend(offset=(-6, -6), labelTextSize="9pt")
-        b = self.glw.addPlot(row=0, col=1)
+        b = self.glw.addPlot(row=0, col=1, axisItems={"left": PlainLogAxis("left")})
         b.setTitle("TTFT p99 vs throughput", size="10pt")
         b.setLabel("bottom", "output tok/s")
         b.setLabel("left", "TTFT p99 (ms, log scale)")
@@ -161,8 +162,6 @@ class CurvesView(QWidget):
                                  name="knee")
         self.knee_line.hide()
         self.pred_knee_line.hide()
-        # the log-x line stores log10(level); its label shows the level itself
-        self.knee_line.label.setFormat("knee")
 
     def set_prediction(self, curve: Any | None) -> None:
         """``curve``: app.planner.perf.Curve or None."""
@@ -172,24 +171,30 @@ class CurvesView(QWidget):
             self.pred_knee_line.hide()
             return
         xs = [p.concurrency for p in curve.points]
-        self.pred_tput.setData(xs, [p.output_tps for p in curve.points])
+        self.pred_tput.setData(log2(xs), [p.output_tps for p in curve.points])
         self.pred_lat.setData([p.output_tps for p in curve.points], [p.ttft_s * 1000 for p in curve.points])
-        self.pred_knee_line.setValue(math.log10(max(1, curve.knee)))
         self.pred_knee_line.label.setFormat(f"predicted knee {curve.knee}")
+        self.pred_knee_line.setValue(math.log2(max(1, curve.knee)))
+        self.pred_knee_line.label.valueChanged()
         self.pred_knee_line.show()
 
     def set_measured(self, steps: list[Any], knee: Any | None = None) -> None:
         """``steps``: StepStats list; ``knee``: app.loadgen.stats.Knee or None."""
         ok = sorted((s for s in steps if s.n_ok and s.output_tps > 0), key=lambda s: s.level)
-        self.meas_tput.setData([s.level for s in ok], [s.output_tps for s in ok])
+        self.meas_tput.setData(log2([s.level for s in ok]), [s.output_tps for s in ok])
         lat = [s for s in ok if s.ttft_p99]
         self.meas_lat.setData([s.output_tps for s in lat], [s.ttft_p99 * 1000 for s in lat])
         if knee is not None:
-            self.knee_line.setValue(math.log10(knee.level))
             self.knee_line.label.setFormat(f"knee {knee.level:g}")
+            self.knee_line.setValue(math.log2(knee.level))
+            self.knee_line.label.valueChanged()
             self.knee_line.show()
             self.knee_point.setData([knee.output_tps], [knee.ttft_p99 * 1000])
-            self.knee_label.setText(f"<b>Knee at {knee.level:g} concurrent requests.</b> {knee.describe()}.")
+            self.knee_label.setText(f"<b>Knee at {knee.level:g} concurrent requests</b> — going from "
+                                    f"{knee.level:g} to {knee.next_level:g} gains {knee.gain_per_doubling:.0%} "
+                                    f"throughput per doubling ({knee.output_tps:,.0f} → {knee.next_output_tps:,.0f} "
+                                    f"tok/s) while TTFT p99 grows {knee.ttft_ratio:.1f}× ({knee.ttft_p99 * 1e3:,.0f}"
+                                    f" → {knee.next_ttft_p99 * 1e3:,.0f} ms).")
         else:
             self.knee_line.hide()
             self.knee_point.setData([], [])

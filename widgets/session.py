@@ -47,6 +47,41 @@ class LaunchRequest:
     metrics_interval: float = 0.5
 
 
+_RATES = ("output_tps", "total_tps", "rps", "goodput_rps")
+_LATENCIES = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "itl", "e2e") for q in ("p50", "p90", "p99", "max", "mean"))
+
+
+def stats_to_rig(st, k: float):
+    """StepStats measured on the wall clock → rig time for a sim running ``k``× faster
+    (shared/DESIGN.md, "Sim time"): rates ÷ k, latencies × k. ``k == 1`` returns ``st``."""
+    if k == 1:
+        return st
+    upd = {f: getattr(st, f) / k for f in _RATES}
+    upd.update({f: getattr(st, f) * k for f in _LATENCIES if getattr(st, f, None) is not None})
+    return st.model_copy(update=upd)
+
+
+def knee_to_rig(knee, k: float):
+    if knee is None or k == 1:
+        return knee
+    return knee.model_copy(update={"output_tps": knee.output_tps / k, "next_output_tps": knee.next_output_tps / k,
+                                   "ttft_p99": knee.ttft_p99 * k, "next_ttft_p99": knee.next_ttft_p99 * k})
+
+
+def spec_to_wall(spec, k: float):
+    """A RampSpec written in rig seconds → wall seconds for a sim running ``k``× faster."""
+    if k == 1:
+        return spec
+    slo = spec.slo.model_copy(update={f: getattr(spec.slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99")
+                                      if getattr(spec.slo, f) is not None})
+    upd = {"slo": slo, "warmup_seconds": spec.warmup_seconds / k, "request_timeout": spec.request_timeout / k}
+    if spec.step_seconds is not None:
+        upd["step_seconds"] = spec.step_seconds / k
+    if spec.max_total_seconds is not None:
+        upd["max_total_seconds"] = spec.max_total_seconds / k
+    return spec.model_copy(update=upd)
+
+
 class SessionController(QObject):
     """Signals (all delivered on the GUI thread):
 
@@ -81,6 +116,7 @@ class SessionController(QObject):
         self.api_model: str | None = None
         self.safety = None  # app.settings.SafetyLimits
         self.safety_reason: str | None = None
+        self.time_scale = 1.0  # sim --sim-time-scale: tables and curves are shown in rig time
         self._lines: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=50000)
         self._lines_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -127,6 +163,10 @@ class SessionController(QObject):
         if self.server_running:
             raise RuntimeError("a server is already running in this session; stop it first")
         self.request = req
+        self.time_scale = 1.0
+        if req.engine == "sim" and "--sim-time-scale" in req.sim_args:
+            self.time_scale = float(req.sim_args[req.sim_args.index("--sim-time-scale") + 1])
+        self.client.time_scale = self.time_scale
         self.bank = SeriesBank()
         self.client.reset()
         self.safety_reason = None
@@ -291,11 +331,13 @@ class SessionController(QObject):
             raise RuntimeError("a ramp is already running; abort it first")
         self.client.reset()
         self.ramp_spec = spec
+        k = self.time_scale
+        wall_spec = spec_to_wall(spec, k)
         self.safety = safety
         self.safety_reason = None
-        gen = LoadGenerator(spec, clock=self.clock, on_records=self.client.add,
+        gen = LoadGenerator(wall_spec, clock=self.clock, on_records=self.client.add,
                             on_level_start=self._on_level_start_thread,
-                            on_level=lambda st: on_gui_thread(lambda: self.level_done.emit(st)),
+                            on_level=lambda st: on_gui_thread(lambda: self.level_done.emit(stats_to_rig(st, k))),
                             on_done=lambda res: self._on_done_thread(gen, res))
         self.loadgen = gen
         self.ramp_started.emit(spec)
@@ -327,6 +369,9 @@ class SessionController(QObject):
         self._safety_timer.stop()
         if self.safety_reason:
             res.status, res.stop_reason = "safety", self.safety_reason
+        k = self.time_scale
+        res.steps = [stats_to_rig(st, k) for st in res.steps]
+        res.knee = knee_to_rig(res.knee, k)
         self.ramp_finished.emit(res)
 
     def abort_ramp(self, reason: str | None = None) -> None:

@@ -33,7 +33,9 @@ class PerfParams:
     dense tensor FLOPS; ``t_cpu_s`` fixed CPU time per engine step (scheduler, sampling,
     output) in s; ``t_cpu_seq_s`` CPU time per running sequence per step, s;
     ``allreduce_alpha_s`` latency of one all-reduce, s; ``link_gbs`` all-reduce bus
-    bandwidth, GB/s (10^9 B/s). ``source``: "default (…)" or "calibrated …"."""
+    bandwidth, GB/s (10^9 B/s); ``t_request_s`` fixed latency per request outside the
+    engine steps (HTTP, tokenization, scheduling), added to TTFT, s. ``source``:
+    "default (…)" or "calibrated …"."""
 
     eta_mem: float = 0.7
     eta_compute: float = 0.5
@@ -41,6 +43,7 @@ class PerfParams:
     t_cpu_seq_s: float = 2e-5
     allreduce_alpha_s: float = 25e-6
     link_gbs: float = 25.0
+    t_request_s: float = 0.005
     source: str = "default"
 
     def as_dict(self) -> dict[str, Any]:
@@ -53,9 +56,9 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
     NVLink rate; PCIe with P2P α 22 µs at the PCIe rate; without P2P (consumer cards,
     NCCL through host memory) α = 40 + 5·TP µs (50 at TP2, 60 at TP4, 80 at TP8) and
     16 GB/s (PCIe 5.0) / 9 GB/s (PCIe 4.0). The CPU build: η_mem 0.5, η_c 0.3, t_cpu 5 ms,
-    0.3 ms per sequence (assumed; calibrate)."""
+    0.3 ms per sequence, 20 ms per request (assumed; calibrate). GPUs: 5 ms per request."""
     if gpu.kind == "cpu":
-        return PerfParams(0.5, 0.3, 0.005, 3e-4, 0.0, 10.0, "default (CPU build, assumed)")
+        return PerfParams(0.5, 0.3, 0.005, 3e-4, 0.0, 10.0, 0.02, "default (CPU build, assumed)")
     hbm = gpu.bandwidth_gbs >= 1500 and gpu.nvlink_gbs > 0
     eta = 0.75 if hbm else 0.65
     if quant_bits is not None and quant_bits <= 4:
@@ -68,7 +71,7 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
         alpha = (40 + 5 * tp) * 1e-6
         link = 16.0 if gpu.pcie_gen >= 5 else 9.0
         cls = "PCIe without P2P"
-    return PerfParams(eta, 0.5, 0.0025, 2e-5, alpha, link, f"default ({cls})")
+    return PerfParams(eta, 0.5, 0.0025, 2e-5, alpha, link, 0.005, f"default ({cls})")
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ def predict_level(model: StepTimeModel, concurrency: int, prompt_tokens: int, ou
         marg = model.prefill_marginal(b - 1, c, prompt_tokens)
         ttft = td + marg
         step = td + marg * b / o  # each of b users prefills once per o tokens
+    ttft += model.params.t_request_s
     e2e = ttft + (o - 1) * step
     rate = b / e2e  # requests per second at the engine's capacity
     wait = (n - b) / rate if n > b else 0.0

@@ -154,7 +154,23 @@ def import_vllm_config_yaml(text: str, name: str, label: str = "<config>", **kw:
     data = safe_yaml(text, label)
     if not isinstance(data, dict):
         raise ProfileError(label, None, "a vLLM --config file is a mapping of option: value")
-    return profile_from_vllm_config(data, name, label=label, **kw)
+    env = {**comment_env(text), **(kw.pop("env", None) or {})}
+    return profile_from_vllm_config(data, name, label=label, env=env, **kw)
+
+
+def comment_env(text: str) -> dict[str, str]:
+    """The ``# environment: A=1 B=2`` comment :func:`to_vllm_config_yaml` writes, read
+    back (so export → import keeps the environment and GPU choice); {} when absent."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if line.startswith("# environment: "):
+            try:
+                toks = shlex.split(line[len("# environment: "):])
+            except ValueError:
+                return {}
+            return dict(t.split("=", 1) for t in toks if _ENV_RE.match(t))
+    return {}
 
 
 def import_text(text: str, name: str | None = None, label: str = "<import>",
@@ -173,7 +189,7 @@ def import_text(text: str, name: str | None = None, label: str = "<import>",
             return profile_from_data(data, label, warnings)
         if isinstance(data, dict):
             nm = name or _name_from_model(data.get("model"))
-            return profile_from_vllm_config(data, nm, label=label, warnings=warnings)
+            return profile_from_vllm_config(data, nm, env=comment_env(text), label=label, warnings=warnings)
         if not isinstance(data, str):
             raise ProfileError(label, None, "neither a profile, a vLLM --config mapping nor a vllm serve command")
     try:

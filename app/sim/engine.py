@@ -78,6 +78,7 @@ class SimEngine:
         self._last_coalesce_log = -1e9
         self._stats = (time.monotonic(), 0, 0, 0.0)
         self._reported_preemptions = 0
+        self._due: float | None = None  # wall time (monotonic) the step in flight ends
 
     # ------------------------------------------------------------------ clocks
     def rig_now(self) -> float:
@@ -141,9 +142,11 @@ class SimEngine:
             if step is None:  # waiting requests that do not fit yet and nothing running
                 self._wake.clear()
                 await self._wake.wait()
+                self.T = max(self.T, self.rig_now())
                 continue
             t_end = self.T + step.dt
-            delay = self.t0 + t_end / k - time.monotonic()
+            self._due = self.t0 + t_end / k
+            delay = self._due - time.monotonic()
             if delay > 0:
                 burst_start = None
                 await asyncio.sleep(delay)
@@ -175,6 +178,7 @@ class SimEngine:
             self.busy_rig += step.dt
             self.steps += 1
             self.T = t_end
+            self._due = None
             if not sched.has_work:
                 self.T = max(self.T, self.rig_now())
 
@@ -209,13 +213,25 @@ class SimEngine:
         self.lags.clear()
         self.coalesced_steps = 0
 
+    def behind(self) -> float:
+        """Wall seconds the engine trails the wall clock now (0 when on time or idle)."""
+        if self._due is not None:
+            return max(0.0, time.monotonic() - self._due)
+        if self.sched.has_work:
+            return max(0.0, self.rig_now() - self.T) / self.k
+        return 0.0
+
+    def sim_now(self) -> float:
+        """The rig time the engine has reached: the wall clock × k minus what it trails by."""
+        return self.rig_now() - self.behind() * self.k
+
     def info(self) -> dict:
         """Pacing figures for ``/sim/info`` (wall seconds unless named rig)."""
         lags = sorted(self.lags)
         p99 = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
         wall = time.monotonic() - self.t0
-        return {"rig_time_s": self.T, "rig_now_s": self.rig_now(), "wall_time_s": wall,
-                "behind_s": max(0.0, self.rig_now() - self.T) / self.k if self.sched.has_work else 0.0,
+        return {"rig_time_s": self.T, "rig_now_s": self.rig_now(), "sim_now_s": self.sim_now(), "wall_time_s": wall,
+                "behind_s": self.behind(),
                 "max_lag_s": self.max_lag, "p99_lag_s": p99, "steps": self.steps,
                 "coalesced_steps": self.coalesced_steps, "busy_rig_s": self.busy_rig,
                 "running": len(self.sched.running), "waiting": len(self.sched.waiting),

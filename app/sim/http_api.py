@@ -238,7 +238,10 @@ class ApiServer:
                                  f'"choices":[],"usage":{{"prompt_tokens":{r.prompt_len},"total_tokens":'
                                  f'{r.prompt_len + r.output},"completion_tokens":{r.output}}}}}\n\n')
                 parts.append("data: [DONE]\n\n")
-            await resp.write("".join(parts).encode())
+            try:
+                await resp.write("".join(parts).encode())
+            except ConnectionResetError:  # the client went away: the caller aborts the request
+                return resp
             if s.finished:
                 break
         await resp.write_eof()

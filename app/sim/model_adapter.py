@@ -237,12 +237,19 @@ class StepModel:
         return self.model.params
 
     def step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
-                  prefill_context: float = 0.0) -> float:
+                  prefill_attention: float = 0.0) -> float:
         """One fused step: ``decode_batch`` sequences decoding one token each over
         ``decode_context_sum`` cached tokens in all, plus ``prefill_tokens`` prompt tokens
-        whose chunks start after ``prefill_context`` cached tokens on average. Seconds."""
+        in chunks of several requests, with ``prefill_attention`` = Σ n·(cached + n/2)
+        over the chunks. Seconds.
+
+        The planner's ``step_time_mixed`` models one prefill chunk of N tokens after C
+        cached ones, with attention/KV terms N·(C + N/2); passing the equivalent context
+        C = prefill_attention/N − N/2 makes those terms exactly Σ n·(cached + n/2) for
+        several chunks (C may be negative; only that product is used)."""
         mean = decode_context_sum / decode_batch if decode_batch else 0.0
-        return self.model.step_time_mixed(decode_batch, mean, prefill_tokens, prefill_context)
+        ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
+        return self.model.step_time_mixed(decode_batch, mean, prefill_tokens, ctx)
 
     def step_time_decode(self, batch: int, mean_context: float) -> float:
         return self.model.step_time_decode(batch, mean_context)

@@ -80,8 +80,9 @@ StepTime = Callable[[int, float, int, float], float]
 
 class Scheduler:
     """``num_blocks`` KV blocks of 16 tokens, ``max_num_seqs``, ``max_num_batched_tokens``;
-    ``step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_context)`` → s
-    (``prefill_context``: cached tokens before the prefill chunks, token-weighted mean).
+    ``step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention)`` → s,
+    where ``prefill_attention`` = Σ over prefill chunks of n · (cached + n/2) (token ×
+    context products: the attention work and KV reads of the chunks).
     ``on_finished(req, t)`` and ``on_first_token(req, t)`` are optional hooks (metrics)."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
@@ -178,7 +179,7 @@ class Scheduler:
                 dec_ctx += r.computed
             else:
                 pre_tok += n
-                pre_ctx += n * r.computed
+                pre_ctx += n * (r.computed + n / 2)
             i += 1
         if not preempted:
             while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
@@ -198,10 +199,10 @@ class Scheduler:
                 work.append((r, n))
                 budget -= n
                 pre_tok += n
-                pre_ctx += n * r.computed
+                pre_ctx += n * (r.computed + n / 2)
         if not work:
             return None
-        dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx / pre_tok if pre_tok else 0.0)
+        dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx)
         return Step(work, dt, dec_b, pre_tok, preempted)
 
     # ------------------------------------------------------------------ applying

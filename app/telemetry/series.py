@@ -67,6 +67,7 @@ class RingBuffer:
         return self._n
 
     def append(self, t: float, v: float) -> None:
+        """Add one point (t in seconds); overwrites the oldest when full."""
         i = self._i
         self._t[i] = t
         self._v[i] = v
@@ -118,6 +119,7 @@ class SeriesBank:
                 buf.append(t, value)
 
     def keys(self) -> list[tuple[str, str]]:
+        """The ``(source, name)`` pairs held, sorted."""
         with self._lock:
             return sorted(self._series)
 
@@ -130,6 +132,7 @@ class SeriesBank:
             return buf.view()
 
     def last(self, source: str, name: str) -> tuple[float, float] | None:
+        """Newest ``(t, value)`` of one series, or None."""
         with self._lock:
             buf = self._series.get((source, name))
             return None if buf is None else buf.last()

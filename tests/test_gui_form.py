@@ -1,0 +1,165 @@
+"""GUI form, plan panel, settings, log pane and window state (pytest-qt, offscreen)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+from PySide6.QtWidgets import QApplication, QPushButton
+
+from app.config import ServerConfig
+from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
+
+
+def _plan_settled(w):
+    return lambda: w.plan is not None and not w.planner.busy and not w.planner._timer.isActive()
+
+
+def test_opens_on_sim_demo_ready_to_launch(main_window, qtbot):
+    w = main_window
+    assert w.config.engine_key() == "sim"
+    assert w.config.sim_count.value() == 8
+    pump(qtbot, lambda: w.config.sim_gpu.currentText() == "RTX 4090", 10, "rig GPU is the RTX 4090")
+    pump(qtbot, _plan_settled(w), 20, "the demo profile is planned")
+    assert w.plan.verdict != "error", w.plan.findings
+    assert w.act_launch.isEnabled(), w.act_launch.toolTip()
+    assert not w.act_ramp.isEnabled() and not w.act_stop.isEnabled()
+    assert "sim" in w.state_label.text() and "idle" in w.state_label.text()
+    pump(qtbot, lambda: "GPUs:" in w.gpus_label.text() and "detecting" not in w.gpus_label.text(), 20,
+         "GPU detection reports in the status bar")
+
+
+def test_tp_not_dividing_heads_disables_launch_and_apply_fix_repairs_it(main_window, qtbot):
+    w = main_window
+    pump(qtbot, _plan_settled(w), 20, "first plan")
+    # Qwen2.5-7B has 28 attention heads and 4 KV heads: TP 8 does not divide them
+    cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", tensor_parallel_size=8, disable_custom_all_reduce=True,
+                       env={"NCCL_P2P_DISABLE": "1"})
+    w.config.set_config(cfg)
+    pump(qtbot, lambda: w.plan is not None and "tp_not_divisor_of_heads" in w.plan.problems(), 20,
+         "the plan names tp_not_divisor_of_heads")
+    assert w.plan.verdict == "error"
+    assert not w.act_launch.isEnabled()
+    assert "tensor_parallel_size 8" in w.act_launch.toolTip()
+    assert "not valid" in w.config.tp.currentText()
+    valid = [w.config.tp.itemData(i) for i in range(w.config.tp.count()) if "not valid" not in w.config.tp.itemText(i)]
+    assert 8 not in valid and all(28 % t == 0 for t in valid), valid
+    btn = w.plan_panel.findChild(QPushButton, "fix_tp_not_divisor_of_heads")
+    assert btn is not None and btn.isEnabled()
+    btn.click()
+    pump(qtbot, lambda: w.plan is not None and "tp_not_divisor_of_heads" not in w.plan.problems()
+         and not w.planner._timer.isActive() and not w.planner.busy, 20, "the fix repairs the plan")
+    tp = w.config.build_config().tensor_parallel_size or 1
+    assert 28 % tp == 0 and tp != 8
+    assert w.plan.verdict != "error" and w.act_launch.isEnabled(), w.act_launch.toolTip()
+
+
+def test_form_error_disables_launch_with_reason(main_window, qtbot):
+    w = main_window
+    w.config.env.setPlainText("NOT A VARIABLE")
+    pump(qtbot, lambda: w.plan_error is not None, 10, "a form error is reported")
+    assert not w.act_launch.isEnabled()
+    assert "environment line 1" in w.act_launch.toolTip()
+    w.config.env.setPlainText("NCCL_P2P_DISABLE=1")
+    pump(qtbot, lambda: w.act_launch.isEnabled(), 20, "Launch comes back once the form is fixed")
+
+
+def test_engine_switch_shows_matching_fields(main_window, qtbot):
+    w = main_window
+    w.config.set_engine("attach", attach_url="http://127.0.0.1:9")
+    assert w.config.attach_url.isVisibleTo(w) and not w.config.sim_row.isVisibleTo(w)
+    assert not w.config.gpu_box.isVisibleTo(w)
+    assert w.act_launch.text() == "&Connect"
+    w.config.set_engine("vllm")
+    assert w.config.gpu_box.isVisibleTo(w) and not w.config.attach_url.isVisibleTo(w)
+    w.config.set_engine("sim", "RTX 5090", 4)
+    assert w.config.sim_row.isVisibleTo(w) and w.config.sim_args()[:4] == ["--sim-gpu", "RTX 5090",
+                                                                            "--sim-gpu-count", "4"]
+
+
+def test_geometry_and_last_profile_are_remembered(gui_guard, qtbot, dyno_home):
+    from widgets.main_window import MainWindow
+
+    w = MainWindow()
+    w.show()
+    w.resize(760, 580)  # the offscreen screen is 800×600: restoreGeometry keeps a window on screen
+    QApplication.processEvents()
+    size = (w.width(), w.height())
+    w.config.max_num_seqs.setValue(48)
+    w.save_profile("my-rig")
+    assert (dyno_home / "profiles" / "my-rig.yaml").is_file()
+    w.close()
+    w.shutdown()
+    w.deleteLater()
+    assert (dyno_home / "gui.ini").is_file()
+    w2 = MainWindow()
+    w2.show()
+    try:
+        assert w2.config.profile.currentText() == "my-rig"
+        assert w2.config.max_num_seqs.value() == 48
+        assert (w2.width(), w2.height()) == size
+    finally:
+        w2.close()
+        w2.shutdown()
+        w2.deleteLater()
+
+
+def test_window_opens_fast_without_blocking_io(gui_guard, qtbot):
+    """Construction does no NVML, subprocess or HTTP call (those run on background threads);
+    a generous bound catches a blocking call without timing the machine (see benchmarks)."""
+    from widgets.main_window import MainWindow
+
+    t0 = time.perf_counter()
+    w = MainWindow(restore=False)
+    w.show()
+    dt = time.perf_counter() - t0
+    try:
+        assert dt < 10, f"the window took {dt:.1f} s to open"
+        pump(qtbot, lambda: "detecting" not in w.gpus_label.text(), 20, "GPU detection finishes in the background")
+    finally:
+        w.close()
+        w.shutdown()
+        w.deleteLater()
+
+
+def test_settings_dialog_checks_the_interpreter(gui_guard, qtbot, tmp_path):
+    from app.settings import Settings
+    from widgets.settings_dialog import SettingsDialog
+
+    dlg = SettingsDialog(Settings())
+    qtbot.addWidget(dlg)
+    dlg.python.setText(str(tmp_path / "no-such-python"))
+    dlg.check_interpreter()
+    pump(qtbot, lambda: "✗" in dlg.python_status.text(), 20, "a missing interpreter is reported")
+    assert "does not exist" in dlg.python_status.text()
+    dlg.fail.setValue(35)
+    dlg.margin.setValue(5)
+    s = dlg.result_settings()
+    assert s.safety.max_failure_rate == pytest.approx(0.35) and s.safety.thermal_margin_c == 5
+    dlg.thread.join(5)
+    dlg.close()
+
+
+def test_log_pane_follow_search_errors_copy(gui_guard, qtbot):
+    from widgets.log_pane import ERROR_RE, LogPane
+
+    lines = [(0.0, "stdout", f"INFO line {i}") for i in range(200)]
+    lines.insert(120, (0.0, "stderr", "ERROR 12-01 [core.py:1] ValueError: No available memory for the cache blocks"))
+    feed = [lines]
+    pane = LogPane(lambda: feed.pop() if feed else [])
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.pull()
+    assert pane.view.blockCount() == 201
+    sb = pane.view.verticalScrollBar()
+    assert sb.value() == sb.maximum()  # following
+    pane.search.setText("No available memory")
+    assert pane.matches.text() == "1 match"
+    assert pane.find()
+    assert not pane.follow.isChecked()  # searching stops following
+    pane.errors_only.setChecked(True)
+    assert pane.view.blockCount() == 1 and ERROR_RE.search(pane.view.toPlainText())
+    pane.errors_only.setChecked(False)
+    pane.view.selectAll()
+    pane.copy()
+    assert "INFO line 199" in QApplication.clipboard().text()
+    pane.close()

@@ -1,0 +1,117 @@
+"""The window driving a real simulated rig (app.sim via the Supervisor): launch → ready →
+ramp → every plot has data → results → stop; a failed launch → diagnosis → Apply fix →
+relaunch; abort mid-ramp keeps the completed levels. pytest-qt, offscreen.
+
+The sim runs 10× faster than the wall clock (``--sim-time-scale 10``); the window shows
+rig time, so a 10 s step takes 1 s of wall time.
+"""
+from __future__ import annotations
+
+import pytest
+from PySide6.QtWidgets import QPushButton
+
+from app.server.procs import group_members
+from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
+
+K = 10.0
+
+
+@pytest.fixture
+def sim_window(main_window, qtbot):
+    w = main_window
+    w.sim_time_scale = K
+    pump(qtbot, lambda: w.plan is not None and not w.planner.busy and not w.planner._timer.isActive(), 30,
+         "the demo profile is planned")
+    return w
+
+
+def _launch_ready(w, qtbot):
+    assert w.act_launch.isEnabled(), w.act_launch.toolTip()
+    w.act_launch.trigger()
+    pump(qtbot, lambda: w.controller.state in ("ready", "failed"), 60, "the sim becomes ready")
+    assert w.controller.state == "ready", w.log_pane.text()[-2000:]
+    assert "ready" in w.state_label.text()
+    assert w.act_ramp.isEnabled() and w.ramp.run_btn.isEnabled()
+
+
+def _stop(w, qtbot):
+    pgid = w.controller.supervisor.pgid
+    w.act_stop.trigger()
+    pump(qtbot, lambda: w.controller.state == "stopped" and w.controller.supervisor is None, 60, "the server stops")
+    assert group_members(pgid) == [], "a process of the sim's group is left"
+
+
+def test_launch_ramp_plots_results_stop(sim_window, qtbot):
+    w = sim_window
+    _launch_ready(w, qtbot)
+    w.ramp.levels.setText("1,2,4,8,16")
+    w.ramp.step.setValue(15)
+    w.ramp.warmup.setValue(2)
+    w.ramp.output.setText("64")
+    w.ramp.slo_ttft.setValue(0)
+    w.ramp.slo_tpot.setValue(0)
+    w.act_ramp.trigger()
+    pump(qtbot, lambda: w.controller.ramp_running, 10, "the ramp starts")
+    assert w.act_abort.isEnabled() and not w.act_ramp.isEnabled()
+    pump(qtbot, lambda: not w.controller.ramp_running, 90, "the ramp ends")
+    assert "ramp: done" in w.run_label.text(), w.run_label.text()
+    w.tabs.setCurrentWidget(w.dashboard)
+    w.dashboard.refresh(force=True)
+    has = w.dashboard.plots_with_data()
+    assert all(has.values()), has
+    assert [s.level for s in w.results.steps] == [1, 2, 4, 8, 16]
+    assert w.results.table.rowCount() == 5
+    tsv = w.results.to_tsv().splitlines()
+    assert tsv[0].startswith("Level\tRequests") and "J/token" in tsv[0] and len(tsv) == 6
+    jcol = tsv[0].split("\t").index("J/token")
+    assert all(row.split("\t")[jcol] != "–" for row in tsv[1:]), tsv
+    # rig time: a 64-token request at concurrency 1 on 8× RTX 4090 takes on the order of a second
+    s1 = w.results.steps[0]
+    assert s1.n_ok > 0 and 0.1 < s1.e2e_p50 < 20, s1
+    assert w.curves.meas_tput.xData is not None and len(w.curves.meas_tput.xData) == 5
+    assert w.curves.pred_tput.xData is not None and len(w.curves.pred_tput.xData) > 0
+    assert len(w.dashboard.boundaries) == 5
+    _stop(w, qtbot)
+    assert not w.act_ramp.isEnabled() and w.act_launch.isEnabled()
+
+
+def test_failed_launch_shows_diagnosis_and_apply_fix_relaunches(sim_window, qtbot):
+    w = sim_window
+    cfg = w.config.build_config().model_copy(update={"max_model_len": 100000})
+    w.config.set_config(cfg)
+    pump(qtbot, lambda: w.plan is not None and "max_model_len_exceeds_model" in w.plan.problems(), 20,
+         "the plan sees the problem too")
+    assert not w.act_launch.isEnabled()
+    # launch anyway (as if the plan were wrong): the rig itself refuses the configuration
+    w.controller.launch(w.build_request())
+    pump(qtbot, lambda: w.controller.state == "failed" and w.banner.isVisible(), 60, "the diagnosis banner")
+    assert "max_model_len_exceeds_model" in w.banner.title.text()
+    assert "User-specified max_model_len" in w.banner.evidence.text()
+    btn = w.banner.findChild(QPushButton, "applyDiagnosisFix")
+    assert btn.isVisible()
+    btn.click()
+    assert not w.banner.isVisible()
+    assert w.config.max_model_len.value() == 8192
+    pump(qtbot, lambda: w.plan is not None and "max_model_len_exceeds_model" not in w.plan.problems()
+         and w.act_launch.isEnabled(), 20, "Launch is enabled again")
+    _launch_ready(w, qtbot)
+    _stop(w, qtbot)
+
+
+def test_abort_mid_ramp_keeps_completed_levels(sim_window, qtbot):
+    w = sim_window
+    _launch_ready(w, qtbot)
+    w.ramp.levels.setText("1,2,4,8,16,32")
+    w.ramp.step.setValue(15)
+    w.ramp.warmup.setValue(0)
+    w.ramp.output.setText("64")
+    w.act_ramp.trigger()
+    pump(qtbot, lambda: len(w.results.steps) >= 2, 60, "two levels complete")
+    w.act_abort.trigger()
+    pump(qtbot, lambda: not w.controller.ramp_running, 30, "the ramp stops")
+    assert "aborted" in w.run_label.text(), w.run_label.text()
+    done = [s for s in w.results.steps if s.stop_reason == "duration"]
+    assert [s.level for s in done][:2] == [1, 2] and len(w.results.steps) < 6
+    assert all(s.n_ok > 0 for s in done)
+    assert w.controller.state == "ready" and w.act_ramp.isEnabled()
+    _stop(w, qtbot)

@@ -1,0 +1,54 @@
+"""Packaging: version from package metadata, package data found through importlib.resources,
+and — when `make package` has built dist/vllm-dyno — a smoke test of the frozen app.
+
+The frozen smoke test is skipped (with a message) when no build exists; `make package-test`
+runs it after `make package`.
+"""
+import os
+import subprocess
+import sys
+from importlib import metadata, resources
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+FROZEN = ROOT / "dist" / "vllm-dyno" / "vllm-dyno"
+
+
+def test_version_from_metadata():
+    v = metadata.version("vllm-dyno")
+    r = subprocess.run([sys.executable, "-m", "app.cli", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.strip() == f"vllm-dyno {v}"
+
+
+def test_package_data_through_importlib_resources():
+    icons = resources.files("resources") / "icons"
+    assert (icons / "vllm-dyno-256.png").is_file() and (icons / "vllm-dyno.svg").is_file()
+
+
+def test_desktop_entry_and_metainfo_are_well_formed():
+    import configparser
+    import xml.etree.ElementTree as ET
+
+    cp = configparser.ConfigParser(interpolation=None)
+    cp.optionxform = str
+    cp.read(ROOT / "packaging/linux/io.github.vllm_dyno.VllmDyno.desktop")
+    e = cp["Desktop Entry"]
+    assert e["Exec"] == "vllm-dyno" and e["Icon"] == "vllm-dyno" and e["Type"] == "Application"
+    root = ET.parse(ROOT / "packaging/linux/io.github.vllm_dyno.VllmDyno.metainfo.xml").getroot()
+    assert root.find("id").text == "io.github.vllm_dyno.VllmDyno"
+    assert root.find("launchable").text.endswith(".desktop")
+
+
+@pytest.mark.skipif(not FROZEN.exists(), reason="no frozen build in dist/vllm-dyno: run `make package` first")
+def test_frozen_app_version_and_smoke(tmp_path):
+    r = subprocess.run([str(FROZEN), "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("vllm-dyno ")
+    shot = tmp_path / "smoke.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VLLM_DYNO_SMOKE=str(shot),
+               VLLM_DYNO_HOME=str(tmp_path / "home"))
+    r = subprocess.run([str(FROZEN)], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert shot.exists() and shot.stat().st_size > 10_000

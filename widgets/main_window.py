@@ -1,0 +1,656 @@
+"""The main window: menu, toolbar, status bar; the form and the ramp on the left; the
+plan, live dashboard, curves, results and log on the right.
+
+Opens without blocking I/O: GPU detection (NVML), the vLLM version probe and the
+catalogs load on background threads and fill the form when they arrive. Geometry,
+the last profile and the last form are kept in QSettings (``gui.ini`` in the data dir).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QIcon, QKeySequence
+from PySide6.QtWidgets import (QApplication, QInputDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
+                               QSplitter, QStyle, QTabWidget, QVBoxLayout, QWidget)
+
+from app.paths import data_dir
+from app.settings import load_settings, save_settings
+from widgets import profiles
+from widgets.config_panel import ConfigPanel
+from widgets.dashboard import Dashboard
+from widgets.diagnosis_banner import DiagnosisBanner
+from widgets.log_pane import LogPane
+from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
+from widgets.ramp_panel import RampPanel
+from widgets.results import CurvesView, ResultsTable
+from widgets.session import ATTACHED, LaunchRequest, SessionController
+from widgets.tasks import run_in_background
+
+log = logging.getLogger(__name__)
+
+STATE_COLORS = {"idle": "#777", "starting": "#c98a00", "loading": "#c98a00", "ready": "#1e7b34",
+                "attached": "#1e7b34", "stopping": "#c98a00", "stopped": "#777", "failed": "#a61b1b"}
+
+
+def gui_settings() -> QSettings:
+    """QSettings stored as ``gui.ini`` in the data directory (VLLM_DYNO_HOME honoured)."""
+    return QSettings(str(data_dir() / "gui.ini"), QSettings.IniFormat)
+
+
+class MainWindow(QMainWindow):
+    """The application window. ``sim_time_scale`` (tests, benchmarks) speeds the sim up."""
+
+    def __init__(self, restore: bool = True) -> None:
+        super().__init__()
+        self.setWindowTitle("vLLM Dyno")
+        self.setWindowIcon(QIcon(str(_resource("icons/dyno.svg"))))
+        self.settings = load_settings()
+        self.sim_time_scale = 1.0
+        self.plan = None
+        self.plan_error: tuple[str, bool] | None = None
+        self.gpu_readings: list = []
+        self.nvml_ok = False
+        self.vllm_version: str | None = None
+        self.background: list = []
+        self._first_run = True
+        self._closed = False
+        self.controller = SessionController(self)
+
+        # ---- panels
+        self.config = ConfigPanel()
+        self.ramp = RampPanel(self.controller.clock.now)
+        self.ramp.set_safety(self.settings.safety)
+        left = QTabWidget()
+        left.addTab(self.config, "Server")
+        left.addTab(self.ramp, "Ramp")
+        self.left_tabs = left
+        self.plan_panel = PlanPanel()
+        self.dashboard = Dashboard(lambda: self.controller.bank, lambda: self.controller.client,
+                                   self.controller.clock.now)
+        self.curves = CurvesView()
+        self.results = ResultsTable(self._energy_per_token)
+        self.log_pane = LogPane(self.controller.take_lines)
+        self.banner = DiagnosisBanner()
+        right = QTabWidget()
+        right.addTab(self.plan_panel, "Plan")
+        right.addTab(self.dashboard, "Live")
+        right.addTab(self.curves, "Curves")
+        right.addTab(self.results, "Results")
+        right.addTab(self.log_pane, "Log")
+        self.tabs = right
+        rw = QWidget()
+        rv = QVBoxLayout(rw)
+        rv.setContentsMargins(0, 0, 0, 0)
+        rv.addWidget(self.banner)
+        rv.addWidget(right, 1)
+        split = QSplitter(Qt.Horizontal)
+        split.addWidget(left)
+        split.addWidget(rw)
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([430, 1100])
+        self.splitter = split
+        self.setCentralWidget(split)
+
+        self._build_actions()
+        self._build_status_bar()
+
+        # ---- wiring
+        c = self.controller
+        c.state_changed.connect(self._on_state)
+        c.launch_failed.connect(self._on_launch_failed)
+        c.leftovers_found.connect(self._on_leftovers)
+        c.stopped.connect(self._on_stopped)
+        c.ramp_started.connect(self.ramp.ramp_started)
+        c.level_started.connect(self.ramp.level_started)
+        c.level_started.connect(self._on_level_started)
+        c.level_done.connect(self._on_level_done)
+        c.ramp_finished.connect(self._on_ramp_finished)
+        c.safety_stop.connect(lambda r: None if self._closed else self.statusBar().showMessage(r, 15000))
+        self.planner = PlanRunner(self)
+        self.planner.planned.connect(self._on_plan)
+        self.planner.failed.connect(self._on_plan_failed)
+        self.config.changed.connect(self._replan)
+        self.config.profile_selected.connect(self.load_profile)
+        self.config.save_profile_requested.connect(self.save_profile_dialog)
+        self.plan_panel.apply_fix.connect(self.apply_fix)
+        self.banner.apply_fix.connect(self.apply_fix)
+        self.ramp.run_requested.connect(self.run_ramp)
+        self.ramp.abort_requested.connect(self.abort_ramp)
+        for w in (self.ramp.prompt, self.ramp.output, self.ramp.levels):
+            w.textChanged.connect(self._replan)
+
+        # ---- initial state (no blocking I/O)
+        self.qsettings = gui_settings()
+        if restore:
+            geo = self.qsettings.value("geometry")
+            if geo is not None:
+                self.restoreGeometry(geo)
+            else:
+                self.resize(1600, 1000)
+        else:
+            self.resize(1600, 1000)
+        last = self.qsettings.value("last_profile") if restore else None
+        self._first_run = last is None
+        self._refresh_profile_list(last or profiles.DEMO_NAME)
+        self.load_profile(last or profiles.DEMO_NAME, quiet=True)
+        self._update_controls()
+        self.dashboard.start()
+        self.log_pane.start()
+        self._start_probes()
+
+    # ------------------------------------------------------------------ building
+    def _build_actions(self) -> None:
+        st = self.style()
+        self.act_launch = QAction(st.standardIcon(QStyle.SP_MediaPlay), "&Launch", self)
+        self.act_launch.setShortcut(QKeySequence("Ctrl+L"))
+        self.act_launch.triggered.connect(self.launch)
+        self.act_stop = QAction(st.standardIcon(QStyle.SP_MediaStop), "&Stop", self)
+        self.act_stop.setShortcut(QKeySequence("Ctrl+."))
+        self.act_stop.triggered.connect(self.stop)
+        self.act_ramp = QAction(st.standardIcon(QStyle.SP_MediaSeekForward), "Run &ramp", self)
+        self.act_ramp.setShortcut(QKeySequence("Ctrl+R"))
+        self.act_ramp.triggered.connect(self.run_ramp)
+        self.act_abort = QAction(st.standardIcon(QStyle.SP_BrowserStop), "&Abort ramp", self)
+        self.act_abort.triggered.connect(self.abort_ramp)
+        self.act_settings = QAction(st.standardIcon(QStyle.SP_FileDialogDetailedView), "Se&ttings…", self)
+        self.act_settings.setShortcut(QKeySequence.Preferences)
+        self.act_settings.triggered.connect(self.open_settings)
+        self.act_save = QAction(st.standardIcon(QStyle.SP_DialogSaveButton), "&Save profile…", self)
+        self.act_save.setShortcut(QKeySequence.Save)
+        self.act_save.triggered.connect(self.save_profile_dialog)
+        self.act_cleanup = QAction("&Clean up leftover vLLM processes…", self)
+        self.act_cleanup.triggered.connect(self.cleanup_leftovers)
+        self.act_refresh_gpus = QAction(st.standardIcon(QStyle.SP_BrowserReload), "Re&detect GPUs", self)
+        self.act_refresh_gpus.triggered.connect(self._start_gpu_probe)
+        act_quit = QAction("&Quit", self)
+        act_quit.setShortcut(QKeySequence.Quit)
+        act_quit.triggered.connect(self.close)
+        mb = self.menuBar()
+        m = mb.addMenu("&File")
+        m.addAction(self.act_save)
+        m.addAction(self.act_settings)
+        m.addSeparator()
+        m.addAction(act_quit)
+        m = mb.addMenu("&Server")
+        m.addAction(self.act_launch)
+        m.addAction(self.act_stop)
+        m.addSeparator()
+        m.addAction(self.act_refresh_gpus)
+        m.addAction(self.act_cleanup)
+        m = mb.addMenu("&Ramp")
+        m.addAction(self.act_ramp)
+        m.addAction(self.act_abort)
+        m = mb.addMenu("&View")
+        for i in range(self.tabs.count()):
+            a = QAction(self.tabs.tabText(i), self)
+            a.setShortcut(QKeySequence(f"Ctrl+{i + 1}"))
+            a.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
+            m.addAction(a)
+        m = mb.addMenu("&Help")
+        a = QAction("&About vLLM Dyno", self)
+        a.triggered.connect(self._about)
+        m.addAction(a)
+        tb = self.addToolBar("Main")
+        tb.setObjectName("mainToolbar")
+        tb.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        for a in (self.act_launch, self.act_stop, None, self.act_ramp, self.act_abort, None, self.act_settings):
+            tb.addSeparator() if a is None else tb.addAction(a)
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.state_label = QLabel()
+        self.gpus_label = QLabel("GPUs: detecting…")
+        self.run_label = QLabel("")
+        self.run_bar = QProgressBar()
+        self.run_bar.setMaximumWidth(160)
+        self.run_bar.setFormat("%v/%m levels")
+        self.run_bar.hide()
+        sb.addPermanentWidget(self.state_label)
+        sb.addPermanentWidget(self.gpus_label)
+        sb.addPermanentWidget(self.run_label)
+        sb.addPermanentWidget(self.run_bar)
+        self._show_state("idle", "")
+
+    def _about(self) -> None:
+        from app import __version__
+
+        QMessageBox.about(self, "About vLLM Dyno",
+                          f"<b>vLLM Dyno {__version__}</b><br>A dynamometer for local vLLM servers: configure, "
+                          "launch, ramp and read the knee.<br>Data directory: " + str(data_dir()))
+
+    # ------------------------------------------------------------------ probes (background)
+    def _start_probes(self) -> None:
+        def catalogs():
+            from app.planner.gpus import catalog_names
+            from app.planner.models import catalog_ids
+
+            return catalog_names(), catalog_ids()
+
+        self.background.append(run_in_background("catalogs", catalogs, self._on_catalogs,
+                                                 lambda e: log.warning("catalogs: %s", e)))
+        self._start_gpu_probe()
+
+        def version():
+            from app.planner.versions import installed_version, rules_for
+
+            v = installed_version(self.settings.vllm_python)
+            return v, rules_for(v).quantization_methods
+
+        self.background.append(run_in_background("vllm-version", version, self._on_version,
+                                                 lambda e: self._on_version((None, []))))
+
+    def _start_gpu_probe(self) -> None:
+        def probe():
+            from app.telemetry.nvml_source import NvmlSource
+
+            src = NvmlSource(None)
+            st = src.open()
+            try:
+                return st, (src.read() if st.ok else [])
+            finally:
+                src.close()
+
+        self.gpus_label.setText("GPUs: detecting…")
+        self.background.append(run_in_background("gpu-probe", probe, self._on_gpus,
+                                                 lambda e: self._on_gpus((None, []), str(e))))
+
+    def _on_catalogs(self, res) -> None:
+        if self._closed:
+            return
+        gpus, models = res
+        self.config.set_catalogs(gpus, models)
+
+    def _on_gpus(self, res, err: str | None = None) -> None:
+        if self._closed:
+            return
+        status, readings = res
+        self.gpu_readings = readings
+        self.nvml_ok = bool(status is not None and status.ok and readings)
+        if self.nvml_ok:
+            text = f"{len(readings)} × {readings[0].name}" if len({r.name for r in readings}) == 1 else \
+                f"{len(readings)} GPUs"
+            self.gpus_label.setText(f"GPUs: {text}")
+            self.config.gpu_table.set_readings(readings, "")
+        else:
+            why = err or (status.message if status is not None else "NVML not available")
+            self.gpus_label.setText("GPUs: none (NVML: " + (why[:60] or "no GPU") + ")")
+            self.config.gpu_table.set_readings([], f"No NVIDIA GPU detected: {why}")
+        self.gpus_label.setToolTip("\n".join(f"{r.index}: {r.name}" for r in readings) or
+                                   "No NVIDIA GPU: the simulated rig works everywhere")
+        self._maybe_switch_to_real()
+        self._replan()
+
+    def _on_version(self, res) -> None:
+        if self._closed:
+            return
+        v, methods = res
+        self.vllm_version = v
+        if methods:
+            self.config.set_quantization_methods(methods, f"vLLM {v}" if v else "built-in list, newest version")
+        self._maybe_switch_to_real()
+        self._replan()
+
+    def _maybe_switch_to_real(self) -> None:
+        """First run on a machine with NVIDIA GPUs and vLLM: start on the real engine."""
+        if self._first_run and self.nvml_ok and self.vllm_version and self.config.engine_key() == "sim" \
+                and not self.controller.server_running:
+            self._first_run = False
+            self.config.set_engine("vllm")
+
+    # ------------------------------------------------------------------ profiles
+    def _refresh_profile_list(self, current: str | None = None) -> None:
+        combo = self.config.profile
+        combo.blockSignals(True)
+        combo.clear()
+        try:
+            names = profiles.list_profiles()
+        except OSError:
+            names = [profiles.DEMO_NAME]
+        combo.addItems(names)
+        if current and current in names:
+            combo.setCurrentText(current)
+        combo.blockSignals(False)
+
+    def load_profile(self, name: str, quiet: bool = False) -> bool:
+        try:
+            data = profiles.load_profile(name)
+            cfg = profiles.profile_config(data)
+        except Exception as e:  # a bad profile file is reported, never fatal
+            if not quiet:
+                QMessageBox.warning(self, "Profile", f"Cannot load profile {name!r}: {e}")
+            if name != profiles.DEMO_NAME:
+                return self.load_profile(profiles.DEMO_NAME, quiet=True)
+            return False
+        sim = data.get("sim") or {}
+        att = data.get("attach") or {}
+        self.config.set_engine(data.get("engine", "vllm"), sim.get("gpu"), sim.get("count"), att.get("url"),
+                               att.get("model"))
+        self.config.set_config(cfg)
+        if data.get("ramp"):
+            self.ramp.set_from_profile(data["ramp"])
+        self.profile_name = name
+        self.config.profile.setCurrentText(name)
+        self.setWindowTitle(f"vLLM Dyno — {name}")
+        self._replan()
+        return True
+
+    def save_profile_dialog(self) -> None:
+        name, ok = QInputDialog.getText(self, "Save profile", "Profile name:",
+                                        text="" if self.profile_name == profiles.DEMO_NAME else self.profile_name)
+        if ok and name.strip():
+            self.save_profile(name.strip())
+
+    def save_profile(self, name: str) -> None:
+        try:
+            data = self.config.to_profile()
+            data["ramp"] = self.ramp.to_profile()
+            path = profiles.save_profile(name, data)
+        except (ValueError, OSError) as e:
+            QMessageBox.warning(self, "Save profile", f"Cannot save the profile: {e}")
+            return
+        self.profile_name = path.stem
+        self._refresh_profile_list(path.stem)
+        self.setWindowTitle(f"vLLM Dyno — {path.stem}")
+        self.statusBar().showMessage(f"Saved {path}", 5000)
+
+    # ------------------------------------------------------------------ plan
+    def _plan_inputs(self) -> PlanInputs:
+        from app.loadgen.spec import parse_length
+
+        cfg = self.config.build_config()
+
+        def mid(text: str, default: int) -> int:
+            try:
+                v = parse_length(text)
+            except ValueError:
+                return default
+            return (v[0] + v[1]) // 2 if isinstance(v, tuple) else v
+
+        return PlanInputs(cfg, self.config.engine_key(), self.config.sim_gpu.currentText() or "RTX 4090",
+                          self.config.sim_count.value(), list(self.gpu_readings), mid(self.ramp.prompt.text(), 512),
+                          mid(self.ramp.output.text(), 128), None, self.vllm_version)
+
+    def _replan(self, *_: Any) -> None:
+        if self._closed:
+            return
+        if self.config.engine_key() == "attach":
+            self.planner.stop()
+            self.plan, self.plan_error = None, None
+            self.plan_panel.show_message("Attached servers are not planned: ramp and /metrics only.")
+            self.curves.set_prediction(None)
+            self._update_controls()
+            return
+        self.planner.request(self._plan_inputs)
+
+    def _on_plan(self, p) -> None:
+        if self._closed:
+            return
+        self.plan, self.plan_error = p, None
+        m = p.model
+        self.config.set_model_shape(m.heads, m.kv_heads, m.layers)
+        self.plan_panel.show_plan(p)
+        self.curves.set_prediction(p.curve)
+        self._update_controls()
+
+    def _on_plan_failed(self, msg: str, form_error: bool) -> None:
+        if self._closed:
+            return
+        self.plan, self.plan_error = None, (msg, form_error)
+        if form_error:
+            self.plan_panel.show_message(f"Form: {msg}", "error")
+        else:
+            self.config.set_model_shape(None, None, None)
+            self.plan_panel.show_message(f"No plan: {msg}", "none")
+        self.curves.set_prediction(None)
+        self._update_controls()
+
+    def apply_fix(self, fix: dict) -> None:
+        """Change the form by a planner or diagnosis fix (option values)."""
+        from app.planner.plan import apply_fix
+
+        try:
+            cfg = apply_fix(self.config.build_config(), fix)
+        except ValueError as e:
+            QMessageBox.warning(self, "Apply fix", f"The fix cannot be applied to this form: {e}")
+            return
+        if "tensor_parallel_size" in fix or "pipeline_parallel_size" in fix:
+            self.config._heads = None  # offer every size until the new plan says which are valid
+        self.config.set_config(cfg)
+        self.statusBar().showMessage("Fix applied: " + ", ".join(f"{k}={v}" for k, v in fix.items()), 8000)
+
+    # ------------------------------------------------------------------ controls
+    def launch_block_reason(self) -> str | None:
+        """Why Launch is disabled now (None: it is enabled)."""
+        c = self.controller
+        if c.server_running:
+            return f"a server is {c.state}: stop it first"
+        if self.plan_error and self.plan_error[1]:
+            return self.plan_error[0]
+        if self.plan is not None and self.plan.verdict == "error":
+            f = self.plan.primary
+            return f"{f.problem}: {f.message}" if f else "the plan found an error"
+        return None
+
+    def _update_controls(self) -> None:
+        c = self.controller
+        self._show_state(c.state, "")
+        reason = self.launch_block_reason()
+        self.act_launch.setEnabled(reason is None)
+        self.act_launch.setText("&Connect" if self.config.engine_key() == "attach" else "&Launch")
+        self.act_launch.setToolTip(reason or ("Attach to the URL" if self.config.engine_key() == "attach"
+                                              else "Launch the server as configured"))
+        self.act_stop.setEnabled(c.server_running or c.supervisor is not None)
+        self.act_ramp.setEnabled(c.ready and not c.ramp_running)
+        self.act_ramp.setToolTip("" if c.ready else "Launch (or attach to) a server first")
+        self.act_abort.setEnabled(c.ramp_running)
+        self.ramp.set_ready(c.ready, c.ramp_running)
+        self.config.setEnabled(not c.server_running)
+
+    def _show_state(self, state: str, reason: str) -> None:
+        color = STATE_COLORS.get(state, "#777")
+        eng = {"vllm": "vLLM", "sim": "sim", "attach": "attach"}.get(self.config.engine_key(), "")
+        self.state_label.setText(f"<span style='color:{color}'>●</span> {eng}: <b>{state}</b>")
+        self.state_label.setToolTip(reason or state)
+
+    # ------------------------------------------------------------------ launch / stop
+    def build_request(self) -> LaunchRequest:
+        cfg = self.config.build_config()
+        eng = self.config.engine_key()
+        return LaunchRequest(
+            engine=eng, config=cfg, sim_args=self.config.sim_args(self.sim_time_scale) if eng == "sim" else [],
+            python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
+            attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
+            gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz)
+
+    def launch(self) -> None:
+        reason = self.launch_block_reason()
+        if reason:
+            self.statusBar().showMessage(f"Cannot launch: {reason}", 8000)
+            return
+        try:
+            req = self.build_request()
+        except ValueError as e:
+            QMessageBox.warning(self, "Launch", str(e))
+            return
+        self.banner.hide()
+        self.log_pane.clear()
+        self.dashboard.reset()
+        self.results.clear()
+        self.curves.set_measured([])
+        self.controller.launch(req)
+        self.tabs.setCurrentWidget(self.dashboard if req.engine == "attach" else self.log_pane)
+        self._update_controls()
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self._update_controls()
+
+    def _on_state(self, state: str, reason: str) -> None:
+        if self._closed:
+            return
+        self._show_state(state, reason)
+        if state in ("ready", ATTACHED):
+            self.tabs.setCurrentWidget(self.dashboard)
+            self.left_tabs.setCurrentWidget(self.ramp)
+            self.statusBar().showMessage(f"Server ready at {self.controller.url}", 8000)
+        self._update_controls()
+
+    def _on_launch_failed(self, reason: str, diagnosis) -> None:
+        if self._closed:
+            return
+        self.banner.show_failure(reason, diagnosis)
+        self.tabs.setCurrentWidget(self.log_pane)
+        self._update_controls()
+
+    def _on_leftovers(self, left, req) -> None:
+        if self._closed:
+            return
+        gib = sum(p.gpu_bytes or 0 for p in left) / 2**30
+        text = "\n".join(f"{p.pid}  {p.title}  ({(p.gpu_bytes or 0) / 2**30:.1f} GiB GPU)" for p in left[:20])
+        ans = QMessageBox.question(
+            self, "Leftover vLLM processes",
+            f"{len(left)} leftover vLLM process(es) hold {gib:.1f} GiB of GPU memory:\n\n{text}\n\n"
+            "End them before launching?", QMessageBox.Yes | QMessageBox.No | QMessageBox.Cancel)
+        if ans == QMessageBox.Yes:
+            self.controller.end_leftovers_and_launch([p.pid for p in left], req)
+        elif ans == QMessageBox.No:
+            self.controller.launch(req, skip_leftover_check=True)
+        self._update_controls()
+
+    def cleanup_leftovers(self) -> None:
+        from app.server.procs import end_processes, find_leftovers
+
+        def show(left):
+            if not left:
+                QMessageBox.information(self, "Clean up", "No leftover VLLM:: processes found.")
+                return
+            text = "\n".join(f"{p.pid}  {p.title}" for p in left[:30])
+            if QMessageBox.question(self, "Clean up", f"End these processes?\n\n{text}") == QMessageBox.Yes:
+                self.background.append(run_in_background(
+                    "cleanup", lambda: end_processes([p.pid for p in left]),
+                    lambda alive: self.statusBar().showMessage(
+                        "Ended." if not alive else f"Still alive: {alive}", 8000)))
+
+        self.background.append(run_in_background("find-leftovers", find_leftovers, show))
+
+    def _on_stopped(self, left) -> None:
+        if self._closed:
+            return
+        if left:
+            QMessageBox.warning(self, "Stop", f"Processes of the server's group survived the stop: {left}")
+        self.statusBar().showMessage("Server stopped" + (f"; left: {left}" if left else ""), 5000)
+        self._update_controls()
+
+    # ------------------------------------------------------------------ ramp
+    def run_ramp(self) -> None:
+        c = self.controller
+        if not c.ready or c.ramp_running:
+            return
+        try:
+            spec = self.ramp.build_spec(c.url, c.api_model, self.settings.safety)
+        except ValueError as e:
+            QMessageBox.warning(self, "Ramp", str(e))
+            return
+        self.results.clear()
+        self.curves.set_measured([])
+        self.run_bar.setRange(0, len(spec.levels))
+        self.run_bar.setValue(0)
+        self.run_bar.show()
+        self.run_label.setText("ramp: starting")
+        self.ramp.time_scale = c.time_scale
+        c.run_ramp(spec, self.settings.safety)
+        self.tabs.setCurrentWidget(self.dashboard)
+        self._update_controls()
+
+    def abort_ramp(self) -> None:
+        self.controller.abort_ramp()
+
+    def _on_level_started(self, ev: dict) -> None:
+        n = len(self.controller.ramp_spec.levels) if self.controller.ramp_spec else 0
+        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}/{n} (concurrency {ev.get('level', 0):g})")
+
+    def _on_level_done(self, st) -> None:
+        self.ramp.level_done(st)
+        self.results.add_step(st)
+        self.curves.set_measured(self.results.steps)
+        self.run_bar.setValue(len(self.results.steps))
+
+    def _on_ramp_finished(self, res) -> None:
+        if self._closed:
+            return
+        for st in res.steps:
+            if st.idx not in {s.idx for s in self.results.steps}:
+                self.results.add_step(st)
+        self.results.refresh_energy()
+        self.curves.set_measured(self.results.steps, res.knee)
+        reason = res.stop_reason or res.error or ""
+        self.ramp.ramp_finished(res.status, reason)
+        knee = f" · knee at {res.knee.level:g}" if res.knee else ""
+        self.run_label.setText(f"ramp: {res.status}{knee}")
+        self.results.summary.setText(f"<b>Ramp {res.status}</b>: {reason}{knee}")
+        self.run_bar.hide()
+        if res.status not in ("done", "slo_broken"):
+            self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
+        if res.knee or res.steps:
+            self.tabs.setCurrentWidget(self.curves)
+        self._update_controls()
+
+    def _energy_per_token(self, st) -> float | None:
+        from app.telemetry.derived import energy_per_token, gpu_series
+
+        bank = self.controller.bank
+        power = gpu_series(bank, "power_w")
+        if not power:
+            return None
+        tokens = st.output_tps * st.window_s
+        return energy_per_token(power, [(st.idx, st.window_start, st.window_end)], tokens={st.idx: tokens}).get(st.idx)
+
+    # ------------------------------------------------------------------ settings
+    def open_settings(self) -> None:
+        from widgets.settings_dialog import SettingsDialog
+
+        dlg = SettingsDialog(self.settings, self)
+        if dlg.exec():
+            self.settings = dlg.result_settings()
+            try:
+                save_settings(self.settings)
+            except OSError as e:
+                QMessageBox.warning(self, "Settings", f"Cannot save settings: {e}")
+            self.ramp.set_safety(self.settings.safety)
+
+    # ------------------------------------------------------------------ closing
+    def save_state(self) -> None:
+        qs = self.qsettings
+        qs.setValue("geometry", self.saveGeometry())
+        qs.setValue("last_profile", getattr(self, "profile_name", profiles.DEMO_NAME))
+        qs.sync()
+
+    def shutdown(self) -> list[int]:
+        """Stop timers, the ramp, telemetry and the server (blocking); returns leftover pids."""
+        self._closed = True
+        self.dashboard.stop()
+        self.log_pane.stop()
+        self.ramp.timer.stop()
+        self.planner.stop()
+        self.statusBar().clearMessage()  # its timeout is a QTimer
+        left = self.controller.shutdown()
+        for t in self.background:
+            t.join(0.1)
+        return left
+
+    def closeEvent(self, ev) -> None:
+        self.save_state()
+        if self.controller.server_running or self.controller.supervisor is not None:
+            self.statusBar().showMessage("Stopping the server…")
+            QApplication.processEvents()
+        self.shutdown()
+        super().closeEvent(ev)
+
+
+def _resource(rel: str):
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "resources" / rel
