@@ -201,7 +201,7 @@ def main() -> int:
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--levels", default="64,256,1024")
     ap.add_argument("--output-tokens", type=int, default=256)
-    ap.add_argument("--requests-per-stream", type=int, default=4)
+    ap.add_argument("--requests-per-stream", type=int, default=8)
     ap.add_argument("--events-per-write", type=int, default=32)
     ap.add_argument("--no-peer", action="store_true")
     a = ap.parse_args()

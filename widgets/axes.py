@@ -35,3 +35,11 @@ class PlainLogAxis(pg.AxisItem):
             mant = x / 10 ** math.floor(math.log10(x)) if x > 0 else 0
             out.append(f"{x:,.10g}" if any(abs(mant - m) < 1e-6 for m in (1, 2, 5)) else "")
         return out
+
+
+def place_line(line: pg.InfiniteLine, value: float, text: str) -> None:
+    """Show ``line`` at ``value`` with label ``text`` (a hidden line's label would not update)."""
+    line.show()
+    line.setValue(value)
+    if line.label is not None:
+        line.label.setFormat(text.replace("{", "{{").replace("}", "}}"))

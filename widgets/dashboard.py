@@ -18,7 +18,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from widgets.axes import PlainLogAxis
+from widgets.axes import PlainLogAxis, place_line
 
 GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -210,14 +210,22 @@ class Dashboard(QWidget):
             if self._changed(bank, g0, "memory_total_bytes"):
                 t, val = bank.get(g0, "memory_total_bytes")
                 self.vram_total.setData(t, val / GIB, connect="finite")
+                fin = val[np.isfinite(val)]
+                if fin.size:
+                    self.plots["vram"].setYRange(0, float(fin.max()) / GIB * 1.08, padding=0)
+            heads = [bank.last(g, "vram_headroom_bytes") for g in gpus]
+            heads = [h[1] for h in heads if h is not None and h[1] == h[1]]
+            if heads:
+                self.plots["vram"].setTitle(f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB",
+                                            size="10pt")
             last = bank.last(g0, "temp_slowdown_c")
             if last is not None and last[1] == last[1]:
-                self.slowdown_line.setValue(last[1])
-                self.slowdown_line.show()
+                if self.slowdown_line.value() != last[1] or not self.slowdown_line.isVisible():
+                    place_line(self.slowdown_line, last[1], f"slowdown {last[1]:.0f} °C")
             last = bank.last(g0, "power_limit_w")
             if last is not None and last[1] == last[1]:
-                self.power_limit_line.setValue(last[1])
-                self.power_limit_line.show()
+                if self.power_limit_line.value() != last[1] or not self.power_limit_line.isVisible():
+                    place_line(self.power_limit_line, last[1], f"limit {last[1]:.0f} W")
         for name, c in self.req_curves.items():
             if self._changed(bank, "metrics", name):
                 t, val = bank.get("metrics", name)

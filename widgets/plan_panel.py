@@ -17,7 +17,7 @@ from PySide6.QtGui import QColor, QPainter
 from PySide6.QtWidgets import (QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
                                QVBoxLayout, QWidget)
 
-from widgets.axes import Log2Axis, log2
+from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -317,10 +317,7 @@ class PlanPanel(QScrollArea):
             xs = [q.concurrency for q in p.curve.points]
             ys = [q.output_tps for q in p.curve.points]
             self.curve_item.setData(log2(xs), ys)
-            self.knee_line.label.setFormat(f"knee {p.curve.knee}")
-            self.knee_line.setValue(math.log2(max(1, p.curve.knee)))
-            self.knee_line.label.valueChanged()
-            self.knee_line.show()
+            place_line(self.knee_line, math.log2(max(1, p.curve.knee)), f"knee {p.curve.knee}")
         else:
             self.curve_item.setData([], [])
             self.knee_line.hide()

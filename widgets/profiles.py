@@ -28,7 +28,7 @@ DEMO: dict[str, Any] = {
                "max-model-len": 8192, "max-num-seqs": 64, "disable-custom-all-reduce": True},
     "env": {"NCCL_P2P_DISABLE": "1"},
     "ramp": {"levels": [1, 2, 4, 8, 16, 32, 64, 128], "step_seconds": 20, "warmup_seconds": 2,
-             "prompt_tokens": 512, "output_tokens": 128, "slo": {"ttft_p99": 2.0, "tpot_p99": 0.1}},
+             "prompt_tokens": 512, "output_tokens": 128, "slo": {}},
 }
 
 

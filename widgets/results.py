@@ -12,7 +12,7 @@ from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
                                QVBoxLayout, QWidget)
 
-from widgets.axes import Log2Axis, PlainLogAxis, log2
+from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
 
 
 def _ms(x: float | None) -> str:
@@ -173,10 +173,7 @@ class CurvesView(QWidget):
         xs = [p.concurrency for p in curve.points]
         self.pred_tput.setData(log2(xs), [p.output_tps for p in curve.points])
         self.pred_lat.setData([p.output_tps for p in curve.points], [p.ttft_s * 1000 for p in curve.points])
-        self.pred_knee_line.label.setFormat(f"predicted knee {curve.knee}")
-        self.pred_knee_line.setValue(math.log2(max(1, curve.knee)))
-        self.pred_knee_line.label.valueChanged()
-        self.pred_knee_line.show()
+        place_line(self.pred_knee_line, math.log2(max(1, curve.knee)), f"predicted knee {curve.knee}")
 
     def set_measured(self, steps: list[Any], knee: Any | None = None) -> None:
         """``steps``: StepStats list; ``knee``: app.loadgen.stats.Knee or None."""
@@ -185,10 +182,7 @@ class CurvesView(QWidget):
         lat = [s for s in ok if s.ttft_p99]
         self.meas_lat.setData([s.output_tps for s in lat], [s.ttft_p99 * 1000 for s in lat])
         if knee is not None:
-            self.knee_line.label.setFormat(f"knee {knee.level:g}")
-            self.knee_line.setValue(math.log2(knee.level))
-            self.knee_line.label.valueChanged()
-            self.knee_line.show()
+            place_line(self.knee_line, math.log2(knee.level), f"knee {knee.level:g}")
             self.knee_point.setData([knee.output_tps], [knee.ttft_p99 * 1000])
             self.knee_label.setText(f"<b>Knee at {knee.level:g} concurrent requests</b> — going from "
                                     f"{knee.level:g} to {knee.next_level:g} gains {knee.gain_per_doubling:.0%} "

@@ -20,6 +20,16 @@ import json
 from dataclasses import dataclass
 
 DONE = b"[DONE]"
+_decode = json.JSONDecoder().raw_decode
+
+
+def loads(payload: bytes):
+    """JSON of one payload (UTF-8 bytes); ValueError when it is not JSON."""
+    s = payload.decode()
+    obj, end = _decode(s)
+    if end != len(s) and s[end:].strip():
+        raise ValueError(f"extra data after the JSON object: {s[end:end + 40]!r}")
+    return obj
 
 
 class SSEParser:
@@ -30,11 +40,10 @@ class SSEParser:
     ``ValueError`` (a server that never ends its lines is broken, not slow).
     """
 
-    __slots__ = ("_buf", "_data", "_cr", "max_event_bytes")
+    __slots__ = ("_buf", "_cr", "max_event_bytes")
 
     def __init__(self, max_event_bytes: int = 16 << 20) -> None:
-        self._buf = b""  # partial line
-        self._data: list[bytes] = []  # data lines of the event being built
+        self._buf = b""  # the unfinished event (complete lines included)
         self._cr = False  # last read ended with a lone '\r' (a '\n' may follow)
         self.max_event_bytes = max_event_bytes
 
@@ -50,31 +59,40 @@ class SSEParser:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         if self._buf:
             data = self._buf + data
-        lines = data.split(b"\n")
-        self._buf = lines.pop()  # the unterminated tail ("" when data ended with \n)
+        parts = data.split(b"\n\n")  # an event ends at a blank line
+        self._buf = parts.pop()
         if len(self._buf) > self.max_event_bytes:
-            raise ValueError(f"SSE line longer than {self.max_event_bytes} bytes without a line end")
+            raise ValueError(f"SSE event longer than {self.max_event_bytes} bytes without an end")
         out: list[bytes] = []
-        dl = self._data
-        for line in lines:
-            if not line:  # blank line: dispatch
-                if dl:
-                    out.append(dl[0] if len(dl) == 1 else b"\n".join(dl))
-                    dl.clear()
-            elif line.startswith(b"data:"):
-                dl.append(line[6:] if line[5:6] == b" " else line[5:])
-            # comments (":…") and other fields are ignored
+        for ev in parts:
+            if ev[:6] == b"data: " and b"\n" not in ev:  # the usual one-line event
+                out.append(ev[6:])
+            else:
+                _event(ev, out)
         return out
 
     def close(self) -> list[bytes]:
         """End of stream: dispatch a last event that lacked its blank line (lenient)."""
-        out = []
+        out: list[bytes] = []
         if self._buf:
-            self.feed(b"\n")
-        if self._data:
-            out.append(b"\n".join(self._data))
-            self._data.clear()
+            _event(self._buf, out)
+            self._buf = b""
         return out
+
+
+def _event(ev: bytes, out: list[bytes]) -> None:
+    """Slow path: an event block with several lines, comments, other fields or blanks."""
+    dl: list[bytes] = []
+    for line in ev.split(b"\n"):
+        if not line:
+            if dl:
+                out.append(b"\n".join(dl))
+                dl = []
+        elif line.startswith(b"data:"):
+            dl.append(line[6:] if line[5:6] == b" " else line[5:])
+        # comments (":…") and other fields are ignored
+    if dl:
+        out.append(b"\n".join(dl))
 
 
 @dataclass(slots=True)
@@ -116,7 +134,7 @@ def interpret(payload: bytes) -> Chunk:
     """
     if payload == DONE or payload.strip() == DONE:
         return Chunk(done=True)
-    obj = json.loads(payload)
+    obj = loads(payload)
     if not isinstance(obj, dict):
         raise ValueError(f"stream chunk is not a JSON object: {payload[:200]!r}")
     c = Chunk()

@@ -1,0 +1,124 @@
+"""GUI responsiveness under load: event-loop stalls and redraw cost during a ramp.
+
+Launches the simulated 8× RTX 4090 rig through the main window (offscreen; telemetry
+at the settings' 4 Hz), shows the Live tab and runs a ramp at 256 then 1000 concurrent
+streams. A QTimer heartbeat every 5 ms measures the event loop: stall = gap between
+beats − 5 ms. Prints, per level, the longest and p99 stall and the dashboard's redraw
+cost per frame (mean, p99, max). Targets (issue 7, on the 2-core dev machine that also
+runs the sim and the load generator): stalls < 50 ms at 256 streams, < 100 ms at 1000.
+
+Usage: ``python benchmarks/gui_stall.py [--levels 256,1000] [--step 20] [--time-scale 1]``
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+BEAT_MS = 5
+TARGET_MS = {256: 50.0, 1000: 100.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="GUI event-loop stalls during a ramp against the 8-GPU sim")
+    ap.add_argument("--levels", default="256,1000")
+    ap.add_argument("--step", type=float, default=20.0, help="seconds per level (rig time)")
+    ap.add_argument("--time-scale", type=float, default=1.0)
+    a = ap.parse_args(argv)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    os.environ["VLLM_DYNO_HOME"] = tempfile.mkdtemp(prefix="dyno-bench-")
+    t0 = time.perf_counter()
+    from PySide6.QtCore import QTimer
+
+    from widgets.main import create_app
+
+    app = create_app()
+    from widgets.main_window import MainWindow
+
+    w = MainWindow(restore=False)
+    w.show()
+    app.processEvents()
+    open_s = time.perf_counter() - t0
+    w.sim_time_scale = a.time_scale
+
+    def pump(seconds: float, cond=None) -> bool:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            app.processEvents()
+            if cond is not None and cond():
+                return True
+            time.sleep(0.002)
+        return bool(cond and cond())
+
+    beats: list[tuple[float, float]] = []  # (time, gap ms)
+    last = [time.perf_counter()]
+
+    def beat() -> None:
+        now = time.perf_counter()
+        beats.append((now, (now - last[0]) * 1000.0))
+        last[0] = now
+
+    hb = QTimer()
+    hb.setInterval(BEAT_MS)
+    hb.timeout.connect(beat)
+    marks: list[tuple[float, float]] = []
+    w.controller.level_started.connect(lambda ev: marks.append((time.perf_counter(), ev.get("level", 0))))
+    try:
+        pump(30, lambda: w.plan is not None and w.act_launch.isEnabled())
+        cfg = w.config.build_config().model_copy(update={"max_num_seqs": 512})
+        w.config.set_config(cfg)
+        pump(20, lambda: w.plan is not None and not w.planner.busy and w.act_launch.isEnabled())
+        w.launch()
+        if not pump(120, lambda: w.controller.state == "ready"):
+            print("the sim did not become ready:\n" + w.log_pane.text()[-1500:])
+            return 1
+        w.ramp.levels.setText(a.levels)
+        w.ramp.step.setValue(a.step)
+        w.ramp.warmup.setValue(2)
+        w.ramp.slo_ttft.setValue(0)
+        w.ramp.slo_tpot.setValue(0)
+        w.run_ramp()
+        w.tabs.setCurrentWidget(w.dashboard)
+        last[0] = time.perf_counter()
+        hb.start()
+        w.dashboard.frame_costs.clear()
+        pump(3600, lambda: not w.controller.ramp_running)
+        hb.stop()
+        t_end = time.perf_counter()
+        print(f"window opened in {open_s:.2f} s (imports included); sim rig 8× RTX 4090, telemetry "
+              f"{w.settings.gpu_sample_hz:g} Hz, dashboard {1000 / w.dashboard.timer.interval():.0f} Hz, "
+              f"heartbeat {BEAT_MS} ms")
+        costs = np.array(w.dashboard.frame_costs) * 1000.0
+        print(f"redraw per frame: mean {costs.mean():.1f} ms, p99 {np.percentile(costs, 99):.1f} ms, "
+              f"max {costs.max():.1f} ms over {costs.size} frames")
+        ok = True
+        for i, (ts, level) in enumerate(marks):
+            te = marks[i + 1][0] if i + 1 < len(marks) else t_end
+            gaps = np.array([g for t, g in beats if ts <= t < te]) - BEAT_MS
+            gaps = np.clip(gaps, 0, None)
+            if not gaps.size:
+                continue
+            worst, p99 = gaps.max(), np.percentile(gaps, 99)
+            target = TARGET_MS.get(int(level))
+            verdict = "" if target is None else (" ok" if worst < target else f" OVER the {target:.0f} ms target")
+            ok &= verdict != f" OVER the {target:.0f} ms target" if target else True
+            st = next((s for s in w.results.steps if s.level == level), None)
+            tput = f", {st.output_tps:,.0f} output tok/s, {st.n_ok} requests" if st else ""
+            print(f"level {level:g} streams: longest stall {worst:.1f} ms, p99 {p99:.1f} ms{verdict}{tput}")
+        return 0
+    finally:
+        left = w.shutdown()
+        w.close()
+        if left:
+            print(f"processes left: {left}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
