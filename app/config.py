@@ -208,11 +208,15 @@ class ServerConfig(BaseModel):
 
     def to_environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """Environment for the server process: ``base`` (default os.environ) + ``env`` +
-        ``CUDA_VISIBLE_DEVICES`` from ``gpus``."""
+        ``CUDA_VISIBLE_DEVICES`` from ``gpus`` (with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so CUDA
+        indices are NVML's)."""
         e = dict(os.environ if base is None else base)
         e.update(self.env)
         if self.gpus is not None:
             e["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpus)
+            # NVML numbers cards in PCI bus order; make CUDA agree so that the GPUs the
+            # telemetry reads are the ones the server uses (CUDA's default is fastest-first).
+            e.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         return e
 
     def shell_command(self, python: str = "vllm", launch_form: LaunchForm = "serve") -> str:

@@ -45,6 +45,7 @@ def test_environ_has_gpus_and_env_but_no_key_on_argv():
     c = full_config(env={"VLLM_API_KEY": "s3cret"})
     e = c.to_environ({})
     assert e["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and e["VLLM_API_KEY"] == "s3cret"
+    assert e["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "s3cret" not in " ".join(c.to_argv("/py", "serve"))
     assert "s3cret" not in c.shell_command()
     with pytest.raises(ValidationError, match="VLLM_API_KEY"):

@@ -48,7 +48,7 @@ def test_parser_close_and_limit():
     assert p.feed(b"data: tail") == []
     assert p.close() == [b"tail"]
     p = SSEParser(max_event_bytes=10)
-    with pytest.raises(ValueError, match="without a line end"):
+    with pytest.raises(ValueError, match="without an end"):
         p.feed(b"data: " + b"x" * 100)
 
 

@@ -14,7 +14,7 @@ import time
 import aiohttp
 
 from app.loadgen.records import (STATUS_DISCONNECTED, STATUS_SERVER_ERROR, STATUS_TIMEOUT, RequestRecord)
-from app.loadgen.sse import SSEParser, error_message, interpret
+from app.loadgen.sse import DONE, SSEParser, delta_has_output, error_message, interpret, loads
 
 import numpy as np
 
@@ -96,6 +96,20 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                 async for data in resp.content.iter_any():
                     now = mono()
                     for payload in parser.feed(data):
+                        if payload == DONE:
+                            done = True
+                            continue
+                        obj = loads(payload)
+                        choices = obj.get("choices") if type(obj) is dict else None
+                        if choices:  # fast path: a token chunk (interpret() has the rules)
+                            ch = choices[0]
+                            text = ch.get("text")
+                            if text or (text is None and delta_has_output(ch.get("delta"))):
+                                arrivals.append(now)
+                            u = obj.get("usage")
+                            if u:
+                                usage = (u.get("prompt_tokens"), u.get("completion_tokens"))
+                            continue
                         c = interpret(payload)
                         if c.output:
                             arrivals.append(now)

@@ -26,6 +26,8 @@ _decode = json.JSONDecoder().raw_decode
 def loads(payload: bytes):
     """JSON of one payload (UTF-8 bytes); ValueError when it is not JSON."""
     s = payload.decode()
+    if s[:1] in (" ", "\t", "\n"):
+        s = s.lstrip()
     obj, end = _decode(s)
     if end != len(s) and s[end:].strip():
         raise ValueError(f"extra data after the JSON object: {s[end:end + 40]!r}")
@@ -126,6 +128,15 @@ def error_message(obj: object) -> str:
     return json.dumps(obj)[:2000]
 
 
+def delta_has_output(delta: dict | None) -> bool:
+    """Whether a chat ``delta`` carries generated output: non-empty ``content``,
+    ``reasoning_content``/``reasoning`` or ``tool_calls`` (a role-only delta does not)."""
+    if not delta:
+        return False
+    return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                or delta.get("tool_calls"))
+
+
 def interpret(payload: bytes) -> Chunk:
     """Interpret one SSE payload of an OpenAI-compatible completions/chat stream.
 
@@ -147,12 +158,8 @@ def interpret(payload: bytes) -> Chunk:
         text = ch.get("text")
         if text is None:
             delta = ch.get("delta") or {}
-            text = delta.get("content")
-            if text:
-                c.output = True
-                c.text = text
-            elif delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
-                c.output = True
+            c.output = delta_has_output(delta)
+            c.text = delta.get("content") or ""
         elif text:
             c.output = True
             c.text = text
