@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from app.clock import SessionClock
-from app.loadgen.stats import Knee, StepStats
+from app.loadgen.stats import Knee, StepStats, to_rig_time
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 
 log = logging.getLogger(__name__)
@@ -46,23 +46,6 @@ class Phase(str, enum.Enum):
     DONE = "done"
     FAILED = "failed"
     ABORTED = "aborted"
-
-
-#: StepStats fields in seconds (× k for rig time) and per second (÷ k)
-_TIME_FIELDS = ("t_start", "t_end", "window_start", "window_end", "window_s", "ttft_p50", "ttft_p90", "ttft_p99",
-                "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
-                "e2e_p50", "e2e_p99", "e2e_mean")
-_RATE_FIELDS = ("output_tps", "total_tps", "rps", "goodput_rps")
-
-
-def to_rig_time(st: StepStats, k: float) -> StepStats:
-    """A level's stats in rig seconds for a sim running ``k``× faster than the wall clock
-    (times × k, rates ÷ k); ``k == 1`` returns ``st`` unchanged."""
-    if k == 1.0:
-        return st
-    upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
-    upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
-    return st.model_copy(update=upd)
 
 
 @dataclass

@@ -289,3 +289,31 @@ def test_falling_behind_coalesces_tokens_and_says_so():
         assert any("coalescing several tokens per write" in l for l in sup.log_tail(200))
     finally:
         stop_and_check(sup)
+
+
+def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
+    """`vllm-dyno ramp` reads k from /sim/info and prints figures in rig seconds: at
+    k = 10 one user on 8× RTX 4090 / 70B AWQ sees a per-token time of tens of ms (rig),
+    not a few ms (wall)."""
+    import re
+    import subprocess
+    import sys
+
+    from app.config import ServerConfig
+    from app.server.supervisor import Supervisor
+
+    sup = Supervisor(ServerConfig(model="Llama-3-70B", quantization="awq", tensor_parallel_size=8, max_num_seqs=64),
+                     engine="sim", sim_args=["--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--sim-time-scale", "10"])
+    sup.start()
+    try:
+        assert sup.wait_ready(60), sup.failure
+        r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", sup.url, "--levels", "1",
+                            "--step-seconds", "2", "--warmup-seconds", "0.5", "--prompt-tokens", "64",
+                            "--output-tokens", "64", "--no-store"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "time scale 10" in r.stdout
+        row = [l for l in r.stdout.splitlines() if re.match(r"^\s+1\s+\d+\s+0\s", l)][0].split()
+        tpot_p50_ms = float(row[7])
+        assert 10 < tpot_p50_ms < 100, r.stdout
+    finally:
+        assert sup.stop() == []

@@ -10,8 +10,8 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayo
 
 
 def parse_levels(text: str) -> dict[str, Any]:
-    """``"1,2,4,8"`` → ``{"levels": [1, 2, 4, 8]}``; ``"64"`` → ``{"max_level": 64}`` (1, 2, 4 … 64).
-    Raises ValueError naming the text."""
+    """``"1,2,4,8"`` → ``{"levels": [1, 2, 4, 8]}``; ``"64"`` → ``{"max_level": 64}`` (1, 2, 4 … 64);
+    ``"64,"`` → ``{"levels": [64]}`` (one level). Raises ValueError naming the text."""
     parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p]
     try:
         nums = [float(p) for p in parts]
@@ -19,7 +19,7 @@ def parse_levels(text: str) -> dict[str, Any]:
         raise ValueError(f"levels {text!r}: write concurrency levels like 1,2,4,8,16 or one maximum like 64") from None
     if not nums:
         raise ValueError("levels: give at least one level, e.g. 1,2,4,8,16")
-    if len(nums) == 1 and nums[0] > 1:
+    if len(nums) == 1 and nums[0] > 1 and "," not in text:
         return {"max_level": int(nums[0])}
     return {"levels": nums}
 

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from app.clock import SessionClock
 from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.spec import RampSpec, parse_length
-from app.loadgen.stats import StepStats
+from app.loadgen.stats import StepStats, find_knee, to_rig_time
 
 
 def register(sub) -> None:
@@ -167,6 +167,21 @@ def print_result(res: RampResult, out=sys.stdout) -> None:
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
 
 
+def sim_time_scale(url: str, timeout: float = 3.0) -> float:
+    """The time scale k a simulated rig announces at ``/sim/info`` (1.0 for vLLM and any
+    server without that endpoint)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/sim/info", timeout=timeout) as r:
+            k = float(json.load(r).get("time_scale") or 1.0)
+            return k if k > 0 else 1.0
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return 1.0
+
+
 def run(a: argparse.Namespace) -> int:
     try:
         spec = spec_from_args(a)
@@ -177,6 +192,14 @@ def run(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
         return 2
+    k = sim_time_scale(spec.url)
+    if k != 1.0:
+        # a sim running k× faster than the wall clock: SLO bounds are in rig seconds, so
+        # the generator compares wall times against bound / k; figures are shown × k
+        slo = spec.slo.model_copy(update={f: (v / k if v is not None else None)
+                                          for f, v in spec.slo.model_dump().items()})
+        spec = spec.model_copy(update={"slo": slo})
+        print(f"simulated rig at time scale {k:g}: times and rates below are in rig seconds")
     clock = SessionClock()
     store = run_id = None
     if not a.no_store:
@@ -188,7 +211,7 @@ def run(a: argparse.Namespace) -> int:
     levels = ", ".join(f"{x:g}" for x in spec.levels)
     print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
     gen = LoadGenerator(spec, clock=clock, store=store, run_id=run_id, on_records=prog.records,
-                        on_level_start=prog.level_start, on_level=prog.level_end)
+                        on_level_start=prog.level_start, on_level=lambda st: prog.level_end(to_rig_time(st, k)))
     interrupted = False
     try:
         gen.start()
@@ -209,6 +232,9 @@ def run(a: argparse.Namespace) -> int:
     if res.status == "error":
         print(f"vllm-dyno ramp: {res.error}", file=sys.stderr)
         return 2 if not res.records else 1
+    if k != 1.0:
+        res.steps = [to_rig_time(st, k) for st in res.steps]
+        res.knee = find_knee(res.steps, spec.knee_gain, spec.knee_ttft_ratio)
     print_result(res)
     try:
         from app.loadgen import export

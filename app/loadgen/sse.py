@@ -9,10 +9,14 @@ are ignored: the OpenAI streaming API uses only ``data``.
 
 :func:`interpret` turns one payload into a :class:`Chunk`: does it carry output (a
 token), usage counts, an error, or the ``[DONE]`` marker. A chunk "carries output"
-when its first choice has non-empty ``text`` (completions) or a delta with non-empty
-``content``, ``reasoning_content``/``reasoning`` or ``tool_calls`` (chat). A role-only
-first chunk (``content: ""``) is not output, so TTFT is not timed on it
-(shared/cases/streaming/role-only-first-chunk.yaml).
+when its first choice has a ``text`` field, even ``""`` (completions: vLLM sends a
+completions chunk only when tokens were generated; the text is empty while the
+detokenizer holds back an incomplete UTF-8 sequence or for special tokens — counted as
+``vllm bench serve`` counts it, vllm/benchmarks/lib/endpoint_request_func.py), or a
+delta with non-empty ``content``, ``reasoning_content``/``reasoning`` or ``tool_calls``,
+or an empty ``content`` in a delta that is not the role announcement (chat). A
+role-only first chunk (``role`` + ``content: ""``) is not output, so TTFT is not timed
+on it (shared/cases/streaming/role-only-first-chunk.yaml).
 """
 from __future__ import annotations
 
@@ -133,8 +137,10 @@ def delta_has_output(delta: dict | None) -> bool:
     ``reasoning_content``/``reasoning`` or ``tool_calls`` (a role-only delta does not)."""
     if not delta:
         return False
-    return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                or delta.get("tool_calls"))
+    if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning") or delta.get("tool_calls"):
+        return True
+    # tokens generated but no text yet (incomplete UTF-8 held back); not the role chunk
+    return delta.get("content") == "" and "role" not in delta
 
 
 def interpret(payload: bytes) -> Chunk:
@@ -160,7 +166,7 @@ def interpret(payload: bytes) -> Chunk:
             delta = ch.get("delta") or {}
             c.output = delta_has_output(delta)
             c.text = delta.get("content") or ""
-        elif text:
+        else:
             c.output = True
             c.text = text
     usage = obj.get("usage")

@@ -20,7 +20,7 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel
@@ -201,3 +201,20 @@ def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float 
             return Knee(level=a.level, next_level=b.level, output_tps=a.output_tps, next_output_tps=b.output_tps,
                         ttft_p99=a.ttft_p99, next_ttft_p99=b.ttft_p99, gain_per_doubling=g, ttft_ratio=r)
     return None
+
+
+#: StepStats fields in seconds (× k for rig time) and per second (÷ k)
+_TIME_FIELDS = ("t_start", "t_end", "window_start", "window_end", "window_s", "ttft_p50", "ttft_p90", "ttft_p99",
+                "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
+                "e2e_p50", "e2e_p99", "e2e_mean")
+_RATE_FIELDS = ("output_tps", "total_tps", "rps", "goodput_rps")
+
+
+def to_rig_time(st: StepStats, k: float) -> StepStats:
+    """A level's stats in rig seconds for a sim running ``k``× faster than the wall clock
+    (times × k, rates ÷ k; shared/DESIGN.md "Sim time"); ``k == 1`` returns ``st`` unchanged."""
+    if k == 1.0:
+        return st
+    upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
+    upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
+    return st.model_copy(update=upd)
