@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 TINY_MODEL := build/tiny-llama
 
-.PHONY: run test deps vllm model system unit e2e clean bench package package-test install-desktop icons
+.PHONY: run test deps vllm model system unit e2e clean bench package package-test install-desktop icons screenshot
 
 $(VENV)/.dyno-ok: pyproject.toml
 	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
@@ -54,3 +54,6 @@ install-desktop:
 	install -Dm644 packaging/linux/io.github.vllm_dyno.VllmDyno.desktop ~/.local/share/applications/io.github.vllm_dyno.VllmDyno.desktop
 	install -Dm644 packaging/linux/io.github.vllm_dyno.VllmDyno.metainfo.xml ~/.local/share/metainfo/io.github.vllm_dyno.VllmDyno.metainfo.xml
 	for s in 16 24 32 48 64 128 256 512; do install -Dm644 resources/icons/vllm-dyno-$$s.png ~/.local/share/icons/hicolor/$${s}x$${s}/apps/vllm-dyno.png; done
+
+screenshot: deps
+	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py resources/screenshots/main-window.png

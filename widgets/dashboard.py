@@ -85,7 +85,7 @@ class Dashboard(QWidget):
                 p.setXLink(first)
             self.plots[key] = p
         # per-GPU colours are explained once, in the VRAM plot's legend
-        self.legends = {k: self.plots[k].addLegend(offset=(6, 4), labelTextSize="8pt", colCount=1 if k in
+        self.legends = {k: self.plots[k].addLegend(offset=(-6, -6) if k == "vram" else (6, 4), labelTextSize="8pt", colCount=1 if k in
                                                    ("throughput", "latency", "requests") else 3,
                                                    brush=pg.mkBrush(255, 255, 255, 210))
                         for k in ("throughput", "latency", "vram", "requests")}
@@ -267,7 +267,7 @@ class Dashboard(QWidget):
             for key, p in self.plots.items():
                 line = pg.InfiniteLine(pos=t, angle=90, pen=pg.mkPen("#999", width=1, style=Qt.DotLine),
                                        label=f"{level:g}" if key == "throughput" else None,
-                                       labelOpts={"position": 0.95, "color": "#666"})
+                                       labelOpts={"position": 0.7, "color": "#666"})
                 p.addItem(line, ignoreBounds=True)
                 self._boundary_items.append((p, line))
         self.boundaries = list(bounds)

@@ -40,7 +40,7 @@ class Snapshot:
 class ClientSeries:
     """Thread-safe accumulator; ``bin_s`` throughput bin, ``window_s`` latency window (s)."""
 
-    def __init__(self, bin_s: float = 1.0, window_s: float = 2.0, lag_s: float = 0.5) -> None:
+    def __init__(self, bin_s: float = 2.0, window_s: float = 2.0, lag_s: float = 0.5) -> None:
         self.bin_s, self.window_s, self.lag_s = bin_s, window_s, lag_s
         self.time_scale = 1.0  # sim k: throughput ÷ k and latencies × k (rig time)
         self._lock = threading.Lock()
