@@ -291,22 +291,13 @@ class ServerConfig(BaseModel):
             k, v = toks.pop(0).split("=", 1)
             env[k] = v
         model = None
-        i = 0
-        # skip the program part
-        while i < len(toks) and not toks[i].startswith("-") and toks[i] != "serve":
-            i += 1
-            if i < len(toks) and toks[i - 1] == "-m":
-                pass
-        # find "serve" or the -m module
-        if "serve" in toks:
+        if "serve" in toks:  # `vllm serve MODEL …` or `python -m vllm.entrypoints.cli.main serve MODEL …`
             i = toks.index("serve") + 1
             if i < len(toks) and not toks[i].startswith("-"):
                 model = toks[i]
                 i += 1
-        else:
-            i = 0
-            while i < len(toks) and not toks[i].startswith("--"):
-                i += 1
+        else:  # `python -m vllm.entrypoints.openai.api_server --model M …`: options start at the first --
+            i = next((j for j, t in enumerate(toks) if t.startswith("--")), len(toks))
         rest = toks[i:]
         d = extra_args_to_dict(rest)
         if model is not None:

@@ -30,8 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from app.clock import SessionClock
+from app.loadgen.spec import spec_to_wall
 from app.loadgen.stats import Knee, StepStats, to_rig_time
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
+from app.recording import run_summary, sim_hardware
 
 log = logging.getLogger(__name__)
 
@@ -257,16 +259,9 @@ class Session:
                 res.status, res.reason = "server_failed", self.supervisor.failure.reason
         if self.aborted and res.status not in ("launch_failed",):
             res.status, res.reason = "aborted", res.reason or "aborted by the user"
-        if res.steps:
-            res.results = ResultsSummary.from_levels(
-                [s.model_dump() for s in res.steps], run_id=self.run_id, status=res.status,
-                knee=res.knee.level if res.knee else None)
-        summary = {"status": res.status, "stop_reason": res.reason, "knee": res.knee.model_dump() if res.knee else None,
-                   "peak_output_tps": res.results.peak_output_tps if res.results else None,
-                   "peak_level": res.results.best_level if res.results else None,
-                   "gpu_count": cfg.world_size, "time_scale": self.time_scale,
-                   "hardware": res.hardware.model_dump() if res.hardware else None,
-                   "results": res.results.model_dump(mode="json") if res.results else None}
+        summary, res.results = run_summary(res.status, res.reason, res.steps, res.knee, run_id=self.run_id,
+                                           gpu_count=cfg.world_size, time_scale=self.time_scale,
+                                           hardware=res.hardware)
         self.store.finish_run(self.run_id, res.status, summary=summary, capacity=res.capacity)
         self.store.flush()
         final = Phase.DONE if res.ok else (Phase.ABORTED if res.status == "aborted" else Phase.FAILED)
@@ -321,10 +316,7 @@ class Session:
         if prof.engine == "sim":
             info = _get_json(self.url + "/sim/info") or {}
             self.time_scale = float(info.get("time_scale") or 1.0)
-            rig = prof.sim
-            res.hardware = HardwareFingerprint(gpu=rig.gpu, count=rig.count,
-                                               vllm_version=f"sim {info.get('vllm_version', '')}".strip(),
-                                               recorded_at=time.time())
+            res.hardware = sim_hardware(prof, info)
         elif prof.engine == "vllm":
             res.hardware = local_hardware(cfg.gpus, vllm_version, cpu_build)
         if self.use_telemetry:
@@ -336,7 +328,8 @@ class Session:
         spec = prof.ramp_spec(self.url, model, **self.ramp_overrides)
         self.store.update_run(self.run_id, spec=spec)
         api_key = cfg.env.get("VLLM_API_KEY")
-        gen = LoadGenerator(spec, clock=self.clock, store=self.store, run_id=self.run_id, api_key=api_key,
+        # SLO bounds are rig seconds; the durations of a headless run stay wall seconds
+        gen = LoadGenerator(spec_to_wall(spec, self.time_scale, durations=False), clock=self.clock, store=self.store, run_id=self.run_id, api_key=api_key,
                             on_records=self.on_records, on_level_start=self.on_level_start, on_level=self._level)
         self.generator = gen
         gen.start()

@@ -6,13 +6,12 @@ Writes are atomic (temporary file + ``os.replace``).
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.fileio import write_atomic
 from app.paths import settings_path
 
 
@@ -56,13 +55,4 @@ def save_settings(s: Settings, path: Path | None = None) -> None:
     path = path or settings_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump(s.model_dump(exclude={"load_error"}), sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=".settings-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)

@@ -180,7 +180,20 @@ def test_server_killed_mid_ramp_cli_exits_nonzero(dyno_home):
                                 "--levels", "2,4,8", "--step-seconds", "4", "--prompt-tokens", "8",
                                 "--output-tokens", "20"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=ROOT)
-        time.sleep(3.0)
+        # kill the server once the ramp has completed a few requests (polled from the run
+        # store, which the CLI writes as records arrive) — not after a fixed sleep, which a
+        # loaded machine can make too short
+        import sqlite3
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with sqlite3.connect(dyno_home / "runs.sqlite", timeout=1) as db:
+                    if db.execute("SELECT COUNT(*) FROM requests WHERE status = 'ok'").fetchone()[0] > 5:
+                        break
+            except sqlite3.Error:
+                pass
+            time.sleep(0.2)
         srv.kill()
         srv.wait(10)
         out, err = cli.communicate(timeout=60)

@@ -286,7 +286,7 @@ _SAVER = textwrap.dedent("""\
     import os, sys, time
     from app.profiles import parse_profile
     from app.profiles.io import write_profile
-    import app.profiles.io as io
+    import app.fileio as fileio
     base = parse_profile(open(sys.argv[2]).read())
     mode = sys.argv[3]
     if mode == "hang-before-replace":
@@ -295,7 +295,7 @@ _SAVER = textwrap.dedent("""\
             print("temp written", flush=True)
             time.sleep(60)
             real(a, b)
-        io.os.replace = slow_replace
+        fileio.os.replace = slow_replace
         write_profile(sys.argv[1], base.updated(notes="NEW " * 200000))
     else:  # save again and again until killed
         print("saving", flush=True)

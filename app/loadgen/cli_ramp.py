@@ -9,7 +9,6 @@ completed records are kept).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import threading
 import time
@@ -18,7 +17,7 @@ from pydantic import ValidationError
 
 from app.clock import SessionClock
 from app.loadgen.generator import LoadGenerator, RampResult
-from app.loadgen.spec import RampSpec, parse_length
+from app.loadgen.spec import RampSpec, parse_length, spec_to_wall
 from app.loadgen.stats import StepStats, find_knee, to_rig_time
 
 
@@ -195,10 +194,9 @@ def run(a: argparse.Namespace) -> int:
     k = sim_time_scale(spec.url)
     if k != 1.0:
         # a sim running k× faster than the wall clock: SLO bounds are in rig seconds, so
-        # the generator compares wall times against bound / k; figures are shown × k
-        slo = spec.slo.model_copy(update={f: (v / k if v is not None else None)
-                                          for f, v in spec.slo.model_dump().items()})
-        spec = spec.model_copy(update={"slo": slo})
+        # the generator compares wall times against bound / k; figures are shown × k;
+        # --step-seconds and the other durations stay wall seconds
+        spec = spec_to_wall(spec, k, durations=False)
         print(f"simulated rig at time scale {k:g}: times and rates below are in rig seconds")
     clock = SessionClock()
     store = run_id = None

@@ -8,11 +8,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
+from app.fileio import write_atomic
 from app.loadgen.generator import RampResult
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
@@ -45,25 +44,9 @@ def to_json(result: RampResult, spec: RampSpec | None = None) -> dict:
             "steps": [s.model_dump(mode="json") for s in result.steps]}
 
 
-def _atomic_write(path: Path | str, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_json(path: Path | str, result: RampResult, spec: RampSpec | None = None) -> None:
     """Write :func:`to_json` to ``path`` (atomically)."""
-    _atomic_write(path, json.dumps(to_json(result, spec), indent=2))
+    write_atomic(path, json.dumps(to_json(result, spec), indent=2))
 
 
 def steps_csv(steps: Iterable[StepStats]) -> str:
@@ -92,8 +75,8 @@ def requests_csv(records: Iterable[RequestRecord]) -> str:
 
 
 def write_steps_csv(path: Path | str, steps: Iterable[StepStats]) -> None:
-    _atomic_write(path, steps_csv(steps))
+    write_atomic(path, steps_csv(steps))
 
 
 def write_requests_csv(path: Path | str, records: Iterable[RequestRecord]) -> None:
-    _atomic_write(path, requests_csv(records))
+    write_atomic(path, requests_csv(records))

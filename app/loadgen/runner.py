@@ -18,7 +18,7 @@ from typing import Callable
 
 import aiohttp
 
-from app.loadgen.client import PreflightError, preflight, stream_request
+from app.loadgen.client import preflight, stream_request
 from app.loadgen.prompts import RequestFactory
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec

@@ -151,6 +151,36 @@ class RampSpec(BaseModel):
         return self.endpoint == "/v1/chat/completions"
 
 
+def slo_to_wall(slo: SLO, k: float) -> SLO:
+    """An SLO written in rig seconds → wall seconds for a sim running ``k``× faster than
+    the wall clock (every bound ÷ k; shared/DESIGN.md "Sim time"). ``k == 1`` returns
+    ``slo`` unchanged. Raises ValueError for ``k`` ≤ 0."""
+    if not k > 0:
+        raise ValueError(f"time scale {k}: a sim's time scale is > 0")
+    if k == 1.0:
+        return slo
+    return slo.model_copy(update={f: getattr(slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99")
+                                  if getattr(slo, f) is not None})
+
+
+def spec_to_wall(spec: RampSpec, k: float, *, durations: bool = True) -> RampSpec:
+    """A RampSpec written in rig seconds → the one the load generator runs against a sim
+    ``k``× faster than the wall clock: the SLO bounds ÷ k (:func:`slo_to_wall`) and, with
+    ``durations``, ``step_seconds``, ``warmup_seconds``, ``request_timeout`` and
+    ``max_total_seconds`` ÷ k too (the GUI's ramp form is all in rig seconds; ``vllm-dyno
+    ramp`` and the headless session keep their durations in wall seconds and pass
+    ``durations=False``). ``k == 1`` returns ``spec`` unchanged."""
+    if k == 1.0:
+        return spec
+    upd: dict = {"slo": slo_to_wall(spec.slo, k)}
+    if durations:
+        upd.update(warmup_seconds=spec.warmup_seconds / k, request_timeout=spec.request_timeout / k)
+        for f in ("step_seconds", "max_total_seconds"):
+            if getattr(spec, f) is not None:
+                upd[f] = getattr(spec, f) / k
+    return spec.model_copy(update=upd)
+
+
 def load_prompts(path: Path | str) -> list[dict]:
     """Read a JSONL prompts file: list of ``{"prompt": str}`` or ``{"messages": list}``.
 

@@ -218,3 +218,12 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
     upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
     upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
     return st.model_copy(update=upd)
+
+
+def knee_to_rig(knee: Knee | None, k: float) -> Knee | None:
+    """A knee found on wall-clock stats → rig time (throughputs ÷ k, TTFT × k; the
+    growth figures are ratios and stay). ``None`` or ``k == 1`` is returned unchanged."""
+    if knee is None or k == 1.0:
+        return knee
+    return knee.model_copy(update={"output_tps": knee.output_tps / k, "next_output_tps": knee.next_output_tps / k,
+                                   "ttft_p99": knee.ttft_p99 * k, "next_ttft_p99": knee.next_ttft_p99 * k})

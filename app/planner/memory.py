@@ -11,7 +11,7 @@ All sizes in GiB (2^30 B) unless the name says bytes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.models import DTYPE_BYTES, ModelArch

@@ -19,7 +19,7 @@ The simulator uses :class:`StepTimeModel` through :meth:`StepTimeModel.step_time
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from app.planner.gpus import GpuSpec

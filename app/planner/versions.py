@@ -97,7 +97,7 @@ def installed_version(python: str | None = None) -> str | None:
         except md.PackageNotFoundError:
             pass
     try:
-        from app.server.interpreter import InterpreterError, inspect_interpreter, resolve_python
+        from app.server.interpreter import inspect_interpreter, resolve_python
 
         return inspect_interpreter(resolve_python(python)).version
     except Exception:  # InterpreterError or no interpreter at all: plan for the newest version

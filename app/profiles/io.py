@@ -16,13 +16,13 @@ Writing (:func:`write_atomic`) goes to a temporary file in the same directory,
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from app.fileio import write_atomic  # noqa: F401  (re-exported: profiles are written with it)
 from pydantic import BaseModel, ValidationError
 
 from app.config import ServerConfig
@@ -238,38 +238,6 @@ def dump_profile(profile: Profile) -> str:
 
 
 # ---------------------------------------------------------------------- write
-def write_atomic(path: str | Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: temporary file in the same directory
-    (``.NAME.*.tmp``), flush + fsync, ``os.replace``, fsync of the directory. On any
-    error the temporary file is removed and the old file is untouched (OSError raised).
-    """
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=f".{p.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(p.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
 def write_profile(path: str | Path, profile: Profile) -> None:
     """Write ``profile`` to ``path`` atomically (see :func:`write_atomic`)."""
     write_atomic(path, dump_profile(profile))
