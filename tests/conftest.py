@@ -11,8 +11,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / "build" / "tiny-llama"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-SHARED = ROOT.parent / "shared"
+#: the project's shared/ folder (beside the checkout, as in CI); VLLM_DYNO_SHARED overrides
+SHARED = Path(os.environ.get("VLLM_DYNO_SHARED", ROOT.parent / "shared"))
 CASES = SHARED / "cases"
+if not CASES.is_dir():
+    raise RuntimeError(f"the field cases are missing: {CASES} does not exist. The tests read "
+                       "shared/cases beside the checkout; set VLLM_DYNO_SHARED to the shared/ folder")
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

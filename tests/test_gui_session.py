@@ -77,7 +77,8 @@ def test_launch_ramp_plots_results_stop(sim_window, qtbot):
 
 def test_failed_launch_shows_diagnosis_and_apply_fix_relaunches(sim_window, qtbot):
     w = sim_window
-    cfg = w.config.build_config().model_copy(update={"max_model_len": 100000})
+    # the demo's Llama-3.1-70B holds 131072 positions
+    cfg = w.config.build_config().model_copy(update={"max_model_len": 200000})
     w.config.set_config(cfg)
     pump(qtbot, lambda: w.plan is not None and "max_model_len_exceeds_model" in w.plan.problems(), 20,
          "the plan sees the problem too")
@@ -91,7 +92,7 @@ def test_failed_launch_shows_diagnosis_and_apply_fix_relaunches(sim_window, qtbo
     assert btn.isVisible()
     btn.click()
     assert not w.banner.isVisible()
-    assert w.config.max_model_len.value() == 8192
+    assert w.config.max_model_len.value() == 131072
     pump(qtbot, lambda: w.plan is not None and "max_model_len_exceeds_model" not in w.plan.problems()
          and w.act_launch.isEnabled(), 20, "Launch is enabled again")
     _launch_ready(w, qtbot)

@@ -42,6 +42,26 @@ def test_desktop_entry_and_metainfo_are_well_formed():
     assert root.find("launchable").text.endswith(".desktop")
 
 
+def test_smoke_mode_from_source(tmp_path):
+    """The smoke mode the frozen test relies on, run from the source tree (no build needed)."""
+    shot = tmp_path / "smoke.png"
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VLLM_DYNO_SMOKE=str(shot),
+               VLLM_DYNO_HOME=str(tmp_path / "home"))
+    r = subprocess.run([sys.executable, "-m", "app.cli"], capture_output=True, text=True, timeout=300, env=env,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "window shown" in r.stderr and "helper processes: app.loadgen.worker" in r.stderr, r.stderr
+    assert shot.exists() and shot.stat().st_size > 10_000
+
+
+def test_smoke_mode_rejects_a_bad_path(tmp_path):
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VLLM_DYNO_SMOKE=str(tmp_path / "missing" / "x.png"),
+               VLLM_DYNO_HOME=str(tmp_path / "home"))
+    r = subprocess.run([sys.executable, "-m", "app.cli"], capture_output=True, text=True, timeout=120, env=env,
+                       cwd=ROOT)
+    assert r.returncode == 1 and "does not exist" in r.stderr
+
+
 @pytest.mark.skipif(not FROZEN.exists(), reason="no frozen build in dist/vllm-dyno: run `make package` first")
 def test_frozen_app_version_and_smoke(tmp_path):
     r = subprocess.run([str(FROZEN), "--version"], capture_output=True, text=True, timeout=60)
@@ -49,6 +69,11 @@ def test_frozen_app_version_and_smoke(tmp_path):
     shot = tmp_path / "smoke.png"
     env = dict(os.environ, QT_QPA_PLATFORM="offscreen", VLLM_DYNO_SMOKE=str(shot),
                VLLM_DYNO_HOME=str(tmp_path / "home"))
+    # no Python on PATH: every helper process must be the frozen executable itself (`_helper`)
+    nopy = tmp_path / "bin"
+    nopy.mkdir()
+    env["PATH"] = str(nopy)
     r = subprocess.run([str(FROZEN)], capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "helper processes: app.loadgen.worker, app.server.reaper, app.sim.server" in r.stderr, r.stderr
     assert shot.exists() and shot.stat().st_size > 10_000

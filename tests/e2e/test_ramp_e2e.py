@@ -11,7 +11,7 @@ from app.store import RunStore
 @pytest.mark.e2e
 def test_ramp_finds_knee_at_max_num_seqs(vllm_server):
     assert vllm_server.config.max_num_seqs == 8
-    spec = RampSpec(url=vllm_server.url, model="tiny", levels=[1, 2, 4, 8, 16], step_seconds=6,
+    spec = RampSpec(url=vllm_server.url, model="tiny", levels=[1, 2, 4, 8, 16], step_seconds=10,
                     warmup_seconds=2, prompt_tokens=16, output_tokens=64, request_timeout=60)
     with RunStore() as store:
         rid = store.create_run("e2e ramp", "vllm", spec=spec)
