@@ -28,6 +28,9 @@ SHOTS = os.environ.get("DYNO_SHOTS")  # a directory: save screenshots of the vie
 
 def _shot(widget, name: str) -> None:
     if SHOTS:
+        from PySide6.QtWidgets import QApplication
+
+        QApplication.processEvents()  # pending layouts first
         widget.grab().save(os.path.join(SHOTS, name))
 
 

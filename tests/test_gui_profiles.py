@@ -57,6 +57,9 @@ def test_lists_builtins_read_only(manager):
     pm.fmt.setCurrentIndex(0)  # command line
     assert "vllm serve hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4" in pm.preview.toPlainText()
     if SHOTS:
+        from PySide6.QtWidgets import QApplication
+
+        QApplication.processEvents()  # pending layouts first
         w.grab().save(os.path.join(SHOTS, "profiles.png"))
 
 

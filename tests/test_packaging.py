@@ -77,3 +77,19 @@ def test_frozen_app_version_and_smoke(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "helper processes: app.loadgen.worker, app.server.reaper, app.sim.server" in r.stderr, r.stderr
     assert shot.exists() and shot.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not FROZEN.exists(), reason="no frozen build in dist/vllm-dyno: run `make package` first")
+def test_frozen_build_contents():
+    """xcb and offscreen platform plugins only, no Wayland/QML/WebEngine, no bundled NVML,
+    and the package data at the places importlib.resources looks."""
+    root = FROZEN.parent
+    files = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    platforms = sorted(f.rsplit("/", 1)[1] for f in files if "/plugins/platforms/" in f)
+    assert platforms == ["libqoffscreen.so", "libqxcb.so"], platforms
+    assert not [f for f in files if "libnvidia-ml" in f]
+    assert not [f for f in files if any(k in f for k in ("wayland", "/qml/", "WebEngine", "libQt6Quick"))]
+    internal = "_internal/"
+    for want in ("profiles/sim-demo-8x-rtx-4090-llama-3-70b-awq.yaml", "app/planner/data/gpus.yaml",
+                 "resources/style.qss", "resources/icons/dyno.svg"):
+        assert internal + want in files, want

@@ -505,7 +505,9 @@ class ConfigPanel(QScrollArea):
         self.changed.emit()
 
     def to_profile(self) -> dict[str, Any]:
-        """The form as a profile mapping (see widgets.profiles)."""
+        """The form as profile fields (``engine``, ``server``, ``env``, ``gpus``, ``sim``,
+        ``attach_url``; see widgets.profiles.form_profile). For engine attach the served
+        name is kept as the server's ``served-model-name``."""
         cfg = self.build_config()
         server = cfg.to_vllm_config()
         data: dict[str, Any] = {"schema_version": 1, "engine": self.engine_key(), "server": server,
@@ -515,5 +517,7 @@ class ConfigPanel(QScrollArea):
         if self.engine_key() == "sim":
             data["sim"] = {"gpu": self.sim_gpu.currentText(), "count": self.sim_count.value()}
         if self.engine_key() == "attach":
-            data["attach"] = {"url": self.attach_url.text(), "model": self.attach_model.text()}
+            data["attach_url"] = self.attach_url.text().strip()
+            if self.attach_model.text().strip():
+                server["served-model-name"] = self.attach_model.text().strip()
         return data

@@ -1,15 +1,22 @@
-"""GUI entry point: ``vllm-dyno`` with no subcommand (app/cli.py) calls :func:`main`."""
+"""GUI entry point: ``vllm-dyno`` with no subcommand (app/cli.py) calls :func:`main`.
+
+With ``VLLM_DYNO_SMOKE=/path/shot.png`` in the environment it runs the smoke sequence
+of :mod:`widgets.smoke` instead (demo sim → 3-level ramp → screenshot → stop → exit).
+"""
 from __future__ import annotations
 
+import os
 import sys
 import time
-from pathlib import Path
-
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+from importlib import resources
 
 
 def create_app(argv: list[str] | None = None):
-    """The QApplication (created once), with the app's style sheet and pyqtgraph options."""
+    """The QApplication (created once), with the app's style sheet and pyqtgraph options.
+
+    The style sheet is package data (``resources/style.qss``) read through
+    :mod:`importlib.resources`, so it is found in a checkout, an installed wheel and a
+    frozen build alike."""
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv[:1]))
@@ -18,7 +25,7 @@ def create_app(argv: list[str] | None = None):
     import pyqtgraph as pg
 
     pg.setConfigOptions(background="w", foreground="#333", antialias=False)
-    qss = RESOURCES / "style.qss"
+    qss = resources.files("resources").joinpath("style.qss")
     if qss.is_file():
         app.setStyleSheet(qss.read_text(encoding="utf-8"))
     return app
@@ -26,6 +33,11 @@ def create_app(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> int:
     """Open the main window and run the event loop; returns the exit code."""
+    shot = os.environ.get("VLLM_DYNO_SMOKE")
+    if shot:
+        from widgets.smoke import run_smoke
+
+        return run_smoke(shot, argv)
     t0 = time.perf_counter()
     app = create_app(argv)
     from widgets.main_window import MainWindow

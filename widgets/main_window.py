@@ -8,6 +8,7 @@ the last profile and the last form are kept in QSettings (``gui.ini`` in the dat
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -25,7 +26,10 @@ from widgets.log_pane import LogPane
 from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
 from widgets.ramp_panel import RampPanel
 from widgets.results import CurvesView, ResultsTable
-from widgets.session import ATTACHED, LaunchRequest, SessionController
+from widgets.compare_view import CompareView
+from widgets.history_view import HistoryView
+from widgets.profile_manager import ProfileManager
+from widgets.session import ATTACHED, LaunchRequest, RecordRequest, SessionController
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,10 @@ class MainWindow(QMainWindow):
         self._first_run = True
         self._closed = False
         self.controller = SessionController(self)
+        self.current_profile = None  # app.profiles.Profile loaded into the form
+        self.profile_name = profiles.DEMO_NAME
+        self._store = None
+        self._store_lock = threading.Lock()
 
         # ---- panels
         self.config = ConfigPanel()
@@ -79,6 +87,13 @@ class MainWindow(QMainWindow):
         right.addTab(self.curves, "Curves")
         right.addTab(self.results, "Results")
         right.addTab(self.log_pane, "Log")
+        self.profile_manager = ProfileManager(self.form_profile, profiles.library)
+        self.history = HistoryView(self.run_store, profiles.library)
+        self.compare = CompareView(self.run_store)
+        right.addTab(self.profile_manager, "Profiles")
+        right.addTab(self.history, "History")
+        right.addTab(self.compare, "Compare")
+        right.setUsesScrollButtons(False)  # the bold selected tab would otherwise push the last one behind arrows
         self.tabs = right
         rw = QWidget()
         rv = QVBoxLayout(rw)
@@ -109,6 +124,12 @@ class MainWindow(QMainWindow):
         c.level_done.connect(self._on_level_done)
         c.ramp_finished.connect(self._on_ramp_finished)
         c.safety_stop.connect(lambda r: None if self._closed else self.statusBar().showMessage(r, 15000))
+        c.run_recorded.connect(self._on_run_recorded)
+        c.record_failed.connect(lambda r: None if self._closed else self.statusBar().showMessage(r, 15000))
+        self.profile_manager.use_requested.connect(lambda n: self.load_profile(n))
+        self.profile_manager.profiles_changed.connect(lambda n: self._refresh_profile_list(self.profile_name))
+        self.history.profile_saved.connect(self._on_profile_saved_from_run)
+        self.history.compare_requested.connect(self.compare_runs)
         self.planner = PlanRunner(self)
         self.planner.planned.connect(self._on_plan)
         self.planner.failed.connect(self._on_plan_failed)
@@ -315,46 +336,87 @@ class MainWindow(QMainWindow):
         combo.blockSignals(False)
 
     def load_profile(self, name: str, quiet: bool = False) -> bool:
+        """Show profile ``name`` in the forms (a bad profile is reported, never fatal; the
+        demo is loaded instead)."""
         try:
-            data = profiles.load_profile(name)
-            cfg = profiles.profile_config(data)
-        except Exception as e:  # a bad profile file is reported, never fatal
+            prof = profiles.library().get(name)
+            profiles.apply_to_form(prof, self.config, self.ramp)
+        except Exception as e:  # a bad or missing profile file is reported, never fatal
             if not quiet:
                 QMessageBox.warning(self, "Profile", f"Cannot load profile {name!r}: {e}")
             if name != profiles.DEMO_NAME:
                 return self.load_profile(profiles.DEMO_NAME, quiet=True)
             return False
-        sim = data.get("sim") or {}
-        att = data.get("attach") or {}
-        self.config.set_engine(data.get("engine", "vllm"), sim.get("gpu"), sim.get("count"), att.get("url"),
-                               att.get("model"))
-        self.config.set_config(cfg)
-        if data.get("ramp"):
-            self.ramp.set_from_profile(data["ramp"])
-        self.profile_name = name
-        self.config.profile.setCurrentText(name)
-        self.setWindowTitle(f"vLLM Dyno — {name}")
+        self.current_profile = prof
+        self.profile_name = prof.name
+        if self.config.profile.findText(prof.name) < 0:
+            self._refresh_profile_list(prof.name)
+        self.config.profile.setCurrentText(prof.name)
+        self.setWindowTitle(f"vLLM Dyno — {prof.name}")
         self._replan()
         return True
 
+    def form_profile(self, name: str, base=None):
+        """The forms as a profile called ``name`` (``base``: the profile whose notes and —
+        for unchanged settings — results to keep; default the loaded one when the name
+        matches). Raises ValueError naming the field."""
+        if base is None and self.current_profile is not None and self.current_profile.name == name:
+            base = self.current_profile
+        return profiles.form_profile(name, self.config, self.ramp, base)
+
     def save_profile_dialog(self) -> None:
-        name, ok = QInputDialog.getText(self, "Save profile", "Profile name:",
-                                        text="" if self.profile_name == profiles.DEMO_NAME else self.profile_name)
+        name, ok = QInputDialog.getText(self, "Save profile", "Profile name (a built-in's name makes a user copy):",
+                                        text=self.profile_name or "")
         if ok and name.strip():
             self.save_profile(name.strip())
 
     def save_profile(self, name: str) -> None:
+        """Save the forms as the user profile ``name`` (atomic; a built-in gets a user copy)."""
         try:
-            data = self.config.to_profile()
-            data["ramp"] = self.ramp.to_profile()
-            path = profiles.save_profile(name, data)
+            prof = self.form_profile(name)
+            path = profiles.library().save(prof)
         except (ValueError, OSError) as e:
             QMessageBox.warning(self, "Save profile", f"Cannot save the profile: {e}")
             return
-        self.profile_name = path.stem
-        self._refresh_profile_list(path.stem)
-        self.setWindowTitle(f"vLLM Dyno — {path.stem}")
+        self.current_profile = prof
+        self.profile_name = prof.name
+        self._refresh_profile_list(prof.name)
+        if self.profile_manager._loaded:
+            self.profile_manager.refresh(prof.name)
+        self.setWindowTitle(f"vLLM Dyno — {prof.name}")
         self.statusBar().showMessage(f"Saved {path}", 5000)
+
+    def _on_profile_saved_from_run(self, name: str) -> None:
+        self._refresh_profile_list(self.profile_name)
+        if self.profile_manager._loaded:
+            self.profile_manager.refresh(name)
+        self.statusBar().showMessage(f"Saved the run as profile {name!r} (Profiles tab)", 8000)
+
+    # ------------------------------------------------------------------ run store
+    def run_store(self):
+        """The run store (opened on first use; closed by :meth:`shutdown`). Thread-safe."""
+        with self._store_lock:
+            if self._closed and self._store is None:
+                raise RuntimeError("the window is closed")
+            if self._store is None:
+                from app.store import RunStore
+
+                self._store = RunStore()
+            return self._store
+
+    def _on_run_recorded(self, run_id: int) -> None:
+        if self._closed:
+            return
+        if self.history._loaded:
+            self.history.refresh()
+        if self.compare._loaded:
+            self.compare.refresh_runs()
+        self.statusBar().showMessage(f"Run #{run_id} recorded (History tab)", 8000)
+
+    def compare_runs(self, ids: list[int]) -> None:
+        """Show the comparison of runs ``ids``."""
+        self.compare.set_runs(ids)
+        self.tabs.setCurrentWidget(self.compare)
 
     # ------------------------------------------------------------------ plan
     def _plan_inputs(self) -> PlanInputs:
@@ -561,9 +623,24 @@ class MainWindow(QMainWindow):
         self.run_bar.show()
         self.run_label.setText("ramp: starting")
         self.ramp.time_scale = c.time_scale
-        c.run_ramp(spec, self.settings.safety)
+        c.run_ramp(spec, self.settings.safety, self._record_request())
         self.tabs.setCurrentWidget(self.dashboard)
         self._update_controls()
+
+    def _record_request(self) -> RecordRequest | None:
+        """What the ramp is recorded with: the forms as a profile snapshot and the plan."""
+        try:
+            prof = self.form_profile(self.profile_name or "GUI run")
+        except ValueError as e:
+            self.statusBar().showMessage(f"The ramp is not recorded: {e}", 15000)
+            return None
+        plan = None
+        if self.plan is not None and self.config.engine_key() != "attach":
+            try:
+                plan = self.plan.as_dict()
+            except Exception:
+                log.exception("plan.as_dict failed")
+        return RecordRequest(self.run_store, prof, plan)
 
     def abort_ramp(self) -> None:
         self.controller.abort_ramp()
@@ -590,7 +667,8 @@ class MainWindow(QMainWindow):
         self.ramp.ramp_finished(res.status, reason)
         knee = f" · knee at {res.knee.level:g}" if res.knee else ""
         self.run_label.setText(f"ramp: {res.status}{knee}")
-        self.results.summary.setText(f"<b>Ramp {res.status}</b>: {reason}{knee}")
+        run = f" · recorded as run #{res.run_id}" if getattr(res, "run_id", None) is not None else ""
+        self.results.summary.setText(f"<b>Ramp {res.status}</b>: {reason}{knee}{run}")
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
@@ -605,8 +683,13 @@ class MainWindow(QMainWindow):
         power = gpu_series(bank, "power_w")
         if not power:
             return None
+        # st is in rig seconds (a sim k× faster than the wall clock): the bank's power
+        # samples are on the wall clock, so the window is ÷ k and the energy × k
+        k = self.controller.time_scale
         tokens = st.output_tps * st.window_s
-        return energy_per_token(power, [(st.idx, st.window_start, st.window_end)], tokens={st.idx: tokens}).get(st.idx)
+        j = energy_per_token(power, [(st.idx, st.window_start / k, st.window_end / k)],
+                             tokens={st.idx: tokens}).get(st.idx)
+        return None if j is None else j * k
 
     # ------------------------------------------------------------------ settings
     def open_settings(self) -> None:
@@ -625,7 +708,7 @@ class MainWindow(QMainWindow):
     def save_state(self) -> None:
         qs = self.qsettings
         qs.setValue("geometry", self.saveGeometry())
-        qs.setValue("last_profile", getattr(self, "profile_name", profiles.DEMO_NAME))
+        qs.setValue("last_profile", self.profile_name or profiles.DEMO_NAME)
         qs.sync()
 
     def shutdown(self) -> list[int]:
@@ -639,6 +722,10 @@ class MainWindow(QMainWindow):
         left = self.controller.shutdown()
         for t in self.background:
             t.join(0.1)
+        with self._store_lock:
+            store, self._store = self._store, None
+        if store is not None:
+            store.close()
         return left
 
     def closeEvent(self, ev) -> None:

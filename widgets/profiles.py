@@ -1,80 +1,65 @@
-"""Profiles as the GUI reads and writes them (YAML under the data dir's ``profiles/``).
+"""Profiles in the window: the form ↔ :class:`app.profiles.Profile` mapping.
 
-Shape (shared/DESIGN.md, "Profile"): ``server:`` (the keys of a ``vllm serve --config``
-file), ``env:``, ``gpus:``, ``engine:`` (vllm | sim | attach) with ``sim: {gpu, count}``
-or ``attach: {url, model}``, and ``ramp:`` (RampSpec fields). The port is never stored.
-Writes are atomic. The built-in demo profile (8× RTX 4090, simulated) needs no file.
+Storage, validation, built-ins and import/export are app.profiles
+(:class:`~app.profiles.ProfileLibrary`); keeping evidence only for unchanged settings
+is :func:`app.profiles.edit.profile_from_settings`. This module only reads and fills
+the widgets (the server form and the ramp form).
 """
 from __future__ import annotations
 
-import os
-import re
-import tempfile
-from pathlib import Path
 from typing import Any
 
-import yaml
+from app.profiles import Profile, ProfileLibrary
+from app.profiles.edit import DEMO_NAME, profile_from_settings
 
-from app.config import ServerConfig
-from app.paths import profiles_dir
-
-DEMO_NAME = "Demo: 8× RTX 4090 (simulated)"
-
-DEMO: dict[str, Any] = {
-    "schema_version": 1,
-    "engine": "sim",
-    "sim": {"gpu": "RTX 4090", "count": 8},
-    "server": {"model": "meta-llama/Meta-Llama-3-70B-Instruct-AWQ", "tensor-parallel-size": 8,
-               "max-model-len": 8192, "max-num-seqs": 64, "disable-custom-all-reduce": True},
-    "env": {"NCCL_P2P_DISABLE": "1"},
-    "ramp": {"levels": [1, 2, 4, 8, 16, 32, 64, 128], "step_seconds": 20, "warmup_seconds": 2,
-             "prompt_tokens": 512, "output_tokens": 128, "slo": {}},
-}
+__all__ = ["DEMO_NAME", "apply_to_form", "form_profile", "library", "list_profiles"]
 
 
-def _slug(name: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-")
-    if not s:
-        raise ValueError(f"profile name {name!r}: use letters, digits, '.', '_' or '-'")
-    return s
+def library() -> ProfileLibrary:
+    """The user's profiles (data dir, ``VLLM_DYNO_HOME`` honoured) and the built-ins."""
+    return ProfileLibrary()
 
 
 def list_profiles() -> list[str]:
-    """The demo first, then saved profiles by name."""
-    return [DEMO_NAME] + sorted(p.stem for p in profiles_dir().glob("*.yaml"))
+    """Every profile name (built-ins and user profiles), sorted as the library sorts them."""
+    return library().scan().names()
 
 
-def load_profile(name: str) -> dict[str, Any]:
-    """The profile mapping. Raises ValueError naming the file on a bad or missing file."""
-    if name == DEMO_NAME:
-        import copy
+def ramp_fields(profile: Profile) -> dict[str, Any]:
+    """The ramp of ``profile`` as the ramp form's fields (``levels`` or ``max_level`` …)."""
+    d = profile.ramp.model_dump(mode="json", exclude={"url", "model"})
+    if profile.ramp.max_level is not None:
+        d.pop("levels", None)
+    return d
 
-        return copy.deepcopy(DEMO)
-    path = profiles_dir() / f"{_slug(name)}.yaml"
+
+def apply_to_form(profile: Profile, config_panel, ramp_panel) -> None:
+    """Show ``profile`` in the server form and the ramp form."""
+    sim = profile.sim
+    attach_model = profile.server.get("served-model-name") if profile.engine == "attach" else None
+    config_panel.set_engine(profile.engine, sim.gpu if sim else None, sim.count if sim else None,
+                            profile.attach_url, attach_model)
+    config_panel.set_config(profile.server_config())
+    ramp_panel.set_from_profile(ramp_fields(profile))
+
+
+def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = None) -> Profile:
+    """The forms as a profile called ``name`` (see
+    :func:`app.profiles.edit.profile_from_settings`; ``base`` is the loaded profile).
+    Raises ValueError naming the field."""
+    from pydantic import ValidationError
+
+    d = config_panel.to_profile()
+    server = dict(d["server"])
+    if server.get("host") == "127.0.0.1":
+        server.pop("host")  # the default: never worth storing
+    gpus = d.get("gpus")
+    if gpus is None and base is not None:
+        gpus = base.gpus  # the form shows cards only for engine vllm on a machine with NVML
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"profile {path}: {e}") from e
-    if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
-        raise ValueError(f"profile {path}: needs a 'server:' mapping with at least 'model:'")
-    return data
-
-
-def profile_config(data: dict[str, Any]) -> ServerConfig:
-    """The ServerConfig of a profile (``server`` + ``env`` + ``gpus``)."""
-    return ServerConfig.from_vllm_config(dict(data["server"]), env=dict(data.get("env") or {}),
-                                         gpus=data.get("gpus"))
-
-
-def save_profile(name: str, data: dict[str, Any]) -> Path:
-    """Write atomically (temporary file + rename); returns the path."""
-    path = profiles_dir() / f"{_slug(name)}.yaml"
-    fd, tmp = tempfile.mkstemp(prefix=".profile-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yaml.safe_dump(data, f, sort_keys=False, allow_unicode=True)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        return profile_from_settings(name, engine=d["engine"], server=server, env=d.get("env"), gpus=gpus,
+                                     sim=d.get("sim"), attach_url=d.get("attach_url"), ramp=ramp_panel.to_profile(),
+                                     base=base)
+    except ValidationError as e:
+        raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'profile'}: {er['msg']}"
+                                   for er in e.errors())) from None

@@ -19,6 +19,8 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.clock import SessionClock
 from app.config import ServerConfig
+from app.loadgen.spec import spec_to_wall
+from app.loadgen.stats import knee_to_rig, to_rig_time
 from app.telemetry.series import SeriesBank
 from widgets.live_series import ClientSeries
 from widgets.tasks import on_gui_thread, run_in_background
@@ -47,39 +49,15 @@ class LaunchRequest:
     metrics_interval: float = 0.5
 
 
-_RATES = ("output_tps", "total_tps", "rps", "goodput_rps")
-_LATENCIES = tuple(f"{m}_{q}" for m in ("ttft", "tpot", "itl", "e2e") for q in ("p50", "p90", "p99", "max", "mean"))
+@dataclass
+class RecordRequest:
+    """Record the ramp in the run store: ``store_fn()`` returns the RunStore (called off
+    the GUI thread; it may open the database), ``profile`` the settings snapshot
+    (app.profiles.Profile), ``plan`` the planner's ``plan.as_dict()`` or None."""
 
-
-def stats_to_rig(st, k: float):
-    """StepStats measured on the wall clock → rig time for a sim running ``k``× faster
-    (shared/DESIGN.md, "Sim time"): rates ÷ k, latencies × k. ``k == 1`` returns ``st``."""
-    if k == 1:
-        return st
-    upd = {f: getattr(st, f) / k for f in _RATES}
-    upd.update({f: getattr(st, f) * k for f in _LATENCIES if getattr(st, f, None) is not None})
-    return st.model_copy(update=upd)
-
-
-def knee_to_rig(knee, k: float):
-    if knee is None or k == 1:
-        return knee
-    return knee.model_copy(update={"output_tps": knee.output_tps / k, "next_output_tps": knee.next_output_tps / k,
-                                   "ttft_p99": knee.ttft_p99 * k, "next_ttft_p99": knee.next_ttft_p99 * k})
-
-
-def spec_to_wall(spec, k: float):
-    """A RampSpec written in rig seconds → wall seconds for a sim running ``k``× faster."""
-    if k == 1:
-        return spec
-    slo = spec.slo.model_copy(update={f: getattr(spec.slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99")
-                                      if getattr(spec.slo, f) is not None})
-    upd = {"slo": slo, "warmup_seconds": spec.warmup_seconds / k, "request_timeout": spec.request_timeout / k}
-    if spec.step_seconds is not None:
-        upd["step_seconds"] = spec.step_seconds / k
-    if spec.max_total_seconds is not None:
-        upd["max_total_seconds"] = spec.max_total_seconds / k
-    return spec.model_copy(update=upd)
+    store_fn: Any
+    profile: Any
+    plan: dict | None = None
 
 
 class SessionController(QObject):
@@ -88,7 +66,9 @@ class SessionController(QObject):
     ``state_changed(state, reason)``; ``launch_failed(reason, diagnosis|None)``;
     ``leftovers_found(list[LeftoverProcess], LaunchRequest)`` (launch paused);
     ``stopped(list[int])`` leftover pids after a stop; ``level_started(dict)``;
-    ``level_done(StepStats)``; ``ramp_finished(RampResult)``; ``safety_stop(str)``.
+    ``level_done(StepStats)``; ``ramp_finished(RampResult)`` (``run_id`` set when the
+    ramp is recorded); ``run_recorded(int run_id)`` once its run is complete in the run
+    store; ``record_failed(str)``; ``safety_stop(str)``.
     """
 
     state_changed = Signal(str, str)
@@ -100,6 +80,8 @@ class SessionController(QObject):
     level_done = Signal(object)
     ramp_finished = Signal(object)
     safety_stop = Signal(str)
+    run_recorded = Signal(int)
+    record_failed = Signal(str)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -117,6 +99,7 @@ class SessionController(QObject):
         self.safety = None  # app.settings.SafetyLimits
         self.safety_reason: str | None = None
         self.time_scale = 1.0  # sim --sim-time-scale: tables and curves are shown in rig time
+        self.recorder = None  # app.recording.RunRecorder of the ramp being recorded
         self._lines: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=50000)
         self._lines_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -156,6 +139,15 @@ class SessionController(QObject):
     def _push_line(self, stream: str, text: str, t: float) -> None:
         with self._lines_lock:
             self._lines.append((t, stream, text.rstrip("\n")))
+        rec = self.recorder
+        if rec is not None:
+            rec.add_log_line(stream, text.rstrip("\n"), t)
+
+    def _samples(self, samples: list) -> None:
+        """Telemetry subscriber (sampler threads): samples of a recorded ramp go to its run."""
+        rec = self.recorder
+        if rec is not None:
+            rec.add_samples(samples)
 
     # ------------------------------------------------------------------ launch
     def launch(self, req: LaunchRequest, skip_leftover_check: bool = False) -> None:
@@ -272,6 +264,7 @@ class SessionController(QObject):
         if self.telemetry is not None:
             old = self.telemetry
             self._bg("telemetry-stop", old.stop)
+        tel.subscribe(self._samples)
         self.telemetry = tel.start()
 
     # ------------------------------------------------------------------ stop
@@ -314,17 +307,26 @@ class SessionController(QObject):
     def shutdown(self, timeout: float = 30.0) -> list[int]:
         """Blocking stop of everything (window close, tests); returns leftover pids."""
         self._safety_timer.stop()
+        gen = self.loadgen
         left = self._stop_all()
         self.supervisor = None
         self.loadgen = None
         deadline = time.monotonic() + timeout
         for t in list(self._threads):
             t.join(max(0.0, deadline - time.monotonic()))
+        rec, self.recorder = self.recorder, None
+        if rec is not None:  # closed mid-ramp: keep what was recorded, marked aborted
+            steps = [to_rig_time(st, self.time_scale) for st in gen.result.steps] if gen is not None else []
+            try:
+                rec.finish("aborted", "the window was closed during the ramp", None, steps)
+            except Exception:
+                log.exception("could not complete run %s in the run store", rec.run_id)
         return left
 
     # ------------------------------------------------------------------ ramp
-    def run_ramp(self, spec, safety=None) -> None:
-        """Start a ramp (a :class:`app.loadgen.spec.RampSpec` whose url is this server's)."""
+    def run_ramp(self, spec, safety=None, record: RecordRequest | None = None) -> None:
+        """Start a ramp (a :class:`app.loadgen.spec.RampSpec` whose url is this server's,
+        in rig seconds). ``record``: write the ramp to the run store as a run."""
         from app.loadgen.generator import LoadGenerator
 
         if self.loadgen is not None:
@@ -335,15 +337,46 @@ class SessionController(QObject):
         wall_spec = spec_to_wall(spec, k)
         self.safety = safety
         self.safety_reason = None
-        gen = LoadGenerator(wall_spec, clock=self.clock, on_records=self.client.add,
-                            on_level_start=self._on_level_start_thread,
-                            on_level=lambda st: on_gui_thread(lambda: self.level_done.emit(stats_to_rig(st, k))),
+        self.recorder = None
+
+        def on_records(recs) -> None:
+            self.client.add(recs)
+            rec = self.recorder
+            if rec is not None:
+                rec.add_records(recs)
+
+        def on_level(st) -> None:
+            rec = self.recorder
+            st = rec.add_level(st) if rec is not None else to_rig_time(st, k)
+            on_gui_thread(lambda: self.level_done.emit(st))
+
+        gen = LoadGenerator(wall_spec, clock=self.clock, on_records=on_records,
+                            on_level_start=self._on_level_start_thread, on_level=on_level,
                             on_done=lambda res: self._on_done_thread(gen, res))
         self.loadgen = gen
         self.ramp_started.emit(spec)
         if safety is not None and safety.enabled:
             self._safety_timer.start()
-        self._bg("ramp-start", gen.start, None, lambda e: self._on_done_thread(gen, None, e))
+        sup = self.supervisor
+
+        def start() -> None:
+            if record is not None:
+                try:
+                    self.recorder = self._open_recorder(record, spec, sup, k)
+                except Exception as e:  # the ramp still runs; the user is told it is not recorded
+                    log.exception("the run could not be recorded")
+                    on_gui_thread(lambda e=e: self.record_failed.emit(f"the ramp is not recorded: {e}"))
+            gen.start()
+
+        self._bg("ramp-start", start, None, lambda e: self._on_done_thread(gen, None, e))
+
+    def _open_recorder(self, record: RecordRequest, spec, sup, k: float):
+        """Background thread: the run row, hardware fingerprint and the log so far."""
+        from app.recording import RunRecorder, hardware_for
+
+        hw = hardware_for(record.profile, sup, self.url)
+        return RunRecorder(record.store_fn(), record.profile, spec=spec, clock=self.clock, supervisor=sup,
+                           plan=record.plan, hardware=hw, time_scale=k)
 
     def _on_level_start_thread(self, ev: dict) -> None:
         self.client.level_started(ev.get("t", self.clock.now()), ev.get("level", 0))
@@ -370,9 +403,16 @@ class SessionController(QObject):
         if self.safety_reason:
             res.status, res.stop_reason = "safety", self.safety_reason
         k = self.time_scale
-        res.steps = [stats_to_rig(st, k) for st in res.steps]
+        res.steps = [to_rig_time(st, k) for st in res.steps]
         res.knee = knee_to_rig(res.knee, k)
+        rec, self.recorder = self.recorder, None
+        res.run_id = rec.run_id if rec is not None else None
         self.ramp_finished.emit(res)
+        if rec is not None:
+            status, reason = res.status, res.stop_reason or res.error or ""
+            self._bg("ramp-record", lambda: rec.finish(status, reason, res.knee, res.steps),
+                     lambda _s: self.run_recorded.emit(rec.run_id),
+                     lambda e: self.record_failed.emit(f"run {rec.run_id} could not be completed in the store: {e}"))
 
     def abort_ramp(self, reason: str | None = None) -> None:
         """Ask the running ramp to stop (completed levels are kept)."""
@@ -388,15 +428,9 @@ class SessionController(QObject):
         s = self.safety
         if self.loadgen is None or s is None or not s.enabled or self.safety_reason:
             return
-        for src, name in self.bank.keys():
-            if name != "temp_gpu_c":
-                continue
-            cur, slow = self.bank.last(src, name), self.bank.last(src, "temp_slowdown_c")
-            if cur is None or slow is None or cur[1] != cur[1] or slow[1] != slow[1]:
-                continue
-            if cur[1] >= slow[1] - s.thermal_margin_c:
-                reason = (f"safety stop: {src.replace('gpu', 'GPU ')} reached {cur[1]:.0f} °C, within "
-                          f"{s.thermal_margin_c:g} °C of its slowdown temperature {slow[1]:.0f} °C")
-                self.abort_ramp(reason)
-                self.safety_stop.emit(reason)
-                return
+        from app.safety import thermal_stop_reason
+
+        reason = thermal_stop_reason(self.bank, s.thermal_margin_c)
+        if reason:
+            self.abort_ramp(reason)
+            self.safety_stop.emit(reason)

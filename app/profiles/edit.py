@@ -1,0 +1,68 @@
+"""Editing a profile from a settings form (the GUI's, or any other front end's).
+
+:func:`profile_from_settings` turns what a form holds (engine, rig, ``--config``
+mapping, environment, GPUs, ramp) into a validated :class:`Profile`, keeping what the
+form does not show (description, notes) from the profile it was loaded from — and that
+profile's results and hardware fingerprint only while the settings they were measured
+with are unchanged (evidence must match the settings it is kept with).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from app.profiles.model import Profile
+
+#: the blocks a run's results depend on: change one and the results no longer apply
+MEASURED_FIELDS = ("engine", "sim", "attach_url", "server", "env", "gpus")
+
+#: the built-in a fresh install opens on (the simulated rig needs no GPU)
+DEMO_NAME = "Sim demo: 8x RTX 4090 Llama-3-70B AWQ"
+
+
+def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env: dict[str, str] | None = None,
+                          gpus: list[int] | int | None = None, sim: dict[str, Any] | None = None,
+                          attach_url: str | None = None, ramp: dict[str, Any] | None = None,
+                          base: Profile | None = None) -> Profile:
+    """A profile called ``name`` from form values.
+
+    ``server``: a ``vllm serve --config`` mapping (long option names); ``sim``: ``{gpu,
+    count}`` for engine sim; ``ramp``: RampSpec fields (rig seconds; ``url``/``model``
+    ignored). ``base``: the profile the form was loaded from — its description and notes
+    are kept, its ``results`` and ``hardware`` too when engine, rig, server, env and GPUs
+    are unchanged. Raises ``pydantic.ValidationError`` (the message names the field).
+    """
+    data: dict[str, Any] = {"name": name, "engine": engine, "server": dict(server), "env": dict(env or {}),
+                            "gpus": gpus}
+    if engine == "sim":
+        data["sim"] = dict(sim or {})
+    if engine == "attach":
+        data["attach_url"] = attach_url
+    if ramp is not None:
+        data["ramp"] = {k: v for k, v in ramp.items() if k not in ("url", "model")}
+    if base is not None:
+        data["description"], data["notes"] = base.description, base.notes
+        if engine == "sim" and base.sim is not None:
+            data["sim"] = {**base.sim.model_dump(exclude_none=True), **data["sim"]}
+        new = Profile.model_validate(data)
+        if _same_settings(base, new):
+            return new.updated(results=base.results, hardware=base.hardware)
+        return new
+    return Profile.model_validate(data)
+
+
+def _same_settings(a: Profile, b: Profile) -> bool:
+    """Whether a run of ``a`` measured ``b`` too: same engine and rig (or URL), same
+    effective launch settings (vLLM's defaults filled in: an unset
+    ``gpu_memory_utilization`` is 0.9), same environment and cards."""
+    if (a.engine, a.attach_url if a.engine == "attach" else None) != (b.engine,
+                                                                       b.attach_url if b.engine == "attach" else None):
+        return False
+    if a.engine == "sim" and (a.sim.gpu, a.sim.count) != (b.sim.gpu, b.sim.count):
+        return False
+
+    def eff(p: Profile) -> dict[str, Any]:
+        d = p.server_config(resolve=False).model_dump(exclude={"host", "port", "gpus"})
+        d["gpu_memory_utilization"] = d.get("gpu_memory_utilization") or 0.9
+        return d
+
+    return eff(a) == eff(b) and (a.engine == "sim" or a.gpu_indices() == b.gpu_indices())

@@ -1,0 +1,293 @@
+"""Compare runs: "4 cards or 8? AWQ or FP8?".
+
+Pick two or more recorded runs → overlays of output throughput vs concurrency and TTFT
+p99 vs throughput, and a table with tokens/s per GPU, scaling efficiency (vs the run
+with the fewest GPUs at the same level), J/token and cost per million output tokens
+from a price per GPU-hour (rented) and/or per kWh (owned, from measured power).
+Export: PNG (the rendered view) and CSV. The figures are app.compare's
+(:func:`~app.compare.compare_runs`, :class:`~app.compare.Comparison`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel,
+                               QLineEdit, QListWidget, QListWidgetItem, QMessageBox, QPushButton, QSplitter,
+                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+
+from app import history
+from app.compare import CompareRow, Comparison, Pricing, compare_runs
+from widgets.axes import Log2Axis, PlainLogAxis, log2
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+SYMBOLS = ("o", "s", "t", "d", "+", "x", "star", "h")
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+class CompareView(QWidget):
+    """``store_fn()`` returns the RunStore. ``compared(Comparison)`` after each update."""
+
+    compared = Signal(object)
+
+    def __init__(self, store_fn: Callable[[], Any], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store_fn = store_fn
+        self.comparison: Comparison | None = None
+        v = QVBoxLayout(self)
+        v.setContentsMargins(4, 4, 4, 4)
+        top = QHBoxLayout()
+        pick = QVBoxLayout()
+        pick.addWidget(QLabel("Runs (tick two or more)"))
+        self.runs = QListWidget()
+        self.runs.setMaximumHeight(110)
+        self.runs.itemChanged.connect(lambda *_: self.update_comparison())
+        pick.addWidget(self.runs)
+        top.addLayout(pick, 3)
+        price = QVBoxLayout()
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Price per GPU-hour"))
+        self.gpu_hour = QDoubleSpinBox()
+        self.gpu_hour.setRange(0, 1000)
+        self.gpu_hour.setDecimals(3)
+        self.gpu_hour.setSpecialValueText("not set")
+        self.gpu_hour.setToolTip("Rented cards: cost per M tokens = price × GPUs ÷ (tok/s × 3600) × 10⁶")
+        row.addWidget(self.gpu_hour)
+        price.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Electricity per kWh"))
+        self.kwh = QDoubleSpinBox()
+        self.kwh.setRange(0, 100)
+        self.kwh.setDecimals(3)
+        self.kwh.setSpecialValueText("not set")
+        self.kwh.setToolTip("Owned cards: cost per M tokens = price × measured GPU power (kW) ÷ (tok/s × 3600) × 10⁶")
+        row.addWidget(self.kwh)
+        price.addLayout(row)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Currency"))
+        self.currency = QLineEdit("$")
+        self.currency.setMaximumWidth(50)
+        row.addWidget(self.currency)
+        row.addWidget(QLabel("Rows"))
+        self.rows_mode = QComboBox()
+        self.rows_mode.addItems(["every level", "peak per run"])
+        row.addWidget(self.rows_mode)
+        price.addLayout(row)
+        top.addLayout(price, 2)
+        btns = QVBoxLayout()
+        self.refresh_btn = QPushButton("Refresh runs")
+        self.refresh_btn.clicked.connect(lambda: self.refresh_runs())
+        self.png_btn = QPushButton("Export PNG…")
+        self.png_btn.setObjectName("compare_png")
+        self.png_btn.clicked.connect(self._on_png)
+        self.csv_btn = QPushButton("Export CSV…")
+        self.csv_btn.setObjectName("compare_csv")
+        self.csv_btn.clicked.connect(self._on_csv)
+        for b in (self.refresh_btn, self.png_btn, self.csv_btn):
+            btns.addWidget(b)
+        btns.addStretch(1)
+        top.addLayout(btns)
+        v.addLayout(top)
+        for w in (self.gpu_hour, self.kwh):
+            w.valueChanged.connect(lambda *_: self.update_comparison())
+        self.currency.editingFinished.connect(self.update_comparison)
+        self.rows_mode.currentIndexChanged.connect(lambda *_: self._fill_table())
+
+        # the part that is exported as PNG: message, plots, table
+        self.canvas = QWidget()
+        cv = QVBoxLayout(self.canvas)
+        cv.setContentsMargins(0, 0, 0, 0)
+        self.message = QLabel("Tick two or more runs (or select them in History and press Compare selected).")
+        self.message.setWordWrap(True)
+        cv.addWidget(self.message)
+        split = QSplitter(Qt.Vertical)
+        self.glw = pg.GraphicsLayoutWidget()
+        self.glw.setBackground("w")
+        a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
+        a.setTitle("Output throughput vs concurrency", size="10pt", color="#222")
+        a.setLabel("bottom", "concurrent requests")
+        a.setLabel("left", "output tok/s")
+        a.showGrid(x=True, y=True, alpha=0.25)
+        b = self.glw.addPlot(row=0, col=1, axisItems={"left": PlainLogAxis("left")})
+        b.setTitle("TTFT p99 vs throughput", size="10pt", color="#222")
+        b.setLabel("bottom", "output tok/s")
+        b.setLabel("left", "TTFT p99 (ms, log scale)")
+        b.setLogMode(x=False, y=True)
+        b.showGrid(x=True, y=True, alpha=0.25)
+        self.tput_plot, self.lat_plot = a, b
+        # curves rise to the right: the legends go where they are not (top left, bottom right)
+        self.legend = a.addLegend(offset=(6, 6), labelTextSize="9pt")
+        self.lat_legend = b.addLegend(offset=(-6, -6), labelTextSize="9pt")
+        split.addWidget(self.glw)
+        self.table = QTableWidget(0, 0)
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.table.setAlternatingRowColors(True)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.table.setTextElideMode(Qt.ElideRight)
+        self.table.setWordWrap(False)
+        split.addWidget(self.table)
+        split.setSizes([420, 300])
+        cv.addWidget(split, 1)
+        v.addWidget(self.canvas, 1)
+        self._loaded = False
+        self._update_buttons()
+
+    def showEvent(self, ev) -> None:
+        if not self._loaded:
+            self.refresh_runs()
+        super().showEvent(ev)
+
+    # ------------------------------------------------------------------ runs
+    def refresh_runs(self, checked: list[int] | None = None) -> None:
+        """List the runs that have levels; tick ``checked`` (default: keep the ticks)."""
+        self._loaded = True
+        keep = set(checked if checked is not None else self.checked_ids())
+        self.runs.blockSignals(True)
+        self.runs.clear()
+        for r in history.list_runs(self.store_fn()):
+            peak = f"{r.peak_output_tps:,.0f} tok/s" if r.peak_output_tps is not None else "no levels"
+            gpus = f"{r.gpu_count} GPU{'s' if r.gpu_count != 1 else ''}, " if r.gpu_count else ""
+            it = QListWidgetItem(f"#{r.id}  {r.name}  ({gpus}{peak}, {r.status}, {r.created_text})")
+            it.setData(Qt.UserRole, r.id)
+            it.setFlags(Qt.ItemIsUserCheckable | Qt.ItemIsEnabled)
+            it.setCheckState(Qt.Checked if r.id in keep else Qt.Unchecked)
+            self.runs.addItem(it)
+        self.runs.blockSignals(False)
+        self.update_comparison()
+
+    def checked_ids(self) -> list[int]:
+        return [self.runs.item(i).data(Qt.UserRole) for i in range(self.runs.count())
+                if self.runs.item(i).checkState() == Qt.Checked]
+
+    def set_runs(self, ids: list[int]) -> None:
+        """Compare exactly ``ids`` (ticks them; the list is re-read)."""
+        self.refresh_runs(list(ids))
+
+    def pricing(self) -> Pricing:
+        return Pricing(gpu_hour=self.gpu_hour.value() or None, kwh=self.kwh.value() or None,
+                       currency=self.currency.text().strip() or "$")
+
+    # ------------------------------------------------------------------ comparison
+    def update_comparison(self) -> None:
+        ids = sorted(self.checked_ids())
+        self.comparison = None
+        if len(ids) >= 2:
+            try:
+                self.comparison = compare_runs(self.store_fn(), ids, self.pricing())
+            except (ValueError, LookupError) as e:
+                self.message.setText(f"Cannot compare: {e}")
+        else:
+            self.message.setText("Tick two or more runs (or select them in History and press Compare selected).")
+        self._draw()
+        self._fill_table()
+        self._update_buttons()
+        self.compared.emit(self.comparison)
+
+    def _draw(self) -> None:
+        for p in (self.tput_plot, self.lat_plot):
+            p.clear()
+        self.legend.clear()
+        self.lat_legend.clear()
+        c = self.comparison
+        if c is None:
+            return
+        curves = c.curves()
+        for i, (label, xs, ys) in enumerate(curves["throughput"]):
+            pts = [(x, y) for x, y in zip(xs, ys) if x > 0]
+            kw = dict(pen=pg.mkPen(COLORS[i % len(COLORS)], width=2), symbol=SYMBOLS[i % len(SYMBOLS)],
+                      symbolSize=7, symbolBrush=COLORS[i % len(COLORS)], name=self._label(i, label))
+            self.tput_plot.plot(log2([p[0] for p in pts]) if pts else [], [p[1] for p in pts], **kw)
+        for i, (label, xs, ys) in enumerate(curves["ttft"]):
+            kw = dict(pen=pg.mkPen(COLORS[i % len(COLORS)], width=2), symbol=SYMBOLS[i % len(SYMBOLS)],
+                      symbolSize=7, symbolBrush=COLORS[i % len(COLORS)], name=self._label(i, label))
+            self.lat_plot.plot(xs, [y * 1000 for y in ys], **kw)
+        base = c.series[c.baseline]
+        pr = c.pricing
+        prices = []
+        if pr.gpu_hour is not None:
+            prices.append(f"{pr.currency}{pr.gpu_hour:g}/GPU-hour")
+        if pr.kwh is not None:
+            prices.append(f"{pr.currency}{pr.kwh:g}/kWh")
+        self.message.setText(
+            f"<b>{len(c.series)} runs</b> · scaling efficiency vs <b>{base.label}</b> ({base.gpus} GPU"
+            f"{'s' if base.gpus != 1 else ''}) at the same level: (tok/s ÷ baseline tok/s) ÷ (GPUs ÷ baseline GPUs)"
+            + (" · prices: " + ", ".join(prices) if prices else " · enter a price per GPU-hour or per kWh for the "
+                                                                 "cost per million output tokens"))
+
+    def _label(self, i: int, label: str) -> str:
+        s = self.comparison.series[i]
+        return f"{label} ({s.gpus} GPU{'s' if s.gpus != 1 else ''})"
+
+    def table_rows(self) -> list[CompareRow]:
+        c = self.comparison
+        if c is None:
+            return []
+        return c.peak_rows() if self.rows_mode.currentIndex() == 1 else c.rows
+
+    def _fill_table(self) -> None:
+        cur = self.currency.text().strip() or "$"
+        heads = ["Run", "GPUs", "Level", "Out tok/s", "Tok/s per GPU", "Scaling eff.", "TTFT p99 ms",
+                 "TPOT p99 ms", "Failures", "Power W", "J/token", f"{cur}/M tok (rented)", f"{cur}/M tok (energy)"]
+        rows = self.table_rows()
+        t = self.table
+        if t.columnCount() != len(heads):
+            t.setColumnCount(len(heads))
+            t.horizontalHeader().setSectionResizeMode(0, QHeaderView.Interactive)  # run names elide
+            t.setColumnWidth(0, 220)
+        t.setHorizontalHeaderLabels(heads)
+        t.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            vals = [row.label, str(row.gpus), f"{row.level:g}", _f(row.output_tps, ",.0f"),
+                    _f(row.tps_per_gpu, ",.1f"), _f(row.scaling_efficiency, ".2f"),
+                    _f(None if row.ttft_p99 is None else row.ttft_p99 * 1000, ",.0f"),
+                    _f(None if row.tpot_p99 is None else row.tpot_p99 * 1000, ",.1f"), f"{row.failure_rate:.1%}",
+                    _f(row.power_w, ",.0f"), _f(row.j_per_token, ".3f"), _f(row.cost_per_mtok_rented, ",.3f"),
+                    _f(row.cost_per_mtok_energy, ",.3f")]
+            for col, text in enumerate(vals):
+                it = QTableWidgetItem(text)
+                if col == 0:
+                    it.setToolTip(text)
+                else:
+                    it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                t.setItem(r, col, it)
+
+    def _update_buttons(self) -> None:
+        ok = self.comparison is not None
+        self.png_btn.setEnabled(ok)
+        self.csv_btn.setEnabled(ok)
+
+    # ------------------------------------------------------------------ export
+    def export_png(self, path: str | Path) -> None:
+        """Render the plots and the table to a PNG file. Raises OSError when it cannot be written."""
+        if not self.canvas.grab().save(str(path), "PNG"):
+            raise OSError(f"cannot write the PNG {path}: check the folder exists and is writable")
+
+    def export_csv(self, path: str | Path) -> None:
+        """The comparison table (every level) as CSV (app.compare.Comparison.to_csv)."""
+        from app.fileio import write_atomic
+
+        if self.comparison is None:
+            raise ValueError("nothing to export: tick two or more runs first")
+        write_atomic(Path(path), self.comparison.to_csv())
+
+    def _on_png(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export comparison as PNG", "comparison.png", "PNG (*.png)")
+        if path:
+            try:
+                self.export_png(path)
+            except OSError as e:
+                QMessageBox.warning(self, "Export PNG", str(e))
+
+    def _on_csv(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export comparison as CSV", "comparison.csv", "CSV (*.csv)")
+        if path:
+            try:
+                self.export_csv(path)
+            except (OSError, ValueError) as e:
+                QMessageBox.warning(self, "Export CSV", str(e))
