@@ -160,29 +160,40 @@ def _run(shot: Path, argv: list[str] | None) -> int:
     return status
 
 
-def helper_processes() -> list[list[str]]:
-    """The command lines of this process's descendants (reaper, sim server, load generator)."""
+def helper_processes() -> list[tuple[list[str], dict[str, str]]]:
+    """``(command line, environment)`` of this process's descendants (reaper, sim server,
+    load generator)."""
     import psutil
 
     out = []
     for p in psutil.Process().children(recursive=True):
         try:
-            out.append(p.cmdline())
+            out.append((p.cmdline(), p.environ()))
         except psutil.Error:
             continue
     return out
 
 
-def check_helpers(cmds: list[list[str]]) -> None:
+def check_helpers(procs: list[tuple[list[str], dict[str, str]]]) -> None:
     """In a frozen build every helper must be this executable re-entered as ``_helper``
-    (no separate Python exists); raise :class:`SmokeFailed` naming any other one."""
+    (no separate Python exists), and none may inherit an ``LD_LIBRARY_PATH`` pointing into
+    the bundle (the sim server is started exactly as vLLM would be; packaging/entry.py).
+    Raise :class:`SmokeFailed` naming the offender."""
+    cmds = [c for c, _ in procs]
     mods = sorted({c[2] for c in cmds if len(c) > 2 and c[1] in ("_helper", "-m")})
     _say(f"helper processes: {', '.join(mods)}")
-    if getattr(sys, "frozen", False):
-        exe = os.path.realpath(sys.executable)
-        bad = [c for c in cmds if not c or os.path.realpath(c[0]) != exe or c[1:2] != ["_helper"]]
-        if bad:
-            raise SmokeFailed(f"helper processes not started from {exe} _helper: {bad}")
+    if not getattr(sys, "frozen", False):
+        return
+    exe = os.path.realpath(sys.executable)
+    bad = [c for c in cmds if not c or os.path.realpath(c[0]) != exe or c[1:2] != ["_helper"]]
+    if bad:
+        raise SmokeFailed(f"helper processes not started from {exe} _helper: {bad}")
+    bundle = os.path.realpath(getattr(sys, "_MEIPASS", os.path.dirname(exe)))
+    for c, env in procs:
+        paths = [os.path.realpath(p) for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+        if bundle in paths:
+            raise SmokeFailed(f"{' '.join(c[:3])} inherited LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']} "
+                              "(the bundle's libraries would be forced on vLLM)")
 
 
 def wait_until(cond, timeout: float, what: str, deadline: float) -> None:
