@@ -91,5 +91,5 @@ def test_frozen_build_contents():
     assert not [f for f in files if any(k in f for k in ("wayland", "/qml/", "WebEngine", "libQt6Quick"))]
     internal = "_internal/"
     for want in ("profiles/sim-demo-8x-rtx-4090-llama-3-70b-awq.yaml", "app/planner/data/gpus.yaml",
-                 "resources/style.qss", "resources/icons/dyno.svg"):
+                 "resources/style.qss", "resources/icons/vllm-dyno-256.png"):
         assert internal + want in files, want

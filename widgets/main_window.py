@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (QApplication, QInputDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
                                QSplitter, QStyle, QTabWidget, QVBoxLayout, QWidget)
@@ -49,7 +49,7 @@ class MainWindow(QMainWindow):
     def __init__(self, restore: bool = True) -> None:
         super().__init__()
         self.setWindowTitle("vLLM Dyno")
-        self.setWindowIcon(QIcon(str(_resource("icons/dyno.svg"))))
+        self.setWindowIcon(app_icon())
         self.settings = load_settings()
         self.sim_time_scale = 1.0
         self.plan = None
@@ -737,7 +737,17 @@ class MainWindow(QMainWindow):
         super().closeEvent(ev)
 
 
-def _resource(rel: str):
-    from pathlib import Path
+def app_icon() -> QIcon:
+    """The app icon in several sizes, read as package data through importlib.resources
+    (works from a checkout, an installed wheel and the frozen build)."""
+    from importlib import resources
 
-    return Path(__file__).resolve().parent.parent / "resources" / rel
+    from PySide6.QtGui import QPixmap
+
+    icon = QIcon()
+    icons = resources.files("resources") / "icons"
+    for size in (16, 32, 48, 64, 128, 256):
+        pm = QPixmap()
+        if pm.loadFromData((icons / f"vllm-dyno-{size}.png").read_bytes()):
+            icon.addPixmap(pm)
+    return icon
