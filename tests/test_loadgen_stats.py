@@ -133,6 +133,15 @@ def test_knee_from_vllm_facts_ramp():
     assert "knee at 8" in k.describe()
 
 
+def test_a_dip_that_later_levels_climb_out_of_is_not_the_knee():
+    # measured on the CPU build in CI: 1 → 2 stalled (+14 %, TTFT p99 2.2×) but 4 and 8
+    # kept growing; the knee is where throughput stops for good
+    steps = [step(1, 515, 0.157), step(2, 589, 0.350), step(4, 1037, 0.656), step(8, 2034, 0.658),
+             step(16, 1262, 2.491)]
+    k = find_knee(steps)
+    assert k.level == 8 and k.next_level == 16
+
+
 def test_no_knee_when_latency_does_not_grow_or_throughput_still_grows():
     assert find_knee([step(1, 100, 0.05), step(2, 105, 0.06)]) is None  # flat but TTFT steady
     assert find_knee([step(1, 100, 0.05), step(2, 190, 0.5)]) is None  # TTFT grows but so does throughput

@@ -185,19 +185,26 @@ class Knee(BaseModel):
 def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float = 1.5) -> Knee | None:
     """First level L (in increasing order) such that going to the next level L' grows
     output throughput by less than ``gain`` per doubling — (tps'/tps)^(1/log2(L'/L)) − 1
-    — while TTFT p99 grows by at least ``ttft_ratio``×. None when no pair qualifies.
+    — while TTFT p99 grows by at least ``ttft_ratio``×, and no later level grows
+    throughput from L by ``gain`` per doubling or more (a knee is where throughput stops
+    growing for good, not a dip that the next levels climb out of). None when no level
+    qualifies.
 
-    Rule from the issue (default 15 %/doubling, 1.5×); levels without successful
+    Rule from issue #3 (default 15 %/doubling, 1.5×); levels without successful
     requests are skipped.
     """
     s = sorted((x for x in steps if x.n_ok and x.output_tps > 0 and x.ttft_p99), key=lambda x: x.level)
-    for a, b in zip(s, s[1:]):
+
+    def growth(a: StepStats, b: StepStats) -> float:
+        return (b.output_tps / a.output_tps) ** (1.0 / math.log2(b.level / a.level)) - 1.0
+
+    for i, (a, b) in enumerate(zip(s, s[1:])):
         if b.level <= a.level:
             continue
-        doublings = math.log2(b.level / a.level)
-        g = (b.output_tps / a.output_tps) ** (1.0 / doublings) - 1.0
+        g = growth(a, b)
         r = b.ttft_p99 / a.ttft_p99
-        if g < gain and r >= ttft_ratio:
+        later_growth = any(growth(a, c) >= gain for c in s[i + 2:] if c.level > a.level)
+        if g < gain and r >= ttft_ratio and not later_growth:
             return Knee(level=a.level, next_level=b.level, output_tps=a.output_tps, next_output_tps=b.output_tps,
                         ttft_p99=a.ttft_p99, next_ttft_p99=b.ttft_p99, gain_per_doubling=g, ttft_ratio=r)
     return None
