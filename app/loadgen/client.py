@@ -14,7 +14,7 @@ import time
 import aiohttp
 
 from app.loadgen.records import (STATUS_DISCONNECTED, STATUS_SERVER_ERROR, STATUS_TIMEOUT, RequestRecord)
-from app.loadgen.sse import DONE, SSEParser, delta_has_output, error_message, interpret, loads
+from app.loadgen.sse import DONE, SSEParser, choice_has_output, error_message, interpret, loads
 
 import numpy as np
 
@@ -102,9 +102,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                         obj = loads(payload)
                         choices = obj.get("choices") if type(obj) is dict else None
                         if choices:  # fast path: a token chunk (interpret() has the rules)
-                            ch = choices[0]
-                            text = ch.get("text")
-                            if text or (text is None and delta_has_output(ch.get("delta"))):
+                            if choice_has_output(choices[0]):
                                 arrivals.append(now)
                             u = obj.get("usage")
                             if u:

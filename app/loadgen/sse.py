@@ -143,6 +143,15 @@ def delta_has_output(delta: dict | None) -> bool:
     return delta.get("content") == "" and "role" not in delta
 
 
+def choice_has_output(choice: dict) -> bool:
+    """Whether one stream choice carries generated output (the rule in the module
+    docstring): a completions choice with a ``text`` field (even ``""``), or a chat
+    choice whose ``delta`` has output (:func:`delta_has_output`)."""
+    if choice.get("text") is not None:
+        return True
+    return delta_has_output(choice.get("delta"))
+
+
 def interpret(payload: bytes) -> Chunk:
     """Interpret one SSE payload of an OpenAI-compatible completions/chat stream.
 
@@ -161,14 +170,9 @@ def interpret(payload: bytes) -> Chunk:
     choices = obj.get("choices")
     if choices:
         ch = choices[0]
+        c.output = choice_has_output(ch)
         text = ch.get("text")
-        if text is None:
-            delta = ch.get("delta") or {}
-            c.output = delta_has_output(delta)
-            c.text = delta.get("content") or ""
-        else:
-            c.output = True
-            c.text = text
+        c.text = text if text is not None else ((ch.get("delta") or {}).get("content") or "")
     usage = obj.get("usage")
     if usage:
         c.usage = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
