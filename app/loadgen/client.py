@@ -63,6 +63,28 @@ async def preflight(session: aiohttp.ClientSession, base_url: str, model: str | 
     return model, ids[model]
 
 
+async def tokens_per_word(session: aiohttp.ClientSession, base_url: str, model: str, sample: str,
+                          headers: dict | None = None, timeout: float = 5.0) -> float | None:
+    """Tokens per word of ``sample`` by the served model's own tokenizer, asked through
+    vLLM's ``POST /tokenize`` (``{"model", "prompt", "add_special_tokens": false}`` →
+    ``{"count": N}``). None when the server has no such endpoint or answers oddly — then
+    synthetic prompts keep the one-token-per-word estimate."""
+    words = len(sample.split())
+    body = {"model": model, "prompt": sample, "add_special_tokens": False}
+    try:
+        async with session.post(f"{base_url}/tokenize", json=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout)) as r:
+            if r.status != 200:
+                return None
+            data = await r.json(content_type=None)
+    except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, ValueError):
+        return None
+    count = data.get("count") if isinstance(data, dict) else None
+    if not isinstance(count, int) or count <= 0 or words == 0:
+        return None
+    return count / words
+
+
 async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, *, level_idx: int,
                          level: float, t0: float, timeout: aiohttp.ClientTimeout,
                          headers: dict | None = None, est_prompt_tokens: int | None = None) -> RequestRecord:

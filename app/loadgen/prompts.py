@@ -1,8 +1,10 @@
 """Request bodies for a ramp: synthetic prompts of about N tokens, or prompts from JSONL.
 
-Synthetic prompts are N words drawn at random from common English words that are one
-token each in the usual BPE vocabularies (Llama, Qwen, Mistral, GPT); the count is an
-estimate — the record keeps the server's own count from the usage chunk. Words are
+Synthetic prompts are words drawn at random from common English words that are one
+token each in the usual BPE vocabularies (Llama, Qwen, Mistral, GPT). Where the server
+can tokenize (vLLM's ``/tokenize``), the runner measures the model's tokens per word
+on a sample and the word count is scaled so a prompt has about N of the model's
+tokens; the record keeps the server's own count from the usage chunk. Words are
 drawn per request, so prompts share no long prefix (prefix caching does not flatter
 TTFT).
 """
@@ -33,6 +35,11 @@ _WORDS = (
 ).split()
 
 
+def calibration_sample(seed: int = 0, words: int = 400) -> str:
+    """A fixed sample of the synthetic vocabulary for measuring tokens per word."""
+    return " ".join(random.Random(seed).choices(_WORDS, k=words))
+
+
 def _draw(rng: random.Random, n: Length) -> int:
     return n if isinstance(n, int) else rng.randint(n[0], n[1])
 
@@ -44,8 +51,10 @@ class RequestFactory:
     :meth:`next` returns ``(body, estimated_prompt_tokens, max_tokens)``.
     """
 
-    def __init__(self, spec: RampSpec, model: str, seed: int | None = None) -> None:
+    def __init__(self, spec: RampSpec, model: str, seed: int | None = None,
+                 tokens_per_word: float | None = None) -> None:
         self.spec = spec
+        self.tokens_per_word = tokens_per_word if tokens_per_word and tokens_per_word > 0 else 1.0
         self.model = model
         self.rng = random.Random(spec.seed if seed is None else seed)
         self.file_prompts = load_prompts(spec.prompts_file) if spec.prompts_file else None
@@ -61,7 +70,7 @@ class RequestFactory:
                 return p["messages"], max(1, len(text.split()))
             return p["prompt"], max(1, len(p["prompt"].split()))
         n = _draw(self.rng, self.spec.prompt_tokens)
-        words = self.rng.choices(_WORDS, k=n)
+        words = self.rng.choices(_WORDS, k=max(1, round(n / self.tokens_per_word)))
         return " ".join(words), n
 
     def next(self) -> tuple[bytes, int, int]:

@@ -18,8 +18,8 @@ from typing import Callable
 
 import aiohttp
 
-from app.loadgen.client import preflight, stream_request
-from app.loadgen.prompts import RequestFactory
+from app.loadgen.client import preflight, stream_request, tokens_per_word
+from app.loadgen.prompts import RequestFactory, calibration_sample
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, compute_step_stats, find_knee
@@ -67,10 +67,14 @@ class Ramp:
                                          read_bufsize=1 << 18) as session:
             self.session = session
             model, entry = await preflight(session, spec.url, spec.model, headers)
+            tpw = None
+            if not spec.prompts_file:
+                tpw = await tokens_per_word(session, spec.url, model, calibration_sample(), headers)
             self.emit_event({"type": "preflight", "model": model, "max_model_len": entry.get("max_model_len"),
-                             "connector_limit": connector.limit, "t": self.rel(time.monotonic())})
+                             "connector_limit": connector.limit, "tokens_per_word": tpw,
+                             "t": self.rel(time.monotonic())})
             self.url = spec.url + spec.endpoint
-            self.factory = RequestFactory(spec, model)
+            self.factory = RequestFactory(spec, model, tokens_per_word=tpw)
             self.req_timeout = aiohttp.ClientTimeout(total=spec.request_timeout, sock_connect=min(10.0, spec.request_timeout))
             self.ramp_start = time.monotonic()
             status, reason = "done", "all levels done"
