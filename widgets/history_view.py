@@ -12,9 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from widgets.button_bar import button_bar
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHBoxLayout, QHeaderView, QInputDialog, QLabel,
-                               QMessageBox, QPushButton, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
+from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHeaderView, QInputDialog, QLabel,
+                               QMessageBox, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
                                QVBoxLayout, QWidget)
 
 from app import history
@@ -51,9 +52,7 @@ class HistoryView(QWidget):
         self._power: dict[int, float | None] = {}
         v = QVBoxLayout(self)
         v.setContentsMargins(4, 4, 4, 4)
-        bar = QHBoxLayout()
-        self.buttons: dict[str, QPushButton] = {}
-        for key, text, tip in (("refresh", "Refresh", "Read the run store again"),
+        bar, self.buttons = button_bar(self, "history", (("refresh", "Refresh", "Read the run store again"),
                                ("open", "Open", "Show the selected run's curves and results table"),
                                ("compare", "Compare selected", "Overlay the selected runs (two or more)"),
                                ("save_profile", "Save as profile…",
@@ -61,14 +60,7 @@ class HistoryView(QWidget):
                                ("export_json", "Export JSON…", "Everything about the run: levels, requests, "
                                                                "telemetry, server log"),
                                ("export_csv", "Export CSV…", "The run's per-level table"),
-                               ("delete", "Delete", "Delete the selected runs and everything recorded with them")):
-            b = QPushButton(text)
-            b.setObjectName(f"history_{key}")
-            b.setToolTip(tip)
-            b.clicked.connect(getattr(self, f"_on_{key}"))
-            bar.addWidget(b)
-            self.buttons[key] = b
-        bar.addStretch(1)
+                               ("delete", "Delete", "Delete the selected runs and everything recorded with them")))
         v.addLayout(bar)
         split = QSplitter(Qt.Vertical)
         self.table = QTableWidget(0, len(RUN_COLUMNS))

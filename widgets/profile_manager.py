@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from widgets.button_bar import button_bar
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QGuiApplication
 from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QInputDialog,
@@ -96,9 +97,7 @@ class ProfileManager(QWidget):
         self.errors: list[ProfileError] = []
         v = QVBoxLayout(self)
         v.setContentsMargins(4, 4, 4, 4)
-        bar = QHBoxLayout()
-        self.buttons: dict[str, QPushButton] = {}
-        for key, text, tip in (
+        bar, self.buttons = button_bar(self, "profile", (
                 ("use", "Use", "Load the selected profile into the form"),
                 ("new", "New…", "A new profile from the form's settings (no results, no notes)"),
                 ("save", "Save", "Save the form's settings into the selected profile (a built-in gets a user copy)"),
@@ -106,14 +105,7 @@ class ProfileManager(QWidget):
                 ("rename", "Rename…", "Rename the selected user profile"),
                 ("delete", "Delete", "Delete the selected user profile"),
                 ("import", "Import…", "From a vllm serve command line, a --config YAML or a profile file"),
-                ("export", "Export…", "As a vllm serve command line, a --config YAML or a profile file")):
-            b = QPushButton(text)
-            b.setObjectName(f"profile_{key}")
-            b.setToolTip(tip)
-            b.clicked.connect(getattr(self, f"_on_{key}"))
-            bar.addWidget(b)
-            self.buttons[key] = b
-        bar.addStretch(1)
+                ("export", "Export…", "As a vllm serve command line, a --config YAML or a profile file")))
         v.addLayout(bar)
         split = QSplitter(Qt.Horizontal)
         self.list = QListWidget()
