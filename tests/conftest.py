@@ -46,12 +46,21 @@ def vllm_python() -> str:
 def tiny_server_config(tiny_model: Path, **kw):
     from app.config import ServerConfig
 
-    # the engine's OpenMP threads on core 0 leave the other core to the API server and the
-    # load generator: on a 2-core machine an engine spinning on both cores starves them
-    # and the stream arrives in bursts (TTFT then measures the API server, not vLLM)
-    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}
+    # The CPU build runs its model in a separate VLLM::Worker process by default, and the
+    # EngineCore and that Worker busy-wait (sched_yield) on their shared-memory queue for 1 s
+    # after every message (vllm/distributed/device_communicators/shm_broadcast.py,
+    # SpinCondition busy_loop_s=1). On a 2-core machine those two spinners starve the API
+    # server: streams arrive in bursts and TTFT p99 at max_num_seqs reached 1.2–1.5 s (at c=1:
+    # 190 ms, p50 8 ms). The in-process executor removes the Worker process
+    # (VLLM_ENABLE_V1_MULTIPROCESSING=0 lifts the CPU platform's switch back to "mp"; the
+    # API server still runs EngineCore in its own process). The engine's OpenMP threads stay
+    # on core 0, leaving the other core to the API server and the load generator.
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0",
+           "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.update(kw.pop("env", {}))
-    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
+    extra = ["--distributed-executor-backend", "uni"] + list(kw.pop("extra_args", []))
+    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env,
+                        extra_args=extra, **kw)
 
 
 @pytest.fixture(scope="session")

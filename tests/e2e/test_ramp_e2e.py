@@ -39,10 +39,11 @@ def _knee_checks(res) -> list[str]:
 def test_ramp_finds_knee_at_max_num_seqs(vllm_server):
     """Throughput at 8 > 3 × at 1, TTFT p99 at 16 > 2 × at 8, the knee at 8, no failures.
 
-    The CPU build on this 2-core machine shows occasional API-server stalls of up to
-    ~1 s (seen with a plain sequential client too), and one that lands in level 8 sets
-    its p99 alone. The ramp is therefore measured a second time when the first
-    measurement misses a knee criterion, and the second measurement must meet them all.
+    The shared server runs the in-process executor (see ``tiny_server_config``): with the
+    CPU build's default Worker process, EngineCore and Worker busy-wait on 2 cores and
+    starved the API server, so TTFT p99 at 8 read 1.2–1.5 s and the knee was lost. A p99
+    over a 10 s step still rests on a handful of requests, so the ramp is measured once
+    more when the first measurement misses; the second one must meet every criterion.
     """
     assert vllm_server.config.max_num_seqs == 8
     with RunStore() as store:
@@ -50,6 +51,5 @@ def test_ramp_finds_knee_at_max_num_seqs(vllm_server):
         if first:
             print("first measurement missed: " + "; ".join(first) + " — measuring again")
             second = _knee_checks(_ramp(vllm_server.url, store))
-            if second:
-                pytest.xfail("knee criteria missed twice on the CPU build (stalls at max_num_seqs): "
-                             f"first: {'; '.join(first)}; second: {'; '.join(second)}")
+            assert not second, (f"knee criteria missed twice: first: {'; '.join(first)}; "
+                                f"second: {'; '.join(second)}")
