@@ -10,12 +10,14 @@ clip-to-view and peak downsampling; unchanged series are not redrawn.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Callable
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import QGraphicsItem
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from widgets.axes import PlainLogAxis, place_line
@@ -74,8 +76,18 @@ class Dashboard(QWidget):
             p.setTitle(title + ("  (colours: GPU legend under VRAM)" if key in ("temp", "power") else ""),
                        size="10pt")
             p.setLabel("left", unit)
-            p.setLabel("bottom", "session time", units="s")
-            p.showGrid(x=True, y=True, alpha=0.2)
+            if i >= len(spec) - 2:
+                p.setLabel("bottom", "session time", units="s")
+            else:
+                # the plots share one time axis (x-linked), drawn once under the bottom
+                # row: each scroll of it re-renders every visible time axis
+                p.hideAxis("bottom")
+            for name in ("left", "bottom"):
+                p.getAxis(name).setStyle(maxTickLevel=1)  # major and minor ticks (fewer to lay out)
+            # horizontal grid only: the level boundaries mark time, and a vertical grid is
+            # drawn by the time axis, so every scroll of the shared time axis re-rendered
+            # six plot-sized grid pixmaps (40–80 ms frames at 256 streams)
+            p.showGrid(x=False, y=True, alpha=0.2)
             p.setClipToView(True)
             p.setDownsampling(auto=True, mode="peak")
             p.getAxis("left").setWidth(52)
@@ -129,6 +141,22 @@ class Dashboard(QWidget):
         self._boundary_items: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
         self._seen: dict[tuple[str, str], float] = {}
         self._client_version = -1
+        # every axis, legend and title is painted from a cached pixmap until it changes:
+        # replaying their text on each frame was most of the paint cost
+        for p in self.plots.values():
+            for name in ("left", "bottom", "right"):
+                if p.getAxis(name).isVisible():
+                    p.getAxis(name).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            p.titleLabel.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        for lg in self.legends.values():
+            lg.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self._x_follow: tuple[float, float] | None = None  # the x range this dashboard last set
+        self._t_lo: float | None = None  # the earliest time drawn (session s)
+        self._y_bounds: dict[str, dict] = {}  # plot → curve → (min, max) of its data
+        self._y_set: dict[str, tuple[float, float]] = {}  # plot → the y range this dashboard set
+        self._titles: dict[str, str] = {}
+        self._lat_n = -1
+        self._levels_key = None
         self.frame_costs: list[float] = []
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / min(20.0, max(1.0, hz))))
@@ -152,6 +180,14 @@ class Dashboard(QWidget):
         self._boundary_items.clear()
         self.boundaries = []
         self._client_version = -1
+        self._t_lo = None
+        self._x_follow = None
+        self._y_bounds.clear()
+        self._y_set.clear()
+        for key in ("temp", "power", "requests"):
+            self.plots[key].vb.enableAutoRange(axis=pg.ViewBox.YAxis)
+        self._lat_n = -1
+        self._levels_key = None
         for c in [self.tps_curve, self.vram_total, *self.lat_curves.values(), *self.req_curves.values()]:
             c.setData([], [])
         self.level_curve.clear()
@@ -174,9 +210,80 @@ class Dashboard(QWidget):
         t0 = time.perf_counter()
         self._draw_telemetry(self.bank_fn())
         self._draw_client(self.client_fn())
+        self._follow_x(self.now_fn())
         self.frame_costs.append(time.perf_counter() - t0)
         if len(self.frame_costs) > 10000:
             del self.frame_costs[:5000]
+
+    def _seen_t(self, t: np.ndarray) -> None:
+        if len(t):
+            t0 = float(t[0])
+            if t0 == t0 and (self._t_lo is None or t0 < self._t_lo):
+                self._t_lo = t0
+
+    def _follow_x(self, now: float) -> None:
+        """Keep the shared time axis on [first sample, now], moving its right end in steps
+        (1-2-5 × 10^k s, about a tenth of the span) so that the tick labels — re-rendered
+        text — change a few times a minute, not on every frame. A user who zooms or pans
+        keeps that view; the plot's auto-range button ("A") gives the axis back."""
+        if self._t_lo is None:
+            return
+        vb = self.plots["throughput"].vb
+        (x0, x1), auto_x = vb.viewRange()[0], vb.state["autoRange"][0]
+        if not auto_x and self._x_follow is not None and (
+                abs(x0 - self._x_follow[0]) > 1e-6 or abs(x1 - self._x_follow[1]) > 1e-6):
+            return  # the user's own view
+        span = max(now - self._t_lo, 10.0)
+        raw = span / 10.0
+        mag = 10 ** math.floor(math.log10(raw))
+        step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+        want = (self._t_lo, math.ceil(max(now, self._t_lo + 1e-9) / step) * step)
+        if auto_x or want != self._x_follow:
+            vb.disableAutoRange(axis=vb.XAxis)
+            vb.setXRange(*want, padding=0)
+            self._x_follow = want
+
+    def _note_y(self, plot_key: str, curve_key, values: np.ndarray) -> None:
+        """Remember the finite min/max of one curve of a plot whose y range we keep."""
+        fin = values[np.isfinite(values)]
+        if fin.size:
+            self._y_bounds.setdefault(plot_key, {})[curve_key] = (float(fin.min()), float(fin.max()))
+
+    def _fit_y(self, plot_key: str, floor_zero: bool = False) -> None:
+        """Y range of a telemetry plot on 1-2-5 steps around its data, changed only when the
+        data leave it: pyqtgraph's auto-range follows every new extreme (4 Hz), and each
+        change re-renders the axis text and grid. A user's own y view is kept."""
+        b = self._y_bounds.get(plot_key)
+        if not b:
+            return
+        lo, hi = min(v[0] for v in b.values()), max(v[1] for v in b.values())
+        vb = self.plots[plot_key].vb
+        (y0, y1), auto_y = vb.viewRange()[1], vb.state["autoRange"][1]
+        last = self._y_set.get(plot_key)
+        if not auto_y and last is not None and (abs(y0 - last[0]) > 1e-9 or abs(y1 - last[1]) > 1e-9):
+            return  # the user's own view
+        if last is not None and last[0] <= lo and hi <= last[1] and (hi - lo) > 0.2 * (last[1] - last[0]):
+            if auto_y:
+                vb.disableAutoRange(axis=vb.YAxis)
+                vb.setYRange(*last, padding=0)
+            return  # still fits, and not so loosely that the curves flatten
+        span = max(hi - lo, abs(hi) * 0.05, 1.0)
+        raw = span / 4.0
+        mag = 10 ** math.floor(math.log10(raw))
+        step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+        want = (math.floor(lo / step) * step - (step if lo % step == 0 and lo > 0 else 0),
+                math.ceil(hi / step) * step + (step if hi % step == 0 else 0))
+        if floor_zero:
+            want = (max(0.0, want[0]), want[1])
+        vb.disableAutoRange(axis=vb.YAxis)
+        vb.setYRange(*want, padding=0)
+        self._y_set[plot_key] = want
+
+    def _set_title(self, key: str, text: str) -> None:
+        """Set a plot title only when its text changes (a title change relays out the plot)."""
+        if self._titles.get(key) != text:
+            self._titles[key] = text
+            self.plots[key].setTitle(text, size="10pt")
 
     def _changed(self, bank, src: str, name: str) -> bool:
         last = bank.last(src, name)
@@ -204,7 +311,10 @@ class Dashboard(QWidget):
                     c.setClipToView(True)
                     self.gpu_curves[key] = c
                 t, val = bank.get(src, name)
+                self._seen_t(t)
                 c.setData(t, val * scale, connect="finite")
+                if plot_key != "vram":
+                    self._note_y(plot_key, key, val * scale)
         if gpus:
             g0 = gpus[0]
             if self._changed(bank, g0, "memory_total_bytes"):
@@ -216,8 +326,7 @@ class Dashboard(QWidget):
             heads = [bank.last(g, "vram_headroom_bytes") for g in gpus]
             heads = [h[1] for h in heads if h is not None and h[1] == h[1]]
             if heads:
-                self.plots["vram"].setTitle(f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB",
-                                            size="10pt")
+                self._set_title("vram", f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB")
             last = bank.last(g0, "temp_slowdown_c")
             if last is not None and last[1] == last[1]:
                 if self.slowdown_line.value() != last[1] or not self.slowdown_line.isVisible():
@@ -229,11 +338,17 @@ class Dashboard(QWidget):
         for name, c in self.req_curves.items():
             if self._changed(bank, "metrics", name):
                 t, val = bank.get("metrics", name)
+                self._seen_t(t)
                 c.setData(t, val, connect="finite")
+                self._note_y("requests", name, val)
         if self._changed(bank, "metrics", "kv_cache_usage"):
             t, val = bank.get("metrics", "kv_cache_usage")
             ok = np.isfinite(val)
             self.kv_curve.setData(t[ok], val[ok] * 100.0)
+
+        self._fit_y("temp")
+        self._fit_y("power", floor_zero=True)
+        self._fit_y("requests", floor_zero=True)
 
     def _draw_client(self, client) -> None:
         if client is None:
@@ -241,19 +356,30 @@ class Dashboard(QWidget):
         now = self.now_fn()
         snap = client.snapshot(now)
         if len(snap.tps_t) != len(self.tps_curve.xData if self.tps_curve.xData is not None else []):
+            self._seen_t(snap.tps_t)
             self.tps_curve.setData(snap.tps_t, snap.tps)
         if snap.levels.size:
-            self.level_curve.setData(snap.level_edges, snap.levels, stepMode="center")
-            self.level_axis.vb.setYRange(0, float(snap.levels.max()) * 1.1)
+            self._seen_t(snap.level_edges)
+            # the open level's step runs to "now": redrawn about once a second, not per frame
+            key = (snap.level_edges.size, round(float(snap.level_edges[-1])), float(snap.levels.max()))
+            if key != self._levels_key:
+                self._levels_key = key
+                self.level_curve.setData(snap.level_edges, snap.levels, stepMode="center")
+                self.level_axis.vb.setYRange(0, float(snap.levels.max()) * 1.1)
         elif self.level_curve.xData is not None and len(self.level_curve.xData):
             self.level_curve.clear()
-        if snap.lat_t.size:
+            self._levels_key = None
+        if snap.lat_t.size == self._lat_n:
+            pass  # no window closed since the last frame
+        elif snap.lat_t.size:
+            self._lat_n = snap.lat_t.size
             ms = 1000.0
             for key, arr in (("ttft_p50", snap.ttft_p50), ("ttft_p99", snap.ttft_p99),
                              ("tpot_p50", snap.tpot_p50), ("tpot_p99", snap.tpot_p99)):
                 ok = np.isfinite(arr) & (arr > 0)
                 self.lat_curves[key].setData(snap.lat_t[ok], arr[ok] * ms)
         else:
+            self._lat_n = 0
             for c in self.lat_curves.values():
                 c.setData([], [])
         if snap.boundaries != self.boundaries:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import gc
 import threading
 import time
 from dataclasses import dataclass, field
@@ -331,6 +332,13 @@ class SessionController(QObject):
 
         if self.loadgen is not None:
             raise RuntimeError("a ramp is already running; abort it first")
+        # A full (generation-2) collection walks every object of the GUI process — Qt
+        # wrappers, pyqtgraph, pydantic models — and stopped the event loop for ≈ 55 ms
+        # mid-ramp (benchmarks/gui_stall.py). Collect once now, at the click, and move the
+        # survivors to the permanent generation (gc.freeze) so that the ramp's collections
+        # only walk what the ramp creates.
+        gc.collect()
+        gc.freeze()
         self.client.reset()
         self.ramp_spec = spec
         k = self.time_scale
