@@ -11,7 +11,7 @@ requests from the same server in the same run. Figures: streamed chunks/s (one t
 per chunk) and TTFT p99 (= added latency: the server answers at once).
 
 Usage: ``.venv/bin/python benchmarks/loadgen_overhead.py [--levels 64,256,1024]
-[--output-tokens 256] [--requests-per-stream 4] [--no-peer]``
+[--output-tokens 256] [--requests-per-stream 16] [--no-peer]``
 """
 from __future__ import annotations
 
@@ -201,7 +201,7 @@ def main() -> int:
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--levels", default="64,256,1024")
     ap.add_argument("--output-tokens", type=int, default=256)
-    ap.add_argument("--requests-per-stream", type=int, default=8)
+    ap.add_argument("--requests-per-stream", type=int, default=16)  # ≥ 1 s of streaming per client
     ap.add_argument("--events-per-write", type=int, default=32)
     ap.add_argument("--no-peer", action="store_true")
     a = ap.parse_args()
