@@ -104,7 +104,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _amain(spec, t0: float, frames: queue.SimpleQueue) -> None:
+    from app.loadgen.client import time_feeds
     from app.loadgen.runner import Ramp
+
+    time_feeds()  # stream arrivals timed as aiohttp receives them (this process only)
 
     loop = asyncio.get_running_loop()
     abort = asyncio.Event()
