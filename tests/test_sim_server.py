@@ -294,7 +294,7 @@ def test_falling_behind_coalesces_tokens_and_says_so():
 def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
     """`vllm-dyno ramp` reads k from /sim/info and prints figures in rig seconds: at
     k = 10 one user on 8× RTX 4090 / 70B AWQ sees a per-token time of tens of ms (rig),
-    not a few ms (wall)."""
+    not a few ms (wall). The run store gets the same rig-time level row and k."""
     import re
     import subprocess
     import sys
@@ -309,11 +309,18 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
         assert sup.wait_ready(60), sup.failure
         r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", sup.url, "--levels", "1",
                             "--step-seconds", "2", "--warmup-seconds", "0.5", "--prompt-tokens", "64",
-                            "--output-tokens", "64", "--no-store"], capture_output=True, text=True, timeout=120)
+                            "--output-tokens", "64"], capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "time scale 10" in r.stdout
         row = [l for l in r.stdout.splitlines() if re.match(r"^\s+1\s+\d+\s+0\s", l)][0].split()
         tpot_p50_ms = float(row[7])
         assert 10 < tpot_p50_ms < 100, r.stdout
+        from app.store import RunStore
+
+        with RunStore() as store:
+            run = store.list_runs()[-1]
+            stored = store.levels(run["id"])
+        assert run["summary"]["time_scale"] == 10.0
+        assert len(stored) == 1 and abs(stored[0]["tpot_p50"] * 1e3 - tpot_p50_ms) < 0.05 * tpot_p50_ms, stored
     finally:
         assert sup.stop() == []

@@ -208,8 +208,15 @@ def run(a: argparse.Namespace) -> int:
     prog = _Progress(sys.stdout)
     levels = ", ".join(f"{x:g}" for x in spec.levels)
     print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
+
+    def on_level(st: StepStats) -> None:
+        rig = to_rig_time(st, k)
+        if store is not None and k != 1.0:
+            store.add_level(run_id, rig)  # replaces the wall-time row the generator wrote
+        prog.level_end(rig)
+
     gen = LoadGenerator(spec, clock=clock, store=store, run_id=run_id, on_records=prog.records,
-                        on_level_start=prog.level_start, on_level=lambda st: prog.level_end(to_rig_time(st, k)))
+                        on_level_start=prog.level_start, on_level=on_level)
     interrupted = False
     try:
         gen.start()
@@ -222,17 +229,17 @@ def run(a: argparse.Namespace) -> int:
         res.status, res.stop_reason = "aborted", "interrupted (Ctrl-C); completed requests kept"
     finally:
         gen.stop()
+    if k != 1.0:  # level stats, knee and summary in rig seconds; requests stay wall seconds
+        res.steps = [to_rig_time(st, k) for st in res.steps]
+        res.knee = find_knee(res.steps, spec.knee_gain, spec.knee_ttft_ratio)
     if store is not None:
         from app.loadgen.export import summary
 
-        store.finish_run(run_id, res.status, summary=summary(res))
+        store.finish_run(run_id, res.status, summary={**summary(res), "time_scale": k})
         store.close()
     if res.status == "error":
         print(f"vllm-dyno ramp: {res.error}", file=sys.stderr)
         return 2 if not res.records else 1
-    if k != 1.0:
-        res.steps = [to_rig_time(st, k) for st in res.steps]
-        res.knee = find_knee(res.steps, spec.knee_gain, spec.knee_ttft_ratio)
     print_result(res)
     try:
         from app.loadgen import export
