@@ -1,0 +1,78 @@
+"""The live dashboard's axes: one shared time axis that follows the data in steps and
+leaves a user's zoom alone; telemetry y ranges that change only when the data leave
+them. Real widgets, offscreen, fed through the same SeriesBank / ClientSeries the app uses."""
+from __future__ import annotations
+
+import pytest
+
+from app.telemetry.series import Sample, SeriesBank
+from widgets.live_series import ClientSeries
+from widgets.testing import gui_guard  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def dash(gui_guard, qtbot):
+    from widgets.dashboard import Dashboard
+
+    bank, client, now = SeriesBank(), ClientSeries(), [0.0]
+    d = Dashboard(lambda: bank, lambda: client, lambda: now[0])
+    qtbot.addWidget(d)
+    d.resize(1200, 700)
+    d.show()
+
+    def feed(t: float, temp: float = 60.0) -> None:
+        now[0] = t
+        bank([Sample(t, f"gpu{g}", "temp_gpu_c", temp + g) for g in range(2)]
+             + [Sample(t, f"gpu{g}", "power_w", 300.0) for g in range(2)]
+             + [Sample(t, "metrics", "running", 4.0)])
+        d.refresh(force=True)
+
+    d.feed = feed
+    yield d
+    d.stop()
+
+
+def _x(d):
+    return d.plots["throughput"].vb.viewRange()[0]
+
+
+def test_time_axis_follows_in_steps_and_keeps_a_users_zoom(dash):
+    t = 5.0
+    while t < 40.0:
+        dash.feed(t)
+        t += 0.25
+    x0, x1 = _x(dash)
+    assert x0 == pytest.approx(5.0) and 39.75 <= x1 <= 45.0
+    # all six plots share the axis (pyqtgraph's x-link aligns them on screen: a plot
+    # without a right-hand axis is wider and shows a little more to the right)
+    for p in dash.plots.values():
+        lo, hi = p.vb.viewRange()[0]
+        assert lo == pytest.approx(x0) and hi >= x1 - 1e-6
+    # a small advance stays inside the current step: the axis does not move (no re-render)
+    dash.feed(40.0)
+    assert _x(dash) == pytest.approx([x0, x1])
+    # past the right edge it moves on
+    dash.feed(x1 + 0.5)
+    assert _x(dash)[1] > x1
+    # a user's zoom is kept while data keep coming ...
+    dash.plots["temp"].vb.setXRange(10.0, 20.0, padding=0)
+    for k in range(8):
+        dash.feed(x1 + 1.0 + k)
+    assert _x(dash) == pytest.approx([10.0, 20.0])
+    # ... until the auto-range button gives the axis back
+    dash.plots["throughput"].vb.enableAutoRange(axis="x")
+    dash.feed(x1 + 10.0)
+    assert _x(dash)[0] == pytest.approx(5.0) and _x(dash)[1] >= x1 + 10.0
+
+
+def test_temperature_range_changes_only_when_the_data_leave_it(dash):
+    for k in range(20):
+        dash.feed(1.0 + k * 0.25, temp=60.0 + 0.1 * (k % 3))  # jitter inside one range
+    vb = dash.plots["temp"].vb
+    y = vb.viewRange()[1]
+    assert y[0] <= 60.0 and y[1] >= 61.2
+    dash.feed(7.0, temp=60.3)
+    assert vb.viewRange()[1] == pytest.approx(y)
+    dash.feed(7.25, temp=88.0)  # a hot card: the range grows to hold it
+    y2 = vb.viewRange()[1]
+    assert y2[1] >= 89.0 and y2 != pytest.approx(y)
