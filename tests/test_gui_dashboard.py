@@ -76,3 +76,22 @@ def test_temperature_range_changes_only_when_the_data_leave_it(dash):
     dash.feed(7.25, temp=88.0)  # a hot card: the range grows to hold it
     y2 = vb.viewRange()[1]
     assert y2[1] >= 89.0 and y2 != pytest.approx(y)
+
+
+def test_curves_legend_lists_only_what_is_drawn(gui_guard, qtbot):
+    """A run without a plan shows no "predicted" entry; a knee entry only with a knee."""
+    from app.planner.perf import Curve, CurvePoint
+    from widgets.results import CurvesView
+
+    v = CurvesView()
+    qtbot.addWidget(v)
+
+    def names(plot):
+        return [label.text for _, label in plot.legend.items]
+
+    assert names(v.tput_plot) == ["measured"] and names(v.lat_plot) == ["measured"]
+    pts = [CurvePoint(c, c, 0, 100.0 * c, 100.0, 0.05, 0.01, 1.0) for c in (1, 2, 4)]
+    v.set_prediction(Curve(pts, 4, "max_num_seqs", 4, 512, 128))
+    assert names(v.tput_plot) == ["measured", "predicted (plan)"]
+    v.set_prediction(None)
+    assert names(v.tput_plot) == ["measured"] and "predicted (plan)" not in names(v.lat_plot)

@@ -64,9 +64,7 @@ def compute_plan(inp: PlanInputs):
     else:  # the CPU build of vLLM: the host is the device
         import psutil
 
-        space = cfg.env.get("VLLM_CPU_KVCACHE_SPACE")
         gpus = [cpu_device(psutil.virtual_memory().total / GIB, os.cpu_count() or 2)]
-        del space
     wl = Workload(inp.prompt_tokens, inp.output_tokens, inp.levels)
     try:
         return plan(cfg, gpus, model, wl, inp.vllm_version)

@@ -162,9 +162,24 @@ class CurvesView(QWidget):
                                  name="knee")
         self.knee_line.hide()
         self.pred_knee_line.hide()
+        self._legend_entries = {self.pred_tput: (a, "predicted (plan)"), self.pred_lat: (b, "predicted (plan)"),
+                                self.knee_point: (b, "knee")}
+        for item in self._legend_entries:
+            self._show_in_legend(item, False)
+
+    def _show_in_legend(self, item, show: bool) -> None:
+        """A legend lists only what is drawn (no "predicted" entry for a run without a plan)."""
+        plot, name = self._legend_entries[item]
+        listed = any(sample.item is item for sample, _ in plot.legend.items)
+        if show and not listed:
+            plot.legend.addItem(item, name)
+        elif not show and listed:
+            plot.legend.removeItem(item)
 
     def set_prediction(self, curve: Any | None) -> None:
         """``curve``: app.planner.perf.Curve or None."""
+        self._show_in_legend(self.pred_tput, curve is not None)
+        self._show_in_legend(self.pred_lat, curve is not None)
         if curve is None:
             self.pred_tput.setData([], [])
             self.pred_lat.setData([], [])
@@ -181,6 +196,7 @@ class CurvesView(QWidget):
         self.meas_tput.setData(log2([s.level for s in ok]), [s.output_tps for s in ok])
         lat = [s for s in ok if s.ttft_p99]
         self.meas_lat.setData([s.output_tps for s in lat], [s.ttft_p99 * 1000 for s in lat])
+        self._show_in_legend(self.knee_point, knee is not None)
         if knee is not None:
             place_line(self.knee_line, math.log2(knee.level), f"knee {knee.level:g}")
             self.knee_point.setData([knee.output_tps], [knee.ttft_p99 * 1000])
