@@ -16,6 +16,7 @@ from app import __version__
 COMMAND_MODULES = [
     "app.server.cli_serve",
     "app.planner.cli_plan",
+    "app.planner.cli_calibrate",
     "app.loadgen.cli_ramp",
     "app.telemetry.cli_telemetry",
     "app.cli_profiles",

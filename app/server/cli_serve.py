@@ -75,6 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
     p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
     p.add_argument("--sim-seed", type=int)
+    p.add_argument("--sim-calibrated", action="store_true",
+                   help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
     p.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("cleanup", help="list leftover VLLM:: processes and end them (--yes)")
@@ -88,6 +90,8 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
                     ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed)):
         if v is not None:
             out += [flag, str(v)]
+    if getattr(a, "sim_calibrated", False):
+        out.append("--sim-calibrated")
     return out
 
 

@@ -193,11 +193,12 @@ def load_seconds(weights_bytes_per_gpu: float) -> float:
     return 4.0 + weights_bytes_per_gpu / 1.5e9
 
 
-def plan_rig(config: ServerConfig, gpu_name: str, gpu_count: int) -> SimPlan:
-    """Plan ``config`` on ``gpu_count`` cards named ``gpu_name``. Raises KeyError /
-    LookupError for an unknown card or model, :class:`Refusal` (vLLM's text) for a
-    configuration vLLM refuses."""
-    gpu = find_gpu(gpu_name)
+def plan_rig(config: ServerConfig, gpu_name: "str | GpuSpec", gpu_count: int) -> SimPlan:
+    """Plan ``config`` on ``gpu_count`` cards named ``gpu_name`` (or given as a
+    :class:`GpuSpec`, e.g. :func:`app.planner.gpus.cpu_device` for the CPU build).
+    Raises KeyError / LookupError for an unknown card or model, :class:`Refusal`
+    (vLLM's text) for a configuration vLLM refuses."""
+    gpu = gpu_name if isinstance(gpu_name, GpuSpec) else find_gpu(gpu_name)
     model = find_model(config.model)
     p = planner_plan(config, [gpu] * gpu_count, model, vllm_version=VLLM_RULES, use_calibration=False)
     ref = _refusal(p)
@@ -221,12 +222,15 @@ def plan_rig(config: ServerConfig, gpu_name: str, gpu_count: int) -> SimPlan:
 # ---------------------------------------------------------------------------- step times
 class StepModel:
     """Engine step times in rig seconds from the planner's :class:`StepTimeModel`.
-    Overrides (None = the planner's defaults for the card class): ``eta_mem``,
-    ``eta_c``, ``t_cpu`` (s per step)."""
+    ``params``: a whole parameter set instead of the planner's defaults for the card
+    class (e.g. a calibration, :func:`app.planner.calibrate.load_calibration`); then the
+    single overrides ``eta_mem``, ``eta_c``, ``t_cpu`` (s per step) on top (None = keep)."""
 
     def __init__(self, sp: SimPlan, eta_mem: float | None = None, eta_c: float | None = None,
-                 t_cpu: float | None = None) -> None:
+                 t_cpu: float | None = None, params: PerfParams | None = None) -> None:
         base = build_step_model(sp.plan)
+        if params is not None:
+            base = base.with_params(params)
         pr: PerfParams = base.params
         changes = {k: v for k, v in (("eta_mem", eta_mem), ("eta_compute", eta_c), ("t_cpu_s", t_cpu))
                    if v is not None}

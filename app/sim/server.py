@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-eta-mem", type=float, help="override the memory-bandwidth efficiency η_mem")
     p.add_argument("--sim-eta-c", type=float, help="override the compute efficiency η_c")
     p.add_argument("--sim-t-cpu", type=float, help="override the per-step CPU time, seconds")
+    p.add_argument("--sim-calibrated", action="store_true",
+                   help="use the step-time parameters calibrated on a real run of these cards "
+                        "(vllm-dyno calibrate RUN_ID), when there are any")
     return p
 
 
@@ -178,7 +181,15 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
 
     k = a.sim_time_scale
     served = (a.served_model_name or [a.model])[0]
-    steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu)
+    calibrated = None
+    if a.sim_calibrated:
+        from app.planner.calibrate import hardware_fingerprint, load_calibration
+
+        fp = hardware_fingerprint(plan.plan.cards)
+        calibrated = load_calibration(fp)
+        vlog.emit(f"sim: {'calibrated parameters for ' + fp + ': ' + calibrated.source if calibrated else 'no calibration saved for ' + fp + '; using the defaults'}",
+                  "INFO", "EngineCore_DP0", "sim.py:1")
+    steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu, params=calibrated)
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True
     metrics = SimMetrics(served, plan.num_blocks, plan.utilization)

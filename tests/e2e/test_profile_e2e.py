@@ -86,3 +86,30 @@ def test_vllm_dyno_run_cpu_tiny_builtin_records_a_run(vllm_python, tiny_model, d
     saved = ProfileLibrary().entry("CPU tiny model")
     assert saved.source == "user" and saved.profile.results.levels[1].level == 4.0
     assert "survived" not in out  # the supervisor verified that the server's process group is gone
+
+    # the recorded run calibrates the model for this host; the sim, stepping with the
+    # fitted parameters through its own scheduler, reproduces the measured levels
+    r = subprocess.run([sys.executable, "-m", "app.cli", "calibrate", str(run["id"])], capture_output=True,
+                       text=True, timeout=120, env=env, cwd=str(ROOT))
+    assert r.returncode == 0 and "saved to" in r.stdout, r.stdout + r.stderr
+    print("\n" + r.stdout)
+    from app.planner.calibrate import hardware_fingerprint, load_calibration
+    from app.profiles.model import HardwareFingerprint
+    from app.sim import model_adapter as ma
+    from app.sim.offline import closed_loop
+    from app.sim.scheduler import Scheduler
+
+    hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
+    cfg = saved.profile.server_config()
+    sp = ma.plan_rig(cfg, hw.planner_cards()[0], 1)
+    params = load_calibration(hardware_fingerprint(sp.plan.cards))
+    assert params is not None
+    sm = ma.StepModel(sp, params=params)
+    ramp = saved.profile.ramp
+    for d in lv:
+        got = closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
+                          int(d["level"]), ramp.prompt_tokens, ramp.output_tokens, 20.0, 4.0)
+        err = 100 * (got.throughput - d["output_tps"]) / d["output_tps"]
+        print(f"sim, calibrated, c={d['level']:g}: {got.throughput:,.0f} tok/s vs measured {d['output_tps']:,.0f} "
+              f"({err:+.1f} %)")
+        assert abs(err) < 25.0

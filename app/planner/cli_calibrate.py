@@ -1,0 +1,111 @@
+"""``vllm-dyno calibrate RUN_ID``: fit the performance model to a recorded real run.
+
+The run's levels (closed-loop concurrency, rig seconds) and its request shape are read
+from the run store; the model's parameters (η_mem, η_c, t_cpu, per-sequence and
+per-request overheads — :data:`app.planner.calibrate.FIT_DEFAULT`) are fitted to its
+output tokens/s and mean TTFT and saved under the run's hardware fingerprint
+(``calibration/`` in the data directory). From then on the planner predicts with them
+for those cards, and a sim started with ``--sim-calibrated`` on the same cards steps
+with them. Exit status: 0 saved (or shown with ``--dry-run``), 2 the run cannot be
+used (with the reason).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+class CalibrationInputError(ValueError):
+    """A run that cannot calibrate the model; the message names the run and the fix."""
+
+
+def measured_levels(run: dict[str, Any], levels: list[dict[str, Any]]):
+    """(prompt_tokens, output_tokens, [MeasuredLevel]) of a recorded run. Raises
+    CalibrationInputError for a sim or attached run, a rate ramp, request lengths that
+    vary, or fewer than 2 completed levels."""
+    from app.planner.calibrate import MeasuredLevel
+
+    rid = run["id"]
+    if run.get("engine") == "sim":
+        raise CalibrationInputError(f"run {rid} ran on the simulated rig: calibrate on a run of real cards "
+                                    "(a sim run only gives back the sim's own parameters)")
+    hw = (run.get("summary") or {}).get("hardware")
+    if not hw:
+        raise CalibrationInputError(f"run {rid} recorded no hardware fingerprint (an attached server?): "
+                                    "calibrate on a run that vllm-dyno launched")
+    spec = run.get("spec") or {}
+    if spec.get("mode", "concurrency") != "concurrency":
+        raise CalibrationInputError(f"run {rid} is a rate ramp: calibration needs closed-loop concurrency levels")
+    pt, ot = spec.get("prompt_tokens"), spec.get("output_tokens")
+    if not isinstance(pt, int) or not isinstance(ot, int) or spec.get("prompts_file"):
+        raise CalibrationInputError(f"run {rid} did not use fixed prompt/output lengths (prompt {pt!r}, output "
+                                    f"{ot!r}): ramp with --prompt-tokens N --output-tokens M to calibrate")
+    out = [MeasuredLevel(int(lv["level"]), float(lv["output_tps"]), lv.get("ttft_mean"))
+           for lv in levels if lv.get("output_tps") and (lv.get("n_ok") or 0) > 0]
+    if len(out) < 2:
+        raise CalibrationInputError(f"run {rid} has {len(out)} completed level(s): calibration needs at least 2 "
+                                    "(ramp over several concurrency levels, e.g. 1,2,4,8)")
+    return pt, ot, out
+
+
+def calibrate_run(store, run_id: int, dry_run: bool = False):
+    """Fit and (unless ``dry_run``) save. Returns ``(fingerprint, params, before, after,
+    path)`` — ``before``/``after`` the per-level :class:`LevelError` lists with the
+    default and the fitted parameters. Raises CalibrationInputError (see
+    :func:`measured_levels`) and the planner's errors for an unknown model or card."""
+    from app.planner.calibrate import fit, hardware_fingerprint, level_errors, save_calibration
+    from app.profiles.io import profile_from_data
+    from app.profiles.model import HardwareFingerprint
+    from app.session import plan_profile
+
+    run = store.get_run(run_id)
+    if run is None:
+        raise CalibrationInputError(f"no run {run_id} in {store.path} (vllm-dyno runs list shows the ids)")
+    pt, ot, measured = measured_levels(run, store.levels(run_id))
+    data = (run.get("config") or {}).get("profile")
+    if not data:
+        raise CalibrationInputError(f"run {run_id} recorded no settings (profile) to plan with")
+    profile = profile_from_data(data, f"run {run_id}")
+    hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
+    profile = profile.model_copy(update={"hardware": hw, "engine": "vllm"})
+    plan = plan_profile(profile)
+    if plan is None:
+        raise CalibrationInputError(f"run {run_id}: the planner cannot plan its settings on {hw.gpu}")
+    cap, _ = plan.concurrency_for(pt, ot)
+    fitted = fit(plan.perf, measured, pt, ot, cap)
+    before = level_errors(plan.perf, measured, pt, ot, cap)
+    after = level_errors(plan.perf.with_params(fitted), measured, pt, ot, cap)
+    fp = hardware_fingerprint(plan.cards)
+    path = None
+    if not dry_run:
+        path = save_calibration(fp, fitted, {"run_id": run_id, "prompt_tokens": pt, "output_tokens": ot,
+                                             "capacity": cap, "levels": [e.__dict__ for e in after]})
+    return fp, fitted, before, after, path
+
+
+def cmd_calibrate(a: argparse.Namespace) -> int:
+    from app.store import RunStore
+
+    try:
+        with RunStore() as store:
+            fp, params, before, after, path = calibrate_run(store, a.run_id, a.dry_run)
+    except (CalibrationInputError, LookupError, ValueError) as e:
+        print(f"vllm-dyno calibrate: {e}", file=sys.stderr)
+        return 2
+    print(f"{fp}: {params.source}")
+    print(f"  η_mem {params.eta_mem:.3f}  η_c {params.eta_compute:.3f}  t_cpu {params.t_cpu_s * 1e3:.2f} ms/step  "
+          f"{params.t_cpu_seq_s * 1e6:.0f} µs/sequence  {params.t_request_s * 1e3:.1f} ms/request")
+    print(f"  {'level':>5} {'measured tok/s':>14} {'default':>9} {'calibrated':>10}")
+    for b, c in zip(before, after):
+        print(f"  {b.concurrency:>5} {b.measured_tps:>14,.0f} {b.tps_error_pct:>+8.1f}% {c.tps_error_pct:>+9.1f}%")
+    print(f"saved to {path}" if path else "not saved (--dry-run)")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("calibrate", help="fit the performance model to a recorded run of real cards",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("run_id", type=int, help="a run id (vllm-dyno runs list)")
+    p.add_argument("--dry-run", action="store_true", help="show the fit, do not save it")
+    p.set_defaults(func=cmd_calibrate)
