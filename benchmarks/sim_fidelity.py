@@ -34,7 +34,7 @@ def curve(cfg: ServerConfig, gpu: str, count: int, levels, prompt: int, output: 
     def mk():
         return Scheduler(p.num_blocks, p.max_num_seqs, p.max_num_batched_tokens, sm.step_time)
 
-    return [closed_loop(mk, u, prompt, output, duration, warmup) for u in levels]
+    return [closed_loop(mk, u, prompt, output, duration, warmup, sm.params.t_request_s) for u in levels]
 
 
 def table(title: str, levels, ref, got, note: str = "") -> None:

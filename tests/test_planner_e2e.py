@@ -61,6 +61,22 @@ def test_calibration_on_a_live_ramp(vllm_server, capsys):
             print(f"  c={b.concurrency:>2} measured {b.measured_tps:6.0f} tok/s (TTFT {(b.measured_ttft_s or 0) * 1e3:6.0f} ms)"
                   f"  default {b.tps_error_pct:+6.1f} %  calibrated {a.predicted_tps:6.0f} ({a.tps_error_pct:+6.1f} %, "
                   f"TTFT {a.ttft_error_pct or 0:+6.1f} %) [{tag}]")
+    # the sim's scheduler, stepping with the fitted parameters, against the same levels
+    from app.sim import model_adapter as ma
+    from app.sim.offline import closed_loop
+    from app.sim.scheduler import Scheduler
+
+    sp = ma.plan_rig(vllm_server.config, p.cards[0], 1)
+    sm = ma.StepModel(sp, params=params)
+    sim_err = {}
+    for m in measured:
+        got = closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
+                          m.concurrency, PROMPT, OUTPUT, 20.0, 4.0, params.t_request_s)
+        sim_err[m.concurrency] = 100 * (got.throughput - m.output_tps) / m.output_tps
+    with capsys.disabled():
+        print("  sim (calibrated), tok/s error per level: " + ", ".join(
+            f"c={c} {e:+.1f} % [{'fit' if c in (1, 4, 16) else 'predicted'}]" for c, e in sim_err.items()))
+    assert all(abs(e) < 1000 for e in sim_err.values())
     # Other helpers load this 2-core machine at the same time, so the held-out errors are
     # reported, not asserted; the fit itself must beat the defaults on its own levels.
     fit_err = lambda errs: sum(abs(e.tps_error_pct) for e in errs if e.concurrency in (1, 4, 16))

@@ -56,8 +56,12 @@ class SimEngine:
     """
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time,
-                 gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0) -> None:
+                 gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0,
+                 request_overhead_s: float = 0.0) -> None:
         self.k = float(time_scale)
+        #: rig seconds a request spends outside the engine steps before it is queued (HTTP,
+        #: tokenization, output processing): the step model's t_request_s
+        self.request_overhead_s = float(request_overhead_s)
         self.gpus = gpus
         self.metrics = metrics
         self._step_time = step_time

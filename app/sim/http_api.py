@@ -13,6 +13,8 @@ length; a text counts one token per word and per punctuation mark (regex
 """
 from __future__ import annotations
 
+import asyncio
+
 import json
 import os
 import re
@@ -169,6 +171,8 @@ class ApiServer:
         mt, err = self._limits(body, plen)
         if err is not None:
             return err
+        if self.engine.request_overhead_s > 0:  # HTTP and tokenization before the engine sees it
+            await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
         s = self.engine.submit(plen, mt, bool(body.get("ignore_eos", False)))
         rid = ("chatcmpl-" if chat else "cmpl-") + s.req.rid.split("-", 1)[1] + f"{os.getpid():x}"
         try:

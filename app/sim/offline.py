@@ -6,6 +6,7 @@ tables (benchmarks/sim_fidelity.py) and for fast tests of the curve's shape.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from app.sim.scheduler import Request, Scheduler
@@ -40,34 +41,47 @@ class _User:
 
 
 class _Loop:
-    def __init__(self, sched: Scheduler, prompt: int, output: int) -> None:
-        self.sched, self.prompt, self.output = sched, prompt, output
+    def __init__(self, sched: Scheduler, prompt: int, output: int, overhead: float = 0.0) -> None:
+        self.sched, self.prompt, self.output, self.overhead = sched, prompt, output, overhead
         self.tokens: list[float] = []
         self.done: list[Request] = []
         self.all: list[Request] = []
+        self.pending: list[tuple[float, int, Request]] = []  # (time it reaches the engine, n, request)
         self.n = 0
 
     def submit(self, user: _User, t: float) -> None:
+        """The user sends at ``t``; the engine sees the request ``overhead`` s later (the
+        server does the same: HTTP and tokenization before the scheduler)."""
         self.n += 1
         r = Request(f"u{user.uid}-{self.n}", self.prompt, self.output, t, None, user)
         self.all.append(r)
-        self.sched.add(r)
+        heapq.heappush(self.pending, (t + self.overhead, self.n, r))
+
+    def release(self, t: float) -> None:
+        while self.pending and self.pending[0][0] <= t:
+            self.sched.add(heapq.heappop(self.pending)[2])
 
 
 def closed_loop(make_scheduler, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
-                warmup_s: float = 20.0) -> LevelResult:
+                warmup_s: float = 20.0, request_overhead_s: float = 0.0) -> LevelResult:
     """Run ``users`` closed-loop users for ``warmup_s + duration_s`` rig seconds on a
-    fresh scheduler from ``make_scheduler()``; measure after the warm-up."""
+    fresh scheduler from ``make_scheduler()``; measure after the warm-up.
+    ``request_overhead_s``: time each request spends before the engine sees it (the
+    step model's ``t_request_s``); it counts in TTFT and e2e, as for a real client."""
     sched: Scheduler = make_scheduler()
-    loop = _Loop(sched, prompt_len, output_len)
+    loop = _Loop(sched, prompt_len, output_len, request_overhead_s)
     for u in range(users):
         loop.submit(_User(loop, u), 0.0)
     t = 0.0
     end = warmup_s + duration_s
     pre0 = None
     while t < end:
+        loop.release(t)
         step = sched.schedule(t)
         if step is None:
+            if loop.pending:  # idle until the next request reaches the engine
+                t = max(t, loop.pending[0][0])
+                continue
             break
         t += step.dt
         sched.complete(step, t)

@@ -194,7 +194,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     gpus.loaded = True
     metrics = SimMetrics(served, plan.num_blocks, plan.utilization)
     engine = SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
-                       metrics, k, a.sim_seed)
+                       metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s)
     info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
             "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp,

@@ -108,7 +108,7 @@ def test_vllm_dyno_run_cpu_tiny_builtin_records_a_run(vllm_python, tiny_model, d
     ramp = saved.profile.ramp
     for d in lv:
         got = closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
-                          int(d["level"]), ramp.prompt_tokens, ramp.output_tokens, 20.0, 4.0)
+                          int(d["level"]), ramp.prompt_tokens, ramp.output_tokens, 20.0, 4.0, params.t_request_s)
         err = 100 * (got.throughput - d["output_tps"]) / d["output_tps"]
         print(f"sim, calibrated, c={d['level']:g}: {got.throughput:,.0f} tok/s vs measured {d['output_tps']:,.0f} "
               f"({err:+.1f} %)")
