@@ -26,6 +26,9 @@ GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
            "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
 
+#: the telemetry plots the redraw timer updates in turn, one per frame
+TELEMETRY_TURNS = ("vram", "temp", "power", "requests")
+
 #: per-GPU plots: plot key → (sample name, scale to display units)
 GPU_SERIES = {"vram": ("memory_used_bytes", 1 / GIB), "temp": ("temp_gpu_c", 1.0), "power": ("power_w", 1.0)}
 
@@ -150,6 +153,7 @@ class Dashboard(QWidget):
             p.titleLabel.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         for lg in self.legends.values():
             lg.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+        self._turn = 0  # index into TELEMETRY_TURNS
         self._x_follow: tuple[float, float] | None = None  # the x range this dashboard last set
         self._t_lo: float | None = None  # the earliest time drawn (session s)
         self._y_bounds: dict[str, dict] = {}  # plot → curve → (min, max) of its data
@@ -208,7 +212,14 @@ class Dashboard(QWidget):
         if not force and not self.isVisible():
             return
         t0 = time.perf_counter()
-        self._draw_telemetry(self.bank_fn())
+        if force:
+            self._draw_telemetry(self.bank_fn(), None)
+        else:
+            # one telemetry plot per frame, in turn: 8 GPUs × 3 plots of curves set in one
+            # frame (and painted in the next) made the longest frames; at 10 Hz each plot
+            # still follows its 4 Hz samples within 0.3 s
+            self._turn = (self._turn + 1) % len(TELEMETRY_TURNS)
+            self._draw_telemetry(self.bank_fn(), TELEMETRY_TURNS[self._turn])
         self._draw_client(self.client_fn())
         self._follow_x(self.now_fn())
         self.frame_costs.append(time.perf_counter() - t0)
@@ -294,13 +305,17 @@ class Dashboard(QWidget):
         self._seen[(src, name)] = last[0]
         return True
 
-    def _draw_telemetry(self, bank) -> None:
+    def _draw_telemetry(self, bank, only: str | None = None) -> None:
+        """Set the telemetry curves that changed; ``only``: just this plot's (a key of
+        :data:`TELEMETRY_TURNS`), None for all."""
         if bank is None:
             return
         gpus = sorted({s for s, _ in bank.keys() if s.startswith("gpu") and s[3:].isdigit()}, key=lambda s: int(s[3:]))
         for src in gpus:
             i = int(src[3:])
             for plot_key, (name, scale) in GPU_SERIES.items():
+                if only is not None and plot_key != only:
+                    continue
                 if not self._changed(bank, src, name):
                     continue
                 key = (src, name)
@@ -315,7 +330,7 @@ class Dashboard(QWidget):
                 c.setData(t, val * scale, connect="finite")
                 if plot_key != "vram":
                     self._note_y(plot_key, key, val * scale)
-        if gpus:
+        if gpus and only in (None, "vram"):
             g0 = gpus[0]
             if self._changed(bank, g0, "memory_total_bytes"):
                 t, val = bank.get(g0, "memory_total_bytes")
@@ -327,6 +342,8 @@ class Dashboard(QWidget):
             heads = [h[1] for h in heads if h is not None and h[1] == h[1]]
             if heads:
                 self._set_title("vram", f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB")
+        if gpus and only in (None, "temp", "power"):
+            g0 = gpus[0]
             last = bank.last(g0, "temp_slowdown_c")
             if last is not None and last[1] == last[1]:
                 if self.slowdown_line.value() != last[1] or not self.slowdown_line.isVisible():
@@ -335,6 +352,10 @@ class Dashboard(QWidget):
             if last is not None and last[1] == last[1]:
                 if self.power_limit_line.value() != last[1] or not self.power_limit_line.isVisible():
                     place_line(self.power_limit_line, last[1], f"limit {last[1]:.0f} W")
+        if only not in (None, "requests"):
+            if only != "vram":  # VRAM keeps 0 … total
+                self._fit_y(only, floor_zero=only == "power")
+            return
         for name, c in self.req_curves.items():
             if self._changed(bank, "metrics", name):
                 t, val = bank.get("metrics", name)
@@ -346,8 +367,9 @@ class Dashboard(QWidget):
             ok = np.isfinite(val)
             self.kv_curve.setData(t[ok], val[ok] * 100.0)
 
-        self._fit_y("temp")
-        self._fit_y("power", floor_zero=True)
+        if only is None:
+            self._fit_y("temp")
+            self._fit_y("power", floor_zero=True)
         self._fit_y("requests", floor_zero=True)
 
     def _draw_client(self, client) -> None:
@@ -386,10 +408,16 @@ class Dashboard(QWidget):
             self._set_boundaries(snap.boundaries)
 
     def _set_boundaries(self, bounds: list[tuple[float, float]]) -> None:
-        for p, line in self._boundary_items:
-            p.removeItem(line)
-        self._boundary_items = []
-        for t, level in bounds:
+        """Level-start lines on every plot; a new level only adds its own lines."""
+        n = len(self.boundaries)
+        if bounds[:n] == self.boundaries:
+            new = bounds[n:]
+        else:
+            for p, line in self._boundary_items:
+                p.removeItem(line)
+            self._boundary_items = []
+            new = bounds
+        for t, level in new:
             for key, p in self.plots.items():
                 line = pg.InfiniteLine(pos=t, angle=90, pen=pg.mkPen("#999", width=1, style=Qt.DotLine),
                                        label=f"{level:g}" if key == "throughput" else None,
