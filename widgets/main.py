@@ -19,6 +19,10 @@ def create_app(argv: list[str] | None = None):
     frozen build alike."""
     from PySide6.QtWidgets import QApplication
 
+    # The GUI thread re-takes the GIL for every Python callback Qt makes (each item's
+    # paint, each slot); with the default 5 ms switch interval a busy helper thread (load
+    # generator reader, /metrics parser, store writer) can make it wait 5 ms each time.
+    sys.setswitchinterval(0.001)
     app = QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv[:1]))
     app.setApplicationName("vLLM Dyno")
     app.setOrganizationName("vllm-dyno")
