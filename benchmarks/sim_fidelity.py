@@ -23,18 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.config import ServerConfig  # noqa: E402
 from app.helpers import helper_argv  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
-from app.sim.offline import closed_loop  # noqa: E402
-from app.sim.scheduler import Scheduler  # noqa: E402
+from app.sim.offline import sim_level  # noqa: E402
 
 
 def curve(cfg: ServerConfig, gpu: str, count: int, levels, prompt: int, output: int, duration=180.0, warmup=60.0):
     p = ma.plan_rig(cfg, gpu, count)
     sm = ma.StepModel(p)
-
-    def mk():
-        return Scheduler(p.num_blocks, p.max_num_seqs, p.max_num_batched_tokens, sm.step_time)
-
-    return [closed_loop(mk, u, prompt, output, duration, warmup, sm.params.t_request_s) for u in levels]
+    return [sim_level(p, sm, u, prompt, output, duration, warmup) for u in levels]
 
 
 def table(title: str, levels, ref, got, note: str = "") -> None:

@@ -63,15 +63,13 @@ def test_calibration_on_a_live_ramp(vllm_server, capsys):
                   f"TTFT {a.ttft_error_pct or 0:+6.1f} %) [{tag}]")
     # the sim's scheduler, stepping with the fitted parameters, against the same levels
     from app.sim import model_adapter as ma
-    from app.sim.offline import closed_loop
-    from app.sim.scheduler import Scheduler
+    from app.sim.offline import sim_level
 
     sp = ma.plan_rig(vllm_server.config, p.cards[0], 1)
     sm = ma.StepModel(sp, params=params)
     sim_err = {}
     for m in measured:
-        got = closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
-                          m.concurrency, PROMPT, OUTPUT, 20.0, 4.0, params.t_request_s)
+        got = sim_level(sp, sm, m.concurrency, PROMPT, OUTPUT, 20.0, 4.0)
         sim_err[m.concurrency] = 100 * (got.throughput - m.output_tps) / m.output_tps
     with capsys.disabled():
         print("  sim (calibrated), tok/s error per level: " + ", ".join(

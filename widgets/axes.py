@@ -37,6 +37,12 @@ class PlainLogAxis(pg.AxisItem):
         return out
 
 
+def nice_step(raw: float) -> float:
+    """The smallest 1-2-5 × 10^k step ≥ ``raw`` (> 0): 0.3 → 0.5, 7 → 10, 120 → 200."""
+    mag = 10 ** math.floor(math.log10(raw))
+    return next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+
+
 def place_line(line: pg.InfiniteLine, value: float, text: str) -> None:
     """Show ``line`` at ``value`` with label ``text`` (a hidden line's label would not update)."""
     line.show()

@@ -20,7 +20,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGraphicsItem
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
-from widgets.axes import PlainLogAxis, place_line
+from widgets.axes import PlainLogAxis, nice_step, place_line
 
 GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -245,9 +245,7 @@ class Dashboard(QWidget):
                 abs(x0 - self._x_follow[0]) > 1e-6 or abs(x1 - self._x_follow[1]) > 1e-6):
             return  # the user's own view
         span = max(now - self._t_lo, 10.0)
-        raw = span / 10.0
-        mag = 10 ** math.floor(math.log10(raw))
-        step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+        step = nice_step(span / 10.0)
         want = (self._t_lo, math.ceil(max(now, self._t_lo + 1e-9) / step) * step)
         if auto_x or want != self._x_follow:
             vb.disableAutoRange(axis=vb.XAxis)
@@ -279,9 +277,7 @@ class Dashboard(QWidget):
                 vb.setYRange(*last, padding=0)
             return  # still fits, and not so loosely that the curves flatten
         span = max(hi - lo, abs(hi) * 0.05, 1.0)
-        raw = span / 4.0
-        mag = 10 ** math.floor(math.log10(raw))
-        step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+        step = nice_step(span / 4.0)
         want = (math.floor(lo / step) * step - (step if lo % step == 0 and lo > 0 else 0),
                 math.ceil(hi / step) * step + (step if hi % step == 0 else 0))
         if floor_zero:

@@ -96,3 +96,13 @@ def closed_loop(make_scheduler, users: int, prompt_len: int, output_len: int, du
     return LevelResult(users, toks / span, sum(ttfts) / len(ttfts) if ttfts else float("nan"), p99,
                        sum(itls) / len(itls) if itls else float("nan"), len(reqs),
                        sched.num_preemptions - (pre0 or 0))
+
+
+def sim_level(sim_plan, step_model, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
+              warmup_s: float = 20.0) -> LevelResult:
+    """:func:`closed_loop` on the rig of ``sim_plan`` (:class:`app.sim.model_adapter.SimPlan`)
+    stepping with ``step_model`` (:class:`~app.sim.model_adapter.StepModel`), its
+    per-request overhead included — what the sim server does, without HTTP."""
+    sp, sm = sim_plan, step_model
+    return closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
+                       users, prompt_len, output_len, duration_s, warmup_s, sm.params.t_request_s)

@@ -187,8 +187,9 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
 
         fp = hardware_fingerprint(plan.plan.cards)
         calibrated = load_calibration(fp)
-        vlog.emit(f"sim: {'calibrated parameters for ' + fp + ': ' + calibrated.source if calibrated else 'no calibration saved for ' + fp + '; using the defaults'}",
-                  "INFO", "EngineCore_DP0", "sim.py:1")
+        msg = (f"calibrated parameters for {fp}: {calibrated.source}" if calibrated
+               else f"no calibration saved for {fp}; using the defaults")
+        vlog.emit("sim: " + msg, "INFO", "EngineCore_DP0", "sim.py:1")
     steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu, params=calibrated)
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True

@@ -96,8 +96,7 @@ def test_vllm_dyno_run_cpu_tiny_builtin_records_a_run(vllm_python, tiny_model, d
     from app.planner.calibrate import hardware_fingerprint, load_calibration
     from app.profiles.model import HardwareFingerprint
     from app.sim import model_adapter as ma
-    from app.sim.offline import closed_loop
-    from app.sim.scheduler import Scheduler
+    from app.sim.offline import sim_level
 
     hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
     cfg = saved.profile.server_config()
@@ -107,8 +106,7 @@ def test_vllm_dyno_run_cpu_tiny_builtin_records_a_run(vllm_python, tiny_model, d
     sm = ma.StepModel(sp, params=params)
     ramp = saved.profile.ramp
     for d in lv:
-        got = closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
-                          int(d["level"]), ramp.prompt_tokens, ramp.output_tokens, 20.0, 4.0, params.t_request_s)
+        got = sim_level(sp, sm, int(d["level"]), ramp.prompt_tokens, ramp.output_tokens, 20.0, 4.0)
         err = 100 * (got.throughput - d["output_tps"]) / d["output_tps"]
         print(f"sim, calibrated, c={d['level']:g}: {got.throughput:,.0f} tok/s vs measured {d['output_tps']:,.0f} "
               f"({err:+.1f} %)")
