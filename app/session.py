@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from app.clock import SessionClock
 from app.loadgen.spec import spec_to_wall
-from app.loadgen.stats import Knee, StepStats, to_rig_time
+from app.loadgen.stats import Knee, StepStats, rig_stop_reason, to_rig_time
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.recording import run_summary, sim_hardware
 
@@ -342,6 +342,7 @@ class Session:
         r = gen.wait()
         res.knee = r.knee
         res.status, res.reason = r.status, r.stop_reason or (r.error or "")
+        res.reason = rig_stop_reason(res.status, res.reason, self._steps)
         if self.time_scale != 1.0 and self._steps:
             from app.loadgen.stats import find_knee
 

@@ -57,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.002)
         return bool(cond and cond())
 
-    beats: list[tuple[float, float]] = []  # (time, gap ms)
-    last = [time.perf_counter()]
+    beats: list[tuple[float, float, float, float]] = []  # (time, gap ms, GUI-thread CPU ms, other threads' CPU ms)
+    last = [time.perf_counter(), time.thread_time(), time.process_time()]
 
     def beat() -> None:
-        now = time.perf_counter()
-        beats.append((now, (now - last[0]) * 1000.0))
-        last[0] = now
+        now, th, pr = time.perf_counter(), time.thread_time(), time.process_time()
+        d_th = (th - last[1]) * 1000.0
+        beats.append((now, (now - last[0]) * 1000.0, d_th, (pr - last[2]) * 1000.0 - d_th))
+        last[:] = [now, th, pr]
 
     # the dashboard's paint cost: refresh() only sets data; pyqtgraph paints later, in the
     # view's paintEvent, and that is where axes, labels and curves are drawn
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if not pump(120, lambda: w.controller.state == "ready"):
             print("the sim did not become ready:\n" + w.log_pane.text()[-1500:])
             return 1
-        w.ramp.levels.setText(a.levels)
+        # "256" alone would mean 1, 2, 4 … 256 in the ramp form; "256," is that one level
+        w.ramp.levels.setText(a.levels if "," in a.levels else a.levels + ",")
         w.ramp.step.setValue(a.step)
         # 128 in / 32 out: at 1000 streams the modelled rig (TP 8 over PCIe) still finishes
         # requests within a step (≈ 27 req/s), so records, not just open streams, reach the GUI
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         w.run_ramp()
         w.tabs.setCurrentWidget(w.dashboard)
         pump(0.5)  # the tab switch's first paint is the user's click, not a stall of the ramp
-        last[0] = time.perf_counter()
+        last[:] = [time.perf_counter(), time.thread_time(), time.process_time()]
         hb.start()
         w.dashboard.frame_costs.clear()
         paints.clear()
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = True
         for i, (ts, level) in enumerate(marks):
             te = marks[i + 1][0] if i + 1 < len(marks) else t_end
-            gaps = np.array([g for t, g in beats if ts <= t < te]) - BEAT_MS
+            gaps = np.array([b[1] for b in beats if ts <= b[0] < te]) - BEAT_MS
             gaps = np.clip(gaps, 0, None)
             if not gaps.size:
                 continue
@@ -160,8 +162,17 @@ def main(argv: list[str] | None = None) -> int:
             st = next((s for s in w.results.steps if s.level == level), None)
             tput = f", {st.output_tps:,.0f} output tok/s, {st.n_ok} requests" if st else ""
             print(f"level {level:g} streams: longest stall {worst:.1f} ms, p99 {p99:.1f} ms{verdict}{tput}")
-            top = sorted(((g - BEAT_MS, t - ts) for t, g in beats if ts <= t < te), reverse=True)[:4]
-            print("    longest stalls at " + ", ".join(f"{g:.0f} ms (+{dt:.1f} s)" for g, dt in top))
+            top = sorted(((b[1] - BEAT_MS, b[0] - ts, b[2], b[3]) for b in beats if ts <= b[0] < te), reverse=True)[:4]
+            print("    longest stalls (GUI thread CPU / other GUI-process threads' CPU during it): " + ", ".join(
+                f"{g:.0f} ms at +{dt:.1f} s ({c:.0f}/{o:.0f} ms)" for g, dt, c, o in top))
+            # where a stall's time went: the GUI thread working (paint, callbacks), other
+            # threads of this process holding the GIL, or the OS running other processes
+            big = [b for b in beats if ts <= b[0] < te and b[1] - BEAT_MS > 20]
+            if big:
+                gap = sum(b[1] for b in big)
+                gui, oth = sum(b[2] for b in big), sum(b[3] for b in big)
+                print(f"    {len(big)} stalls > 20 ms: GUI thread CPU {gui / gap:.0%}, other threads of the GUI "
+                      f"process {oth / gap:.0%}, rest (other processes / waiting) {max(0.0, 1 - (gui + oth) / gap):.0%}")
         return 0
     finally:
         left = w.shutdown()

@@ -65,6 +65,57 @@ def test_time_axis_follows_in_steps_and_keeps_a_users_zoom(dash):
     assert _x(dash)[0] == pytest.approx(5.0) and _x(dash)[1] >= x1 + 10.0
 
 
+def test_a_running_ramp_holds_the_time_axis_on_its_planned_span(dash):
+    from app.loadgen.spec import RampSpec
+
+    spec = RampSpec(url="http://127.0.0.1:1", levels=[1, 2, 4], step_seconds=20, warmup_seconds=5)
+    assert spec.planned_seconds == pytest.approx(75.0)
+    assert RampSpec(url="http://127.0.0.1:1", levels=[1, 2], step_seconds=20,
+                    max_total_seconds=30).planned_seconds == pytest.approx(30.0)
+    assert RampSpec(url="http://127.0.0.1:1", levels=[1], step_seconds=None,
+                    requests_per_level=10).planned_seconds is None
+    dash.feed(5.0)
+    dash.expect_until(5.0 + spec.planned_seconds)
+    dash.feed(5.25)
+    x0, x1 = _x(dash)
+    assert x0 == pytest.approx(5.0) and 80.0 <= x1 <= 90.0
+    moves = 0
+    t = 5.5
+    while t < 80.0:  # the whole ramp: the axis never moves
+        dash.feed(t)
+        moves += _x(dash) != pytest.approx([x0, x1])
+        t += 0.5
+    assert moves == 0
+    dash.feed(x1 + 1.0)  # the drain runs past the plan: the axis follows again
+    assert _x(dash)[1] > x1
+    dash.expect_until(None)  # over: back to [first sample, now] in steps
+    dash.feed(x1 + 1.5)
+    assert x1 + 1.5 <= _x(dash)[1] <= x1 + 15.0
+
+
+def test_throughput_range_holds_while_the_data_stay_inside_it(dash):
+    client = dash.client_fn()
+    from app.loadgen.records import RequestRecord
+    import numpy as np
+
+    def tokens(t0: float, n_chunks: int) -> None:
+        offs = np.linspace(0.01, 1.9, n_chunks).astype(np.float32)
+        client.add([RequestRecord(0, 1.0, t0, ttft=0.01, e2e=1.95, output_tokens=n_chunks, chunk_offsets=offs)])
+
+    for b in range(10):
+        tokens(2.0 * b, 1000 + 10 * (b % 3))  # ≈ 500 tok/s with jitter
+    dash.feed(22.0)
+    vb = dash.plots["throughput"].vb
+    y = vb.viewRange()[1]
+    assert y[0] == 0.0 and y[1] >= 510.0
+    tokens(20.0, 1010)
+    dash.feed(24.5)
+    assert vb.viewRange()[1] == pytest.approx(y)
+    tokens(22.0, 5000)  # 2500 tok/s: the range grows to hold it
+    dash.feed(26.5)
+    assert vb.viewRange()[1][1] >= 2500.0
+
+
 def test_temperature_range_changes_only_when_the_data_leave_it(dash):
     for k in range(20):
         dash.feed(1.0 + k * 0.25, temp=60.0 + 0.1 * (k % 3))  # jitter inside one range

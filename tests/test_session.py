@@ -130,3 +130,21 @@ def test_to_rig_time_scales_times_and_rates():
     r = to_rig_time(st, 10)
     assert r.window_s == 20 and r.output_tps == 100 and r.rps == 1 and r.ttft_p99 == pytest.approx(0.5)
     assert r.tpot_p99 is None and to_rig_time(st, 1.0) is st
+
+
+def test_an_slo_stop_is_reported_in_rig_seconds():
+    """A sim at time scale 4 checks the SLO ÷ 4 against wall times; the user wrote and reads
+    rig seconds: "ttft_p99 3.03 s > 2 s", not "0.757 s > 0.5 s"."""
+    from app.loadgen.spec import SLO, slo_to_wall
+    from app.loadgen.stats import StepStats, rig_stop_reason, slo_breaches, slo_stop_reason
+
+    wall = StepStats(idx=3, level=8, t_start=1, t_end=6, window_start=1, window_end=6, window_s=5, output_tps=600,
+                     rps=2, ttft_p99=0.757, tpot_p99=0.02)
+    wall.slo_broken = slo_breaches(wall, slo_to_wall(SLO(ttft_p99=2.0, tpot_p99=0.1), 4.0))
+    assert wall.slo_broken == ["ttft_p99 0.757 s > 0.5 s"]
+    rig = to_rig_time(wall, 4.0)
+    assert rig.slo_broken == ["ttft_p99 3.03 s > 2 s"]
+    assert rig.slo_broken == slo_breaches(rig, SLO(ttft_p99=2.0, tpot_p99=0.1))
+    reason = rig_stop_reason("slo_broken", slo_stop_reason(wall), [rig])
+    assert reason == "SLO broken at level 8: ttft_p99 3.03 s > 2 s"
+    assert rig_stop_reason("done", "all levels done", [rig]) == "all levels done"

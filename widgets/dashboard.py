@@ -46,6 +46,9 @@ class _TwinAxis:
         plot.scene().addItem(self.vb)
         plot.getAxis("right").linkToView(self.vb)
         plot.getAxis("right").setLabel(label)
+        # a fixed width, as the left axes have: an axis that grows with its tick labels
+        # ("0.5" → "250") re-lays out the whole grid and re-renders every axis
+        plot.getAxis("right").setWidth(52)
         self.vb.setXLink(plot)
         self.plot = plot
         plot.vb.sigResized.connect(self._sync)
@@ -155,6 +158,7 @@ class Dashboard(QWidget):
             lg.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
         self._turn = 0  # index into TELEMETRY_TURNS
         self._x_follow: tuple[float, float] | None = None  # the x range this dashboard last set
+        self._x_until: float | None = None  # a running ramp's planned end (session s)
         self._t_lo: float | None = None  # the earliest time drawn (session s)
         self._y_bounds: dict[str, dict] = {}  # plot → curve → (min, max) of its data
         self._y_set: dict[str, tuple[float, float]] = {}  # plot → the y range this dashboard set
@@ -186,9 +190,10 @@ class Dashboard(QWidget):
         self._client_version = -1
         self._t_lo = None
         self._x_follow = None
+        self._x_until = None
         self._y_bounds.clear()
         self._y_set.clear()
-        for key in ("temp", "power", "requests"):
+        for key in ("throughput", "temp", "power", "requests"):
             self.plots[key].vb.enableAutoRange(axis=pg.ViewBox.YAxis)
         self._lat_n = -1
         self._levels_key = None
@@ -232,11 +237,20 @@ class Dashboard(QWidget):
             if t0 == t0 and (self._t_lo is None or t0 < self._t_lo):
                 self._t_lo = t0
 
+    def expect_until(self, t: float | None) -> None:
+        """A ramp is running until session time ``t`` (s) if no level stops early; None
+        when it is over. The time axis then reaches ``t`` at once: every move of the
+        shared axis repaints all six plots and re-clips every curve (20–40 ms on the
+        2-core machine, measured by benchmarks/gui_stall.py), so during a ramp it
+        should not move at all, and the curves fill the planned span from the left."""
+        self._x_until = None if t is None else float(t)
+
     def _follow_x(self, now: float) -> None:
-        """Keep the shared time axis on [first sample, now], moving its right end in steps
-        (1-2-5 × 10^k s, about a tenth of the span) so that the tick labels — re-rendered
-        text — change a few times a minute, not on every frame. A user who zooms or pans
-        keeps that view; the plot's auto-range button ("A") gives the axis back."""
+        """Keep the shared time axis on [first sample, now] — or to a running ramp's
+        planned end (:meth:`expect_until`) — moving its right end in steps (1-2-5 × 10^k
+        s, about a tenth of the span) so that the tick labels — re-rendered text — change
+        a few times a minute, not on every frame. A user who zooms or pans keeps that
+        view; the plot's auto-range button ("A") gives the axis back."""
         if self._t_lo is None:
             return
         vb = self.plots["throughput"].vb
@@ -244,9 +258,10 @@ class Dashboard(QWidget):
         if not auto_x and self._x_follow is not None and (
                 abs(x0 - self._x_follow[0]) > 1e-6 or abs(x1 - self._x_follow[1]) > 1e-6):
             return  # the user's own view
-        span = max(now - self._t_lo, 10.0)
+        right = max(now, self._x_until or now)
+        span = max(right - self._t_lo, 10.0)
         step = nice_step(span / 10.0)
-        want = (self._t_lo, math.ceil(max(now, self._t_lo + 1e-9) / step) * step)
+        want = (self._t_lo, math.ceil(max(right, self._t_lo + 1e-9) / step) * step)
         if auto_x or want != self._x_follow:
             vb.disableAutoRange(axis=vb.XAxis)
             vb.setXRange(*want, padding=0)
@@ -258,14 +273,17 @@ class Dashboard(QWidget):
         if fin.size:
             self._y_bounds.setdefault(plot_key, {})[curve_key] = (float(fin.min()), float(fin.max()))
 
-    def _fit_y(self, plot_key: str, floor_zero: bool = False) -> None:
-        """Y range of a telemetry plot on 1-2-5 steps around its data, changed only when the
-        data leave it: pyqtgraph's auto-range follows every new extreme (4 Hz), and each
-        change re-renders the axis text and grid. A user's own y view is kept."""
+    def _fit_y(self, plot_key: str, floor_zero: bool = False, from_zero: bool = False) -> None:
+        """Y range of a plot (telemetry, throughput) on 1-2-5 steps around its data, changed
+        only when the data leave it: pyqtgraph's auto-range follows every new extreme
+        (4 Hz), and each change re-renders the axis text and grid. ``floor_zero``: never
+        below 0; ``from_zero``: always from 0 (rates). A user's own y view is kept."""
         b = self._y_bounds.get(plot_key)
         if not b:
             return
         lo, hi = min(v[0] for v in b.values()), max(v[1] for v in b.values())
+        if from_zero:  # a rate: the axis starts at 0 so that jitter is not magnified
+            lo = min(lo, 0.0)
         vb = self.plots[plot_key].vb
         (y0, y1), auto_y = vb.viewRange()[1], vb.state["autoRange"][1]
         last = self._y_set.get(plot_key)
@@ -376,6 +394,8 @@ class Dashboard(QWidget):
         if len(snap.tps_t) != len(self.tps_curve.xData if self.tps_curve.xData is not None else []):
             self._seen_t(snap.tps_t)
             self.tps_curve.setData(snap.tps_t, snap.tps)
+            self._note_y("throughput", "tps", snap.tps)
+            self._fit_y("throughput", floor_zero=True, from_zero=True)
         if snap.levels.size:
             self._seen_t(snap.level_edges)
             # the open level's step runs to "now": redrawn about once a second, not per frame

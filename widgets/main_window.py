@@ -624,6 +624,8 @@ class MainWindow(QMainWindow):
         self.run_label.setText("ramp: starting")
         self.ramp.time_scale = c.time_scale
         c.run_ramp(spec, self.settings.safety, self._record_request())
+        planned = spec.planned_seconds  # rig s; + about 2 s of pre-flight checks
+        self.dashboard.expect_until(c.clock.now() + planned / c.time_scale + 2.0 if planned else None)
         self.tabs.setCurrentWidget(self.dashboard)
         self._update_controls()
 
@@ -658,6 +660,7 @@ class MainWindow(QMainWindow):
     def _on_ramp_finished(self, res) -> None:
         if self._closed:
             return
+        self.dashboard.expect_until(None)
         for st in res.steps:
             if st.idx not in {s.idx for s in self.results.steps}:
                 self.results.add_step(st)

@@ -21,7 +21,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from app.clock import SessionClock
 from app.config import ServerConfig
 from app.loadgen.spec import spec_to_wall
-from app.loadgen.stats import knee_to_rig, to_rig_time
+from app.loadgen.stats import knee_to_rig, rig_stop_reason, to_rig_time
 from app.telemetry.series import SeriesBank
 from widgets.live_series import ClientSeries
 from widgets.tasks import on_gui_thread, run_in_background
@@ -412,6 +412,7 @@ class SessionController(QObject):
             res.status, res.stop_reason = "safety", self.safety_reason
         k = self.time_scale
         res.steps = [to_rig_time(st, k) for st in res.steps]
+        res.stop_reason = rig_stop_reason(res.status, res.stop_reason, res.steps)
         res.knee = knee_to_rig(res.knee, k)
         rec, self.recorder = self.recorder, None
         res.run_id = rec.run_id if rec is not None else None

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app.clock import SessionClock
 from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.spec import RampSpec, parse_length, spec_to_wall
-from app.loadgen.stats import StepStats, find_knee, to_rig_time
+from app.loadgen.stats import StepStats, find_knee, rig_stop_reason, to_rig_time
 
 
 def register(sub) -> None:
@@ -231,6 +231,7 @@ def run(a: argparse.Namespace) -> int:
         gen.stop()
     if k != 1.0:  # level stats, knee and summary in rig seconds; requests stay wall seconds
         res.steps = [to_rig_time(st, k) for st in res.steps]
+        res.stop_reason = rig_stop_reason(res.status, res.stop_reason, res.steps)
         res.knee = find_knee(res.steps, spec.knee_gain, spec.knee_ttft_ratio)
     if store is not None:
         from app.loadgen.export import summary

@@ -22,7 +22,7 @@ from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
-from app.loadgen.stats import StepStats, compute_step_stats, find_knee
+from app.loadgen.stats import StepStats, compute_step_stats, find_knee, slo_stop_reason
 
 #: pause after a failed request before a closed-loop slot retries (a dead server
 #: refuses connections in microseconds; without it a slot would spin)
@@ -100,7 +100,7 @@ class Ramp:
                     status, reason = "stopped", f"max_total_seconds {spec.max_total_seconds:g} s reached"
                     break
                 if st.slo_broken:
-                    status, reason = "slo_broken", f"SLO broken at level {level:g}: {'; '.join(st.slo_broken)}"
+                    status, reason = "slo_broken", slo_stop_reason(st)
                     break
         knee = find_knee(self.steps, spec.knee_gain, spec.knee_ttft_ratio)
         done = {"type": "done", "status": status, "stop_reason": reason,

@@ -150,6 +150,16 @@ class RampSpec(BaseModel):
     def chat(self) -> bool:
         return self.endpoint == "/v1/chat/completions"
 
+    @property
+    def planned_seconds(self) -> float | None:
+        """How long the ramp runs if no level stops early: levels × (warm-up + step), s,
+        capped by ``max_total_seconds``; the drain of in-flight requests at each level's
+        end comes on top. None when levels end by request count (``step_seconds`` None)."""
+        if self.step_seconds is None:
+            return self.max_total_seconds
+        total = len(self.levels) * (self.warmup_seconds + self.step_seconds)
+        return min(total, self.max_total_seconds) if self.max_total_seconds else total
+
 
 def slo_to_wall(slo: SLO, k: float) -> SLO:
     """An SLO written in rig seconds → wall seconds for a sim running ``k``× faster than

@@ -20,6 +20,7 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
@@ -147,6 +148,13 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
     return st
 
 
+def _breach(name: str, val: float, bound: float) -> str:
+    return f"{name} {val:.3g} s > {bound:g} s"
+
+
+_BREACH = re.compile(r"^(\w+) (\S+) s > (\S+) s$")
+
+
 def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
     """Human-readable list of the SLO bounds a level broke, e.g. ``["ttft_p99 0.81 s > 0.5 s"]``."""
     out = []
@@ -154,8 +162,22 @@ def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
         bound = getattr(slo, name)
         val = getattr(st, name)
         if bound is not None and val is not None and val > bound:
-            out.append(f"{name} {val:.3g} s > {bound:g} s")
+            out.append(_breach(name, val, bound))
     return out
+
+
+def slo_stop_reason(st: StepStats) -> str:
+    """The ramp's stop reason when level ``st`` broke its SLO, in ``st``'s seconds."""
+    return f"SLO broken at level {st.level:g}: {'; '.join(st.slo_broken)}"
+
+
+def rig_stop_reason(status: str, reason: str, rig_steps: Sequence[StepStats]) -> str:
+    """A ramp's stop reason in rig seconds: the load generator wrote an SLO stop in wall
+    seconds (against the SLO ÷ k); rebuilt from the last level's rig-time stats
+    (:func:`to_rig_time`). Other reasons are returned unchanged."""
+    if status == "slo_broken" and rig_steps and rig_steps[-1].slo_broken:
+        return slo_stop_reason(rig_steps[-1])
+    return reason
 
 
 class Knee(BaseModel):
@@ -224,6 +246,12 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
         return st
     upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
     upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
+    if st.slo_broken:  # "ttft_p99 0.757 s > 0.5 s" (wall) → "ttft_p99 3.03 s > 2 s" (rig)
+        msgs = []
+        for m in st.slo_broken:
+            g = _BREACH.match(m)
+            msgs.append(_breach(g[1], float(g[2]) * k, float(g[3]) * k) if g else m)
+        upd["slo_broken"] = msgs
     return st.model_copy(update=upd)
 
 
