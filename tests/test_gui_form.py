@@ -163,3 +163,26 @@ def test_log_pane_follow_search_errors_copy(gui_guard, qtbot):
     pane.copy()
     assert "INFO line 199" in QApplication.clipboard().text()
     pane.close()
+
+
+def test_ramp_form_endpoint_and_prompts_file_survive_a_profile_round_trip(main_window, tmp_path):
+    """What the ramp form holds is what a saved profile holds: the chat endpoint and a
+    prompts file too, not only levels, lengths and SLO."""
+    from app.profiles.model import Profile
+
+    w = main_window
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"messages": [{"role": "user", "content": "hello"}]}\n')
+    w.ramp.endpoint.setCurrentText("/v1/chat/completions")
+    w.ramp.prompts_file.setText(str(prompts))
+    prof = w.form_profile("round trip")
+    assert prof.ramp.endpoint == "/v1/chat/completions" and str(prof.ramp.prompts_file) == str(prompts)
+    again = Profile.model_validate(prof.to_data())
+    w.ramp.endpoint.setCurrentText("/v1/completions")
+    w.ramp.prompts_file.clear()
+    w.ramp.set_from_profile(again.to_data()["ramp"])
+    assert w.ramp.endpoint.currentText() == "/v1/chat/completions"
+    assert w.ramp.prompts_file.text() == str(prompts)
+    # a profile without them resets the form to the defaults (no stale file from the last one)
+    w.ramp.set_from_profile({"max_level": 8})
+    assert w.ramp.endpoint.currentText() == "/v1/completions" and w.ramp.prompts_file.text() == ""

@@ -177,6 +177,12 @@ class RampPanel(QWidget):
         slo = ramp.get("slo") or {}
         self.slo_ttft.setValue((slo.get("ttft_p99") or 0) * 1000)
         self.slo_tpot.setValue((slo.get("tpot_p99") or 0) * 1000)
+        ep = ramp.get("endpoint") or "/v1/completions"
+        if self.endpoint.findText(ep) < 0:
+            self.endpoint.addItem(ep)
+        self.endpoint.setCurrentText(ep)
+        pf = ramp.get("prompts_file")
+        self.prompts_file.setText(str(pf) if pf else "")
 
     def to_profile(self) -> dict[str, Any]:
         from app.loadgen.spec import parse_length
@@ -188,6 +194,9 @@ class RampPanel(QWidget):
             d[key] = list(val) if isinstance(val, tuple) else val
         d["slo"] = {k: v for k, v in (("ttft_p99", self.slo_ttft.value() / 1000 or None),
                                       ("tpot_p99", self.slo_tpot.value() / 1000 or None)) if v}
+        d["endpoint"] = self.endpoint.currentText()
+        if self.prompts_file.text().strip():
+            d["prompts_file"] = self.prompts_file.text().strip()
         return d
 
     # ------------------------------------------------------------------ progress
