@@ -97,6 +97,25 @@ def main(argv: list[str] | None = None) -> int:
     hb.setInterval(BEAT_MS)
     hb.timeout.connect(beat)
     marks: list[tuple[float, float]] = []
+    import psutil
+
+    me = psutil.Process()
+    cpu_marks: list[dict[str, float]] = []  # per level start (and the end): process → CPU s so far
+
+    def cpu_now() -> dict[str, float]:
+        out: dict[str, float] = {}
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                ct = p.cpu_times()
+                cmd = " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+            name = ("GUI" if p.pid == me.pid else "load generator" if "app.loadgen.worker" in cmd
+                    else "sim" if "app.sim" in cmd else "other")
+            out[name] = out.get(name, 0.0) + ct.user + ct.system
+        return out
+
+    w.controller.level_started.connect(lambda ev: cpu_marks.append(cpu_now()))
     w.controller.level_started.connect(lambda ev: marks.append((time.perf_counter(), ev.get("level", 0))))
     w.controller.level_started.connect(lambda ev: print(f"  level {ev.get('level', 0):g} started", flush=True))
     w.controller.level_done.connect(lambda st: print(f"  level {st.level:g} done: {st.n_ok} ok, "
@@ -133,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         pump(3600, lambda: not w.controller.ramp_running)
         hb.stop()
         t_end = time.perf_counter()
+        cpu_marks.append(cpu_now())
         print(f"window opened in {open_s:.2f} s (imports included); sim rig 8× RTX 4090, telemetry "
               f"{w.settings.gpu_sample_hz:g} Hz, dashboard {1000 / w.dashboard.timer.interval():.0f} Hz, "
               f"heartbeat {BEAT_MS} ms")
@@ -162,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
             st = next((s for s in w.results.steps if s.level == level), None)
             tput = f", {st.output_tps:,.0f} output tok/s, {st.n_ok} requests" if st else ""
             print(f"level {level:g} streams: longest stall {worst:.1f} ms, p99 {p99:.1f} ms{verdict}{tput}")
+            if i + 1 < len(cpu_marks):
+                a0, a1 = cpu_marks[i], cpu_marks[i + 1]
+                print("    CPU use (of one core): " + ", ".join(
+                    f"{k} {100 * (a1[k] - a0.get(k, 0.0)) / (te - ts):.0f}%" for k in sorted(a1)))
             top = sorted(((b[1] - BEAT_MS, b[0] - ts, b[2], b[3]) for b in beats if ts <= b[0] < te), reverse=True)[:4]
             print("    longest stalls (GUI thread CPU / other GUI-process threads' CPU during it): " + ", ".join(
                 f"{g:.0f} ms at +{dt:.1f} s ({c:.0f}/{o:.0f} ms)" for g, dt, c, o in top))

@@ -146,3 +146,26 @@ def test_curves_legend_lists_only_what_is_drawn(gui_guard, qtbot):
     assert names(v.tput_plot) == ["measured", "predicted (plan)"]
     v.set_prediction(None)
     assert names(v.tput_plot) == ["measured"] and "predicted (plan)" not in names(v.lat_plot)
+
+
+def test_latency_range_holds_in_half_decades(dash):
+    client = dash.client_fn()
+    from app.loadgen.records import RequestRecord
+    import numpy as np
+
+    def req(t0: float, ttft: float) -> None:
+        offs = np.linspace(ttft, ttft + 1.0, 20).astype(np.float32)
+        client.add([RequestRecord(0, 1.0, t0, ttft=ttft, e2e=ttft + 1.0, output_tokens=20, chunk_offsets=offs)])
+
+    for k in range(8):
+        req(2.0 * k, 0.2 + 0.01 * (k % 3))  # TTFT ≈ 200 ms, TPOT ≈ 53 ms
+    dash.feed(18.0)
+    vb = dash.plots["latency"].vb
+    y = vb.viewRange()[1]  # log10(ms)
+    assert y[0] <= np.log10(52) and y[1] >= np.log10(220) and (y[0] * 2).is_integer() and (y[1] * 2).is_integer()
+    req(16.0, 0.21)
+    dash.feed(20.0)
+    assert vb.viewRange()[1] == pytest.approx(y)
+    req(18.0, 4.0)  # a 4 s TTFT (ends at 23 s, its window closes at 24.5 s): the range grows
+    dash.feed(26.0)
+    assert vb.viewRange()[1][1] >= np.log10(4000)

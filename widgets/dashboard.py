@@ -193,7 +193,7 @@ class Dashboard(QWidget):
         self._x_until = None
         self._y_bounds.clear()
         self._y_set.clear()
-        for key in ("throughput", "temp", "power", "requests"):
+        for key in ("throughput", "latency", "temp", "power", "requests"):
             self.plots[key].vb.enableAutoRange(axis=pg.ViewBox.YAxis)
         self._lat_n = -1
         self._levels_key = None
@@ -300,6 +300,29 @@ class Dashboard(QWidget):
                 math.ceil(hi / step) * step + (step if hi % step == 0 else 0))
         if floor_zero:
             want = (max(0.0, want[0]), want[1])
+        vb.disableAutoRange(axis=vb.YAxis)
+        vb.setYRange(*want, padding=0)
+        self._y_set[plot_key] = want
+
+    def _fit_y_log(self, plot_key: str) -> None:
+        """Like :meth:`_fit_y` for a log-scale plot (latency): the range (log10 units, as
+        pyqtgraph's log mode takes it) spans whole half-decades around the data (e.g. 10^1.5
+        … 10^3.5 ms) and changes only when the data leave it. A user's view is kept."""
+        b = self._y_bounds.get(plot_key)
+        if not b:
+            return
+        lo, hi = min(v[0] for v in b.values()), max(v[1] for v in b.values())
+        if not (lo > 0 and hi > 0):
+            return
+        lo_l, hi_l = math.log10(lo), math.log10(hi)
+        vb = self.plots[plot_key].vb
+        (y0, y1), auto_y = vb.viewRange()[1], vb.state["autoRange"][1]
+        last = self._y_set.get(plot_key)
+        if not auto_y and last is not None and (abs(y0 - last[0]) > 1e-9 or abs(y1 - last[1]) > 1e-9):
+            return  # the user's own view
+        if last is not None and last[0] <= lo_l - 0.02 and hi_l + 0.02 <= last[1] and (hi_l - lo_l) > 0.2 * (last[1] - last[0]):
+            return
+        want = (math.floor((lo_l - 0.02) * 2) / 2, math.ceil((hi_l + 0.02) * 2) / 2)
         vb.disableAutoRange(axis=vb.YAxis)
         vb.setYRange(*want, padding=0)
         self._y_set[plot_key] = want
@@ -416,6 +439,8 @@ class Dashboard(QWidget):
                              ("tpot_p50", snap.tpot_p50), ("tpot_p99", snap.tpot_p99)):
                 ok = np.isfinite(arr) & (arr > 0)
                 self.lat_curves[key].setData(snap.lat_t[ok], arr[ok] * ms)
+                self._note_y("latency", key, arr[ok] * ms)
+            self._fit_y_log("latency")
         else:
             self._lat_n = 0
             for c in self.lat_curves.values():
