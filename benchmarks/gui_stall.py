@@ -102,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     me = psutil.Process()
     cpu_marks: list[dict[str, float]] = []  # per level start (and the end): process → CPU s so far
 
+    seen_cpu: dict[int, tuple[str, float]] = {}  # pid → (role, CPU s): kept after a process ends
+
     def cpu_now() -> dict[str, float]:
-        out: dict[str, float] = {}
         for p in [me, *me.children(recursive=True)]:
             try:
                 ct = p.cpu_times()
@@ -112,8 +113,16 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             name = ("GUI" if p.pid == me.pid else "load generator" if "app.loadgen.worker" in cmd
                     else "sim" if "app.sim" in cmd else "other")
-            out[name] = out.get(name, 0.0) + ct.user + ct.system
+            seen_cpu[p.pid] = (name, ct.user + ct.system)
+        out: dict[str, float] = {}
+        for name, cpu in seen_cpu.values():
+            out[name] = out.get(name, 0.0) + cpu
         return out
+
+    cpu_tick = QTimer()
+    cpu_tick.setInterval(2000)
+    cpu_tick.timeout.connect(cpu_now)
+    cpu_tick.start()
 
     w.controller.level_started.connect(lambda ev: cpu_marks.append(cpu_now()))
     w.controller.level_started.connect(lambda ev: marks.append((time.perf_counter(), ev.get("level", 0))))
