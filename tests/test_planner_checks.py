@@ -93,9 +93,32 @@ def test_cpu_build_kv_tokens_from_kv_space(tiny_model):
 
     cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), use_calibration=False)
-    assert p.verdict == "ok"
+    assert p.verdict == "warn" and p.problems() == ["cpu_worker_busy_wait"]
     assert p.kv_cache_tokens == 1_048_576  # 1 GiB / 1,024 B per token (VLLM-FACTS.md)
     assert p.max_concurrency == pytest.approx(1_048_576 / 2048)
+
+
+def test_cpu_build_default_executor_warns_and_the_fix_needs_both_settings(tiny_model):
+    """The CPU build's separate Worker process busy-waits (README); the fix is the
+    in-process executor, which takes the option AND the environment variable."""
+    from app.planner.models import resolve_model
+
+    m = resolve_model(str(tiny_model))
+    cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    f = next(f for f in plan(cfg, [cpu_device(24, 2)], m, use_calibration=False).findings
+             if f.problem == "cpu_worker_busy_wait")
+    assert f.verdict == "warn" and "VLLM_ENABLE_V1_MULTIPROCESSING=0" in f.message
+    fixed = apply_fix(cfg, f.fix)
+    assert fixed.extra_args == ["--distributed-executor-backend", "uni"]
+    assert fixed.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and fixed.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert plan(fixed, [cpu_device(24, 2)], m, use_calibration=False).verdict == "ok"
+    # the option alone is not enough: the CPU platform turns uni back into mp
+    half = apply_fix(cfg, {"distributed_executor_backend": "uni"})
+    assert "cpu_worker_busy_wait" in plan(half, [cpu_device(24, 2)], m, use_calibration=False).problems()
+    # GPUs: no such warning
+    gpu = plan(ServerConfig(model="meta-llama/Meta-Llama-3-8B-Instruct"), [lookup_gpu("RTX 4090")],
+               from_catalog("meta-llama/Meta-Llama-3-8B-Instruct"), use_calibration=False)
+    assert "cpu_worker_busy_wait" not in gpu.problems()
 
 
 def test_fix_to_flags():
