@@ -4,8 +4,8 @@ the time-scale invariance check. Prints tables; asserts nothing.
 - ``offline`` (default): closed-loop ramps in rig time through the sim's own scheduler
   and step model (app.sim.offline) — the same code the server runs, without HTTP.
 - ``--http``: the time-scale check through the real stack: the sim started by the
-  Supervisor at time scale 1 and 10, ``vllm-dyno ramp`` against it, wall times
-  converted to rig time (× k, throughput ÷ k).
+  Supervisor at time scale 1 and 10, ``vllm-dyno ramp`` against it; the ramp command
+  itself reports a time-scaled sim in rig time (wall times × k, throughput ÷ k).
 
 Usage: ``.venv/bin/python benchmarks/sim_fidelity.py [--http]``.
 """
@@ -85,7 +85,10 @@ def http(levels: str, k_values=(1.0, 10.0), rig_step_s: float = 120.0, rig_warmu
                     "ramp", "--url", sup.url, "--levels", levels, "--step-seconds", str(rig_step_s / k),
                     "--warmup-seconds", str(rig_warmup_s / k), "--prompt-tokens", "128", "--output-tokens", "256",
                     "--json", str(out), "--no-store"], check=True, stdout=subprocess.DEVNULL)
-                res[k] = json.loads(out.read_text())["steps"]
+                doc = json.loads(out.read_text())
+                # `vllm-dyno ramp` already reports a time-scaled sim in rig seconds
+                assert doc["summary"]["time_scale"] == k, doc["summary"].get("time_scale")
+                res[k] = doc["steps"]
         finally:
             left = sup.stop()
             assert not left, left
@@ -94,7 +97,7 @@ def http(levels: str, k_values=(1.0, 10.0), rig_step_s: float = 120.0, rig_warmu
     print(f"{'users':>6} " + " ".join(f"{'tok/s k=' + str(k):>12} {'TTFT s k=' + str(k):>12}" for k in ks)
           + f" {'tok/s diff':>10}")
     for i, st in enumerate(res[ks[0]]):
-        row = [(s[i]["output_tps"] / k, (s[i]["ttft_mean"] or 0) * k) for k, s in ((k, res[k]) for k in ks)]
+        row = [(s[i]["output_tps"], s[i]["ttft_mean"] or 0) for s in (res[k] for k in ks)]
         diff = 100 * (row[-1][0] - row[0][0]) / row[0][0] if row[0][0] else float("nan")
         print(f"{st['level']:>6.0f} " + " ".join(f"{a:12.1f} {b:12.2f}" for a, b in row) + f" {diff:+9.1f}%")
 

@@ -307,9 +307,11 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
     sup.start()
     try:
         assert sup.wait_ready(60), sup.failure
+        out_json = tmp_path / "ramp.json"
         r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", sup.url, "--levels", "1",
                             "--step-seconds", "2", "--warmup-seconds", "0.5", "--prompt-tokens", "64",
-                            "--output-tokens", "64"], capture_output=True, text=True, timeout=120)
+                            "--output-tokens", "64", "--json", str(out_json)], capture_output=True, text=True,
+                           timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "time scale 10" in r.stdout
         row = [l for l in r.stdout.splitlines() if re.match(r"^\s+1\s+\d+\s+0\s", l)][0].split()
@@ -322,5 +324,11 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
             stored = store.levels(run["id"])
         assert run["summary"]["time_scale"] == 10.0
         assert len(stored) == 1 and abs(stored[0]["tpot_p50"] * 1e3 - tpot_p50_ms) < 0.05 * tpot_p50_ms, stored
+        # the JSON export is in rig seconds too, and says so
+        import json
+
+        doc = json.loads(out_json.read_text())
+        assert doc["summary"]["time_scale"] == 10.0
+        assert abs(doc["steps"][0]["tpot_p50"] * 1e3 - tpot_p50_ms) < 0.05 * tpot_p50_ms, doc["steps"][0]
     finally:
         assert sup.stop() == []

@@ -246,7 +246,7 @@ def run(a: argparse.Namespace) -> int:
         from app.loadgen import export
 
         if a.json:
-            export.write_json(a.json, res, spec)
+            export.write_json(a.json, res, spec, time_scale=k)
         if a.csv:
             export.write_steps_csv(a.csv, res.steps)
         if a.requests_csv:

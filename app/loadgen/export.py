@@ -38,15 +38,17 @@ def summary(result: RampResult) -> dict:
             "requests": len(result.records), "requests_by_status": by_status}
 
 
-def to_json(result: RampResult, spec: RampSpec | None = None) -> dict:
-    """``{"spec", "summary", "steps"}`` ready for json.dump (times in s)."""
-    return {"spec": spec.model_dump(mode="json") if spec else None, "summary": summary(result),
+def to_json(result: RampResult, spec: RampSpec | None = None, time_scale: float = 1.0) -> dict:
+    """``{"spec", "summary", "steps"}`` ready for json.dump (times in s). ``time_scale``:
+    the sim's k when the steps are in rig seconds (``summary.time_scale``; 1 otherwise)."""
+    return {"spec": spec.model_dump(mode="json") if spec else None,
+            "summary": {**summary(result), "time_scale": time_scale},
             "steps": [s.model_dump(mode="json") for s in result.steps]}
 
 
-def write_json(path: Path | str, result: RampResult, spec: RampSpec | None = None) -> None:
+def write_json(path: Path | str, result: RampResult, spec: RampSpec | None = None, time_scale: float = 1.0) -> None:
     """Write :func:`to_json` to ``path`` (atomically)."""
-    write_atomic(path, json.dumps(to_json(result, spec), indent=2))
+    write_atomic(path, json.dumps(to_json(result, spec, time_scale), indent=2))
 
 
 def steps_csv(steps: Iterable[StepStats]) -> str:
