@@ -193,6 +193,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
         return _err(str(e))
     cur = pricing.currency
     print(f"baseline: {cmp.series[cmp.baseline].label} ({cmp.series[cmp.baseline].gpus} GPUs)")
+    for sr in cmp.series:
+        if not sr.levels:
+            print(f"note: {sr.label} has no completed level (status {sr.status}): it has no rows below")
     head = (f"{'run':<28} {'GPUs':>4} {'level':>6} {'tok/s':>9} {'tok/s/GPU':>9} {'TTFT p99':>9} {'scaling':>8} "
             f"{'power W':>8} {'J/tok':>7} {cur + '/Mtok rent':>12} {cur + '/Mtok power':>13}")
     for title, rows in (("per level", cmp.rows), ("at each run's best level", cmp.peak_rows())):

@@ -162,3 +162,28 @@ def test_export_json_csv(tmp_path):
     assert rows[1]["output_tps"] == "110.0"
     rows = list(csv.DictReader(io.StringIO(requests_csv(res.records))))
     assert rows[1]["status"] == "timeout" and rows[1]["ttft"] == "" and rows[0]["n_chunks"] == "5"
+
+
+def test_a_window_shorter_than_its_requests_is_a_transient_and_not_a_knee():
+    """Levels 1 and 4 ran long enough; level 16's 5 s window ended before its median
+    request did (prefills queued for seconds): 5 tok/s there is a start-up transient,
+    flagged, explained, and not taken for a knee."""
+    import numpy as np
+
+    from app.loadgen.records import RequestRecord
+    from app.loadgen.stats import compute_step_stats, find_knee
+
+    def level(idx: int, n: int, e2e: float, ttft: float, window: float):
+        recs = [RequestRecord(idx, n, 0.1 * i / n, ttft=ttft, e2e=e2e, output_tokens=64,
+                              chunk_offsets=np.linspace(ttft, e2e, 64).astype(np.float32)) for i in range(n)]
+        return compute_step_stats(recs, idx=idx, level=n, mode="concurrency", t_start=0, t_end=e2e,
+                                  window_start=0.0, window_end=window)
+
+    a, b = level(0, 1, 1.0, 0.1, 20.0), level(1, 4, 1.2, 0.2, 20.0)
+    c = level(2, 16, 9.9, 4.1, 5.0)
+    assert a.steady and b.steady and a.unsteady_reason is None
+    assert not c.steady
+    assert "5 s window is shorter than its median request (e2e p50 9.9 s)" in c.unsteady_reason
+    assert find_knee([a, b, c]) is None
+    c_ok = level(2, 16, 9.9, 4.1, 30.0)
+    assert c_ok.steady

@@ -130,3 +130,17 @@ def test_fix_to_flags():
 def test_empty_gpu_list_is_a_clear_error():
     with pytest.raises(ValueError, match="--gpu"):
         plan(ServerConfig(model="m"), [], from_catalog("Llama-3-8B"))
+
+
+def test_with_two_errors_each_gets_its_fix_and_none_points_past_the_model():
+    """A max_model_len of 10 M on 8× RTX 4090 / 70B AWQ is over the model's 8,192 and over
+    the KV cache: both errors, and the P2P warning, offer fixes (not "none" because another
+    error remains), and the KV fix never offers more than the model supports."""
+    m = from_catalog("Llama-3-70B")
+    cfg = ServerConfig(model="Llama-3-70B", tensor_parallel_size=8, quantization="awq", max_model_len=10_000_000)
+    p = plan(cfg, [lookup_gpu("RTX 4090")] * 8, m, use_calibration=False)
+    fixes = {f.problem: f.fix for f in p.findings}
+    assert fixes["max_model_len_exceeds_model"] == {"max_model_len": 8192}
+    assert fixes["context_exceeds_kv_cache"] == {"max_model_len": 8192}
+    assert fixes["no_p2p"] is not None
+    assert plan(apply_fix(cfg, fixes["context_exceeds_kv_cache"]), p.gpus, m, use_calibration=False).verdict != "error"

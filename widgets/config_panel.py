@@ -294,6 +294,12 @@ class ConfigPanel(QScrollArea):
         self.env.textChanged.connect(self._edited)
         self.gpu_table.selection_changed.connect(self._cards_changed)
         self.engine.currentIndexChanged.connect(self._engine_changed)
+        # the form follows the panel's width: a combo box sized to its longest entry (a
+        # profile name, a model id) made the form wider than the panel and clipped it
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        for combo in body.findChildren(QComboBox):
+            combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(6)
         self._refill_parallel()
         self._engine_changed()
 
@@ -311,6 +317,7 @@ class ConfigPanel(QScrollArea):
         self.model.clear()
         self.model.addItems(model_ids)
         self.model.setCurrentText(text)
+        self.model.lineEdit().setCursorPosition(0)  # a long id shows its start (the organisation)
         self._loading = False
 
     def set_quantization_methods(self, methods: list[str], source: str) -> None:
@@ -461,6 +468,7 @@ class ConfigPanel(QScrollArea):
         self._loading = True
         try:
             self.model.setCurrentText(cfg.model)
+            self.model.lineEdit().setCursorPosition(0)  # a long id shows its start (the organisation)
             self.served_name.setText(cfg.served_model_name or "")
             self._fill(self.tp, self.valid_tp(), cfg.tensor_parallel_size or 1)
             self._fill(self.pp, self.valid_pp(), cfg.pipeline_parallel_size or 1)

@@ -94,9 +94,13 @@ class ResultsTable(QWidget):
             j = self.energy_fn(st) if self.energy_fn else None
             vals.append("–" if j is None else f"{j:.3f}")
             vals.append("met" if st.slo_met else "broken: " + "; ".join(st.slo_broken))
-            vals.append(st.stop_reason)
+            vals.append(st.stop_reason if st.steady else f"{st.stop_reason}; transient (window < e2e p50)")
             for col, text in enumerate(vals):
                 it = QTableWidgetItem(text)
+                if not st.steady:  # the figures of a start-up transient: say so on the whole row
+                    it.setToolTip(st.unsteady_reason)
+                    if col == len(vals) - 1:
+                        it.setForeground(Qt.darkYellow)
                 if col < len(COLUMNS) + 1:
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 if col == len(COLUMNS) + 1 and not st.slo_met:

@@ -97,12 +97,16 @@ def _fmt_level(st: StepStats) -> str:
 
 HEADER = (f"{'level':>7} {'reqs':>5} {'fail':>4} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'p99 ms':>7} "
           f"{'TPOT p50':>8} {'p99 ms':>7} {'ITL p50':>7} {'e2e p99 s':>9}")
+#: what the columns count (printed under the table)
+LEGEND = ("reqs: requests sent in the measuring window (the latencies are theirs), fail: of those;\n"
+          "out tok/s: output tokens that arrived in the window; req/s: requests that ended in it.")
 
 
 def table_row(st: StepStats) -> str:
     fails = st.n_measured - st.n_ok
     e2e = "-" if st.e2e_p99 is None else f"{st.e2e_p99:.2f}"
-    return (f"{_fmt_level(st):>7} {st.n_measured:>5} {fails:>4} {st.output_tps:>9.1f} {st.rps:>6.2f} "
+    level = _fmt_level(st) + ("*" if not st.steady else "")
+    return (f"{level:>7} {st.n_measured:>5} {fails:>4} {st.output_tps:>9.1f} {st.rps:>6.2f} "
             f"{_ms(st.ttft_p50):>8} {_ms(st.ttft_p99):>7} {_ms(st.tpot_p50):>8} {_ms(st.tpot_p99):>7} "
             f"{_ms(st.itl_p50):>7} {e2e:>9}")
 
@@ -162,6 +166,10 @@ def print_result(res: RampResult, out=sys.stdout) -> None:
         out.write("\n" + HEADER + "\n")
         for st in res.steps:
             out.write(table_row(st) + "\n")
+        out.write(LEGEND + "\n")
+        for st in res.steps:
+            if not st.steady:
+                out.write(f"* {st.unsteady_reason}\n")
     out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
 

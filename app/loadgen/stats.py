@@ -66,10 +66,23 @@ class StepStats(BaseModel):
     failures: dict[str, int] = {}
     failure_rate: float = 0.0
     slo_broken: list[str] = []
+    steady: bool = True
 
     @property
     def slo_met(self) -> bool:
         return not self.slo_broken
+
+    @property
+    def unsteady_reason(self) -> str | None:
+        """Why this level's figures are a start-up transient, not a steady state (None
+        when they are not): its measuring window was shorter than its median request, so
+        the window saw mostly the prefills of requests sent together and few of their
+        tokens (e.g. 5 tok/s where a 15 s step measures 138). The knee ignores such levels."""
+        if self.steady:
+            return None
+        return (f"level {self.level:g}: the {self.window_s:.3g} s window is shorter than its median request "
+                f"(e2e p50 {self.e2e_p50:.3g} s) — a start-up transient, not a steady state; use a step of at "
+                f"least {3 * (self.e2e_p50 or 0):.3g} s or a warm-up of {self.e2e_p50:.3g} s")
 
 
 def _pct(a: np.ndarray, q: float) -> Optional[float]:
@@ -145,6 +158,8 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
     )
     st.slo_broken = slo_breaches(st, slo)
+    # a window shorter than the median request measures how the level started, not how it runs
+    st.steady = not (st.e2e_p50 is not None and st.e2e_p50 > ws)
     return st
 
 
@@ -213,9 +228,10 @@ def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float 
     qualifies.
 
     Rule from issue #3 (default 15 %/doubling, 1.5×); levels without successful
-    requests are skipped.
+    requests, and levels that measured a start-up transient (``steady`` False, see
+    :attr:`StepStats.unsteady_reason`), are skipped.
     """
-    s = sorted((x for x in steps if x.n_ok and x.output_tps > 0 and x.ttft_p99), key=lambda x: x.level)
+    s = sorted((x for x in steps if x.n_ok and x.output_tps > 0 and x.ttft_p99 and x.steady), key=lambda x: x.level)
 
     def growth(a: StepStats, b: StepStats) -> float:
         return (b.output_tps / a.output_tps) ** (1.0 / math.log2(b.level / a.level)) - 1.0

@@ -4,7 +4,8 @@
 A candidate fix is a dict of option values (ServerConfig field names; ``env`` merges
 into the environment; a key that is not a field names an extra option, ``None`` drops
 it). :func:`app.planner.plan.plan` offers the first candidate whose fixed configuration
-has no error and no longer shows the problem — memory included.
+no longer shows the problem and has no error the unfixed one did not have — memory
+included.
 
 Problem codes (stable): not_enough_gpus, tp_not_divisor_of_heads, pp_partition_invalid,
 quantization_unknown, quantization_unsupported_by_gpu, dtype_unsupported_by_gpu,
@@ -218,7 +219,8 @@ def check_context_fits(p: "Plan") -> Finding | None:
     e = p.effective
     if p.kv_cache_tokens <= 0 or p.kv_cache_tokens >= e.max_model_len:
         return None
-    cands: list[dict[str, Any]] = [{"max_model_len": p.kv_cache_tokens}]
+    # never offer more than the model supports (that is its own error)
+    cands: list[dict[str, Any]] = [{"max_model_len": min(p.kv_cache_tokens, p.model.max_position)}]
     if p.kv_cache_tokens * 2 >= e.max_model_len and e.kv_dtype_bytes > 1:
         cands.append({"kv_cache_dtype": "fp8"})
     return Finding("context_exceeds_kv_cache", "error",

@@ -105,7 +105,11 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("calibrate", help="fit the performance model to a recorded run of real cards",
-                       description=__doc__.split("\n\n")[0])
+                       description="Fit the performance model (η_mem, η_c, CPU time per step and per "
+                                   "request) to the levels of a recorded run of real cards, show the error "
+                                   "per level before and after, and save the fit for these cards: the "
+                                   "planner, the predicted curves and `serve --engine sim --sim-calibrated` "
+                                   "use it from then on.")
     p.add_argument("run_id", type=int, help="a run id (vllm-dyno runs list)")
     p.add_argument("--dry-run", action="store_true", help="show the fit, do not save it")
     p.set_defaults(func=cmd_calibrate)

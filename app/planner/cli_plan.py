@@ -7,6 +7,26 @@ import sys
 from pathlib import Path
 
 
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cards, e.g. --count 4") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n}: give at least one card, e.g. --count 4")
+    return n
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write whole numbers separated by commas, e.g. 1,10,30") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: levels are concurrent users ≥ 1, e.g. 1,10,30")
+    return levels
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from app.server.cli_serve import add_server_options
 
@@ -16,11 +36,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="card name (catalog or NVML name); repeat once per card for mixed cards; "
                         "NAME:GIB plans an unknown card from its memory; 'CPU' for the CPU build; "
                         "default: the cards NVML sees")
-    p.add_argument("--count", type=int, help="number of cards of a single --gpu (default TP × PP)")
+    p.add_argument("--count", type=_positive_int, help="number of cards of a single --gpu (default TP × PP)")
     p.add_argument("--busy-gib", type=float, default=0.0, help="GiB other processes hold on each given card")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=128)
-    p.add_argument("--levels", help="concurrency levels to predict, e.g. 1,10,30")
+    p.add_argument("--levels", type=_levels, help="concurrency levels to predict, e.g. 1,10,30")
     p.add_argument("--vllm-version", help="plan for this vLLM version (default: the installed one, else the newest known)")
     p.add_argument("--python", help="interpreter with vLLM (to read its version)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
@@ -51,9 +71,15 @@ def _cards(a: argparse.Namespace, world: int):
             out.append(cpu_device(psutil.virtual_memory().total / 2**30, psutil.cpu_count() or 1))
             continue
         try:
-            out.append(resolve_gpu(name.strip(), float(gib) if gib else None, a.busy_gib))
+            mem = float(gib) if gib else None
+        except ValueError:
+            raise SystemExit(f"error: --gpu {spec!r}: {gib!r} is not a memory size in GiB; "
+                             f"write NAME:GIB, e.g. --gpu \"{name.strip() or 'My Card'}:24\"") from None
+        try:
+            out.append(resolve_gpu(name.strip(), mem, a.busy_gib))
         except (UnknownGpuError, ValueError) as e:
-            raise SystemExit(f"error: --gpu {spec!r}: {e}")
+            hint = "" if gib else f": --gpu \"{name.strip()}:24\" for a 24 GiB card"
+            raise SystemExit(f"error: --gpu {spec!r}: {e}{hint}")
     if len(out) == 1:
         out = out * (a.count or world)
     return out
@@ -73,7 +99,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     cards = _cards(a, cfg.world_size)
-    levels = tuple(int(x) for x in a.levels.split(",")) if a.levels else None
+    levels = a.levels or None
     version = a.vllm_version or installed_version(a.python)
     p = plan(cfg, cards, model, Workload(a.prompt_tokens, a.output_tokens, levels), vllm_version=version)
     if a.json:

@@ -284,12 +284,16 @@ def _build(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: W
 
 
 def _passes(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
-            rules: VllmRules, problem: str) -> bool:
+            rules: VllmRules, problem: str, errors_before: frozenset[str] = frozenset()) -> bool:
+    """Whether ``cfg`` (a candidate fix applied) no longer shows ``problem`` and has no
+    error that the unfixed plan did not have (``errors_before``): with two errors, each
+    one's fix is offered, not "none" because the other error remains."""
     try:
         q = _build(cfg, gpus, model, workload, rules)
     except ValueError:
         return False
-    return q.verdict != "error" and problem not in q.problems()
+    new_errors = {f.problem for f in q.findings if f.verdict == "error"} - errors_before
+    return not new_errors and problem not in q.problems()
 
 
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
@@ -306,13 +310,14 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     """
     rules = rules_for(vllm_version)
     p = _build(config, gpus, model, workload, rules)
+    errors = frozenset(f.problem for f in p.findings if f.verdict == "error")
     for f in p.findings:
         for cand in f.candidates:
             try:
                 fixed = apply_fix(config, cand)
             except ValueError:
                 continue
-            if _passes(fixed, gpus, model, workload, rules, f.problem):
+            if _passes(fixed, gpus, model, workload, rules, f.problem, errors):
                 f.fix = cand
                 break
     if params is None and use_calibration:

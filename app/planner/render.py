@@ -68,7 +68,7 @@ def render_plan(p: Plan) -> str:
         if f.fix is not None:
             lines.append(f"          fix: {fix_to_flags(f.fix)}")
         elif f.verdict != "ok":
-            lines.append("          fix: none that passes every check")
+            lines.append("          fix: no option change fixes it on these cards (see above)")
     assumed = sorted({f"{g.name}: {', '.join(g.assumed)}" for g in p.gpus if g.assumed})
     if assumed:
         lines.append("  assumed figures (not checked against a datasheet): " + "; ".join(assumed))
