@@ -92,7 +92,7 @@ def http(levels: str, k_values=(1.0, 10.0), rig_step_s: float = 120.0, rig_warmu
         finally:
             left = sup.stop()
             assert not left, left
-    print(f"\nTime-scale check: 8x RTX 4090, Llama-3-70B AWQ, max_num_seqs 64, 128 in / 256 out (rig units)")
+    print("\nTime-scale check: 8x RTX 4090, Llama-3-70B AWQ, max_num_seqs 64, 128 in / 256 out (rig units)")
     ks = list(res)
     print(f"{'users':>6} " + " ".join(f"{'tok/s k=' + str(k):>12} {'TTFT s k=' + str(k):>12}" for k in ks)
           + f" {'tok/s diff':>10}")

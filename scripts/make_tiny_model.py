@@ -9,7 +9,6 @@ Usage: python scripts/make_tiny_model.py OUT_DIR   (run with .venv-vllm's python
 """
 import os
 import sys
-import tempfile
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
