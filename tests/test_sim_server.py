@@ -323,6 +323,9 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
             run = store.list_runs()[-1]
             stored = store.levels(run["id"])
         assert run["summary"]["time_scale"] == 10.0
+        # the rig is recorded as the sim it is, with its cards (compare counts 8, not 1)
+        assert run["engine"] == "sim" and run["summary"]["gpu_count"] == 8
+        assert run["summary"]["hardware"]["gpu"] == "RTX 4090" and run["summary"]["hardware"]["count"] == 8
         assert len(stored) == 1 and abs(stored[0]["tpot_p50"] * 1e3 - tpot_p50_ms) < 0.05 * tpot_p50_ms, stored
         # the JSON export is in rig seconds too, and says so
         import json

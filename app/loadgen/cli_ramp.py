@@ -174,19 +174,29 @@ def print_result(res: RampResult, out=sys.stdout) -> None:
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
 
 
-def sim_time_scale(url: str, timeout: float = 3.0) -> float:
-    """The time scale k a simulated rig announces at ``/sim/info`` (1.0 for vLLM and any
-    server without that endpoint)."""
+def sim_info(url: str, timeout: float = 3.0) -> dict:
+    """What a simulated rig says about itself at ``/sim/info`` (``gpu``, ``gpu_count``,
+    ``time_scale`` …); ``{}`` for vLLM and any server without that endpoint."""
     import json
     import urllib.error
     import urllib.request
 
     try:
         with urllib.request.urlopen(url.rstrip("/") + "/sim/info", timeout=timeout) as r:
-            k = float(json.load(r).get("time_scale") or 1.0)
-            return k if k > 0 else 1.0
+            info = json.load(r)
+            return info if isinstance(info, dict) else {}
     except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return {}
+
+
+def sim_time_scale(url: str, timeout: float = 3.0) -> float:
+    """The time scale k a simulated rig announces at ``/sim/info`` (1.0 for vLLM and any
+    server without that endpoint)."""
+    try:
+        k = float(sim_info(url, timeout).get("time_scale") or 1.0)
+    except (TypeError, ValueError):
         return 1.0
+    return k if k > 0 else 1.0
 
 
 def run(a: argparse.Namespace) -> int:
@@ -199,7 +209,12 @@ def run(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
         return 2
-    k = sim_time_scale(spec.url)
+    info = sim_info(spec.url)
+    try:
+        k = float(info.get("time_scale") or 1.0)
+    except (TypeError, ValueError):
+        k = 1.0
+    k = k if k > 0 else 1.0
     if k != 1.0:
         # a sim running k× faster than the wall clock: SLO bounds are in rig seconds, so
         # the generator compares wall times against bound / k; figures are shown × k;
@@ -212,7 +227,8 @@ def run(a: argparse.Namespace) -> int:
         from app.store import RunStore
 
         store = RunStore()
-        run_id = store.create_run(f"ramp {spec.url}", "attach", spec=spec, clock_wall0=clock.wall0)
+        # a simulated rig is recorded as one, with its cards (compare counts them)
+        run_id = store.create_run(f"ramp {spec.url}", "sim" if info else "attach", spec=spec, clock_wall0=clock.wall0)
     prog = _Progress(sys.stdout)
     levels = ", ".join(f"{x:g}" for x in spec.levels)
     print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
@@ -244,7 +260,18 @@ def run(a: argparse.Namespace) -> int:
     if store is not None:
         from app.loadgen.export import summary
 
-        store.finish_run(run_id, res.status, summary={**summary(res), "time_scale": k})
+        if res.status == "error" and not res.records and not res.steps:
+            store.delete_run(run_id)  # nothing ran (e.g. a failed pre-flight check): no run in the history
+        else:
+            extra: dict = {"time_scale": k}
+            if info.get("gpu_count") and info.get("gpu"):
+                from app.profiles.model import HardwareFingerprint
+
+                extra["gpu_count"] = int(info["gpu_count"])
+                extra["hardware"] = HardwareFingerprint(
+                    gpu=str(info["gpu"]), count=int(info["gpu_count"]), recorded_at=time.time(),
+                    vllm_version=f"sim {info.get('vllm_version', '')}".strip()).model_dump()
+            store.finish_run(run_id, res.status, summary={**summary(res), **extra})
         store.close()
     if res.status == "error":
         print(f"vllm-dyno ramp: {res.error}", file=sys.stderr)
