@@ -174,6 +174,16 @@ def print_result(res: RampResult, out=sys.stdout) -> None:
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
 
 
+def _flag_of(loc: tuple) -> str:
+    """The command-line option a RampSpec validation error is about: ``("step_seconds",)``
+    → ``--step-seconds``, ``("slo", "ttft_p99")`` → ``--slo-ttft-p99``."""
+    parts = [str(x) for x in loc if not isinstance(x, int)]
+    if not parts:
+        return "ramp"
+    flag = "--" + "-".join(parts).replace("_", "-")
+    return {"--mode": "--levels/--rate"}.get(flag, flag)
+
+
 def sim_info(url: str, timeout: float = 3.0) -> dict:
     """What a simulated rig says about itself at ``/sim/info`` (``gpu``, ``gpu_count``,
     ``time_scale`` …); ``{}`` for vLLM and any server without that endpoint."""
@@ -204,7 +214,7 @@ def run(a: argparse.Namespace) -> int:
         spec = spec_from_args(a)
     except ValidationError as e:
         print("vllm-dyno ramp: invalid ramp:\n" + "\n".join(
-            f"  {'.'.join(str(x) for x in err['loc']) or 'spec'}: {err['msg']}" for err in e.errors()), file=sys.stderr)
+            f"  {_flag_of(err['loc'])}: {err['msg']}" for err in e.errors()), file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
