@@ -44,12 +44,15 @@ def run_summary(status: str, reason: str, steps: list[StepStats], knee: Knee | N
     return summary, results
 
 
-def sim_hardware(profile: Profile, sim_info: dict[str, Any] | None = None) -> HardwareFingerprint:
-    """The fingerprint of a simulated rig (``profile.sim``; ``sim_info``: its ``/sim/info``)."""
-    rig = profile.sim
-    ver = (sim_info or {}).get("vllm_version", "")
-    return HardwareFingerprint(gpu=rig.gpu if rig else "RTX 4090", count=rig.count if rig else 1,
-                               vllm_version=f"sim {ver}".strip(), recorded_at=time.time())
+def sim_hardware(profile: Profile | None, sim_info: dict[str, Any] | None = None) -> HardwareFingerprint:
+    """The fingerprint of a simulated rig: ``profile.sim``, else the rig its ``/sim/info``
+    (``sim_info``) names (``gpu``, ``gpu_count``; a run of ``vllm-dyno ramp`` has no profile)."""
+    info = sim_info or {}
+    rig = profile.sim if profile is not None else None
+    gpu = rig.gpu if rig else str(info.get("gpu") or "RTX 4090")
+    count = rig.count if rig else int(info.get("gpu_count") or 1)
+    ver = info.get("vllm_version", "")
+    return HardwareFingerprint(gpu=gpu, count=count, vllm_version=f"sim {ver}".strip(), recorded_at=time.time())
 
 
 class RunRecorder:

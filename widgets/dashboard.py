@@ -273,15 +273,22 @@ class Dashboard(QWidget):
         if fin.size:
             self._y_bounds.setdefault(plot_key, {})[curve_key] = (float(fin.min()), float(fin.max()))
 
-    def _fit_y(self, plot_key: str, floor_zero: bool = False, from_zero: bool = False) -> None:
-        """Y range of a plot (telemetry, throughput) on 1-2-5 steps around its data, changed
-        only when the data leave it: pyqtgraph's auto-range follows every new extreme
-        (4 Hz), and each change re-renders the axis text and grid. ``floor_zero``: never
-        below 0; ``from_zero``: always from 0 (rates). A user's own y view is kept."""
+    def _fit_y(self, plot_key: str, floor_zero: bool = False, from_zero: bool = False, log: bool = False) -> None:
+        """Y range of a plot on 1-2-5 steps around its data, changed only when the data
+        leave it: pyqtgraph's auto-range follows every new extreme (4 Hz), and each change
+        re-renders the axis text and grid. ``floor_zero``: never below 0; ``from_zero``:
+        always from 0 (rates); ``log``: a log-scale plot (latency), whose range — in log10
+        units, as pyqtgraph's log mode takes it — spans whole half-decades (e.g. 10^1.5 …
+        10^3.5 ms). A user's own y view is kept."""
         b = self._y_bounds.get(plot_key)
         if not b:
             return
         lo, hi = min(v[0] for v in b.values()), max(v[1] for v in b.values())
+        margin = 0.0
+        if log:
+            if not (lo > 0 and hi > 0):
+                return
+            lo, hi, margin = math.log10(lo), math.log10(hi), 0.02
         if from_zero:  # a rate: the axis starts at 0 so that jitter is not magnified
             lo = min(lo, 0.0)
         vb = self.plots[plot_key].vb
@@ -289,40 +296,20 @@ class Dashboard(QWidget):
         last = self._y_set.get(plot_key)
         if not auto_y and last is not None and (abs(y0 - last[0]) > 1e-9 or abs(y1 - last[1]) > 1e-9):
             return  # the user's own view
-        if last is not None and last[0] <= lo and hi <= last[1] and (hi - lo) > 0.2 * (last[1] - last[0]):
+        if last is not None and last[0] <= lo - margin and hi + margin <= last[1] and (hi - lo) > 0.2 * (last[1] - last[0]):
             if auto_y:
                 vb.disableAutoRange(axis=vb.YAxis)
                 vb.setYRange(*last, padding=0)
             return  # still fits, and not so loosely that the curves flatten
-        span = max(hi - lo, abs(hi) * 0.05, 1.0)
-        step = nice_step(span / 4.0)
-        want = (math.floor(lo / step) * step - (step if lo % step == 0 and lo > 0 else 0),
-                math.ceil(hi / step) * step + (step if hi % step == 0 else 0))
+        if log:
+            want = (math.floor((lo - margin) * 2) / 2, math.ceil((hi + margin) * 2) / 2)
+        else:
+            span = max(hi - lo, abs(hi) * 0.05, 1.0)
+            step = nice_step(span / 4.0)
+            want = (math.floor(lo / step) * step - (step if lo % step == 0 and lo > 0 else 0),
+                    math.ceil(hi / step) * step + (step if hi % step == 0 else 0))
         if floor_zero:
             want = (max(0.0, want[0]), want[1])
-        vb.disableAutoRange(axis=vb.YAxis)
-        vb.setYRange(*want, padding=0)
-        self._y_set[plot_key] = want
-
-    def _fit_y_log(self, plot_key: str) -> None:
-        """Like :meth:`_fit_y` for a log-scale plot (latency): the range (log10 units, as
-        pyqtgraph's log mode takes it) spans whole half-decades around the data (e.g. 10^1.5
-        … 10^3.5 ms) and changes only when the data leave it. A user's view is kept."""
-        b = self._y_bounds.get(plot_key)
-        if not b:
-            return
-        lo, hi = min(v[0] for v in b.values()), max(v[1] for v in b.values())
-        if not (lo > 0 and hi > 0):
-            return
-        lo_l, hi_l = math.log10(lo), math.log10(hi)
-        vb = self.plots[plot_key].vb
-        (y0, y1), auto_y = vb.viewRange()[1], vb.state["autoRange"][1]
-        last = self._y_set.get(plot_key)
-        if not auto_y and last is not None and (abs(y0 - last[0]) > 1e-9 or abs(y1 - last[1]) > 1e-9):
-            return  # the user's own view
-        if last is not None and last[0] <= lo_l - 0.02 and hi_l + 0.02 <= last[1] and (hi_l - lo_l) > 0.2 * (last[1] - last[0]):
-            return
-        want = (math.floor((lo_l - 0.02) * 2) / 2, math.ceil((hi_l + 0.02) * 2) / 2)
         vb.disableAutoRange(axis=vb.YAxis)
         vb.setYRange(*want, padding=0)
         self._y_set[plot_key] = want
@@ -440,7 +427,7 @@ class Dashboard(QWidget):
                 ok = np.isfinite(arr) & (arr > 0)
                 self.lat_curves[key].setData(snap.lat_t[ok], arr[ok] * ms)
                 self._note_y("latency", key, arr[ok] * ms)
-            self._fit_y_log("latency")
+            self._fit_y("latency", log=True)
         else:
             self._lat_n = 0
             for c in self.lat_curves.values():

@@ -199,11 +199,11 @@ def sim_info(url: str, timeout: float = 3.0) -> dict:
         return {}
 
 
-def sim_time_scale(url: str, timeout: float = 3.0) -> float:
-    """The time scale k a simulated rig announces at ``/sim/info`` (1.0 for vLLM and any
-    server without that endpoint)."""
+def time_scale_of(info: dict) -> float:
+    """The time scale k in a ``/sim/info`` mapping (:func:`sim_info`); 1.0 when it names
+    none or a bad one (vLLM, any other server)."""
     try:
-        k = float(sim_info(url, timeout).get("time_scale") or 1.0)
+        k = float(info.get("time_scale") or 1.0)
     except (TypeError, ValueError):
         return 1.0
     return k if k > 0 else 1.0
@@ -220,11 +220,7 @@ def run(a: argparse.Namespace) -> int:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
         return 2
     info = sim_info(spec.url)
-    try:
-        k = float(info.get("time_scale") or 1.0)
-    except (TypeError, ValueError):
-        k = 1.0
-    k = k if k > 0 else 1.0
+    k = time_scale_of(info)
     if k != 1.0:
         # a sim running k× faster than the wall clock: SLO bounds are in rig seconds, so
         # the generator compares wall times against bound / k; figures are shown × k;
@@ -275,12 +271,10 @@ def run(a: argparse.Namespace) -> int:
         else:
             extra: dict = {"time_scale": k}
             if info.get("gpu_count") and info.get("gpu"):
-                from app.profiles.model import HardwareFingerprint
+                from app.recording import sim_hardware
 
-                extra["gpu_count"] = int(info["gpu_count"])
-                extra["hardware"] = HardwareFingerprint(
-                    gpu=str(info["gpu"]), count=int(info["gpu_count"]), recorded_at=time.time(),
-                    vllm_version=f"sim {info.get('vllm_version', '')}".strip()).model_dump()
+                hw = sim_hardware(None, info)
+                extra.update(gpu_count=hw.count, hardware=hw.model_dump())
             store.finish_run(run_id, res.status, summary={**summary(res), **extra})
         store.close()
     if res.status == "error":
