@@ -221,7 +221,7 @@ def cmd_compare(a: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- run
 def cmd_run(a: argparse.Namespace) -> int:
     from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
-    from app.session import Phase, Session
+    from app.run.profile_run import Phase, ProfileRun
 
     try:
         p = read_profile(a.profile) if a.profile.endswith((".yaml", ".yml")) and Path(a.profile).is_file() \
@@ -255,7 +255,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         if a.show_log:
             print(f"  | {text}", flush=True)
 
-    s = Session(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
+    s = ProfileRun(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
                 on_phase=on_phase, on_level=on_level, on_line=on_line)
     box: dict = {}
     t = threading.Thread(target=lambda: box.setdefault("res", s.run()), name="session", daemon=True)

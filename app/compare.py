@@ -7,8 +7,9 @@ TTFT p99 vs throughput) and a table per run and level with
 - scaling efficiency at the same level = (tps ÷ tps_base) ÷ (GPUs ÷ GPUs_base), the
   baseline being the run with the fewest GPUs (first given on a tie) — 8 cards vs 4
   cards is the throughput ratio ÷ 2; 1.0 is perfect scaling;
-- power = Σ over the run's GPUs of each card's mean ``power_w`` sample in the level's
-  steady-state window (W), J/token = power ÷ output tokens/s;
+- power and J/token per level: :func:`app.telemetry.derived.level_energy` (the one
+  definition: ∫ Σ P dt over the level's steady-state window ÷ its length, and ÷ the
+  output tokens of the window);
 - cost per million output tokens: rented = price per GPU-hour × GPUs ÷ (tps × 3600) ×
   10⁶; owned = electricity price per kWh × power (kW) ÷ (tps × 3600) × 10⁶ (1 kWh =
   3.6 MJ).
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from app.history import get_run
+from app.loadgen.stats import peak_level
+from app.telemetry.derived import level_energy, power_series
 
 
 @dataclass(frozen=True)
@@ -56,10 +59,11 @@ class RunSeries:
     status: str = ""
     time_scale: float = 1.0
     power_w: dict[int, float | None] = field(default_factory=dict)  # level idx → W
+    j_per_token: dict[int, float | None] = field(default_factory=dict)  # level idx → J/token
 
     def peak(self) -> dict[str, Any] | None:
-        ok = [d for d in self.levels if (d.get("failure_rate") or 0) < 0.5 and not d.get("slo_broken")] or self.levels
-        return max(ok, key=lambda d: d.get("output_tps") or 0.0, default=None)
+        """The peak level (:func:`app.loadgen.stats.peak_level`, the one definition)."""
+        return peak_level(self.levels)
 
 
 @dataclass
@@ -104,18 +108,6 @@ def gpus_of_run(run: dict[str, Any]) -> int:
     return n
 
 
-def level_power(samples: Sequence[tuple], t0: float, t1: float) -> float | None:
-    """Σ over ``gpu*`` sources of the mean ``power_w`` in [t0, t1] (W); None without
-    samples. ``samples``: (t, source, name, value) as RunStore.samples returns."""
-    per: dict[str, list[float]] = {}
-    for t, src, name, v in samples:
-        if name == "power_w" and src.startswith("gpu") and v is not None and t0 <= t <= t1 and not math.isnan(v):
-            per.setdefault(src, []).append(v)
-    if not per:
-        return None
-    return sum(sum(v) / len(v) for v in per.values())
-
-
 def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = None) -> list[RunSeries]:
     """The runs to compare. ``gpus`` overrides a run's GPU count (run id → cards).
     Raises :class:`app.history.RunNotFound`."""
@@ -126,10 +118,14 @@ def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = Non
         k = float(s.get("time_scale") or 1.0)
         n = (gpus or {}).get(rid) or gpus_of_run(r)
         rs = RunSeries(rid, f"#{rid} {r['name']}", n, r["levels"], r["status"], k)
-        samples = store.samples(rid, name="power_w")
+        power = power_series(store.samples(rid, name="power_w"))
         for d in rs.levels:
             w0, w1 = d.get("window_start"), d.get("window_end")
-            rs.power_w[d["idx"]] = None if w0 is None or w1 is None else level_power(samples, w0 / k, w1 / k)
+            if w0 is None or w1 is None:
+                rs.power_w[d["idx"]] = rs.j_per_token[d["idx"]] = None
+                continue
+            e = level_energy(power, w0, w1, (d.get("output_tps") or 0.0) * (w1 - w0), k)
+            rs.power_w[d["idx"]], rs.j_per_token[d["idx"]] = e.power_w, e.j_per_token
         out.append(rs)
     return out
 
@@ -187,7 +183,7 @@ class Comparison:
 def _row(s: RunSeries, d: dict[str, Any], pricing: Pricing, eff: float | None) -> CompareRow:
     tps = d.get("output_tps") or 0.0
     pw = s.power_w.get(d["idx"])
-    jpt = pw / tps if pw is not None and tps > 0 else None
+    jpt = s.j_per_token.get(d["idx"])
     rented = pricing.gpu_hour * s.gpus / (tps * 3600) * 1e6 if pricing.gpu_hour is not None and tps > 0 else None
     energy = pricing.kwh * (pw / 1000) / (tps * 3600) * 1e6 if pricing.kwh is not None and jpt is not None else None
     return CompareRow(s.run_id, s.label, s.gpus, d["level"], tps, tps / s.gpus, d.get("ttft_p99"), d.get("tpot_p99"),

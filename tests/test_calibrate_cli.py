@@ -48,7 +48,7 @@ def test_unknown_run(capsys):
 
 
 def test_fit_recovers_known_parameters_and_the_planner_and_sim_use_them(capsys):
-    from app.session import plan_profile
+    from app.run.profile_run import plan_profile
 
     with RunStore() as store:
         rid, prof = _record(store)

@@ -10,7 +10,8 @@ import pytest
 
 from app import history
 from app.cli import main
-from app.compare import Pricing, compare, compare_runs, level_power, load_series
+from app.compare import Pricing, compare, compare_runs, load_series
+from app.telemetry.derived import LevelEnergy, level_energy, power_series
 from app.store import RunStore
 
 
@@ -96,11 +97,20 @@ def test_missing_figures_are_none_not_errors(store, two_runs):
         Pricing(gpu_hour=-1)
 
 
-def test_level_power_sums_cards_means():
-    s = [(1.0, "gpu0", "power_w", 100.0), (2.0, "gpu0", "power_w", 200.0), (1.5, "gpu1", "power_w", 50.0),
-         (9.0, "gpu1", "power_w", 5000.0), (1.0, "gpu1", "power_w", float("nan"))]
-    assert level_power(s, 0.0, 5.0) == pytest.approx(150.0 + 50.0)
-    assert level_power(s, 20.0, 30.0) is None
+def test_level_energy_is_one_definition_for_wall_and_rig_time():
+    """Power = ∫ Σ P dt ÷ window; J/token = power × rig window ÷ tokens (= P ÷ tok/s)."""
+    t = [float(x) for x in range(11)]
+    samples = [(x, "gpu0", "power_w", 100.0) for x in t] + [(x, "gpu1", "power_w", 50.0) for x in t]
+    samples += [(3.0, "gpu1", "power_w", None), (5.0, "host", "power_w", 9999.0)]
+    power = power_series(samples)
+    assert sorted(power) == ["gpu0", "gpu1"]
+    e = level_energy(power, 2.0, 6.0, 600.0)
+    assert e.power_w == pytest.approx(150.0) and e.j_per_token == pytest.approx(150.0 * 4 / 600)
+    # a sim twice as fast as the wall clock: the rig window [4, 12] is the wall window [2, 6]
+    e2 = level_energy(power, 4.0, 12.0, 600.0, time_scale=2.0)
+    assert e2.power_w == pytest.approx(150.0) and e2.j_per_token == pytest.approx(2 * e.j_per_token)
+    assert level_energy(power, 20.0, 30.0, 10.0) == LevelEnergy(None, None)
+    assert level_energy(power, 2.0, 6.0, 0.0).j_per_token is None
 
 
 def test_csv_and_svg_export(store, two_runs):

@@ -103,7 +103,7 @@ def test_port_dropped_with_warning_and_secrets_refused():
 
 # ---------------------------------------------------------------------- built-ins
 def test_builtins_pass_the_planner_for_their_own_hardware(lib):
-    from app.session import plan_profile
+    from app.run.profile_run import plan_profile
 
     entries = [e for e in lib.scan().entries if e.source == "builtin"]
     names = {e.name for e in entries}

@@ -15,7 +15,7 @@ from app.fileio import write_atomic
 from app.loadgen.generator import RampResult
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
-from app.loadgen.stats import StepStats
+from app.loadgen.stats import StepStats, peak_level
 
 STEP_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
                 "ttft_p50", "ttft_p90", "ttft_p99", "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "itl_p50",
@@ -26,11 +26,12 @@ REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "tpot", "e2e", "prom
 
 
 def summary(result: RampResult) -> dict:
-    """Summary dict: status, stop reason, model, knee (with evidence), request counts by status."""
+    """Summary dict: status, stop reason, model, knee (with evidence), the peak (the one
+    definition, :func:`app.loadgen.stats.peak_level`), request counts by status."""
     by_status: dict[str, int] = {}
     for r in result.records:
         by_status[r.status] = by_status.get(r.status, 0) + 1
-    best = max(result.steps, key=lambda s: s.output_tps, default=None)
+    best = peak_level(result.steps)
     return {"status": result.status, "stop_reason": result.stop_reason, "error": result.error,
             "model": result.model, "knee": result.knee.model_dump() if result.knee else None,
             "knee_text": result.knee.describe() if result.knee else None,

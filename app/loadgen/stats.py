@@ -255,6 +255,30 @@ _TIME_FIELDS = ("t_start", "t_end", "window_start", "window_end", "window_s", "t
 _RATE_FIELDS = ("output_tps", "total_tps", "rps", "goodput_rps")
 
 
+#: a level whose failure rate reaches this does not count as a peak (a fraction)
+PEAK_MAX_FAILURE_RATE = 0.5
+
+
+def peak_level(steps: Sequence[Any]) -> Any | None:
+    """The one definition of a run's *peak*: the level with the highest output tokens/s
+    among those that met the SLO (no breach) and failed fewer than
+    :data:`PEAK_MAX_FAILURE_RATE` of their requests; when no level qualifies, the highest
+    of all. ``steps``: StepStats, or mappings with ``output_tps``, ``failure_rate`` and
+    ``slo_broken`` (a list of breaches) or ``slo_met`` (bool). None for no level."""
+    def get(x: Any, k: str, d: Any = None) -> Any:
+        return x.get(k, d) if isinstance(x, dict) else getattr(x, k, d)
+
+    def met(x: Any) -> bool:
+        sm = get(x, "slo_met")
+        if sm is not None:
+            return bool(sm)
+        return not get(x, "slo_broken")
+
+    steps = list(steps)
+    ok = [x for x in steps if met(x) and (get(x, "failure_rate") or 0.0) < PEAK_MAX_FAILURE_RATE] or steps
+    return max(ok, key=lambda x: get(x, "output_tps") or 0.0, default=None)
+
+
 def to_rig_time(st: StepStats, k: float) -> StepStats:
     """A level's stats in rig seconds for a sim running ``k``× faster than the wall clock
     (times × k, rates ÷ k; shared/DESIGN.md "Sim time"); ``k == 1`` returns ``st`` unchanged."""

@@ -57,7 +57,7 @@ def calibrate_run(store, run_id: int, dry_run: bool = False):
     from app.planner.calibrate import fit, hardware_fingerprint, level_errors, save_calibration
     from app.profiles.io import profile_from_data
     from app.profiles.model import HardwareFingerprint
-    from app.session import plan_profile
+    from app.run.profile_run import plan_profile
 
     run = store.get_run(run_id)
     if run is None:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.config import ServerConfig, option_name
 from app.loadgen.spec import SLO, RampSpec
+from app.loadgen.stats import peak_level
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
@@ -132,17 +133,15 @@ class HardwareFingerprint(BaseModel):
         return s
 
     def planner_cards(self) -> list:
-        """The cards as the planner's ``GpuSpec`` list (app.planner.gpus). ``CPU`` → the
-        host as one device with ``memory_gib`` (default 16 GiB). Raises
-        ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not know and no
-        ``memory_gib``."""
-        from app.planner.gpus import cpu_device, resolve_gpu
+        """The cards as the planner's ``GpuSpec`` list, chosen by
+        :func:`app.planner.cards.cards_for` from ``gpu`` (mixed names taken in turn),
+        ``count`` and ``memory_gib``. ``CPU`` → ``count`` host devices with ``memory_gib``
+        (default: one NUMA node's memory of this machine) and this machine's real core
+        count. Raises ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not
+        know and no ``memory_gib``."""
+        from app.planner.cards import cards_for
 
-        if self.is_cpu:
-            return [cpu_device(self.memory_gib or 16.0)]
-        names = [n.strip() for n in self.gpu.split(" + ") if n.strip()]
-        cards = [resolve_gpu(n, self.memory_gib) for n in names]
-        return [cards[i % len(cards)] for i in range(self.count)]
+        return cards_for(engine="vllm", gpu=self.gpu, count=self.count, memory_gib=self.memory_gib)
 
 
 class LevelResult(BaseModel):
@@ -190,8 +189,7 @@ class ResultsSummary(BaseModel):
                             tpot_p99=d.get("tpot_p99"), failure_rate=d.get("failure_rate") or 0.0,
                             rps=d.get("rps"), slo_met=(not d.get("slo_broken")) if "slo_broken" in d else None)
                 for d in levels]
-        ok = [r for r in rows if r.slo_met is not False and r.failure_rate < 0.5] or rows
-        best = max(ok, key=lambda r: r.output_tps, default=None)
+        best = peak_level(rows)
         return cls(run_id=run_id, recorded_at=time.time() if recorded_at is None else recorded_at, which=which,
                    status=status, knee=knee, best_level=best.level if best else None,
                    peak_output_tps=best.output_tps if best else None, levels=rows)

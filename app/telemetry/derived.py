@@ -120,3 +120,60 @@ def gpu_series(bank: Any, name: str, gpus: Iterable[str] | None = None) -> dict[
     if gpus is not None:
         keys = [k for k in keys if k in set(gpus)]
     return {k: bank.get(k, name) for k in keys}
+
+
+@dataclass(frozen=True)
+class LevelEnergy:
+    """A level's power and energy: ``power_w`` Σ over GPUs of the mean power in the
+    level's window (W); ``j_per_token`` joules per output token (rig units for a sim)."""
+
+    power_w: float | None
+    j_per_token: float | None
+
+
+def level_energy(power_w: Mapping[str, Series], window_start: float, window_end: float, output_tokens: float | None,
+                 time_scale: float = 1.0) -> LevelEnergy:
+    """The one definition of a level's power and J/token (the Results tab, History,
+    ``compare`` and the tuner all call this).
+
+    ``power_w``: GPU name → power series (W) on the session clock (wall seconds);
+    ``window_start``/``window_end``: the level's steady-state window in rig seconds (=
+    wall seconds unless a sim runs ``time_scale`` = k× faster than the wall clock);
+    ``output_tokens``: output tokens generated in the window (``output_tps × window_s``).
+    Per card, the mean power over the wall window [start/k, end/k] is ∫ P dt (trapezoid
+    rule, :func:`integrate`) ÷ the part of the window its samples cover (the mean of its
+    samples when they cover no span); ``power_w`` is their sum; J/token = power × rig
+    window ÷ tokens (a rig k× slower than the sim's wall clock draws its power k× longer).
+    For steady sampling this is ∫ Σ P dt ÷ tokens, and J/token = power ÷ output tokens/s."""
+    k = time_scale or 1.0
+    t0, t1 = window_start / k, window_end / k
+    means = []
+    for s in power_w.values():
+        t, v = _finite(s)
+        if t.size == 0 or t1 <= t0:
+            continue
+        a, b = max(t0, t[0]), min(t1, t[-1])
+        j = integrate((t, v), t0, t1) if b > a else None
+        if j is not None:
+            means.append(j / (b - a))
+        else:
+            inside = v[(t >= t0) & (t <= t1)]
+            if inside.size:
+                means.append(float(inside.mean()))
+    if not means:
+        return LevelEnergy(None, None)
+    power = sum(means)
+    jpt = power * (window_end - window_start) / output_tokens if output_tokens else None
+    return LevelEnergy(power, jpt)
+
+
+def power_series(samples: Iterable[tuple]) -> dict[str, Series]:
+    """GPU power series from stored samples ``(t, source, name, value)`` (as
+    ``RunStore.samples`` returns them): ``gpuN`` → (t, W) arrays; NULL values are gaps."""
+    per: dict[str, tuple[list[float], list[float]]] = {}
+    for t, src, name, v in samples:
+        if name == "power_w" and src.startswith("gpu"):
+            ts, vs = per.setdefault(src, ([], []))
+            ts.append(t)
+            vs.append(np.nan if v is None else v)
+    return {src: (np.asarray(ts, dtype=float), np.asarray(vs, dtype=float)) for src, (ts, vs) in per.items()}

@@ -1,5 +1,6 @@
-"""Session: plan → launch → ready → ramp → record → stop, on real processes (the sim
-server, a scripted aiohttp server for engine attach) and a real SQLite run store."""
+"""ProfileRun (``vllm-dyno run``) through the run controller: plan → launch → ready →
+ramp → record → stop, on real processes (the sim server, a scripted aiohttp server for
+engine attach) and a real SQLite run store."""
 from __future__ import annotations
 
 import threading
@@ -8,7 +9,8 @@ import pytest
 
 from app.history import export_json, profile_from_run
 from app.profiles import ProfileLibrary, parse_profile
-from app.session import Phase, Session, SessionResult, to_rig_time
+from app.loadgen.stats import to_rig_time
+from app.run.profile_run import Phase, ProfileRun, RunResult
 from app.store import RunStore
 from tests.loadgen_server import Script, ScriptedServer
 
@@ -23,7 +25,7 @@ server:
   tensor-parallel-size: 2
   max-num-seqs: 16
   max-model-len: 4096
-ramp: {levels: [1, 4], step_seconds: 1.5, prompt_tokens: 128, output_tokens: 32}
+ramp: {levels: [1, 4], step_seconds: 15, prompt_tokens: 128, output_tokens: 32}
 hardware: {gpu: RTX 4090, count: 2}
 """
 
@@ -42,7 +44,7 @@ def store(tmp_path):
 def test_sim_session_records_everything(store):
     phases: list[Phase] = []
     levels = []
-    s = Session(parse_profile(SIM), store=store, startup_timeout=120, grace=5,
+    s = ProfileRun(parse_profile(SIM), store=store, startup_timeout=120, grace=5,
                 on_phase=lambda ph, msg: phases.append(ph), on_level=levels.append)
     res = s.run()
     assert res.ok, res.reason
@@ -61,7 +63,7 @@ def test_sim_session_records_everything(store):
     summ = run["summary"]
     assert summ["gpu_count"] == 2 and summ["hardware"]["gpu"] == "RTX 4090" and summ["time_scale"] == 10.0
     assert summ["results"]["levels"][0]["level"] == 1.0
-    # stored levels are in rig seconds (the generator's wall-time rows were replaced)
+    # stored levels are in rig seconds, written once
     stored = store.levels(res.run_id)
     assert [d["output_tps"] for d in stored] == pytest.approx([st.output_tps for st in res.steps])
     assert len(store.requests(res.run_id)) > 0
@@ -79,7 +81,7 @@ def test_sim_session_records_everything(store):
 
 def test_attach_session_and_ramp_overrides(store):
     with ScriptedServer(Script(ttft=0.02, itl=0.005)) as srv:
-        res = Session(parse_profile(_attach(srv.url)), store=store, ramp_overrides={"levels": [2]},
+        res = ProfileRun(parse_profile(_attach(srv.url)), store=store, ramp_overrides={"levels": [2]},
                       telemetry=False).run()
     assert res.status == "done", res.reason
     assert [st.level for st in res.steps] == [2.0]
@@ -91,7 +93,7 @@ def test_attach_session_and_ramp_overrides(store):
 
 def test_abort_keeps_what_was_recorded(store):
     with ScriptedServer(Script(ttft=0.02, itl=0.01)) as srv:
-        s = Session(parse_profile(_attach(srv.url, "[1, 2, 4]", 30)), store=store, telemetry=False)
+        s = ProfileRun(parse_profile(_attach(srv.url, "[1, 2, 4]", 30)), store=store, telemetry=False)
         started = threading.Event()
         s.on_level_start = lambda ev: started.set()
         box: dict = {}
@@ -100,14 +102,14 @@ def test_abort_keeps_what_was_recorded(store):
         assert started.wait(30)
         s.abort()
         t.join(60)
-    res: SessionResult = box["r"]
+    res: RunResult = box["r"]
     assert res.status == "aborted" and not res.ok
     assert store.get_run(res.run_id)["status"] == "aborted"
 
 
 def test_launch_failure_is_recorded(store, tmp_path):
     prof = parse_profile(f"name: broken\nserver: {{model: {tmp_path}/no-such-model}}\n")
-    res = Session(prof, store=store, telemetry=False).run()
+    res = ProfileRun(prof, store=store, telemetry=False).run()
     assert res.status == "launch_failed" and "does not exist" in res.reason
     run = store.get_run(res.run_id)
     assert run["status"] == "launch_failed" and run["summary"]["stop_reason"] == res.reason
@@ -116,7 +118,7 @@ def test_launch_failure_is_recorded(store, tmp_path):
 def test_planner_error_refuses_before_anything_runs(store):
     prof = parse_profile("name: bad tp\nserver: {model: Qwen/Qwen2.5-7B-Instruct, tensor-parallel-size: 3}\n"
                          "hardware: {gpu: RTX 4090, count: 4}\n")
-    res = Session(prof, store=store).run()
+    res = ProfileRun(prof, store=store).run()
     assert res.status == "plan_error" and res.run_id is None
     assert "tensor_parallel_size 3" in res.reason
     assert store.list_runs() == []

@@ -1,0 +1,723 @@
+"""The run controller: the only code that sequences a run.
+
+launch (or attach) → ready → telemetry → one or more ramps → record → stop, for every
+engine (``vllm``, ``sim``, ``attach``). ``vllm-dyno run`` (:mod:`app.run.profile_run`),
+``vllm-dyno ramp`` (attach mode) and the GUI (``widgets.session``, an adapter turning
+the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
+
+- the server (:class:`app.server.supervisor.Supervisor`) and the leftover check;
+- telemetry (NVML, the sim rig's HTTP source, host, ``/metrics``) into one
+  :class:`~app.telemetry.series.SeriesBank` (``bank``) and the client-side live series
+  (``client``, :class:`app.loadgen.live.ClientSeries`);
+- the sim's time scale k (asked once from ``/sim/info`` when the server is ready) and
+  every conversion to rig seconds: ramp specs are written in rig seconds and run
+  ÷ k; level stats, the knee and the stop reason come back × k (docs/design.md,
+  "Sim time");
+- safety stops from Settings (thermal margin, failure rate: :mod:`app.run.safety`);
+- the diagnosis of a failed launch (one place: :func:`app.planner.diagnose.diagnose`,
+  structured: code, evidence lines, fix);
+- recording: it is the only writer to the run store during a run
+  (:class:`app.run.record.RunRecorder`): level rows are written once, in rig seconds;
+- J/token of a level (:meth:`RunController.energy`, the one definition in
+  :func:`app.telemetry.derived.level_energy`).
+
+Subscribers: a :class:`RunListener` whose methods are called on the controller's worker
+threads (supervisor, load-generator reader, ramp thread) — never block in them.
+Blocking methods (:meth:`launch`, :meth:`stop`, :meth:`ramp`) must not be called on a
+GUI thread; :meth:`start_ramp` and :meth:`abort_ramp` return at once.
+"""
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from app.clock import SessionClock
+from app.config import ServerConfig
+from app.loadgen.generator import LoadGenerator
+from app.loadgen.live import ClientSeries
+from app.loadgen.spec import spec_to_wall
+from app.loadgen.stats import Knee, StepStats, find_knee, rig_stop_reason, to_rig_time
+from app.planner.diagnose import Diagnosis, diagnose
+from app.profiles.model import Profile, ResultsSummary
+from app.run.hardware import hardware_for, sim_info, time_scale_of
+from app.run.record import RunRecorder
+from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
+from app.server import procs
+from app.server.supervisor import Supervisor
+from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
+from app.telemetry.hub import Telemetry
+from app.telemetry.series import SeriesBank
+
+log = logging.getLogger(__name__)
+
+
+class State(str, enum.Enum):
+    """The controller's state: the supervisor's, plus ``idle`` and ``attached``."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    ATTACHED = "attached"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+#: states in which a server is up (or coming up) under this controller
+RUNNING_STATES = (State.STARTING, State.LOADING, State.READY, State.STOPPING, State.ATTACHED)
+
+#: statuses of a ramp that ran to an orderly end
+OK_STATUSES = ("done", "slo_broken", "stopped")
+
+
+@dataclass
+class LaunchTarget:
+    """What to start. ``engine``: ``vllm``, ``sim`` or ``attach``. ``sim_args``: the sim
+    rig's options (``--sim-gpu …``, ``SimRig.argv()``). ``python``: the vLLM interpreter
+    (None → app.server.interpreter.resolve_python). ``attach_url``/``attach_model``: the
+    server to attach to. ``use_nvml``: sample this machine's cards (not for the sim, nor
+    the CPU build). Intervals in seconds between samples; ``startup_timeout`` and
+    ``grace`` (SIGTERM → SIGKILL) in seconds, ``grace`` None = 10 s for the sim, 20 s for
+    vLLM."""
+
+    engine: str
+    config: ServerConfig
+    sim_args: list[str] = field(default_factory=list)
+    python: str | None = None
+    attach_url: str | None = None
+    attach_model: str | None = None
+    use_nvml: bool = True
+    telemetry: bool = True
+    gpu_interval: float = 0.25
+    metrics_interval: float = 0.5
+    startup_timeout: float = 900.0
+    grace: float | None = None
+
+    @classmethod
+    def from_profile(cls, profile: Profile, **kw: Any) -> "LaunchTarget":
+        """The target of a profile: its engine, server config, sim rig or attach URL;
+        ``kw`` sets the other fields."""
+        cfg = profile.server_config()
+        sim = profile.sim.argv() if profile.engine == "sim" and profile.sim else []
+        # attached: the served model is the first one /v1/models lists (the load generator asks)
+        return cls(engine=profile.engine, config=cfg, sim_args=sim, attach_url=profile.attach_url, **kw)
+
+
+@dataclass
+class RecordSpec:
+    """How a run is recorded: the ``profile`` snapshot (None for ``vllm-dyno ramp``),
+    the planner's ``plan.as_dict()`` and the run's ``name`` (default: the profile's)."""
+
+    profile: Profile | None = None
+    plan: dict | None = None
+    name: str | None = None
+
+
+@dataclass
+class RampOutcome:
+    """What a ramp produced, in rig seconds.
+
+    ``status``: ``done``, ``slo_broken``, ``failed`` (failure-rate stop), ``stopped``
+    (total-duration cap), ``safety`` (thermal stop), ``aborted``, ``server_failed`` or
+    ``error`` (nothing ran: ``error`` holds the message). ``stop_reason``: one line for
+    humans. ``run_id``: the recorded run (None when not recorded). ``records``: every
+    request (session-clock seconds, wall)."""
+
+    status: str
+    stop_reason: str = ""
+    error: str | None = None
+    model: str | None = None
+    steps: list[StepStats] = field(default_factory=list)
+    knee: Knee | None = None
+    run_id: int | None = None
+    results: ResultsSummary | None = None
+    summary: dict[str, Any] | None = None
+    records: list = field(default_factory=list)
+    time_scale: float = 1.0
+
+    @property
+    def ok(self) -> bool:
+        """True when the ramp ran to an orderly end (all levels, an SLO stop or its cap)."""
+        return self.status in OK_STATUSES
+
+
+class RunListener:
+    """Subscriber of a :class:`RunController`; override what you need. Called on the
+    controller's worker threads."""
+
+    def on_state(self, state: State, reason: str) -> None:
+        """The controller's state changed (``reason``: the failure, or the URL at ready)."""
+
+    def on_line(self, stream: str, text: str, t: float) -> None:
+        """A server log line (session-clock seconds)."""
+
+    def on_launch_failed(self, reason: str, diagnosis: Diagnosis | None) -> None:
+        """The server failed (to start, or after it was ready), with the diagnosis."""
+
+    def on_ramp_started(self, spec: Any) -> None:
+        """A ramp began (``spec`` in rig seconds)."""
+
+    def on_level_start(self, ev: dict) -> None:
+        """A level began: ``{"idx", "level", "t"}`` (t wall seconds)."""
+
+    def on_records(self, records: list) -> None:
+        """Completed requests (:class:`app.loadgen.records.RequestRecord`)."""
+
+    def on_level(self, st: StepStats) -> None:
+        """A level ended; its stats in rig seconds."""
+
+    def on_safety_stop(self, reason: str) -> None:
+        """A safety limit stopped the ramp."""
+
+    def on_ramp_done(self, outcome: RampOutcome) -> None:
+        """The ramp ended and is recorded (``outcome.run_id``)."""
+
+    def on_record_failed(self, message: str) -> None:
+        """The run could not be (completely) recorded."""
+
+
+class _Ramp:
+    """A running ramp."""
+
+    def __init__(self, spec: Any, record: RecordSpec | None, safety: Any | None) -> None:
+        self.spec = spec
+        self.record = record
+        self.safety = safety
+        self.gen: LoadGenerator | None = None
+        self.steps: list[StepStats] = []
+        self.safety_reason: str | None = None
+        self.abort_reason: str | None = None
+        self.aborted = threading.Event()
+        self.done = threading.Event()
+        self.outcome: RampOutcome | None = None
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+
+
+class RunController:
+    """One session: a server (launched or attached) and the ramps run against it.
+
+    ``store``: a :class:`app.store.RunStore`, a zero-argument callable returning one
+    (opened on first use, off the GUI thread), or None (the default run store, opened
+    on first use and closed by :meth:`close`). ``listener``: a :class:`RunListener`.
+    ``clock``: the session clock shared by every sample, request and log line.
+    """
+
+    def __init__(self, *, store: Any = None, listener: RunListener | None = None,
+                 clock: SessionClock | None = None) -> None:
+        self._store_src = store
+        self._store = None if (store is None or callable(store)) else store
+        self._own_store = store is None
+        self.listener = listener or RunListener()
+        self.clock = clock or SessionClock()
+        self.bank = SeriesBank()
+        self.client = ClientSeries()
+        self.state = State.IDLE
+        self.target: LaunchTarget | None = None
+        self.supervisor: Supervisor | None = None
+        self.last_supervisor: Supervisor | None = None  # the stopped one, for its log and leftovers
+        self.telemetry: Telemetry | None = None
+        self.url: str | None = None
+        self.api_model: str | None = None
+        self.sim_info: dict[str, Any] = {}
+        self.time_scale = 1.0
+        self.failure: tuple[str, Diagnosis | None] | None = None
+        self.run: RunRecorder | None = None  # a run opened by open_run (spans the launch)
+        self._ramp: _Ramp | None = None
+        self._lock = threading.RLock()
+        self._ready = threading.Event()
+        self._bg: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ store
+    @property
+    def store(self):
+        """The run store (opened on first use)."""
+        with self._lock:
+            if self._store is None:
+                if callable(self._store_src):
+                    self._store = self._store_src()
+                else:
+                    from app.store import RunStore  # opened lazily: the GUI starts without a database
+
+                    self._store = RunStore()
+            return self._store
+
+    def close(self) -> list[int]:
+        """:meth:`stop`, then close the run store if this controller opened it."""
+        left = self.stop()
+        if self._own_store and self._store is not None:
+            self._store.close()
+            self._store = None
+        return left
+
+    # ------------------------------------------------------------------ state
+    def _set_state(self, state: State, reason: str = "") -> None:
+        self.state = state
+        self._emit("on_state", state, reason)
+
+    def _emit(self, name: str, *args: Any) -> None:
+        try:
+            getattr(self.listener, name)(*args)
+        except Exception:
+            log.exception("run listener %s failed", name)
+
+    @property
+    def server_running(self) -> bool:
+        return self.state in RUNNING_STATES
+
+    @property
+    def ready(self) -> bool:
+        return self.state in (State.READY, State.ATTACHED)
+
+    @property
+    def ramp_running(self) -> bool:
+        r = self._ramp
+        return r is not None and not r.done.is_set()
+
+    @property
+    def ramp_spec(self) -> Any:
+        r = self._ramp
+        return r.spec if r is not None else None
+
+    # ------------------------------------------------------------------ launch
+    def launch(self, target: LaunchTarget, *, check_leftovers: bool = True) -> list:
+        """Start the server of ``target`` (or attach to its URL). Blocking: the leftover
+        search and the interpreter probe take up to seconds. Returns the leftover vLLM
+        processes that hold GPU memory (then nothing was started: end them with
+        :func:`app.server.procs.end_processes` or launch with ``check_leftovers=False``),
+        else ``[]``; readiness comes through :meth:`wait_ready` and ``on_state``. Raises
+        :class:`app.server.launch.LaunchError` for bad input (nothing started) and
+        RuntimeError when a server is already up."""
+        with self._lock:
+            if self.server_running:
+                raise RuntimeError("a server is already running in this session; stop it first")
+            self.target = target
+            self.time_scale, self.sim_info, self.failure = 1.0, {}, None
+            self.bank = SeriesBank()
+            self.client = ClientSeries()
+            self._ready.clear()
+        if target.engine == "attach":
+            self.url = (target.attach_url or "").rstrip("/")
+            if not self.url:
+                raise ValueError("attach: give the server's URL (attach_url), e.g. http://127.0.0.1:8000")
+            self.api_model = target.attach_model or None
+            self.sim_info = sim_info(self.url)
+            self.time_scale = time_scale_of(self.sim_info)
+            self.client.time_scale = self.time_scale
+            self._start_telemetry(None, at_ready=True)
+            self._set_state(State.ATTACHED, self.url)
+            self._ready.set()
+            return []
+        self._set_state(State.STARTING, "checking")
+        try:
+            if check_leftovers:
+                left = [p for p in procs.find_leftovers() if p.gpu_bytes]
+                if left:
+                    self._set_state(State.IDLE, "leftover processes hold GPU memory")
+                    return left
+            grace = target.grace if target.grace is not None else (10.0 if target.engine == "sim" else 20.0)
+            sup = Supervisor(target.config, engine=target.engine, python=target.python, sim_args=target.sim_args,
+                             startup_timeout=target.startup_timeout, grace=grace, clock=self.clock)
+            sup.on_line(self._line)
+            sup.on_state(lambda ch, sup=sup: self._on_server_state(sup, ch))
+            self.supervisor = sup
+            sup.start()  # raises LaunchError for bad input, before starting anything
+        except Exception as e:
+            self.supervisor = None
+            self.failure = (str(e), None)
+            self._set_state(State.FAILED, str(e))
+            self._emit("on_launch_failed", str(e), None)
+            self._ready.set()
+            raise
+        self.url = sup.url
+        self.api_model = target.config.api_model_name
+        if target.engine == "vllm":
+            self._start_telemetry(sup, at_ready=False)  # the cards from the first second of the launch
+        return []
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait until the server is ready (or attached); False when it failed, was
+        stopped or ``timeout`` (s) passed."""
+        self._ready.wait(timeout)
+        return self.ready
+
+    def _line(self, stream: str, text: str, t: float) -> None:
+        rec = self._recorder()
+        if rec is not None:
+            rec.add_log_line(stream, text, t)
+        self._emit("on_line", stream, text, t)
+
+    def _on_server_state(self, sup: Supervisor, ch) -> None:
+        """Supervisor thread: follow the server's states."""
+        if sup is not self.supervisor:
+            return  # a stale supervisor's late news
+        st = ch.state.value
+        if st == "loading":
+            self._set_state(State.LOADING, ch.reason)
+        elif st == "ready":
+            if self.target is not None and self.target.engine == "sim":
+                self.sim_info = sim_info(sup.url)
+                self.time_scale = time_scale_of(self.sim_info)
+            self.client.time_scale = self.time_scale
+            self._start_telemetry(sup, at_ready=True)
+            rec = self.run
+            if rec is not None:
+                self._attach_run(rec)
+            self._set_state(State.READY, sup.url)
+            self._ready.set()
+        elif st == "failed":
+            diag = None
+            try:
+                diag = diagnose(sup.log_tail(400), sup.silent_for())
+            except Exception:
+                log.exception("diagnosis failed")
+            self.failure = (ch.reason, diag)
+            r = self._ramp
+            if r is not None:
+                r.aborted.set()
+                if r.gen is not None:
+                    r.gen.abort()
+            self._teardown_telemetry()
+            self._set_state(State.FAILED, ch.reason)
+            self._emit("on_launch_failed", ch.reason, diag)
+            self._ready.set()
+        elif st == "stopping" and self.state != State.FAILED:
+            self._set_state(State.STOPPING, ch.reason)
+        elif st == "stopped" and self.state != State.FAILED:
+            self._ready.set()
+
+    @property
+    def failure_text(self) -> str:
+        """The failure with its diagnosis, one paragraph (empty when nothing failed)."""
+        if self.failure is None:
+            return ""
+        reason, diag = self.failure
+        return reason + (f"\n{diag.summary()}" if diag is not None else "")
+
+    # ------------------------------------------------------------------ telemetry
+    def _start_telemetry(self, sup: Supervisor | None, at_ready: bool) -> None:
+        t = self.target
+        if t is None or not t.telemetry:
+            return
+        cpu_build = sup is not None and sup.interpreter is not None and sup.interpreter.is_cpu_build
+        gpu_source = None
+        try:
+            if t.engine == "sim":
+                if sup is not None and at_ready:
+                    from app.telemetry.http_source import HttpGpuSource
+
+                    gpu_source = HttpGpuSource(sup.url)  # the rig serves its cards once it is up
+            elif t.use_nvml and not cpu_build:
+                from app.telemetry.nvml_source import NvmlSource
+
+                gpu_source = NvmlSource(t.config.gpus, server_pgid=sup.pgid if sup else None)
+            metrics_url = self.url if at_ready else None  # /metrics is served from ready on
+            tel = Telemetry(clock=self.clock, gpu_source=gpu_source, metrics_url=metrics_url,
+                            pgid=sup.pgid if sup else None, host=sup is not None, bank=self.bank,
+                            gpu_interval=t.gpu_interval, metrics_interval=t.metrics_interval)
+            tel.subscribe(self._samples)
+        except Exception:
+            log.exception("telemetry could not start; the run goes on without it")
+            return
+        with self._lock:
+            old, self.telemetry = self.telemetry, tel.start()
+        if old is not None:
+            self._background("telemetry-stop", old.stop)
+
+    def _samples(self, samples: list) -> None:
+        rec = self._recorder()
+        if rec is not None:
+            rec.add_samples(samples)
+
+    def _teardown_telemetry(self) -> None:
+        with self._lock:
+            tel, self.telemetry = self.telemetry, None
+        if tel is not None:
+            self._background("telemetry-stop", tel.stop)
+
+    def _background(self, name: str, fn: Callable[[], Any]) -> None:
+        def body() -> None:
+            try:
+                fn()
+            except Exception:
+                log.exception("%s failed", name)
+
+        t = threading.Thread(target=body, name=name, daemon=True)
+        t.start()
+        self._bg = [x for x in self._bg if x.is_alive()] + [t]
+
+    # ------------------------------------------------------------------ recording
+    def _recorder(self) -> RunRecorder | None:
+        r = self._ramp
+        if r is not None and getattr(r, "recorder", None) is not None and r.recorder.open:
+            return r.recorder
+        rec = self.run
+        return rec if rec is not None and rec.open else None
+
+    def _new_recorder(self, record: RecordSpec, spec: Any = None) -> RunRecorder:
+        prof = record.profile
+        t = self.target
+        engine = prof.engine if prof is not None else ("sim" if self.sim_info else (t.engine if t else "attach"))
+        name = record.name or (prof.name if prof is not None else f"ramp {self.url or ''}".strip())
+        gpu_count = 1
+        if prof is not None:
+            try:
+                gpu_count = prof.server_config(resolve=False).world_size
+            except Exception:
+                gpu_count = 1
+        return RunRecorder(self.store, name=name, engine=engine, profile_data=prof.to_data() if prof else None,
+                           spec=spec, plan=record.plan, gpu_count=gpu_count, clock_wall0=self.clock.wall0)
+
+    def _attach_run(self, rec: RunRecorder) -> None:
+        """The server's config, log, hardware and time scale into an open run."""
+        sup = self.supervisor
+        try:
+            if sup is not None:
+                rec.attach_server(sup)
+            t = self.target
+            engine = t.engine if t is not None else "attach"
+            if engine == "attach" and self.sim_info:
+                engine = "sim"  # an attached sim is recorded as one, with its cards (compare counts them)
+            hw = hardware_for(engine, supervisor=sup, info=self.sim_info,
+                              gpus=t.config.gpus if t is not None else None)
+            rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
+            if hw is not None and engine == "sim":
+                rec.gpu_count = hw.count
+        except Exception:
+            log.exception("could not record the server of run %s", rec.run_id)
+
+    def open_run(self, record: RecordSpec) -> int:
+        """Open a run that spans the launch (``vllm-dyno run``): a failed launch is
+        recorded in it; the next ramp records into it and leaves it open; close it with
+        :meth:`close_run`. Returns the run id."""
+        spec = record.profile.ramp.model_dump(mode="json") if record.profile is not None else None
+        self.run = self._new_recorder(record, spec)
+        if self.ready:
+            self._attach_run(self.run)
+        return self.run.run_id
+
+    def close_run(self, status: str, reason: str = "", knee: Knee | None = None,
+                  error: str | None = None) -> tuple[dict[str, Any], ResultsSummary | None] | None:
+        """Finish the run opened by :meth:`open_run` (summary written); None without one."""
+        rec, self.run = self.run, None
+        if rec is None:
+            return None
+        if self.supervisor is not None and rec.supervisor is None:
+            try:
+                rec.attach_server(self.supervisor)
+            except Exception:
+                log.exception("could not record the server of run %s", rec.run_id)
+        return rec.finish(status, reason, knee, error=error)
+
+    # ------------------------------------------------------------------ ramps
+    def start_ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: Any | None = None) -> None:
+        """Start a ramp against the ready server and return at once. ``spec``: a
+        :class:`app.loadgen.spec.RampSpec` in rig seconds (its ``url`` this server's);
+        ``record``: record it as a run (ignored while a run opened by :meth:`open_run` is
+        open: the ramp records into that one); ``safety``: Settings' SafetyLimits (None:
+        no thermal stop, the spec's own failure-rate limit). Progress through the
+        listener; the end through ``on_ramp_done`` and :meth:`wait_ramp`."""
+        import gc
+
+        with self._lock:
+            if self.ramp_running:
+                raise RuntimeError("a ramp is already running; abort it first")
+            if not self.ready:
+                raise RuntimeError("no server is ready: launch (or attach to) one first")
+            r = _Ramp(apply_safety(spec, safety), record, safety)
+            r.recorder = None  # type: ignore[attr-defined]
+            self._ramp = r
+        # A full (generation-2) collection walks every object of the process (the GUI's
+        # Qt wrappers, pyqtgraph, pydantic models) and stopped its event loop for ≈ 55 ms
+        # mid-ramp (benchmarks/gui_stall.py). Collect once now and move the survivors to
+        # the permanent generation, so that the ramp's collections only walk what it makes.
+        gc.collect()
+        gc.freeze()
+        self.client.reset()
+        self._emit("on_ramp_started", r.spec)
+        r.thread = threading.Thread(target=self._ramp_main, args=(r,), name="ramp", daemon=True)
+        r.thread.start()
+
+    def ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: Any | None = None,
+             timeout: float | None = None) -> RampOutcome:
+        """Run a ramp to its end (blocking) and return its outcome; on ``timeout`` (s) it
+        is aborted and what it completed is returned."""
+        self.start_ramp(spec, record=record, safety=safety)
+        out = self.wait_ramp(timeout)
+        if out is None:
+            self.abort_ramp("the ramp ran past its time limit")
+            out = self.wait_ramp()
+        assert out is not None
+        return out
+
+    def wait_ramp(self, timeout: float | None = None) -> RampOutcome | None:
+        """The outcome of the current (or last) ramp once it ended; None on timeout."""
+        r = self._ramp
+        if r is None:
+            return None
+        if not r.done.wait(timeout):
+            return None
+        return r.outcome
+
+    def abort_ramp(self, reason: str | None = None) -> None:
+        """Ask the running ramp to stop (completed levels are kept; returns at once).
+        ``reason``: why, shown as the ramp's stop reason."""
+        r = self._ramp
+        if r is None or r.done.is_set():
+            return
+        with r.lock:
+            if reason and not r.abort_reason:
+                r.abort_reason = reason
+            r.aborted.set()
+        gen = r.gen
+        if gen is not None:
+            self._background("ramp-abort", gen.abort)
+
+    def _ramp_main(self, r: _Ramp) -> None:
+        k = self.time_scale
+        spec = r.spec
+        try:
+            if self.run is None and r.record is not None:
+                try:
+                    r.recorder = self._new_recorder(r.record, spec)  # type: ignore[attr-defined]
+                    self._attach_run(r.recorder)  # type: ignore[attr-defined]
+                except Exception as e:  # the ramp still runs; the user is told it is not recorded
+                    log.exception("the run could not be recorded")
+                    self._emit("on_record_failed", f"the ramp is not recorded: {e}")
+            elif self.run is not None:
+                self.run.set_context(spec=spec)
+            rec = self._recorder()
+            api_key = self.target.config.env.get("VLLM_API_KEY") if self.target is not None else None
+
+            def on_records(recs: list) -> None:
+                self.client.add(recs)
+                rr = self._recorder()
+                if rr is not None:
+                    rr.add_records(recs)
+                self._emit("on_records", recs)
+
+            def on_level_start(ev: dict) -> None:
+                self.client.level_started(ev.get("t", self.clock.now()), ev.get("level", 0))
+                self._emit("on_level_start", ev)
+
+            def on_level(st: StepStats) -> None:
+                rig = to_rig_time(st, k)
+                with r.lock:
+                    r.steps = sorted([s for s in r.steps if s.idx != rig.idx] + [rig], key=lambda s: s.idx)
+                rr = self._recorder()
+                if rr is not None:
+                    rr.add_level(rig)
+                self._emit("on_level", rig)
+
+            gen = LoadGenerator(spec_to_wall(spec, k), clock=self.clock, api_key=api_key, on_records=on_records,
+                                on_level_start=on_level_start, on_level=on_level)
+            r.gen = gen
+            try:
+                gen.start()
+                next_check = 0.0
+                while gen.running:
+                    if r.aborted.is_set():
+                        gen.abort()
+                    gen.wait(0.1)
+                    now = time.monotonic()
+                    if now >= next_check:
+                        next_check = now + CHECK_INTERVAL_S
+                        self._check_safety(r)
+                res = gen.wait()
+            finally:
+                gen.stop()
+                self.client.ramp_ended(self.clock.now())
+            out = self._outcome(r, res, k)
+        except Exception as e:  # an unexpected failure still ends the ramp and is recorded
+            log.exception("ramp failed")
+            out = RampOutcome("error", f"{type(e).__name__}: {e}", error=f"{type(e).__name__}: {e}",
+                              steps=list(r.steps), time_scale=k)
+        rec = getattr(r, "recorder", None)
+        if rec is not None:
+            try:
+                if out.status == "error" and not out.records and not out.steps and r.record is not None \
+                        and r.record.profile is None:
+                    rec.discard()  # nothing ran (`vllm-dyno ramp`'s failed pre-flight check): no run
+                else:
+                    out.summary, out.results = rec.finish(out.status, out.stop_reason, out.knee, error=out.error)
+                    out.run_id = rec.run_id
+            except Exception as e:
+                log.exception("could not complete run %s", rec.run_id)
+                self._emit("on_record_failed", f"run {rec.run_id} could not be completed in the store: {e}")
+        elif self.run is not None:
+            out.run_id = self.run.run_id
+        r.outcome = out
+        r.done.set()
+        self._emit("on_ramp_done", out)
+
+    def _check_safety(self, r: _Ramp) -> None:
+        """Ramp thread, every CHECK_INTERVAL_S: thermal limit, a failed server."""
+        s = r.safety
+        if s is not None and s.enabled and not r.safety_reason:
+            reason = thermal_stop_reason(self.bank, s.thermal_margin_c)
+            if reason:
+                with r.lock:
+                    r.safety_reason = reason
+                r.aborted.set()
+                if r.gen is not None:
+                    r.gen.abort()
+                self._emit("on_safety_stop", reason)
+        sup = self.supervisor
+        if sup is not None and sup.state.value == "failed" and r.gen is not None:
+            r.gen.abort()
+
+    def _outcome(self, r: _Ramp, res, k: float) -> RampOutcome:
+        """The generator's result → the ramp's outcome in rig seconds."""
+        with r.lock:
+            steps = list(r.steps)
+        status, reason = res.status, res.stop_reason or (res.error or "")
+        if r.safety_reason:
+            status, reason = "safety", r.safety_reason
+        elif self.failure is not None and status not in OK_STATUSES:
+            status, reason = "server_failed", self.failure_text
+        elif status == "aborted" and r.abort_reason:
+            reason = r.abort_reason
+        reason = rig_stop_reason(status, reason, steps)
+        knee = find_knee(steps, r.spec.knee_gain, r.spec.knee_ttft_ratio)
+        return RampOutcome(status, reason, error=res.error, model=res.model, steps=steps, knee=knee,
+                           records=list(res.records), time_scale=k)
+
+    # ------------------------------------------------------------------ energy
+    def energy(self, st: StepStats) -> LevelEnergy:
+        """Power (W) and J/token of level ``st`` (rig seconds) from the live GPU power
+        samples (:func:`app.telemetry.derived.level_energy`)."""
+        power = gpu_series(self.bank, "power_w")
+        return level_energy(power, st.window_start, st.window_end, st.output_tps * st.window_s, self.time_scale)
+
+    # ------------------------------------------------------------------ stop
+    def stop(self, reason: str | None = None, timeout: float = 30.0) -> list[int]:
+        """Abort any ramp (its run is recorded as aborted, with ``reason``), stop telemetry
+        and the server. Blocking; returns the pids of the server's group left alive."""
+        if self.server_running and self.state not in (State.ATTACHED, State.STOPPING):
+            self._set_state(State.STOPPING, "")
+        r = self._ramp
+        if r is not None and not r.done.is_set():
+            self.abort_ramp(reason or "stopped by the user")
+            if r.gen is not None:
+                r.gen.stop(5.0)
+            if r.thread is not None:
+                r.thread.join(timeout)
+        self._teardown_telemetry()
+        for t in list(self._bg):
+            t.join(max(0.0, min(timeout, 10.0)))
+        sup, left = self.supervisor, []
+        if sup is not None:
+            left = sup.stop()
+            self.last_supervisor, self.supervisor = sup, None
+            if left:
+                log.error("processes of the server group survived the stop: %s", left)
+        attached = self.target is not None and self.target.engine == "attach"
+        if self.state != State.FAILED:
+            self._set_state(State.IDLE if attached or self.target is None else State.STOPPED, "")
+        self._ready.set()
+        return left

@@ -1,0 +1,46 @@
+"""Ramp safety stops, from the user's Settings (:class:`app.settings.SafetyLimits`).
+
+The run controller applies them to every ramp, whichever front end started it:
+
+- :func:`apply_safety`: the failure-rate limit becomes the ramp's ``max_failure_rate``
+  (the load generator stops a level whose failures pass it); safety off → 1.0 (never).
+- :func:`thermal_stop_reason`: checked every :data:`CHECK_INTERVAL_S` while a ramp runs;
+  a GPU within ``thermal_margin_c`` °C of its slowdown temperature (NVML
+  ``NVML_TEMPERATURE_THRESHOLD_SLOWDOWN``, sampled as ``temp_slowdown_c``) stops the
+  ramp, saying why.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: seconds between two thermal checks of a running ramp
+CHECK_INTERVAL_S = 0.5
+
+
+def apply_safety(spec: Any, safety: Any | None) -> Any:
+    """``spec`` (a RampSpec) with the failure-rate limit of ``safety`` (SafetyLimits or
+    None = leave the spec's own limit): enabled → ``max_failure_rate`` = the setting's
+    fraction; disabled → 1.0."""
+    if safety is None:
+        return spec
+    rate = safety.max_failure_rate if safety.enabled else 1.0
+    return spec if spec.max_failure_rate == rate else spec.model_copy(update={"max_failure_rate": rate})
+
+
+def thermal_stop_reason(bank, margin_c: float) -> str | None:
+    """The sentence to stop the ramp with, or None while every GPU is cool enough.
+
+    ``bank``: a :class:`app.telemetry.series.SeriesBank` holding ``gpuN`` sources with
+    ``temp_gpu_c`` and ``temp_slowdown_c`` (°C); ``margin_c``: °C below the slowdown
+    temperature at which to stop. Cards without a reading or a threshold are skipped
+    (NaN is "no reading")."""
+    for src, name in bank.keys():
+        if name != "temp_gpu_c":
+            continue
+        cur, slow = bank.last(src, name), bank.last(src, "temp_slowdown_c")
+        if cur is None or slow is None or cur[1] != cur[1] or slow[1] != slow[1]:
+            continue
+        if cur[1] >= slow[1] - margin_c:
+            return (f"safety stop: {src.replace('gpu', 'GPU ')} reached {cur[1]:.0f} °C, within "
+                    f"{margin_c:g} °C of its slowdown temperature {slow[1]:.0f} °C")
+    return None
