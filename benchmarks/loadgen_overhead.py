@@ -6,7 +6,7 @@ write, no JSON work at all. The server is pinned to one core, the client to anot
 the server's CPU share is measured during every run and must stay under 50 % (else the
 figure measures the server). For each of 64, 256 and 1024 concurrent streams both our
 generator (``app.loadgen``) and the peer client — ``vllm bench serve`` from
-``.venv-vllm``, run with the metadata shim of shared/VLLM-FACTS.md — stream the same
+``.venv-vllm``, run with the metadata shim of docs/vllm-facts.md ("The CPU build") — stream the same
 requests from the same server in the same run. Figures: streamed chunks/s (one token
 per chunk) and TTFT p99 (= added latency: the server answers at once).
 

@@ -1,5 +1,5 @@
-"""Fidelity of the sim against PERF-MODEL.md's reference curves, the seed scenario, and
-the time-scale invariance check. Prints tables; asserts nothing.
+"""Fidelity of the sim against the reference curves of docs/perf-model.md, the seed
+scenario, and the time-scale invariance check. Prints tables; asserts nothing.
 
 - ``offline`` (default): closed-loop ramps in rig time through the sim's own scheduler
   and step model (app.sim.offline) — the same code the server runs, without HTTP.

@@ -3,7 +3,7 @@
 hidden 256, 4 heads (head_dim 64: the CPU attention backend rejects head_dim 16),
 2 KV heads, 2 layers, intermediate 512, a byte-level BPE vocabulary of 512 trained
 with `tokenizers` on a few sentences. KV bytes per token = 2 layers x 2 KV heads x 64
-x 2 (K and V) x 2 bytes = 1,024 B (see shared/VLLM-FACTS.md).
+x 2 (K and V) x 2 bytes = 1,024 B (docs/vllm-facts.md, "The tiny test model").
 
 Usage: python scripts/make_tiny_model.py OUT_DIR   (run with .venv-vllm's python)
 """

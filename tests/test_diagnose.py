@@ -1,4 +1,4 @@
-"""Log diagnosis beyond the shared cases: wrappers, ANSI, silence, version errors, CLI."""
+"""Log diagnosis beyond the launch cases (tests/cases/launch/): wrappers, ANSI, silence, version errors, CLI."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""SSE parser and stream timing: unit tests and every case in shared/cases/streaming/."""
+"""SSE parser and stream timing: unit tests and every case in tests/cases/streaming/."""
 from __future__ import annotations
 
 import asyncio
@@ -127,16 +127,18 @@ def _check(rec, exp):
 
 
 def _variants(case):
+    """The case's events and expect, then each variant's (tests/cases/README.md)."""
     out = [("base", case["events"], case["expect"])]
-    vs = case.get("variants") or ([case["variant"]] if "variant" in case else [])
-    for k, v in enumerate(vs):
-        if "events" in v:
-            ev = v["events"]
-        elif "insert" in v:
-            ev = sorted(case["events"] + [v["insert"]], key=lambda e: e[0])
-        else:  # "same stream without the usage chunk"
-            assert "without the usage" in v["story"], v
+    for k, v in enumerate(case.get("variants", [])):
+        (how, arg), = v["change"].items()
+        if how == "replace_events":
+            ev = arg
+        elif how == "insert_event":
+            ev = sorted(case["events"] + [arg], key=lambda e: e[0])
+        elif how == "drop_usage_chunk" and arg:
             ev = [e for e in case["events"] if '"usage"' not in e[1]]
+        else:
+            raise AssertionError(f"{case['id']}: change not understood by this test: {v['change']}")
         out.append((f"variant{k}", ev, dict(v["expect"])))  # a variant's expect stands alone
     return out
 

@@ -125,7 +125,7 @@ def step(level, tps, ttft):
 
 
 def test_knee_from_vllm_facts_ramp():
-    # the measured CPU ramp of VLLM-FACTS.md (max_num_seqs 8), TTFT growing 18× at 16
+    # the measured CPU ramp of docs/vllm-facts.md (max_num_seqs 8), TTFT growing 18× at 16
     steps = [step(1, 134, 0.053), step(2, 293, 0.055), step(4, 551, 0.06), step(8, 857, 0.07), step(16, 945, 0.949)]
     k = find_knee(steps)
     assert k.level == 8 and k.next_level == 16

@@ -1,5 +1,5 @@
-"""Every shared launch case: the planner's verdict/problem/fix on hardware + model +
-server, and the diagnoser's problem/fix on the log (shared/cases/launch/)."""
+"""Every launch case of tests/cases/launch/: the planner's verdict/problem/fix on
+hardware + model + server, and the diagnoser's problem/fix on the log."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,5 @@
-"""Checks beyond the shared cases: version-dependent options and defaults, CPU build,
-seed scenario capacity, fixes that must pass every check."""
+"""Checks beyond the launch cases (tests/cases/launch/): version-dependent options and
+defaults, CPU build, seed scenario capacity, fixes that must pass every check."""
 from __future__ import annotations
 
 import pytest
@@ -24,7 +24,7 @@ def test_seed_scenario_fits_and_warns_about_p2p():
         assert p.ranks[0].weights_gib == pytest.approx(37.03 / n, rel=0.01)
         assert p.workload_concurrency == 256  # max_num_seqs, not KV, limits 512+128 requests
     p4 = seed(4)
-    # PERF-MODEL.md: ≈ 230k KV tokens free at TP4; 30 × 640 need 19k — no OOM at 30 users
+    # docs/perf-model.md: ≈ 230k KV tokens free at TP4; 30 × 640 need 19k — no OOM at 30 users
     assert 200_000 < p4.kv_cache_tokens < 280_000
     fixed = seed(4, env={"NCCL_P2P_DISABLE": "1"}, disable_custom_all_reduce=True)
     assert fixed.verdict == "ok"
@@ -94,7 +94,7 @@ def test_cpu_build_kv_tokens_from_kv_space(tiny_model):
     cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), use_calibration=False)
     assert p.verdict == "warn" and p.problems() == ["cpu_worker_busy_wait"]
-    assert p.kv_cache_tokens == 1_048_576  # 1 GiB / 1,024 B per token (VLLM-FACTS.md)
+    assert p.kv_cache_tokens == 1_048_576  # 1 GiB / 1,024 B per token (docs/vllm-facts.md)
     assert p.max_concurrency == pytest.approx(1_048_576 / 2048)
 
 

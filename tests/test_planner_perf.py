@@ -1,6 +1,6 @@
 """Step-time model, predicted curves, calibration (fit on half a ramp, predict the rest).
 
-Published curves (PERF-MODEL.md) are only reported (run with -s to see the errors);
+Published curves (docs/perf-model.md, "Reference curves") are only reported (run with -s to see the errors);
 their workloads are partly unknown, so nothing is asserted on them."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from app.planner.models import from_catalog, resolve_model
 from app.planner.perf import PerfParams
 from app.planner.plan import Workload, plan
 
-#: shared/VLLM-FACTS.md "Measured ramp": CPU build, tiny model, max_num_seqs 8, 128 output tokens
+#: docs/vllm-facts.md "Measured ramp": CPU build, tiny model, max_num_seqs 8, 128 output tokens
 CPU_RAMP = {1: 134, 2: 293, 4: 551, 8: 857, 16: 945}
 CPU_PROMPT = 32  # not stated with the measurement: assumed
 
@@ -39,13 +39,13 @@ def test_allreduce_nvlink_vs_pcie_without_p2p():
     nv = rig("H100 SXM", 8, "Llama-3-70B").perf
     pc = rig("RTX 5090", 8, "Llama-3-70B", "awq").perf
     assert nv.params.allreduce_alpha_s == pytest.approx(25e-6)
-    assert pc.params.allreduce_alpha_s == pytest.approx(80e-6)  # 40 + 5·8 µs, PERF-MODEL: 60–100 at TP8
+    assert pc.params.allreduce_alpha_s == pytest.approx(80e-6)  # 40 + 5·8 µs, docs/perf-model.md: 60–100 at TP8
     assert pc.allreduce_s(16384) > 3 * nv.allreduce_s(16384)
     assert rig("RTX 5090", 1, "Llama-3-8B").perf.allreduce_s(16384) == 0.0
 
 
 def test_seed_scenario_shape():
-    """PERF-MODEL.md: with its parameters the model gives ≈ 40–60 tok/s for one user on
+    """docs/perf-model.md: with its parameters the model gives ≈ 40–60 tok/s for one user on
     either rig and ≈ 180–300 at 10 users; 8 cards barely beat 4 for a single user."""
     p4 = rig("RTX 5090", 4, "Llama-3-70B", "awq", max_model_len=8192)
     p8 = rig("RTX 5090", 8, "Llama-3-70B", "awq", max_model_len=8192)
@@ -75,7 +75,7 @@ def test_curve_knee_at_max_num_seqs_on_cpu(tiny_model):
 
 
 def test_calibration_fit_half_predict_half(tiny_model, capsys):
-    """Fit on levels 1, 4, 16 of the measured CPU ramp (VLLM-FACTS.md table; the live
+    """Fit on levels 1, 4, 16 of the measured CPU ramp (docs/vllm-facts.md; the live
     ramp is in tests/e2e/test_planner_e2e.py), predict 2 and 8, report every level."""
     cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), Workload(CPU_PROMPT, 128),
@@ -87,7 +87,7 @@ def test_calibration_fit_half_predict_half(tiny_model, capsys):
     params = fit(p.perf, train, CPU_PROMPT, 128, cap)
     after = level_errors(p.perf.with_params(params), levels, CPU_PROMPT, 128, cap)
     with capsys.disabled():
-        print("\nCPU ramp (VLLM-FACTS table), fit on 1/4/16, error per level (default → calibrated):")
+        print("\nCPU ramp (docs/vllm-facts.md), fit on 1/4/16, error per level (default → calibrated):")
         for b, a in zip(before, after):
             tag = "fit" if b.concurrency in (1, 4, 16) else "predicted"
             print(f"  c={b.concurrency:>2} measured {b.measured_tps:5.0f}  default {b.predicted_tps:5.0f} "

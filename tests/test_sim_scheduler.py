@@ -113,7 +113,7 @@ RIG = ServerConfig(model="meta-llama/Meta-Llama-3-70B-Instruct-AWQ", tensor_para
 
 def test_plan_figures_for_the_70b_awq_rig():
     p = ma.plan_rig(RIG, "RTX 4090", 8)
-    assert p.kv_bytes_per_token == 40960  # 327,680 B/token / TP 8 (PERF-MODEL.md)
+    assert p.kv_bytes_per_token == 40960  # 327,680 B/token / TP 8 (docs/perf-model.md)
     assert p.weights_bytes / ma.GIB == pytest.approx(39.8e9 / 8 / ma.GIB, rel=0.03)
     assert p.max_num_seqs == 64 and p.max_num_batched_tokens == 2048
     assert p.kv_tokens == p.num_blocks * 16 > 300_000

@@ -1,4 +1,4 @@
-"""/metrics parsing: the cases in shared/cases/metrics/, old names, quantiles, malformed text."""
+"""/metrics parsing: the cases in tests/cases/metrics/, old names, quantiles, malformed text."""
 from __future__ import annotations
 
 import math
@@ -59,13 +59,15 @@ def test_metrics_case(path):
     snap = parse_metrics(case["text"])
     _check(snap, case["expect"])
     for var in case.get("variants", []):
-        story = var["story"]
-        if "gpu_cache_usage_perc instead of" in story:
-            text = case["text"].replace("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-        elif "neither KV gauge" in story:
-            text = "\n".join(l for l in case["text"].splitlines() if "cache_usage_perc" not in l) + "\n"
+        (how, arg), = var["change"].items()
+        if how == "rename_metric":
+            assert arg["from"] in case["text"]
+            text = case["text"].replace(arg["from"], arg["to"])
+        elif how == "drop_metric":
+            assert arg in case["text"]
+            text = "\n".join(l for l in case["text"].splitlines() if arg not in l) + "\n"
         else:
-            pytest.fail(f"variant not understood by this test: {story}")
+            pytest.fail(f"change not understood by this test: {var['change']}")
         _check(parse_metrics(text), var["expect"])
 
 

@@ -1,4 +1,4 @@
-"""GPU sampling through NVML: the cases in shared/cases/nvml/ and a pynvml-shaped double."""
+"""GPU sampling through NVML: the cases in tests/cases/nvml/ and a pynvml-shaped double."""
 from __future__ import annotations
 
 import logging
@@ -93,11 +93,7 @@ def test_nvml_case_init_failures(path, caplog):
         assert not sampler.running, "the sampler stops when NVML cannot start"
         assert len(seen) == 1 and not seen[0].ok  # reported once
         msg = seen[0].message
-        if fail["raises"] == "NVMLError_LibraryNotFound":
-            assert seen[0].state == "no_driver" and "no NVIDIA driver found" in msg
-        elif fail["raises"] == "NVMLError_LibRmVersionMismatch":
-            assert seen[0].state == "driver_mismatch"
-            assert "driver and library versions differ: reboot or reload the module" in msg
+        assert seen[0].state == fail["state"] and fail["message"] in msg
         assert "Traceback" not in caplog.text
         assert sum(msg in r.getMessage() for r in caplog.records) == 1
         caplog.clear()

@@ -163,7 +163,7 @@ class RampSpec(BaseModel):
 
 def slo_to_wall(slo: SLO, k: float) -> SLO:
     """An SLO written in rig seconds → wall seconds for a sim running ``k``× faster than
-    the wall clock (every bound ÷ k; shared/DESIGN.md "Sim time"). ``k == 1`` returns
+    the wall clock (every bound ÷ k; docs/design.md "Sim time"). ``k == 1`` returns
     ``slo`` unchanged. Raises ValueError for ``k`` ≤ 0."""
     if not k > 0:
         raise ValueError(f"time scale {k}: a sim's time scale is > 0")

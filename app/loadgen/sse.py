@@ -16,7 +16,7 @@ detokenizer holds back an incomplete UTF-8 sequence or for special tokens — co
 delta with non-empty ``content``, ``reasoning_content``/``reasoning`` or ``tool_calls``,
 or an empty ``content`` in a delta that is not the role announcement (chat). A
 role-only first chunk (``role`` + ``content: ""``) is not output, so TTFT is not timed
-on it (shared/cases/streaming/role-only-first-chunk.yaml).
+on it (tests/cases/streaming/role-only-first-chunk.yaml).
 """
 from __future__ import annotations
 

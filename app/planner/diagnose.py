@@ -1,7 +1,7 @@
 """Diagnosis of a vLLM log: which problem, why, the fix as option values, and the lines
 that show it.
 
-A catalog of patterns (source: shared/VLLM-FACTS.md "Failures to recognise") maps log
+A catalog of patterns (source: docs/vllm-facts.md "Failures to recognise") maps log
 lines to the planner's problem codes (app.planner.checks). Wrapper errors (``Engine
 core initialization failed``, ``EngineDeadError``) only count when no root cause is
 found earlier in the log. A server silent for ``silent_for_s`` ≥ 300 s after ``vLLM is

@@ -1,6 +1,6 @@
 """Per-GPU memory plan: what vLLM (V1) will put on each card before the first request.
 
-Source: shared/PERF-MODEL.md "KV cache": budget = total · gpu_memory_utilization; KV
+Source: docs/perf-model.md "KV cache": budget = total · gpu_memory_utilization; KV
 memory = budget − weights − activation peak − non-torch memory; CUDA graphs come out
 of the (1 − utilization) headroom; KV cache tokens = whole blocks of ``block_size``
 tokens; vLLM's logged "Maximum concurrency" = blocks / ceil(max_model_len / block).
@@ -118,7 +118,7 @@ def activation_gib(model: ModelArch, eff: Effective, layers_on_rank: int, last_s
 
 def cuda_graphs_gib(eff: Effective, layers_on_rank: int) -> float:
     """CUDA graph memory (GiB): 0 with ``enforce_eager``, else a base plus a per-layer
-    part (PERF-MODEL.md: 0.1–1+ GiB). Assumed."""
+    part (docs/perf-model.md: 0.1–1+ GiB). Assumed."""
     if eff.enforce_eager:
         return 0.0
     return GRAPHS_BASE_GIB + GRAPHS_PER_LAYER_GIB * layers_on_rank

@@ -2,7 +2,7 @@
 directory, the local Hugging Face cache (offline, no network) or the built-in catalog
 (``data/models.yaml``).
 
-Parameter counts and byte sizes follow shared/PERF-MODEL.md ("Weights", "KV cache"):
+Parameter counts and byte sizes follow docs/perf-model.md ("Weights", "KV cache"):
 every linear layer of the decoder is quantized, embeddings and lm_head stay 16-bit;
 AWQ/GPTQ b-bit with group g cost b/8 + 2/g + (b/8)/g bytes per parameter (fp16 scale
 and a b-bit zero point per group); KV per token = 2·L·kv_heads·head_dim·bytes, MLA =
@@ -34,7 +34,7 @@ class ModelNotFoundError(LookupError):
 
 def quant_bytes_per_param(method: str | None, bits: int | None = None, group_size: int | None = None,
                           dtype_bytes: int = 2) -> float:
-    """Bytes per parameter of a quantized linear weight (source: PERF-MODEL.md "Weights").
+    """Bytes per parameter of a quantized linear weight (source: docs/perf-model.md "Weights").
 
     ``None`` → ``dtype_bytes``; fp8/int8 families → 1 (scales are negligible); AWQ/GPTQ/
     Marlin → bits/8 + 2/g + (bits/8)/g (0.5195 at 4 bits, g=128; g = -1 means per

@@ -1,6 +1,6 @@
 """Step-time model (decode, prefill, mixed steps) and the predicted curve versus concurrency.
 
-Source: shared/PERF-MODEL.md "Step time (decode)" and "Prefill and TTFT". Per card of a
+Source: docs/perf-model.md "Step time (decode)" and "Prefill and TTFT". Per card of a
 pipeline stage, batch B, mean context c::
 
     t_stage = max((W + B·c·kv) / (η_mem·BW), (2·P_active·B + attention) / (η_c·F))
@@ -51,7 +51,7 @@ class PerfParams:
 
 
 def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> PerfParams:
-    """Defaults per GPU class (PERF-MODEL.md): η_mem 0.75 for 16- and 8-bit weights
+    """Defaults per GPU class (docs/perf-model.md): η_mem 0.75 for 16- and 8-bit weights
     ("0.7–0.8 measured for vLLM on A100/H100"; the same streaming kernels on GDDR cards —
     the RTX 4090 Mistral-7B reference curve implies ≈ 0.8); for 4-bit kernels 0.65 on
     GDDR cards ("assume 0.6–0.7 … until calibrated") and 0.70 on HBM; η_c 0.5; t_cpu 2.5 ms. All-reduce: NVLink α 25 µs at the

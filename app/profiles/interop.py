@@ -6,7 +6,7 @@ export is that block (model path resolved); the environment and GPU choice, whic
 ``--config`` file cannot hold, are written as comments. The command line is
 ``ENV=V … CUDA_VISIBLE_DEVICES=… vllm serve MODEL --opt v …``, shell-quoted
 (:func:`shlex.quote`); booleans follow vLLM's ``--flag`` / ``--no-flag`` convention
-(shared/VLLM-FACTS.md, "CLI knobs").
+(docs/vllm-facts.md, "CLI options").
 """
 from __future__ import annotations
 

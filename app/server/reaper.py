@@ -1,4 +1,4 @@
-"""The reaper: a tiny parent between the app and the server (issue #2, DESIGN.md).
+"""The reaper: a tiny parent between the app and the server (issue #2, docs/design.md "Processes").
 
 Started by the supervisor as the leader of a new session/process group with a pipe on
 its stdin. It starts the server (argv after ``--``) as its child in the same group,

@@ -5,7 +5,7 @@ stopped, or failed (reason + last 50 log lines). The server is started through
 :mod:`app.server.reaper` so that it dies with the app even if the app is SIGKILLed.
 Stop = SIGTERM to the server's main process, a grace period (default 20 s), SIGKILL
 to the group, then a psutil check that no process of the group is left
-(shared/VLLM-FACTS.md, "Shutdown").
+(docs/vllm-facts.md, "Shutdown").
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Routes: ``GET /health``, ``GET /version``, ``GET /v1/models``, ``POST /v1/comple
 ``POST /v1/chat/completions`` (streaming and not; ``usage``,
 ``stream_options.include_usage``, ``max_tokens`` / ``max_completion_tokens``,
 ``ignore_eos``), ``GET /metrics``, ``GET /sim/info``, ``GET /sim/telemetry``.
-Shapes and error texts follow vLLM 0.32 (shared/VLLM-FACTS.md, "HTTP").
+Shapes and error texts follow vLLM 0.32 (docs/vllm-facts.md, "HTTP").
 
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex

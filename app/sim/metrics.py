@@ -1,7 +1,7 @@
 """``/metrics`` with vLLM V1's metric names, types and labels (prometheus_client).
 
 Names and buckets from vLLM ``vllm/v1/metrics/loggers.py`` (0.10–0.32) as listed in
-shared/VLLM-FACTS.md, "HTTP". Labels ``model_name`` and ``engine`` ("0"). Durations
+docs/vllm-facts.md, "/metrics". Labels ``model_name`` and ``engine`` ("0"). Durations
 are rig seconds.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ refusals (with vLLM's own error text) and the step times.
 Everything else in :mod:`app.sim` calls only this module. Memory figures, checks and
 step times come from :mod:`app.planner` (``plan``, ``build_step_model``) for vLLM
 0.32's rules; what the planner does not hold and the sim needs — vLLM's exact error
-sentences per problem code (shared/VLLM-FACTS.md, "Failures to recognise") and the
+sentences per problem code (docs/vllm-facts.md, "Failures to recognise") and the
 telemetry figures of a card (idle power, thermal thresholds, clocks) — lives here.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``(APIServer pid=N) INFO MM-DD HH:MM:SS [file.py:L] message`` — the shape that
 :class:`app.server.logparse.LogParser` and the planner's diagnosis read
-(shared/VLLM-FACTS.md, "Startup log lines").
+(docs/vllm-facts.md, "Startup log lines").
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ series are kept, grouped by the ``engine`` label (absent → ``"0"``) and summed
 every other label (``model_name``, ``finished_reason``, …). ``*_created`` series hold
 epoch seconds of a counter's creation, not data: they are dropped.
 
-Renamed metrics (see VLLM-FACTS.md): ``kv_cache_usage_perc`` was
+Renamed metrics (docs/vllm-facts.md, "/metrics"): ``kv_cache_usage_perc`` was
 ``gpu_cache_usage_perc`` (≤ 0.11); ``inter_token_latency_seconds`` was
 ``time_per_output_token_seconds``. Lookups by the new name fall back to the old one
 (never both summed: newer vLLMs may export both with different meanings).
