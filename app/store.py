@@ -9,6 +9,9 @@ Times: ``t`` columns are seconds on the session clock (:class:`app.clock.Session
 ``clock.now()``); ``runs.created`` is Unix wall time and ``runs.clock_wall0`` maps the
 session clock to wall time (``wall = clock_wall0 + t``).
 
+Layout versions: ``PRAGMA user_version`` (:data:`SCHEMA_VERSION`); an older file is
+migrated step by step at open (:data:`MIGRATIONS`), a newer one is refused untouched.
+
 Thread-safe: one connection shared under a lock (``check_same_thread=False``).
 """
 from __future__ import annotations
@@ -18,72 +21,170 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+# ---------------------------------------------------------------------- schema versions
+# ``PRAGMA user_version`` holds the layout version. ``MIGRATIONS[v]`` brings a database
+# from version v to v+1; :class:`RunStore` runs the missing ones in order, in one
+# transaction, and writes the new version after them. A migration is frozen once
+# released (a later layout change is a new migration appended to the list) and is
+# safe to run on a database that already has some of its changes (IF NOT EXISTS,
+# column checks), so a half-upgraded file from a pre-versioned build still migrates.
+#
+# v0: an empty file, or a store from before user_version was written (the v1 tables,
+#     possibly missing columns that were added later).
+# v1: the tables below.
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created REAL NOT NULL,
-    name TEXT NOT NULL DEFAULT '',
-    engine TEXT NOT NULL DEFAULT '',
-    config TEXT,
-    spec TEXT,
-    plan TEXT,
-    capacity TEXT,
-    summary TEXT,
-    status TEXT NOT NULL DEFAULT 'running',
-    clock_wall0 REAL,
-    finished REAL
-);
-CREATE TABLE IF NOT EXISTS levels (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    idx INTEGER NOT NULL,
-    level REAL NOT NULL,
-    mode TEXT NOT NULL DEFAULT 'concurrency',
-    t_start REAL, t_end REAL,
-    n_measured INTEGER,
-    output_tps REAL, total_tps REAL, rps REAL, goodput_rps REAL,
-    ttft_p50 REAL, ttft_p99 REAL, tpot_p50 REAL, tpot_p99 REAL,
-    itl_p50 REAL, itl_p99 REAL, e2e_p50 REAL, e2e_p99 REAL,
-    failure_rate REAL,
-    stats TEXT NOT NULL,
-    PRIMARY KEY (run_id, idx)
-);
-CREATE TABLE IF NOT EXISTS requests (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    level_idx INTEGER NOT NULL,
-    level REAL NOT NULL,
-    t_start REAL NOT NULL,
-    ttft REAL,
-    e2e REAL,
-    prompt_tokens INTEGER,
-    output_tokens INTEGER,
-    tokens_source TEXT,
-    status TEXT NOT NULL,
-    error TEXT,
-    chunk_offsets BLOB
-);
-CREATE INDEX IF NOT EXISTS requests_run ON requests(run_id, level_idx);
-CREATE TABLE IF NOT EXISTS server_log (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    stream TEXT NOT NULL,
-    line TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS server_log_run ON server_log(run_id, t);
-CREATE TABLE IF NOT EXISTS samples (
-    run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    source TEXT NOT NULL,
-    name TEXT NOT NULL,
-    value REAL
-);
-CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, source, name, t);
-"""
+#: v1 tables: name → (column definitions, table constraints). Frozen: do not edit for v2+.
+_V1_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "runs": ((
+        "id INTEGER PRIMARY KEY AUTOINCREMENT",
+        "created REAL NOT NULL",
+        "name TEXT NOT NULL DEFAULT ''",
+        "engine TEXT NOT NULL DEFAULT ''",
+        "config TEXT",
+        "spec TEXT",
+        "plan TEXT",
+        "capacity TEXT",
+        "summary TEXT",
+        "status TEXT NOT NULL DEFAULT 'running'",
+        "clock_wall0 REAL",
+        "finished REAL",
+    ), ()),
+    "levels": ((
+        "run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE",
+        "idx INTEGER NOT NULL",
+        "level REAL NOT NULL",
+        "mode TEXT NOT NULL DEFAULT 'concurrency'",
+        "t_start REAL", "t_end REAL",
+        "n_measured INTEGER",
+        "output_tps REAL", "total_tps REAL", "rps REAL", "goodput_rps REAL",
+        "ttft_p50 REAL", "ttft_p99 REAL", "tpot_p50 REAL", "tpot_p99 REAL",
+        "itl_p50 REAL", "itl_p99 REAL", "e2e_p50 REAL", "e2e_p99 REAL",
+        "failure_rate REAL",
+        "stats TEXT NOT NULL",
+    ), ("PRIMARY KEY (run_id, idx)",)),
+    "requests": ((
+        "run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE",
+        "level_idx INTEGER NOT NULL",
+        "level REAL NOT NULL",
+        "t_start REAL NOT NULL",
+        "ttft REAL",
+        "e2e REAL",
+        "prompt_tokens INTEGER",
+        "output_tokens INTEGER",
+        "tokens_source TEXT",
+        "status TEXT NOT NULL",
+        "error TEXT",
+        "chunk_offsets BLOB",
+    ), ()),
+    "server_log": ((
+        "run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE",
+        "t REAL NOT NULL",
+        "stream TEXT NOT NULL",
+        "line TEXT NOT NULL",
+    ), ()),
+    "samples": ((
+        "run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE",
+        "t REAL NOT NULL",
+        "source TEXT NOT NULL",
+        "name TEXT NOT NULL",
+        "value REAL",
+    ), ()),
+}
+_V1_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS requests_run ON requests(run_id, level_idx)",
+    "CREATE INDEX IF NOT EXISTS server_log_run ON server_log(run_id, t)",
+    "CREATE INDEX IF NOT EXISTS samples_run ON samples(run_id, source, name, t)",
+)
+
+
+class StoreVersionError(sqlite3.DatabaseError):
+    """The run database cannot be used by this version (newer layout, or a migration failed)."""
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+
+
+def _migrate_0_to_1(db: sqlite3.Connection) -> None:
+    """v0 → v1: create the v1 tables and indexes; in a pre-versioned store, add the
+    columns its tables lack (those that ``ALTER TABLE ADD COLUMN`` can add: not part of
+    a key, nullable or with a default). Any other gap means the file is not a run store."""
+    for table, (cols, constraints) in _V1_TABLES.items():
+        have = _columns(db, table)
+        if not have:
+            db.execute(f"CREATE TABLE IF NOT EXISTS {table} ({', '.join(cols + constraints)})")
+            continue
+        for col in cols:
+            name, decl = col.split(" ", 1)
+            if name in have:
+                continue
+            u = decl.upper()
+            if "PRIMARY KEY" in u or ("NOT NULL" in u and "DEFAULT" not in u):
+                raise StoreVersionError(
+                    f"table {table!r} has no column {name!r} and it cannot be added: this is not a vLLM Dyno "
+                    "run store layout")
+            db.execute(f"ALTER TABLE {table} ADD COLUMN {col}")
+    for sql in _V1_INDEXES:
+        db.execute(sql)
+
+
+#: ``MIGRATIONS[v]`` upgrades a store from version v to v+1 (called inside a transaction)
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1]
+#: the layout version this app writes (``PRAGMA user_version``)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _user_version(db: sqlite3.Connection) -> int:
+    return int(db.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _newer_error(path: Path, found: int, known: int) -> StoreVersionError:
+    return StoreVersionError(
+        f"{path} is a run store of a newer vLLM Dyno (layout version {found}; this version reads up to "
+        f"{known}). Upgrade vLLM Dyno to open it, or set VLLM_DYNO_HOME to use another data directory; "
+        "the file was not modified")
+
+
+def migrate(db: sqlite3.Connection, path: Path) -> tuple[int, int]:
+    """Bring the open database to the current version; returns (old, new) version.
+
+    ``db`` is in autocommit mode (``isolation_level=None``). The steps run in one
+    ``BEGIN IMMEDIATE`` transaction (the version is read again under its lock, so two
+    processes opening a fresh file migrate it once) and ``user_version`` is written after
+    them; on any error everything is rolled back and :class:`StoreVersionError` names
+    the file. A newer version than :data:`MIGRATIONS` knows raises without writing.
+    """
+    target = len(MIGRATIONS)
+    v = _user_version(db)
+    if v > target:
+        raise _newer_error(path, v, target)
+    if v == target:
+        return v, v
+    db.execute("BEGIN IMMEDIATE")
+    old = v
+    try:
+        old = _user_version(db)  # again, under the write lock
+        if old > target:
+            raise _newer_error(path, old, target)
+        for step in MIGRATIONS[old:]:
+            step(db)
+        if old != target:
+            db.execute(f"PRAGMA user_version={int(target)}")
+        db.execute("COMMIT")
+    except BaseException as e:
+        db.execute("ROLLBACK")
+        if not isinstance(e, Exception) or str(path) in str(e):
+            raise
+        raise StoreVersionError(
+            f"{path}: migrating the run store from layout version {old} to {target} failed ({e}); the file was "
+            "not modified. Fix: upgrade vLLM Dyno, or move the file aside (a new one is started) and report "
+            "the error") from e
+    return old, target
+
 
 _RUN_JSON = ("config", "spec", "plan", "capacity", "summary")
 _LEVEL_COLS = ("output_tps", "total_tps", "rps", "goodput_rps", "ttft_p50", "ttft_p99", "tpot_p50",
@@ -110,7 +211,10 @@ class RunStore:
     ``path``: SQLite file (created with its parent directory); default
     :func:`app.paths.runs_db_path`. ``flush_interval``: seconds between background
     commits of buffered writes. Use as a context manager or call :meth:`close`.
-    Raises :class:`sqlite3.DatabaseError` when ``path`` is not an SQLite database.
+    Raises :class:`sqlite3.DatabaseError` when ``path`` is not an SQLite database, and
+    :class:`StoreVersionError` (a subclass) when it comes from a newer vLLM Dyno (left
+    untouched) or cannot be migrated. An older store is migrated at open (see
+    :data:`MIGRATIONS`); ``migrated_from`` is the layout version it had.
     """
 
     def __init__(self, path: str | Path | None = None, *, flush_interval: float = 0.5) -> None:
@@ -121,14 +225,21 @@ class RunStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.execute("PRAGMA busy_timeout=5000")
-        with self._lock:
-            self._db.executescript(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
+        try:
+            db.execute("PRAGMA busy_timeout=5000")
+            # checked before anything is written: a newer store is left exactly as it is
+            v = _user_version(db)
+            if v > len(MIGRATIONS):
+                raise _newer_error(self.path, v, len(MIGRATIONS))
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            self.migrated_from, _ = migrate(db, self.path)
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
         # pending writes: table -> list of row tuples
         self._pending: dict[str, list[tuple]] = {"samples": [], "server_log": [], "requests": []}
         self._closed = threading.Event()

@@ -119,3 +119,117 @@ def test_not_a_database(tmp_path):
     p.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(sqlite3.DatabaseError):
         RunStore(p)
+
+
+# ---------------------------------------------------------------- layout versions / migrations
+import app.store as store_mod  # noqa: E402
+from app.store import SCHEMA_VERSION, StoreVersionError  # noqa: E402
+
+
+def _user_version(path) -> int:
+    with sqlite3.connect(path) as db:
+        return db.execute("PRAGMA user_version").fetchone()[0]
+
+
+def _old_layout(path):
+    """A store from before user_version was written: v0, some columns not there yet."""
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL,
+                           name TEXT NOT NULL DEFAULT '', engine TEXT NOT NULL DEFAULT '',
+                           config TEXT, spec TEXT, plan TEXT, capacity TEXT, summary TEXT,
+                           status TEXT NOT NULL DEFAULT 'running');
+        CREATE TABLE levels (run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+                             idx INTEGER NOT NULL, level REAL NOT NULL, output_tps REAL,
+                             stats TEXT NOT NULL, PRIMARY KEY (run_id, idx));
+        CREATE TABLE samples (run_id INTEGER NOT NULL, t REAL NOT NULL, source TEXT NOT NULL,
+                              name TEXT NOT NULL, value REAL);
+    """)
+    db.execute("INSERT INTO runs(created, name, engine, config, status) VALUES (?,?,?,?,?)",
+               (1700000000.0, "old run", "vllm", '{"model": "m"}', "done"))
+    db.execute("INSERT INTO levels(run_id, idx, level, output_tps, stats) VALUES (1, 0, 4, 123.0, ?)",
+               ('{"idx": 0, "level": 4, "output_tps": 123.0}',))
+    db.execute("INSERT INTO samples VALUES (1, 0.5, 'gpu0', 'power_w', 250.0)")
+    db.commit()
+    db.close()
+    assert _user_version(path) == 0
+
+
+def test_new_store_writes_user_version(tmp_path):
+    p = tmp_path / "r.sqlite"
+    with RunStore(p) as s:
+        assert s.migrated_from == 0
+    assert _user_version(p) == SCHEMA_VERSION == len(store_mod.MIGRATIONS) == 1
+    with RunStore(p) as s:
+        assert s.migrated_from == SCHEMA_VERSION  # nothing to do the second time
+
+
+def test_migration_from_v0_keeps_rows(tmp_path):
+    p = tmp_path / "old.sqlite"
+    _old_layout(p)
+    with RunStore(p) as s:
+        assert s.migrated_from == 0
+        run = s.get_run(1)
+        assert run["name"] == "old run" and run["config"] == {"model": "m"} and run["status"] == "done"
+        assert run["clock_wall0"] is None and run["finished"] is None  # columns added
+        assert s.levels(1) == [{"idx": 0, "level": 4, "output_tps": 123.0}]
+        assert s.samples(1) == [(0.5, "gpu0", "power_w", 250.0)]
+        # the migrated store takes new writes in every table
+        s.finish_run(1, "done", summary={"knee": 4})
+        s.add_level(1, {"idx": 1, "level": 8, "mode": "rate", "output_tps": 200.0})
+        s.add_requests(1, [{"level_idx": 0, "level": 4, "t_start": 1.0, "status": "ok"}])
+        s.add_log_lines(1, [(0.1, "stdout", "hi")])
+        assert s.get_run(1)["summary"] == {"knee": 4} and len(s.levels(1)) == 2
+        assert len(s.requests(1)) == 1 and s.log_lines(1) == [(0.1, "stdout", "hi")]
+    assert _user_version(p) == SCHEMA_VERSION
+    with sqlite3.connect(p) as db:
+        cols = {r[1] for r in db.execute("PRAGMA table_info(levels)")}
+    assert {"mode", "ttft_p99", "failure_rate"} <= cols
+
+
+def test_newer_store_is_refused_untouched(tmp_path):
+    p = tmp_path / "future.sqlite"
+    db = sqlite3.connect(p)
+    db.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY, shiny TEXT)")
+    db.execute("INSERT INTO runs VALUES (1, 'x')")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    before = p.read_bytes()
+    with pytest.raises(StoreVersionError) as e:
+        RunStore(p)
+    msg = str(e.value)
+    assert str(p) in msg and "newer vLLM Dyno" in msg and "Upgrade vLLM Dyno" in msg
+    assert isinstance(e.value, sqlite3.DatabaseError)
+    assert p.read_bytes() == before and _user_version(p) == SCHEMA_VERSION + 1
+
+
+def test_migrations_run_step_by_step_in_one_transaction(tmp_path, monkeypatch):
+    p = tmp_path / "r.sqlite"
+    with RunStore(p) as s:
+        s.create_run("kept")
+    calls = []
+
+    def add_note(db):  # a v1 → v2 step
+        calls.append("v2")
+        if "note" not in {r[1] for r in db.execute("PRAGMA table_info(runs)")}:
+            db.execute("ALTER TABLE runs ADD COLUMN note TEXT")
+
+    def broken(db):  # a v2 → v3 step that fails half-way
+        db.execute("ALTER TABLE runs ADD COLUMN other TEXT")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, add_note, broken])
+    with pytest.raises(StoreVersionError, match="from layout version 1 to 3 failed.*boom") as e:
+        RunStore(p)
+    assert str(p) in str(e.value)
+    assert _user_version(p) == 1  # rolled back: no column, no version, the row still there
+    with sqlite3.connect(p) as db:
+        assert "note" not in {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+        assert db.execute("SELECT name FROM runs").fetchall() == [("kept",)]
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS[:2]])
+    calls.clear()
+    with RunStore(p) as s:
+        assert s.migrated_from == 1 and calls == ["v2"]
+        assert s.list_runs()[0]["name"] == "kept"
+    assert _user_version(p) == 2

@@ -1,5 +1,6 @@
 """Settings: the vLLM interpreter (validated by asking it for vLLM's version, off the
-GUI thread), the data directory, telemetry rates and the ramp safety limits."""
+GUI thread), the data directory, telemetry rates and the ramp safety limits. Keys that
+loading ``settings.yaml`` dropped (``Settings.load_error``) are listed at the top."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
@@ -20,6 +21,16 @@ class SettingsDialog(QDialog):
         self.setMinimumWidth(560)
         self._gen = 0
         v = QVBoxLayout(self)
+        #: what loading settings.yaml dropped or ignored (empty when the file was fine)
+        self.load_problems = QLabel("")
+        self.load_problems.setWordWrap(True)
+        self.load_problems.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.load_problems.setStyleSheet("color:#a61b1b")
+        if settings.load_error:
+            self.load_problems.setText("Loading the settings reported (OK saves the values shown below):\n• "
+                                       + "\n• ".join(settings.load_error.splitlines()))
+        self.load_problems.setVisible(bool(settings.load_error))
+        v.addWidget(self.load_problems)
         g = QGroupBox("vLLM")
         f = QFormLayout(g)
         row = QHBoxLayout()
@@ -44,7 +55,8 @@ class SettingsDialog(QDialog):
         f = QFormLayout(g)
         self.data_dir = QLabel(str(data_dir()))
         self.data_dir.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.data_dir.setToolTip("Profiles, runs.sqlite and settings live here; set VLLM_DYNO_HOME to move it")
+        self.data_dir.setToolTip("Profiles, runs.sqlite and settings.yaml live here (gui.ini only keeps the "
+                                 "window geometry); set VLLM_DYNO_HOME to move it")
         f.addRow("Data directory", self.data_dir)
         f.addRow("", QLabel("<small>Set the VLLM_DYNO_HOME environment variable to use another directory.</small>"))
         v.addWidget(g)
@@ -113,7 +125,10 @@ class SettingsDialog(QDialog):
         self.thread = run_in_background("check-python", lambda: inspect_interpreter(resolve_python(py)), done, err)
 
     def result_settings(self) -> Settings:
+        """The edited settings (keys the dialog does not show, e.g. ``last_profile``, kept);
+        ``load_error`` cleared, since saving them writes valid values."""
         return self.base.model_copy(update={
+            "load_error": None,
             "vllm_python": self.python.text().strip() or None,
             "gpu_sample_hz": self.gpu_hz.value(), "metrics_scrape_hz": self.metrics_hz.value(),
             "safety": SafetyLimits(enabled=self.safety_on.isChecked(), thermal_margin_c=self.margin.value(),
