@@ -1,7 +1,7 @@
 """Telemetry soak: 72 hours of 8-GPU samples at 4 Hz, time-compressed.
 
 Feeds every sampling round of the whole path — NvmlSource over the pynvml-shaped
-double (:mod:`app.telemetry.nvml_double`), GpuSampler → SeriesBank (ring buffers) and
+double (:mod:`tests.nvml_double`), GpuSampler → SeriesBank (ring buffers) and
 StoreWriter (decimated) → RunStore (a real SQLite file in a temp dir) — as fast as it
 goes, with a simulated session clock advancing 1/rate s per round. Prints:
 
@@ -28,14 +28,15 @@ from pathlib import Path
 
 import psutil
 
+# the repository root: the app, and the pynvml-shaped double kept with the tests
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.store import RunStore  # noqa: E402
 from app.telemetry.gpu_sampler import GpuSampler  # noqa: E402
-from app.telemetry.nvml_double import NvmlDouble  # noqa: E402
 from app.telemetry.nvml_source import NvmlSource  # noqa: E402
 from app.telemetry.recorder import StoreWriter  # noqa: E402
 from app.telemetry.series import SeriesBank  # noqa: E402
+from tests.nvml_double import NvmlDouble  # noqa: E402
 
 MB = 1e6
 

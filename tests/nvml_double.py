@@ -1,4 +1,6 @@
-"""A stand-in for the ``pynvml`` module at the hardware boundary (tests, benchmarks, demos).
+"""A stand-in for the ``pynvml`` module at the hardware boundary (tests and benchmarks;
+not shipped in the ``app`` package). Pass it as ``nvml=`` to the functions of
+:mod:`app.telemetry.nvml` and to :class:`app.telemetry.nvml_source.NvmlSource`.
 
 Shaped like the real module: the same function names and signatures for the calls the
 app makes, the real ``NVML_*`` constants and the real ``NVMLError`` classes (copied from
@@ -233,6 +235,11 @@ class NvmlDouble:
         g = self._enter("nvmlDeviceGetComputeRunningProcesses", h)
         return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
                 for pid, used in self._ret(g, "nvmlDeviceGetComputeRunningProcesses", g.processes)]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: _Handle) -> list[Any]:
+        g = self._enter("nvmlDeviceGetGraphicsRunningProcesses", h)
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+                for pid, used in self._ret(g, "nvmlDeviceGetGraphicsRunningProcesses", [])]
 
     def nvmlDeviceGetP2PStatus(self, h1: _Handle, h2: _Handle, p2p_index: int) -> int:
         self._enter("nvmlDeviceGetP2PStatus", h1)

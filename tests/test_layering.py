@@ -47,3 +47,25 @@ def test_importing_app_modules_does_not_load_qt():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+#: the one module under app/ that imports pynvml (NVML's entry point)
+NVML_ENTRY = APP / "telemetry" / "nvml.py"
+
+
+def test_only_the_nvml_entry_module_imports_pynvml():
+    """NVML is reached through app/telemetry/nvml.py only: no other module under app/
+    imports ``pynvml`` (at module level or inside a function)."""
+    skip = {
+        APP / "session.py",  # app/session.py: being replaced by app/run/ (issue 14)
+    }
+    bad = []
+    for f in sorted(APP.rglob("*.py")):
+        if f == NVML_ENTRY or f in skip:
+            continue
+        tree = ast.parse(f.read_text(), str(f))
+        for name, line in _imports(tree, top_level_only=False):
+            if name == "pynvml":
+                bad.append(f"{f.relative_to(APP.parent)}:{line} imports pynvml (use app.telemetry.nvml)")
+    assert NVML_ENTRY.is_file()
+    assert not bad, "\n".join(bad)

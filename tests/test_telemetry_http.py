@@ -17,7 +17,7 @@ from app.telemetry.gpu_sampler import GpuSampler
 from app.telemetry.gpu_source import GpuReading, SessionInfo, SourceStatus, TelemetryDocument
 from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.metrics_scraper import MetricsScraper
-from app.telemetry.nvml_double import NvmlDouble
+from tests.nvml_double import NvmlDouble
 from app.telemetry.nvml_source import NvmlSource
 
 METRICS = """\

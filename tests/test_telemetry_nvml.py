@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 
 import pynvml
@@ -13,7 +14,7 @@ import yaml
 from app.telemetry import throttle
 from app.telemetry.gpu_sampler import GpuSampler, reading_samples
 from app.telemetry.gpu_source import GpuSource
-from app.telemetry.nvml_double import FUNCTIONS, FakeGpu, NvmlDouble
+from tests.nvml_double import FUNCTIONS, FakeGpu, NvmlDouble
 from app.telemetry.nvml_source import NvmlSource
 from app.telemetry.series import SeriesBank
 from tests.conftest import CASES
@@ -218,3 +219,77 @@ def test_throttle_decode():
     assert throttle.decode(0) == []
     assert throttle.decode(0x4 | 0x40 | 0x10000) == ["power cap", "thermal (hardware)", "bit 0x10000"]
     assert throttle.limiting(0x1 | 0x2) == 0 and throttle.limiting(0x8 | 0x1) == 0x8
+
+
+# ---------------------------------------------------------------------------- the one NVML entry point
+
+def test_read_cards_in_one_session():
+    from app.telemetry.nvml import read_cards
+
+    nv = NvmlDouble([FakeGpu(0), FakeGpu(1, name="NVIDIA H100 80GB HBM3", memory_total=80 * 2**30, cc=(9, 0))])
+    info = read_cards(nvml=nv)
+    assert info.names == ["NVIDIA GeForce RTX 4090", "NVIDIA H100 80GB HBM3"] and info.count == 2
+    assert info.memory_gib == [24.0, 80.0] and info.used_gib == [1.0, 1.0] and info.driver == "550.54.15"
+    assert info.cards[1].compute_capability == (9, 0)
+    one = read_cards([1], nvml=nv)
+    assert one.names == ["NVIDIA H100 80GB HBM3"] and one.count == 2 and one.cards[0].index == 1
+    with pytest.raises(ValueError, match=r"GPU index \[4\] not present: this machine has 2 GPU"):
+        read_cards([4], nvml=nv)
+    assert not nv.initialized and nv.calls[("nvmlInit", None)] == nv.calls[("nvmlShutdown", None)] == 3
+
+
+def test_nvml_session_init_failure_is_a_clear_error():
+    from app.telemetry.nvml import NvmlUnavailable, gpu_memory_by_pid, nvml_session, read_cards
+
+    with pytest.raises(NvmlUnavailable, match="no NVIDIA driver found") as e:
+        with nvml_session(NvmlDouble(1, init_raises="NVMLError_LibraryNotFound")):
+            pass
+    assert e.value.state == "no_driver"
+    with pytest.raises(NvmlUnavailable) as e:
+        read_cards(nvml=NvmlDouble(1, init_raises="NVMLError_LibRmVersionMismatch"))
+    assert e.value.state == "driver_mismatch" and "reboot or reload" in e.value.message
+    assert gpu_memory_by_pid(NvmlDouble(1, init_raises="NVMLError_DriverNotLoaded")) is None
+
+
+def test_missing_library_gives_the_clear_error(monkeypatch):
+    """nvidia-ml-py not installed: every path says so — no ImportError escapes."""
+    from app.planner.cards import NoGpuFound, cards_for
+    from app.planner.gpus import gpus_from_nvml
+    from app.server.procs import find_leftovers
+    from app.telemetry.nvml import NvmlUnavailable, load, nvml_session, read_cards
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` raises ImportError
+    with pytest.raises(NvmlUnavailable, match="nvidia-ml-py is not installed") as e:
+        load()
+    assert e.value.state == "no_driver"
+    with pytest.raises(NvmlUnavailable, match="nvidia-ml-py is not installed"):
+        with nvml_session():
+            pass
+    with pytest.raises(NvmlUnavailable, match="nvidia-ml-py is not installed"):
+        read_cards()
+    st = NvmlSource().open()
+    assert st.state == "no_driver" and "nvidia-ml-py is not installed" in st.message
+    assert gpus_from_nvml() == []
+    with pytest.raises(NoGpuFound, match="nvidia-ml-py is not installed"):
+        cards_for()
+    assert all(p.gpu_bytes is None for p in find_leftovers())
+
+
+def test_procs_and_planner_go_through_the_one_module():
+    """The leftover scan and the planner read NVML through app.telemetry.nvml (with the double)."""
+    from app.planner.gpus import gpus_from_nvml
+    from app.server import procs
+    from app.telemetry import nvml as nvml_mod
+
+    assert procs.gpu_memory_by_pid is nvml_mod.gpu_memory_by_pid
+    nv = NvmlDouble([FakeGpu(0, processes=[(101, 3 * 2**30), (102, None)]),
+                     FakeGpu(1, processes=[(101, 2**30)], returns={"nvmlDeviceGetGraphicsRunningProcesses": [(103, 512)]})])
+    assert nvml_mod.gpu_memory_by_pid(nv) == {101: 4 * 2**30, 102: 0, 103: 512}
+    assert not nv.initialized
+    procs.find_leftovers(nvml=nv)
+    assert nv.calls[("nvmlDeviceGetComputeRunningProcesses", 1)] == 2 and not nv.initialized
+    nv.lose(1)  # a card that cannot be read: what was read before it
+    assert nvml_mod.gpu_memory_by_pid(nv) == {101: 3 * 2**30, 102: 0}
+    nv.recover(1)
+    assert [g.name for g in gpus_from_nvml(nv)] == ["RTX 4090", "RTX 4090"]
+    assert nv.calls[("nvmlDeviceGetMemoryInfo", 0)] == 1 and not nv.initialized

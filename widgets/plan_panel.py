@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,22 +48,16 @@ class PlanInputs:
 def compute_plan(inp: PlanInputs):
     """Run the planner for ``inp`` (background thread). Returns the Plan; raises the
     planner's lookup errors (unknown model/GPU) and ValueError."""
-    from app.planner.gpus import GIB, cpu_device, resolve_gpu
+    from app.planner.cards import cards_for
     from app.planner.models import resolve_model
     from app.planner.plan import Workload, plan
 
     cfg = inp.config
     model = resolve_model(cfg.model)
-    if inp.engine == "sim":
-        gpus = [resolve_gpu(inp.sim_gpu)] * max(1, inp.sim_count)
-    elif inp.readings:
-        sel = set(cfg.gpus) if cfg.gpus is not None else {r.index for r in inp.readings}
-        gpus = [resolve_gpu(r.name or "GPU", (r.memory_total_bytes or 0) / GIB or None,
-                            busy_gib=(r.memory_used_bytes or 0) / GIB) for r in inp.readings if r.index in sel]
-    else:  # the CPU build of vLLM: the host is the device
-        import psutil
-
-        gpus = [cpu_device(psutil.virtual_memory().total / GIB, os.cpu_count() or 2)]
+    sim = inp.engine == "sim"
+    # the sim rig; else the selected cards' NVML readings; without readings the CPU build
+    gpus = cards_for(engine=inp.engine, gpu=inp.sim_gpu if sim else None, count=max(1, inp.sim_count) if sim else None,
+                     readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
     wl = Workload(inp.prompt_tokens, inp.output_tokens, inp.levels)
     try:
         return plan(cfg, gpus, model, wl, inp.vllm_version)

@@ -55,34 +55,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cards(a: argparse.Namespace, world: int):
-    from app.planner.gpus import UnknownGpuError, cpu_device, gpus_from_nvml, resolve_gpu
+    """The cards to plan for, chosen by :func:`app.planner.cards.cards_for`: the ``--gpu``
+    names (one card each; a single name × ``--count``, default TP × PP = ``world``), else
+    the cards NVML sees on this machine."""
+    from app.planner.cards import NoGpuFound, cards_for
+    from app.planner.gpus import UnknownGpuError
 
-    if not a.gpu:
-        found = gpus_from_nvml()
-        if not found:
-            raise SystemExit("error: no GPU found through NVML: name the cards with --gpu \"RTX 4090\" --count 4")
-        return found
-    out = []
-    for spec in a.gpu:
-        name, _, gib = spec.partition(":")
-        if name.strip().lower() == "cpu":
-            import psutil
-
-            out.append(cpu_device(psutil.virtual_memory().total / 2**30, psutil.cpu_count() or 1))
-            continue
-        try:
-            mem = float(gib) if gib else None
-        except ValueError:
-            raise SystemExit(f"error: --gpu {spec!r}: {gib!r} is not a memory size in GiB; "
-                             f"write NAME:GIB, e.g. --gpu \"{name.strip() or 'My Card'}:24\"") from None
-        try:
-            out.append(resolve_gpu(name.strip(), mem, a.busy_gib))
-        except (UnknownGpuError, ValueError) as e:
-            hint = "" if gib else f": --gpu \"{name.strip()}:24\" for a 24 GiB card"
-            raise SystemExit(f"error: --gpu {spec!r}: {e}{hint}")
-    if len(out) == 1:
-        out = out * (a.count or world)
-    return out
+    try:
+        return cards_for(engine="vllm", gpu=a.gpu or None, count=(a.count or world) if len(a.gpu) == 1 else None,
+                         busy_gib=a.busy_gib)
+    except NoGpuFound as e:
+        raise SystemExit(f"error: {e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
+    except UnknownGpuError as e:
+        raise SystemExit(f"error: --gpu {e.name!r}: {e}: --gpu \"{e.name}:24\" for a 24 GiB card") from None
+    except ValueError as e:
+        raise SystemExit(f"error: --gpu {e}") from None
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

@@ -1,10 +1,13 @@
 """GPU catalog (``data/gpus.yaml``) and :class:`GpuSpec`, the card the planner plans on.
 
 A card comes from the catalog by name (``"RTX 4090"``, or the NVML name
-``"NVIDIA GeForce RTX 4090"``), from NVML (:func:`gpus_from_nvml`), or — for a card the
-catalog does not know — from NVML's memory alone with the other figures assumed
-(:func:`unknown_gpu`). Figures not checked against a datasheet are listed in
-``GpuSpec.assumed`` so the plan can mark them.
+``"NVIDIA GeForce RTX 4090"``), from NVML (:func:`gpus_from_nvml`, through
+:mod:`app.telemetry.nvml`), or — for a card the catalog does not know — from NVML's
+memory alone with the other figures assumed (:func:`unknown_gpu`). Figures not checked
+against a datasheet are listed in ``GpuSpec.assumed`` so the plan can mark them.
+
+Which cards a plan is for (this machine's, a profile's fingerprint, a sim rig, the CPU
+build) is chosen in one place: :func:`app.planner.cards.cards_for`.
 """
 from __future__ import annotations
 
@@ -20,7 +23,12 @@ GIB = 2**30
 
 
 class UnknownGpuError(KeyError):
-    """A GPU name that is not in the catalog; the message lists close names and the fix."""
+    """A GPU name that is not in the catalog; the message lists close names and the fix.
+    ``name``: the name as given."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
 
     def __str__(self) -> str:  # KeyError quotes its message otherwise
         return str(self.args[0])
@@ -114,7 +122,8 @@ def lookup_gpu(name: str, memory_gib: float | None = None) -> GpuSpec:
         raise UnknownGpuError(
             f"GPU {name!r} is not in the catalog"
             + (f" (close: {', '.join(close)})" if close else "")
-            + f"; use one of: {', '.join(cat)} — or give its memory so it plans as an unknown card"
+            + f"; use one of: {', '.join(cat)} — or give its memory so it plans as an unknown card",
+            name,
         )
     if memory_gib is not None and len(hits) > 1:
         hits.sort(key=lambda g: abs(g.memory_gib - memory_gib))
@@ -145,8 +154,10 @@ def resolve_gpu(name: str, memory_gib: float | None = None, busy_gib: float = 0.
     return g.with_memory(busy_gib=busy_gib)
 
 
-def cpu_device(memory_gib: float, cores: int = 2) -> GpuSpec:
-    """The host CPU as a "device" for the CPU build of vLLM. Bandwidth ≈ 10 GB/s and
+def cpu_device(memory_gib: float, cores: int) -> GpuSpec:
+    """The host CPU as a "device" for the CPU build of vLLM: ``memory_gib`` the memory it
+    may use (GiB), ``cores`` the cores it runs on (this machine's: see
+    :func:`app.planner.cards.host_cores`). Bandwidth ≈ 10 GB/s per core up to 4 cores and
     ≈ 0.05 TFLOPS per core are assumptions to calibrate (app.planner.calibrate)."""
     return GpuSpec(
         name="CPU", memory_gib=float(memory_gib), bandwidth_gbs=10.0 * max(1, min(cores, 4)),
@@ -170,44 +181,31 @@ def gpus_from_hardware(hw: dict[str, Any]) -> list[GpuSpec]:
     return out
 
 
-def gpus_from_nvml(nvml: Any | None = None, indices: list[int] | None = None) -> list[GpuSpec]:
-    """The cards present, from NVML (``pynvml`` or a double shaped like it): name, total
-    memory and the memory in use (= other processes' share before a launch), compute
-    capability. Unknown names plan from their memory. Returns [] when NVML is not
-    available (no driver); never raises for a missing library."""
-    if nvml is None:
-        try:
-            import pynvml as nvml  # type: ignore[no-redef]
-        except ImportError:
-            return []
-    try:
-        nvml.nvmlInit()
-    except Exception:
-        return []
+def gpus_from_cards(info: Any) -> list[GpuSpec]:
+    """Planner cards from NVML's readings (:class:`app.telemetry.nvml.CardsInfo`): the
+    catalog entry for each name with NVML's total memory, and the memory in use (= other
+    processes' share before a launch) as ``busy_gib``; a name the catalog does not know
+    plans from its memory and compute capability (:func:`unknown_gpu`)."""
     out: list[GpuSpec] = []
-    try:
-        count = nvml.nvmlDeviceGetCount()
-        for i in indices if indices is not None else range(count):
-            h = nvml.nvmlDeviceGetHandleByIndex(i)
-            name = nvml.nvmlDeviceGetName(h)
-            if isinstance(name, bytes):
-                name = name.decode()
-            mem = nvml.nvmlDeviceGetMemoryInfo(h)
-            total, used = mem.total / GIB, mem.used / GIB
-            cc = None
-            try:
-                major, minor = nvml.nvmlDeviceGetCudaComputeCapability(h)
-                cc = major + minor / 10
-            except Exception:
-                pass
-            try:
-                g = lookup_gpu(name, total)
-            except UnknownGpuError:
-                g = unknown_gpu(name, total, cc)
-            out.append(g.with_memory(total, used))
-    finally:
+    for c in info.cards:
+        total, used = c.memory_total_bytes / GIB, c.memory_used_bytes / GIB
         try:
-            nvml.nvmlShutdown()
-        except Exception:
-            pass
+            g = lookup_gpu(c.name, total)
+        except UnknownGpuError:
+            cc = c.compute_capability
+            g = unknown_gpu(c.name, total, None if cc is None else cc[0] + cc[1] / 10)
+        out.append(g.with_memory(total, used))
     return out
+
+
+def gpus_from_nvml(nvml: Any | None = None, indices: list[int] | None = None) -> list[GpuSpec]:
+    """The cards present (``indices``: NVML indices, all when None), read through
+    :func:`app.telemetry.nvml.read_cards` (``nvml``: ``pynvml`` or a double shaped like
+    it) and made planner cards by :func:`gpus_from_cards`. Returns [] when NVML is not
+    available (no library, no driver); raises ValueError for an index not present."""
+    from app.telemetry.nvml import NvmlUnavailable, read_cards
+
+    try:
+        return gpus_from_cards(read_cards(indices, nvml))
+    except NvmlUnavailable:
+        return []

@@ -5,8 +5,11 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import psutil
+
+from app.telemetry.nvml import gpu_memory_by_pid
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
@@ -49,40 +52,10 @@ class LeftoverProcess:
     gpu_bytes: int | None  # None: NVML not available
 
 
-def _gpu_memory_by_pid() -> dict[int, int] | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return None
-    out: dict[int, int] = {}
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for fn in (
-                pynvml.nvmlDeviceGetComputeRunningProcesses,
-                pynvml.nvmlDeviceGetGraphicsRunningProcesses,
-            ):
-                try:
-                    for pr in fn(h):
-                        used = pr.usedGpuMemory or 0
-                        out[pr.pid] = out.get(pr.pid, 0) + int(used)
-                except Exception:
-                    continue
-    except Exception:
-        pass
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return out
-
-
-def find_leftovers() -> list[LeftoverProcess]:
-    """Processes whose title (argv[0] or name) starts with ``VLLM::``."""
-    gpu = _gpu_memory_by_pid()
+def find_leftovers(nvml: Any = None) -> list[LeftoverProcess]:
+    """Processes whose title (argv[0] or name) starts with ``VLLM::``, with the GPU memory
+    each holds (bytes, from NVML; ``nvml``: a pynvml-shaped double in tests)."""
+    gpu = gpu_memory_by_pid(nvml)
     out = []
     for p in psutil.process_iter(["pid", "name", "cmdline", "memory_info"]):
         try:

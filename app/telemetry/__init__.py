@@ -1,9 +1,12 @@
 """Telemetry: what the cards feel (NVML or a sim rig over HTTP), the host (psutil) and what
 the server says (/metrics), sampled on the session clock.
 
-Modules: ``gpu_source`` (interface + JSON shape), ``nvml_source``, ``http_source``,
-``nvml_double`` (pynvml-shaped stand-in), ``gpu_sampler``, ``host_sampler``,
+Modules: ``gpu_source`` (interface + JSON shape), ``nvml`` (the one module that
+imports ``pynvml``: init/shutdown, card facts, GPU memory per process), ``nvml_source``,
+``http_source``, ``gpu_sampler``, ``host_sampler``,
 ``metrics_parse`` + ``metrics_scraper``, ``series`` (samples, ring buffers),
 ``recorder`` (run store writer), ``derived`` (per-level figures), ``hub`` (one
-session's samplers), ``cli_telemetry`` (``vllm-dyno telemetry``).
+session's samplers), ``cli_telemetry`` (``vllm-dyno telemetry``). The pynvml-shaped
+double that tests and benchmarks pass as ``nvml=`` is ``tests/nvml_double.py`` (not
+shipped).
 """

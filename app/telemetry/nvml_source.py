@@ -1,4 +1,4 @@
-"""GPU source over NVML (nvidia-ml-py, ``import pynvml``).
+"""GPU source over NVML (nvidia-ml-py, loaded through :mod:`app.telemetry.nvml`).
 
 Every NVML call is wrapped: an error for one field gives None for that field (with the
 reason in ``GpuReading.unavailable``), never an exception. Errors that cannot change
@@ -23,6 +23,9 @@ from typing import Any, Callable, Sequence
 
 from app.telemetry import throttle
 from app.telemetry.gpu_source import GpuInfo, GpuProcess, GpuReading, SessionInfo, SourceStatus
+from app.telemetry.nvml import NvmlUnavailable, start, stop
+from app.telemetry.nvml import reason as _reason
+from app.telemetry.nvml import text as _text
 
 log = logging.getLogger(__name__)
 
@@ -33,27 +36,9 @@ _P2P_STATUS = {0: "ok", 1: "chipset_not_supported", 2: "gpu_not_supported", 3: "
                4: "disabled_by_regkey", 5: "not_supported", 6: "unknown"}
 _TOPOLOGY = {0: "internal", 10: "single", 20: "multiple", 30: "hostbridge", 40: "node", 50: "system"}
 
-#: nvmlInit errors → (state, message for the user)
-_INIT_ERRORS = {
-    "NVMLError_LibraryNotFound": ("no_driver", "no NVIDIA driver found (libnvidia-ml is not installed)"),
-    "NVMLError_DriverNotLoaded": ("no_driver", "the NVIDIA driver is not loaded"),
-    "NVMLError_LibRmVersionMismatch": ("driver_mismatch",
-                                       "driver and library versions differ: reboot or reload the module"),
-    "NVMLError_NoPermission": ("no_permission", "no permission to talk to the NVIDIA driver"),
-}
-
 
 class _Lost(Exception):
     pass
-
-
-def _text(v: Any) -> str:
-    return v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-
-
-def _reason(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.lower() if s else type(e).__name__
 
 
 class _Device:
@@ -74,7 +59,8 @@ class NvmlSource:
     """GPU source reading the selected cards through NVML.
 
     ``indices``: NVML indices to read (default: all cards). ``nvml``: the module to use
-    (default ``import pynvml``; tests pass a double of the same shape). ``server_pgid``:
+    (default ``import pynvml``, through :func:`app.telemetry.nvml.load`; tests pass a
+    double of the same shape). ``server_pgid``:
     process group of the supervised server (settable at any time), used to mark its
     compute processes. ``lost_retry_s``: seconds between probes of a lost card.
     """
@@ -99,22 +85,10 @@ class NvmlSource:
         """``nvmlInit`` and select the cards; returns the status (never raises)."""
         if self._open:
             return self.status
-        if self.nvml is None:
-            try:
-                import pynvml
-            except ImportError as e:  # pragma: no cover - it is a dependency
-                self.status = SourceStatus(state="no_driver", message=f"nvidia-ml-py is not installed ({e})")
-                return self.status
-            self.nvml = pynvml
-        n = self.nvml
         try:
-            n.nvmlInit()
-        except n.NVMLError as e:
-            state, msg = _INIT_ERRORS.get(type(e).__name__, ("error", f"NVML could not start: {_reason(e)}"))
-            self.status = SourceStatus(state=state, message=msg)
-            return self.status
-        except Exception as e:  # OSError from ctypes and the like
-            self.status = SourceStatus(state="error", message=f"NVML could not start: {e}")
+            n = self.nvml = start(self.nvml)
+        except NvmlUnavailable as e:  # no library, no driver, driver mismatch, no permission
+            self.status = SourceStatus(state=e.state, message=e.message)
             return self.status
         self._open = True
         try:
@@ -142,10 +116,7 @@ class NvmlSource:
     def close(self) -> None:
         if self._open:
             self._open = False
-            try:
-                self.nvml.nvmlShutdown()
-            except Exception:
-                pass
+            stop(self.nvml)
         self.status = SourceStatus(state="closed", message="closed")
 
     # ------------------------------------------------------------------ calls

@@ -1,0 +1,179 @@
+"""The one place that chooses the cards a plan is for: :func:`cards_for`.
+
+The GUI's live plan (widgets/plan_panel.py), ``vllm-dyno plan`` (app/planner/cli_plan.py)
+and a headless run (:meth:`app.profiles.model.HardwareFingerprint.planner_cards`) all
+call it; nothing else builds the planner's card list or guesses the host's cores.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+from app.planner.gpus import GIB, GpuSpec, cpu_device, gpus_from_cards, resolve_gpu
+
+#: the first NUMA node's memory (Linux sysfs); the CPU build of vLLM plans on one node
+NODE0_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
+
+_MEMTOTAL_RE = re.compile(r"MemTotal:\s*(\d+)\s*kB", re.IGNORECASE)
+
+
+class NoGpuFound(LookupError):
+    """No card to plan for: NVML sees none (or is not available, with its reason), or
+    none of the selected indices is among the readings."""
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on (and so the server it launches):
+    ``len(os.sched_getaffinity(0))`` where the OS has it (Linux — respects taskset and
+    cgroup cpusets), else ``psutil.cpu_count(logical=True)``; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        import psutil
+
+        return max(1, psutil.cpu_count(logical=True) or 1)
+
+
+def host_memory_gib(node_meminfo: Path | None = None) -> float:
+    """The memory the CPU build of vLLM may plan on, GiB (2**30 bytes).
+
+    The CPU build binds each worker to one NUMA node and allocates there, so a device is
+    one node: when ``node_meminfo`` (default :data:`NODE0_MEMINFO`, Linux sysfs,
+    ``Node 0 MemTotal: N kB``) exists, its ``MemTotal`` (kB × 1024 → bytes); else the
+    host total from ``psutil.virtual_memory().total`` (bytes).
+    """
+    path = NODE0_MEMINFO if node_meminfo is None else node_meminfo
+    try:
+        m = _MEMTOTAL_RE.search(path.read_text())
+        if m:
+            return int(m.group(1)) * 1024 / GIB
+    except OSError:
+        pass
+    import psutil
+
+    return psutil.virtual_memory().total / GIB
+
+
+def _is_cpu(name: str) -> bool:
+    return name.strip().upper() == "CPU"
+
+
+def _parse_entry(entry: str, memory_gib: float | None) -> tuple[str, float | None]:
+    """``NAME`` or ``NAME:GIB`` → (name, memory GiB or ``memory_gib``)."""
+    name, sep, gib = entry.partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"{entry!r}: give a card name, e.g. \"RTX 4090\" or \"RTX 4090:24\"")
+    if not sep:
+        return name, memory_gib
+    try:
+        mem = float(gib)
+    except ValueError:
+        raise ValueError(f"{entry!r}: {gib!r} is not a memory size in GiB; write NAME:GIB, "
+                         f"e.g. \"{name}:24\"") from None
+    if not mem > 0:
+        raise ValueError(f"{entry!r}: the memory must be more than 0 GiB, e.g. \"{name}:24\"")
+    return name, mem
+
+
+def _cpu_cards(count: int | None, memory_gib: float | None) -> list[GpuSpec]:
+    mem = memory_gib if memory_gib is not None else host_memory_gib()
+    return [cpu_device(mem, host_cores())] * max(1, count or 1)
+
+
+def _named_cards(gpu: str | Sequence[str], count: int | None, memory_gib: float | None,
+                 busy_gib: float) -> list[GpuSpec]:
+    entries = gpu.split(" + ") if isinstance(gpu, str) else list(gpu)
+    entries = [str(e).strip() for e in entries if str(e).strip()]
+    if not entries:
+        raise ValueError("no card name given: name one, e.g. \"RTX 4090\" (or \"CPU\" for the CPU build)")
+    parsed = [_parse_entry(e, memory_gib) for e in entries]
+    if any(_is_cpu(n) for n, _ in parsed):
+        if len(parsed) > 1:
+            raise ValueError(f"{' + '.join(entries)}: the CPU build cannot be mixed with GPUs; plan one or the other")
+        return _cpu_cards(count, parsed[0][1])
+    cards = [resolve_gpu(n, mem, busy_gib) for n, mem in parsed]
+    n = len(cards) if count is None else count
+    if n < 1:
+        raise ValueError(f"count={count}: plan at least one card")
+    return [cards[i % len(cards)] for i in range(n)]
+
+
+def _reading_cards(readings: Sequence[Any], indices: Sequence[int] | None) -> list[GpuSpec]:
+    sel = None if indices is None else {int(i) for i in indices}
+    out = [resolve_gpu(r.name or "GPU", (r.memory_total_bytes or 0) / GIB or None,
+                       busy_gib=(r.memory_used_bytes or 0) / GIB)
+           for r in readings if sel is None or r.index in sel]
+    if not out:
+        have = sorted(r.index for r in readings)
+        raise NoGpuFound(f"none of the selected GPUs {sorted(sel or [])} is on this machine (it has {have})"
+                         if readings else "no GPU found through NVML")
+    return out
+
+
+def _nvml_cards(indices: Sequence[int] | None, nvml: Any) -> list[GpuSpec]:
+    from app.telemetry.nvml import NvmlUnavailable, read_cards
+
+    try:
+        info = read_cards(indices, nvml)
+    except NvmlUnavailable as e:
+        raise NoGpuFound(f"no GPU found through NVML: {e.message}") from e
+    cards = gpus_from_cards(info)
+    if not cards:
+        raise NoGpuFound("no GPU found through NVML")
+    return cards
+
+
+def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, count: int | None = None,
+              memory_gib: float | None = None, busy_gib: float = 0.0, indices: Sequence[int] | None = None,
+              readings: Sequence[Any] | None = None, cpu_build: bool = False, nvml: Any = None) -> list[GpuSpec]:
+    """The cards the planner plans for (one :class:`GpuSpec` per rank's card), from
+    exactly one source:
+
+    - **a sim rig** — ``engine="sim"``: ``gpu`` (catalog name) × ``count`` (default 1);
+      readings, NVML and ``cpu_build`` are not looked at.
+    - **the CPU build of vLLM** — ``cpu_build=True`` or ``gpu="CPU"``: ``count`` (default
+      1; one per NUMA node a tensor-parallel run spans) devices with this machine's real
+      core count (:func:`host_cores`) and ``memory_gib`` or else one NUMA node's memory
+      (:func:`host_memory_gib`: node 0's ``MemTotal`` from sysfs when present, else the
+      psutil total).
+    - **named cards** — a fingerprint-like description: ``gpu`` a name (catalog or NVML
+      name; mixed rigs joined by ``" + "``) or a list of names, one per card; each may be
+      ``NAME:GIB`` (memory of that card, GiB), else ``memory_gib`` applies (NVML's total,
+      which also lets an unknown name plan). ``count`` cards, the names taken in turn
+      (default one card per name); ``busy_gib`` GiB held by other processes on each.
+    - **NVML readings already taken** — ``readings`` (``GpuReading``-like: ``index``,
+      ``name``, ``memory_total_bytes``, ``memory_used_bytes``) of the cards in ``indices``
+      (all when None); memory in use counts as other processes' share.
+    - **this machine through NVML** — none of the above: :func:`app.telemetry.nvml.read_cards`
+      for ``indices`` (all when None); ``nvml`` a pynvml-shaped double in tests.
+
+    ``engine`` is ``vllm`` (default) or ``sim``; ``attach`` is refused (an attached
+    server's cards are not known). Raises ValueError for conflicting sources or bad
+    input, ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not know
+    without memory, :class:`NoGpuFound` when NVML (or the readings) give no card.
+    """
+    if engine == "attach":
+        raise ValueError("an attached server is not planned: its cards are not known")
+    if engine not in ("vllm", "sim"):
+        raise ValueError(f"engine {engine!r}: plan for 'vllm' or 'sim'")
+    if count is not None and count < 1:
+        raise ValueError(f"count={count}: plan at least one card")
+    if engine == "sim":
+        if not gpu:
+            raise ValueError("a sim rig needs its GPU name, e.g. gpu=\"RTX 4090\"")
+        return _named_cards(gpu, count, memory_gib, busy_gib)
+    named_cpu = isinstance(gpu, str) and _is_cpu(gpu)
+    given = [k for k, v in (("gpu", gpu is not None and not (cpu_build and named_cpu)),
+                            ("readings", readings is not None), ("cpu_build", cpu_build)) if v]
+    if len(given) > 1:
+        raise ValueError(f"plan for one source of cards, not {' and '.join(given)}")
+    if cpu_build:
+        return _cpu_cards(count, memory_gib)
+    if gpu is not None:
+        return _named_cards(gpu, count, memory_gib, busy_gib)
+    if readings is not None:
+        return _reading_cards(readings, indices)
+    return _nvml_cards(indices, nvml)
