@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.telemetry.series import Sample, SeriesBank
-from widgets.live_series import ClientSeries
+from app.loadgen.live import ClientSeries
 from widgets.testing import gui_guard  # noqa: F401  (fixture)
 
 

@@ -56,9 +56,7 @@ NVML_ENTRY = APP / "telemetry" / "nvml.py"
 def test_only_the_nvml_entry_module_imports_pynvml():
     """NVML is reached through app/telemetry/nvml.py only: no other module under app/
     imports ``pynvml`` (at module level or inside a function)."""
-    skip = {
-        APP / "session.py",  # app/session.py: being replaced by app/run/ (issue 14)
-    }
+    skip: set = set()
     bad = []
     for f in sorted(APP.rglob("*.py")):
         if f == NVML_ENTRY or f in skip:

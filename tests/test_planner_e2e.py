@@ -3,12 +3,11 @@ tokens vs the logged figure, and calibration on a live measured ramp (fit on hal
 levels, predict the other half, report the error per level — run with -s)."""
 from __future__ import annotations
 
-import psutil
 import pytest
 
 from app.planner.calibrate import MeasuredLevel, calibrate_and_save, hardware_fingerprint, level_errors, load_calibration
 from app.planner.compare import compare_launch, compare_ramp
-from app.planner.gpus import cpu_device
+from app.planner.cards import cards_for
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
 
@@ -18,7 +17,7 @@ PROMPT, OUTPUT = 32, 64
 
 
 def cpu_plan(server, **kw):
-    cards = [cpu_device(psutil.virtual_memory().total / 2**30, psutil.cpu_count() or 1)]
+    cards = cards_for(cpu_build=True)
     return plan(server.config, cards, resolve_model(server.config.model), Workload(PROMPT, OUTPUT, (1, 2, 4, 8, 16)),
                 vllm_version=server.parser.facts.version, **kw)
 

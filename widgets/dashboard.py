@@ -5,7 +5,7 @@ latency (TTFT and TPOT p50/p99, ms), VRAM per GPU (GiB, total dashed) with the
 server's KV-cache usage (%) on a second axis, temperature per GPU (°C, slowdown
 threshold dashed), power per GPU (W), running and waiting requests. Data come from
 ring buffers (:class:`app.telemetry.series.SeriesBank` and
-:class:`widgets.live_series.ClientSeries`); a QTimer redraws at ≤ 20 Hz with
+:class:`app.loadgen.live.ClientSeries`); a QTimer redraws at ≤ 20 Hz with
 clip-to-view and peak downsampling; unchanged series are not redrawn.
 """
 from __future__ import annotations

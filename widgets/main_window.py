@@ -2,8 +2,9 @@
 plan, live dashboard, curves, results and log on the right.
 
 Opens without blocking I/O: GPU detection (NVML), the vLLM version probe and the
-catalogs load on background threads and fill the form when they arrive. Geometry,
-the last profile and the last form are kept in QSettings (``gui.ini`` in the data dir).
+catalogs load on background threads and fill the form when they arrive. Geometry is
+kept in QSettings (``gui.ini`` in the data dir: presentation only); the last profile in
+``settings.yaml`` (app.settings).
 """
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ from widgets.results import CurvesView, ResultsTable
 from widgets.compare_view import CompareView
 from widgets.history_view import HistoryView
 from widgets.profile_manager import ProfileManager
-from widgets.session import ATTACHED, LaunchRequest, RecordRequest, SessionController
+from app.run.controller import RecordSpec
+from widgets.session import ATTACHED, LaunchRequest, SessionController
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -60,7 +62,7 @@ class MainWindow(QMainWindow):
         self.background: list = []
         self._first_run = True
         self._closed = False
-        self.controller = SessionController(self)
+        self.controller = SessionController(self, store_fn=self.run_store)
         self.current_profile = None  # app.profiles.Profile loaded into the form
         self.profile_name = profiles.DEMO_NAME
         self._store = None
@@ -153,7 +155,7 @@ class MainWindow(QMainWindow):
                 self.resize(1600, 1000)
         else:
             self.resize(1600, 1000)
-        last = self.qsettings.value("last_profile") if restore else None
+        last = self.settings.last_profile if restore else None
         self._first_run = last is None
         self._refresh_profile_list(last or profiles.DEMO_NAME)
         self.load_profile(last or profiles.DEMO_NAME, quiet=True)
@@ -612,7 +614,7 @@ class MainWindow(QMainWindow):
         if not c.ready or c.ramp_running:
             return
         try:
-            spec = self.ramp.build_spec(c.url, c.api_model, self.settings.safety)
+            spec = self.ramp.build_spec(c.url, c.api_model)
         except ValueError as e:
             QMessageBox.warning(self, "Ramp", str(e))
             return
@@ -629,7 +631,7 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.dashboard)
         self._update_controls()
 
-    def _record_request(self) -> RecordRequest | None:
+    def _record_request(self) -> RecordSpec | None:
         """What the ramp is recorded with: the forms as a profile snapshot and the plan."""
         try:
             prof = self.form_profile(self.profile_name or "GUI run")
@@ -642,7 +644,7 @@ class MainWindow(QMainWindow):
                 plan = self.plan.as_dict()
             except Exception:
                 log.exception("plan.as_dict failed")
-        return RecordRequest(self.run_store, prof, plan)
+        return RecordSpec(profile=prof, plan=plan)
 
     def abort_ramp(self) -> None:
         self.controller.abort_ramp()
@@ -680,19 +682,8 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def _energy_per_token(self, st) -> float | None:
-        from app.telemetry.derived import energy_per_token, gpu_series
-
-        bank = self.controller.bank
-        power = gpu_series(bank, "power_w")
-        if not power:
-            return None
-        # st is in rig seconds (a sim k× faster than the wall clock): the bank's power
-        # samples are on the wall clock, so the window is ÷ k and the energy × k
-        k = self.controller.time_scale
-        tokens = st.output_tps * st.window_s
-        j = energy_per_token(power, [(st.idx, st.window_start / k, st.window_end / k)],
-                             tokens={st.idx: tokens}).get(st.idx)
-        return None if j is None else j * k
+        """J/token of a level, from the run controller (the one definition)."""
+        return self.controller.energy(st).j_per_token
 
     # ------------------------------------------------------------------ settings
     def open_settings(self) -> None:
@@ -711,8 +702,13 @@ class MainWindow(QMainWindow):
     def save_state(self) -> None:
         qs = self.qsettings
         qs.setValue("geometry", self.saveGeometry())
-        qs.setValue("last_profile", self.profile_name or profiles.DEMO_NAME)
+        qs.remove("last_profile")  # kept in settings.yaml since settings schema 1
         qs.sync()
+        self.settings = self.settings.model_copy(update={"last_profile": self.profile_name or profiles.DEMO_NAME})
+        try:
+            save_settings(self.settings)
+        except OSError as e:
+            log.warning("could not save the last profile to the settings: %s", e)
 
     def shutdown(self) -> list[int]:
         """Stop timers, the ramp, telemetry and the server (blocking); returns leftover pids."""

@@ -137,8 +137,9 @@ class RampPanel(QWidget):
         self.run_btn.setToolTip("" if server_ready else (reason or "Launch (or attach to) a server first"))
         self.abort_btn.setEnabled(running)
 
-    def build_spec(self, url: str, model: str | None, safety=None):
-        """The form as a RampSpec. Raises ValueError (pydantic's message names the field)."""
+    def build_spec(self, url: str, model: str | None):
+        """The form as a RampSpec (rig seconds). Raises ValueError (pydantic's message
+        names the field). The safety limits are applied by the run controller."""
         from pydantic import ValidationError
 
         from app.loadgen.spec import RampSpec, parse_length
@@ -154,8 +155,6 @@ class RampPanel(QWidget):
                   output_tokens=parse_length(self.output.text()), slo=slo)
         if self.prompts_file.text().strip():
             kw["prompts_file"] = self.prompts_file.text().strip()
-        if safety is not None:
-            kw["max_failure_rate"] = safety.max_failure_rate if safety.enabled else 1.0
         try:
             return RampSpec(**kw)
         except ValidationError as e:

@@ -15,10 +15,9 @@ import time
 
 from pydantic import ValidationError
 
-from app.clock import SessionClock
-from app.loadgen.generator import LoadGenerator, RampResult
-from app.loadgen.spec import RampSpec, parse_length, spec_to_wall
-from app.loadgen.stats import StepStats, find_knee, rig_stop_reason, to_rig_time
+from app.loadgen.spec import RampSpec, parse_length
+from app.loadgen.stats import StepStats
+from app.run.controller import RunListener
 
 
 def register(sub) -> None:
@@ -160,7 +159,7 @@ class _Progress:
             self.out.flush()
 
 
-def print_result(res: RampResult, out=sys.stdout) -> None:
+def print_result(res, out=sys.stdout) -> None:
     """The final table, the knee and the stop reason."""
     if res.steps:
         out.write("\n" + HEADER + "\n")
@@ -184,32 +183,30 @@ def _flag_of(loc: tuple) -> str:
     return {"--mode": "--levels/--rate"}.get(flag, flag)
 
 
-def sim_info(url: str, timeout: float = 3.0) -> dict:
-    """What a simulated rig says about itself at ``/sim/info`` (``gpu``, ``gpu_count``,
-    ``time_scale`` …); ``{}`` for vLLM and any server without that endpoint."""
-    import json
-    import urllib.error
-    import urllib.request
+class _Listener(RunListener):
+    """The controller's news → the live progress lines."""
 
-    try:
-        with urllib.request.urlopen(url.rstrip("/") + "/sim/info", timeout=timeout) as r:
-            info = json.load(r)
-            return info if isinstance(info, dict) else {}
-    except (urllib.error.URLError, OSError, ValueError, AttributeError):
-        return {}
+    def __init__(self, prog: _Progress) -> None:
+        self.prog = prog
 
+    def on_level_start(self, ev: dict) -> None:
+        self.prog.level_start(ev)
 
-def time_scale_of(info: dict) -> float:
-    """The time scale k in a ``/sim/info`` mapping (:func:`sim_info`); 1.0 when it names
-    none or a bad one (vLLM, any other server)."""
-    try:
-        k = float(info.get("time_scale") or 1.0)
-    except (TypeError, ValueError):
-        return 1.0
-    return k if k > 0 else 1.0
+    def on_records(self, records: list) -> None:
+        self.prog.records(records)
+
+    def on_level(self, st: StepStats) -> None:
+        self.prog.level_end(st)
+
+    def on_safety_stop(self, reason: str) -> None:
+        print(f"\n{reason}", flush=True)
 
 
 def run(a: argparse.Namespace) -> int:
+    from app.config import ServerConfig
+    from app.run.controller import LaunchTarget, RecordSpec, RunController
+    from app.settings import load_settings
+
     try:
         spec = spec_from_args(a)
     except ValidationError as e:
@@ -219,68 +216,40 @@ def run(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
         return 2
-    info = sim_info(spec.url)
-    k = time_scale_of(info)
-    if k != 1.0:
-        # a sim running k× faster than the wall clock: SLO bounds are in rig seconds, so
-        # the generator compares wall times against bound / k; figures are shown × k;
-        # --step-seconds and the other durations stay wall seconds
-        spec = spec_to_wall(spec, k, durations=False)
-        print(f"simulated rig at time scale {k:g}: times and rates below are in rig seconds")
-    clock = SessionClock()
-    store = run_id = None
-    if not a.no_store:
-        from app.store import RunStore
-
-        store = RunStore()
-        # a simulated rig is recorded as one, with its cards (compare counts them)
-        run_id = store.create_run(f"ramp {spec.url}", "sim" if info else "attach", spec=spec, clock_wall0=clock.wall0)
+    # the thermal stop from Settings, as in the window; the failure-rate limit is this command's option
+    safety = load_settings().safety.model_copy(update={"max_failure_rate": a.max_failure_rate})
     prog = _Progress(sys.stdout)
-    levels = ", ".join(f"{x:g}" for x in spec.levels)
-    print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
-
-    def on_level(st: StepStats) -> None:
-        rig = to_rig_time(st, k)
-        if store is not None and k != 1.0:
-            store.add_level(run_id, rig)  # replaces the wall-time row the generator wrote
-        prog.level_end(rig)
-
-    gen = LoadGenerator(spec, clock=clock, store=store, run_id=run_id, on_records=prog.records,
-                        on_level_start=prog.level_start, on_level=on_level)
+    ctl = RunController(listener=_Listener(prog))
+    target = LaunchTarget(engine="attach", config=ServerConfig(model=spec.model or "attached"),
+                          attach_url=spec.url, attach_model=spec.model)
     interrupted = False
     try:
-        gen.start()
-        while gen.running:
-            gen.wait(0.2)
-        res = gen.wait()
-    except KeyboardInterrupt:
-        interrupted = True
-        res = gen.stop()
-        res.status, res.stop_reason = "aborted", "interrupted (Ctrl-C); completed requests kept"
+        ctl.launch(target)
+        k = ctl.time_scale
+        if k != 1.0:
+            print(f"simulated rig at time scale {k:g}: durations, times and rates are in rig seconds "
+                  f"(a {spec.step_seconds or 0:g} s step takes {(spec.step_seconds or 0) / k:.3g} s of wall time)")
+        levels = ", ".join(f"{x:g}" for x in spec.levels)
+        print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
+        record = None if a.no_store else RecordSpec(name=f"ramp {spec.url}")
+        try:
+            ctl.start_ramp(spec, record=record, safety=safety)
+            res = None
+            while res is None:
+                res = ctl.wait_ramp(0.2)
+        except KeyboardInterrupt:
+            interrupted = True
+            ctl.abort_ramp("interrupted (Ctrl-C); completed requests kept")
+            res = ctl.wait_ramp()
     finally:
-        gen.stop()
-    if k != 1.0:  # level stats, knee and summary in rig seconds; requests stay wall seconds
-        res.steps = [to_rig_time(st, k) for st in res.steps]
-        res.stop_reason = rig_stop_reason(res.status, res.stop_reason, res.steps)
-        res.knee = find_knee(res.steps, spec.knee_gain, spec.knee_ttft_ratio)
-    if store is not None:
-        from app.loadgen.export import summary
-
-        if res.status == "error" and not res.records and not res.steps:
-            store.delete_run(run_id)  # nothing ran (e.g. a failed pre-flight check): no run in the history
-        else:
-            extra: dict = {"time_scale": k}
-            if info.get("gpu_count") and info.get("gpu"):
-                from app.recording import sim_hardware
-
-                hw = sim_hardware(None, info)
-                extra.update(gpu_count=hw.count, hardware=hw.model_dump())
-            store.finish_run(run_id, res.status, summary={**summary(res), **extra})
-        store.close()
+        ctl.close()
+    assert res is not None
     if res.status == "error":
         print(f"vllm-dyno ramp: {res.error}", file=sys.stderr)
         return 2 if not res.records else 1
     print_result(res)
+    if res.run_id is not None:
+        print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
     try:
         from app.loadgen import export
 

@@ -2,10 +2,11 @@
 
 The ramp runs in ``helper_argv("app.loadgen.worker")`` (asyncio + aiohttp), so that the
 GUI's rendering cannot skew its timings. A reader thread here receives record batches
-and level events over the pipe, keeps them, writes them to a :class:`RunStore` when
-one is given, and calls the subscriber callables (on that thread):
-``on_records(list[RequestRecord])``, ``on_level_start(dict)``, ``on_level(StepStats)``
-and ``on_done(RampResult)``.
+and level events over the pipe, keeps them and calls the subscriber callables (on that
+thread) — it never writes the run store: :mod:`app.run.controller` records what it
+reports.
+Subscribers: ``on_records(list[RequestRecord])``, ``on_level_start(dict)``,
+``on_level(StepStats)`` (wall seconds) and ``on_done(RampResult)``.
 """
 from __future__ import annotations
 
@@ -56,20 +57,17 @@ class LoadGenerator:
     """Start with :meth:`start`, stop early with :meth:`abort`, collect with :meth:`wait`.
 
     ``spec``: the RampSpec. ``clock``: the session clock (records' times are relative to
-    ``clock.t0``). ``store``/``run_id``: when given, records and level stats are written
-    to the run store as they arrive. ``api_key``: passed to the process through its
+    ``clock.t0``). ``api_key``: passed to the process through its
     environment (never argv). Use as a context manager to be sure the process ends.
     """
 
-    def __init__(self, spec: RampSpec, *, clock: SessionClock | None = None, store=None, run_id: int | None = None,
-                 api_key: str | None = None,
+    def __init__(self, spec: RampSpec, *, clock: SessionClock | None = None, api_key: str | None = None,
                  on_records: Callable[[list[RequestRecord]], None] | None = None,
                  on_level_start: Callable[[dict], None] | None = None,
                  on_level: Callable[[StepStats], None] | None = None,
                  on_done: Callable[[RampResult], None] | None = None) -> None:
         self.spec = spec
         self.clock = clock or SessionClock()
-        self.store, self.run_id = store, run_id
         self.api_key = api_key
         self.on_records, self.on_level_start, self.on_level, self.on_done = on_records, on_level_start, on_level, on_done
         self.result = RampResult()
@@ -176,15 +174,13 @@ class LoadGenerator:
                 if kind == "records":
                     recs = [RequestRecord.from_tuple(t) for t in payload]
                     r.records.extend(recs)
-                    if self.store is not None and self.run_id is not None:
-                        self.store.add_requests(self.run_id, recs)
                     if self.on_records:
                         self.on_records(recs)
                 elif kind == "event":
                     self._event(payload)
                 elif kind == "error":
                     r.status, r.error, r.stop_reason = "error", payload, payload
-        except Exception as e:  # a subscriber or the store failed: stop the ramp, keep what we have
+        except Exception as e:  # a subscriber failed: stop the ramp, keep what we have
             log.exception("load generator reader failed")
             r.status, r.error = "error", f"{type(e).__name__}: {e}"
             self.abort()
@@ -212,8 +208,6 @@ class LoadGenerator:
         elif t == "level_end":
             st = StepStats.model_validate(ev["stats"])
             r.steps.append(st)
-            if self.store is not None and self.run_id is not None:
-                self.store.add_level(self.run_id, st)
             if self.on_level:
                 self.on_level(st)
         elif t == "done":

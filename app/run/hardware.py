@@ -69,9 +69,9 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
                                            vllm_version=vllm_version, recorded_at=time.time())
         except Exception as e:  # no driver / library: fall through to the CPU description
             log.debug("NVML not available for the fingerprint: %s", e)
-    import psutil
+    from app.planner.cards import host_memory_gib  # one NUMA node's memory, as the planner plans with
 
-    return HardwareFingerprint(gpu="CPU", count=1, memory_gib=round(psutil.virtual_memory().total / 2**30, 1),
+    return HardwareFingerprint(gpu="CPU", count=1, memory_gib=round(host_memory_gib(), 1),
                                vllm_version=vllm_version, recorded_at=time.time())
 
 

@@ -3,16 +3,24 @@ from __future__ import annotations
 
 import pytest
 
-from app.loadgen.generator import run_ramp
+from app.config import ServerConfig
 from app.loadgen.spec import RampSpec
+from app.run.controller import LaunchTarget, RecordSpec, RunController
 from app.store import RunStore
 
 
 def _ramp(url: str, store: RunStore):
+    """A ramp through the run controller attached to the shared server (recorded)."""
     spec = RampSpec(url=url, model="tiny", levels=[1, 2, 4, 8, 16], step_seconds=10,
                     warmup_seconds=2, prompt_tokens=16, output_tokens=64, request_timeout=60)
-    rid = store.create_run("e2e ramp", "vllm", spec=spec)
-    res = run_ramp(spec, timeout=300, store=store, run_id=rid)
+    ctl = RunController(store=store)
+    try:
+        ctl.launch(LaunchTarget("attach", ServerConfig(model="tiny"), attach_url=url, attach_model="tiny",
+                                use_nvml=False))
+        res = ctl.ramp(spec, record=RecordSpec(name="e2e ramp"), timeout=300)
+    finally:
+        ctl.stop()
+    rid = res.run_id
     for st in res.steps:
         print(f"level {st.level:g}: {st.output_tps:.0f} tok/s, TTFT p99 {st.ttft_p99 * 1e3:.0f} ms, "
               f"TPOT p50 {st.tpot_p50 * 1e3:.1f} ms, n={st.n_measured}")
