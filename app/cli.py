@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["_helper"]:  # frozen build re-entering itself (app.helpers)
+    if argv[:1] == ["_helper"]:  # frozen build re-entering itself (app.helper_process)
         mod = importlib.import_module(argv[1])
         return int(mod.main(argv[2:]) or 0)
     parser = build_parser()

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psutil  # noqa: E402
 
 from app.config import ServerConfig  # noqa: E402
-from app.helpers import helper_argv  # noqa: E402
+from app.helper_process import helper_argv  # noqa: E402
 from app.server.launch import free_port  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
 

@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.config import ServerConfig  # noqa: E402
-from app.helpers import helper_argv  # noqa: E402
+from app.helper_process import helper_argv  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
 from app.sim.offline import sim_level  # noqa: E402
 

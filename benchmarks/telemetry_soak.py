@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.store import RunStore  # noqa: E402
 from app.telemetry.gpu_sampler import GpuSampler  # noqa: E402
 from app.telemetry.nvml_source import NvmlSource  # noqa: E402
-from app.telemetry.recorder import StoreWriter  # noqa: E402
+from app.telemetry.store_writer import StoreWriter  # noqa: E402
 from app.telemetry.series import SeriesBank  # noqa: E402
 from tests.nvml_double import NvmlDouble  # noqa: E402
 

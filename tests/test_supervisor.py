@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app.config import ServerConfig
-from app.helpers import helper_argv
+from app.helper_process import helper_argv
 from app.server.launch import LaunchError
 from app.server.procs import group_members, wait_group_gone
 from app.server.supervisor import ServerState, Supervisor

@@ -8,7 +8,7 @@ import pytest
 
 from app.store import RunStore
 from app.telemetry.derived import counter_delta, energy_per_token, integrate, throttle_events, vram_headroom
-from app.telemetry.recorder import StoreWriter
+from app.telemetry.store_writer import StoreWriter
 from app.telemetry.series import RingBuffer, Sample, SeriesBank, publish
 
 

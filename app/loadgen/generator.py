@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from app.clock import SessionClock
-from app.helpers import helper_argv
+from app.helper_process import helper_argv
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import Knee, StepStats

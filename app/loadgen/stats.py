@@ -281,7 +281,7 @@ def peak_level(steps: Sequence[Any]) -> Any | None:
 
 def to_rig_time(st: StepStats, k: float) -> StepStats:
     """A level's stats in rig seconds for a sim running ``k``× faster than the wall clock
-    (times × k, rates ÷ k; shared/DESIGN.md "Sim time"); ``k == 1`` returns ``st`` unchanged."""
+    (times × k, rates ÷ k; docs/design.md, "Sim time"); ``k == 1`` returns ``st`` unchanged."""
     if k == 1.0:
         return st
     upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}

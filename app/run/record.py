@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from app.loadgen.stats import Knee, StepStats, peak_level
 from app.profiles.model import HardwareFingerprint, ResultsSummary
-from app.telemetry.recorder import StoreWriter
+from app.telemetry.store_writer import StoreWriter
 
 log = logging.getLogger(__name__)
 

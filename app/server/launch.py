@@ -9,7 +9,7 @@ import errno
 import socket
 
 from app.config import ConfigError, ServerConfig, check_model_path
-from app.helpers import helper_argv
+from app.helper_process import helper_argv
 from app.server.interpreter import InterpreterError, VllmInterpreter, inspect_interpreter
 
 

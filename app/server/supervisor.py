@@ -23,7 +23,7 @@ from typing import Callable
 
 from app.clock import SessionClock
 from app.config import ServerConfig
-from app.helpers import helper_argv
+from app.helper_process import helper_argv
 from app.server import procs
 from app.server.launch import LaunchError, prepare
 from app.server.logparse import LogParser, strip_ansi
@@ -135,10 +135,6 @@ class Supervisor:
     def log_tail(self, n: int = 50) -> list[str]:
         with self._lock:
             return [l for _, _, l in list(self.lines)[-n:]]
-
-    def log_text(self) -> str:
-        with self._lock:
-            return "\n".join(l for _, _, l in self.lines)
 
     # ------------------------------------------------------------------ transitions
     def _set_state(self, state: ServerState, reason: str = "") -> None:
@@ -266,17 +262,7 @@ class Supervisor:
         reason = f"the server exited with code {rc} {when}"
         if msg:
             reason += f": {msg}"
-        try:
-            from app.planner.diagnose import diagnose  # optional: the planner's log diagnosis
-
-            d = diagnose(tail)
-            if d is not None:
-                reason += f"\n{d.summary()}"
-        except ImportError:
-            pass
-        except Exception:
-            log.exception("diagnosis failed")
-        return reason
+        return reason  # the diagnosis is the run controller's (app.run.controller), one place
 
     # ------------------------------------------------------------------ waiting
     def wait_ready(self, timeout: float | None = None) -> bool:

@@ -14,7 +14,7 @@ from app.telemetry.gpu_source import GpuSource
 from app.telemetry.host_sampler import HostSampler
 from app.telemetry.metrics_scraper import MetricsScraper
 from app.telemetry.periodic import PeriodicSampler
-from app.telemetry.recorder import StoreWriter
+from app.telemetry.store_writer import StoreWriter
 from app.telemetry.series import SeriesBank, Subscriber
 
 
@@ -63,13 +63,6 @@ class Telemetry:
         """Add ``cb`` to every sampler (called on the samplers' threads)."""
         for s in self.samplers:
             s.subscribe(cb)
-
-    def set_server(self, pgid: int | None) -> None:
-        """Point the host sampler (and the NVML process marks) at a newly started server."""
-        if self.host is not None:
-            self.host.pgid = pgid
-        if self.gpu is not None and hasattr(self.gpu.source, "server_pgid"):
-            self.gpu.source.server_pgid = pgid
 
     def start(self) -> "Telemetry":
         for s in self.samplers:

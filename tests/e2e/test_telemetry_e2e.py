@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.clock import SessionClock
-from app.helpers import helper_argv
+from app.helper_process import helper_argv
 from app.store import RunStore
 from app.telemetry.http_source import fetch_text
 from app.telemetry.hub import Telemetry
