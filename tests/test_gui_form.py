@@ -186,3 +186,37 @@ def test_ramp_form_endpoint_and_prompts_file_survive_a_profile_round_trip(main_w
     # a profile without them resets the form to the defaults (no stale file from the last one)
     w.ramp.set_from_profile({"max_level": 8})
     assert w.ramp.endpoint.currentText() == "/v1/completions" and w.ramp.prompts_file.text() == ""
+
+
+def test_form_rows_are_generated_from_the_option_declarations(gui_guard, qtbot):
+    """Every option with a form group has a row (label, tooltip = its help text); the
+    form round-trips every option, those it does not show included."""
+    from app.config import VLLM_OPTIONS
+    from tests.test_config import ALL_OPTIONS
+    from widgets.config_panel import ConfigPanel
+
+    panel = ConfigPanel()
+    qtbot.addWidget(panel)
+    assert set(panel.options) == {f for f, s in VLLM_OPTIONS.items() if s.group}
+    rows = [(VLLM_OPTIONS[f].group, ed.label) for f, ed in panel.options.items()]
+    look = [("Model", "Served name"), ("Parallelism and batching", "Tensor parallel"),
+            ("Parallelism and batching", "Pipeline parallel"), ("Parallelism and batching", ""),
+            ("Parallelism and batching", "max_num_seqs"), ("Parallelism and batching", "max_num_batched_tokens"),
+            ("Parallelism and batching", "max_model_len"), ("Precision and memory", "Quantization"),
+            ("Precision and memory", "dtype"), ("Precision and memory", "kv_cache_dtype"),
+            ("Precision and memory", "GPU memory util."), ("Precision and memory", "Prefix caching"),
+            ("Precision and memory", "")]
+    it = iter(rows)
+    assert all(row in it for row in look), f"the form's rows changed order or labels: {rows}"
+    for f, ed in panel.options.items():
+        assert ed.widget.toolTip().startswith(f"{f}: {VLLM_OPTIONS[f].help}"), f
+    assert panel.options["enforce_eager"].widget.text() == "enforce eager (no CUDA graphs)"
+    panel.set_engine("sim", "RTX 4090", 8)  # 8 cards: TP 2 × PP 2 are offered
+    cfg = ServerConfig(model="meta-llama/Meta-Llama-3-70B-Instruct", **ALL_OPTIONS)
+    panel.set_config(cfg)
+    assert panel.build_config() == cfg
+    assert panel.to_profile()["server"] == cfg.to_vllm_config()
+    panel.set_config(ServerConfig(model="m", kv_cache_dtype="fp8_e4m3", quantization="my-method"))
+    got = panel.build_config()
+    assert got.kv_cache_dtype == "fp8_e4m3" and got.quantization == "my-method" and got.data_parallel_size is None
+    assert got.max_num_seqs is None and got.gpu_memory_utilization == 0.9 and got.dtype is None

@@ -42,3 +42,20 @@ def test_unknown_gpu_and_model(capsys):
     assert "catalog" in capsys.readouterr().err
     rc = main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5:24", "--vllm-version", "0.32.0"])
     assert rc == 0 and "assumed figures" in capsys.readouterr().out
+
+
+def test_plan_parser_takes_every_vllm_option():
+    """config → argv → `plan`'s parser → config: equal for every declared option."""
+    from app.cli import build_parser
+    from app.config import ServerConfig
+    from app.server.cli_serve import config_from_args
+    from tests.test_config import ALL_OPTIONS
+
+    cfg = ServerConfig(model="Llama-3-70B", **ALL_OPTIONS)
+    ns = build_parser().parse_args(["plan", "--model", cfg.model, *cfg.option_argv(), "--gpu", "RTX 5090"])
+    assert config_from_args(ns) == cfg
+
+
+def test_plan_rejects_bad_option_values_naming_the_field():
+    with pytest.raises(SystemExit, match="gpu_memory_utilization"):
+        main(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090", "--gpu-memory-utilization", "1.5"])

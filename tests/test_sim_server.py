@@ -218,8 +218,10 @@ def test_time_scale_maps_wall_time_to_rig_time(sim):
 
 
 def _fails_with(cfg: ServerConfig, args: list[str], text: str, code: str | None = None) -> Supervisor:
-    """The sim exits 1 with vLLM's ``text``; the Supervisor is failed and (through the
-    planner's log diagnosis) names the problem ``code``."""
+    """The sim exits 1 with vLLM's ``text``; the Supervisor is failed and the planner's
+    log diagnosis of its log (what the run controller shows) names the problem ``code``."""
+    from app.planner.diagnose import diagnose
+
     sup = start(cfg, args)
     try:
         assert sup.wait_done(60), "sim did not exit"
@@ -227,10 +229,31 @@ def _fails_with(cfg: ServerConfig, args: list[str], text: str, code: str | None 
         assert any(text in line for line in sup.failure.log_tail), "\n".join(sup.failure.log_tail)
         assert "exited with code 1" in sup.failure.reason
         if code is not None:
-            assert f"Diagnosis: {code}" in sup.failure.reason, sup.failure.reason
+            d = diagnose(sup.failure.log_tail)
+            assert d is not None and d.problem == code, "\n".join(sup.failure.log_tail)
         return sup
     finally:
         stop_and_check(sup)
+
+
+def test_sim_parser_accepts_every_option_none_dropped():
+    """config → the argv the Supervisor passes → the sim's parser → config: equal, for
+    every vLLM option ServerConfig declares (tests/test_config.py ALL_OPTIONS)."""
+    from app.config import VLLM_OPTIONS
+    from app.sim.server import _non_default, build_parser, config_from_args
+    from tests.test_config import ALL_OPTIONS
+
+    cfg = ServerConfig(model=MODEL, **ALL_OPTIONS)
+    parser = build_parser()
+    a, unknown = parser.parse_known_args(["--model", MODEL, *cfg.option_argv(), *sim_args()])
+    assert unknown == []
+    assert config_from_args(a) == cfg
+    assert set(VLLM_OPTIONS) <= set(_non_default(a, parser))
+    # nothing given: vLLM's defaults, and the startup line lists no option
+    a, _ = parser.parse_known_args(["--model", MODEL])
+    assert config_from_args(a) == ServerConfig(model=MODEL) and _non_default(a, parser) == {"model": MODEL}
+    a, _ = parser.parse_known_args(["--model", MODEL, "--max-model-len", "32k", "--served-model-name", "a"])
+    assert config_from_args(a).max_model_len == 32000 and config_from_args(a).served_model_name == "a"
 
 
 def test_tp_not_dividing_heads_fails_like_vllm():

@@ -1,8 +1,11 @@
 """The configuration form: engine, model, GPUs and the ``vllm serve`` options.
 
 Presentation only: it turns widget values into a :class:`app.config.ServerConfig`
-(plus engine, sim rig and attach target) and back. Tensor/pipeline-parallel choices are
-limited to values valid for the selected cards and the model's heads (from the plan).
+(plus engine, sim rig and attach target) and back. The rows of the vLLM options are
+generated from their declarations (:data:`app.config.VLLM_OPTIONS`: label, widget kind,
+group, help text as tooltip); options without a form group are kept from the loaded
+config. Tensor/pipeline-parallel choices are limited to values valid for the selected
+cards and the model's heads (from the plan).
 """
 from __future__ import annotations
 
@@ -15,12 +18,11 @@ from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog
                                QScrollArea, QSlider, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
                                QWidget)
 
-from app.config import DTYPES, ServerConfig
+from app.config import GROUP_MODEL, QUANTIZATION_METHODS, VLLM_OPTIONS, ServerConfig, VllmOption
 
 ENGINES = [("vllm", "vLLM"), ("sim", "Simulated rig"), ("attach", "Attach to a URL")]
-KV_DTYPES = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 #: used until the installed vLLM's list (or its version's list) is known
-FALLBACK_QUANT = ["awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors", "gguf"]
+FALLBACK_QUANT = list(QUANTIZATION_METHODS)
 GIB = 2**30
 
 
@@ -32,6 +34,235 @@ def _opt_spin(maximum: int, step: int = 1) -> QSpinBox:
     s.setSpecialValueText("default")
     s.setAccelerated(True)
     return s
+
+
+class OptionEditor:
+    """One generated form row for a vLLM option, built from its :class:`VllmOption`.
+
+    ``widget``: the value widget; ``row``: what the form shows (the widget, or a layout
+    around it); ``label``: the row's label. ``value()`` is the field's value (None: not
+    set, vLLM's default), ``set_value()`` shows one, ``connect()`` calls a slot on edits.
+    The tooltip is the option's help text.
+    """
+
+    def __init__(self, field: str, spec: VllmOption) -> None:
+        self.field, self.spec = field, spec
+        self.label = spec.label or field
+        self.widget: QWidget = self._make()
+        self.row: QWidget | QHBoxLayout = self.widget
+        self.widget.setToolTip(self.tooltip())
+
+    def tooltip(self, note: str = "") -> str:
+        return f"{self.field}: {self.spec.help}" + (f" ({note})" if note else "")
+
+    def _make(self) -> QWidget:
+        raise NotImplementedError
+
+    def value(self) -> Any:
+        raise NotImplementedError
+
+    def set_value(self, v: Any) -> None:
+        raise NotImplementedError
+
+    def connect(self, slot: Any) -> None:
+        raise NotImplementedError
+
+
+class _IntEditor(OptionEditor):
+    """``int``: a spin box over ``minimum``…``maximum``; always a value."""
+
+    def _make(self) -> QWidget:
+        s = QSpinBox()
+        s.setRange(int(self.spec.minimum), int(self.spec.maximum))
+        s.setSingleStep(int(self.spec.step))
+        s.setAccelerated(True)
+        return s
+
+    def value(self) -> Any:
+        return self.widget.value()
+
+    def set_value(self, v: Any) -> None:
+        self.widget.setValue(int(v) if v is not None else int(self.spec.minimum))
+
+    def connect(self, slot: Any) -> None:
+        self.widget.valueChanged.connect(slot)
+
+
+class _OptIntEditor(_IntEditor):
+    """``opt_int``: a spin box whose 0 shows "default" (= not set)."""
+
+    def _make(self) -> QWidget:
+        return _opt_spin(int(self.spec.maximum), int(self.spec.step))
+
+    def value(self) -> Any:
+        return self.widget.value() or None
+
+    def set_value(self, v: Any) -> None:
+        self.widget.setValue(v or 0)
+
+
+class _FloatEditor(OptionEditor):
+    """``float``: a spin box with ``decimals`` (and a slider when ``slider``). With a
+    ``form_default`` it always holds a value (that one when unset); without, its
+    ``minimum`` shows "default" (= not set)."""
+
+    def _make(self) -> QWidget:
+        sp = self.spec
+        box = QDoubleSpinBox()
+        box.setRange(sp.minimum, sp.maximum)
+        box.setSingleStep(sp.step)
+        box.setDecimals(sp.decimals)
+        if sp.form_default is None:
+            box.setSpecialValueText("default")
+        return box
+
+    def __init__(self, field: str, spec: VllmOption) -> None:
+        super().__init__(field, spec)
+        if spec.slider:
+            scale = 10**spec.decimals
+            self.slider = QSlider(Qt.Horizontal)
+            self.slider.setRange(round(spec.minimum * scale), round(spec.maximum * scale))
+            self.slider.valueChanged.connect(lambda x: self.widget.setValue(x / scale))
+            self.widget.valueChanged.connect(lambda x: self.slider.setValue(round(x * scale)))
+            row = QHBoxLayout()
+            row.addWidget(self.slider, 1)
+            row.addWidget(self.widget)
+            self.row = row
+
+    def value(self) -> Any:
+        v = round(self.widget.value(), self.spec.decimals)
+        return None if self.spec.form_default is None and v <= self.spec.minimum else v
+
+    def set_value(self, v: Any) -> None:
+        default = self.spec.form_default if self.spec.form_default is not None else self.spec.minimum
+        self.widget.setValue(v if v is not None else default)
+
+    def connect(self, slot: Any) -> None:
+        self.widget.valueChanged.connect(slot)
+
+
+class _ComboEditor(OptionEditor):
+    def _make(self) -> QWidget:
+        return QComboBox()
+
+    def value(self) -> Any:
+        return self.widget.currentData()
+
+    def connect(self, slot: Any) -> None:
+        self.widget.currentIndexChanged.connect(slot)
+
+
+class _ChoiceEditor(_ComboEditor):
+    """``choice``: a combo box, first the "not set" item (``unset_text``), then
+    ``choices``; a loaded value not among them is added."""
+
+    def __init__(self, field: str, spec: VllmOption) -> None:
+        super().__init__(field, spec)
+        self.set_choices(spec.choices)
+
+    def set_choices(self, choices: Any) -> None:
+        """Offer ``choices`` (keeps the current value, added if it is not among them)."""
+        w = self.widget
+        cur = w.currentData() if w.count() else None
+        w.blockSignals(True)
+        w.clear()
+        w.addItem(self.spec.unset_text, None)
+        for c in choices:
+            if c != self.spec.unset_text:
+                w.addItem(str(c), c)
+        w.blockSignals(False)
+        if cur is not None:
+            self.set_value(cur)
+
+    def set_value(self, v: Any) -> None:
+        w = self.widget
+        if v is None or v == self.spec.unset_text:
+            w.setCurrentIndex(0)
+            return
+        if w.findData(v) < 0:
+            w.addItem(str(v), v)
+        w.setCurrentIndex(w.findData(v))
+
+
+class _TristateEditor(_ComboEditor):
+    """``tristate``: default / on / off (→ None / ``--flag`` / ``--no-flag``)."""
+
+    def _make(self) -> QWidget:
+        c = QComboBox()
+        for text, data in (("default", None), ("on", True), ("off", False)):
+            c.addItem(text, data)
+        return c
+
+    def set_value(self, v: Any) -> None:
+        self.widget.setCurrentIndex({None: 0, True: 1, False: 2}[v])
+
+
+class _ParallelEditor(_ComboEditor):
+    """``parallel``: a combo box of the sizes valid here (filled by the panel, which knows
+    the cards and the model); 1 means not set."""
+
+    def tooltip(self, note: str = "") -> str:
+        return super().tooltip(note or "only sizes valid for the selected cards and the model are offered")
+
+    def value(self) -> Any:
+        v = self.widget.currentData() or 1
+        return v if v > 1 else None
+
+    def set_value(self, v: Any) -> None:
+        i = self.widget.findData(v or 1)
+        if i >= 0:
+            self.widget.setCurrentIndex(i)
+
+
+class _FlagEditor(OptionEditor):
+    """``flag``: a check box labelled ``label`` (checked → ``--flag``, else not set)."""
+
+    def __init__(self, field: str, spec: VllmOption) -> None:
+        super().__init__(field, spec)
+        self.label = ""
+
+    def _make(self) -> QWidget:
+        return QCheckBox(self.spec.label or self.field)
+
+    def value(self) -> Any:
+        return True if self.widget.isChecked() else None
+
+    def set_value(self, v: Any) -> None:
+        self.widget.setChecked(bool(v))
+
+    def connect(self, slot: Any) -> None:
+        self.widget.toggled.connect(slot)
+
+
+class _TextEditor(OptionEditor):
+    """``text``: a line edit; empty = not set (the field's default)."""
+
+    def _make(self) -> QWidget:
+        e = QLineEdit()
+        default = ServerConfig.model_fields[self.field].default
+        e.setPlaceholderText("optional" if default is None else str(default))
+        return e
+
+    def value(self) -> Any:
+        return self.widget.text().strip() or None
+
+    def set_value(self, v: Any) -> None:
+        default = ServerConfig.model_fields[self.field].default
+        self.widget.setText("" if v is None or v == default else str(v))
+
+    def connect(self, slot: Any) -> None:
+        self.widget.textChanged.connect(slot)
+
+
+_EDITORS: dict[str, type[OptionEditor]] = {
+    "int": _IntEditor, "opt_int": _OptIntEditor, "float": _FloatEditor, "choice": _ChoiceEditor,
+    "tristate": _TristateEditor, "parallel": _ParallelEditor, "flag": _FlagEditor, "text": _TextEditor,
+}
+
+
+def make_editor(field: str, spec: VllmOption) -> OptionEditor:
+    """The form row of option ``field`` (its widget kind from ``spec.kind``)."""
+    return _EDITORS[spec.kind](field, spec)
 
 
 class GpuTable(QTableWidget):
@@ -188,9 +419,7 @@ class ConfigPanel(QScrollArea):
         mrow.addWidget(self.model, 1)
         mrow.addWidget(browse)
         f.addRow("Model", mrow)
-        self.served_name = QLineEdit()
-        self.served_name.setPlaceholderText("optional")
-        f.addRow("Served name", self.served_name)
+        forms: dict[str, QFormLayout] = {GROUP_MODEL: f}
         v.addWidget(mg)
 
         # GPUs
@@ -211,62 +440,27 @@ class ConfigPanel(QScrollArea):
         gl.addLayout(qrow)
         v.addWidget(self.gpu_box)
 
-        # parallelism and batching
-        pg = QGroupBox("Parallelism and batching")
-        f = QFormLayout(pg)
-        self.tp = QComboBox()
-        self.pp = QComboBox()
-        self.tp.setToolTip("tensor_parallel_size: only values that divide the model's attention heads and fit "
-                           "the selected cards are offered")
-        self.pp.setToolTip("pipeline_parallel_size: only values that fit the selected cards and the model's layers")
-        f.addRow("Tensor parallel", self.tp)
-        f.addRow("Pipeline parallel", self.pp)
-        self.no_car = QCheckBox("disable custom all-reduce")
-        self.no_car.setToolTip("disable_custom_all_reduce: needed on cards without peer-to-peer access")
-        f.addRow("", self.no_car)
-        self.max_num_seqs = _opt_spin(65536)
-        self.max_num_seqs.setToolTip("max_num_seqs: requests the engine runs at once")
-        self.max_batched = _opt_spin(1 << 20, 256)
-        self.max_batched.setToolTip("max_num_batched_tokens: tokens per scheduler step (chunked prefill)")
-        self.max_model_len = _opt_spin(1 << 21, 1024)
-        self.max_model_len.setToolTip("max_model_len: the longest request (prompt + output), tokens")
-        f.addRow("max_num_seqs", self.max_num_seqs)
-        f.addRow("max_num_batched_tokens", self.max_batched)
-        f.addRow("max_model_len", self.max_model_len)
-        v.addWidget(pg)
-
-        # precision and memory
-        qg = QGroupBox("Precision and memory")
-        f = QFormLayout(qg)
-        self.quant = QComboBox()
+        # the vLLM options: one generated row each, in declaration order; a group box per
+        # new group (after the GPUs); options without a group are not shown
+        self.options: dict[str, OptionEditor] = {}
+        for field, spec in VLLM_OPTIONS.items():
+            if spec.group is None:
+                continue
+            if spec.group not in forms:
+                box = QGroupBox(spec.group)
+                forms[spec.group] = QFormLayout(box)
+                v.addWidget(box)
+            ed = make_editor(field, spec)
+            forms[spec.group].addRow(ed.label, ed.row)
+            self.options[field] = ed
+        self._hidden: dict[str, Any] = {}  # loaded values of the options the form does not show
+        # the widgets other code reaches by name
+        self.tp = self.options["tensor_parallel_size"].widget
+        self.pp = self.options["pipeline_parallel_size"].widget
+        self.quant = self.options["quantization"].widget
+        self.max_num_seqs = self.options["max_num_seqs"].widget
+        self.max_model_len = self.options["max_model_len"].widget
         self.set_quantization_methods(FALLBACK_QUANT, "built-in list")
-        self.dtype = QComboBox()
-        self.dtype.addItems(list(DTYPES))
-        self.kv_dtype = QComboBox()
-        self.kv_dtype.addItems(KV_DTYPES)
-        f.addRow("Quantization", self.quant)
-        f.addRow("dtype", self.dtype)
-        f.addRow("kv_cache_dtype", self.kv_dtype)
-        urow = QHBoxLayout()
-        self.util_slider = QSlider(Qt.Horizontal)
-        self.util_slider.setRange(10, 100)
-        self.util = QDoubleSpinBox()
-        self.util.setRange(0.10, 1.00)
-        self.util.setSingleStep(0.01)
-        self.util.setDecimals(2)
-        self.util.setToolTip("gpu_memory_utilization: fraction of each card's TOTAL memory vLLM may use")
-        self.util_slider.valueChanged.connect(lambda x: self.util.setValue(x / 100))
-        self.util.valueChanged.connect(lambda x: self.util_slider.setValue(round(x * 100)))
-        urow.addWidget(self.util_slider, 1)
-        urow.addWidget(self.util)
-        f.addRow("GPU memory util.", urow)
-        self.prefix = QComboBox()
-        self.prefix.addItems(["default", "on", "off"])
-        self.prefix.setToolTip("enable_prefix_caching")
-        f.addRow("Prefix caching", self.prefix)
-        self.eager = QCheckBox("enforce eager (no CUDA graphs)")
-        f.addRow("", self.eager)
-        v.addWidget(qg)
 
         # extra
         xg = QGroupBox("Extra options and environment")
@@ -281,15 +475,13 @@ class ConfigPanel(QScrollArea):
         v.addWidget(xg)
         v.addStretch(1)
 
-        for w in (self.engine, self.sim_gpu, self.tp, self.pp, self.quant, self.dtype, self.kv_dtype, self.prefix):
+        for w in (self.engine, self.sim_gpu):
             w.currentIndexChanged.connect(self._edited)
+        for ed in self.options.values():
+            ed.connect(self._edited)
         self.model.currentTextChanged.connect(self._edited)
-        for w in (self.sim_count, self.max_num_seqs, self.max_batched, self.max_model_len):
-            w.valueChanged.connect(self._edited)
-        self.util.valueChanged.connect(self._edited)
-        self.eager.toggled.connect(self._edited)
-        self.no_car.toggled.connect(self._edited)
-        for w in (self.attach_url, self.attach_model, self.served_name, self.extra):
+        self.sim_count.valueChanged.connect(self._edited)
+        for w in (self.attach_url, self.attach_model, self.extra):
             w.textChanged.connect(self._edited)
         self.env.textChanged.connect(self._edited)
         self.gpu_table.selection_changed.connect(self._cards_changed)
@@ -321,16 +513,12 @@ class ConfigPanel(QScrollArea):
         self._loading = False
 
     def set_quantization_methods(self, methods: list[str], source: str) -> None:
-        cur = self.quant.currentData() if self.quant.count() else None
+        """Offer ``methods`` for quantization (``source``: where the list comes from)."""
+        ed = self.options["quantization"]
         self.quant.blockSignals(True)
-        self.quant.clear()
-        self.quant.addItem("none / from the checkpoint", None)
-        for m in methods:
-            self.quant.addItem(m, m)
-        self.quant.setToolTip(f"quantization ({source})")
-        if cur:
-            self._set_combo_data(self.quant, cur)
+        ed.set_choices(methods)
         self.quant.blockSignals(False)
+        self.quant.setToolTip(ed.tooltip(source))
 
     def set_model_shape(self, heads: int | None, kv_heads: int | None, layers: int | None) -> None:
         """The model's attention heads, KV heads and layers (None: unknown → all sizes)."""
@@ -376,12 +564,28 @@ class ConfigPanel(QScrollArea):
         self._set_combo_data(combo, want)
         combo.blockSignals(False)
 
+    def valid_sizes(self, field: str) -> list[int]:
+        """The sizes offered for parallel option ``field`` (TP and PP: see valid_tp and
+        valid_pp; another: 1 … the card count)."""
+        if field == "tensor_parallel_size":
+            return self.valid_tp()
+        if field == "pipeline_parallel_size":
+            return self.valid_pp()
+        return list(range(1, self.card_count() + 1))
+
+    def _parallel_fields(self) -> list[str]:
+        return [f for f, ed in self.options.items() if ed.spec.kind == "parallel"]
+
     def _refill_parallel(self) -> None:
         tp = self.tp.currentData() or 1
         pp = self.pp.currentData() or 1
         self._fill(self.pp, self.valid_pp(), pp)
         self._fill(self.tp, self.valid_tp(), tp)
         self._fill(self.pp, self.valid_pp(), pp)
+        for f in self._parallel_fields():
+            w = self.options[f].widget
+            if w not in (self.tp, self.pp):
+                self._fill(w, self.valid_sizes(f), w.currentData() or 1)
 
     @staticmethod
     def _set_combo_data(combo: QComboBox, value: Any) -> None:
@@ -440,19 +644,12 @@ class ConfigPanel(QScrollArea):
             extra = shlex.split(self.extra.text())
         except ValueError as e:
             raise ValueError(f"extra options: {e}") from e
-        tp, pp = self.tp.currentData() or 1, self.pp.currentData() or 1
-        pref = {"default": None, "on": True, "off": False}[self.prefix.currentText()]
-        kw: dict[str, Any] = dict(
-            model=model, served_model_name=self.served_name.text().strip() or None,
-            tensor_parallel_size=tp if tp > 1 else None, pipeline_parallel_size=pp if pp > 1 else None,
-            max_num_seqs=self.max_num_seqs.value() or None, max_num_batched_tokens=self.max_batched.value() or None,
-            max_model_len=self.max_model_len.value() or None, gpu_memory_utilization=round(self.util.value(), 2),
-            quantization=self.quant.currentData(), dtype=None if self.dtype.currentText() == "auto" else
-            self.dtype.currentText(), kv_cache_dtype=None if self.kv_dtype.currentText() == "auto" else
-            self.kv_dtype.currentText(), enable_prefix_caching=pref, enforce_eager=True if self.eager.isChecked()
-            else None, disable_custom_all_reduce=True if self.no_car.isChecked() else None,
-            env=env, extra_args=extra,
-        )
+        kw: dict[str, Any] = dict(model=model, env=env, extra_args=extra)
+        kw.update({f: v for f, v in self._hidden.items() if v is not None})
+        for field, ed in self.options.items():
+            v = ed.value()
+            if v is not None:
+                kw[field] = v
         if self.engine_key() == "vllm" and self.gpu_table.readings:
             kw["gpus"] = self.gpu_table.selected()
         from pydantic import ValidationError
@@ -469,21 +666,12 @@ class ConfigPanel(QScrollArea):
         try:
             self.model.setCurrentText(cfg.model)
             self.model.lineEdit().setCursorPosition(0)  # a long id shows its start (the organisation)
-            self.served_name.setText(cfg.served_model_name or "")
-            self._fill(self.tp, self.valid_tp(), cfg.tensor_parallel_size or 1)
-            self._fill(self.pp, self.valid_pp(), cfg.pipeline_parallel_size or 1)
-            self.max_num_seqs.setValue(cfg.max_num_seqs or 0)
-            self.max_batched.setValue(cfg.max_num_batched_tokens or 0)
-            self.max_model_len.setValue(cfg.max_model_len or 0)
-            self.util.setValue(cfg.gpu_memory_utilization or 0.9)
-            if cfg.quantization and self.quant.findData(cfg.quantization) < 0:
-                self.quant.addItem(cfg.quantization, cfg.quantization)
-            self._set_combo_data(self.quant, cfg.quantization)
-            self.dtype.setCurrentText(cfg.dtype or "auto")
-            self.kv_dtype.setCurrentText(cfg.kv_cache_dtype or "auto")
-            self.prefix.setCurrentText({None: "default", True: "on", False: "off"}[cfg.enable_prefix_caching])
-            self.eager.setChecked(bool(cfg.enforce_eager))
-            self.no_car.setChecked(bool(cfg.disable_custom_all_reduce))
+            for field in self._parallel_fields():  # TP first: PP's sizes depend on it
+                self._fill(self.options[field].widget, self.valid_sizes(field), getattr(cfg, field) or 1)
+            for field, ed in self.options.items():
+                if ed.spec.kind != "parallel":
+                    ed.set_value(getattr(cfg, field))
+            self._hidden = {f: getattr(cfg, f) for f in VLLM_OPTIONS if f not in self.options}
             self.extra.setText(shlex.join(cfg.extra_args))
             self.env.setPlainText("\n".join(f"{k}={v}" for k, v in cfg.env.items()))
             if cfg.gpus is not None and self.gpu_table.readings:

@@ -28,7 +28,7 @@ def _levels(text: str) -> tuple[int, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from app.server.cli_serve import add_server_options
+    from app.config import add_server_options
 
     p = sub.add_parser("plan", help="will it fit, how many users, what breaks — before a launch")
     add_server_options(p)

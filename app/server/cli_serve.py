@@ -8,59 +8,22 @@ import threading
 
 from pydantic import ValidationError
 
-from app.config import ServerConfig
+from app.config import ConfigError, ServerConfig, add_server_options, config_from_namespace
+
+__all__ = ["add_server_options", "config_from_args", "register"]
 
 
-def add_server_options(p: argparse.ArgumentParser) -> None:
-    """The ServerConfig options as vLLM spells them (shared by serve, plan, run)."""
-    p.add_argument("--model", required=True, help="model directory or Hugging Face id (or a catalog id for --engine sim)")
-    p.add_argument("--served-model-name")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=int)
-    p.add_argument("--data-parallel-size", "-dp", type=int)
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--max-model-len", type=int)
-    p.add_argument("--gpu-memory-utilization", type=float)
-    p.add_argument("--quantization", "-q")
-    p.add_argument("--dtype")
-    p.add_argument("--kv-cache-dtype")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--disable-custom-all-reduce", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int)
-    p.add_argument("--gpus", help="GPU indices, e.g. 0,1,2,3 (→ CUDA_VISIBLE_DEVICES)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="extra environment variable (repeatable)")
-    p.add_argument("--extra", default="", help="further vLLM options as one string, e.g. \"--seed 1\"")
-
-
-def config_from_args(a: argparse.Namespace) -> ServerConfig:
-    """Build a ServerConfig from parsed options; exits with the validation message on error."""
-    import shlex
-
-    fields = {}
-    for f in ServerConfig.model_fields:
-        if f in ("gpus", "env", "extra_args"):
-            continue
-        v = getattr(a, f, None)
-        if v is not None:
-            fields[f] = v
-    if a.gpus:
-        fields["gpus"] = [int(x) for x in a.gpus.split(",") if x.strip()]
-    env = {}
-    for kv in a.env:
-        if "=" not in kv:
-            raise SystemExit(f"--env {kv!r}: write KEY=VALUE")
-        k, v = kv.split("=", 1)
-        env[k] = v
-    fields["env"] = env
-    fields["extra_args"] = shlex.split(a.extra) if a.extra else []
+def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) -> ServerConfig:
+    """Build a ServerConfig from options added by :func:`app.config.add_server_options`
+    (over ``base``, see :func:`app.config.config_from_namespace`); exits with the
+    validation message on error."""
     try:
-        return ServerConfig(**fields)
+        return config_from_namespace(a, base)
     except ValidationError as e:
         msgs = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
         raise SystemExit(f"error: invalid server options: {msgs}")
+    except ConfigError as e:
+        raise SystemExit(f"error: {e}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -22,35 +22,13 @@ from app.sim import model_adapter as ma
 VLLM_VERSION = "0.32.0"
 
 
-def _int_len(v: str) -> int:
-    """``32768``, ``32k`` or ``1M`` (vLLM accepts the suffixes for --max-model-len)."""
-    s = v.strip().lower().replace("_", "")
-    mult = {"k": 1000, "m": 1000_000}.get(s[-1:], 1)
-    try:
-        return int(float(s[:-1] if mult > 1 else s) * mult)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid length {v!r}: use e.g. 8192 or 32k") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The sim's command line: ``--model``, every vLLM option of ServerConfig (generated
+    from its metadata, default None = vLLM's default) and the ``--sim-*`` rig options."""
+    from app.config import add_server_options
+
     p = argparse.ArgumentParser(prog="app.sim.server", description="Simulated vLLM server on a virtual GPU rig")
-    p.add_argument("--model", required=True)
-    p.add_argument("--served-model-name", nargs="+")
-    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
-    p.add_argument("--pipeline-parallel-size", "-pp", type=int, default=1)
-    p.add_argument("--data-parallel-size", "-dp", type=int, default=1)
-    p.add_argument("--max-num-seqs", type=int)
-    p.add_argument("--max-num-batched-tokens", type=int)
-    p.add_argument("--max-model-len", type=_int_len)
-    p.add_argument("--gpu-memory-utilization", type=float)
-    p.add_argument("--quantization", "-q")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto")
-    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--enforce-eager", action=argparse.BooleanOptionalAction, default=False)
-    p.add_argument("--disable-custom-all-reduce", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    add_server_options(p, internal=False)
     p.add_argument("--sim-gpu", default="RTX 4090", help="GPU catalog name")
     p.add_argument("--sim-gpu-count", type=int, default=1)
     p.add_argument("--sim-time-scale", type=float, default=1.0, help="rig runs k× faster than the wall clock")
@@ -86,21 +64,17 @@ def _non_default(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict
 
 
 def config_from_args(a: argparse.Namespace):
-    """The parsed vLLM options as a ServerConfig (what the planner plans)."""
-    from app.config import ServerConfig
+    """The parsed vLLM options as a ServerConfig (what the planner plans): every option
+    of :func:`build_parser`, none dropped. Raises ``pydantic.ValidationError``."""
+    from app.config import config_from_namespace
 
-    return ServerConfig(
-        model=a.model, served_model_name=(a.served_model_name or [None])[0], tensor_parallel_size=a.tensor_parallel_size,
-        pipeline_parallel_size=a.pipeline_parallel_size, max_num_seqs=a.max_num_seqs,
-        max_num_batched_tokens=a.max_num_batched_tokens, max_model_len=a.max_model_len,
-        gpu_memory_utilization=a.gpu_memory_utilization, quantization=a.quantization,
-        dtype=None if a.dtype == "auto" else a.dtype, kv_cache_dtype=None if a.kv_cache_dtype == "auto" else a.kv_cache_dtype,
-        enforce_eager=a.enforce_eager or None)
+    return config_from_namespace(a)
 
 
 def _engine_intro(a: argparse.Namespace, k: float) -> None:
     vlog.emit(f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model='{a.model}', "
-              f"tensor_parallel_size={a.tensor_parallel_size}, pipeline_parallel_size={a.pipeline_parallel_size}, "
+              f"tensor_parallel_size={a.tensor_parallel_size or 1}, "
+              f"pipeline_parallel_size={a.pipeline_parallel_size or 1}, "
               f"quantization={a.quantization}, max_seq_len={a.max_model_len}, sim_gpu='{a.sim_gpu}' "
               f"x{a.sim_gpu_count}, sim_time_scale={k}", process="EngineCore_DP0", where="core.py:74")
 
@@ -124,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         cooling = cooling_factor(a.sim_cooling, a.sim_gpu_count)
         if a.sim_gpu_count < 1:
             raise ValueError(f"--sim-gpu-count {a.sim_gpu_count}: the rig needs at least 1 GPU")
-        if a.data_parallel_size > 1:
+        if (a.data_parallel_size or 1) > 1:
             raise ValueError("sim: --data-parallel-size > 1 is not simulated; run one sim per engine (TP/PP)")
         cfg = config_from_args(a)
         plan = ma.plan_rig(cfg, a.sim_gpu, a.sim_gpu_count)
@@ -181,6 +155,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
 
     k = a.sim_time_scale
     served = (a.served_model_name or [a.model])[0]
+    host, port = a.host or "127.0.0.1", a.port or 8000
     calibrated = None
     if a.sim_calibrated:
         from app.planner.calibrate import hardware_fingerprint, load_calibration
@@ -206,11 +181,11 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     api = ApiServer(engine, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"))
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, a.host, a.port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
         await site.start()
     except OSError as e:
-        vlog.emit(f"OSError: [Errno {e.errno}] error while attempting to bind on address ('{a.host}', {a.port}): "
+        vlog.emit(f"OSError: [Errno {e.errno}] error while attempting to bind on address ('{host}', {port}): "
                   f"{e.strerror} (Address already in use)" if e.errno == 98 else f"OSError: {e}", "ERROR")
         await runner.cleanup()
         return 1
@@ -219,7 +194,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    vlog.emit(f"Starting vLLM API server 0 on http://{a.host}:{a.port}", where="launcher.py:44")
+    vlog.emit(f"Starting vLLM API server 0 on http://{host}:{port}", where="launcher.py:44")
     vlog.emit("Started server process [%d]" % os.getpid(), where="server.py:1")
     vlog.emit("Application startup complete.", where="on.py:62")
     await stop.wait()
