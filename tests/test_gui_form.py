@@ -72,7 +72,7 @@ def test_engine_switch_shows_matching_fields(main_window, qtbot):
     w.config.set_engine("vllm")
     assert w.config.gpu_box.isVisibleTo(w) and not w.config.attach_url.isVisibleTo(w)
     w.config.set_engine("sim", "RTX 5090", 4)
-    assert w.config.sim_row.isVisibleTo(w) and w.config.sim_args()[:4] == ["--sim-gpu", "RTX 5090",
+    assert w.config.sim_row.isVisibleTo(w) and w.config.sim_rig().argv()[:4] == ["--sim-gpu", "RTX 5090",
                                                                             "--sim-gpu-count", "4"]
 
 
@@ -219,4 +219,5 @@ def test_form_rows_are_generated_from_the_option_declarations(gui_guard, qtbot):
     panel.set_config(ServerConfig(model="m", kv_cache_dtype="fp8_e4m3", quantization="my-method"))
     got = panel.build_config()
     assert got.kv_cache_dtype == "fp8_e4m3" and got.quantization == "my-method" and got.data_parallel_size is None
-    assert got.max_num_seqs is None and got.gpu_memory_utilization == 0.9 and got.dtype is None
+    assert got.max_num_seqs is None and got.gpu_memory_utilization is None and got.dtype is None
+    # an unset gpu_memory_utilization stays unset: vLLM's default differs by version (0.9, 0.92)

@@ -103,7 +103,8 @@ class _OptIntEditor(_IntEditor):
 
 class _FloatEditor(OptionEditor):
     """``float``: a spin box with ``decimals`` (and a slider when ``slider``). With a
-    ``form_default`` it always holds a value (that one when unset); without, its
+    ``form_default`` it shows that value when unset, and stays unset (None: vLLM's own
+    default, which differs between versions) until the user changes it; without, its
     ``minimum`` shows "default" (= not set)."""
 
     def _make(self) -> QWidget:
@@ -118,6 +119,9 @@ class _FloatEditor(OptionEditor):
 
     def __init__(self, field: str, spec: VllmOption) -> None:
         super().__init__(field, spec)
+        self._unset = spec.form_default is not None  # shows form_default, means "not set"
+        self._setting = False
+        self.widget.valueChanged.connect(self._edited)
         if spec.slider:
             scale = 10**spec.decimals
             self.slider = QSlider(Qt.Horizontal)
@@ -129,13 +133,24 @@ class _FloatEditor(OptionEditor):
             row.addWidget(self.widget)
             self.row = row
 
+    def _edited(self, _v: float) -> None:
+        if not self._setting:
+            self._unset = False
+
     def value(self) -> Any:
         v = round(self.widget.value(), self.spec.decimals)
-        return None if self.spec.form_default is None and v <= self.spec.minimum else v
+        if self.spec.form_default is None:
+            return None if v <= self.spec.minimum else v
+        return None if self._unset and v == self.spec.form_default else v
 
     def set_value(self, v: Any) -> None:
         default = self.spec.form_default if self.spec.form_default is not None else self.spec.minimum
-        self.widget.setValue(v if v is not None else default)
+        self._setting = True
+        try:
+            self.widget.setValue(v if v is not None else default)
+        finally:
+            self._setting = False
+        self._unset = v is None and self.spec.form_default is not None
 
     def connect(self, slot: Any) -> None:
         self.widget.valueChanged.connect(slot)
@@ -358,6 +373,7 @@ class ConfigPanel(QScrollArea):
         self.setObjectName("configPanel")
         self._heads: tuple[int, int, int] | None = None  # heads, kv heads, layers
         self._loading = False
+        self._sim_rig = None  # the loaded profile's SimRig (seed, time scale)
         body = QWidget()
         self.setWidget(body)
         v = QVBoxLayout(body)
@@ -620,11 +636,17 @@ class ConfigPanel(QScrollArea):
     def engine_key(self) -> str:
         return self.engine.currentData() or "vllm"
 
-    def sim_args(self, time_scale: float = 1.0) -> list[str]:
-        out = ["--sim-gpu", self.sim_gpu.currentText() or "RTX 4090", "--sim-gpu-count", str(self.sim_count.value())]
-        if time_scale != 1.0:
-            out += ["--sim-time-scale", f"{time_scale:g}"]
-        return out
+    def sim_rig(self, time_scale: float | None = None):
+        """The simulated rig as the form shows it (:class:`app.profiles.model.SimRig`):
+        the card and count from the form, the seed and time scale of the loaded
+        profile's rig; ``time_scale`` (the window's, tests and benchmarks) overrides."""
+        from app.profiles.model import SimRig
+
+        base = self._sim_rig or SimRig()
+        upd: dict[str, Any] = {"gpu": self.sim_gpu.currentText() or "RTX 4090", "count": self.sim_count.value()}
+        if time_scale is not None and time_scale != 1.0:
+            upd["time_scale"] = time_scale
+        return base.model_copy(update=upd)
 
     def build_config(self) -> ServerConfig:
         """The form as a ServerConfig. Raises ValueError (pydantic's, naming the field)."""
@@ -681,7 +703,10 @@ class ConfigPanel(QScrollArea):
         self.changed.emit()
 
     def set_engine(self, engine: str, sim_gpu: str | None = None, sim_count: int | None = None,
-                   attach_url: str | None = None, attach_model: str | None = None) -> None:
+                   attach_url: str | None = None, attach_model: str | None = None, sim_rig: Any = None) -> None:
+        """Show the engine; ``sim_rig``: the loaded profile's SimRig (its seed and time
+        scale are kept for :meth:`sim_rig`)."""
+        self._sim_rig = sim_rig
         self._loading = True
         try:
             self._set_combo_data(self.engine, engine)
@@ -711,7 +736,7 @@ class ConfigPanel(QScrollArea):
         if cfg.gpus is not None:
             data["gpus"] = list(cfg.gpus)
         if self.engine_key() == "sim":
-            data["sim"] = {"gpu": self.sim_gpu.currentText(), "count": self.sim_count.value()}
+            data["sim"] = self.sim_rig().model_dump(exclude_none=True)
         if self.engine_key() == "attach":
             data["attach_url"] = self.attach_url.text().strip()
             if self.attach_model.text().strip():

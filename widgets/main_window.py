@@ -524,7 +524,7 @@ class MainWindow(QMainWindow):
         cfg = self.config.build_config()
         eng = self.config.engine_key()
         return LaunchRequest(
-            engine=eng, config=cfg, sim_args=self.config.sim_args(self.sim_time_scale) if eng == "sim" else [],
+            engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng == "sim" else [],
             python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
             gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz)
@@ -656,7 +656,7 @@ class MainWindow(QMainWindow):
     def _on_level_done(self, st) -> None:
         self.ramp.level_done(st)
         self.results.add_step(st)
-        self.curves.set_measured(self.results.steps)
+        self.curves.set_measured(self.results.steps, spec=self.controller.ramp_spec)
         self.run_bar.setValue(len(self.results.steps))
 
     def _on_ramp_finished(self, res) -> None:
@@ -667,7 +667,7 @@ class MainWindow(QMainWindow):
             if st.idx not in {s.idx for s in self.results.steps}:
                 self.results.add_step(st)
         self.results.refresh_energy()
-        self.curves.set_measured(self.results.steps, res.knee)
+        self.curves.set_measured(self.results.steps, res.knee, spec=self.controller.ramp_spec)
         reason = res.stop_reason or res.error or ""
         self.ramp.ramp_finished(res.status, reason)
         knee = f" · knee at {res.knee.level:g}" if res.knee else ""

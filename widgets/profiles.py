@@ -38,7 +38,7 @@ def apply_to_form(profile: Profile, config_panel, ramp_panel) -> None:
     sim = profile.sim
     attach_model = profile.server.get("served-model-name") if profile.engine == "attach" else None
     config_panel.set_engine(profile.engine, sim.gpu if sim else None, sim.count if sim else None,
-                            profile.attach_url, attach_model)
+                            profile.attach_url, attach_model, sim_rig=sim)
     config_panel.set_config(profile.server_config())
     ramp_panel.set_from_profile(ramp_fields(profile))
 

@@ -194,8 +194,10 @@ class CurvesView(QWidget):
         self.pred_lat.setData([p.output_tps for p in curve.points], [p.ttft_s * 1000 for p in curve.points])
         place_line(self.pred_knee_line, math.log2(max(1, curve.knee)), f"predicted knee {curve.knee}")
 
-    def set_measured(self, steps: list[Any], knee: Any | None = None) -> None:
-        """``steps``: StepStats list; ``knee``: app.loadgen.stats.Knee or None."""
+    def set_measured(self, steps: list[Any], knee: Any | None = None, spec: Any | None = None) -> None:
+        """``steps``: StepStats list; ``knee``: app.loadgen.stats.Knee or None; ``spec``:
+        the ramp's RampSpec, whose knee rule (``knee_gain``, ``knee_ttft_ratio``) is quoted
+        while no knee is found (the spec's defaults without one)."""
         ok = sorted((s for s in steps if s.n_ok and s.output_tps > 0), key=lambda s: s.level)
         self.meas_tput.setData(log2([s.level for s in ok]), [s.output_tps for s in ok])
         lat = [s for s in ok if s.ttft_p99]
@@ -213,5 +215,12 @@ class CurvesView(QWidget):
             self.knee_line.hide()
             self.knee_point.setData([], [])
             if ok:
+                if spec is None:
+                    from app.loadgen.spec import RampSpec
+
+                    fields = RampSpec.model_fields
+                    gain, ratio = fields["knee_gain"].default, fields["knee_ttft_ratio"].default
+                else:
+                    gain, ratio = spec.knee_gain, spec.knee_ttft_ratio
                 self.knee_label.setText(f"{len(ok)} level(s) measured; no knee yet (throughput still grows "
-                                        "≥ 15 % per doubling, or TTFT p99 grew < 1.5×).")
+                                        f"≥ {gain:.0%} per doubling, or TTFT p99 grew < {ratio:g}×).")
