@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 TINY_MODEL := build/tiny-llama
 
-.PHONY: run test deps vllm model system unit e2e clean bench package package-test install-desktop icons screenshot
+.PHONY: run test lint deps vllm model system unit e2e clean bench package package-test install-desktop icons screenshot
 
 $(VENV)/.dyno-ok: pyproject.toml
 	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
@@ -26,10 +26,16 @@ model: vllm
 run: deps
 	$(VENV)/bin/vllm-dyno
 
-test: deps vllm model
+test: deps vllm model lint
 	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests
 
-unit: deps
+# the import contracts of pyproject.toml (layers, Qt-free core, the GUI through the run
+# controller) and unused imports/names in the shipped code
+lint: deps
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pyflakes app widgets
+
+unit: deps lint
 	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m "not e2e"
 
 bench: deps

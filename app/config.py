@@ -115,15 +115,6 @@ class VllmOption:
             return float(text)
         return text
 
-    def accepted_by(self, version: str) -> bool:
-        """Whether vLLM ``version`` (e.g. ``"0.32.0+cpu"``) accepts this option: not older
-        than ``min_vllm`` and not in the version's ``removed_options``."""
-        from app.planner.versions import _vtuple, rules_for
-
-        if self.min_vllm and _vtuple(version) < _vtuple(self.min_vllm):
-            return False
-        return self.key not in rules_for(version).removed_options
-
 
 #: ServerConfig fields that are NOT vLLM options, and why (everything else must carry a
 #: VllmOption; tests/test_config.py fails on a field that is neither)

@@ -2,7 +2,7 @@
 scenario, and the time-scale invariance check. Prints tables; asserts nothing.
 
 - ``offline`` (default): closed-loop ramps in rig time through the sim's own scheduler
-  and step model (app.sim.offline) — the same code the server runs, without HTTP.
+  and step model (app.engine.offline) — the same code the server runs, without HTTP.
 - ``--http``: the time-scale check through the real stack: the sim started by the
   Supervisor at time scale 1 and 10, ``vllm-dyno ramp`` against it; the ramp command
   itself reports a time-scaled sim in rig time (wall times × k, throughput ÷ k).
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.config import ServerConfig  # noqa: E402
 from app.helper_process import helper_argv  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
-from app.sim.offline import sim_level  # noqa: E402
+from app.engine.offline import sim_level  # noqa: E402
 
 
 def curve(cfg: ServerConfig, gpu: str, count: int, levels, prompt: int, output: int, duration=180.0, warmup=60.0):

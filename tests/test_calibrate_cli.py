@@ -10,7 +10,7 @@ import pytest
 
 from app.cli import main
 from app.planner.calibrate import hardware_fingerprint, load_calibration
-from app.planner.perf import predict_level
+from app.engine.steptime import predict_level
 from app.profiles.model import HardwareFingerprint
 from app.profiles.library import ProfileLibrary
 from app.store import RunStore

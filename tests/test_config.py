@@ -145,7 +145,7 @@ def test_every_field_is_an_option_or_listed_internal():
 
 
 def test_option_declarations_are_complete():
-    from app.planner.versions import _vtuple
+    from app.planner.versions import version_tuple
 
     flags = [s.flag for s in VLLM_OPTIONS.values()] + [a for s in VLLM_OPTIONS.values() for a in s.aliases]
     assert len(flags) == len(set(flags)), "two options share a flag"
@@ -157,7 +157,7 @@ def test_option_declarations_are_complete():
             assert spec.choices, f"{field}: a choice needs its choices"
         assert ServerConfig.model_fields[field].default is None or not spec.is_bool, field
         if spec.min_vllm:
-            assert _vtuple(spec.min_vllm), f"{field}: min_vllm {spec.min_vllm!r} is not a version"
+            assert version_tuple(spec.min_vllm), f"{field}: min_vllm {spec.min_vllm!r} is not a version"
 
 
 def test_every_option_has_a_round_trip_value():
@@ -208,7 +208,7 @@ def _serve_parse(argv):
 def test_round_trip_config_serve_argparse_config():
     import shlex
 
-    from app.server.cli_serve import config_from_args
+    from app.cli.common import config_from_args
 
     c = all_options_config()
     ns = _serve_parse(["serve", "--model", c.model, *c.option_argv()[:-len(c.extra_args)],
@@ -259,12 +259,12 @@ def test_short_aliases_are_named_options_too():
 
 
 def test_version_acceptance():
-    from app.planner.versions import known_versions
+    from app.planner.versions import known_versions, option_accepted
 
     newest = known_versions()[-1]
     for field, spec in VLLM_OPTIONS.items():
-        assert spec.accepted_by(newest), f"{field} is not accepted by vLLM {newest}: do not declare it"
+        assert option_accepted(spec, newest), f"{field} is not accepted by vLLM {newest}: do not declare it"
     newer = VllmOption("--new-knob", "opt_int", "a knob, tokens", min_vllm="0.33")
-    assert not newer.accepted_by("0.32.0") and newer.accepted_by("0.33.1+cpu")
+    assert not option_accepted(newer, "0.32.0") and option_accepted(newer, "0.33.1+cpu")
     swap = VllmOption("--swap-space", "opt_int", "CPU swap space per GPU, GiB")
-    assert swap.accepted_by("0.11.0") and not swap.accepted_by("0.32.0")  # removed_options of 0.32
+    assert option_accepted(swap, "0.11.0") and not option_accepted(swap, "0.32.0")  # removed_options of 0.32

@@ -1,6 +1,6 @@
 """Compare and History views on a real SQLite run store holding two recorded runs
 (4 and 8 cards; levels and power samples written as a session writes them) — the
-figures the views show are app.compare's. pytest-qt, offscreen."""
+figures the views show are app.comparison's. pytest-qt, offscreen."""
 from __future__ import annotations
 
 import csv

@@ -131,7 +131,7 @@ def test_temperature_range_changes_only_when_the_data_leave_it(dash):
 
 def test_curves_legend_lists_only_what_is_drawn(gui_guard, qtbot):
     """A run without a plan shows no "predicted" entry; a knee entry only with a knee."""
-    from app.planner.perf import Curve, CurvePoint
+    from app.engine.steptime import Curve, CurvePoint
     from widgets.results import CurvesView
 
     v = CurvesView()

@@ -246,11 +246,11 @@ def test_ramp_input_errors_name_the_option():
     import subprocess
     import sys
 
-    from app.loadgen.cli_ramp import _flag_of
+    from app.cli.ramp import flag_of
 
-    assert _flag_of(("step_seconds",)) == "--step-seconds"
-    assert _flag_of(("slo", "ttft_p99")) == "--slo-ttft-p99"
-    assert _flag_of(("levels", 0)) == "--levels" and _flag_of(()) == "ramp"
+    assert flag_of(("step_seconds",)) == "--step-seconds"
+    assert flag_of(("slo", "ttft_p99")) == "--slo-ttft-p99"
+    assert flag_of(("levels", 0)) == "--levels" and flag_of(()) == "ramp"
     r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", "http://127.0.0.1:9", "--levels", "1",
                         "--step-seconds", "-1", "--no-store"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--step-seconds: Input should be greater than 0" in r.stderr, r.stderr

@@ -48,7 +48,7 @@ def test_plan_parser_takes_every_vllm_option():
     """config → argv → `plan`'s parser → config: equal for every declared option."""
     from app.cli import build_parser
     from app.config import ServerConfig
-    from app.server.cli_serve import config_from_args
+    from app.cli.common import config_from_args
     from tests.test_config import ALL_OPTIONS
 
     cfg = ServerConfig(model="Llama-3-70B", **ALL_OPTIONS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from app.planner.calibrate import MeasuredLevel, calibrate_and_save, hardware_fingerprint, level_errors, load_calibration
-from app.planner.compare import compare_launch, compare_ramp
+from app.planner.accuracy import compare_launch, compare_ramp
 from app.planner.cards import cards_for
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
@@ -62,7 +62,7 @@ def test_calibration_on_a_live_ramp(vllm_server, capsys):
                   f"TTFT {a.ttft_error_pct or 0:+6.1f} %) [{tag}]")
     # the sim's scheduler, stepping with the fitted parameters, against the same levels
     from app.sim import model_adapter as ma
-    from app.sim.offline import sim_level
+    from app.engine.offline import sim_level
 
     sp = ma.plan_rig(vllm_server.config, p.cards[0], 1)
     sm = ma.StepModel(sp, params=params)

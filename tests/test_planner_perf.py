@@ -11,7 +11,7 @@ from app.planner.calibrate import (MeasuredLevel, fit, hardware_fingerprint, lev
                                    save_calibration)
 from app.planner.gpus import cpu_device, lookup_gpu
 from app.planner.models import from_catalog, resolve_model
-from app.planner.perf import PerfParams
+from app.engine.steptime import PerfParams
 from app.planner.plan import Workload, plan
 
 #: docs/vllm-facts.md "Measured ramp": CPU build, tiny model, max_num_seqs 8, 128 output tokens
@@ -49,7 +49,7 @@ def test_seed_scenario_shape():
     either rig and ≈ 180–300 at 10 users; 8 cards barely beat 4 for a single user."""
     p4 = rig("RTX 5090", 4, "Llama-3-70B", "awq", max_model_len=8192)
     p8 = rig("RTX 5090", 8, "Llama-3-70B", "awq", max_model_len=8192)
-    from app.planner.perf import predict_curve
+    from app.engine.steptime import predict_curve
 
     c4 = predict_curve(p4.perf, 512, 128, 256, levels=[1, 10, 30])
     c8 = predict_curve(p8.perf, 512, 128, 256, levels=[1, 10, 30])

@@ -2,7 +2,7 @@
 the GPU sampler delivers them)."""
 from __future__ import annotations
 
-from app.safety import thermal_stop_reason
+from app.run.safety import apply_safety, thermal_stop_reason
 from app.telemetry.series import Sample, SeriesBank
 
 
@@ -15,3 +15,51 @@ def test_thermal_stop_within_margin_only():
     reason = thermal_stop_reason(bank, 3.0)
     assert reason == "safety stop: GPU 0 reached 87 °C, within 3 °C of its slowdown temperature 90 °C"
     assert thermal_stop_reason(SeriesBank(), 3.0) is None
+
+
+def test_apply_safety_sets_the_failure_rate_limit():
+    from app.loadgen.spec import RampSpec
+    from app.settings import SafetyLimits
+
+    spec = RampSpec(url="http://127.0.0.1:1", levels=[1], max_failure_rate=0.5)
+    assert apply_safety(spec, None) is spec
+    assert apply_safety(spec, SafetyLimits(max_failure_rate=0.1)).max_failure_rate == 0.1
+    assert apply_safety(spec, SafetyLimits(enabled=False)).max_failure_rate == 1.0
+
+
+def test_the_controller_stops_a_ramp_on_the_thermal_limit_for_every_front_end(tmp_path):
+    """The thermal stop is the run controller's: a card within the margin of its slowdown
+    temperature stops a ramp started headless (no Qt anywhere), and the run records why."""
+    import threading
+
+    from app.config import ServerConfig
+    from app.loadgen.spec import RampSpec
+    from app.run.controller import LaunchTarget, RecordSpec, RunController, RunListener
+    from app.settings import SafetyLimits
+    from app.store import RunStore
+    from tests.loadgen_server import Script, ScriptedServer
+
+    stops: list[str] = []
+    started = threading.Event()
+
+    class L(RunListener):
+        def on_level_start(self, ev):
+            started.set()
+
+        def on_safety_stop(self, reason):
+            stops.append(reason)
+
+    with RunStore(tmp_path / "runs.sqlite") as store, ScriptedServer(Script(ttft=0.01, itl=0.005)) as srv:
+        ctl = RunController(store=store, listener=L())
+        ctl.launch(LaunchTarget("attach", ServerConfig(model="m"), attach_url=srv.url, telemetry=False))
+        spec = RampSpec(url=srv.url, levels=[1, 2], step_seconds=30, prompt_tokens=8, output_tokens=8)
+        ctl.start_ramp(spec, record=RecordSpec(name="hot"), safety=SafetyLimits(thermal_margin_c=3.0))
+        assert started.wait(30)
+        ctl.bank([Sample(ctl.clock.now(), "gpu0", "temp_gpu_c", 88.0),
+                  Sample(ctl.clock.now(), "gpu0", "temp_slowdown_c", 90.0)])
+        out = ctl.wait_ramp(30)
+        ctl.close()
+        assert out is not None and out.status == "safety", out
+        assert stops and "GPU 0 reached 88 °C" in out.stop_reason
+        run = store.get_run(out.run_id)
+        assert run["status"] == "safety" and run["summary"]["stop_reason"] == out.stop_reason

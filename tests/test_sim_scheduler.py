@@ -7,8 +7,8 @@ import pytest
 from app.config import ServerConfig
 from app.sim import model_adapter as ma
 from app.sim.gpus import GpuBank, cooling_factor
-from app.sim.offline import closed_loop
-from app.sim.scheduler import Request, Scheduler
+from app.engine.offline import closed_loop
+from app.engine.scheduler import Request, Scheduler
 
 
 def flat_step(b, ctx, n, pctx):

@@ -240,7 +240,7 @@ def test_sim_parser_accepts_every_option_none_dropped():
     """config → the argv the Supervisor passes → the sim's parser → config: equal, for
     every vLLM option ServerConfig declares (tests/test_config.py ALL_OPTIONS)."""
     from app.config import VLLM_OPTIONS
-    from app.sim.server import _non_default, build_parser, config_from_args
+    from app.sim.server import non_default_args, build_parser, config_from_args
     from tests.test_config import ALL_OPTIONS
 
     cfg = ServerConfig(model=MODEL, **ALL_OPTIONS)
@@ -248,10 +248,10 @@ def test_sim_parser_accepts_every_option_none_dropped():
     a, unknown = parser.parse_known_args(["--model", MODEL, *cfg.option_argv(), *sim_args()])
     assert unknown == []
     assert config_from_args(a) == cfg
-    assert set(VLLM_OPTIONS) <= set(_non_default(a, parser))
+    assert set(VLLM_OPTIONS) <= set(non_default_args(a, parser))
     # nothing given: vLLM's defaults, and the startup line lists no option
     a, _ = parser.parse_known_args(["--model", MODEL])
-    assert config_from_args(a) == ServerConfig(model=MODEL) and _non_default(a, parser) == {"model": MODEL}
+    assert config_from_args(a) == ServerConfig(model=MODEL) and non_default_args(a, parser) == {"model": MODEL}
     a, _ = parser.parse_known_args(["--model", MODEL, "--max-model-len", "32k", "--served-model-name", "a"])
     assert config_from_args(a).max_model_len == 32000 and config_from_args(a).served_model_name == "a"
 

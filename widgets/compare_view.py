@@ -4,8 +4,8 @@ Pick two or more recorded runs → overlays of output throughput vs concurrency 
 p99 vs throughput, and a table with tokens/s per GPU, scaling efficiency (vs the run
 with the fewest GPUs at the same level), J/token and cost per million output tokens
 from a price per GPU-hour (rented) and/or per kWh (owned, from measured power).
-Export: PNG (the rendered view) and CSV. The figures are app.compare's
-(:func:`~app.compare.compare_runs`, :class:`~app.compare.Comparison`).
+Export: PNG (the rendered view) and CSV. The figures are app.comparison's
+(:func:`~app.comparison.compare_runs`, :class:`~app.comparison.Comparison`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayo
                                QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
 
 from app import history
-from app.compare import CompareRow, Comparison, Pricing, compare_runs
+from app.comparison import CompareRow, Comparison, Pricing, compare_runs
 from widgets.axes import Log2Axis, PlainLogAxis, log2
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -269,7 +269,7 @@ class CompareView(QWidget):
             raise OSError(f"cannot write the PNG {path}: check the folder exists and is writable")
 
     def export_csv(self, path: str | Path) -> None:
-        """The comparison table (every level) as CSV (app.compare.Comparison.to_csv)."""
+        """The comparison table (every level) as CSV (app.comparison.Comparison.to_csv)."""
         from app.fileio import write_atomic
 
         if self.comparison is None:

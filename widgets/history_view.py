@@ -3,7 +3,7 @@ from the run store — reopen a run's curves and results table, delete it, expor
 JSON or CSV, save its settings as a profile with its results, pick runs to compare.
 
 Presentation only: reading, deleting, exporting and profile-from-run are app.history;
-J/token per level is app.compare's (mean GPU power in the level's window ÷ output
+J/token per level is app.comparison's (mean GPU power in the level's window ÷ output
 tokens/s). ``store_fn()`` returns the open :class:`app.store.RunStore`.
 """
 from __future__ import annotations
@@ -161,7 +161,7 @@ class HistoryView(QWidget):
     # ------------------------------------------------------------------ actions (no dialogs)
     def open(self, run_id: int) -> dict[str, Any]:
         """Show run ``run_id``'s curves, knee and results table; returns the run."""
-        from app.compare import load_series
+        from app.comparison import load_series
         from app.loadgen.stats import Knee, StepStats
 
         store = self.store_fn()

@@ -1,4 +1,4 @@
-"""GUI entry point: ``vllm-dyno`` with no subcommand (app/cli.py) calls :func:`main`.
+"""GUI entry point: ``vllm-dyno`` with no subcommand (app/cli/__init__.py) calls :func:`main`.
 
 With ``VLLM_DYNO_SMOKE=/path/shot.png`` in the environment it runs the smoke sequence
 of :mod:`widgets.smoke` instead (demo sim → 3-level ramp → screenshot → stop → exit).

@@ -31,7 +31,7 @@ from widgets.compare_view import CompareView
 from widgets.history_view import HistoryView
 from widgets.profile_manager import ProfileManager
 from app.run.controller import RecordSpec
-from widgets.session import ATTACHED, LaunchRequest, SessionController
+from widgets.run_adapter import ATTACHED, LaunchRequest, RunAdapter
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ class MainWindow(QMainWindow):
         self.background: list = []
         self._first_run = True
         self._closed = False
-        self.controller = SessionController(self, store_fn=self.run_store)
+        self.controller = RunAdapter(self, store_fn=self.run_store)
         self.current_profile = None  # app.profiles.Profile loaded into the form
         self.profile_name = profiles.DEMO_NAME
         self._store = None

@@ -181,7 +181,7 @@ class CurvesView(QWidget):
             plot.legend.removeItem(item)
 
     def set_prediction(self, curve: Any | None) -> None:
-        """``curve``: app.planner.perf.Curve or None."""
+        """``curve``: app.engine.steptime.Curve or None."""
         self._show_in_legend(self.pred_tput, curve is not None)
         self._show_in_legend(self.pred_lat, curve is not None)
         if curve is None:

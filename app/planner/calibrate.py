@@ -19,7 +19,7 @@ import yaml
 
 from app.paths import calibration_dir
 from app.planner.gpus import GpuSpec
-from app.planner.perf import PerfParams, StepTimeModel, predict_level
+from app.engine.steptime import PerfParams, StepTimeModel, predict_level
 
 FIT_DEFAULT = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "t_request_s")
 _BOUNDS = {"eta_mem": (0.05, 1.0), "eta_compute": (0.01, 1.0), "t_cpu_s": (1e-6, 1.0),

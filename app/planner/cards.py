@@ -1,6 +1,6 @@
 """The one place that chooses the cards a plan is for: :func:`cards_for`.
 
-The GUI's live plan (widgets/plan_panel.py), ``vllm-dyno plan`` (app/planner/cli_plan.py)
+The GUI's live plan (widgets/plan_panel.py), ``vllm-dyno plan`` (app/cli/plan.py)
 and a headless run (:meth:`app.profiles.model.HardwareFingerprint.planner_cards`) all
 call it; nothing else builds the planner's card list or guesses the host's cores.
 """

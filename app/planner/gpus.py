@@ -1,4 +1,5 @@
-"""GPU catalog (``data/gpus.yaml``) and :class:`GpuSpec`, the card the planner plans on.
+"""GPU catalog (``data/gpus.yaml``): the cards the planner plans on, as
+:class:`app.engine.gpu.GpuSpec` (the step-level engine's device model).
 
 A card comes from the catalog by name (``"RTX 4090"``, or the NVML name
 ``"NVIDIA GeForce RTX 4090"``), from NVML (:func:`gpus_from_nvml`, through
@@ -13,13 +14,14 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 import yaml
 
-GIB = 2**30
+from app.engine.gpu import GIB, GpuSpec
+
+__all__ = ["GIB", "GpuSpec", "UnknownGpuError"]  # GpuSpec and GIB are the engine's device model
 
 
 class UnknownGpuError(KeyError):
@@ -34,52 +36,6 @@ class UnknownGpuError(KeyError):
         return str(self.args[0])
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    """One card. Units: ``memory_gib`` total as NVML reports it (GiB); ``busy_gib`` memory
-    already held by other processes (GiB); ``bandwidth_gbs`` GB/s (10^9 B/s);
-    ``tflops_bf16`` dense FP16/BF16 tensor TFLOPS; ``cc`` compute capability (8.9);
-    ``nvlink_gbs`` GB/s, 0 if none; ``tdp_w`` W. ``kind`` is ``"gpu"`` or ``"cpu"`` (the
-    CPU build of vLLM, whose KV space is ``VLLM_CPU_KVCACHE_SPACE``)."""
-
-    name: str
-    memory_gib: float
-    bandwidth_gbs: float
-    tflops_bf16: float
-    fp8: bool = False
-    cc: float = 8.0
-    pcie_gen: int = 4
-    nvlink_gbs: float = 0.0
-    p2p: bool = False
-    tdp_w: float = 0.0
-    memory_gb: float | None = None
-    busy_gib: float = 0.0
-    kind: str = "gpu"
-    nvml_names: tuple[str, ...] = ()
-    assumed: tuple[str, ...] = ()
-
-    @property
-    def free_gib(self) -> float:
-        """Memory not held by other processes, GiB."""
-        return max(0.0, self.memory_gib - self.busy_gib)
-
-    @property
-    def capability(self) -> int:
-        """Compute capability as vLLM writes it: 8.9 → 89."""
-        return int(round(self.cc * 10))
-
-    @property
-    def pcie_gbs(self) -> float:
-        """Usable PCIe bandwidth one way, GB/s (x16 link; ≈ 80 % of the raw rate)."""
-        return {3: 12.0, 4: 25.0, 5: 50.0}.get(self.pcie_gen, 25.0)
-
-    def with_memory(self, memory_gib: float | None = None, busy_gib: float | None = None) -> "GpuSpec":
-        """A copy with NVML's own total and/or the memory other processes hold (GiB)."""
-        return replace(
-            self,
-            memory_gib=self.memory_gib if memory_gib is None else float(memory_gib),
-            busy_gib=self.busy_gib if busy_gib is None else float(busy_gib),
-        )
 
 
 def _norm(name: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.models import DTYPE_BYTES, ModelArch
 
-#: Assumed figures (GiB), to be compared with real logs (app.planner.compare):
+#: Assumed figures (GiB), to be compared with real logs (app.planner.accuracy):
 NON_TORCH_GIB = 0.6          # CUDA context, cuBLAS workspace — one card
 NON_TORCH_PARALLEL_GIB = 0.3  # + NCCL buffers when TP·PP > 1
 GRAPHS_BASE_GIB = 0.2        # CUDA graphs: base + per layer on the card

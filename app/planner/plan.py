@@ -3,7 +3,7 @@
 ``plan(config, gpus, model, workload)`` resolves vLLM's effective settings for the
 installed (or newest known) version, plans each card's memory (app.planner.memory),
 runs every check (app.planner.checks) and searches a passing fix for each problem,
-then builds the step-time model and the predicted curve (app.planner.perf).
+then builds the step-time model and the predicted curve (app.engine.steptime).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.memory import Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
 from app.planner.models import DTYPE_BYTES, ModelArch, quant_bytes_per_param
-from app.planner.perf import Curve, PerfParams, StageSpec, StepTimeModel, default_params, predict_curve
+from app.engine.steptime import Curve, PerfParams, StageSpec, StepTimeModel, default_params, predict_curve
 from app.planner.versions import VllmRules, rules_for
 
 

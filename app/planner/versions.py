@@ -18,7 +18,8 @@ from typing import Any
 import yaml
 
 
-def _vtuple(v: str) -> tuple[int, ...]:
+def version_tuple(v: str) -> tuple[int, ...]:
+    """``"0.32.0+cpu"`` → ``(0, 32, 0)`` (the local suffix dropped; at most 3 parts)."""
     return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
 
 
@@ -28,7 +29,7 @@ def _data() -> dict[str, Any]:
 
 
 def known_versions() -> list[str]:
-    return sorted(_data()["versions"], key=_vtuple)
+    return sorted(_data()["versions"], key=version_tuple)
 
 
 def newest_known() -> str:
@@ -79,10 +80,10 @@ def rules_for(version: str | None = None) -> VllmRules:
     vs = known_versions()
     if not version:
         return VllmRules(vs[-1], vs[-1], _data()["versions"][vs[-1]])
-    t = _vtuple(version)
+    t = version_tuple(version)
     pick = vs[0]
     for v in vs:
-        if _vtuple(v) <= t:
+        if version_tuple(v) <= t:
             pick = v
     return VllmRules(version, pick, _data()["versions"][pick])
 
@@ -102,3 +103,12 @@ def installed_version(python: str | None = None) -> str | None:
         return inspect_interpreter(resolve_python(python)).version
     except Exception:  # InterpreterError or no interpreter at all: plan for the newest version
         return None
+
+
+def option_accepted(option, version: str) -> bool:
+    """Whether vLLM ``version`` (e.g. ``"0.32.0+cpu"``) accepts ``option`` (an
+    :class:`app.config.VllmOption`): not older than its ``min_vllm`` and not in the
+    version's ``removed_options`` (data/vllm_versions.yaml)."""
+    if option.min_vllm and version_tuple(version) < version_tuple(option.min_vllm):
+        return False
+    return option.key not in rules_for(version).removed_options

@@ -93,7 +93,7 @@ class SimRig(BaseModel):
     seed: Optional[int] = None
 
     def argv(self) -> list[str]:
-        """The sim server's own options (``--sim-gpu …``), see app.server.cli_serve."""
+        """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
         out = ["--sim-gpu", self.gpu, "--sim-gpu-count", str(self.count)]
         if self.time_scale is not None:
             out += ["--sim-time-scale", repr(self.time_scale)]

@@ -2,7 +2,7 @@
 
 launch (or attach) → ready → telemetry → one or more ramps → record → stop, for every
 engine (``vllm``, ``sim``, ``attach``). ``vllm-dyno run`` (:mod:`app.run.profile_run`),
-``vllm-dyno ramp`` (attach mode) and the GUI (``widgets.session``, an adapter turning
+``vllm-dyno ramp`` (attach mode) and the GUI (``widgets.run_adapter``, an adapter turning
 the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
 
 - the server (:class:`app.server.supervisor.Supervisor`) and the leftover check;
@@ -345,6 +345,11 @@ class RunController:
         stopped or ``timeout`` (s) passed."""
         self._ready.wait(timeout)
         return self.ready
+
+    def stop_waiting(self) -> None:
+        """Wake every :meth:`wait_ready` now (an abort while the server comes up); the
+        launch itself goes on until :meth:`stop`."""
+        self._ready.set()
 
     def _line(self, stream: str, text: str, t: float) -> None:
         rec = self._recorder()

@@ -172,8 +172,7 @@ class ProfileRun:
         """Stop the run as soon as possible (thread-safe, idempotent)."""
         self._abort.set()
         self.controller.abort_ramp("aborted by the user")
-        if not self.controller.ready:
-            self.controller._ready.set()  # a launch in progress stops waiting
+        self.controller.stop_waiting()  # a launch in progress stops waiting
 
     @property
     def aborted(self) -> bool:

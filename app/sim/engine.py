@@ -18,7 +18,7 @@ from collections import deque
 from app.sim import vlog
 from app.sim.gpus import GpuBank
 from app.sim.metrics import SimMetrics
-from app.sim.scheduler import Request, Scheduler
+from app.engine.scheduler import Request, Scheduler
 
 #: wall seconds behind schedule before the engine stops yielding after every step
 COALESCE_AFTER_S = 0.005

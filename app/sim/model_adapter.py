@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from app.config import ServerConfig
 from app.planner.gpus import GIB, GpuSpec, lookup_gpu
 from app.planner.models import ModelArch, resolve_model
-from app.planner.perf import PerfParams, StepTimeModel
+from app.engine.steptime import PerfParams, StepTimeModel
 from app.planner.plan import Plan, build_step_model
 from app.planner.plan import plan as planner_plan
 

@@ -53,7 +53,7 @@ def _fail(text: str, where: str, process: str, wrapped: bool) -> int:
     return 1
 
 
-def _non_default(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
+def non_default_args(a: argparse.Namespace, parser: argparse.ArgumentParser) -> dict:
     out = {}
     for k, v in vars(a).items():
         if k.startswith("sim_"):
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --sim-time-scale {k}: must be > 0 (1 = real time, 20 = 20× faster)", file=sys.stderr)
         return 2
     vlog.emit(f"vLLM API server version {VLLM_VERSION} (vllm-dyno sim)", where="api_server.py:1896")
-    vlog.emit(f"non-default args: {_non_default(a, parser)}", where="utils.py:328")
+    vlog.emit(f"non-default args: {non_default_args(a, parser)}", where="utils.py:328")
     if unknown:
         vlog.emit(f"sim: ignoring options it does not simulate: {' '.join(unknown)}", "WARNING",
                   where="arg_utils.py:1")

@@ -96,7 +96,7 @@ def test_vllm_dyno_run_cpu_tiny_builtin_records_a_run(vllm_python, tiny_model, d
     from app.planner.calibrate import hardware_fingerprint, load_calibration
     from app.profiles.model import HardwareFingerprint
     from app.sim import model_adapter as ma
-    from app.sim.offline import sim_level
+    from app.engine.offline import sim_level
 
     hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
     cfg = saved.profile.server_config()

@@ -173,7 +173,7 @@ def print_result(res, out=sys.stdout) -> None:
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
 
 
-def _flag_of(loc: tuple) -> str:
+def flag_of(loc: tuple) -> str:
     """The command-line option a RampSpec validation error is about: ``("step_seconds",)``
     → ``--step-seconds``, ``("slo", "ttft_p99")`` → ``--slo-ttft-p99``."""
     parts = [str(x) for x in loc if not isinstance(x, int)]
@@ -211,7 +211,7 @@ def run(a: argparse.Namespace) -> int:
         spec = spec_from_args(a)
     except ValidationError as e:
         print("vllm-dyno ramp: invalid ramp:\n" + "\n".join(
-            f"  {_flag_of(err['loc'])}: {err['msg']}" for err in e.errors()), file=sys.stderr)
+            f"  {flag_of(err['loc'])}: {err['msg']}" for err in e.errors()), file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from app.sim.scheduler import Request, Scheduler
+from app.engine.scheduler import Request, Scheduler
 
 
 @dataclass

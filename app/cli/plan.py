@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from app.cli.common import config_from_args
+
 
 def _positive_int(text: str) -> int:
     try:
@@ -77,7 +79,6 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from app.planner.plan import Workload, plan
     from app.planner.render import render_plan
     from app.planner.versions import installed_version
-    from app.server.cli_serve import config_from_args
 
     cfg = config_from_args(a)
     try:

@@ -1,7 +1,11 @@
 """``vllm-dyno``: with no subcommand it opens the GUI; headless subcommands otherwise.
 
-The one composition root: it imports ``widgets`` lazily, only for the GUI.
-Each subcommand lives in the module that owns it and registers itself here.
+The one composition root: it imports ``widgets`` lazily, only for the GUI. Each
+command family is one module of this package (``serve``, ``plan``, ``calibrate``,
+``ramp``, ``telemetry``, ``runs``, ``compare``, ``profiles``) with a
+``register(subparsers)`` function; the package is the top layer of ``app`` (see the
+import-linter contracts in pyproject.toml) and its modules do not import each other
+(``common`` aside).
 """
 from __future__ import annotations
 
@@ -14,12 +18,14 @@ from app import __version__
 
 #: modules with a ``register(subparsers)`` function, in help order
 COMMAND_MODULES = [
-    "app.server.cli_serve",
-    "app.planner.cli_plan",
-    "app.planner.cli_calibrate",
-    "app.loadgen.cli_ramp",
-    "app.telemetry.cli_telemetry",
-    "app.cli_profiles",
+    "app.cli.serve",
+    "app.cli.plan",
+    "app.cli.calibrate",
+    "app.cli.ramp",
+    "app.cli.telemetry",
+    "app.cli.runs",
+    "app.cli.compare",
+    "app.cli.profiles",
 ]
 
 

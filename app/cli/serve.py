@@ -1,4 +1,7 @@
-"""``vllm-dyno serve`` and ``vllm-dyno cleanup``: the supervisor in the foreground."""
+"""``vllm-dyno serve`` and ``vllm-dyno cleanup``: a server in the foreground, through the
+run controller (the same launch, telemetry-free, and the same diagnosis of a failed
+launch as the window and ``vllm-dyno run``); Ctrl-C stops it and checks that no process
+of its group is left."""
 from __future__ import annotations
 
 import argparse
@@ -6,24 +9,10 @@ import signal
 import sys
 import threading
 
-from pydantic import ValidationError
-
-from app.config import ConfigError, ServerConfig, add_server_options, config_from_namespace
-
-__all__ = ["add_server_options", "config_from_args", "register"]
-
-
-def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) -> ServerConfig:
-    """Build a ServerConfig from options added by :func:`app.config.add_server_options`
-    (over ``base``, see :func:`app.config.config_from_namespace`); exits with the
-    validation message on error."""
-    try:
-        return config_from_namespace(a, base)
-    except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
-        raise SystemExit(f"error: invalid server options: {msgs}")
-    except ConfigError as e:
-        raise SystemExit(f"error: {e}")
+from app.cli.common import config_from_args
+from app.config import add_server_options
+from app.run.controller import LaunchTarget, RunController, RunListener, State
+from app.server.launch import LaunchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,18 +47,18 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
     return out
 
 
-def cmd_serve(a: argparse.Namespace) -> int:
-    from app.server.launch import LaunchError
-    from app.server.supervisor import ServerState, Supervisor
+class _Printer(RunListener):
+    """The controller's news on the terminal."""
 
-    cfg = config_from_args(a)
-    sup = Supervisor(cfg, engine=a.engine, python=a.python, sim_args=sim_args_from(a),
-                     startup_timeout=a.startup_timeout, grace=a.grace)
-    done = threading.Event()
+    def __init__(self, ctl: RunController, show_log: bool, done: threading.Event) -> None:
+        self.ctl, self.show_log, self.done = ctl, show_log, done
 
-    def on_state(ch):
-        print(f"[{ch.t:8.2f} s] state: {ch.state.value}" + (f" — {ch.reason}" if ch.reason else ""), flush=True)
-        if ch.state == ServerState.READY:
+    def on_state(self, state: State, reason: str) -> None:
+        t = self.ctl.clock.now()
+        print(f"[{t:8.2f} s] state: {state.value}" + (f" — {reason}" if reason and state != State.FAILED else ""),
+              flush=True)
+        sup = self.ctl.supervisor
+        if state == State.READY and sup is not None:
             f = sup.parser.facts
             print(f"  url: {sup.url}   vLLM {f.version or '?'}", flush=True)
             if f.kv_cache_tokens is not None:
@@ -77,38 +66,57 @@ def cmd_serve(a: argparse.Namespace) -> int:
             if f.max_concurrency is not None:
                 print(f"  maximum concurrency for {f.max_concurrency_tokens_per_request:,} tokens per request: "
                       f"{f.max_concurrency:.2f}x", flush=True)
-            for k, label in (("model_loading_gib", "model loading GiB"), ("available_kv_cache_gib", "available KV cache GiB"),
-                             ("engine_init_s", "engine init s")):
+            for k, label in (("model_loading_gib", "model loading GiB"),
+                             ("available_kv_cache_gib", "available KV cache GiB"), ("engine_init_s", "engine init s")):
                 v = getattr(f, k)
                 if v is not None:
                     print(f"  {label}: {v}", flush=True)
-        if ch.state in (ServerState.FAILED, ServerState.STOPPED):
-            if ch.state == ServerState.FAILED and ch.log_tail:
-                print("  last log lines:\n    " + "\n    ".join(ch.log_tail[-20:]), flush=True)
-            done.set()
+        if state in (State.STOPPED, State.IDLE):
+            self.done.set()
 
-    sup.on_state(on_state)
-    if not a.quiet_log:
-        sup.on_line(lambda s, text, t: print(f"  | {text}", flush=True))
+    def on_line(self, stream: str, text: str, t: float) -> None:
+        if self.show_log:
+            print(f"  | {text}", flush=True)
+
+    def on_launch_failed(self, reason: str, diagnosis) -> None:
+        print(f"  failed: {reason}", flush=True)
+        sup = self.ctl.supervisor
+        tail = sup.log_tail(20) if sup is not None else []
+        if tail:
+            print("  last log lines:\n    " + "\n    ".join(tail), flush=True)
+        if diagnosis is not None:
+            print("  " + diagnosis.summary(), flush=True)
+        self.done.set()
+
+
+def cmd_serve(a: argparse.Namespace) -> int:
+    cfg = config_from_args(a)
+    done = threading.Event()
+    ctl = RunController()
+    ctl.listener = _Printer(ctl, not a.quiet_log, done)
+    target = LaunchTarget(engine=a.engine, config=cfg, python=a.python, sim_args=sim_args_from(a),
+                          telemetry=False, startup_timeout=a.startup_timeout, grace=a.grace)
     try:
-        sup.start()
+        ctl.launch(target, check_leftovers=False)
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     stop_req = threading.Event()
     prev = signal.signal(signal.SIGINT, lambda *_: stop_req.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop_req.set())
+    prev_t = signal.signal(signal.SIGTERM, lambda *_: stop_req.set())
     try:
         while not done.is_set() and not stop_req.is_set():
             done.wait(0.2)
     finally:
-        left = sup.stop()
+        failed = ctl.state == State.FAILED
+        left = ctl.close()
         signal.signal(signal.SIGINT, prev)
+        signal.signal(signal.SIGTERM, prev_t)
     if left:
         print(f"warning: processes of the server group still alive: {left}", file=sys.stderr)
         return 1
     print("no process of the server group is left", flush=True)
-    return 1 if sup.state == ServerState.FAILED else 0
+    return 1 if failed else 0
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:

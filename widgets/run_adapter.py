@@ -32,7 +32,7 @@ LaunchRequest = LaunchTarget
 class _ToQt(RunListener):
     """Core callbacks (worker threads) → the adapter's signals (GUI thread)."""
 
-    def __init__(self, owner: "SessionController") -> None:
+    def __init__(self, owner: "RunAdapter") -> None:
         self.owner = owner
 
     def on_state(self, state: State, reason: str) -> None:
@@ -60,7 +60,7 @@ class _ToQt(RunListener):
         on_gui_thread(lambda: self.owner.record_failed.emit(message))
 
 
-class SessionController(QObject):
+class RunAdapter(QObject):
     """Signals (all delivered on the GUI thread):
 
     ``state_changed(state, reason)``; ``launch_failed(reason, Diagnosis|None)``;

@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from app.planner.gpus import GpuSpec
+from app.engine.gpu import GpuSpec
 
 
 @dataclass(frozen=True)

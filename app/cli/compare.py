@@ -1,0 +1,60 @@
+"""``vllm-dyno compare``: two or more recorded runs side by side (scaling efficiency,
+J/token, cost per million tokens), as a table, CSV or SVG.
+
+Exit status: 0 success; 2 bad input (unknown run, a bad price).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from app.cli.common import err, fmt
+
+
+def cmd_compare(a: argparse.Namespace) -> int:
+    from app.comparison import Pricing, compare_runs
+    from app.history import RunNotFound
+    from app.store import RunStore
+
+    try:
+        pricing = Pricing(gpu_hour=a.gpu_hour_price, kwh=a.kwh_price, currency=a.currency)
+        with RunStore() as store:
+            cmp = compare_runs(store, a.ids, pricing)
+    except (RunNotFound, ValueError) as e:
+        return err(str(e))
+    cur = pricing.currency
+    print(f"baseline: {cmp.series[cmp.baseline].label} ({cmp.series[cmp.baseline].gpus} GPUs)")
+    for sr in cmp.series:
+        if not sr.levels:
+            print(f"note: {sr.label} has no completed level (status {sr.status}): it has no rows below")
+    head = (f"{'run':<28} {'GPUs':>4} {'level':>6} {'tok/s':>9} {'tok/s/GPU':>9} {'TTFT p99':>9} {'scaling':>8} "
+            f"{'power W':>8} {'J/tok':>7} {cur + '/Mtok rent':>12} {cur + '/Mtok power':>13}")
+    for title, rows in (("per level", cmp.rows), ("at each run's best level", cmp.peak_rows())):
+        print(f"\n{title}:\n{head}\n" + "-" * len(head))
+        for r in rows:
+            print(f"{r.label[:28]:<28} {r.gpus:>4} {r.level:>6g} {r.output_tps:>9.1f} {r.tps_per_gpu:>9.1f} "
+                  f"{fmt(r.ttft_p99, 0, 1e3):>7}ms {fmt(r.scaling_efficiency, 2):>8} {fmt(r.power_w, 0):>8} "
+                  f"{fmt(r.j_per_token, 3):>7} {fmt(r.cost_per_mtok_rented, 3):>12} "
+                  f"{fmt(r.cost_per_mtok_energy, 4):>13}")
+    if a.csv:
+        from app.profiles.io import write_atomic
+
+        write_atomic(a.csv, cmp.to_csv())
+        print(f"wrote {a.csv}", file=sys.stderr)
+    if a.svg:
+        from app.profiles.io import write_atomic
+
+        write_atomic(a.svg, cmp.to_svg())
+        print(f"wrote {a.svg}", file=sys.stderr)
+    return 0
+
+
+def register(sub) -> None:
+    c = sub.add_parser("compare", help="compare two or more runs: scaling efficiency, J/token, cost per Mtok")
+    c.add_argument("ids", type=int, nargs="+", metavar="ID")
+    c.add_argument("--gpu-hour-price", type=float, help="price per GPU-hour (rented cards)")
+    c.add_argument("--kwh-price", type=float, help="electricity price per kWh (owned cards; uses measured power)")
+    c.add_argument("--currency", default="$")
+    c.add_argument("--csv", help="write the per-level table as CSV here")
+    c.add_argument("--svg", help="write both overlay charts as SVG here")
+    c.set_defaults(func=cmd_compare)

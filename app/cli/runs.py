@@ -1,0 +1,185 @@
+"""``vllm-dyno runs`` (the run history: list, show, export, delete) and ``vllm-dyno run``
+(a profile headless through the run controller: plan, launch, ramp, record, stop).
+
+Exit status: 0 success; 1 the run or the operation failed; 2 bad input; 130
+interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+from pathlib import Path
+
+from app.cli.common import config_from_args, err, fmt, level_table, write_or_print
+from app.config import add_server_options
+from app.profiles.io import ProfileError
+
+
+def cmd_runs(a: argparse.Namespace) -> int:
+    from app import history
+    from app.store import RunStore
+
+    try:
+        with RunStore() as store:
+            if a.action == "list":
+                rows = history.list_runs(store)
+                if not rows:
+                    print("no runs recorded yet")
+                print(f"{'id':>5}  {'when':<16}  {'engine':<6}  {'status':<12}  {'GPUs':>4}  {'peak tok/s':>10}  name")
+                for r in rows:
+                    print(f"{r.id:>5}  {r.created_text:<16}  {r.engine:<6}  {r.status:<12}  "
+                          f"{r.gpu_count or '—':>4}  {fmt(r.peak_output_tps):>10}  {r.name}")
+                return 0
+            if a.action == "show":
+                r = history.get_run(store, a.id)
+                s = r.get("summary") or {}
+                print(f"run {r['id']}: {r['name']}  engine {r['engine']}  status {r['status']}")
+                if s.get("stop_reason"):
+                    print(f"  {s['stop_reason']}")
+                if s.get("hardware"):
+                    from app.profiles.model import HardwareFingerprint
+
+                    print(f"  hardware: {HardwareFingerprint.model_validate(s['hardware']).describe()}")
+                cap = r.get("capacity") or {}
+                if cap.get("kv_cache_tokens") is not None:
+                    print(f"  KV cache: {cap['kv_cache_tokens']:,} tokens; max concurrency "
+                          f"{cap.get('max_concurrency')}")
+                print(level_table(r["levels"]))
+                knee = s.get("knee")
+                if knee:
+                    print(f"knee at {knee['level']:g}")
+                return 0
+            if a.action == "export":
+                if a.format == "json":
+                    text = json.dumps(history.export_json(store, a.id), indent=1, default=str)
+                elif a.what == "requests":
+                    text = history.requests_csv(store, a.id)
+                else:
+                    text = history.levels_csv(store, a.id)
+                write_or_print(text, a.output)
+                return 0
+            if a.action == "delete":
+                history.delete_run(store, a.id)
+                print(f"deleted run {a.id}")
+                return 0
+    except history.RunNotFound as e:
+        return err(str(e))
+    return err(f"unknown action {a.action}")
+
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
+    from app.run.profile_run import Phase, ProfileRun
+
+    try:
+        p = read_profile(a.profile) if a.profile.endswith((".yaml", ".yml")) and Path(a.profile).is_file() \
+            else ProfileLibrary().get(a.profile)
+    except (ProfileError, ProfileNotFound) as e:
+        return err(str(e))
+    # vLLM options given on the command line override the profile's (the same options as `serve`)
+    cfg = config_from_args(a, base=p.server_config(resolve=False))
+    try:
+        p = p.updated(server=cfg.to_vllm_config(), env=dict(cfg.env), gpus=cfg.gpus)
+    except ValueError as e:
+        return err(f"server options: {e}")
+    over: dict = {}
+    if a.levels:
+        try:
+            over["levels"] = [float(x) for x in a.levels.split(",") if x.strip()]
+        except ValueError:
+            return err(f"--levels {a.levels!r}: write numbers separated by commas, e.g. 1,2,4,8")
+    if a.step_seconds is not None:
+        over["step_seconds"] = a.step_seconds
+    if a.max_total_seconds is not None:
+        over["max_total_seconds"] = a.max_total_seconds
+    if over:
+        try:
+            p.ramp_spec("http://127.0.0.1:1", None, **over)
+        except ValueError as e:
+            return err(f"ramp options: {e}")
+
+    def on_phase(ph: Phase, msg: str) -> None:
+        print(f"[{ph.value}]" + (f" {msg}" if msg else ""), flush=True)
+
+    def on_level(st) -> None:
+        print(f"  level {st.level:g}: {st.output_tps:.1f} out tok/s, TTFT p99 "
+              f"{fmt(st.ttft_p99, 0, 1e3)} ms, failures {st.failure_rate * 100:.1f}%", flush=True)
+
+    def on_line(stream: str, text: str, t: float) -> None:
+        if a.show_log:
+            print(f"  | {text}", flush=True)
+
+    s = ProfileRun(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
+                on_phase=on_phase, on_level=on_level, on_line=on_line)
+    box: dict = {}
+    t = threading.Thread(target=lambda: box.setdefault("res", s.run()), name="session", daemon=True)
+    interrupted = threading.Event()
+
+    def on_sig(*_):
+        interrupted.set()
+        s.abort()
+
+    prev = signal.signal(signal.SIGINT, on_sig)
+    prev_t = signal.signal(signal.SIGTERM, on_sig)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(0.2)
+    finally:
+        signal.signal(signal.SIGINT, prev)
+        signal.signal(signal.SIGTERM, prev_t)
+    res = box.get("res")
+    if res is None:
+        return err("the session ended without a result (see the log above)")
+    print()
+    if res.steps:
+        print(level_table([st.model_dump() for st in res.steps]))
+    if res.knee:
+        print(res.knee.describe())
+    print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))
+    if res.run_id is not None:
+        print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
+    if a.save_results and res.run_id is not None and res.steps:
+        from app.history import profile_from_run
+        from app.store import RunStore
+
+        with RunStore() as store:
+            saved = profile_from_run(store, res.run_id, p.name)
+        path = ProfileLibrary().save(saved)
+        print(f"results saved with profile {saved.name!r} → {path}")
+    if interrupted.is_set():
+        return 130
+    return 0 if res.ok else 1
+
+
+def register(sub) -> None:
+    r = sub.add_parser("runs", help="run history: list, show, export, delete")
+    rs = r.add_subparsers(dest="action", required=True)
+    rs.add_parser("list", help="recorded runs, newest first")
+    x = rs.add_parser("show", help="a run's outcome and per-level table")
+    x.add_argument("id", type=int)
+    x = rs.add_parser("export", help="a run as JSON (everything) or CSV (levels or requests)")
+    x.add_argument("id", type=int)
+    x.add_argument("--format", choices=["json", "csv"], default="json")
+    x.add_argument("--what", choices=["levels", "requests"], default="levels", help="csv: which table")
+    x.add_argument("-o", "--output", help="write to this file instead of stdout")
+    x = rs.add_parser("delete", help="delete a run and everything recorded with it")
+    x.add_argument("id", type=int)
+    r.set_defaults(func=cmd_runs)
+
+
+    x = sub.add_parser("run", help="run a profile headless: plan, launch, ramp, record, stop, print the table")
+    x.add_argument("profile", help="profile name (see `profiles list`) or a profile YAML file")
+    add_server_options(x, model_required=False)  # override the profile's vLLM options
+    x.add_argument("--python", help="interpreter with vLLM installed (engine vllm)")
+    x.add_argument("--levels", help="override the ramp's levels, e.g. 1,2,4")
+    x.add_argument("--step-seconds", type=float, help="override the seconds per level")
+    x.add_argument("--max-total-seconds", type=float, help="cap the whole ramp")
+    x.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for the server")
+    x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
+    x.add_argument("--show-log", action="store_true", help="echo the server's log")
+    x.add_argument("--save-results", action="store_true", help="save the results into the profile (user copy)")
+    x.set_defaults(func=cmd_run)
