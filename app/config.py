@@ -14,6 +14,7 @@ Options left ``None`` are omitted from the command line so vLLM's own defaults a
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -595,7 +596,6 @@ def dict_to_extra_args(d: dict[str, Any]) -> list[str]:
         elif isinstance(v, list):
             out += [f"--{k}"] + [str(x) for x in v]
         elif isinstance(v, dict):
-            import json
             out += [f"--{k}", json.dumps(v)]
         else:
             out += [f"--{k}", str(v)]

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app.profiles.io import profile_from_data
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 
 #: level columns of the CSV export and the ``runs show`` table
@@ -164,6 +165,5 @@ def profile_from_run(store, run_id: int, name: str | None = None, *, which: str 
         data["hardware"] = HardwareFingerprint.model_validate(hw).model_dump(exclude_none=True)
         if data.get("engine") == "sim" and not data.get("sim"):  # a `ramp` run against a sim: its rig
             data["sim"] = {"gpu": data["hardware"]["gpu"], "count": data["hardware"].get("count", 1)}
-    from app.profiles.io import profile_from_data
 
     return profile_from_data(data, f"run {run_id}")

@@ -25,6 +25,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from app.paths import runs_db_path
+
 # ---------------------------------------------------------------------- schema versions
 # ``PRAGMA user_version`` holds the layout version. ``MIGRATIONS[v]`` brings a database
 # from version v to v+1; :class:`RunStore` runs the missing ones in order, in one
@@ -219,8 +221,6 @@ class RunStore:
 
     def __init__(self, path: str | Path | None = None, *, flush_interval: float = 0.5) -> None:
         if path is None:
-            from app.paths import runs_db_path
-
             path = runs_db_path()
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)

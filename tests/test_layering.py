@@ -172,8 +172,11 @@ def test_function_local_imports_say_why():
                 for node in ast.walk(fn):
                     if isinstance(node, (ast.Import, ast.ImportFrom)):
                         here = lines[node.lineno - 1]
-                        above = lines[node.lineno - 2] if node.lineno > 1 else ""
                         end = lines[node.end_lineno - 1]
+                        k = node.lineno - 2  # a comment above a block of imports covers the block
+                        while k >= 0 and lines[k].strip().startswith(("from ", "import ")) and "#" not in lines[k]:
+                            k -= 1
+                        above = lines[k] if k >= 0 else ""
                         comment = " ".join(x.split("#", 1)[1] for x in (here, end, above) if "#" in x)
                         if not any(w.lower() in comment.lower() for w in DEFER_WORDS):
                             bad.append(f"{f.relative_to(root)}:{node.lineno}: {here.strip()}")

@@ -14,12 +14,28 @@ from typing import Any, Callable
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QHBoxLayout, QHeaderView, QLabel,
-                               QLineEdit, QListWidget, QListWidgetItem, QMessageBox, QPushButton, QSplitter,
-                               QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app import history
 from app.comparison import CompareRow, Comparison, Pricing, compare_runs
+from app.fileio import write_atomic
 from widgets.axes import Log2Axis, PlainLogAxis, log2
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -270,7 +286,6 @@ class CompareView(QWidget):
 
     def export_csv(self, path: str | Path) -> None:
         """The comparison table (every level) as CSV (app.comparison.Comparison.to_csv)."""
-        from app.fileio import write_atomic
 
         if self.comparison is None:
             raise ValueError("nothing to export: tick two or more runs first")

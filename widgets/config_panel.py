@@ -12,13 +12,32 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from pydantic import ValidationError
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox,
-                               QHBoxLayout, QHeaderView, QLabel, QLineEdit, QPlainTextEdit, QPushButton,
-                               QScrollArea, QSlider, QSpinBox, QTableWidget, QTableWidgetItem, QVBoxLayout,
-                               QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QScrollArea,
+    QSlider,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app.config import GROUP_MODEL, QUANTIZATION_METHODS, VLLM_OPTIONS, ServerConfig, VllmOption
+from app.profiles.model import SimRig
 
 ENGINES = [("vllm", "vLLM"), ("sim", "Simulated rig"), ("attach", "Attach to a URL")]
 #: used until the installed vLLM's list (or its version's list) is known
@@ -640,7 +659,6 @@ class ConfigPanel(QScrollArea):
         """The simulated rig as the form shows it (:class:`app.profiles.model.SimRig`):
         the card and count from the form, the seed and time scale of the loaded
         profile's rig; ``time_scale`` (the window's, tests and benchmarks) overrides."""
-        from app.profiles.model import SimRig
 
         base = self._sim_rig or SimRig()
         upd: dict[str, Any] = {"gpu": self.sim_gpu.currentText() or "RTX 4090", "count": self.sim_count.value()}
@@ -674,7 +692,6 @@ class ConfigPanel(QScrollArea):
                 kw[field] = v
         if self.engine_key() == "vllm" and self.gpu_table.readings:
             kw["gpus"] = self.gpu_table.selected()
-        from pydantic import ValidationError
 
         try:
             return ServerConfig(**kw)

@@ -8,6 +8,8 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
+from app.planner.plan import fix_to_flags
+
 
 class DiagnosisBanner(QFrame):
     """Hidden until :meth:`show_failure`. ``apply_fix(dict)`` when the user presses it."""
@@ -55,8 +57,6 @@ class DiagnosisBanner(QFrame):
             ev = "<br>".join(f"<code>{html.escape(l.strip()[:300])}</code>" for l in diagnosis.evidence[:4])
             self.evidence.setText(ev or html.escape(first))
             if diagnosis.fix:
-                from app.planner.plan import fix_to_flags
-
                 self.fix_btn.setToolTip(f"Change the form: {fix_to_flags(diagnosis.fix)}")
                 self.fix_btn.show()
             else:

@@ -12,13 +12,27 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from widgets.button_bar import button_bar
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtWidgets import (QAbstractItemView, QFileDialog, QHeaderView, QInputDialog, QLabel,
-                               QMessageBox, QSplitter, QTableWidget, QTableWidgetItem, QTabWidget,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QMessageBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
 from app import history
+from app.comparison import load_series
+from app.fileio import write_atomic
+from app.loadgen.stats import Knee, StepStats
+from widgets.button_bar import button_bar
 from widgets.results import CurvesView, ResultsTable
 
 RUN_COLUMNS = ["Run", "When", "Name", "Engine", "Status", "Peak out tok/s", "at level", "GPUs"]
@@ -161,8 +175,6 @@ class HistoryView(QWidget):
     # ------------------------------------------------------------------ actions (no dialogs)
     def open(self, run_id: int) -> dict[str, Any]:
         """Show run ``run_id``'s curves, knee and results table; returns the run."""
-        from app.comparison import load_series
-        from app.loadgen.stats import Knee, StepStats
 
         store = self.store_fn()
         run = history.get_run(store, run_id)
@@ -201,13 +213,9 @@ class HistoryView(QWidget):
         self.refresh()
 
     def export_json(self, run_id: int, path: str | Path) -> None:
-        from app.fileio import write_atomic
-
         write_atomic(Path(path), json.dumps(history.export_json(self.store_fn(), run_id), indent=1, default=str))
 
     def export_csv(self, run_id: int, path: str | Path) -> None:
-        from app.fileio import write_atomic
-
         write_atomic(Path(path), history.levels_csv(self.store_fn(), run_id))
 
     def save_as_profile(self, run_id: int, name: str):

@@ -10,6 +10,11 @@ import sys
 import time
 from importlib import resources
 
+import pyqtgraph as pg
+from PySide6.QtWidgets import QApplication
+
+from widgets.main_window import MainWindow
+
 
 def create_app(argv: list[str] | None = None):
     """The QApplication (created once), with the app's style sheet and pyqtgraph options.
@@ -17,7 +22,6 @@ def create_app(argv: list[str] | None = None):
     The style sheet is package data (``resources/style.qss``) read through
     :mod:`importlib.resources`, so it is found in a checkout, an installed wheel and a
     frozen build alike."""
-    from PySide6.QtWidgets import QApplication
 
     # The GUI thread re-takes the GIL for every Python callback Qt makes (each item's
     # paint, each slot); with the default 5 ms switch interval a busy helper thread (load
@@ -26,7 +30,6 @@ def create_app(argv: list[str] | None = None):
     app = QApplication.instance() or QApplication(list(argv if argv is not None else sys.argv[:1]))
     app.setApplicationName("vLLM Dyno")
     app.setOrganizationName("vllm-dyno")
-    import pyqtgraph as pg
 
     pg.setConfigOptions(background="w", foreground="#333", antialias=False)
     qss = resources.files("resources").joinpath("style.qss")
@@ -39,12 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     """Open the main window and run the event loop; returns the exit code."""
     shot = os.environ.get("VLLM_DYNO_SMOKE")
     if shot:
-        from widgets.smoke import run_smoke
+        from widgets.smoke import run_smoke  # deferred: widgets.smoke imports this module (create_app)
 
         return run_smoke(shot, argv)
     t0 = time.perf_counter()
     app = create_app(argv)
-    from widgets.main_window import MainWindow
 
     win = MainWindow()
     win.show()

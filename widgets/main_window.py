@@ -10,28 +10,50 @@ from __future__ import annotations
 
 import logging
 import threading
+from importlib import resources
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QAction, QIcon, QKeySequence
-from PySide6.QtWidgets import (QApplication, QInputDialog, QLabel, QMainWindow, QMessageBox, QProgressBar,
-                               QSplitter, QStyle, QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtGui import QAction, QIcon, QKeySequence, QPixmap
+from PySide6.QtWidgets import (
+    QApplication,
+    QInputDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QSplitter,
+    QStyle,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app import __version__
+from app.loadgen.spec import parse_length
 from app.paths import data_dir
+from app.planner.gpus import catalog_names
+from app.planner.models import catalog_ids
+from app.planner.plan import apply_fix
+from app.planner.versions import installed_version, rules_for
+from app.run.controller import RecordSpec
+from app.server.procs import end_processes, find_leftovers
 from app.settings import load_settings, save_settings
+from app.store import RunStore
+from app.telemetry.nvml_source import NvmlSource
 from widgets import profiles
+from widgets.compare_view import CompareView
 from widgets.config_panel import ConfigPanel
 from widgets.dashboard import Dashboard
 from widgets.diagnosis_banner import DiagnosisBanner
+from widgets.history_view import HistoryView
 from widgets.log_pane import LogPane
 from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
+from widgets.profile_manager import ProfileManager
 from widgets.ramp_panel import RampPanel
 from widgets.results import CurvesView, ResultsTable
-from widgets.compare_view import CompareView
-from widgets.history_view import HistoryView
-from widgets.profile_manager import ProfileManager
-from app.run.controller import RecordSpec
 from widgets.run_adapter import ATTACHED, LaunchRequest, RunAdapter
+from widgets.settings_dialog import SettingsDialog
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -238,8 +260,6 @@ class MainWindow(QMainWindow):
         self._show_state("idle", "")
 
     def _about(self) -> None:
-        from app import __version__
-
         QMessageBox.about(self, "About vLLM Dyno",
                           f"<b>vLLM Dyno {__version__}</b><br>A dynamometer for local vLLM servers: configure, "
                           "launch, ramp and read the knee.<br>Data directory: " + str(data_dir()))
@@ -247,9 +267,6 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ probes (background)
     def _start_probes(self) -> None:
         def catalogs():
-            from app.planner.gpus import catalog_names
-            from app.planner.models import catalog_ids
-
             return catalog_names(), catalog_ids()
 
         self.background.append(run_in_background("catalogs", catalogs, self._on_catalogs,
@@ -257,8 +274,6 @@ class MainWindow(QMainWindow):
         self._start_gpu_probe()
 
         def version():
-            from app.planner.versions import installed_version, rules_for
-
             v = installed_version(self.settings.vllm_python)
             return v, rules_for(v).quantization_methods
 
@@ -267,8 +282,6 @@ class MainWindow(QMainWindow):
 
     def _start_gpu_probe(self) -> None:
         def probe():
-            from app.telemetry.nvml_source import NvmlSource
-
             src = NvmlSource(None)
             st = src.open()
             try:
@@ -401,8 +414,6 @@ class MainWindow(QMainWindow):
             if self._closed and self._store is None:
                 raise RuntimeError("the window is closed")
             if self._store is None:
-                from app.store import RunStore
-
                 self._store = RunStore()
             return self._store
 
@@ -422,8 +433,6 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ plan
     def _plan_inputs(self) -> PlanInputs:
-        from app.loadgen.spec import parse_length
-
         cfg = self.config.build_config()
 
         def mid(text: str, default: int) -> int:
@@ -473,7 +482,6 @@ class MainWindow(QMainWindow):
 
     def apply_fix(self, fix: dict) -> None:
         """Change the form by a planner or diagnosis fix (option values)."""
-        from app.planner.plan import apply_fix
 
         try:
             cfg = apply_fix(self.config.build_config(), fix)
@@ -585,8 +593,6 @@ class MainWindow(QMainWindow):
         self._update_controls()
 
     def cleanup_leftovers(self) -> None:
-        from app.server.procs import end_processes, find_leftovers
-
         def show(left):
             if not left:
                 QMessageBox.information(self, "Clean up", "No leftover VLLM:: processes found.")
@@ -687,8 +693,6 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ settings
     def open_settings(self) -> None:
-        from widgets.settings_dialog import SettingsDialog
-
         dlg = SettingsDialog(self.settings, self)
         if dlg.exec():
             self.settings = dlg.result_settings()
@@ -739,9 +743,7 @@ class MainWindow(QMainWindow):
 def app_icon() -> QIcon:
     """The app icon in several sizes, read as package data through importlib.resources
     (works from a checkout, an installed wheel and the frozen build)."""
-    from importlib import resources
 
-    from PySide6.QtGui import QPixmap
 
     icon = QIcon()
     icons = resources.files("resources") / "icons"

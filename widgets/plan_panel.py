@@ -13,9 +13,21 @@ from typing import Any
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter
-from PySide6.QtWidgets import (QFrame, QGridLayout, QHBoxLayout, QLabel, QPushButton, QScrollArea, QSizePolicy,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.planner.cards import cards_for
+from app.planner.models import resolve_model
+from app.planner.plan import Workload, fix_to_flags, plan
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
 
@@ -48,9 +60,6 @@ class PlanInputs:
 def compute_plan(inp: PlanInputs):
     """Run the planner for ``inp`` (background thread). Returns the Plan; raises the
     planner's lookup errors (unknown model/GPU) and ValueError."""
-    from app.planner.cards import cards_for
-    from app.planner.models import resolve_model
-    from app.planner.plan import Workload, plan
 
     cfg = inp.config
     model = resolve_model(cfg.model)
@@ -244,7 +253,6 @@ class PlanPanel(QScrollArea):
         head = VERDICT_STYLE[p.verdict][2]
         self._set_verdict(p.verdict, f"{head} · vLLM {p.rules.version} rules")
         self._clear_layout(self.findings_box)
-        from app.planner.plan import fix_to_flags
 
         for f in sorted(p.findings, key=lambda f: {"error": 0, "warn": 1, "ok": 2}[f.verdict]):
             fr = QFrame()

@@ -13,15 +13,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from widgets.button_bar import button_bar
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QFont, QGuiApplication
-from PySide6.QtWidgets import (QComboBox, QDialog, QDialogButtonBox, QFileDialog, QHBoxLayout, QInputDialog,
-                               QLabel, QLineEdit, QListWidget, QListWidgetItem, QMessageBox, QPlainTextEdit,
-                               QPushButton, QSplitter, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
-from app.profiles import (Profile, ProfileError, ProfileLibrary, dump_profile, import_text, to_command_line,
-                          to_vllm_config_yaml)
+from app.profiles import (
+    Profile,
+    ProfileError,
+    ProfileLibrary,
+    dump_profile,
+    import_text,
+    slugify,
+    to_command_line,
+    to_vllm_config_yaml,
+)
+from app.profiles.io import read_text_limited, write_atomic
+from widgets.button_bar import button_bar
 
 #: export formats: key → (label, file filter, suffix)
 EXPORTS = {"cmd": ("vllm serve command line", "Shell script (*.sh);;All files (*)", ".sh"),
@@ -72,8 +96,6 @@ class ImportDialog(QDialog):
     def _open(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Import", "", "YAML or text (*.yaml *.yml *.sh *.txt);;All (*)")
         if path:
-            from app.profiles.io import read_text_limited
-
             try:
                 self.text.setPlainText(read_text_limited(Path(path)))
                 self.label = path
@@ -289,8 +311,6 @@ class ProfileManager(QWidget):
         prof = self.entries[name].profile if name in self.entries else self.library().get(name)
         text = export_text(prof, fmt)
         if path is not None:
-            from app.profiles.io import write_atomic
-
             write_atomic(Path(path), text)
         return text
 
@@ -350,7 +370,6 @@ class ProfileManager(QWidget):
             return
         fmt = self.fmt.currentData()
         label, filt, suffix = EXPORTS[fmt]
-        from app.profiles import slugify
 
         path, _ = QFileDialog.getSaveFileName(self, f"Export as {label}", slugify(cur) + suffix, filt)
         if path:

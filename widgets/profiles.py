@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from app.profiles import Profile, ProfileLibrary
 from app.profiles.edit import DEMO_NAME, profile_from_settings
 
@@ -47,7 +49,6 @@ def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = Non
     """The forms as a profile called ``name`` (see
     :func:`app.profiles.edit.profile_from_settings`; ``base`` is the loaded profile).
     Raises ValueError naming the field."""
-    from pydantic import ValidationError
 
     d = config_panel.to_profile()
     server = dict(d["server"])

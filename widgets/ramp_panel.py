@@ -4,9 +4,24 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from pydantic import ValidationError
 from PySide6.QtCore import QTimer, Signal
-from PySide6.QtWidgets import (QComboBox, QDoubleSpinBox, QFileDialog, QFormLayout, QGroupBox, QHBoxLayout, QLabel,
-                               QLineEdit, QProgressBar, QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.loadgen.spec import RampSpec, parse_length
 
 
 def parse_levels(text: str) -> dict[str, Any]:
@@ -140,9 +155,7 @@ class RampPanel(QWidget):
     def build_spec(self, url: str, model: str | None):
         """The form as a RampSpec (rig seconds). Raises ValueError (pydantic's message
         names the field). The safety limits are applied by the run controller."""
-        from pydantic import ValidationError
 
-        from app.loadgen.spec import RampSpec, parse_length
 
         kw: dict[str, Any] = parse_levels(self.levels.text())
         slo = {}
@@ -184,8 +197,6 @@ class RampPanel(QWidget):
         self.prompts_file.setText(str(pf) if pf else "")
 
     def to_profile(self) -> dict[str, Any]:
-        from app.loadgen.spec import parse_length
-
         d: dict[str, Any] = dict(parse_levels(self.levels.text()))
         d.update(step_seconds=self.step.value(), warmup_seconds=self.warmup.value())
         for key, w in (("prompt_tokens", self.prompt), ("output_tokens", self.output)):

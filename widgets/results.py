@@ -9,9 +9,18 @@ from typing import Any, Callable
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget, QTableWidgetItem,
-                               QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
 
+from app.loadgen.spec import RampSpec
 from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
 
 
@@ -216,8 +225,6 @@ class CurvesView(QWidget):
             self.knee_point.setData([], [])
             if ok:
                 if spec is None:
-                    from app.loadgen.spec import RampSpec
-
                     fields = RampSpec.model_fields
                     gain, ratio = fields["knee_gain"].default, fields["knee_ttft_ratio"].default
                 else:

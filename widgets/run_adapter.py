@@ -18,6 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from app.run.controller import LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
+from app.server.procs import end_processes
 from widgets.tasks import on_gui_thread, run_in_background
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,6 @@ class RunAdapter(QObject):
 
     def end_leftovers_and_launch(self, pids: list[int], req: LaunchTarget) -> None:
         """End the given leftover processes (background), then launch ``req``."""
-        from app.server.procs import end_processes
 
         self._bg("end-leftovers", lambda: end_processes(pids), lambda _left: self.launch(req, True),
                  lambda e: self.launch_failed.emit(f"could not end leftover processes: {e}", None))

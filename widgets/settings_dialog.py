@@ -4,10 +4,23 @@ loading ``settings.yaml`` dropped (``Settings.load_error``) are listed at the to
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import (QCheckBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFileDialog, QFormLayout,
-                               QGroupBox, QHBoxLayout, QLabel, QLineEdit, QPushButton, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QVBoxLayout,
+)
 
 from app.paths import data_dir
+from app.server.interpreter import inspect_interpreter, resolve_python
 from app.settings import SafetyLimits, Settings
 from widgets.tasks import run_in_background
 
@@ -106,7 +119,6 @@ class SettingsDialog(QDialog):
 
     def check_interpreter(self) -> None:
         """Ask the interpreter for its vLLM version (background; ≤ 60 s)."""
-        from app.server.interpreter import inspect_interpreter, resolve_python
 
         self._gen += 1
         gen = self._gen

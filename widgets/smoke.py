@@ -21,6 +21,14 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+from PySide6.QtWidgets import QApplication
+
+from app.server.procs import group_members
+from widgets import profiles
+from widgets.main import create_app
+from widgets.main_window import MainWindow
+
 #: sim speed-up over the wall clock (``--sim-time-scale``)
 TIME_SCALE = 10.0
 #: the ramp: concurrency levels and rig seconds per level
@@ -49,8 +57,6 @@ def process_age() -> float:
             uptime = float(f.read().split()[0])
         return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        import psutil
-
         return time.time() - psutil.Process().create_time()
 
 
@@ -83,13 +89,7 @@ def run_smoke(shot: str | os.PathLike[str], argv: list[str] | None = None) -> in
 
 
 def _run(shot: Path, argv: list[str] | None) -> int:
-    from PySide6.QtWidgets import QApplication
-
-    from widgets.main import create_app
-
     app = create_app(argv)
-    from widgets import profiles
-    from widgets.main_window import MainWindow
 
     deadline = time.monotonic() + DEADLINE_S
     win = MainWindow(restore=False)
@@ -148,8 +148,6 @@ def _run(shot: Path, argv: list[str] | None) -> int:
         win.deleteLater()
         QApplication.processEvents()
         if pgid is not None:
-            from app.server.procs import group_members
-
             survivors = [p.pid for p in group_members(pgid)] + list(left)
             if survivors:
                 _say(f"FAILED: processes of the server's group survived the stop: {sorted(set(survivors))}")
@@ -163,7 +161,6 @@ def _run(shot: Path, argv: list[str] | None) -> int:
 def helper_processes() -> list[tuple[list[str], dict[str, str]]]:
     """``(command line, environment)`` of this process's descendants (reaper, sim server,
     load generator)."""
-    import psutil
 
     out = []
     for p in psutil.Process().children(recursive=True):
@@ -199,7 +196,6 @@ def check_helpers(procs: list[tuple[list[str], dict[str, str]]]) -> None:
 def wait_until(cond, timeout: float, what: str, deadline: float) -> None:
     """Process Qt events until ``cond()`` is true; raise :class:`SmokeFailed` naming
     ``what`` after ``timeout`` seconds or at the run's ``deadline`` (monotonic seconds)."""
-    from PySide6.QtWidgets import QApplication
 
     end = min(time.monotonic() + timeout, deadline)
     while not cond():

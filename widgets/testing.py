@@ -14,6 +14,9 @@ import pytest
 from PySide6.QtCore import QThread, QTimer
 from PySide6.QtWidgets import QApplication
 
+from widgets.main import create_app
+from widgets.main_window import MainWindow
+
 
 def pump(qtbot, cond, timeout: float, what: str) -> None:
     """Process events until ``cond()`` is true; fail naming ``what`` after ``timeout`` s."""
@@ -52,7 +55,6 @@ def _leaks(before: set[threading.Thread]) -> list[str]:
 @pytest.fixture
 def gui_guard(qapp):
     """Fail the test when it leaves Qt threads/timers/windows or Python threads behind."""
-    from widgets.main import create_app
 
     create_app()
     before = set(threading.enumerate())
@@ -70,7 +72,6 @@ def gui_guard(qapp):
 @pytest.fixture
 def main_window(gui_guard, qtbot):
     """A MainWindow (demo profile, no restored geometry), closed and shut down after."""
-    from widgets.main_window import MainWindow
 
     w = MainWindow(restore=False)
     w.show()

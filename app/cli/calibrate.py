@@ -24,6 +24,7 @@ def measured_levels(run: dict[str, Any], levels: list[dict[str, Any]]):
     """(prompt_tokens, output_tokens, [MeasuredLevel]) of a recorded run. Raises
     CalibrationInputError for a sim or attached run, a rate ramp, request lengths that
     vary, or fewer than 2 completed levels."""
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.calibrate import MeasuredLevel
 
     rid = run["id"]
@@ -54,6 +55,7 @@ def calibrate_run(store, run_id: int, dry_run: bool = False):
     path)`` — ``before``/``after`` the per-level :class:`LevelError` lists with the
     default and the fitted parameters. Raises CalibrationInputError (see
     :func:`measured_levels`) and the planner's errors for an unknown model or card."""
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.calibrate import fit, hardware_fingerprint, level_errors, save_calibration
     from app.profiles.io import profile_from_data
     from app.profiles.model import HardwareFingerprint
@@ -85,6 +87,7 @@ def calibrate_run(store, run_id: int, dry_run: bool = False):
 
 
 def cmd_calibrate(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.store import RunStore
 
     try:

@@ -12,6 +12,7 @@ from app.cli.common import err, fmt
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.comparison import Pricing, compare_runs
     from app.history import RunNotFound
     from app.store import RunStore
@@ -37,11 +38,13 @@ def cmd_compare(a: argparse.Namespace) -> int:
                   f"{fmt(r.j_per_token, 3):>7} {fmt(r.cost_per_mtok_rented, 3):>12} "
                   f"{fmt(r.cost_per_mtok_energy, 4):>13}")
     if a.csv:
+        # deferred: only this command needs it (vllm-dyno starts light)
         from app.profiles.io import write_atomic
 
         write_atomic(a.csv, cmp.to_csv())
         print(f"wrote {a.csv}", file=sys.stderr)
     if a.svg:
+        # deferred: only this command needs it (vllm-dyno starts light)
         from app.profiles.io import write_atomic
 
         write_atomic(a.svg, cmp.to_svg())

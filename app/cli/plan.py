@@ -30,6 +30,7 @@ def _levels(text: str) -> tuple[int, ...]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.config import add_server_options
 
     p = sub.add_parser("plan", help="will it fit, how many users, what breaks — before a launch")
@@ -60,6 +61,7 @@ def _cards(a: argparse.Namespace, world: int):
     """The cards to plan for, chosen by :func:`app.planner.cards.cards_for`: the ``--gpu``
     names (one card each; a single name × ``--count``, default TP × PP = ``world``), else
     the cards NVML sees on this machine."""
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.cards import NoGpuFound, cards_for
     from app.planner.gpus import UnknownGpuError
 
@@ -75,6 +77,7 @@ def _cards(a: argparse.Namespace, world: int):
 
 
 def cmd_plan(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.models import ModelNotFoundError, resolve_model
     from app.planner.plan import Workload, plan
     from app.planner.render import render_plan
@@ -98,6 +101,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.diagnose import diagnose
 
     if a.logfile == "-":

@@ -14,6 +14,7 @@ from app.profiles.io import ProfileError
 
 
 def cmd_profiles(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.profiles import (ProfileLibrary, ProfileNotFound, dump_profile, import_text, to_command_line,
                               to_vllm_config_yaml)
 
@@ -49,6 +50,7 @@ def cmd_profiles(a: argparse.Namespace) -> int:
                 text, label = sys.stdin.read(), "<stdin>"
             else:
                 path = Path(a.file)
+                # deferred: only this command needs it (vllm-dyno starts light)
                 from app.profiles.io import read_text_limited
 
                 if not path.is_file():
@@ -71,6 +73,7 @@ def cmd_profiles(a: argparse.Namespace) -> int:
             print(f"deleted {lib.delete(a.name)}")
             return 0
         if a.action == "save-run":
+            # deferred: only this command needs it (vllm-dyno starts light)
             from app.history import best_run, get_run, profile_from_run
             from app.store import RunStore
 

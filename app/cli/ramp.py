@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats
-from app.run.controller import RunListener
+from app.run.events import RunListener
 
 
 def register(sub) -> None:
@@ -203,6 +203,7 @@ class _Listener(RunListener):
 
 
 def run(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.config import ServerConfig
     from app.run.controller import LaunchTarget, RecordSpec, RunController
     from app.settings import load_settings
@@ -251,6 +252,7 @@ def run(a: argparse.Namespace) -> int:
     if res.run_id is not None:
         print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
     try:
+        # deferred: only this command needs it (vllm-dyno starts light)
         from app.loadgen import export
 
         if a.json:

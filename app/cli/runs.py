@@ -18,6 +18,7 @@ from app.profiles.io import ProfileError
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app import history
     from app.store import RunStore
 
@@ -39,6 +40,7 @@ def cmd_runs(a: argparse.Namespace) -> int:
                 if s.get("stop_reason"):
                     print(f"  {s['stop_reason']}")
                 if s.get("hardware"):
+                    # deferred: only this command needs it (vllm-dyno starts light)
                     from app.profiles.model import HardwareFingerprint
 
                     print(f"  hardware: {HardwareFingerprint.model_validate(s['hardware']).describe()}")
@@ -71,6 +73,7 @@ def cmd_runs(a: argparse.Namespace) -> int:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
     from app.run.profile_run import Phase, ProfileRun
 
@@ -143,6 +146,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     if res.run_id is not None:
         print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
     if a.save_results and res.run_id is not None and res.steps:
+        # deferred: only this command needs it (vllm-dyno starts light)
         from app.history import profile_from_run
         from app.store import RunStore
 

@@ -11,8 +11,7 @@ import threading
 
 from app.cli.common import config_from_args
 from app.config import add_server_options
-from app.run.controller import LaunchTarget, RunController, RunListener, State
-from app.server.launch import LaunchError
+from app.run.events import RunListener, State
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +49,7 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
 class _Printer(RunListener):
     """The controller's news on the terminal."""
 
-    def __init__(self, ctl: RunController, show_log: bool, done: threading.Event) -> None:
+    def __init__(self, ctl, show_log: bool, done: threading.Event) -> None:
         self.ctl, self.show_log, self.done = ctl, show_log, done
 
     def on_state(self, state: State, reason: str) -> None:
@@ -90,6 +89,10 @@ class _Printer(RunListener):
 
 
 def cmd_serve(a: argparse.Namespace) -> int:
+    # deferred: only this command needs the run controller (vllm-dyno starts light)
+    from app.run.controller import LaunchTarget, RunController
+    from app.server.launch import LaunchError
+
     cfg = config_from_args(a)
     done = threading.Event()
     ctl = RunController()
@@ -120,6 +123,7 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.server.procs import end_processes, find_leftovers
 
     left = find_leftovers()

@@ -31,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def listening_pid(url: str) -> int | None:
     """Pid of the local process listening on ``url``'s port, when visible (psutil)."""
+    # deferred: only this command needs it (vllm-dyno starts light)
     import psutil
 
     u = urllib.parse.urlparse(url)
@@ -102,6 +103,7 @@ def render(tel, url: str | None) -> str:
 
 
 def cmd_telemetry(a: argparse.Namespace) -> int:
+    # deferred: only this command needs it (vllm-dyno starts light)
     from app.telemetry.hub import Telemetry, default_gpu_source
 
     if a.refresh <= 0:

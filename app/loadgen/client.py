@@ -102,7 +102,7 @@ def time_feeds() -> None:
     generator's own process (:mod:`app.loadgen.worker`), and costs one dict lookup per
     feed. Without it, arrivals are timed when the task reads them.
     """
-    from aiohttp.streams import StreamReader
+    from aiohttp.streams import StreamReader  # deferred: installed only in the load generator's own process
 
     if getattr(StreamReader, "_dyno_timed", False):
         return

@@ -23,6 +23,10 @@ import sys
 import threading
 import traceback
 
+from app.loadgen.client import PreflightError, time_feeds
+from app.loadgen.runner import Ramp
+from app.loadgen.spec import RampSpec
+
 BATCH_SECONDS = 0.1
 BATCH_MAX = 512
 
@@ -53,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     if not first:
         return 2
     try:
-        from app.loadgen.spec import RampSpec
-
         msg = json.loads(first)
         spec = RampSpec.model_validate(msg["spec"])
         t0 = float(msg["t0"])
@@ -86,8 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runner(_amain(spec, t0, frames))
     except Exception as e:
-        from app.loadgen.client import PreflightError
-
         if isinstance(e, PreflightError):
             frames.put(("error", str(e)))
         else:
@@ -104,9 +104,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _amain(spec, t0: float, frames: queue.SimpleQueue) -> None:
-    from app.loadgen.client import time_feeds
-    from app.loadgen.runner import Ramp
-
     time_feeds()  # stream arrivals timed as aiohttp receives them (this process only)
 
     loop = asyncio.get_running_loop()

@@ -11,7 +11,10 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+import psutil
+
 from app.planner.gpus import GIB, GpuSpec, cpu_device, gpus_from_cards, resolve_gpu
+from app.telemetry.nvml import NvmlUnavailable, read_cards
 
 #: the first NUMA node's memory (Linux sysfs); the CPU build of vLLM plans on one node
 NODE0_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
@@ -31,8 +34,6 @@ def host_cores() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        import psutil
-
         return max(1, psutil.cpu_count(logical=True) or 1)
 
 
@@ -51,7 +52,6 @@ def host_memory_gib(node_meminfo: Path | None = None) -> float:
             return int(m.group(1)) * 1024 / GIB
     except OSError:
         pass
-    import psutil
 
     return psutil.virtual_memory().total / GIB
 
@@ -114,8 +114,6 @@ def _reading_cards(readings: Sequence[Any], indices: Sequence[int] | None) -> li
 
 
 def _nvml_cards(indices: Sequence[int] | None, nvml: Any) -> list[GpuSpec]:
-    from app.telemetry.nvml import NvmlUnavailable, read_cards
-
     try:
         info = read_cards(indices, nvml)
     except NvmlUnavailable as e:

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
+from app.config import extra_args_to_dict
+
 if TYPE_CHECKING:
     from app.planner.plan import Plan
 
@@ -137,8 +139,6 @@ def check_dtype_quantization(p: "Plan") -> Finding | None:
 
 
 def check_removed_options(p: "Plan") -> Finding | None:
-    from app.config import extra_args_to_dict
-
     try:
         extra = extra_args_to_dict(p.config.extra_args)
     except ValueError:
@@ -300,7 +300,6 @@ def check_cpu_executor(p: "Plan") -> Finding | None:
     ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` the CPU platform turns ``uni`` back into ``mp``."""
     if not any(g.kind == "cpu" for g in p.cards) or p.effective.world > 1:
         return None
-    from app.config import extra_args_to_dict
 
     try:
         backend = extra_args_to_dict(p.config.extra_args).get("distributed-executor-backend")

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from app.planner.plan import fix_to_flags
 from app.server.logparse import strip_ansi
 
 NCCL_SILENCE_S = 300.0
@@ -39,7 +40,6 @@ class Diagnosis:
 
     def summary(self) -> str:
         """One short paragraph: problem, why, fix."""
-        from app.planner.plan import fix_to_flags
 
         s = f"Diagnosis: {self.problem} — {self.explanation}"
         if self.fix:

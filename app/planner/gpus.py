@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from app.engine.gpu import GIB, GpuSpec
+from app.telemetry.nvml import NvmlUnavailable, read_cards
 
 __all__ = ["GIB", "GpuSpec", "UnknownGpuError"]  # GpuSpec and GIB are the engine's device model
 
@@ -159,7 +160,6 @@ def gpus_from_nvml(nvml: Any | None = None, indices: list[int] | None = None) ->
     :func:`app.telemetry.nvml.read_cards` (``nvml``: ``pynvml`` or a double shaped like
     it) and made planner cards by :func:`gpus_from_cards`. Returns [] when NVML is not
     available (no library, no driver); raises ValueError for an index not present."""
-    from app.telemetry.nvml import NvmlUnavailable, read_cards
 
     try:
         return gpus_from_cards(read_cards(indices, nvml))

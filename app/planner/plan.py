@@ -14,11 +14,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
+from app.engine.steptime import Curve, PerfParams, StageSpec, StepTimeModel, default_params, predict_curve
+from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.memory import Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
 from app.planner.models import DTYPE_BYTES, ModelArch, quant_bytes_per_param
-from app.engine.steptime import Curve, PerfParams, StageSpec, StepTimeModel, default_params, predict_curve
 from app.planner.versions import VllmRules, rules_for
 
 
@@ -321,8 +322,6 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
                 f.fix = cand
                 break
     if params is None and use_calibration:
-        from app.planner.calibrate import hardware_fingerprint, load_calibration
-
         params = load_calibration(hardware_fingerprint(p.cards))
     if all(r.kv_tokens > 0 for r in p.ranks) and p.partition_error is None:
         p.perf = build_step_model(p, params)

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from app.server.interpreter import inspect_interpreter, resolve_python
+
 
 def version_tuple(v: str) -> tuple[int, ...]:
     """``"0.32.0+cpu"`` → ``(0, 32, 0)`` (the local suffix dropped; at most 3 parts)."""
@@ -98,8 +100,6 @@ def installed_version(python: str | None = None) -> str | None:
         except md.PackageNotFoundError:
             pass
     try:
-        from app.server.interpreter import inspect_interpreter, resolve_python
-
         return inspect_interpreter(resolve_python(python)).version
     except Exception:  # InterpreterError or no interpreter at all: plan for the newest version
         return None

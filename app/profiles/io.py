@@ -16,16 +16,16 @@ Writing (:func:`write_atomic`) goes to a temporary file in the same directory,
 from __future__ import annotations
 
 import logging
+import re
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-from app.fileio import write_atomic  # noqa: F401  (re-exported: profiles are written with it)
 from pydantic import BaseModel, ValidationError
 
 from app.config import ServerConfig
+from app.fileio import write_atomic  # noqa: F401  (re-exported: profiles are written with it)
 from app.profiles.model import SCHEMA_VERSION, Profile
 
 log = logging.getLogger(__name__)
@@ -136,8 +136,6 @@ def migrate(data: dict[str, Any], warnings: list[str] | None = None) -> dict[str
             d["ramp"] = ramp
         hw = d.get("hardware")
         if isinstance(hw, str):
-            import re
-
             m = re.match(r"^\s*(\d+)\s*[x×]\s*(.+?)\s*$", hw)
             d["hardware"] = {"gpu": m.group(2), "count": int(m.group(1))} if m else {"gpu": hw.strip(), "count": 1}
         d["schema_version"] = 1

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from app.paths import profiles_dir
 from app.profiles.io import ProfileError, dump_profile, parse_profile, read_profile, write_atomic
 from app.profiles.model import Profile, slugify
 
@@ -81,8 +82,6 @@ class ProfileLibrary:
 
     def __init__(self, directory: str | Path | None = None, *, builtin: bool = True) -> None:
         if directory is None:
-            from app.paths import profiles_dir
-
             directory = profiles_dir()
         self.directory = Path(directory)
         self.builtin = builtin

@@ -33,6 +33,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from app.config import ServerConfig, option_name
 from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
+from app.paths import repo_root
+from app.planner.cards import cards_for
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
@@ -67,7 +69,6 @@ def resolve_model_path(model: str) -> str:
     or an ``a/b`` that exists as a directory) made absolute against the current
     directory, else against the checkout root (app.paths.repo_root). A Hugging Face id
     is returned unchanged."""
-    from app.paths import repo_root
 
     m = expand_vars(model)
     if not m or os.path.isabs(m):
@@ -139,7 +140,6 @@ class HardwareFingerprint(BaseModel):
         (default: one NUMA node's memory of this machine) and this machine's real core
         count. Raises ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not
         know and no ``memory_gib``."""
-        from app.planner.cards import cards_for
 
         return cards_for(engine="vllm", gpu=self.gpu, count=self.count, memory_gib=self.memory_gib)
 

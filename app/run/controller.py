@@ -28,7 +28,7 @@ GUI thread; :meth:`start_ramp` and :meth:`abort_ramp` return at once.
 """
 from __future__ import annotations
 
-import enum
+import gc
 import logging
 import threading
 import time
@@ -45,27 +45,17 @@ from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
 from app.run.record import RunRecorder
+from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
 from app.server import procs
 from app.server.supervisor import Supervisor
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
+from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.hub import Telemetry
+from app.telemetry.nvml_source import NvmlSource
 from app.telemetry.series import SeriesBank
 
 log = logging.getLogger(__name__)
-
-
-class State(str, enum.Enum):
-    """The controller's state: the supervisor's, plus ``idle`` and ``attached``."""
-
-    IDLE = "idle"
-    STARTING = "starting"
-    LOADING = "loading"
-    READY = "ready"
-    ATTACHED = "attached"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
-    FAILED = "failed"
 
 
 #: states in which a server is up (or coming up) under this controller
@@ -144,41 +134,6 @@ class RampOutcome:
     def ok(self) -> bool:
         """True when the ramp ran to an orderly end (all levels, an SLO stop or its cap)."""
         return self.status in OK_STATUSES
-
-
-class RunListener:
-    """Subscriber of a :class:`RunController`; override what you need. Called on the
-    controller's worker threads."""
-
-    def on_state(self, state: State, reason: str) -> None:
-        """The controller's state changed (``reason``: the failure, or the URL at ready)."""
-
-    def on_line(self, stream: str, text: str, t: float) -> None:
-        """A server log line (session-clock seconds)."""
-
-    def on_launch_failed(self, reason: str, diagnosis: Diagnosis | None) -> None:
-        """The server failed (to start, or after it was ready), with the diagnosis."""
-
-    def on_ramp_started(self, spec: Any) -> None:
-        """A ramp began (``spec`` in rig seconds)."""
-
-    def on_level_start(self, ev: dict) -> None:
-        """A level began: ``{"idx", "level", "t"}`` (t wall seconds)."""
-
-    def on_records(self, records: list) -> None:
-        """Completed requests (:class:`app.loadgen.records.RequestRecord`)."""
-
-    def on_level(self, st: StepStats) -> None:
-        """A level ended; its stats in rig seconds."""
-
-    def on_safety_stop(self, reason: str) -> None:
-        """A safety limit stopped the ramp."""
-
-    def on_ramp_done(self, outcome: RampOutcome) -> None:
-        """The ramp ended and is recorded (``outcome.run_id``)."""
-
-    def on_record_failed(self, message: str) -> None:
-        """The run could not be (completely) recorded."""
 
 
 class _Ramp:
@@ -414,12 +369,8 @@ class RunController:
         try:
             if t.engine == "sim":
                 if sup is not None and at_ready:
-                    from app.telemetry.http_source import HttpGpuSource
-
                     gpu_source = HttpGpuSource(sup.url)  # the rig serves its cards once it is up
             elif t.use_nvml and not cpu_build:
-                from app.telemetry.nvml_source import NvmlSource
-
                 gpu_source = NvmlSource(t.config.gpus, server_pgid=sup.pgid if sup else None)
             metrics_url = self.url if at_ready else None  # /metrics is served from ready on
             tel = Telemetry(clock=self.clock, gpu_source=gpu_source, metrics_url=metrics_url,
@@ -527,7 +478,6 @@ class RunController:
         open: the ramp records into that one); ``safety``: Settings' SafetyLimits (None:
         no thermal stop, the spec's own failure-rate limit). Progress through the
         listener; the end through ``on_ramp_done`` and :meth:`wait_ramp`."""
-        import gc
 
         with self._lock:
             if self.ramp_running:

@@ -15,7 +15,9 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from app.planner.cards import host_memory_gib
 from app.profiles.model import HardwareFingerprint
+from app.telemetry.nvml import read_cards
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +61,6 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
     memory for the CPU build of vLLM or when NVML is not available."""
     if not cpu_build:
         try:
-            from app.telemetry.nvml import read_cards
-
             cards = read_cards(indices)
             if cards.names:
                 uniq = list(dict.fromkeys(cards.names))
@@ -69,8 +69,6 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
                                            vllm_version=vllm_version, recorded_at=time.time())
         except Exception as e:  # no driver / library: fall through to the CPU description
             log.debug("NVML not available for the fingerprint: %s", e)
-    from app.planner.cards import host_memory_gib  # one NUMA node's memory, as the planner plans with
-
     return HardwareFingerprint(gpu="CPU", count=1, memory_gib=round(host_memory_gib(), 1),
                                vllm_version=vllm_version, recorded_at=time.time())
 

@@ -16,8 +16,12 @@ from typing import Any, Callable
 
 from app.clock import SessionClock
 from app.loadgen.stats import Knee, StepStats
+from app.planner.models import resolve_model
+from app.planner.plan import Workload, plan
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.controller import OK_STATUSES, LaunchTarget, RecordSpec, RunController, RunListener, State
+from app.server.launch import LaunchError
+from app.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +68,6 @@ def plan_profile(profile: Profile, vllm_version: str | None = None):
     (the rig for engine sim, ``profile.hardware`` otherwise), for the ramp's request
     shape. Returns None when the profile names no hardware. Raises the planner's errors
     (ModelNotFoundError, UnknownGpuError, ValueError)."""
-    from app.planner.models import resolve_model
-    from app.planner.plan import Workload, plan
 
     hw = profile.hardware
     if profile.engine == "sim" and profile.sim is not None:
@@ -144,8 +146,6 @@ class ProfileRun:
         self.startup_timeout = startup_timeout
         self.grace = grace
         if safety is None:
-            from app.settings import load_settings
-
             safety = load_settings().safety
         self.safety = safety
         self.on_phase, self.on_line, self.on_level_start = on_phase, on_line, on_level_start
@@ -244,8 +244,6 @@ class ProfileRun:
         return res
 
     def _launch_and_ramp(self, target: LaunchTarget, res: RunResult) -> None:
-        from app.server.launch import LaunchError
-
         ctl, prof = self.controller, self.profile
         if target.engine != "attach":
             self._set_phase(Phase.LAUNCHING)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.paths import repo_root
+from app.settings import load_settings
 
 _PROBE = r"""
 import json, importlib.metadata as m, importlib.util as u
@@ -57,8 +58,6 @@ def resolve_python(explicit: str | None = None) -> str:
     if env:
         return env
     try:
-        from app.settings import load_settings
-
         s = load_settings()
         if s.vllm_python:
             return s.vllm_python

@@ -10,7 +10,7 @@ import socket
 
 from app.config import ConfigError, ServerConfig, check_model_path
 from app.helper_process import helper_argv
-from app.server.interpreter import InterpreterError, VllmInterpreter, inspect_interpreter
+from app.server.interpreter import InterpreterError, VllmInterpreter, inspect_interpreter, resolve_python
 
 
 class LaunchError(RuntimeError):
@@ -52,7 +52,6 @@ def prepare(
             check_model_path(config)
         except ConfigError as e:
             raise LaunchError(str(e)) from e
-        from app.server.interpreter import resolve_python
 
         try:
             interp = inspect_interpreter(resolve_python(python))

@@ -16,8 +16,16 @@ import signal
 import sys
 import time
 
-from app.sim import vlog
+from aiohttp import web
+
+from app.config import add_server_options, config_from_namespace
+from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.sim import model_adapter as ma
+from app.sim import vlog
+from app.sim.engine import SimEngine
+from app.sim.gpus import GpuBank, cooling_factor
+from app.sim.http_api import ApiServer
+from app.sim.metrics import SimMetrics
 
 VLLM_VERSION = "0.32.0"
 
@@ -25,7 +33,6 @@ VLLM_VERSION = "0.32.0"
 def build_parser() -> argparse.ArgumentParser:
     """The sim's command line: ``--model``, every vLLM option of ServerConfig (generated
     from its metadata, default None = vLLM's default) and the ``--sim-*`` rig options."""
-    from app.config import add_server_options
 
     p = argparse.ArgumentParser(prog="app.sim.server", description="Simulated vLLM server on a virtual GPU rig")
     add_server_options(p, internal=False)
@@ -66,7 +73,6 @@ def non_default_args(a: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 def config_from_args(a: argparse.Namespace):
     """The parsed vLLM options as a ServerConfig (what the planner plans): every option
     of :func:`build_parser`, none dropped. Raises ``pydantic.ValidationError``."""
-    from app.config import config_from_namespace
 
     return config_from_namespace(a)
 
@@ -93,8 +99,6 @@ def main(argv: list[str] | None = None) -> int:
         vlog.emit(f"sim: ignoring options it does not simulate: {' '.join(unknown)}", "WARNING",
                   where="arg_utils.py:1")
     try:
-        from app.sim.gpus import cooling_factor
-
         cooling = cooling_factor(a.sim_cooling, a.sim_gpu_count)
         if a.sim_gpu_count < 1:
             raise ValueError(f"--sim-gpu-count {a.sim_gpu_count}: the rig needs at least 1 GPU")
@@ -146,20 +150,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int:
-    from aiohttp import web
-
-    from app.sim.engine import SimEngine
-    from app.sim.gpus import GpuBank
-    from app.sim.http_api import ApiServer
-    from app.sim.metrics import SimMetrics
-
     k = a.sim_time_scale
     served = (a.served_model_name or [a.model])[0]
     host, port = a.host or "127.0.0.1", a.port or 8000
     calibrated = None
     if a.sim_calibrated:
-        from app.planner.calibrate import hardware_fingerprint, load_calibration
-
         fp = hardware_fingerprint(plan.plan.cards)
         calibrated = load_calibration(fp)
         msg = (f"calibrated parameters for {fp}: {calibrated.source}" if calibrated

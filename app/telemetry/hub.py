@@ -12,20 +12,19 @@ from app.clock import SessionClock
 from app.telemetry.gpu_sampler import GpuSampler
 from app.telemetry.gpu_source import GpuSource
 from app.telemetry.host_sampler import HostSampler
+from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.metrics_scraper import MetricsScraper
+from app.telemetry.nvml_source import NvmlSource
 from app.telemetry.periodic import PeriodicSampler
-from app.telemetry.store_writer import StoreWriter
 from app.telemetry.series import SeriesBank, Subscriber
+from app.telemetry.store_writer import StoreWriter
 
 
 def default_gpu_source(gpus: Sequence[int] | None = None, sim_url: str | None = None,
                        server_pgid: int | None = None) -> GpuSource:
     """The sim rig's HTTP source when ``sim_url`` is given, else NVML for ``gpus`` (all when None)."""
     if sim_url:
-        from app.telemetry.http_source import HttpGpuSource
-
         return HttpGpuSource(sim_url)
-    from app.telemetry.nvml_source import NvmlSource
 
     return NvmlSource(gpus, server_pgid=server_pgid)
 

@@ -62,7 +62,7 @@ def load(nvml: Any = None) -> Any:
     if nvml is not None:
         return nvml
     try:
-        import pynvml
+        import pynvml  # optional: without nvidia-ml-py NVML is unavailable, not an error at import
     except ImportError as e:
         raise NvmlUnavailable("no_driver", f"nvidia-ml-py is not installed ({e})") from None
     return pynvml

@@ -1,0 +1,61 @@
+"""What the run controller tells its subscribers: its :class:`State` and the
+:class:`RunListener` callbacks. Imports nothing heavy, so that a front end (the CLI's
+commands) can subclass the listener without loading the whole core at start-up.
+"""
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only
+    from app.loadgen.stats import StepStats
+    from app.planner.diagnose import Diagnosis
+    from app.run.controller import RampOutcome
+
+
+class State(str, enum.Enum):
+    """The controller's state: the supervisor's, plus ``idle`` and ``attached``."""
+
+    IDLE = "idle"
+    STARTING = "starting"
+    LOADING = "loading"
+    READY = "ready"
+    ATTACHED = "attached"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class RunListener:
+    """Subscriber of a :class:`RunController`; override what you need. Called on the
+    controller's worker threads."""
+
+    def on_state(self, state: State, reason: str) -> None:
+        """The controller's state changed (``reason``: the failure, or the URL at ready)."""
+
+    def on_line(self, stream: str, text: str, t: float) -> None:
+        """A server log line (session-clock seconds)."""
+
+    def on_launch_failed(self, reason: str, diagnosis: Diagnosis | None) -> None:
+        """The server failed (to start, or after it was ready), with the diagnosis."""
+
+    def on_ramp_started(self, spec: Any) -> None:
+        """A ramp began (``spec`` in rig seconds)."""
+
+    def on_level_start(self, ev: dict) -> None:
+        """A level began: ``{"idx", "level", "t"}`` (t wall seconds)."""
+
+    def on_records(self, records: list) -> None:
+        """Completed requests (:class:`app.loadgen.records.RequestRecord`)."""
+
+    def on_level(self, st: StepStats) -> None:
+        """A level ended; its stats in rig seconds."""
+
+    def on_safety_stop(self, reason: str) -> None:
+        """A safety limit stopped the ramp."""
+
+    def on_ramp_done(self, outcome: RampOutcome) -> None:
+        """The ramp ended and is recorded (``outcome.run_id``)."""
+
+    def on_record_failed(self, message: str) -> None:
+        """The run could not be (completely) recorded."""
