@@ -221,3 +221,26 @@ def test_form_rows_are_generated_from_the_option_declarations(gui_guard, qtbot):
     assert got.kv_cache_dtype == "fp8_e4m3" and got.quantization == "my-method" and got.data_parallel_size is None
     assert got.max_num_seqs is None and got.gpu_memory_utilization is None and got.dtype is None
     # an unset gpu_memory_utilization stays unset: vLLM's default differs by version (0.9, 0.92)
+
+
+def test_the_configuration_and_the_plan_live_in_one_state_object(main_window, qtbot):
+    """The form writes its configuration into the window's RigState; a change made there
+    (Apply fix) shows in the form; the plan panel, the Curves overlay and Launch follow
+    the state's plan."""
+    w = main_window
+    pump(qtbot, _plan_settled(w), 20, "first plan")
+    assert w.state.config == w.config.build_config() and w.plan is w.state.plan
+    w.config.options["max_num_seqs"].set_value(48)
+    w.config.changed.emit()
+    assert w.state.config.max_num_seqs == 48
+    pump(qtbot, lambda: _plan_settled(w)() and w.plan.config.max_num_seqs == 48, 20, "replanned for 48")
+    w.state.set_config(w.state.config.model_copy(update={"max_num_seqs": 24}))  # as Apply fix does
+    assert w.config.build_config().max_num_seqs == 24
+    pump(qtbot, lambda: _plan_settled(w)() and w.plan.config.max_num_seqs == 24, 20, "replanned for 24")
+    assert w.curves.pred_tput.xData is not None
+    # a form that does not validate: no configuration, the plan panel says why, Launch is off
+    w.config.model.setCurrentText("")
+    w.config.changed.emit()
+    assert w.state.config is None and "model" in (w.state.config_error or "")
+    pump(qtbot, lambda: w.plan is None and w.plan_error is not None and w.plan_error[1], 20, "the form error")
+    assert not w.act_launch.isEnabled()

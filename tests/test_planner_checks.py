@@ -144,3 +144,17 @@ def test_with_two_errors_each_gets_its_fix_and_none_points_past_the_model():
     assert fixes["context_exceeds_kv_cache"] == {"max_model_len": 8192}
     assert fixes["no_p2p"] is not None
     assert plan(apply_fix(cfg, fixes["context_exceeds_kv_cache"]), p.gpus, m, use_calibration=False).verdict != "error"
+
+
+def test_valid_parallel_sizes_are_the_planner_rule():
+    """The form offers what the planner accepts (one rule, app.planner.checks)."""
+    from app.planner.checks import tp_divides, valid_pp_sizes, valid_tp_sizes
+
+    # Llama-3-70B: 64 heads, 8 KV heads, 80 layers
+    assert valid_tp_sizes(8, 1, 64, 8) == [1, 2, 4, 8]
+    assert valid_tp_sizes(8, 2, 64, 8) == [1, 2, 4]
+    assert valid_tp_sizes(6, 1, 64, 8) == [1, 2, 4]  # 3, 5, 6 do not divide 64
+    assert valid_tp_sizes(8, 1, 40, 2) == [1, 2, 4, 8]  # 5 divides the 40 heads, not the 2 KV heads
+    assert valid_tp_sizes(4) == [1, 2, 3, 4] and valid_tp_sizes(0) == [1]
+    assert tp_divides(8, 64, 4) and not tp_divides(3, 64, 8)
+    assert valid_pp_sizes(8, 2, 80) == [1, 2, 3, 4] and valid_pp_sizes(8, 1, 2) == [1, 2]

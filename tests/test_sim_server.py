@@ -315,9 +315,10 @@ def test_falling_behind_coalesces_tokens_and_says_so():
 
 
 def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
-    """`vllm-dyno ramp` reads k from /sim/info and prints figures in rig seconds: at
-    k = 10 one user on 8× RTX 4090 / 70B AWQ sees a per-token time of tens of ms (rig),
-    not a few ms (wall). The run store gets the same rig-time level row and k."""
+    """`vllm-dyno ramp` reads k from /sim/info and works in rig seconds: its 20 s step
+    takes 2 s of wall time at k = 10, and one user on 8× RTX 4090 / 70B AWQ sees a
+    per-token time of tens of ms (rig), not a few ms (wall). The run store gets the same
+    rig-time level row and k."""
     import re
     import subprocess
     import sys
@@ -332,7 +333,7 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
         assert sup.wait_ready(60), sup.failure
         out_json = tmp_path / "ramp.json"
         r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", sup.url, "--levels", "1",
-                            "--step-seconds", "2", "--warmup-seconds", "0.5", "--prompt-tokens", "64",
+                            "--step-seconds", "20", "--warmup-seconds", "5", "--prompt-tokens", "64",
                             "--output-tokens", "64", "--json", str(out_json)], capture_output=True, text=True,
                            timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
@@ -350,6 +351,7 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
         assert run["engine"] == "sim" and run["summary"]["gpu_count"] == 8
         assert run["summary"]["hardware"]["gpu"] == "RTX 4090" and run["summary"]["hardware"]["count"] == 8
         assert len(stored) == 1 and abs(stored[0]["tpot_p50"] * 1e3 - tpot_p50_ms) < 0.05 * tpot_p50_ms, stored
+        assert 15 < stored[0]["window_s"] < 25, stored  # the step is rig seconds (2 s of wall time)
         # the JSON export is in rig seconds too, and says so
         import json
 

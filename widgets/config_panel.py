@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.config import GROUP_MODEL, QUANTIZATION_METHODS, VLLM_OPTIONS, ServerConfig, VllmOption
+from app.planner.checks import valid_pp_sizes, valid_tp_sizes
 from app.profiles.model import SimRig
 
 ENGINES = [("vllm", "vLLM"), ("sim", "Simulated rig"), ("attach", "Attach to a URL")]
@@ -571,23 +572,14 @@ class ConfigPanel(QScrollArea):
         return 1
 
     def valid_tp(self) -> list[int]:
-        n = self.card_count()
-        pp = self.pp.currentData() or 1
-        out = []
-        for t in range(1, max(1, n // pp) + 1):
-            if self._heads:
-                h, kv, _ = self._heads
-                kv = kv or h
-                if h % t or not (kv % t == 0 or t % kv == 0):
-                    continue
-            out.append(t)
-        return out or [1]
+        """Tensor sizes offered: the planner's rule (:func:`app.planner.checks.valid_tp_sizes`)."""
+        h, kv, _ = self._heads or (None, None, None)
+        return valid_tp_sizes(self.card_count(), self.pp.currentData() or 1, h, kv)
 
     def valid_pp(self) -> list[int]:
-        n = self.card_count()
-        tp = self.tp.currentData() or 1
-        layers = self._heads[2] if self._heads and self._heads[2] else n
-        return [p for p in range(1, max(1, n // tp) + 1) if p <= layers] or [1]
+        """Pipeline sizes offered: :func:`app.planner.checks.valid_pp_sizes`."""
+        layers = self._heads[2] if self._heads else None
+        return valid_pp_sizes(self.card_count(), self.tp.currentData() or 1, layers)
 
     def _fill(self, combo: QComboBox, values: list[int], want: int) -> None:
         combo.blockSignals(True)

@@ -52,6 +52,7 @@ from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
 from widgets.profile_manager import ProfileManager
 from widgets.ramp_panel import RampPanel
 from widgets.results import CurvesView, ResultsTable
+from widgets.rig_state import RigState
 from widgets.run_adapter import ATTACHED, LaunchRequest, RunAdapter
 from widgets.settings_dialog import SettingsDialog
 from widgets.tasks import run_in_background
@@ -76,8 +77,7 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self.settings = load_settings()
         self.sim_time_scale = 1.0
-        self.plan = None
-        self.plan_error: tuple[str, bool] | None = None
+        self.state = RigState(self)  # the form's configuration and its plan: the one truth
         self.gpu_readings: list = []
         self.nvml_ok = False
         self.vllm_version: str | None = None
@@ -155,9 +155,11 @@ class MainWindow(QMainWindow):
         self.history.profile_saved.connect(self._on_profile_saved_from_run)
         self.history.compare_requested.connect(self.compare_runs)
         self.planner = PlanRunner(self)
-        self.planner.planned.connect(self._on_plan)
-        self.planner.failed.connect(self._on_plan_failed)
-        self.config.changed.connect(self._replan)
+        self.planner.planned.connect(self.state.set_plan)
+        self.planner.failed.connect(self.state.set_plan_error)
+        self.state.plan_changed.connect(self._on_plan_changed)
+        self.state.config_changed.connect(self._on_config_changed)
+        self.config.changed.connect(self._form_changed)
         self.config.profile_selected.connect(self.load_profile)
         self.config.save_profile_requested.connect(self.save_profile_dialog)
         self.plan_panel.apply_fix.connect(self.apply_fix)
@@ -317,7 +319,7 @@ class MainWindow(QMainWindow):
         self.gpus_label.setToolTip("\n".join(f"{r.index}: {r.name}" for r in readings) or
                                    "No NVIDIA GPU: the simulated rig works everywhere")
         self._maybe_switch_to_real()
-        self._replan()
+        self._form_changed()
 
     def _on_version(self, res) -> None:
         if self._closed:
@@ -327,7 +329,7 @@ class MainWindow(QMainWindow):
         if methods:
             self.config.set_quantization_methods(methods, f"vLLM {v}" if v else "built-in list, newest version")
         self._maybe_switch_to_real()
-        self._replan()
+        self._form_changed()
 
     def _maybe_switch_to_real(self) -> None:
         """First run on a machine with NVIDIA GPUs and vLLM: start on the real engine."""
@@ -368,7 +370,7 @@ class MainWindow(QMainWindow):
             self._refresh_profile_list(prof.name)
         self.config.profile.setCurrentText(prof.name)
         self.setWindowTitle(f"vLLM Dyno — {prof.name}")
-        self._replan()
+        self._form_changed()
         return True
 
     def form_profile(self, name: str, base=None):
@@ -432,8 +434,40 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.compare)
 
     # ------------------------------------------------------------------ plan
+    @property
+    def plan(self):
+        """The plan of the form's configuration (:class:`widgets.rig_state.RigState`)."""
+        return self.state.plan
+
+    @property
+    def plan_error(self) -> tuple[str, bool] | None:
+        return self.state.plan_error
+
+    def _form_changed(self, *_: Any) -> None:
+        """The form changed: its configuration into the state, then a new plan."""
+        if self._closed:
+            return
+        try:
+            self.state.set_config(self.config.build_config())
+        except ValueError as e:
+            self.state.set_config_error(str(e))
+        self._replan()
+
+    def _on_config_changed(self, cfg) -> None:
+        """The state's configuration changed (a fix applied): the form shows it."""
+        if cfg is None or self._closed:
+            return
+        try:
+            same = self.config.build_config() == cfg
+        except ValueError:
+            same = False
+        if not same:
+            self.config.set_config(cfg)
+
     def _plan_inputs(self) -> PlanInputs:
-        cfg = self.config.build_config()
+        cfg = self.state.config
+        if cfg is None:
+            raise ValueError(self.state.config_error or "the form is not complete")
 
         def mid(text: str, default: int) -> int:
             try:
@@ -451,46 +485,48 @@ class MainWindow(QMainWindow):
             return
         if self.config.engine_key() == "attach":
             self.planner.stop()
-            self.plan, self.plan_error = None, None
-            self.plan_panel.show_message("Attached servers are not planned: ramp and /metrics only.")
-            self.curves.set_prediction(None)
-            self._update_controls()
+            self.state.clear_plan("Attached servers are not planned: ramp and /metrics only.")
             return
         self.planner.request(self._plan_inputs)
 
-    def _on_plan(self, p) -> None:
+    def _on_plan_changed(self) -> None:
+        """The state's plan changed: the plan panel, the Curves overlay, the form's
+        parallel sizes and the controls follow it."""
         if self._closed:
             return
-        self.plan, self.plan_error = p, None
-        m = p.model
-        self.config.set_model_shape(m.heads, m.kv_heads, m.layers)
-        self.plan_panel.show_plan(p)
-        self.curves.set_prediction(p.curve)
-        self._update_controls()
-
-    def _on_plan_failed(self, msg: str, form_error: bool) -> None:
-        if self._closed:
-            return
-        self.plan, self.plan_error = None, (msg, form_error)
-        if form_error:
-            self.plan_panel.show_message(f"Form: {msg}", "error")
+        st = self.state
+        p = st.plan
+        if p is not None:
+            m = p.model
+            self.config.set_model_shape(m.heads, m.kv_heads, m.layers)
+            self.plan_panel.show_plan(p)
+            self.curves.set_prediction(p.curve)
         else:
-            self.config.set_model_shape(None, None, None)
-            self.plan_panel.show_message(f"No plan: {msg}", "none")
-        self.curves.set_prediction(None)
+            if st.plan_error is not None:
+                msg, form_error = st.plan_error
+                if form_error:
+                    self.plan_panel.show_message(f"Form: {msg}", "error")
+                else:
+                    self.config.set_model_shape(None, None, None)
+                    self.plan_panel.show_message(f"No plan: {msg}", "none")
+            else:
+                self.plan_panel.show_message(st.message or "")
+            self.curves.set_prediction(None)
         self._update_controls()
 
     def apply_fix(self, fix: dict) -> None:
         """Change the form by a planner or diagnosis fix (option values)."""
 
         try:
-            cfg = apply_fix(self.config.build_config(), fix)
+            if self.state.config is None:
+                raise ValueError(self.state.config_error or "the form is not complete")
+            cfg = apply_fix(self.state.config, fix)
         except ValueError as e:
             QMessageBox.warning(self, "Apply fix", f"The fix cannot be applied to this form: {e}")
             return
         if "tensor_parallel_size" in fix or "pipeline_parallel_size" in fix:
-            self.config._heads = None  # offer every size until the new plan says which are valid
-        self.config.set_config(cfg)
+            self.config.set_model_shape(None, None, None)  # every size until the new plan says which are valid
+        self.state.set_config(cfg)  # the form follows (config_changed)
         self.statusBar().showMessage("Fix applied: " + ", ".join(f"{k}={v}" for k, v in fix.items()), 8000)
 
     # ------------------------------------------------------------------ controls
@@ -529,7 +565,12 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ launch / stop
     def build_request(self) -> LaunchRequest:
-        cfg = self.config.build_config()
+        """What Launch starts: the state's configuration (raises ValueError naming the
+        field while the form does not validate)."""
+        self._form_changed()
+        cfg = self.state.config
+        if cfg is None:
+            raise ValueError(self.state.config_error or "the form is not complete")
         eng = self.config.engine_key()
         return LaunchRequest(
             engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng == "sim" else [],

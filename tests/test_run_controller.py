@@ -1,0 +1,98 @@
+"""The run controller on real processes (the simulated rig through the Supervisor, a real
+SQLite run store): several ramps on one launch and several launches in one session (the
+tuner needs both), one run per recorded ramp with its levels written once in rig
+seconds, and a failed launch diagnosed once, structured (code, evidence, fix)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from app.config import ServerConfig
+from app.loadgen.spec import RampSpec
+from app.run.controller import LaunchTarget, RecordSpec, RunController, RunListener, State
+from app.store import RunStore
+
+K = 10.0
+RIG = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "2", "--sim-time-scale", str(K), "--sim-seed", "1"]
+CFG = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", tensor_parallel_size=2, max_num_seqs=16,
+                   max_model_len=4096)
+
+
+class Events(RunListener):
+    def __init__(self) -> None:
+        self.states: list[State] = []
+        self.failures: list = []
+        self.levels: list = []
+        self.done: list = []
+        self.failed = threading.Event()
+
+    def on_state(self, state, reason):
+        self.states.append(state)
+
+    def on_launch_failed(self, reason, diagnosis):
+        self.failures.append((reason, diagnosis))
+        self.failed.set()
+
+    def on_level(self, st):
+        self.levels.append(st)
+
+    def on_ramp_done(self, outcome):
+        self.done.append(outcome)
+
+
+def _spec(url: str, levels) -> RampSpec:
+    return RampSpec(url=url, model="q7", levels=levels, step_seconds=10, warmup_seconds=1, prompt_tokens=64,
+                    output_tokens=16)
+
+
+def test_several_ramps_on_one_launch_and_several_launches(tmp_path):
+    ev = Events()
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store, listener=ev)
+        try:
+            for launch in range(2):
+                assert ctl.launch(LaunchTarget("sim", CFG, sim_args=RIG, telemetry=launch == 0)) == []
+                assert ctl.wait_ready(60), ctl.failure_text
+                assert ctl.time_scale == K  # asked once, from /sim/info
+                outs = [ctl.ramp(_spec(ctl.url, lv), record=RecordSpec(name=f"launch {launch} ramp {i}"),
+                                 timeout=120) for i, lv in enumerate(([1], [1, 2]) if launch == 0 else ([2],))]
+                assert all(o.status == "done" for o in outs), [o.stop_reason for o in outs]
+                with pytest.raises(RuntimeError, match="already running"):
+                    ctl.launch(LaunchTarget("sim", CFG, sim_args=RIG))
+                assert ctl.stop() == []
+                assert ctl.state == State.STOPPED and not ctl.ready
+        finally:
+            ctl.close()
+        runs = sorted(store.list_runs(), key=lambda r: r["id"])
+        assert [r["name"] for r in runs] == ["launch 0 ramp 0", "launch 0 ramp 1", "launch 1 ramp 0"]
+        assert all(r["status"] == "done" and r["engine"] == "sim" for r in runs)
+        for r, levels in zip(runs, ([1.0], [1.0, 2.0], [2.0])):
+            stored = store.levels(r["id"])
+            assert [d["level"] for d in stored] == levels  # once each
+            assert all(8 < d["window_s"] < 12 for d in stored), stored  # rig seconds (1 s of wall time)
+            run = store.get_run(r["id"])
+            assert run["summary"]["time_scale"] == K and run["summary"]["gpu_count"] == 2
+            assert run["config"]["argv"] and run["capacity"]["kv_cache_tokens"] > 0
+        # telemetry ran on the first launch only, and its samples went to that launch's runs
+        assert store.samples(runs[0]["id"]) and not store.samples(runs[2]["id"])
+    assert len(ev.done) == 3 and [s.level for s in ev.levels] == [1.0, 1.0, 2.0, 2.0]
+
+
+def test_a_failed_launch_is_diagnosed_once_with_code_evidence_and_fix():
+    ev = Events()
+    ctl = RunController(listener=ev)
+    try:
+        # the demo model holds 4096 positions; the rig refuses more, as vLLM does
+        bad = CFG.model_copy(update={"max_model_len": 200000})
+        ctl.launch(LaunchTarget("sim", bad, sim_args=RIG, telemetry=False))
+        assert ev.failed.wait(60)
+        assert not ctl.wait_ready(1) and ctl.state == State.FAILED
+    finally:
+        assert ctl.close() == []
+    (reason, diag), = ev.failures
+    assert diag is not None and diag.problem == "max_model_len_exceeds_model"
+    assert diag.evidence and diag.fix.get("max_model_len")
+    assert "Diagnosis: max_model_len_exceeds_model" in ctl.failure_text
+    with pytest.raises(RuntimeError, match="no server is ready"):
+        ctl.start_ramp(_spec("http://127.0.0.1:1", [1]))
