@@ -17,6 +17,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QAction, QIcon, QKeySequence, QPixmap
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QInputDialog,
     QLabel,
     QMainWindow,
@@ -33,11 +34,12 @@ from app import __version__
 from app.loadgen.spec import parse_length
 from app.paths import data_dir
 from app.planner.gpus import catalog_names
+from app.profiles.env_policy import screen_env
 from app.planner.models import catalog_ids
 from app.planner.plan import apply_fix
 from app.planner.versions import installed_version, rules_for
 from app.run.controller import RecordSpec
-from app.server.procs import end_processes, find_leftovers
+from app.server.procs import end_leftovers, find_leftovers
 from app.settings import load_settings, save_settings
 from app.store import RunStore
 from app.telemetry.nvml_source import NvmlSource
@@ -356,7 +358,8 @@ class MainWindow(QMainWindow):
         """Show profile ``name`` in the forms (a bad profile is reported, never fatal; the
         demo is loaded instead)."""
         try:
-            prof = profiles.library().get(name)
+            entry = profiles.library().entry(name)
+            prof = self._screen_env(entry.profile, entry.read_only, quiet)
             profiles.apply_to_form(prof, self.config, self.ramp)
         except Exception as e:  # a bad or missing profile file is reported, never fatal
             if not quiet:
@@ -372,6 +375,30 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"vLLM Dyno — {prof.name}")
         self._form_changed()
         return True
+
+    def _screen_env(self, prof, builtin: bool, quiet: bool):
+        """``prof`` with the ``env:`` keys the user allows (app.profiles.env_policy): keys a
+        shared profile may not set unconfirmed are shown with their exact values; declined,
+        or a quiet load (the last profile at start-up), loads the profile without them."""
+        scr = screen_env(prof.env, builtin=builtin)
+        if not scr.refused and not scr.notes:
+            return prof
+        keep = dict(scr.env)
+        msgs = list(scr.notes)
+        if scr.refused:
+            text = "\n".join(f"{k}={v}\n    ({why})" for k, (v, why) in scr.refused.items())
+            ok = not quiet and QMessageBox.question(
+                self, "Profile environment",
+                f"Profile {prof.name!r} sets variables that can run code or send data elsewhere:\n\n{text}\n\n"
+                "Use these exact values for the server?", QMessageBox.Yes | QMessageBox.No,
+                QMessageBox.No) == QMessageBox.Yes
+            if ok:
+                keep.update({k: v for k, (v, _) in scr.refused.items()})
+            else:
+                msgs.append("not loaded from env: " + ", ".join(scr.refused))
+        if msgs:
+            self.statusBar().showMessage("; ".join(msgs), 15000)
+        return prof.updated(env={k: v for k, v in prof.env.items() if k in keep})
 
     def form_profile(self, name: str, base=None):
         """The forms as a profile called ``name`` (``base``: the profile whose notes and —
@@ -628,20 +655,31 @@ class MainWindow(QMainWindow):
             f"{len(left)} leftover vLLM process(es) hold {gib:.1f} GiB of GPU memory:\n\n{text}\n\n"
             "End them before launching?", QMessageBox.Yes | QMessageBox.No | QMessageBox.Cancel)
         if ans == QMessageBox.Yes:
-            self.controller.end_leftovers_and_launch([p.pid for p in left], req)
+            self.controller.end_leftovers_and_launch(left, req)
         elif ans == QMessageBox.No:
             self.controller.launch(req, skip_leftover_check=True)
         self._update_controls()
 
     def cleanup_leftovers(self) -> None:
-        def show(left):
-            if not left:
-                QMessageBox.information(self, "Clean up", "No leftover VLLM:: processes found.")
+        """List every vLLM process with whose it is and offer to end the leftovers (their
+        vLLM Dyno is gone); a process not started by vLLM Dyno only when the box is
+        ticked; a running session's server never (app.server.procs.end_leftovers)."""
+        def show(found):
+            endable = [p for p in found if p.kind in ("orphaned", "unmanaged")]
+            if not endable:
+                extra = "".join(f"\n{p.pid}  {p.title} — {p.describe()}" for p in found[:30])
+                QMessageBox.information(self, "Clean up", "No leftover vLLM processes found." + extra)
                 return
-            text = "\n".join(f"{p.pid}  {p.title}" for p in left[:30])
-            if QMessageBox.question(self, "Clean up", f"End these processes?\n\n{text}") == QMessageBox.Yes:
+            text = "\n".join(f"{p.pid}  {p.title} — {p.describe()}" for p in found[:30])
+            box = QMessageBox(QMessageBox.Question, "Clean up",
+                              f"End the leftovers (their vLLM Dyno is gone)?\n\n{text}",
+                              QMessageBox.Yes | QMessageBox.No, self)
+            if any(p.kind == "unmanaged" for p in found):
+                box.setCheckBox(QCheckBox("Also end the processes not started by vLLM Dyno"))
+            if box.exec() == QMessageBox.Yes:
+                also = box.checkBox() is not None and box.checkBox().isChecked()
                 self.background.append(run_in_background(
-                    "cleanup", lambda: end_processes([p.pid for p in left]),
+                    "cleanup", lambda: end_leftovers(found, include_unmanaged=also),
                     lambda alive: self.statusBar().showMessage(
                         "Ended." if not alive else f"Still alive: {alive}", 8000)))
 

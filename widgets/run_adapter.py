@@ -18,7 +18,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from app.run.controller import LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
-from app.server.procs import end_processes
+from app.server.procs import end_leftovers
 from widgets.tasks import on_gui_thread, run_in_background
 
 log = logging.getLogger(__name__)
@@ -185,10 +185,11 @@ class RunAdapter(QObject):
 
         self._bg("launch", lambda: self.core.launch(req, check_leftovers=not skip_leftover_check), done, failed)
 
-    def end_leftovers_and_launch(self, pids: list[int], req: LaunchTarget) -> None:
-        """End the given leftover processes (background), then launch ``req``."""
+    def end_leftovers_and_launch(self, left: list, req: LaunchTarget) -> None:
+        """End the given leftover processes (``LeftoverProcess``; only orphaned ones are
+        ended, see app.server.procs.end_leftovers) in the background, then launch ``req``."""
 
-        self._bg("end-leftovers", lambda: end_processes(pids), lambda _left: self.launch(req, True),
+        self._bg("end-leftovers", lambda: end_leftovers(left), lambda _left: self.launch(req, True),
                  lambda e: self.launch_failed.emit(f"could not end leftover processes: {e}", None))
 
     # ------------------------------------------------------------------ stop

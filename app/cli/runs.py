@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 
 from app.cli.common import config_from_args, err, fmt, level_table, write_or_print
 from app.config import add_server_options
+from app.profiles.env_policy import CLI_FIX, EnvRefused, screen_env
 from app.profiles.io import ProfileError
 
 
@@ -77,9 +79,13 @@ def cmd_run(a: argparse.Namespace) -> int:
     from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
     from app.run.profile_run import Phase, ProfileRun
 
+    builtin = False
     try:
-        p = read_profile(a.profile) if a.profile.endswith((".yaml", ".yml")) and Path(a.profile).is_file() \
-            else ProfileLibrary().get(a.profile)
+        if a.profile.endswith((".yaml", ".yml")) and Path(a.profile).is_file():
+            p = read_profile(a.profile)
+        else:
+            entry = ProfileLibrary().entry(a.profile)
+            p, builtin = entry.profile, entry.read_only
     except (ProfileError, ProfileNotFound) as e:
         return err(str(e))
     # vLLM options given on the command line override the profile's (the same options as `serve`)
@@ -88,6 +94,17 @@ def cmd_run(a: argparse.Namespace) -> int:
         p = p.updated(server=cfg.to_vllm_config(), env=dict(cfg.env), gpus=cfg.gpus)
     except ValueError as e:
         return err(f"server options: {e}")
+    # the profile's env: is untrusted (a shared file); the user's own --env is not (issue 15)
+    trusted = dict(kv.split("=", 1) for kv in (getattr(a, "env", None) or []) if "=" in kv)
+    scr = screen_env(p.env, trusted=trusted, builtin=builtin)
+    if scr.refused:
+        if not a.trust_env:
+            return err(str(EnvRefused(scr.refused, CLI_FIX, f"profile {p.name!r}")))
+        print("trusting the profile's env (--trust-env): "
+              + " ".join(f"{k}={v}" for k, (v, _) in scr.refused.items()), file=sys.stderr, flush=True)
+        trusted.update({k: v for k, (v, _) in scr.refused.items()})
+    for note in scr.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
     over: dict = {}
     if a.levels:
         try:
@@ -116,7 +133,7 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(f"  | {text}", flush=True)
 
     s = ProfileRun(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
-                on_phase=on_phase, on_level=on_level, on_line=on_line)
+                   on_phase=on_phase, on_level=on_level, on_line=on_line, trusted_env=trusted, builtin=builtin)
     box: dict = {}
     t = threading.Thread(target=lambda: box.setdefault("res", s.run()), name="session", daemon=True)
     interrupted = threading.Event()
@@ -184,6 +201,9 @@ def register(sub) -> None:
     x.add_argument("--max-total-seconds", type=float, help="cap the whole ramp")
     x.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
+    x.add_argument("--trust-env", action="store_true",
+                   help="let the profile's env: set variables a shared profile may not set unconfirmed "
+                        "(LD_PRELOAD, PYTHONPATH, PATH, …; the refusal shows the exact values)")
     x.add_argument("--show-log", action="store_true", help="echo the server's log")
     x.add_argument("--save-results", action="store_true", help="save the results into the profile (user copy)")
     x.set_defaults(func=cmd_run)

@@ -30,8 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
     p.set_defaults(func=cmd_serve)
 
-    c = sub.add_parser("cleanup", help="list leftover VLLM:: processes and end them (--yes)")
-    c.add_argument("--yes", action="store_true", help="end them without asking")
+    c = sub.add_parser("cleanup", help="list vLLM processes and end the leftovers of vLLM Dyno sessions that are "
+                                       "gone (--yes); a running session's server is never ended")
+    c.add_argument("--yes", action="store_true", help="end the leftovers without asking")
+    c.add_argument("--include-unmanaged", action="store_true",
+                   help="also end vLLM processes not started by vLLM Dyno (e.g. a `vllm serve` in a terminal)")
     c.set_defaults(func=cmd_cleanup)
 
 
@@ -123,23 +126,36 @@ def cmd_serve(a: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
+    """List every vLLM process with whose it is; end the leftovers (``orphaned``: the
+    vLLM Dyno that started them is gone), plus those not started by vLLM Dyno with
+    ``--include-unmanaged``; a process a running vLLM Dyno owns is never ended
+    (app.server.procs.find_leftovers)."""
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.server.procs import end_processes, find_leftovers
+    from app.server.procs import end_leftovers, find_leftovers
 
-    left = find_leftovers()
-    if not left:
-        print("no leftover VLLM:: processes")
+    found = find_leftovers()
+    if not found:
+        print("no vLLM processes")
         return 0
-    print(f"{'pid':>8}  {'GPU memory':>12}  {'RSS':>10}  title")
-    for p in left:
+    print(f"{'pid':>8}  {'GPU memory':>12}  {'RSS':>10}  title — whose")
+    for p in found:
         gpu = "n/a (no NVML)" if p.gpu_bytes is None else f"{p.gpu_bytes / 2**30:.2f} GiB"
-        print(f"{p.pid:>8}  {gpu:>12}  {p.rss_bytes / 2**30:7.2f} GiB  {p.title}")
+        print(f"{p.pid:>8}  {gpu:>12}  {p.rss_bytes / 2**30:7.2f} GiB  {p.title} — {p.describe()}")
+    kinds = ("orphaned", "unmanaged") if a.include_unmanaged else ("orphaned",)
+    left = [p for p in found if p.kind in kinds]
+    unmanaged = sum(p.kind == "unmanaged" for p in found)
+    if not left:
+        print("no leftovers to end" + (f" ({unmanaged} process(es) not started by vLLM Dyno: end them with "
+                                        "--include-unmanaged)" if unmanaged and not a.include_unmanaged else ""))
+        return 0
     if not a.yes:
         if not sys.stdin.isatty():
-            print("run again with --yes to end them")
+            print("run again with --yes to end the leftovers")
             return 1
         if input(f"end these {len(left)} processes? [y/N] ").strip().lower() not in ("y", "yes"):
             return 1
-    alive = end_processes([p.pid for p in left])
+    alive = end_leftovers(left, include_unmanaged=a.include_unmanaged)
     print(f"ended {len(left) - len(alive)} process(es)" + (f"; still alive: {alive}" if alive else ""))
+    if unmanaged and not a.include_unmanaged:
+        print(f"left alone: {unmanaged} process(es) not started by vLLM Dyno (--include-unmanaged ends them)")
     return 0 if not alive else 1

@@ -209,7 +209,8 @@ def profile_from_data(data: Any, label: str, warnings: list[str] | None = None) 
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, "):]
         # model-level errors carry their key in the message ("server.x: …")
-        if key is None and ": " in msg and msg.split(": ", 1)[0].replace(".", "").replace("-", "").isidentifier():
+        if (key is None or msg.startswith(f"{key}.")) and ": " in msg \
+                and msg.split(": ", 1)[0].replace(".", "").replace("-", "").isidentifier():
             key, msg = msg.split(": ", 1)
         if err.get("input") is not None and err["type"] not in ("value_error", "missing") and key:
             msg += f" (got {err['input']!r:.60})"

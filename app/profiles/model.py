@@ -31,6 +31,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.config import ServerConfig, option_name
+from app.profiles.env_policy import expansion_problem, valid_env_name
 from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
 from app.paths import repo_root
@@ -46,6 +47,8 @@ DEFAULT_RAMP: dict[str, Any] = {"max_level": 64, "step_seconds": 20.0}
 
 _SLUG_RE = re.compile(r"[^a-z0-9]+")
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: every ``${NAME`` reference, nested defaults included (checked, never expanded twice)
+_REF_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def slugify(name: str) -> str:
@@ -54,12 +57,29 @@ def slugify(name: str) -> str:
     return s[:80] or "profile"
 
 
+def variable_problems(text: str) -> list[str]:
+    """Why the ``${NAME}`` references in ``text`` may not be expanded (empty: all may);
+    the rule is :func:`app.profiles.env_policy.expansion_problem` (issue 15, item 2)."""
+    out = []
+    for m in _REF_RE.finditer(text):
+        why = expansion_problem(m.group(1))
+        if why is not None and why not in out:
+            out.append(why)
+    return out
+
+
 def expand_vars(text: str) -> str:
     """Expand ``${NAME}`` and ``${NAME:-default}`` from the environment, then ``~``.
 
     Used for model paths in shared profiles (the CPU built-in's model is
     ``${VLLM_DYNO_TINY_MODEL:-./build/tiny-llama}``). Unset without default → empty.
+    Only ``VLLM_DYNO_*`` and the path variables of
+    :data:`app.profiles.env_policy.EXPANDABLE_NAMES` are expanded, never a secret-like
+    name: anything else raises ValueError naming the variable.
     """
+    bad = variable_problems(text)
+    if bad:
+        raise ValueError("; ".join(bad))
     out = _VAR_RE.sub(lambda m: os.environ.get(m.group(1)) or (m.group(2) or ""), text)
     return os.path.expanduser(out)
 
@@ -207,6 +227,19 @@ def _normalize_server(data: Any) -> dict[str, Any]:
     return out
 
 
+def _strings(val: Any, depth: int = 0) -> list[str]:
+    """Every string inside an option value (lists and mappings walked, 8 levels deep)."""
+    if isinstance(val, str):
+        return [val]
+    if depth >= 8:
+        return []
+    if isinstance(val, dict):
+        val = list(val.keys()) + list(val.values())
+    if isinstance(val, list):
+        return [s for x in val for s in _strings(x, depth + 1)]
+    return []
+
+
 class Profile(BaseModel):
     """A tuning profile (see the module docstring for the YAML form).
 
@@ -256,6 +289,10 @@ class Profile(BaseModel):
             if not isinstance(val, (str, int, float, bool, list)) and val is not None:
                 if not isinstance(val, dict):
                     raise ValueError(f"server.{k}: {type(val).__name__} is not a vLLM option value")
+            for text in _strings(val):
+                bad = variable_problems(text)
+                if bad:
+                    raise ValueError(f"server.{k}: " + "; ".join(bad))
         return d
 
     @field_validator("env", mode="before")
@@ -267,7 +304,7 @@ class Profile(BaseModel):
             raise ValueError("env must be a mapping NAME: value")
         out = {}
         for k, val in v.items():
-            if not isinstance(k, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", k):
+            if not valid_env_name(k):
                 raise ValueError(f"env key {k!r} is not an environment variable name")
             if k == "VLLM_API_KEY":
                 raise ValueError("env.VLLM_API_KEY: secrets are never stored in a profile; set it in the "

@@ -244,8 +244,10 @@ class RunController:
     def launch(self, target: LaunchTarget, *, check_leftovers: bool = True) -> list:
         """Start the server of ``target`` (or attach to its URL). Blocking: the leftover
         search and the interpreter probe take up to seconds. Returns the leftover vLLM
-        processes that hold GPU memory (then nothing was started: end them with
-        :func:`app.server.procs.end_processes` or launch with ``check_leftovers=False``),
+        processes that hold GPU memory — those whose owning vLLM Dyno is gone
+        (``kind == "orphaned"``; another running session's server, or one not started by
+        vLLM Dyno, is never offered) — then nothing was started: end them with
+        :func:`app.server.procs.end_leftovers` or launch with ``check_leftovers=False``,
         else ``[]``; readiness comes through :meth:`wait_ready` and ``on_state``. Raises
         :class:`app.server.launch.LaunchError` for bad input (nothing started) and
         RuntimeError when a server is already up."""
@@ -272,7 +274,7 @@ class RunController:
         self._set_state(State.STARTING, "checking")
         try:
             if check_leftovers:
-                left = [p for p in procs.find_leftovers() if p.gpu_bytes]
+                left = [p for p in procs.find_leftovers() if p.gpu_bytes and p.endable]
                 if left:
                     self._set_state(State.IDLE, "leftover processes hold GPU memory")
                     return left

@@ -12,12 +12,13 @@ import enum
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from app.clock import SessionClock
 from app.loadgen.stats import Knee, StepStats
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
+from app.profiles.env_policy import EnvRefused, screen_env
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.controller import OK_STATUSES, LaunchTarget, RecordSpec, RunController, RunListener, State
 from app.server.launch import LaunchError
@@ -123,6 +124,10 @@ class ProfileRun:
     ``error``. ``telemetry``: sample GPUs (NVML or the sim rig), host and ``/metrics``.
     ``safety``: Settings' SafetyLimits (None → the user's settings, as the window uses).
     ``startup_timeout`` and ``grace`` in seconds (see app.server.supervisor).
+    ``trusted_env``: the ``env:`` pairs the user confirmed (``--trust-env``, their own
+    ``--env``); any other key a shared profile may not set makes the run
+    ``launch_failed`` before anything starts (app.profiles.env_policy); ``builtin``: the
+    profile ships with vLLM Dyno (a verified allocator ``LD_PRELOAD`` is kept).
     :meth:`run` blocks; call :meth:`abort` from another thread to stop early (what was
     recorded is kept). Subscribers (called on worker threads): ``on_phase(phase, msg)``,
     ``on_line(stream, text, t)``, ``on_level_start(dict)``, ``on_level(StepStats)``,
@@ -136,8 +141,11 @@ class ProfileRun:
                  on_line: Callable[[str, str, float], None] | None = None,
                  on_level_start: Callable[[dict], None] | None = None,
                  on_level: Callable[[StepStats], None] | None = None,
-                 on_records: Callable[[list], None] | None = None) -> None:
+                 on_records: Callable[[list], None] | None = None,
+                 trusted_env: Mapping[str, str] | None = None, builtin: bool = False) -> None:
         self.profile = profile
+        self.trusted_env = dict(trusted_env or {})
+        self.builtin = builtin
         self.ramp_overrides = dict(ramp_overrides or {})
         self.force = force
         self.use_telemetry = telemetry
@@ -206,6 +214,16 @@ class ProfileRun:
             self.controller.close()
 
     def _run(self) -> RunResult:
+        scr = screen_env(self.profile.env, trusted=self.trusted_env, builtin=self.builtin)
+        try:
+            env = scr.check()
+        except EnvRefused as e:
+            self._set_phase(Phase.FAILED, str(e))
+            return RunResult("launch_failed", str(e))
+        for note in scr.notes:
+            log.warning("%s: %s", self.profile.name, note)
+        if env != self.profile.env:
+            self.profile = self.profile.updated(env=env)
         prof, ctl = self.profile, self.controller
         self._set_phase(Phase.PLANNING)
         plan = self.make_plan()

@@ -6,6 +6,7 @@ fix, before any process is started (issue #2, "Bad input").
 from __future__ import annotations
 
 import errno
+import os
 import socket
 
 from app.config import ConfigError, ServerConfig, check_model_path
@@ -41,10 +42,13 @@ def check_port(host: str, port: int) -> None:
 def prepare(
     config: ServerConfig, engine: str = "vllm", python: str | None = None, sim_args: list[str] | None = None
 ) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None]:
-    """Validate and build ``(config_with_port, argv, environ, interpreter)``.
+    """Validate and build ``(config_with_port, argv, extra_env, interpreter)``.
 
     ``engine``: ``vllm`` (needs an interpreter with vLLM) or ``sim`` (runs
-    ``app.sim.server`` with the same options plus ``sim_args``). Raises LaunchError.
+    ``app.sim.server`` with the same options plus ``sim_args``). ``extra_env``: only
+    what the server gets on top of the app's own environment (``config.env``,
+    ``CUDA_VISIBLE_DEVICES`` …); it is handed to the reaper as data, which applies it to
+    the server alone (app.server.reaper, issue 15 item 1). Raises LaunchError.
     """
     interp = None
     if engine == "vllm":
@@ -61,15 +65,22 @@ def prepare(
         config = config.model_copy(update={"port": free_port(config.host)})
     else:
         check_port(config.host, config.port)
-    env = config.to_environ()
+    # what the server's environment differs in from the app's
+    env = {k: v for k, v in config.to_environ().items() if os.environ.get(k) != v}
+
+    def default(k: str, v: str) -> None:
+        if k not in env and k not in os.environ:
+            env[k] = v
+
     if engine == "vllm":
         assert interp is not None
         argv = config.to_argv(interp.python, interp.launch_form)  # type: ignore[arg-type]
-        env.setdefault("HF_HUB_OFFLINE", "1") if config.model_is_local else None
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        if config.model_is_local:
+            default("HF_HUB_OFFLINE", "1")
+        default("PYTHONUNBUFFERED", "1")
     elif engine == "sim":
         argv = helper_argv("app.sim.server") + ["--model", config.model] + config.option_argv() + list(sim_args or [])
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        default("PYTHONUNBUFFERED", "1")
     else:
         raise LaunchError(f"engine {engine!r} cannot be launched: use 'vllm' or 'sim' ('attach' launches nothing)")
     return config, argv, env, interp

@@ -13,9 +13,20 @@ with stdout/stderr inherited (the app reads them directly). Then:
 
 The reaper prints one line ``DYNO_REAPER server_pid=N`` on stderr before the server's
 output starts, so the app learns the server's pid.
+
+Environment (issue 15, items 1 and 5): the reaper runs in the app's own environment.
+With ``--env-stdin`` the first stdin line is a JSON object ``{"env": {NAME: value}}``:
+the server's extra environment (the profile's ``env:``, ``CUDA_VISIBLE_DEVICES`` …),
+applied only to the child it starts — never to the reaper itself, so a loader or
+interpreter variable meant for the server cannot load code into the app's helper.
+The child also gets :data:`OWNER_ENV` = ``<reaper pid>:<reaper start time>`` (start
+time in clock ticks since boot, field 22 of ``/proc/<pid>/stat``), inherited by vLLM's
+engine core and workers; ``vllm-dyno cleanup`` reads it from ``/proc/<pid>/environ`` to
+tell a live session's server from a leftover (:func:`owner_alive`).
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -25,17 +36,105 @@ import time
 
 EOF_GRACE_S = 3.0
 
+#: the server's environment variable that names its owning reaper: ``<pid>:<start ticks>``
+OWNER_ENV = "VLLM_DYNO_OWNER"
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """Fields 3… of ``/proc/<pid>/stat`` (after the command name); None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat``
+    field 22, proc(5)); None when the process is gone or there is no /proc."""
+    f = _stat_fields(pid)
+    try:
+        return int(f[19]) if f else None
+    except (IndexError, ValueError):
+        return None
+
+
+def owner_marker(pid: int | None = None) -> str:
+    """The :data:`OWNER_ENV` value for reaper ``pid`` (default: this process)."""
+    pid = os.getpid() if pid is None else pid
+    t = start_ticks(pid)
+    return f"{pid}:{'' if t is None else t}"
+
+
+def owner_alive(marker: str) -> tuple[bool, int | None]:
+    """``(alive, app pid)`` for an :data:`OWNER_ENV` value: alive when process ``pid``
+    exists, is not a zombie and (where /proc tells) started at the recorded tick; the
+    app pid is the reaper's parent (None when unknown). A malformed marker is dead."""
+    pid_s, _, ticks_s = marker.partition(":")
+    try:
+        pid = int(pid_s)
+    except ValueError:
+        return False, None
+    if pid <= 0:
+        return False, None
+    f = _stat_fields(pid)
+    if f is None:
+        if os.path.isdir("/proc"):
+            return False, None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False, None
+        except PermissionError:
+            pass
+        return True, None
+    if f[0] in ("Z", "X"):
+        return False, None
+    if ticks_s and (len(f) < 20 or f[19] != ticks_s):
+        return False, None  # the pid was reused by another process
+    try:
+        return True, int(f[1])
+    except (IndexError, ValueError):
+        return True, None
+
+
+def _read_env_header() -> dict[str, str] | None:
+    """The ``--env-stdin`` header: the server's extra environment; None on EOF or bad JSON."""
+    line = sys.stdin.readline()
+    if not line:
+        return None
+    try:
+        data = json.loads(line)
+        env = data["env"]
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            return None
+        return env
+    except (ValueError, KeyError, TypeError):
+        return None
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    env_stdin = False
     if "--" in argv:
+        env_stdin = "--env-stdin" in argv[: argv.index("--")]
         argv = argv[argv.index("--") + 1 :]
     if not argv:
         print("reaper: no server command given", file=sys.stderr)
         return 2
+    child_env = dict(os.environ)
+    if env_stdin:
+        extra = _read_env_header()
+        if extra is None:
+            print("reaper: no environment header on stdin (the app closed the pipe or sent bad JSON)",
+                  file=sys.stderr, flush=True)
+            return 2
+        child_env.update(extra)
+    child_env[OWNER_ENV] = owner_marker()
     # The server must not hold our stdin (the app's lifeline pipe).
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=child_env)
     except OSError as e:
         print(f"reaper: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
         return 127

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import json
 import logging
 import re
 import subprocess
@@ -163,15 +164,18 @@ class Supervisor:
         self.argv = argv
         self._set_state(ServerState.STARTING)
         try:
+            # the reaper runs in the app's environment; the server's extra environment
+            # travels as data on its stdin and is applied to the server only (issue 15)
             self._proc = subprocess.Popen(
-                helper_argv("app.server.reaper") + ["--"] + argv,
+                helper_argv("app.server.reaper") + ["--env-stdin", "--"] + argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=env,
                 start_new_session=True,
                 bufsize=0,
             )
+            self._proc.stdin.write(json.dumps({"env": env}).encode() + b"\n")
+            self._proc.stdin.flush()
         except OSError as e:
             self._set_state(ServerState.FAILED, f"could not start the server: {e}")
             raise LaunchError(f"could not start the server: {e}") from e
