@@ -14,10 +14,13 @@ Options left ``None`` are omitted from the command line so vLLM's own defaults a
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import re
 import shlex
+import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -140,6 +143,273 @@ class ConfigError(ValueError):
     """A configuration value that cannot work; the message names the input and the fix."""
 
 
+# ---------------------------------------------------------------------- secrets
+@dataclass(frozen=True)
+class SecretOption:
+    """A ``vllm serve`` option whose value is a secret: it must never be on a command
+    line (every local user reads argv with ``ps``) nor in a stored file of options.
+
+    ``name``: vLLM's long name without dashes; ``shortest``: the shortest prefix vLLM's
+    parser resolves to it (argparse's ``allow_abbrev`` is on in vLLM's
+    FlexibleArgumentParser, vllm/utils/argparse_utils.py, vLLM 0.32.0: ``--api-k x`` is
+    ``--api-key x``; ``--api``/``--api-`` are ambiguous there); ``env``: the variable
+    that carries it instead; ``fix``: what to do."""
+
+    name: str
+    shortest: str
+    env: str
+    fix: str
+
+
+#: the secret-carrying options of ``vllm serve`` (vLLM 0.32.0): ``--api-key``
+#: (vllm/entrypoints/launchers/cli_args.py, ``FrontendArgs.api_key``; older versions
+#: vllm/entrypoints/openai/cli_args.py), read from ``VLLM_API_KEY`` when not given
+#: (vllm/entrypoints/serve/middleware/register.py, vllm/envs.py); ``--hf-token``
+#: (vllm/engine/arg_utils.py from ``ModelConfig.hf_token`` in vllm/config/model.py:
+#: "the token to use as HTTP bearer authorization for remote files"), whose default is
+#: the Hugging Face hub's own ``HF_TOKEN`` / stored login
+SECRET_OPTIONS: tuple[SecretOption, ...] = (
+    SecretOption("api-key", "api-k", "VLLM_API_KEY",
+                 "put the key in the environment as VLLM_API_KEY, or use --api-key-file"),
+    SecretOption("hf-token", "hf-t", "HF_TOKEN",
+                 "put the token in the environment as HF_TOKEN (or log in once with `hf auth login`)"),
+)
+
+#: what a redacted value is stored as
+REDACTED = "<redacted>"
+
+#: parts of an environment variable name that mark a secret (the name split on ``_``):
+#: a part ending in TOKEN, KEY or SECRET (``HF_TOKEN``, ``VLLM_API_KEY``,
+#: ``AWS_SECRET_ACCESS_KEY``) or one of these words
+_SECRET_PARTS = frozenset({"PASS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH",
+                           "COOKIE", "PRIVATE", "PAT", "SIGNATURE"})
+_SECRET_SUFFIXES = ("TOKEN", "KEY", "SECRET", "KEYS", "TOKENS", "SECRETS")
+
+
+def is_secret_env_name(name: str) -> bool:
+    """True when the environment variable ``name`` looks like it holds a token, key,
+    password or other secret (``VLLM_API_KEY``, ``HF_TOKEN``, ``OPENAI_API_KEY``,
+    ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD`` …). The one rule for refusing secrets on
+    the command line and for redacting them before anything is stored."""
+    parts = [p for p in str(name).upper().split("_") if p]
+    return any(p in _SECRET_PARTS or p.startswith("PASSW") or p.endswith(_SECRET_SUFFIXES) for p in parts)
+
+
+def secret_option_of(token: str) -> SecretOption | None:
+    """The :data:`SECRET_OPTIONS` entry that the argv token ``token`` spells, in any
+    spelling vLLM's parser accepts (vllm/utils/argparse_utils.py,
+    FlexibleArgumentParser.parse_args, vLLM 0.32.0): underscores for dashes
+    (``--api_key``), ``--opt=value``, the dotted JSON form (``--api-key.x v``) and any
+    unambiguous prefix (``--api-k``, ``--hf-t``); case is ignored to be safe. None when
+    it is none of them."""
+    if not isinstance(token, str) or not token.startswith("--"):
+        return None
+    name = token[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-").strip().lower()
+    for s in SECRET_OPTIONS:
+        if len(name) >= len(s.shortest) and s.name.startswith(name):
+            return s
+    return None
+
+
+def secret_option_problem(token: str, where: str = "the options") -> str | None:
+    """Why ``token`` may not be passed to vLLM (None: it may): the message names the
+    spelling, the option it means and the fix; it never repeats a value."""
+    s = secret_option_of(token)
+    if s is None:
+        return None
+    spelled = token.split("=", 1)[0]
+    also = "" if spelled == "--" + s.name else f" (vLLM reads it as --{s.name})"
+    return (f"{spelled} in {where} is refused{also}: a secret never goes on a command line, where every "
+            f"local user can read it (ps), nor into a stored file of options; {s.fix}")
+
+
+def check_no_secret_options(tokens: list[str] | tuple[str, ...], where: str = "the options") -> None:
+    """Raise :class:`ConfigError` for the first token of ``tokens`` that spells a
+    secret-carrying vLLM option (:func:`secret_option_problem`)."""
+    for tok in tokens:
+        why = secret_option_problem(tok, where)
+        if why:
+            raise ConfigError(why)
+
+
+def redact_secrets(env: dict[str, str] | None, *, drop: bool = False) -> dict[str, str]:
+    """A copy of ``env`` whose secret-named values (:func:`is_secret_env_name`) are
+    replaced by :data:`REDACTED` (``drop``: left out, for what becomes a profile again,
+    so a placeholder never reaches a server). Used wherever a configuration is stored
+    or exported: the run store (app/run/record.py), profile exports."""
+    out: dict[str, str] = {}
+    for k, v in (env or {}).items():
+        if is_secret_env_name(k):
+            if not drop:
+                out[k] = REDACTED
+        else:
+            out[k] = v
+    return out
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the values of secret-carrying options replaced by :data:`REDACTED`
+    (``--api-key x`` → ``--api-key <redacted>``; ``--api-key=x`` likewise); a second
+    line of defence for what is stored, as such options are refused before a launch."""
+    out: list[str] = []
+    skip = False
+    for tok in argv:
+        if skip and not tok.startswith("--"):
+            out.append(REDACTED)
+            continue
+        skip = False
+        if secret_option_of(tok) is not None:
+            if "=" in tok:
+                out.append(tok.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(tok)
+                skip = True
+            continue
+        out.append(tok)
+    return out
+
+
+def redact_text(text: str, secrets: list[str] | tuple[str, ...]) -> str:
+    """``text`` with every occurrence of each of ``secrets`` (values of 4 characters or
+    more) replaced by :data:`REDACTED`: for log lines that echo arguments or environment."""
+    for v in secrets:
+        if v and len(v) >= 4 and v in text:
+            text = text.replace(v, REDACTED)
+    return text
+
+
+def secret_values(env: dict[str, str] | None) -> list[str]:
+    """The values of the secret-named variables of ``env`` (for :func:`redact_text`)."""
+    return [v for k, v in (env or {}).items() if v and is_secret_env_name(k)]
+
+
+def read_secret_file(path: str) -> tuple[str, list[str]]:
+    """The secret in the file ``path`` (its first line, stripped) and warnings (the file
+    is readable by the group or other users: ``chmod 600``). Raises :class:`ConfigError`
+    naming the path when it cannot be read or holds no key."""
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"--api-key-file {path}: not a regular file; give a file holding the key on one line")
+        with open(p, encoding="utf-8") as f:
+            text = f.read(64 * 1024)
+    except ConfigError:
+        raise
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise ConfigError(f"--api-key-file {path}: cannot read it ({reason}); give a file holding the key on "
+                          "one line, readable by you only (chmod 600)") from None
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ConfigError(f"--api-key-file {path}: the file is empty; write the key on its first line")
+    warnings = []
+    if st.st_mode & (stat.S_IRGRP | stat.S_IROTH):
+        warnings.append(f"--api-key-file {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
+                        f"chmod 600 {path}")
+    return lines[0], warnings
+
+
+# ---------------------------------------------------------------------- hosts
+def host_problem(host: str) -> str | None:
+    """Why ``host`` cannot be an address to listen on (None: it can): an IPv4 or IPv6
+    address, or a host name (RFC 1123 labels of letters, digits and ``-``)."""
+    h = str(host).strip()
+    if not h:
+        return "empty: give an address such as 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+    if h.startswith("[") and h.endswith("]"):
+        h = h[1:-1]
+    if ":" in h or re.fullmatch(r"[0-9.]+", h):
+        try:
+            ipaddress.ip_address(h)
+        except ValueError:
+            return f"{host!r} is not a valid IP address: use e.g. 127.0.0.1, ::1 or 0.0.0.0"
+        return None
+    labels = h.rstrip(".").split(".")
+    if len(h) > 253 or not all(re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?", x) for x in labels):
+        return f"{host!r} is neither an IP address nor a host name: use e.g. 127.0.0.1 or localhost"
+    return None
+
+
+def _host_ips(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    h = host.strip().strip("[]")
+    try:
+        return [ipaddress.ip_address(h)]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(h, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return [ipaddress.ip_address(i[4][0].split("%", 1)[0]) for i in infos]
+
+
+def is_loopback_host(host: str) -> bool:
+    """True when listening on ``host`` reaches this machine only: a loopback address
+    (127.0.0.0/8, ::1) or a name that resolves to loopback addresses only
+    (``localhost``). A name that does not resolve counts as not loopback."""
+    ips = _host_ips(host)
+    return bool(ips) and all(ip.is_loopback for ip in ips)
+
+
+def is_wildcard_host(host: str) -> bool:
+    """True for the every-interface addresses ``0.0.0.0`` and ``::``."""
+    ips = _host_ips(host)
+    return bool(ips) and ips[0].is_unspecified
+
+
+def interface_addresses() -> list[str]:
+    """This machine's non-loopback interface addresses (what a ``0.0.0.0``/``::`` bind
+    exposes), from psutil; [] when they cannot be listed."""
+    # deferred: psutil is only needed to show what a bind beyond loopback exposes (config stays light)
+    import psutil
+
+    out: list[str] = []
+    try:
+        for addrs in psutil.net_if_addrs().values():
+            for a in addrs:
+                if a.family in (socket.AF_INET, socket.AF_INET6):
+                    ip = a.address.split("%", 1)[0]
+                    try:
+                        if not ipaddress.ip_address(ip).is_loopback and ip not in out:
+                            out.append(ip)
+                    except ValueError:
+                        continue
+    except OSError:
+        return []
+    return out
+
+
+def exposure_lines(host: str, port: int | None, environ: dict[str, str] | None = None) -> list[str]:
+    """What a server listening on ``host``:``port`` exposes, as lines to print: the real
+    bound address(es) and a warning when no API key is set in ``environ`` (the server's
+    environment; default os.environ). [] for a loopback ``host``."""
+    if is_loopback_host(host):
+        return []
+    env = os.environ if environ is None else environ
+    p = "" if port is None else f":{port}"
+    if is_wildcard_host(host):
+        addrs = interface_addresses()
+        shown = ", ".join(f"[{a}]{p}" if ":" in a else f"{a}{p}" for a in addrs) or "none listed"
+        lines = [f"listening on all interfaces ({host}{p}), reachable from other machines at: {shown}"]
+    else:
+        lines = [f"listening on {host}{p}, beyond this machine (not a loopback address)"]
+    if not env.get("VLLM_API_KEY"):
+        lines.append("warning: no API key is set (VLLM_API_KEY): anyone who can reach this address can use the "
+                     "server; put a key in the environment as VLLM_API_KEY or use --api-key-file")
+    return lines
+
+
+def exposure_problem(host: str) -> str | None:
+    """Why ``host`` needs the user's confirmation before a launch (None: loopback, it
+    does not): listening beyond this machine."""
+    if is_loopback_host(host):
+        return None
+    what = f"every interface ({host})" if is_wildcard_host(host) else f"{host}, which is not a loopback address"
+    return (f"host {host} would make the server listen on {what}, reachable from other machines; confirm "
+            "with --expose (the window asks), or use --host 127.0.0.1")
+
+
 class ServerConfig(BaseModel):
     """One vLLM server: what to serve, on which GPUs, with which ``vllm serve`` options.
 
@@ -151,7 +421,8 @@ class ServerConfig(BaseModel):
     ``pydantic.ValidationError`` naming the field and the fix on bad values.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # hide_input_in_errors: an error never repeats the values given (a refused secret option's key)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, hide_input_in_errors=True)
 
     model: str
     served_model_name: Annotated[str | None, VllmOption(
@@ -251,12 +522,19 @@ class ServerConfig(BaseModel):
                     f"extra_args contains {flag}, which is a named option: set "
                     f"{named.get(flag) or named[base]} instead of passing it in extra_args"
                 )
-            if flag in ("--api-key",):
-                raise ValueError(
-                    "extra_args contains --api-key: secrets never go on the command line; "
-                    "set env['VLLM_API_KEY'] instead"
-                )
+        for tok in v:
+            why = secret_option_problem(tok, "the extra options")
+            if why:
+                raise ValueError(why)
         return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        why = host_problem(v)
+        if why:
+            raise ValueError(f"host {why}")
+        return v.strip()
 
     @model_validator(mode="after")
     def _combinations(self) -> "ServerConfig":
@@ -345,11 +623,10 @@ class ServerConfig(BaseModel):
         return e
 
     def shell_command(self, python: str = "vllm", launch_form: LaunchForm = "serve") -> str:
-        """A copy-pasteable shell line (env assignments + argv), shell-quoted; the API key
-        is shown as ``$VLLM_API_KEY`` rather than its value."""
-        env = dict(self.env)
-        if "VLLM_API_KEY" in env:
-            env["VLLM_API_KEY"] = "${VLLM_API_KEY}"
+        """A copy-pasteable shell line (env assignments + argv), shell-quoted; a secret
+        (:func:`is_secret_env_name`, e.g. the API key) is shown as ``${NAME}`` rather than
+        its value."""
+        env = {k: "${" + k + "}" if is_secret_env_name(k) else v for k, v in self.env.items()}
         if self.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
         if python == "vllm":
@@ -535,6 +812,11 @@ def config_from_namespace(ns: argparse.Namespace, base: ServerConfig | None = No
             if "=" not in kv:
                 raise ConfigError(f"--env {kv!r}: write KEY=VALUE")
             k, v = kv.split("=", 1)
+            if is_secret_env_name(k):
+                raise ConfigError(
+                    f"--env {k}=…: {k} is a secret and the command line is readable by every local user (ps): "
+                    f"export {k} in the environment you start vllm-dyno from"
+                    + (", or use --api-key-file" if k == "VLLM_API_KEY" else ""))
             env[k] = v
         data["env"] = env
     extra = getattr(ns, "extra", None)

@@ -8,7 +8,9 @@ kept in QSettings (``gui.ini`` in the data dir: presentation only); the last pro
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import threading
 from importlib import resources
 from typing import Any
@@ -31,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from app import __version__
+from app.config import exposure_lines, exposure_problem
 from app.loadgen.spec import parse_length
 from app.paths import data_dir
 from app.planner.gpus import catalog_names
@@ -615,6 +618,9 @@ class MainWindow(QMainWindow):
         except ValueError as e:
             QMessageBox.warning(self, "Launch", str(e))
             return
+        req = self.confirm_exposure(req)
+        if req is None:
+            return
         self.banner.hide()
         self.log_pane.clear()
         self.dashboard.reset()
@@ -623,6 +629,23 @@ class MainWindow(QMainWindow):
         self.controller.launch(req)
         self.tabs.setCurrentWidget(self.dashboard if req.engine == "attach" else self.log_pane)
         self._update_controls()
+
+    def confirm_exposure(self, req: LaunchRequest) -> LaunchRequest | None:
+        """A host beyond loopback (0.0.0.0, ::, a LAN address) is launched only when the
+        user confirms it in a dialog that shows the real addresses and warns when no API
+        key is set (issue 15, item 4); returns the request with ``expose`` set, the
+        request unchanged for loopback, or None when the user declines."""
+        if req.engine == "attach" or exposure_problem(req.config.host) is None:
+            return req
+        lines = exposure_lines(req.config.host, req.config.port, {**os.environ, **req.config.env})
+        ans = QMessageBox.question(
+            self, "Launch beyond this machine",
+            "The server would listen beyond this machine:\n\n" + "\n\n".join(lines)
+            + "\n\nLaunch it reachable from other machines?", QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        if ans != QMessageBox.Yes:
+            self.statusBar().showMessage(f"Not launched: host {req.config.host} not confirmed", 8000)
+            return None
+        return dataclasses.replace(req, expose=True)
 
     def stop(self) -> None:
         self.controller.stop()

@@ -1,14 +1,15 @@
 """What the subcommands share: the error exit, the server options as a ServerConfig,
-writing or printing a text, number formatting and the per-level table of ``run`` and
-``runs show``."""
+the API key file and the ``--expose`` confirmation, writing or printing a text, number
+formatting and the per-level table of ``run`` and ``runs show``."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pydantic import ValidationError
 
-from app.config import ConfigError, ServerConfig, config_from_namespace
+from app.config import ConfigError, ServerConfig, config_from_namespace, exposure_lines, read_secret_file
 from app.fileio import write_atomic
 
 
@@ -16,6 +17,56 @@ def err(msg: str) -> int:
     """Print ``vllm-dyno: MSG`` to stderr; returns exit status 2 (bad input)."""
     print(f"vllm-dyno: {msg}", file=sys.stderr)
     return 2
+
+
+class BadInput(SystemExit):
+    """Exit status 2 (bad input), the message printed to stderr as ``vllm-dyno: error:
+    MSG`` when raised; ``str()`` is the message (no traceback reaches the user)."""
+
+    def __init__(self, msg: str) -> None:
+        print(f"vllm-dyno: error: {msg}", file=sys.stderr)
+        super().__init__(2)
+        self.msg = msg
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+def add_security_options(parser: argparse.ArgumentParser, *, expose: bool = True) -> None:
+    """``--api-key-file`` (and, for commands that launch a server, ``--expose``)."""
+    parser.add_argument("--api-key-file", metavar="PATH",
+                        help="read the API key from this file (first line; keep it chmod 600) instead of the "
+                             "environment's VLLM_API_KEY; it reaches the server through its environment only, "
+                             "never a command line")
+    if expose:
+        parser.add_argument("--expose", action="store_true",
+                            help="allow a --host beyond loopback (e.g. 0.0.0.0: every interface, reachable from "
+                                 "other machines); without it such a host is refused")
+
+
+def apply_api_key_file(a: argparse.Namespace) -> None:
+    """With ``--api-key-file PATH``: read the key (warn when the file is readable by
+    others) and put it in this process's environment as ``VLLM_API_KEY``, whence the
+    server (and the load generator) inherit it; never on a command line. Raises
+    :class:`BadInput` naming the file when it cannot be used."""
+    path = getattr(a, "api_key_file", None)
+    if not path:
+        return
+    try:
+        key, warnings = read_secret_file(path)
+    except ConfigError as e:
+        raise BadInput(str(e)) from None
+    for w in warnings:
+        print(f"vllm-dyno: warning: {w}", file=sys.stderr)
+    os.environ["VLLM_API_KEY"] = key
+
+
+def print_exposure(cfg: ServerConfig, port: int | None = None) -> None:
+    """Print what a server on ``cfg.host`` exposes (nothing for loopback): the real
+    bound address(es) and a warning when no API key is set (app.config.exposure_lines)."""
+    env = {**os.environ, **cfg.env}
+    for line in exposure_lines(cfg.host, port if port is not None else cfg.port, env):
+        print(f"  {line}", flush=True)
 
 
 def write_or_print(text: str, out: str | None) -> None:
@@ -49,11 +100,11 @@ def level_table(levels: list[dict]) -> str:
 def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) -> ServerConfig:
     """Build a ServerConfig from options added by :func:`app.config.add_server_options`
     (over ``base``, see :func:`app.config.config_from_namespace`); exits with the
-    validation message on error."""
+    validation message (status 2, :class:`BadInput`) on error."""
     try:
         return config_from_namespace(a, base)
     except ValidationError as e:
         msgs = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
-        raise SystemExit(f"error: invalid server options: {msgs}")
+        raise BadInput(f"invalid server options: {msgs}") from None
     except ConfigError as e:
-        raise SystemExit(f"error: {e}")
+        raise BadInput(str(e)) from None

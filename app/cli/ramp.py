@@ -15,6 +15,7 @@ import time
 
 from pydantic import ValidationError
 
+from app.cli.common import add_security_options, apply_api_key_file
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats
 from app.run.events import RunListener
@@ -24,7 +25,7 @@ def register(sub) -> None:
     p = sub.add_parser("ramp", help="run a concurrency (or request-rate) ramp against a running server",
                        description="Ramp load on an OpenAI-compatible server (vLLM) and report throughput, "
                                    "TTFT, TPOT, ITL per level and the knee. The API key, if any, is read from "
-                                   "VLLM_API_KEY or OPENAI_API_KEY.")
+                                   "VLLM_API_KEY or OPENAI_API_KEY, or from --api-key-file.")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
     p.add_argument("--model", help="served model name (default: the first one /v1/models lists)")
     g = p.add_mutually_exclusive_group()
@@ -53,6 +54,7 @@ def register(sub) -> None:
     p.add_argument("--csv", help="write the steps table as CSV here")
     p.add_argument("--requests-csv", help="write every request as CSV here")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
+    add_security_options(p, expose=False)
     p.set_defaults(func=run)
 
 
@@ -208,6 +210,7 @@ def run(a: argparse.Namespace) -> int:
     from app.run.controller import LaunchTarget, RecordSpec, RunController
     from app.settings import load_settings
 
+    apply_api_key_file(a)
     try:
         spec = spec_from_args(a)
     except ValidationError as e:

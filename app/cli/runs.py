@@ -13,8 +13,9 @@ import sys
 import threading
 from pathlib import Path
 
-from app.cli.common import config_from_args, err, fmt, level_table, write_or_print
-from app.config import add_server_options
+from app.cli.common import (add_security_options, apply_api_key_file, config_from_args, err, fmt, level_table,
+                            print_exposure, write_or_print)
+from app.config import add_server_options, exposure_problem
 from app.profiles.env_policy import CLI_FIX, EnvRefused, screen_env
 from app.profiles.io import ProfileError
 
@@ -90,6 +91,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         return err(str(e))
     # vLLM options given on the command line override the profile's (the same options as `serve`)
     cfg = config_from_args(a, base=p.server_config(resolve=False))
+    exposed = exposure_problem(cfg.host)
+    if exposed and not a.expose:  # a profile's host beyond loopback needs the user's word (issue 15)
+        return err(f"profile {p.name!r}: {exposed}")
+    apply_api_key_file(a)
     try:
         p = p.updated(server=cfg.to_vllm_config(), env=dict(cfg.env), gpus=cfg.gpus)
     except ValueError as e:
@@ -123,6 +128,9 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     def on_phase(ph: Phase, msg: str) -> None:
         print(f"[{ph.value}]" + (f" {msg}" if msg else ""), flush=True)
+        sup = s.supervisor
+        if ph == Phase.READY and sup is not None:
+            print_exposure(cfg, sup.config.port)
 
     def on_level(st) -> None:
         print(f"  level {st.level:g}: {st.output_tps:.1f} out tok/s, TTFT p99 "
@@ -133,7 +141,8 @@ def cmd_run(a: argparse.Namespace) -> int:
             print(f"  | {text}", flush=True)
 
     s = ProfileRun(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
-                   on_phase=on_phase, on_level=on_level, on_line=on_line, trusted_env=trusted, builtin=builtin)
+                   expose=a.expose, on_phase=on_phase, on_level=on_level, on_line=on_line, trusted_env=trusted,
+                   builtin=builtin)
     box: dict = {}
     t = threading.Thread(target=lambda: box.setdefault("res", s.run()), name="session", daemon=True)
     interrupted = threading.Event()
@@ -195,6 +204,7 @@ def register(sub) -> None:
     x = sub.add_parser("run", help="run a profile headless: plan, launch, ramp, record, stop, print the table")
     x.add_argument("profile", help="profile name (see `profiles list`) or a profile YAML file")
     add_server_options(x, model_required=False)  # override the profile's vLLM options
+    add_security_options(x)
     x.add_argument("--python", help="interpreter with vLLM installed (engine vllm)")
     x.add_argument("--levels", help="override the ramp's levels, e.g. 1,2,4")
     x.add_argument("--step-seconds", type=float, help="override the seconds per level")

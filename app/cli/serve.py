@@ -9,14 +9,15 @@ import signal
 import sys
 import threading
 
-from app.cli.common import config_from_args
-from app.config import add_server_options
+from app.cli.common import add_security_options, apply_api_key_file, config_from_args, err, print_exposure
+from app.config import add_server_options, exposure_problem
 from app.run.events import RunListener, State
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="launch and supervise a server in the foreground (Ctrl-C stops it)")
     add_server_options(p)
+    add_security_options(p)
     p.add_argument("--engine", choices=["vllm", "sim"], default="vllm")
     p.add_argument("--python", help="interpreter with vLLM installed (default: VLLM_DYNO_VLLM_PYTHON, .venv-vllm, python3)")
     p.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for ready")
@@ -63,6 +64,7 @@ class _Printer(RunListener):
         if state == State.READY and sup is not None:
             f = sup.parser.facts
             print(f"  url: {sup.url}   vLLM {f.version or '?'}", flush=True)
+            print_exposure(sup.config)
             if f.kv_cache_tokens is not None:
                 print(f"  {f.kv_cache_device or 'GPU'} KV cache size: {f.kv_cache_tokens:,} tokens", flush=True)
             if f.max_concurrency is not None:
@@ -97,11 +99,15 @@ def cmd_serve(a: argparse.Namespace) -> int:
     from app.server.launch import LaunchError
 
     cfg = config_from_args(a)
+    exposed = exposure_problem(cfg.host)
+    if exposed and not a.expose:  # binding beyond loopback needs the user's word (issue 15)
+        return err(exposed)
+    apply_api_key_file(a)
     done = threading.Event()
     ctl = RunController()
     ctl.listener = _Printer(ctl, not a.quiet_log, done)
     target = LaunchTarget(engine=a.engine, config=cfg, python=a.python, sim_args=sim_args_from(a),
-                          telemetry=False, startup_timeout=a.startup_timeout, grace=a.grace)
+                          telemetry=False, startup_timeout=a.startup_timeout, grace=a.grace, expose=a.expose)
     try:
         ctl.launch(target, check_leftovers=False)
     except LaunchError as e:

@@ -7,6 +7,12 @@ export is that block (model path resolved); the environment and GPU choice, whic
 ``ENV=V … CUDA_VISIBLE_DEVICES=… vllm serve MODEL --opt v …``, shell-quoted
 (:func:`shlex.quote`); booleans follow vLLM's ``--flag`` / ``--no-flag`` convention
 (docs/vllm-facts.md, "CLI options").
+
+Secrets (issue 15, item 3): an imported command line or ``--config`` file that passes a
+secret-carrying option (``--api-key``, ``--hf-token``, in every spelling vLLM accepts:
+:func:`app.config.secret_option_of`) is refused with the fix; secret-named environment
+assignments (:func:`app.config.is_secret_env_name`) are dropped with a warning, never
+kept in the profile; exports write a secret-named variable as ``NAME="${NAME}"``.
 """
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from app.config import ConfigError, dict_to_extra_args, extra_args_to_dict, option_name
+from app.config import (ConfigError, check_no_secret_options, dict_to_extra_args, extra_args_to_dict,
+                        is_secret_env_name, option_name)
 from app.profiles.io import ProfileError, profile_from_data, safe_yaml
 from app.profiles.model import Profile
 
@@ -29,7 +36,8 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 # ---------------------------------------------------------------------- export
 def command_env(profile: Profile) -> dict[str, str]:
-    """Environment assignments of the command line: ``env`` + ``CUDA_VISIBLE_DEVICES``."""
+    """Environment assignments of the command line: ``env`` + ``CUDA_VISIBLE_DEVICES``
+    (values as stored; :func:`_assignments` writes a secret as ``${NAME}``)."""
     env = dict(profile.env)
     idx = profile.gpu_indices()
     if idx is not None:
@@ -48,8 +56,13 @@ def to_command_line(profile: Profile, *, program: str = "vllm serve", resolve: b
     model = str(cfg.pop("model"))
     head = shlex.split(program)
     argv = head + ([model] if head[-1:] == ["serve"] else ["--model", model]) + dict_to_extra_args(cfg)
-    pre = " ".join(f"{k}={shlex.quote(v)}" for k, v in command_env(profile).items())
+    pre = _assignments(command_env(profile))
     return (pre + " " if pre else "") + shlex.join(argv)
+
+
+def _assignments(env: dict[str, str]) -> str:
+    """``K=V …`` shell-quoted; a secret-named variable as ``K="${K}"`` (its value is never exported)."""
+    return " ".join(f'{k}="${{{k}}}"' if is_secret_env_name(k) else f"{k}={shlex.quote(v)}" for k, v in env.items())
 
 
 def to_vllm_config_yaml(profile: Profile, *, resolve: bool = True, comments: bool = True) -> str:
@@ -62,7 +75,7 @@ def to_vllm_config_yaml(profile: Profile, *, resolve: bool = True, comments: boo
             "# run: vllm serve --config THIS_FILE"]
     env = command_env(profile)
     if env:
-        head.append("# environment: " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()))
+        head.append("# environment: " + _assignments(env))
     return "\n".join(head) + "\n" + body
 
 
@@ -102,6 +115,7 @@ def parse_command_line(line: str | list[str]) -> tuple[dict[str, Any], dict[str,
             while i < len(toks) and not toks[i].startswith("-"):
                 i += 1
     rest = ["--" + SHORT_OPTIONS[t] if t in SHORT_OPTIONS else t for t in toks[i:]]
+    check_no_secret_options(rest, "the command line")
     if not rest and model is None:
         raise ConfigError("no vLLM options found: paste a line such as `vllm serve MODEL --max-num-seqs 64`")
     d = extra_args_to_dict(rest)
@@ -121,8 +135,17 @@ def profile_from_vllm_config(cfg: dict[str, Any], name: str, *, env: dict[str, s
                              warnings: list[str] | None = None) -> Profile:
     """A profile around a ``--config`` mapping. ``CUDA_VISIBLE_DEVICES`` in ``env``
     becomes ``gpus``. ``base``: a profile whose other blocks (ramp, engine, notes …) the
-    new one keeps. Raises :class:`ProfileError`."""
+    new one keeps. A secret-carrying option in ``cfg`` is refused; secret-named ``env``
+    keys are dropped with a warning (both: issue 15, item 3). Raises :class:`ProfileError`."""
+    try:
+        check_no_secret_options(["--" + str(k).lstrip("-") for k in cfg], "the vLLM options")
+    except ConfigError as e:
+        raise ProfileError(label, None, str(e)) from None
     env = dict(env or {})
+    for k in [k for k in env if is_secret_env_name(k)]:
+        if not env.pop(k).startswith("${") and warnings is not None:
+            warnings.append(f"{k} dropped: a secret is never stored in a profile; set it in the environment "
+                            "you launch from" + (" (or use --api-key-file)" if k == "VLLM_API_KEY" else ""))
     gpus = None
     cvd = env.pop("CUDA_VISIBLE_DEVICES", None)
     if cvd is not None:
@@ -131,7 +154,6 @@ def profile_from_vllm_config(cfg: dict[str, Any], name: str, *, env: dict[str, s
         except ValueError:
             raise ProfileError(label, "CUDA_VISIBLE_DEVICES", f"{cvd!r} is not a list of GPU indices "
                                                               "(UUIDs are not kept in profiles)") from None
-    env.pop("VLLM_API_KEY", None)  # never stored
     data: dict[str, Any] = base.to_data() if base is not None else {"schema_version": 1}
     data.update(name=name, server=cfg)
     data["env"] = {**(data.get("env") or {}), **env} if base is not None else env

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from app.clock import SessionClock
-from app.config import ServerConfig
+from app.config import ServerConfig, exposure_problem
 from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
 from app.loadgen.spec import spec_to_wall
@@ -48,6 +48,7 @@ from app.run.record import RunRecorder
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
 from app.server import procs
+from app.server.launch import LaunchError
 from app.server.supervisor import Supervisor
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
 from app.telemetry.http_source import HttpGpuSource
@@ -73,7 +74,8 @@ class LaunchTarget:
     server to attach to. ``use_nvml``: sample this machine's cards (not for the sim, nor
     the CPU build). Intervals in seconds between samples; ``startup_timeout`` and
     ``grace`` (SIGTERM → SIGKILL) in seconds, ``grace`` None = 10 s for the sim, 20 s for
-    vLLM."""
+    vLLM. ``expose``: the user confirmed a ``config.host`` beyond loopback (``--expose``,
+    the window's dialog); without it such a launch is refused (issue 15, item 4)."""
 
     engine: str
     config: ServerConfig
@@ -87,6 +89,7 @@ class LaunchTarget:
     metrics_interval: float = 0.5
     startup_timeout: float = 900.0
     grace: float | None = None
+    expose: bool = False
 
     @classmethod
     def from_profile(cls, profile: Profile, **kw: Any) -> "LaunchTarget":
@@ -278,6 +281,9 @@ class RunController:
                 if left:
                     self._set_state(State.IDLE, "leftover processes hold GPU memory")
                     return left
+            exposed = None if target.expose else exposure_problem(target.config.host)
+            if exposed:  # binding beyond loopback needs the user's word (--expose, the window's dialog)
+                raise LaunchError(exposed)
             grace = target.grace if target.grace is not None else (10.0 if target.engine == "sim" else 20.0)
             sup = Supervisor(target.config, engine=target.engine, python=target.python, sim_args=target.sim_args,
                              startup_timeout=target.startup_timeout, grace=grace, clock=self.clock)

@@ -127,7 +127,8 @@ class ProfileRun:
     ``trusted_env``: the ``env:`` pairs the user confirmed (``--trust-env``, their own
     ``--env``); any other key a shared profile may not set makes the run
     ``launch_failed`` before anything starts (app.profiles.env_policy); ``builtin``: the
-    profile ships with vLLM Dyno (a verified allocator ``LD_PRELOAD`` is kept).
+    profile ships with vLLM Dyno (a verified allocator ``LD_PRELOAD`` is kept). ``expose``:
+    the user confirmed a ``host`` beyond loopback (else such a launch is refused).
     :meth:`run` blocks; call :meth:`abort` from another thread to stop early (what was
     recorded is kept). Subscribers (called on worker threads): ``on_phase(phase, msg)``,
     ``on_line(stream, text, t)``, ``on_level_start(dict)``, ``on_level(StepStats)``,
@@ -137,7 +138,7 @@ class ProfileRun:
     def __init__(self, profile: Profile, *, store=None, python: str | None = None, clock: SessionClock | None = None,
                  ramp_overrides: dict[str, Any] | None = None, force: bool = False, telemetry: bool = True,
                  use_planner: bool = True, safety: Any | None = None, startup_timeout: float = 900.0,
-                 grace: float = 20.0, on_phase: Callable[[Phase, str], None] | None = None,
+                 grace: float = 20.0, expose: bool = False, on_phase: Callable[[Phase, str], None] | None = None,
                  on_line: Callable[[str, str, float], None] | None = None,
                  on_level_start: Callable[[dict], None] | None = None,
                  on_level: Callable[[StepStats], None] | None = None,
@@ -153,6 +154,7 @@ class ProfileRun:
         self.python = python
         self.startup_timeout = startup_timeout
         self.grace = grace
+        self.expose = expose
         if safety is None:
             safety = load_settings().safety
         self.safety = safety
@@ -233,7 +235,8 @@ class ProfileRun:
             return RunResult("plan_error", f"the planner says this cannot work: {msg} "
                                            "(fix the profile, or run with force)", plan=plan)
         target = LaunchTarget.from_profile(prof, python=self.python, telemetry=self.use_telemetry,
-                                           startup_timeout=self.startup_timeout, grace=self.grace)
+                                           startup_timeout=self.startup_timeout, grace=self.grace,
+                                           expose=self.expose)
         self._run_id = ctl.open_run(RecordSpec(profile=prof, plan=plan))
         res = RunResult("error", run_id=self._run_id, plan=plan)
         try:

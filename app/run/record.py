@@ -11,6 +11,13 @@ Rows of a run: the run (name, engine, profile snapshot and launch config under
 (written once, in rig seconds), every request, the telemetry samples and the server's
 log; ``runs.summary`` is :func:`run_summary`.
 
+Secrets are never stored (issue 15, item 3): the launch config's secret-named
+environment values and secret options in argv are redacted
+(:func:`app.config.redact_secrets`, :func:`app.config.redact_argv`), the profile
+snapshot loses its secret-named ``env`` keys, and a log line or stop reason that echoes a
+secret value (the server's or this process's secret-named variables) has it replaced by
+``<redacted>`` (:func:`app.config.redact_text`).
+
 Times: requests, samples and log lines are session-clock seconds (wall); level stats are
 in rig seconds for a sim running ``time_scale``× faster than the wall clock
 (:func:`app.loadgen.stats.to_rig_time`; docs/design.md, "Sim time").
@@ -18,9 +25,11 @@ in rig seconds for a sim running ``time_scale``× faster than the wall clock
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Iterable
 
+from app.config import redact_argv, redact_secrets, redact_text, secret_values
 from app.loadgen.stats import Knee, StepStats, peak_level
 from app.profiles.model import HardwareFingerprint, ResultsSummary
 from app.telemetry.store_writer import StoreWriter
@@ -82,6 +91,13 @@ class RunRecorder:
         self.supervisor = None
         self.gpu_count = gpu_count
         self.model: str | None = None
+        #: secret values that must not reach the store (this process's secret-named variables; the
+        #: server's are added by attach_server)
+        self._secrets: list[str] = secret_values(dict(os.environ))
+        if profile_data is not None:
+            profile_data = {**profile_data, "env": redact_secrets(profile_data.get("env"), drop=True)}
+            if not profile_data["env"]:
+                profile_data.pop("env")
         self._config: dict[str, Any] = {"profile": profile_data} if profile_data is not None else {}
         self.run_id: int = store.create_run(name, engine, config=self._config or None, spec=spec, plan=plan,
                                             clock_wall0=clock_wall0)
@@ -103,12 +119,15 @@ class RunRecorder:
         its launch config, argv and log-parsed capacity facts are recorded, and the log it
         printed so far (later lines come through :meth:`add_log_line`)."""
         self.supervisor = supervisor
-        self._config.update(server=supervisor.config.model_dump(mode="json"), argv=list(supervisor.argv))
+        server = supervisor.config.model_dump(mode="json")
+        self._secrets += [v for v in secret_values(server.get("env")) if v not in self._secrets]
+        server["env"] = redact_secrets(server.get("env"))
+        self._config.update(server=server, argv=redact_argv(list(supervisor.argv)))
         self.gpu_count = supervisor.config.world_size
         self.store.update_run(self.run_id, config=self._config, capacity=supervisor.parser.facts.as_dict())
         lines = list(supervisor.lines.copy())  # deque.copy runs under the GIL: a consistent snapshot
         with self._lock:
-            lines = [ln for ln in lines if ln[0] > self._log_after]
+            lines = [(t, stream, self._redact(text)) for t, stream, text in lines if t > self._log_after]
             if lines:
                 self.store.add_log_lines(self.run_id, lines)
                 self._log_after = lines[-1][0]
@@ -130,7 +149,10 @@ class RunRecorder:
     def add_log_line(self, stream: str, text: str, t: float) -> None:
         """A server log line (the supervisor's ``on_line`` signature)."""
         if self._open and t > self._log_after:
-            self.store.add_log_lines(self.run_id, [(t, stream, text)])
+            self.store.add_log_lines(self.run_id, [(t, stream, self._redact(text))])
+
+    def _redact(self, text: str) -> str:
+        return redact_text(text, self._secrets) if self._secrets else text
 
     def add_samples(self, samples: list) -> None:
         """Telemetry samples ``(t, source, name, value)`` (a sampler subscriber)."""
@@ -168,6 +190,8 @@ class RunRecorder:
             by_status = dict(self.by_status)
         self._writer.close()
         capacity = self.supervisor.parser.facts.as_dict() if self.supervisor is not None else None
+        reason = self._redact(reason or "")
+        error = self._redact(error) if error else error
         self._summary = run_summary(status, reason, steps, knee, run_id=self.run_id, gpu_count=self.gpu_count,
                                     time_scale=self.time_scale, hardware=self.hardware, model=self.model,
                                     requests_by_status=by_status, error=error)
