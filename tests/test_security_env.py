@@ -17,6 +17,7 @@ from app.run.controller import LaunchTarget, RunController
 from app.run.profile_run import ProfileRun
 from app.server.procs import group_members
 from app.server.reaper import OWNER_ENV, start_ticks
+from widgets.testing import gui_guard, main_window  # noqa: F401  (fixtures)
 
 SECRET = "sk-dyno-test-SECRET-4242"
 
@@ -197,3 +198,34 @@ def test_secret_reference_is_refused_and_stored_nowhere(dyno_home, tmp_path, mon
     written = [p for p in dyno_home.rglob("*") if p.is_file()]
     for p in written:
         assert SECRET.encode() not in p.read_bytes(), p
+
+
+# ----------------------------------------------------------------------------- item 1: the window
+def test_window_asks_before_loading_a_hostile_env(main_window, dyno_home, monkeypatch):
+    """Loading a profile whose env: holds refused keys shows them with their exact values;
+    declined, the form gets only the allowed keys; confirmed, all of them."""
+    from PySide6.QtWidgets import QMessageBox
+
+    import widgets.main_window as mw
+
+    env = dict(HOSTILE_ENV, VLLM_LOGGING_LEVEL="DEBUG")
+    lib = ProfileLibrary()
+    lib.directory.mkdir(parents=True, exist_ok=True)
+    (lib.directory / "hostile.yaml").write_text(yaml.safe_dump(_sim_profile(env)))
+    asked: list[str] = []
+    answer = {"v": QMessageBox.No}
+
+    def question(parent, title, text, *a, **k):
+        asked.append(text)
+        return answer["v"]
+
+    monkeypatch.setattr(mw.QMessageBox, "question", staticmethod(question))
+    w = main_window
+    assert w.load_profile("hostile")
+    assert len(asked) == 1 and all(f"{k}={v}" in asked[0] for k, v in HOSTILE_ENV.items())
+    assert "VLLM_LOGGING_LEVEL" not in asked[0]
+    assert w.current_profile.env == {"VLLM_LOGGING_LEVEL": "DEBUG"}
+    assert "LD_PRELOAD" not in w.config.env.toPlainText() and "VLLM_LOGGING_LEVEL" in w.config.env.toPlainText()
+    answer["v"] = QMessageBox.Yes
+    assert w.load_profile("hostile")
+    assert w.current_profile.env == env and "LD_PRELOAD=/tmp/evil.so" in w.config.env.toPlainText()
