@@ -158,3 +158,22 @@ def test_the_window_asks_before_launching_beyond_loopback(qtbot, monkeypatch):
     local = LaunchRequest(engine="sim", config=ServerConfig(model="m"))
     assert w.confirm_exposure(local) is local and len(asked) == n  # loopback: no question
     w.close()
+
+
+def test_the_ipv6_wildcard_with_expose_launches_and_a_bad_host_is_a_launch_error():
+    """`host: "::"` with the user's word: the port is chosen on an IPv6 socket (the sim
+    listens on every IPv6 interface), reached through loopback; a host that resolves to
+    nothing is a LaunchError naming it, never a socket traceback."""
+    from app.server.launch import check_port, free_port
+
+    ctl = RunController()
+    try:
+        ctl.launch(LaunchTarget("sim", ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", host="::"), sim_args=RIG,
+                                telemetry=False, expose=True))
+        assert ctl.wait_ready(60), ctl.failure_text
+        assert ctl.url.startswith("http://[::1]:"), ctl.url  # reached on loopback
+    finally:
+        assert ctl.close() == []
+    assert free_port("::") > 0
+    with pytest.raises(LaunchError, match="no-such-host.invalid"):
+        check_port("no-such-host.invalid", 8000)

@@ -7,7 +7,7 @@ untrusted input (issue 15, items 1 and 2). This module is the one place that dec
 (:data:`ALLOWED_PREFIXES`, :data:`ALLOWED_NAMES`: variables that configure vLLM, its
 collective libraries, CUDA, the Hugging Face hub and the thread pools) and does not
 look like one that loads code, redirects traffic or carries a secret
-(:data:`_RISKY_NAME_RE`, :func:`secret_like`; e.g. ``NCCL_NET_PLUGIN`` loads a shared
+(:data:`_RISKY_NAME_RE`, :func:`app.config.is_secret_env_name`; e.g. ``NCCL_NET_PLUGIN`` loads a shared
 library, ``CUDA_INJECTION64_PATH`` injects one into every CUDA process,
 ``VLLM_NCCL_SO_PATH`` picks the NCCL library, ``HF_ENDPOINT`` would send the user's
 ``HF_TOKEN`` to another host). Everything else — the dynamic loader's ``LD_*``,
@@ -25,7 +25,7 @@ window's form is the user's own and is not screened.
 
 **Variable expansion (``${NAME}``, ``${NAME:-default}`` in ``server:`` values).** Only the
 project's own variables (``VLLM_DYNO_*``) and the path variables :data:`EXPANDABLE_NAMES`
-are expanded; a name that looks like a secret (:func:`secret_like`) never is, even with
+are expanded; a name that looks like a secret (:func:`app.config.is_secret_env_name`) never is, even with
 the project's prefix: :func:`expansion_problem`. So no secret can reach an argv, a model
 hub request or the run store through a profile.
 """
@@ -36,6 +36,8 @@ import re
 import stat
 from dataclasses import dataclass, field
 from typing import Mapping
+
+from app.config import is_secret_env_name
 
 #: name prefixes a profile may set: vLLM's own (vllm/envs.py), NCCL and Gloo (collective
 #: communication), CUDA (device choice/order), Hugging Face hub and PyTorch settings
@@ -56,10 +58,6 @@ _RISKY_NAME_RE = re.compile(
 
 #: parts of a variable name that mark a secret (split on ``_``; a part ending in TOKEN,
 #: KEY or SECRET, e.g. ``HF_TOKEN``, ``VLLM_API_KEY``, ``OPENAI_APIKEY``)
-_SECRET_PARTS = frozenset({"PASS", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "AUTH",
-                           "COOKIE", "PRIVATE", "PAT", "SIGNATURE"})
-_SECRET_SUFFIXES = ("TOKEN", "KEY", "SECRET", "KEYS", "TOKENS", "SECRETS")
-
 #: path variables a profile's ``${…}`` may use, besides ``VLLM_DYNO_*``
 EXPANDABLE_NAMES = frozenset({
     "HOME", "TMPDIR", "XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "HF_HOME",
@@ -72,16 +70,10 @@ _ALLOCATOR_RE = re.compile(r"^lib(?:tcmalloc(?:_minimal)?|jemalloc|mimalloc|iomp
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def secret_like(name: str) -> bool:
-    """True when ``name`` looks like it holds a token, key, password or other secret."""
-    parts = [p for p in name.upper().split("_") if p]
-    return any(p in _SECRET_PARTS or p.startswith("PASSW") or p.endswith(_SECRET_SUFFIXES) for p in parts)
-
-
 def env_problem(name: str) -> str | None:
     """Why a profile may not set ``name`` (None: it may). The reason names the kind."""
     up = name.upper()
-    if secret_like(name):
+    if is_secret_env_name(name):
         return "looks like a secret: set it in the environment you launch from, never in a shared file"
     if up.startswith(("LD_", "DYLD_")):
         return "a dynamic-loader variable: it loads code into the server"
@@ -191,7 +183,7 @@ def screen_env(env: Mapping[str, str], *, trusted: Mapping[str, str] | None = No
 
 def expansion_problem(name: str) -> str | None:
     """Why a profile's ``${name}`` is not expanded (None: it is). See the module docstring."""
-    if secret_like(name):
+    if is_secret_env_name(name):
         return (f"${{{name}}} looks like a secret: a profile never reads secrets from the environment "
                 "(they would end up on the command line and in the run store); write the value itself "
                 "or remove the reference")

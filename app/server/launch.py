@@ -18,16 +18,32 @@ class LaunchError(RuntimeError):
     """The server cannot be launched as configured; the message says why and how to fix it."""
 
 
+def _family(host: str) -> int:
+    """The address family of ``host``: AF_INET6 for an IPv6 address (``::``, ``::1``),
+    AF_INET otherwise (names are resolved by getaddrinfo). Raises LaunchError for a host
+    that does not resolve."""
+    try:
+        infos = socket.getaddrinfo(host or "127.0.0.1", None, type=socket.SOCK_STREAM)
+    except OSError as e:
+        raise LaunchError(f"host {host!r} does not resolve ({e}): give an address such as 127.0.0.1") from None
+    fams = [i[0] for i in infos]
+    return socket.AF_INET if socket.AF_INET in fams else fams[0]
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A TCP port that is free on ``host`` right now (the OS picks it); IPv4 or IPv6 as
+    the host is. Raises LaunchError when ``host`` cannot be bound at all."""
+    try:
+        with socket.socket(_family(host), socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            return s.getsockname()[1]
+    except OSError as e:
+        raise LaunchError(f"cannot bind {host}: {e}; give an address of this machine, e.g. 127.0.0.1") from None
 
 
 def check_port(host: str, port: int) -> None:
     """Raise LaunchError naming the port when something already listens on it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
         try:
             s.bind((host, port))
         except OSError as e:

@@ -117,9 +117,15 @@ class Supervisor:
     # ------------------------------------------------------------------ properties
     @property
     def url(self) -> str:
-        host = self.config.host
-        if host in ("0.0.0.0", "::", ""):
+        """Where the app reaches the server: loopback for a wildcard bind (``0.0.0.0``
+        → 127.0.0.1, ``::`` → [::1]), an IPv6 address in brackets."""
+        host = self.config.host or "0.0.0.0"
+        if host == "0.0.0.0":
             host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
         return f"http://{host}:{self.config.port}"
 
     @property

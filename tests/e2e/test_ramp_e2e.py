@@ -15,8 +15,9 @@ def _ramp(url: str, store: RunStore):
                     warmup_seconds=2, prompt_tokens=16, output_tokens=64, request_timeout=60)
     ctl = RunController(store=store)
     try:
+        # no telemetry: the knee is measured on an otherwise idle 2-core machine
         ctl.launch(LaunchTarget("attach", ServerConfig(model="tiny"), attach_url=url, attach_model="tiny",
-                                use_nvml=False))
+                                telemetry=False))
         res = ctl.ramp(spec, record=RecordSpec(name="e2e ramp"), timeout=300)
     finally:
         ctl.stop()
