@@ -77,6 +77,31 @@ def test_several_ramps_on_one_launch_and_several_launches(tmp_path):
         # telemetry ran on the first launch only, and its samples went to that launch's runs
         assert store.samples(runs[0]["id"]) and not store.samples(runs[2]["id"])
     assert len(ev.done) == 3 and [s.level for s in ev.levels] == [1.0, 1.0, 2.0, 2.0]
+    assert ev.states.count(State.STOPPING) == 2  # once per stop (the supervisor's own news is not repeated)
+
+
+def test_an_attached_sim_is_recorded_as_the_sim_with_its_cards_power(tmp_path):
+    """Attach mode (``vllm-dyno ramp``) against a simulated rig: the run is the sim's,
+    with its cards' telemetry (power, so J/token) from the rig's HTTP source."""
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        rig = RunController()
+        try:
+            rig.launch(LaunchTarget("sim", CFG, sim_args=RIG, telemetry=False))
+            assert rig.wait_ready(60), rig.failure_text
+            ctl = RunController(store=store)
+            try:
+                ctl.launch(LaunchTarget("attach", ServerConfig(model="q7"), attach_url=rig.url, use_nvml=False,
+                                        gpu_interval=0.1))
+                assert ctl.time_scale == K
+                out = ctl.ramp(_spec(ctl.url, [2]), record=RecordSpec(name="attached"), timeout=120)
+            finally:
+                ctl.close()
+        finally:
+            rig.close()
+        assert out.status == "done", out.stop_reason
+        run = store.get_run(out.run_id)
+        assert run["engine"] == "sim" and run["summary"]["gpu_count"] == 2
+        assert store.samples(out.run_id, name="power_w")
 
 
 def test_a_failed_launch_is_diagnosed_once_with_code_evidence_and_fix():

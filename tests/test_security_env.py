@@ -43,6 +43,9 @@ def _environ(pid: int) -> dict[str, str]:
     "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_CONF_FILE", "CUDA_INJECTION64_PATH", "VLLM_NCCL_SO_PATH",
     "VLLM_PLUGINS", "VLLM_CACHE_ROOT", "HF_ENDPOINT", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY",
     "HTTPS_PROXY", "SOME_RANDOM_NAME", "ld_preload", "Path",
+    # found by a trial: names that choose a file, folder or settings source the server reads or loads
+    "VLLM_LOGGING_CONFIG_PATH", "NCCL_DEBUG_FILE", "VLLM_CONFIG_ROOT", "VLLM_RPC_BASE_PATH", "HF_HOME",
+    "HF_HUB_CACHE", "CUDA_CACHE_PATH", "VLLM_TORCH_PROFILER_DIR", "TORCH_HOME", "VLLM_DYNO_OWNER",
 ])
 def test_loader_interpreter_and_unlisted_names_are_refused(name):
     assert env_problem(name) is not None
@@ -60,6 +63,33 @@ def test_loader_interpreter_and_unlisted_names_are_refused(name):
 def test_server_configuration_is_allowed(name):
     assert env_problem(name) is None
     assert screen_env({name: "1"}).env == {name: "1"}
+
+
+def test_an_allowed_name_may_not_carry_a_file_path():
+    """Whatever its name, a variable whose value is a path chooses what the server reads
+    or loads (vLLM's logging config file runs code through dictConfig's "()" factory)."""
+    for value in ("/tmp/trial/log.json", "~/x", "./x", "a/b"):
+        scr = screen_env({"VLLM_SOME_NEW_SETTING": value})
+        assert "VLLM_SOME_NEW_SETTING" in scr.refused and "file path" in scr.refused["VLLM_SOME_NEW_SETTING"][1]
+    assert screen_env({"VLLM_SOME_NEW_SETTING": "FLASH_ATTN"}).env == {"VLLM_SOME_NEW_SETTING": "FLASH_ATTN"}
+
+
+def test_a_logging_config_profile_is_refused_before_anything_runs(tmp_path, dyno_home, capsys):
+    """The trial's attack: a profile sets VLLM_LOGGING_CONFIG_PATH to a JSON whose filter
+    factory is os.system; `run` refuses it (exit 2) and nothing is executed."""
+    from app.cli import main
+
+    marker = tmp_path / "PWNED"
+    cfg = tmp_path / "log.json"
+    cfg.write_text('{"version": 1, "filters": {"x": {"()": "os.system", "command": "id > %s"}}}' % marker)
+    prof = tmp_path / "logcfg.yaml"
+    prof.write_text("name: logcfg\nengine: sim\nsim: {gpu: RTX 4090, count: 1, time_scale: 20}\n"
+                    "server: {model: Qwen/Qwen2.5-7B-Instruct}\n"
+                    f"env: {{VLLM_LOGGING_CONFIG_PATH: {cfg}}}\nramp: {{levels: [1], step_seconds: 5}}\n")
+    assert main(["run", str(prof)]) == 2
+    err = capsys.readouterr().err
+    assert "VLLM_LOGGING_CONFIG_PATH" in err and "--trust-env" in err
+    assert not marker.exists()
 
 
 def test_confirmation_is_for_the_exact_value():
@@ -116,7 +146,7 @@ def test_trusted_env_reaches_the_server_never_the_reaper(tmp_path):
     environment (its /proc environ has none of them) and marks the server as its own."""
     evil = {"LD_PRELOAD": str(tmp_path / "evil.so"), "PYTHONPATH": str(tmp_path / "evil"),
             "PATH": f"{tmp_path / 'evil'}:/usr/bin"}
-    env = dict(evil, VLLM_DYNO_TEST_MARK="allowlisted")
+    env = dict(evil, VLLM_TEST_MARK="allowlisted")
     prof = parse_profile(yaml.safe_dump(_sim_profile(env)))
     screened = screen_env(prof.env, trusted=evil).check()
     assert screened == env
@@ -129,7 +159,7 @@ def test_trusted_env_reaches_the_server_never_the_reaper(tmp_path):
         s_env, r_env = _environ(server), _environ(reaper)
         for k, v in env.items():
             assert s_env.get(k) == v, k
-        for k in ("LD_PRELOAD", "PYTHONPATH", "VLLM_DYNO_TEST_MARK"):
+        for k in ("LD_PRELOAD", "PYTHONPATH", "VLLM_TEST_MARK"):
             assert r_env.get(k) == os.environ.get(k), k
         assert r_env.get("PATH") == os.environ.get("PATH")
         assert s_env[OWNER_ENV] == f"{reaper}:{start_ticks(reaper)}" and OWNER_ENV not in r_env

@@ -108,3 +108,14 @@ def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) ->
         raise BadInput(f"invalid server options: {msgs}") from None
     except ConfigError as e:
         raise BadInput(str(e)) from None
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a duration in seconds > 0 (``--startup-timeout``, ``--grace``)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. 60") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds greater than 0, e.g. 60")
+    return v

@@ -13,8 +13,17 @@ import sys
 import threading
 from pathlib import Path
 
-from app.cli.common import (add_security_options, apply_api_key_file, config_from_args, err, fmt, level_table,
-                            print_exposure, write_or_print)
+from app.cli.common import (
+    add_security_options,
+    apply_api_key_file,
+    config_from_args,
+    err,
+    fmt,
+    level_table,
+    positive_seconds,
+    print_exposure,
+    write_or_print,
+)
 from app.config import add_server_options, exposure_problem
 from app.profiles.env_policy import CLI_FIX, EnvRefused, screen_env
 from app.profiles.io import ProfileError
@@ -209,7 +218,7 @@ def register(sub) -> None:
     x.add_argument("--levels", help="override the ramp's levels, e.g. 1,2,4")
     x.add_argument("--step-seconds", type=float, help="override the seconds per level")
     x.add_argument("--max-total-seconds", type=float, help="cap the whole ramp")
-    x.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for the server")
+    x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
     x.add_argument("--trust-env", action="store_true",
                    help="let the profile's env: set variables a shared profile may not set unconfirmed "

@@ -9,7 +9,14 @@ import signal
 import sys
 import threading
 
-from app.cli.common import add_security_options, apply_api_key_file, config_from_args, err, print_exposure
+from app.cli.common import (
+    add_security_options,
+    apply_api_key_file,
+    config_from_args,
+    err,
+    positive_seconds,
+    print_exposure,
+)
 from app.config import add_server_options, exposure_problem
 from app.run.events import RunListener, State
 
@@ -20,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_security_options(p)
     p.add_argument("--engine", choices=["vllm", "sim"], default="vllm")
     p.add_argument("--python", help="interpreter with vLLM installed (default: VLLM_DYNO_VLLM_PYTHON, .venv-vllm, python3)")
-    p.add_argument("--startup-timeout", type=float, default=900.0, help="seconds to wait for ready")
-    p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on stop")
+    p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for ready")
+    p.add_argument("--grace", type=positive_seconds, default=20.0, help="seconds between SIGTERM and SIGKILL on stop")
     p.add_argument("--quiet-log", action="store_true", help="do not echo the server's log")
     p.add_argument("--sim-gpu", help="sim: GPU catalog name, e.g. 'RTX 4090'")
     p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")

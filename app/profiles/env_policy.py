@@ -46,7 +46,18 @@ ALLOWED_PREFIXES = ("VLLM_", "NCCL_", "GLOO_", "CUDA_", "HF_", "TORCH_", "PYTORC
 #: exact names a profile may set: thread-pool sizes and tokenizer/transformers switches
 ALLOWED_NAMES = frozenset({
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM",
-    "TRANSFORMERS_OFFLINE", "HUGGINGFACE_HUB_CACHE",
+    "TRANSFORMERS_OFFLINE",
+})
+
+#: parts of an allowlisted name (split on ``_``) that make it name a file, a folder or a
+#: settings source: what it points to is read, written or loaded by the server, so a
+#: shared file may not choose it. E.g. ``VLLM_LOGGING_CONFIG_PATH`` (vLLM hands the file
+#: to ``logging.config.dictConfig``, whose ``"()"`` key calls any Python function:
+#: vllm/logger.py, _configure_vllm_root_logger), ``NCCL_DEBUG_FILE`` (a file NCCL
+#: writes), ``VLLM_CONFIG_ROOT``, ``VLLM_RPC_BASE_PATH``, ``HF_HOME``/``HF_HUB_CACHE``
+#: (where models are loaded from), ``CUDA_CACHE_PATH``, ``VLLM_TORCH_PROFILER_DIR``.
+RISKY_NAME_PARTS = frozenset({
+    "PATH", "PATHS", "FILE", "FILES", "DIR", "DIRS", "FOLDER", "ROOT", "HOME", "CACHE", "CONFIG", "LOCATION",
 })
 
 #: allowlisted prefixes that still load code, read a file of settings, redirect traffic or
@@ -82,7 +93,11 @@ def env_problem(name: str) -> str | None:
     if up in ("PATH", "PERL5LIB", "PERLLIB", "RUBYLIB", "NODE_OPTIONS", "BASH_ENV", "ENV", "IFS", "SHELLOPTS",
               "CDPATH", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES", "MALLOC_CONF", "TMPDIR", "HOME"):
         return "chooses which programs, libraries or shell start-up files run"
+    if up.startswith("VLLM_DYNO_"):
+        return "vLLM Dyno's own variable (e.g. the cleanup owner marker): set by the app, never by a profile"
     allowed = up in ALLOWED_NAMES or up.startswith(ALLOWED_PREFIXES)
+    if allowed and RISKY_NAME_PARTS & set(up.split("_")):
+        return "names a file, a folder or a settings source that the server reads, writes or loads"
     if allowed and _RISKY_NAME_RE.search(up):
         return "loads code, reads a settings file, points at compiled code or sends traffic elsewhere"
     if not allowed:
@@ -154,6 +169,16 @@ class EnvScreen:
         return dict(self.env)
 
 
+def value_problem(value: str) -> str | None:
+    """Why a profile may not give an allowed variable this ``value`` (None: it may): a
+    file path (``/…``, ``~…``, ``./…``) makes any variable choose what the server reads or
+    loads, whatever its name says."""
+    v = str(value).strip()
+    if "/" in v or v.startswith("~"):
+        return "its value is a file path: what it points to is read or loaded by the server"
+    return None
+
+
 def screen_env(env: Mapping[str, str], *, trusted: Mapping[str, str] | None = None,
                builtin: bool = False) -> EnvScreen:
     """Sort a profile's ``env`` into allowed, refused and (built-ins only) dropped keys.
@@ -166,7 +191,7 @@ def screen_env(env: Mapping[str, str], *, trusted: Mapping[str, str] | None = No
     trusted = trusted or {}
     out = EnvScreen()
     for k, v in env.items():
-        why = env_problem(k)
+        why = env_problem(k) or value_problem(v)
         if why is None or (k in trusted and trusted[k] == v):
             out.env[k] = v
         elif builtin and k == "LD_PRELOAD":

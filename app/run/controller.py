@@ -355,7 +355,7 @@ class RunController:
             self._set_state(State.FAILED, ch.reason)
             self._emit("on_launch_failed", ch.reason, diag)
             self._ready.set()
-        elif st == "stopping" and self.state != State.FAILED:
+        elif st == "stopping" and self.state not in (State.FAILED, State.STOPPING):
             self._set_state(State.STOPPING, ch.reason)
         elif st == "stopped" and self.state != State.FAILED:
             self._ready.set()
@@ -376,9 +376,9 @@ class RunController:
         cpu_build = sup is not None and sup.interpreter is not None and sup.interpreter.is_cpu_build
         gpu_source = None
         try:
-            if t.engine == "sim":
-                if sup is not None and at_ready:
-                    gpu_source = HttpGpuSource(sup.url)  # the rig serves its cards once it is up
+            if t.engine == "sim" or (t.engine == "attach" and self.sim_info):
+                if at_ready and self.url:
+                    gpu_source = HttpGpuSource(self.url)  # the rig serves its cards once it is up (attached too)
             elif t.use_nvml and not cpu_build:
                 gpu_source = NvmlSource(t.config.gpus, server_pgid=sup.pgid if sup else None)
             metrics_url = self.url if at_ready else None  # /metrics is served from ready on
