@@ -135,7 +135,7 @@ def test_the_window_asks_before_launching_beyond_loopback(qtbot, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
     from widgets.main_window import MainWindow
-    from widgets.run_adapter import LaunchRequest
+    from app.run.controller import LaunchTarget
 
     w = MainWindow()
     qtbot.addWidget(w)
@@ -147,7 +147,7 @@ def test_the_window_asks_before_launching_beyond_loopback(qtbot, monkeypatch):
             return result
         return q
 
-    req = LaunchRequest(engine="sim", config=ServerConfig(model="m", host="0.0.0.0"))
+    req = LaunchTarget(engine="sim", config=ServerConfig(model="m", host="0.0.0.0"))
     monkeypatch.setattr(QMessageBox, "question", staticmethod(answer(QMessageBox.No)))
     assert w.confirm_exposure(req) is None
     assert "0.0.0.0" in asked[-1] and "no API key" in asked[-1]
@@ -155,7 +155,7 @@ def test_the_window_asks_before_launching_beyond_loopback(qtbot, monkeypatch):
     ok = w.confirm_exposure(req)
     assert ok is not None and ok.expose and ok.config.host == "0.0.0.0"
     n = len(asked)
-    local = LaunchRequest(engine="sim", config=ServerConfig(model="m"))
+    local = LaunchTarget(engine="sim", config=ServerConfig(model="m"))
     assert w.confirm_exposure(local) is local and len(asked) == n  # loopback: no question
     w.close()
 

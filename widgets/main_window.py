@@ -41,7 +41,7 @@ from app.profiles.env_policy import screen_env
 from app.planner.models import catalog_ids
 from app.planner.plan import apply_fix
 from app.planner.versions import installed_version, rules_for
-from app.run.controller import RecordSpec
+from app.run.controller import LaunchTarget, RecordSpec
 from app.server.procs import end_leftovers, find_leftovers
 from app.settings import load_settings, save_settings
 from app.store import RunStore
@@ -58,7 +58,7 @@ from widgets.profile_manager import ProfileManager
 from widgets.ramp_panel import RampPanel
 from widgets.results import CurvesView, ResultsTable
 from widgets.rig_state import RigState
-from widgets.run_adapter import ATTACHED, LaunchRequest, RunAdapter
+from widgets.run_adapter import ATTACHED, RunAdapter
 from widgets.settings_dialog import SettingsDialog
 from widgets.tasks import run_in_background
 
@@ -594,7 +594,7 @@ class MainWindow(QMainWindow):
         self.state_label.setToolTip(reason or state)
 
     # ------------------------------------------------------------------ launch / stop
-    def build_request(self) -> LaunchRequest:
+    def build_request(self) -> LaunchTarget:
         """What Launch starts: the state's configuration (raises ValueError naming the
         field while the form does not validate)."""
         self._form_changed()
@@ -602,7 +602,7 @@ class MainWindow(QMainWindow):
         if cfg is None:
             raise ValueError(self.state.config_error or "the form is not complete")
         eng = self.config.engine_key()
-        return LaunchRequest(
+        return LaunchTarget(
             engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng == "sim" else [],
             python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
@@ -630,7 +630,7 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.dashboard if req.engine == "attach" else self.log_pane)
         self._update_controls()
 
-    def confirm_exposure(self, req: LaunchRequest) -> LaunchRequest | None:
+    def confirm_exposure(self, req: LaunchTarget) -> LaunchTarget | None:
         """A host beyond loopback (0.0.0.0, ::, a LAN address) is launched only when the
         user confirms it in a dialog that shows the real addresses and warns when no API
         key is set (issue 15, item 4); returns the request with ``expose`` set, the

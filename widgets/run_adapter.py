@@ -26,8 +26,6 @@ log = logging.getLogger(__name__)
 #: the states the window shows (the core's)
 IDLE, ATTACHED = State.IDLE.value, State.ATTACHED.value
 
-#: what the window launches: the core's launch target
-LaunchRequest = LaunchTarget
 
 
 class _ToQt(RunListener):
