@@ -122,6 +122,10 @@ def _check(rec, exp):
         np.testing.assert_allclose(rec.itl, exp["itl_s"], atol=TOL)
     if "output_tokens" in exp:
         assert rec.output_tokens == exp["output_tokens"]
+    if "e2e_s" in exp:
+        assert rec.e2e == pytest.approx(exp["e2e_s"], abs=TOL)
+    if "tpot_s" in exp:
+        assert rec.tpot == pytest.approx(exp["tpot_s"], abs=TOL)
     if "output_tokens_source" in exp:
         assert rec.tokens_source == exp["output_tokens_source"]
 

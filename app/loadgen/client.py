@@ -170,7 +170,9 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     relative to it. ``timeout``: the whole request's limit. Returns the record with
     status ``ok``, ``http_<code>`` (the server's message in ``error``), ``timeout``,
     ``disconnected`` (connect failure, reset, stream ended without ``[DONE]``) or
-    ``server_error`` (error object mid-stream or an unreadable chunk).
+    ``server_error`` (error object mid-stream or an unreadable chunk). For a complete
+    stream ``e2e`` ends at the last output chunk (as ``vllm bench serve``), not at
+    ``[DONE]``; for a failed one, when the failure was seen.
     """
     mono = time.monotonic
     parser = SSEParser()
@@ -227,6 +229,13 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                 finally:
                     fed.close()
                 end = t_done if done else mono()
+                if status == "ok" and done and arrivals:
+                    # e2e (and so TPOT) ends at the last output chunk, as ``vllm bench
+                    # serve`` measures it: a usage-only final chunk or the [DONE] marker
+                    # that follows is not a token (vllm/benchmarks/lib/
+                    # endpoint_request_func.py @ 0.32.0: ``output.latency =
+                    # most_recent_timestamp - st``, advanced only by chunks with choices)
+                    end = arrivals[-1]
                 if status == "ok" and not done:
                     status, error = STATUS_DISCONNECTED, "the stream ended without [DONE]"
     except (asyncio.TimeoutError, TimeoutError):

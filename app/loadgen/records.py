@@ -8,7 +8,8 @@ clock's jitter) — one per streamed chunk that carried output.
 Definitions follow ``vllm bench serve`` (vllm/benchmarks/serve.py):
 TTFT = first output chunk − send; ITL = gaps between consecutive output chunks (per
 chunk, so a chunk holding k tokens is one gap); TPOT = (e2e − TTFT) / (output tokens − 1)
-(per token); e2e = end of stream − send.
+(per token); e2e = last output chunk − send (vLLM's ``latency``: a usage-only final
+chunk or ``[DONE]`` after it does not count).
 """
 from __future__ import annotations
 
@@ -33,7 +34,9 @@ class RequestRecord:
 
     ``level_idx``: index of the ramp level; ``level``: its concurrency (or rate, req/s).
     ``t_start``: send time (session-clock s). ``ttft``: s, None when no output chunk
-    arrived (undefined, not 0). ``e2e``: s until the stream ended or failed.
+    arrived (undefined, not 0). ``e2e``: s until the last output chunk of a complete
+    stream (``vllm bench serve``'s latency: a trailing usage chunk or ``[DONE]`` does not
+    count), or until a failed request failed.
     ``chunk_offsets``: float32 s after ``t_start`` of each output chunk.
     ``prompt_tokens``/``output_tokens``: from the server's usage chunk when sent
     (``tokens_source`` = ``server_usage``), else output tokens = output chunks counted
