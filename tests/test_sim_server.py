@@ -338,7 +338,7 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
                            timeout=120)
         assert r.returncode == 0, r.stdout + r.stderr
         assert "time scale 10" in r.stdout
-        row = [l for l in r.stdout.splitlines() if re.match(r"^\s+1\s+\d+\s+0\s", l)][0].split()
+        row = [l for l in r.stdout.splitlines() if re.match(r"^\s+1\s+\d+\s+0%\s", l)][0].split()
         tpot_p50_ms = float(row[7])
         assert 10 < tpot_p50_ms < 100, r.stdout
         from app.store import RunStore

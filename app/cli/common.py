@@ -83,17 +83,47 @@ def fmt(v, nd: int = 1, scale: float = 1.0) -> str:
     return "—" if v is None else f"{v * scale:.{nd}f}"
 
 
-def level_table(levels: list[dict]) -> str:
-    """The per-level table printed by ``run`` and ``runs show`` (ms for latencies)."""
-    head = f"{'level':>6} {'out tok/s':>10} {'req/s':>7} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p99':>9} " \
-           f"{'ITL p99':>8} {'fail':>6}  SLO"
-    lines = [head, "-" * len(head)]
+#: beside a p99 judged on fewer than app.loadgen.capacity.P99_MIN_REQUESTS requests
+FEW_MARK = "†"
+#: what the table's columns count (printed under it)
+TABLE_LEGEND = ("reqs: requests sent in the measuring window (the latencies are theirs), fail: of those;\n"
+                "out tok/s: output tokens that arrived in the window; req/s: requests that ended in it.")
+
+
+def level_table(levels: list[dict], *, slo: bool = True) -> str:
+    """The one per-level table (``ramp``, ``run``, ``runs show``): ``levels`` are StepStats
+    dicts (StepStats.model_dump() or RunStore.levels rows); latencies in ms, e2e in s. A
+    p99 from fewer than P99_MIN_REQUESTS requests carries :data:`FEW_MARK`, a level that
+    measured a start-up transient ``*`` (both explained under the table). ``slo``: show
+    the SLO column (False when the run had no SLO: "ok" would mean nothing)."""
+    # deferred: app.cli.common is imported by every command; the capacity module only by those that print levels
+    from app.loadgen.capacity import P99_MIN_REQUESTS
+
+    head = (f"{'level':>7} {'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'p99 ms':>7} "
+            f"{'TPOT p50':>8} {'p99 ms':>7} {'ITL p50':>7} {'e2e p99 s':>9}" + ("  SLO" if slo else ""))
+    lines = [head]
+    few_any = unsteady = False
     for d in levels:
-        slo = "broken: " + "; ".join(d.get("slo_broken") or []) if d.get("slo_broken") else "ok"
-        lines.append(f"{d['level']:>6g} {fmt(d.get('output_tps')):>10} {fmt(d.get('rps'), 2):>7} "
-                     f"{fmt(d.get('ttft_p50'), 0, 1e3):>7}ms {fmt(d.get('ttft_p99'), 0, 1e3):>7}ms "
-                     f"{fmt(d.get('tpot_p99'), 1, 1e3):>7}ms {fmt(d.get('itl_p99'), 1, 1e3):>6}ms "
-                     f"{(d.get('failure_rate') or 0) * 100:>5.1f}%  {slo}")
+        n_ok = d.get("n_ok")
+        few = FEW_MARK if n_ok is not None and n_ok < P99_MIN_REQUESTS else ""
+        few_any = few_any or bool(few)
+        mark = "*" if d.get("steady") is False else ""
+        unsteady = unsteady or bool(mark)
+        level = f"{d['level']:g}" + ("/s" if d.get("mode") == "rate" else "") + mark
+        p99 = (lambda v, nd=0: "—" if v is None else fmt(v, nd, 1e3) + few)
+        e2e = "—" if d.get("e2e_p99") is None else fmt(d["e2e_p99"], 2) + few
+        row = (f"{level:>7} {d.get('n_measured', '—'):>5} {(d.get('failure_rate') or 0) * 100:>4.0f}% "
+               f"{fmt(d.get('output_tps')):>9} {fmt(d.get('rps'), 2):>6} {fmt(d.get('ttft_p50'), 0, 1e3):>8} "
+               f"{p99(d.get('ttft_p99')):>7} {fmt(d.get('tpot_p50'), 1, 1e3):>8} {p99(d.get('tpot_p99'), 1):>7} "
+               f"{fmt(d.get('itl_p50'), 1, 1e3):>7} {e2e:>9}")
+        if slo:
+            row += "  " + ("broken: " + "; ".join(d["slo_broken"]) if d.get("slo_broken") else "met")
+        lines.append(row)
+    lines.append(TABLE_LEGEND)
+    if few_any:
+        lines.append(f"{FEW_MARK} p99 from fewer than {P99_MIN_REQUESTS} requests (one or none above it)")
+    if unsteady:
+        lines.append("* the level's window was shorter than its median request: a start-up transient")
     return "\n".join(lines)
 
 

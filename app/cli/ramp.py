@@ -15,7 +15,8 @@ import time
 
 from pydantic import ValidationError
 
-from app.cli.common import add_security_options, apply_api_key_file
+from app.cli.common import add_security_options, apply_api_key_file, level_table
+from app.loadgen.capacity import slo_text
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats
 from app.run.events import RunListener
@@ -32,6 +33,19 @@ def register(sub) -> None:
     g.add_argument("--levels", help="concurrency levels, e.g. 1,2,4,8,16")
     g.add_argument("--max-level", type=int, help="geometric levels 1,2,4,… up to this")
     g.add_argument("--rate", help="open-loop mode: Poisson request rates in req/s, e.g. 0.5,1,2,4")
+    g.add_argument("--find-capacity", action="store_true",
+                   help="find the most concurrent users that meet the SLO (--slo-…): probe 1, 2, 4 … then bisect")
+    g.add_argument("--find-rate", action="store_true",
+                   help="open loop: find the highest Poisson request rate (req/s) that meets the SLO")
+    p.add_argument("--start", type=float, help="capacity search: first level probed (default 1 user, 1 req/s)")
+    p.add_argument("--max-users", type=float, default=1024.0,
+                   help="capacity search: highest level it may probe (default %(default)g)")
+    p.add_argument("--resolution", type=float, default=0.10,
+                   help="capacity search: stop within this fraction (default %(default)g) or 1 user / 0.1 req/s")
+    p.add_argument("--repeat", type=int, default=1, help="capacity search: run it N times (mean and spread)")
+    p.add_argument("--min-requests", type=int,
+                   help="capacity search: completed requests each level is judged on (default 100: a p99 from "
+                        "fewer is marked); --step-seconds is then the time cap (default 300)")
     p.add_argument("--max-concurrency", type=int, help="rate mode: cap on requests in flight")
     p.add_argument("--step-seconds", type=float, help="measured seconds per level (default 20 unless "
                                                       "--requests-per-level is given)")
@@ -49,6 +63,7 @@ def register(sub) -> None:
     p.add_argument("--slo-ttft-p99", type=float, help="stop after a level whose TTFT p99 exceeds this (s)")
     p.add_argument("--slo-tpot-p99", type=float, help="… TPOT p99 (s/token)")
     p.add_argument("--slo-e2e-p99", type=float, help="… end-to-end p99 (s)")
+    p.add_argument("--slo-failure-rate", type=float, help="… failure rate, a fraction (0.01 = 1 %%)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write summary + steps as JSON here")
     p.add_argument("--csv", help="write the steps table as CSV here")
@@ -71,8 +86,28 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "prompt_tokens": parse_length(a.prompt_tokens), "output_tokens": parse_length(a.output_tokens),
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
                 "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
-                "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99},
+                "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
+                        "failure_rate": a.slo_failure_rate},
                 "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency}
+    search = a.find_capacity or a.find_rate
+    if not search:
+        for opt, val, default in (("--start", a.start, None), ("--repeat", a.repeat, 1),
+                                  ("--min-requests", a.min_requests, None)):
+            if val != default:
+                raise ValueError(f"{opt} is an option of the capacity search: add --find-capacity or --find-rate")
+    else:
+        if a.requests_per_level is not None and a.min_requests is not None:
+            raise ValueError("--min-requests and --requests-per-level set the same floor: give one")
+        if all(v is None for v in (a.slo_ttft_p99, a.slo_tpot_p99, a.slo_e2e_p99, a.slo_failure_rate)):
+            raise ValueError("a capacity search needs an SLO to judge levels on: give --slo-ttft-p99, "
+                             "--slo-tpot-p99, --slo-e2e-p99 and/or --slo-failure-rate")
+        kw["requests_per_level"] = a.min_requests or a.requests_per_level or 100
+        kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 300.0
+        kw["search"] = {"start": a.start or 1.0, "max_level": a.max_users, "resolution": a.resolution,
+                        "repeat": a.repeat}
+        if a.find_rate:
+            kw["mode"] = "rate"
+        return RampSpec(**kw)
     if a.step_seconds is not None or a.requests_per_level is None:
         kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 20.0
     else:
@@ -94,22 +129,6 @@ def _ms(v: float | None) -> str:
 
 def _fmt_level(st: StepStats) -> str:
     return f"{st.level:g}" + ("/s" if st.mode == "rate" else "")
-
-
-HEADER = (f"{'level':>7} {'reqs':>5} {'fail':>4} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'p99 ms':>7} "
-          f"{'TPOT p50':>8} {'p99 ms':>7} {'ITL p50':>7} {'e2e p99 s':>9}")
-#: what the columns count (printed under the table)
-LEGEND = ("reqs: requests sent in the measuring window (the latencies are theirs), fail: of those;\n"
-          "out tok/s: output tokens that arrived in the window; req/s: requests that ended in it.")
-
-
-def table_row(st: StepStats) -> str:
-    fails = st.n_measured - st.n_ok
-    e2e = "-" if st.e2e_p99 is None else f"{st.e2e_p99:.2f}"
-    level = _fmt_level(st) + ("*" if not st.steady else "")
-    return (f"{level:>7} {st.n_measured:>5} {fails:>4} {st.output_tps:>9.1f} {st.rps:>6.2f} "
-            f"{_ms(st.ttft_p50):>8} {_ms(st.ttft_p99):>7} {_ms(st.tpot_p50):>8} {_ms(st.tpot_p99):>7} "
-            f"{_ms(st.itl_p50):>7} {e2e:>9}")
 
 
 class _Progress:
@@ -161,17 +180,17 @@ class _Progress:
             self.out.flush()
 
 
-def print_result(res, out=sys.stdout) -> None:
-    """The final table, the knee and the stop reason."""
+def print_result(res, out=sys.stdout, *, slo: bool = True) -> None:
+    """The final table, the knee, a capacity search's answer and the stop reason."""
     if res.steps:
-        out.write("\n" + HEADER + "\n")
-        for st in res.steps:
-            out.write(table_row(st) + "\n")
-        out.write(LEGEND + "\n")
+        out.write("\n" + level_table([st.model_dump() for st in res.steps], slo=slo) + "\n")
         for st in res.steps:
             if not st.steady:
                 out.write(f"* {st.unsteady_reason}\n")
     out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
+    cap = getattr(res, "capacity", None)
+    if cap is not None:
+        out.write(f"capacity: {cap.sentence}\n")
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
 
 
@@ -233,8 +252,15 @@ def run(a: argparse.Namespace) -> int:
         if k != 1.0:
             print(f"simulated rig at time scale {k:g}: durations, times and rates are in rig seconds "
                   f"(a {spec.step_seconds or 0:g} s step takes {(spec.step_seconds or 0) / k:.3g} s of wall time)")
-        levels = ", ".join(f"{x:g}" for x in spec.levels)
-        print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
+        if spec.search is not None:
+            sr = spec.search
+            print(f"capacity search ({'users' if spec.mode == 'concurrency' else 'req/s'} from {sr.start:g} up to "
+                  f"{sr.max_level:g}, {sr.repeat} repeat{'s' if sr.repeat > 1 else ''}) at "
+                  f"{slo_text(spec.slo.model_dump(exclude_none=True))}, ≥ {spec.requests_per_level} requests a level "
+                  f"(cap {spec.step_seconds:g} s) against {spec.url}{spec.endpoint}")
+        else:
+            levels = ", ".join(f"{x:g}" for x in spec.levels)
+            print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
         record = None if a.no_store else RecordSpec(name=f"ramp {spec.url}")
         try:
             ctl.start_ramp(spec, record=record, safety=safety)
@@ -251,7 +277,7 @@ def run(a: argparse.Namespace) -> int:
     if res.status == "error":
         print(f"vllm-dyno ramp: {res.error}", file=sys.stderr)
         return 2 if not res.records else 1
-    print_result(res)
+    print_result(res, slo=not spec.slo.is_empty())
     if res.run_id is not None:
         print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
     try:

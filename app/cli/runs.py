@@ -60,7 +60,8 @@ def cmd_runs(a: argparse.Namespace) -> int:
                 if cap.get("kv_cache_tokens") is not None:
                     print(f"  KV cache: {cap['kv_cache_tokens']:,} tokens; max concurrency "
                           f"{cap.get('max_concurrency')}")
-                print(level_table(r["levels"]))
+                slo = ((r.get("spec") or {}).get("slo") or {})
+                print(level_table(r["levels"], slo=any(v is not None for v in slo.values())))
                 knee = s.get("knee")
                 if knee:
                     print(f"knee at {knee['level']:g}")
@@ -174,7 +175,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         return err("the session ended without a result (see the log above)")
     print()
     if res.steps:
-        print(level_table([st.model_dump() for st in res.steps]))
+        print(level_table([st.model_dump() for st in res.steps], slo=not p.ramp.slo.is_empty()))
     if res.knee:
         print(res.knee.describe())
     print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))

@@ -18,6 +18,7 @@ from typing import Callable
 
 import aiohttp
 
+from app.loadgen.capacity import level_met, search_levels
 from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample
 from app.loadgen.records import RequestRecord
@@ -78,7 +79,20 @@ class Ramp:
             self.req_timeout = aiohttp.ClientTimeout(total=spec.request_timeout, sock_connect=min(10.0, spec.request_timeout))
             self.ramp_start = time.monotonic()
             status, reason = "done", "all levels done"
-            for idx, level in enumerate(spec.levels):
+            judged: list[tuple[int, float, bool]] = []  # a capacity search's (repeat, level, met)
+            idx = 0
+            while True:
+                repeat = 0
+                if spec.search is not None:
+                    nxt = search_levels(spec.search, judged, spec.mode)
+                    if nxt is None:
+                        reason = "capacity search done"
+                        break
+                    repeat, level = nxt
+                elif idx < len(spec.levels):
+                    level = spec.levels[idx]
+                else:
+                    break
                 if self.abort.is_set():
                     status, reason = "aborted", "aborted"
                     break
@@ -86,11 +100,17 @@ class Ramp:
                     status, reason = "stopped", f"max_total_seconds {spec.max_total_seconds:g} s reached"
                     break
                 st = await self._level(idx, level)
+                st.repeat = repeat
+                idx += 1
                 self.steps.append(st)
                 self.emit_event({"type": "level_end", "stats": st.model_dump(mode="json")})
                 if st.stop_reason == "aborted":
                     status, reason = "aborted", "aborted"
                     break
+                if spec.search is not None and st.stop_reason != "total_cap":
+                    # a search judges the level and goes on: breaking the SLO is its answer
+                    judged.append((repeat, level, level_met(st, spec.slo)))
+                    continue
                 if st.stop_reason == "failure_rate":
                     kinds = ", ".join(f"{k} {v}" for k, v in sorted(st.failures.items())) or "none measured"
                     status, reason = "failed", (f"level {level:g}: failure rate passed {spec.max_failure_rate:.0%} "
@@ -123,6 +143,11 @@ class Ramp:
         cap = self.ramp_start + spec.max_total_seconds if spec.max_total_seconds else math.inf
         stop = asyncio.Event()
         state = {"reason": None, "issued": 0, "done_measured": 0, "last_measured_end": None}
+        quota = spec.requests_per_level
+        if quota is not None and spec.search is not None and spec.mode == "concurrency":
+            # a search judges a level at full load: with fewer requests than twice its
+            # users, most would run while the level drains
+            quota = max(quota, 2 * int(level))
         self.emit_event({"type": "level_start", "idx": idx, "level": level, "mode": spec.mode,
                          "t": self.rel(t_level), "warmup_end": self.rel(w0)})
 
@@ -130,8 +155,8 @@ class Ramp:
             """Account for one more request; False when the level should stop sending."""
             if stop.is_set():
                 return False
-            if spec.requests_per_level is not None and time.monotonic() >= w0:
-                if state["issued"] >= spec.requests_per_level:
+            if quota is not None and time.monotonic() >= w0:
+                if state["issued"] >= quota:
                     state["reason"] = state["reason"] or "count"
                     stop.set()
                     return False

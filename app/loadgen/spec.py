@@ -33,19 +33,42 @@ def parse_length(text: str) -> Length:
 
 
 class SLO(BaseModel):
-    """Service-level objective; any subset of the three p99 bounds, seconds.
+    """Service-level objective; any subset of the three p99 bounds (seconds) and a
+    failure-rate bound (fraction of a level's measured requests, 0–1).
 
-    Broken at a level when that level's p99 exceeds a bound; a request "meets" the SLO
-    (for goodput) when its own TTFT, TPOT and e2e are within every bound set.
+    Broken at a level when that level's p99 exceeds a bound or its failure rate exceeds
+    ``failure_rate``; a request "meets" the SLO (for goodput) when it succeeded and its
+    own TTFT, TPOT and e2e are within every bound set.
     """
 
     model_config = ConfigDict(extra="forbid")
     ttft_p99: Optional[float] = Field(None, gt=0, description="TTFT p99 bound, s")
     tpot_p99: Optional[float] = Field(None, gt=0, description="TPOT p99 bound, s per token")
     e2e_p99: Optional[float] = Field(None, gt=0, description="end-to-end latency p99 bound, s")
+    failure_rate: Optional[float] = Field(None, ge=0, le=1, description="failure-rate bound, fraction 0–1")
 
     def is_empty(self) -> bool:
-        return self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None
+        return self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None and self.failure_rate is None
+
+
+class CapacitySearch(BaseModel):
+    """How a capacity search probes. ``start``: the first level (1, or the planner's
+    predicted users at SLO); ``max_level``: the highest level it may probe;
+    ``resolution``: stop when the bracket is within this fraction of ``lo``;
+    ``min_step``: … or within this many users (req/s in rate mode; None → 1 user or
+    0.1 req/s); ``repeat``: how many times the whole search runs."""
+
+    model_config = ConfigDict(extra="forbid")
+    start: float = Field(1.0, gt=0)
+    max_level: float = Field(1024.0, gt=0)
+    resolution: float = Field(0.10, ge=0, lt=1)
+    min_step: Optional[float] = Field(None, gt=0)
+    repeat: int = Field(1, ge=1, le=20)
+
+    def step(self, mode: str) -> float:
+        if self.min_step is not None:
+            return self.min_step
+        return 1.0 if mode == "concurrency" else 0.1
 
 
 class RampSpec(BaseModel):
@@ -66,6 +89,11 @@ class RampSpec(BaseModel):
     stops after a level that breaks the ``slo``; ``max_total_seconds`` caps the ramp.
     Knee rule: :func:`app.loadgen.stats.find_knee` with ``knee_gain`` and
     ``knee_ttft_ratio``.
+
+    Capacity search (``search`` set): the levels are chosen as the ramp goes
+    (:func:`app.loadgen.capacity.next_level`) — a level that breaks the SLO or passes
+    the failure rate does not stop it; ``requests_per_level`` is then the floor of
+    measured requests each level is judged on and ``step_seconds`` its time cap.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -93,6 +121,7 @@ class RampSpec(BaseModel):
     knee_gain: float = Field(0.15, ge=0, description="knee: throughput growth per doubling below this")
     knee_ttft_ratio: float = Field(1.5, ge=1, description="knee: TTFT p99 growth at least this")
     seed: int = 0
+    search: Optional[CapacitySearch] = Field(None, description="find the capacity instead of running fixed levels")
 
     @field_validator("url")
     @classmethod
@@ -117,7 +146,15 @@ class RampSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> "RampSpec":
-        if self.levels is None:
+        if self.search is not None:
+            # the levels come from the search as it goes (app.loadgen.capacity.next_level)
+            if self.mode == "concurrency" and (self.search.start != int(self.search.start)
+                                               or self.search.max_level != int(self.search.max_level)):
+                raise ValueError("search: a concurrency search starts and ends at whole numbers of users")
+            if self.search.start > self.search.max_level:
+                raise ValueError(f"search: start {self.search.start:g} is above max_level {self.search.max_level:g}")
+            self.levels = []
+        elif self.levels is None:
             if self.max_level is None:
                 raise ValueError("no levels: give levels (e.g. [1, 2, 4, 8]) or max_level (geometric 1, 2, 4 … N)")
             n, lv = 1, []
@@ -126,7 +163,7 @@ class RampSpec(BaseModel):
                 n *= 2
             lv.append(float(self.max_level))
             self.levels = lv
-        if not self.levels:
+        if not self.levels and self.search is None:
             raise ValueError("levels is empty: give at least one level")
         for x in self.levels:
             if self.mode == "concurrency" and (x < 1 or x != int(x)):
@@ -142,6 +179,9 @@ class RampSpec(BaseModel):
     @property
     def largest_level(self) -> int:
         """The most requests ever in flight (concurrency) or the cap (rate; 1024 if none)."""
+        if self.search is not None:
+            top = self.search.max_level
+            return int(top) if self.mode == "concurrency" else (self.max_concurrency or 1024)
         if self.mode == "concurrency":
             return int(max(self.levels))
         return self.max_concurrency or 1024
@@ -154,8 +194,9 @@ class RampSpec(BaseModel):
     def planned_seconds(self) -> float | None:
         """How long the ramp runs if no level stops early: levels × (warm-up + step), s,
         capped by ``max_total_seconds``; the drain of in-flight requests at each level's
-        end comes on top. None when levels end by request count (``step_seconds`` None)."""
-        if self.step_seconds is None:
+        end comes on top. None when levels end by request count (``step_seconds`` None)
+        or a capacity search chooses them (``search``): then the cap, if any."""
+        if self.step_seconds is None or self.search is not None:
             return self.max_total_seconds
         total = len(self.levels) * (self.warmup_seconds + self.step_seconds)
         return min(total, self.max_total_seconds) if self.max_total_seconds else total
@@ -177,12 +218,18 @@ def spec_to_wall(spec: RampSpec, k: float, *, durations: bool = True) -> RampSpe
     """A RampSpec written in rig seconds → the one the load generator runs against a sim
     ``k``× faster than the wall clock: the SLO bounds ÷ k (:func:`slo_to_wall`) and, with
     ``durations``, ``step_seconds``, ``warmup_seconds``, ``request_timeout`` and
-    ``max_total_seconds`` ÷ k too (the GUI's ramp form is all in rig seconds; ``vllm-dyno
-    ramp`` and the headless session keep their durations in wall seconds and pass
-    ``durations=False``). ``k == 1`` returns ``spec`` unchanged."""
+    ``max_total_seconds`` ÷ k too (every front end writes its spec in rig seconds; the run
+    controller converts it). In rate mode the levels, and a search's levels, × k: they are
+    requests per rig second. ``k == 1`` returns ``spec`` unchanged."""
     if k == 1.0:
         return spec
     upd: dict = {"slo": slo_to_wall(spec.slo, k)}
+    if spec.mode == "rate":  # a rig rate of r req/s is r·k req/s of wall time
+        upd["levels"] = [x * k for x in spec.levels]
+        if spec.search is not None:
+            sr = spec.search
+            upd["search"] = sr.model_copy(update={"start": sr.start * k, "max_level": sr.max_level * k,
+                                                  "min_step": sr.step("rate") * k})
     if durations:
         upd.update(warmup_seconds=spec.warmup_seconds / k, request_timeout=spec.request_timeout / k)
         for f in ("step_seconds", "max_total_seconds"):

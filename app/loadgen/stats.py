@@ -67,6 +67,7 @@ class StepStats(BaseModel):
     failure_rate: float = 0.0
     slo_broken: list[str] = []
     steady: bool = True
+    repeat: int = 0  # a capacity search's repeat that probed this level
 
     @property
     def slo_met(self) -> bool:
@@ -171,13 +172,16 @@ _BREACH = re.compile(r"^(\w+) (\S+) s > (\S+) s$")
 
 
 def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
-    """Human-readable list of the SLO bounds a level broke, e.g. ``["ttft_p99 0.81 s > 0.5 s"]``."""
+    """Human-readable list of the SLO bounds a level broke, e.g. ``["ttft_p99 0.81 s > 0.5 s",
+    "failure_rate 12.0% > 5.0%"]``."""
     out = []
     for name in ("ttft_p99", "tpot_p99", "e2e_p99"):
         bound = getattr(slo, name)
         val = getattr(st, name)
         if bound is not None and val is not None and val > bound:
             out.append(_breach(name, val, bound))
+    if slo.failure_rate is not None and st.n_measured and st.failure_rate > slo.failure_rate:
+        out.append(f"failure_rate {st.failure_rate:.1%} > {slo.failure_rate:.1%}")
     return out
 
 
@@ -286,6 +290,8 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
         return st
     upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
     upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
+    if st.mode == "rate":  # the level is a request rate: per wall second → per rig second
+        upd["level"] = st.level / k
     if st.slo_broken:  # "ttft_p99 0.757 s > 0.5 s" (wall) → "ttft_p99 3.03 s > 2 s" (rig)
         msgs = []
         for m in st.slo_broken:
@@ -293,6 +299,22 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
             msgs.append(_breach(g[1], float(g[2]) * k, float(g[3]) * k) if g else m)
         upd["slo_broken"] = msgs
     return st.model_copy(update=upd)
+
+
+def records_to_rig(records: Sequence[RequestRecord], k: float) -> list[RequestRecord]:
+    """Requests timed on the wall clock → rig seconds for a sim ``k``× faster (send time,
+    TTFT, e2e and chunk offsets × k; a rate level ÷ k is not needed: records keep the
+    level they were sent at only as a label). ``k == 1`` returns them as a list."""
+    if k == 1.0:
+        return list(records)
+    out = []
+    for r in records:
+        out.append(RequestRecord(
+            level_idx=r.level_idx, level=r.level, t_start=r.t_start * k,
+            ttft=None if r.ttft is None else r.ttft * k, e2e=None if r.e2e is None else r.e2e * k,
+            prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, tokens_source=r.tokens_source,
+            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32)))
+    return out
 
 
 def knee_to_rig(knee: Knee | None, k: float) -> Knee | None:

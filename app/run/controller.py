@@ -40,7 +40,8 @@ from app.config import ServerConfig, exposure_problem
 from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
 from app.loadgen.spec import spec_to_wall
-from app.loadgen.stats import Knee, StepStats, find_knee, rig_stop_reason, to_rig_time
+from app.loadgen.capacity import Capacity, capacity_of
+from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_stop_reason, to_rig_time
 from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
@@ -132,6 +133,7 @@ class RampOutcome:
     summary: dict[str, Any] | None = None
     records: list = field(default_factory=list)
     time_scale: float = 1.0
+    capacity: Capacity | None = None
 
     @property
     def ok(self) -> bool:
@@ -646,8 +648,12 @@ class RunController:
             reason = r.abort_reason
         reason = rig_stop_reason(status, reason, steps)
         knee = find_knee(steps, r.spec.knee_gain, r.spec.knee_ttft_ratio)
+        capacity = None
+        if r.spec.search is not None and steps and status in OK_STATUSES:
+            capacity = capacity_of(steps, records_to_rig(res.records, k), r.spec.slo, r.spec.search, r.spec.mode,
+                                   {s.idx: s.repeat for s in steps}, seed=r.spec.seed)
         return RampOutcome(status, reason, error=res.error, model=res.model, steps=steps, knee=knee,
-                           records=list(res.records), time_scale=k)
+                           records=list(res.records), time_scale=k, capacity=capacity)
 
     # ------------------------------------------------------------------ energy
     def energy(self, st: StepStats) -> LevelEnergy:

@@ -1,0 +1,290 @@
+"""Capacity search: the largest concurrency (or request rate) that meets the SLO.
+
+The search probes upward from ``start`` by doubling until a level breaks the SLO (or
+``max_level`` is reached), downward by halving when ``start`` itself breaks, then
+bisects between the last level that met the SLO (``lo``) and the first that broke it
+(``hi``) until ``hi − lo ≤ max(min_step, resolution × lo)`` — by default within 10 %
+or one user. Each probed level is judged on its own measured requests; a level ends
+once it has sent ``RampSpec.requests_per_level`` measured requests (the floor, default
+100: a p99 from fewer is marked as such) or after ``step_seconds`` (the cap).
+
+The capacity's interval comes from a bootstrap over each probed level's requests
+(:func:`met_probability`): ``users_low`` is the largest probed level at or below the
+capacity that meets the SLO in ≥ 95 % of the resamples, ``users_high`` the value just
+below the smallest probed level above it that breaks it in ≥ 95 %. With repeats, the
+search runs again from ``start`` each time; the capacity is the mean of the repeats'
+and its interval spans theirs.
+
+The same next-level rule serves GuideLLM-style open-loop searches (``mode: rate``,
+levels in requests/s). Units: users (requests in flight) or requests/s, seconds.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import SLO, CapacitySearch
+from app.loadgen.stats import StepStats, slo_breaches
+
+#: a p99 judged on fewer requests than this is marked as such (100 samples put one
+#: request above the 99th percentile)
+P99_MIN_REQUESTS = 100
+
+#: bootstrap resamples per level, and the confidence that makes a level surely met
+#: (or surely broken) for the capacity's interval
+BOOTSTRAP_RESAMPLES = 400
+CONFIDENCE = 0.95
+
+
+def _snap(x: float, mode: str) -> float:
+    """A level as the ramp runs it: whole users in concurrency mode, 3 significant
+    digits of req/s in rate mode."""
+    if mode == "concurrency":
+        return float(max(1, int(x)))
+    return float(f"{x:.3g}")
+
+
+def next_level(search: CapacitySearch, history: Sequence[tuple[float, bool]], mode: str = "concurrency") -> float | None:
+    """The next level to probe given ``history`` (``(level, met)`` in the order probed,
+    this repeat only), or None when the search is done."""
+    if not history:
+        return _snap(min(search.start, search.max_level), mode)
+    probed = {lv for lv, _ in history}
+    broke = [lv for lv, met in history if not met]
+    hi = min(broke, default=None)
+    lo = max((lv for lv, met in history if met and (hi is None or lv < hi)), default=None)
+    floor = _snap(search.step(mode), mode) if mode == "rate" else 1.0
+    if hi is None:  # everything probed met the SLO: go up
+        top = max(probed)
+        if top >= search.max_level:
+            return None
+        nxt = _snap(min(top * 2, search.max_level), mode)
+        return nxt if nxt not in probed else None
+    if lo is None:  # even the lowest probed level broke it: go down
+        if hi <= floor:
+            return None
+        nxt = _snap(max(floor, hi / 2), mode)
+        return nxt if nxt not in probed and nxt < hi else None
+    if hi - lo <= max(search.step(mode), search.resolution * lo):
+        return None
+    nxt = _snap((lo + hi) / 2, mode)
+    return nxt if lo < nxt < hi and nxt not in probed else None
+
+
+def search_levels(search: CapacitySearch, judged: Iterable[tuple[int, float, bool]], mode: str) -> tuple[int, float] | None:
+    """The next ``(repeat, level)`` given every judged level so far as ``(repeat,
+    level, met)``, or None when the last repeat is done."""
+    hist: dict[int, list[tuple[float, bool]]] = {}
+    for rep, lv, met in judged:
+        hist.setdefault(rep, []).append((lv, met))
+    rep = max(hist, default=0)
+    while rep < search.repeat:
+        nxt = next_level(search, hist.get(rep, []), mode)
+        if nxt is not None:
+            return rep, nxt
+        rep += 1
+    return None
+
+
+# --------------------------------------------------------------------------- judging
+def judged_requests(st: StepStats, records: Sequence[RequestRecord]) -> list[RequestRecord]:
+    """The requests level ``st`` is judged on: those of its index sent inside its
+    measuring window (app.loadgen.stats: "measured requests")."""
+    return [r for r in records if r.level_idx == st.idx and st.window_start <= r.t_start <= st.window_end]
+
+
+def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
+                    resamples: int = BOOTSTRAP_RESAMPLES) -> float | None:
+    """The fraction of bootstrap resamples (with replacement, same size) of one level's
+    judged requests whose p99s and failure rate meet ``slo`` — how sure the verdict
+    "met" is. None without requests. Percentiles as app.loadgen.stats (numpy linear)."""
+    n = len(recs)
+    if not n:
+        return None
+    ok = np.array([r.ok for r in recs], dtype=bool)
+    nan = float("nan")
+    cols = {"ttft_p99": np.array([r.ttft if r.ok and r.ttft is not None else nan for r in recs]),
+            "tpot_p99": np.array([t if r.ok and (t := r.tpot) is not None else nan for r in recs]),
+            "e2e_p99": np.array([r.e2e if r.ok and r.e2e is not None else nan for r in recs])}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n))
+    met = np.ones(resamples, dtype=bool)
+    for name, col in cols.items():
+        bound = getattr(slo, name)
+        if bound is None:
+            continue
+        p = np.nanpercentile(col[idx], 99, axis=1) if np.isfinite(col).any() else np.full(resamples, nan)
+        met &= ~(p > bound)  # a resample with no value for it does not break it
+    if slo.failure_rate is not None:
+        met &= (1.0 - ok[idx].mean(axis=1)) <= slo.failure_rate
+    return float(met.mean())
+
+
+class CapacityLevel(BaseModel):
+    """One probed level: ``users`` its concurrency (req/s in rate mode), ``met`` whether
+    it met the SLO, ``requests`` the completed requests judged, ``few_requests`` True
+    when that is below :data:`P99_MIN_REQUESTS`, ``met_probability`` the bootstrap's
+    confidence in "met", ``repeat`` which repeat probed it, ``stats`` its StepStats."""
+
+    users: float
+    met: bool
+    requests: int
+    few_requests: bool
+    met_probability: Optional[float] = None
+    repeat: int = 0
+    breaches: list[str] = []
+    stats: dict
+
+
+class Capacity(BaseModel):
+    """The answer of a capacity search, in rig units. ``users``: the largest level that
+    met the SLO (mean over repeats; 0 when even the lowest level broke it);
+    ``users_low``/``users_high``: its interval; ``output_tps``, ``ttft_p99``,
+    ``tpot_p99``, ``e2e_p99`` (s) and ``requests`` of that level (the last repeat's);
+    ``limited_by``: what broke the SLO at the next level up (``ttft``, ``tpot``,
+    ``e2e``, ``failures``) or ``max_level`` when nothing did; ``next_users``: the
+    lowest level that broke it; ``spread``: the repeats' standard deviation;
+    ``sentence``: one line; ``levels``: every probed level."""
+
+    mode: str = "concurrency"
+    users: float
+    users_low: float
+    users_high: float
+    next_users: Optional[float] = None
+    output_tps: Optional[float] = None
+    ttft_p99: Optional[float] = None
+    tpot_p99: Optional[float] = None
+    e2e_p99: Optional[float] = None
+    requests: int = 0
+    few_requests: bool = False
+    limited_by: str = ""
+    repeats: int = 1
+    repeat_users: list[float] = []
+    spread: Optional[float] = None
+    slo: dict = {}
+    sentence: str = ""
+    levels: list[CapacityLevel] = []
+
+
+def _limited_by(st: StepStats | None, slo: SLO) -> str:
+    if st is None:
+        return "max_level"
+    kinds = [b.split(" ", 1)[0].replace("_p99", "").replace("failure_rate", "failures") for b in st.slo_broken]
+    if st.stop_reason == "failure_rate" or (slo.failure_rate is not None and st.failure_rate > slo.failure_rate):
+        kinds.append("failures")
+    return ", ".join(dict.fromkeys(kinds)) or "failures"
+
+
+def level_met(st: StepStats, slo: SLO) -> bool:
+    """Whether a probed level met every bound of ``slo``, its failure rate included."""
+    if st.slo_broken or slo_breaches(st, slo):
+        return False
+    if st.stop_reason == "failure_rate":
+        return False
+    return slo.failure_rate is None or st.failure_rate <= slo.failure_rate
+
+
+def fmt_users(x: float, mode: str = "concurrency") -> str:
+    if mode == "rate":
+        return f"{x:.3g} req/s"
+    return f"{x:.1f}".rstrip("0").rstrip(".") + (" user" if x == 1 else " users")
+
+
+def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], slo: SLO,
+                search: CapacitySearch, mode: str = "concurrency",
+                repeats_of: dict[int, int] | None = None, seed: int = 0) -> Capacity:
+    """The capacity from a finished search: ``steps`` (in the units the SLO is written
+    in), the requests they were judged on (``records``, matched by ``level_idx``) and
+    ``repeats_of`` (StepStats.idx → repeat; None → all repeat 0)."""
+    repeats_of = repeats_of or {}
+    levels: list[CapacityLevel] = []
+    by_rep: dict[int, list[tuple[StepStats, CapacityLevel]]] = {}
+    for st in steps:
+        recs = judged_requests(st, records)
+        met = level_met(st, slo)
+        n = st.n_ok
+        lv = CapacityLevel(users=st.level, met=met, requests=n, few_requests=n < P99_MIN_REQUESTS,
+                           met_probability=met_probability(recs, slo, seed=seed + st.idx),
+                           repeat=repeats_of.get(st.idx, 0), breaches=list(st.slo_broken),
+                           stats=st.model_dump(mode="json"))
+        levels.append(lv)
+        by_rep.setdefault(lv.repeat, []).append((st, lv))
+    step = search.step(mode)
+    caps, lows, highs = [], [], []
+    best_st: StepStats | None = None
+    next_st: StepStats | None = None
+    for rep in sorted(by_rep):
+        pairs = by_rep[rep]
+        broke = [(st, lv) for st, lv in pairs if not lv.met]
+        hi = min(broke, key=lambda p: p[1].users, default=None)
+        below = [(st, lv) for st, lv in pairs if lv.met and (hi is None or lv.users < hi[1].users)]
+        lo = max(below, key=lambda p: p[1].users, default=None)
+        cap = lo[1].users if lo else 0.0
+        sure_met = [lv.users for _, lv in pairs
+                    if lv.users <= cap and lv.met and (lv.met_probability is None or lv.met_probability >= CONFIDENCE)]
+        low = max(sure_met, default=0.0)
+        above = sorted((lv for _, lv in pairs if lv.users > cap), key=lambda lv: lv.users)
+        sure_broke = [lv.users for lv in above
+                      if not lv.met and lv.met_probability is not None and lv.met_probability <= 1 - CONFIDENCE]
+        if sure_broke:
+            high = sure_broke[0] - step
+        elif above:
+            high = above[-1].users
+        else:
+            high = cap
+        caps.append(cap)
+        lows.append(min(low, cap))
+        highs.append(max(high, cap))
+        best_st = lo[0] if lo else None
+        next_st = hi[0] if hi else None
+    users = float(np.mean(caps)) if caps else 0.0
+    if mode == "concurrency" and len(caps) == 1:
+        users = caps[0]
+    cap = Capacity(
+        mode=mode, users=users, users_low=min(lows, default=0.0), users_high=max(highs, default=0.0),
+        next_users=next_st.level if next_st else None,
+        output_tps=best_st.output_tps if best_st else None, ttft_p99=best_st.ttft_p99 if best_st else None,
+        tpot_p99=best_st.tpot_p99 if best_st else None, e2e_p99=best_st.e2e_p99 if best_st else None,
+        requests=best_st.n_ok if best_st else 0, few_requests=bool(best_st and best_st.n_ok < P99_MIN_REQUESTS),
+        limited_by=_limited_by(next_st, slo), repeats=len(caps), repeat_users=caps,
+        spread=float(np.std(caps, ddof=1)) if len(caps) > 1 else None,
+        slo=slo.model_dump(exclude_none=True), levels=levels)
+    cap.sentence = capacity_sentence(cap)
+    return cap
+
+
+def slo_text(slo: dict) -> str:
+    """``{"ttft_p99": 2, "tpot_p99": 0.1}`` → ``TTFT p99 ≤ 2 s and TPOT p99 ≤ 100 ms``."""
+    parts = []
+    for k, name in (("ttft_p99", "TTFT p99"), ("tpot_p99", "TPOT p99"), ("e2e_p99", "e2e p99")):
+        v = slo.get(k)
+        if v is not None:
+            parts.append(f"{name} ≤ {v * 1e3:.0f} ms" if v < 1 else f"{name} ≤ {v:g} s")
+    if slo.get("failure_rate") is not None:
+        parts.append(f"failures ≤ {slo['failure_rate'] * 100:g} %")
+    return " and ".join(parts) or "no SLO"
+
+
+def capacity_sentence(c: Capacity) -> str:
+    """The search's answer in one line (the verdict adds the rig, the model and flags)."""
+    what = fmt_users(c.users, c.mode)
+    if c.users <= 0:
+        return f"No level met {slo_text(c.slo)}: even the lowest level probed broke it ({c.limited_by})."
+    s = f"{what} at {slo_text(c.slo)}"
+    if c.users_low != c.users or c.users_high != c.users:
+        s += f" ({c.users_low:g}–{c.users_high:g}"
+        s += f", {c.repeats} repeats)" if c.repeats > 1 else ")"
+    elif c.repeats > 1:
+        s += f" ({c.repeats} repeats)"
+    if c.output_tps is not None:
+        s += f" — {c.output_tps:.0f} output tok/s"
+    if c.limited_by == "max_level":
+        s += "; every level probed met it (the search's max_level was reached)"
+    elif c.next_users is not None:
+        s += f"; {fmt_users(c.next_users, c.mode)} broke it ({c.limited_by})"
+    if c.few_requests:
+        s += f"; p99 from {c.requests} requests (< {P99_MIN_REQUESTS})"
+    return s + "."

@@ -1,0 +1,192 @@
+"""Capacity search (issue 17, item 1): the next-level rule, the judgement and interval of
+each probed level, and the whole search through the run controller against the
+simulated rig and through `vllm-dyno ramp --find-capacity`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from app.config import ServerConfig
+from app.loadgen.capacity import capacity_of, met_probability, next_level, search_levels
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec, spec_to_wall
+from app.loadgen.stats import compute_step_stats, records_to_rig, to_rig_time
+
+
+def walk(search: CapacitySearch, capacity: float, mode: str = "concurrency") -> list[float]:
+    """The levels the search probes against a server whose true capacity is ``capacity``."""
+    hist: list[tuple[float, bool]] = []
+    while (nxt := next_level(search, hist, mode)) is not None:
+        assert nxt not in [lv for lv, _ in hist], f"probed {nxt} twice: {hist}"
+        hist.append((nxt, nxt <= capacity))
+        assert len(hist) < 40
+    return [lv for lv, _ in hist]
+
+
+def test_doubling_then_bisect_to_ten_percent_or_one_user():
+    s = CapacitySearch()
+    assert walk(s, 14) == [1, 2, 4, 8, 16, 12, 14, 15]
+    assert walk(s, 1) == [1, 2]
+    assert walk(s, 0) == [1]  # even one user breaks it: capacity 0
+    lv = walk(s, 100)
+    assert lv[:8] == [1, 2, 4, 8, 16, 32, 64, 128]
+    met = max(x for x in lv if x <= 100)
+    broke = min(x for x in lv if x > 100)
+    assert broke - met <= max(1, 0.1 * met)
+    for cap in range(0, 300, 7):  # the answer is always bracketed to the resolution
+        lv = walk(s, cap)
+        met = max((x for x in lv if x <= cap), default=0)
+        broke = min((x for x in lv if x > cap), default=None)
+        assert met <= cap and (broke is None or broke - met <= max(1, 0.1 * met)), (cap, lv)
+
+
+def test_starts_from_a_prediction_and_halves_down_when_it_breaks():
+    s = CapacitySearch(start=24, max_level=256)
+    assert walk(s, 30)[:2] == [24, 48]
+    lv = walk(s, 5)
+    assert lv[:4] == [24, 12, 6, 3] and max(x for x in lv if x <= 5) == 5
+    assert walk(CapacitySearch(max_level=20), 1000) == [1, 2, 4, 8, 16, 20]  # stops at max_level: all met
+
+
+def test_rate_search_in_requests_per_second():
+    lv = walk(CapacitySearch(start=1, max_level=64), 5.3, mode="rate")
+    met = max(x for x in lv if x <= 5.3)
+    broke = min(x for x in lv if x > 5.3)
+    assert broke - met <= max(0.1, 0.1 * met) and met <= 5.3
+
+
+def test_repeats_restart_from_start():
+    s = CapacitySearch(repeat=2)
+    judged: list[tuple[int, float, bool]] = []
+    while (nxt := search_levels(s, judged, "concurrency")) is not None:
+        rep, lv = nxt
+        judged.append((rep, lv, lv <= 6))
+    assert [lv for rep, lv, _ in judged if rep == 0] == [lv for rep, lv, _ in judged if rep == 1] == [1, 2, 4, 8, 6, 7]
+
+
+def test_spec_validation_names_the_field():
+    with pytest.raises(ValidationError, match="whole numbers"):
+        RampSpec(search=CapacitySearch(start=1.5), slo=SLO(ttft_p99=1))
+    with pytest.raises(ValidationError, match="above max_level"):
+        RampSpec(search=CapacitySearch(start=64, max_level=8), slo=SLO(ttft_p99=1))
+    spec = RampSpec(search=CapacitySearch(start=2, max_level=64), mode="rate", requests_per_level=100,
+                    slo=SLO(ttft_p99=1))
+    assert spec.levels == [] and spec.planned_seconds is None
+    wall = spec_to_wall(spec, 10.0)  # a rig rate of 2 req/s is 20 req/s of wall time on a 10× sim
+    assert wall.search.start == 20 and wall.search.max_level == 640 and wall.search.min_step == pytest.approx(1.0)
+
+
+def _level(idx: int, users: float, ttfts: list[float], fail: int = 0, slo: SLO | None = None):
+    """A level from requests: one every 0.1 s, TTFT as given, 8 tokens 20 ms apart."""
+    recs = []
+    for i, t in enumerate(ttfts):
+        offs = (t + 0.02 * np.arange(8)).astype(np.float32)
+        recs.append(RequestRecord(level_idx=idx, level=users, t_start=100 * idx + 0.1 * i, ttft=t, e2e=float(offs[-1]),
+                                  output_tokens=8, chunk_offsets=offs))
+    for i in range(fail):
+        recs.append(RequestRecord(level_idx=idx, level=users, t_start=100 * idx + 0.05 + 0.1 * i, e2e=0.01,
+                                  status="http_500", error="boom"))
+    n = len(ttfts)
+    st = compute_step_stats(recs, idx=idx, level=users, mode="concurrency", t_start=100 * idx,
+                            t_end=100 * idx + 0.1 * n + 1, window_start=100 * idx,
+                            window_end=100 * idx + 0.1 * n + 1, slo=slo)
+    return st, recs
+
+
+def test_interval_from_the_bootstrap():
+    slo = SLO(ttft_p99=1.0)
+    rng = np.random.default_rng(3)
+    clear_met = list(rng.uniform(0.2, 0.5, 200))
+    # p99 just under the bound with a few requests near it: "met", but not surely
+    borderline = list(rng.uniform(0.3, 0.97, 196)) + [0.99, 0.995, 1.01, 1.02]
+    clear_broken = list(rng.uniform(0.5, 3.0, 200))
+    levels = [_level(0, 4, clear_met, slo=slo), _level(1, 8, clear_broken, slo=slo), _level(2, 6, borderline, slo=slo),
+              _level(3, 7, clear_broken, slo=slo)]
+    steps = [st for st, _ in levels]
+    recs = [r for _, rs in levels for r in rs]
+    assert steps[2].slo_met and not steps[1].slo_met
+    p = met_probability([r for r in recs if r.level_idx == 2], slo)
+    assert 0.05 < p < 0.95  # the bootstrap is unsure about the borderline level
+    assert met_probability([r for r in recs if r.level_idx == 0], slo) == 1.0
+    assert met_probability([r for r in recs if r.level_idx == 1], slo) == 0.0
+    cap = capacity_of(steps, recs, slo, CapacitySearch())
+    assert cap.users == 6 and cap.next_users == 7 and cap.limited_by == "ttft"
+    assert cap.users_low == 4 and cap.users_high == 6  # 6 is not surely met; 7 surely broken
+    assert cap.requests == 200 and not cap.few_requests
+    assert [lv.users for lv in cap.levels] == [4, 8, 6, 7] and [lv.met for lv in cap.levels] == [True, False, True, False]
+    assert "6 users at TTFT p99 ≤ 1 s (4–6)" in cap.sentence and "7 users broke it (ttft)" in cap.sentence
+
+
+def test_failure_rate_slo_and_few_requests():
+    slo = SLO(ttft_p99=2.0, failure_rate=0.05)
+    a = _level(0, 1, [0.3] * 40, slo=slo)
+    b = _level(1, 2, [0.3] * 40, fail=10, slo=slo)
+    assert b[0].slo_broken == ["failure_rate 20.0% > 5.0%"]
+    cap = capacity_of([a[0], b[0]], a[1] + b[1], slo, CapacitySearch())
+    assert cap.users == 1 and cap.limited_by == "failures" and cap.few_requests
+    assert "p99 from 40 requests (< 100)" in cap.sentence
+
+
+def test_records_to_rig_scales_times():
+    r = RequestRecord(level_idx=0, level=1, t_start=1.0, ttft=0.1, e2e=0.5, output_tokens=3,
+                      chunk_offsets=np.array([0.1, 0.3, 0.5], np.float32))
+    (g,) = records_to_rig([r], 10.0)
+    assert (g.t_start, g.ttft, g.e2e) == pytest.approx((10.0, 1.0, 5.0))
+    assert g.tpot == pytest.approx(2.0) and list(g.chunk_offsets) == pytest.approx([1.0, 3.0, 5.0])
+    st, _ = _level(0, 2.0, [0.1] * 5)
+    assert to_rig_time(st.model_copy(update={"mode": "rate"}), 10.0).level == pytest.approx(0.2)
+
+
+K = 10.0
+RIG = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "2", "--sim-time-scale", str(K), "--sim-seed", "1"]
+CFG = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", tensor_parallel_size=2, max_num_seqs=64,
+                   max_model_len=4096)
+
+
+def test_find_capacity_on_the_simulated_rig(tmp_path):
+    """`vllm-dyno ramp --find-capacity` against a simulated 2× RTX 4090 (10× time): the
+    capacity's level met the SLO, the next probed level broke it, ≥ 100 requests behind
+    every p99 judged."""
+    from app.run.controller import LaunchTarget, RunController
+
+    ctl = RunController()
+    try:
+        assert ctl.launch(LaunchTarget("sim", CFG, sim_args=RIG, telemetry=False)) == []
+        assert ctl.wait_ready(60), ctl.failure_text
+        out = tmp_path / "cap.json"
+        r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", ctl.url, "--find-capacity",
+                            "--slo-ttft-p99", "1", "--slo-tpot-p99", "0.05", "--warmup-seconds", "5",
+                            "--prompt-tokens", "512", "--output-tokens", "128", "--json", str(out), "--no-store"],
+                           capture_output=True, text=True, timeout=600)
+    finally:
+        ctl.stop()
+        ctl.close()
+    assert r.returncode == 0, r.stdout + r.stderr
+    cap = json.loads(out.read_text())["capacity"]
+    levels = cap["levels"]
+    met = [lv for lv in levels if lv["met"]]
+    broke = [lv for lv in levels if not lv["met"]]
+    assert cap["users"] == max(lv["users"] for lv in met) and cap["users"] >= 4
+    nxt = min(lv["users"] for lv in broke if lv["users"] > cap["users"])
+    assert nxt - cap["users"] <= max(1, 0.1 * cap["users"])  # bisected to the resolution
+    assert all(lv["requests"] >= 100 for lv in levels), [(lv["users"], lv["requests"]) for lv in levels]
+    assert cap["ttft_p99"] <= 1.0 and cap["tpot_p99"] <= 0.05 and cap["limited_by"]
+    assert cap["users_low"] <= cap["users"] <= cap["users_high"]
+    assert f"capacity: {cap['sentence']}" in r.stdout
+    for key in ("users", "users_low", "users_high", "output_tps", "ttft_p99", "tpot_p99", "requests", "limited_by",
+                "sentence", "levels"):
+        assert key in cap
+
+
+def test_cli_refuses_a_search_without_an_slo():
+    r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--find-capacity"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "needs an SLO" in r.stderr and "--slo-ttft-p99" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--levels", "1,2", "--repeat", "3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--find-capacity" in r.stderr
