@@ -17,7 +17,8 @@ from tests.loadgen_server import Script, ScriptedServer
 
 
 def spec(srv, **kw) -> RampSpec:
-    base = dict(url=srv.url, model="scripted", levels=[1], step_seconds=1.0, prompt_tokens=8, output_tokens=10)
+    base = dict(url=srv.url, model="scripted", levels=[1], step_seconds=1.0, prompt_tokens=8, output_tokens=10,
+                length_spread=0)  # exact lengths: these tests time known token counts
     base.update(kw)
     return RampSpec(**base)
 

@@ -73,12 +73,33 @@ def test_prompts_file(tmp_path):
 
 
 def test_request_body():
-    s = RampSpec(levels=[1], prompt_tokens=(5, 9), output_tokens=7, seed=3)
+    s = RampSpec(levels=[1], prompt_tokens=(5, 9), output_tokens=7, seed=3, length_spread=0)
     body, est, mx = RequestFactory(s, "tiny").next()
     b = json.loads(body)
     assert b["model"] == "tiny" and b["stream"] and b["ignore_eos"] and b["max_tokens"] == 7 == mx
     assert b["stream_options"] == {"include_usage": True}
     assert 5 <= len(b["prompt"].split()) == est <= 9
+    assert s.shape == "prompt 5–9, output 7 tokens (uniform, seed 3)"
+
+
+def test_single_lengths_vary_by_default_and_fixed_keeps_them():
+    """Issue 17 item 2: a single number is a ±25 % uniform range by default (closed-loop
+    users must not march in lockstep), seeded; length_spread 0 keeps it fixed."""
+    s = RampSpec(levels=[1], prompt_tokens=512, output_tokens=128, seed=5)
+    assert s.length_range("prompt_tokens") == (384, 640) and s.length_range("output_tokens") == (96, 160)
+    assert s.shape == "prompt 384–640, output 96–160 tokens (uniform, seed 5)"
+    f = RequestFactory(s, "m")
+    draws = [f.next() for _ in range(400)]
+    outs = [mx for _, _, mx in draws]
+    ins = [est for _, est, _ in draws]
+    assert min(outs) >= 96 and max(outs) <= 160 and len(set(outs)) > 40
+    assert min(ins) >= 384 and max(ins) <= 640 and abs(np.mean(outs) - 128) < 4
+    again = RequestFactory(s, "m")
+    assert [again.next()[2] for _ in range(400)] == outs  # the same seed, the same requests
+    fixed = RampSpec(levels=[1], prompt_tokens=512, output_tokens=128, length_spread=0)
+    assert {RequestFactory(fixed, "m").next()[2] for _ in range(20)} == {128}
+    assert fixed.shape == "prompt 512, output 128 tokens (fixed)"
+    assert RampSpec(levels=[1], output_tokens=2).length_range("output_tokens") == (2, 2)  # rounding keeps ≥ 1
 
 
 # ---- stats ----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
@@ -71,6 +72,11 @@ class RampPanel(QWidget):
         self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on")
         f.addRow("Prompt tokens", self.prompt)
         f.addRow("Output tokens", self.output)
+        self.vary = QCheckBox("Vary single lengths ±25 %")
+        self.vary.setChecked(True)
+        self.vary.setToolTip("A single count N is drawn uniformly from N·0.75 … N·1.25 (seeded), so users do not "
+                             "all prefill and finish together; unchecked: exactly N")
+        f.addRow("", self.vary)
         prow = QHBoxLayout()
         self.prompts_file = QLineEdit()
         self.prompts_file.setPlaceholderText("optional JSONL: {\"prompt\": …} or {\"messages\": […]} a line")
@@ -165,7 +171,8 @@ class RampPanel(QWidget):
             slo["tpot_p99"] = self.slo_tpot.value() / 1000
         kw.update(url=url, model=model or None, endpoint=self.endpoint.currentText(), step_seconds=self.step.value(),
                   warmup_seconds=self.warmup.value(), prompt_tokens=parse_length(self.prompt.text()),
-                  output_tokens=parse_length(self.output.text()), slo=slo)
+                  output_tokens=parse_length(self.output.text()), slo=slo,
+                  length_spread=0.25 if self.vary.isChecked() else 0.0)
         if self.prompts_file.text().strip():
             kw["prompts_file"] = self.prompts_file.text().strip()
         try:
@@ -186,6 +193,7 @@ class RampPanel(QWidget):
             val = ramp.get(key)
             if val is not None:
                 w.setText(f"{val[0]}-{val[1]}" if isinstance(val, (list, tuple)) else str(val))
+        self.vary.setChecked(float(ramp.get("length_spread", 0.25) or 0) > 0)
         slo = ramp.get("slo") or {}
         self.slo_ttft.setValue((slo.get("ttft_p99") or 0) * 1000)
         self.slo_tpot.setValue((slo.get("tpot_p99") or 0) * 1000)
@@ -204,6 +212,7 @@ class RampPanel(QWidget):
             d[key] = list(val) if isinstance(val, tuple) else val
         d["slo"] = {k: v for k, v in (("ttft_p99", self.slo_ttft.value() / 1000 or None),
                                       ("tpot_p99", self.slo_tpot.value() / 1000 or None)) if v}
+        d["length_spread"] = 0.25 if self.vary.isChecked() else 0.0
         d["endpoint"] = self.endpoint.currentText()
         if self.prompts_file.text().strip():
             d["prompts_file"] = self.prompts_file.text().strip()

@@ -86,8 +86,9 @@ def fmt(v, nd: int = 1, scale: float = 1.0) -> str:
 #: beside a p99 judged on fewer than app.loadgen.capacity.P99_MIN_REQUESTS requests
 FEW_MARK = "†"
 #: what the table's columns count (printed under it)
-TABLE_LEGEND = ("reqs: requests sent in the measuring window (the latencies are theirs), fail: of those;\n"
-                "out tok/s: output tokens that arrived in the window; req/s: requests that ended in it.")
+TABLE_LEGEND = ("TTFT, TPOT, ITL in ms, e2e in s; reqs: requests sent in the measuring window (the latencies\n"
+                "are theirs), fail: of those; out tok/s: output tokens that arrived in the window; req/s:\n"
+                "requests that ended in it.")
 
 
 def level_table(levels: list[dict], *, slo: bool = True) -> str:
@@ -99,8 +100,8 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
     # deferred: app.cli.common is imported by every command; the capacity module only by those that print levels
     from app.loadgen.capacity import P99_MIN_REQUESTS
 
-    head = (f"{'level':>7} {'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'p99 ms':>7} "
-            f"{'TPOT p50':>8} {'p99 ms':>7} {'ITL p50':>7} {'e2e p99 s':>9}" + ("  SLO" if slo else ""))
+    head = (f"{'level':>7} {'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'TTFT p99':>8} "
+            f"{'TPOT p50':>8} {'TPOT p99':>8} {'ITL p50':>7} {'e2e p99':>8}" + ("  SLO" if slo else ""))
     lines = [head]
     few_any = unsteady = False
     for d in levels:
@@ -114,8 +115,8 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
         e2e = "—" if d.get("e2e_p99") is None else fmt(d["e2e_p99"], 2) + few
         row = (f"{level:>7} {d.get('n_measured', '—'):>5} {(d.get('failure_rate') or 0) * 100:>4.0f}% "
                f"{fmt(d.get('output_tps')):>9} {fmt(d.get('rps'), 2):>6} {fmt(d.get('ttft_p50'), 0, 1e3):>8} "
-               f"{p99(d.get('ttft_p99')):>7} {fmt(d.get('tpot_p50'), 1, 1e3):>8} {p99(d.get('tpot_p99'), 1):>7} "
-               f"{fmt(d.get('itl_p50'), 1, 1e3):>7} {e2e:>9}")
+               f"{p99(d.get('ttft_p99')):>8} {fmt(d.get('tpot_p50'), 1, 1e3):>8} {p99(d.get('tpot_p99'), 1):>8} "
+               f"{fmt(d.get('itl_p50'), 1, 1e3):>7} {e2e:>8}")
         if slo:
             row += "  " + ("broken: " + "; ".join(d["slo_broken"]) if d.get("slo_broken") else "met")
         lines.append(row)

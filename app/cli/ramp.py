@@ -52,8 +52,13 @@ def register(sub) -> None:
     p.add_argument("--requests-per-level", type=int, help="measured requests per level")
     p.add_argument("--warmup-seconds", type=float, default=0.0, help="seconds per level left out of the statistics")
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    p.add_argument("--prompt-tokens", default="512", help="prompt length in tokens: N or LOW-HIGH (default 512)")
-    p.add_argument("--output-tokens", default="128", help="output length in tokens: N or LOW-HIGH (default 128)")
+    p.add_argument("--prompt-tokens", default="512",
+                   help="prompt length in tokens: N (varied ±25 %%, see --fixed-lengths) or LOW-HIGH (default 512)")
+    p.add_argument("--output-tokens", default="128",
+                   help="output length in tokens: N (varied ±25 %%) or LOW-HIGH (default 128)")
+    p.add_argument("--fixed-lengths", action="store_true",
+                   help="send exactly --prompt-tokens/--output-tokens (default: a single number N varies "
+                        "uniformly within ±25 %% of N, seeded, so users do not march in lockstep)")
     p.add_argument("--prompts-file", help="JSONL file, one {\"prompt\": …} or {\"messages\": […]} per line")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=float, default=0.0)
@@ -84,6 +89,7 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
     kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
                 "endpoint": "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions",
                 "prompt_tokens": parse_length(a.prompt_tokens), "output_tokens": parse_length(a.output_tokens),
+                "length_spread": 0.0 if a.fixed_lengths else 0.25,
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
                 "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
@@ -261,6 +267,7 @@ def run(a: argparse.Namespace) -> int:
         else:
             levels = ", ".join(f"{x:g}" for x in spec.levels)
             print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
+        print(f"requests: {spec.shape}")
         record = None if a.no_store else RecordSpec(name=f"ramp {spec.url}")
         try:
             ctl.start_ramp(spec, record=record, safety=safety)

@@ -44,7 +44,7 @@ def to_json(result: RampResult, spec: RampSpec | None = None, time_scale: float 
     ready for json.dump (times in s). ``time_scale``:
     the sim's k when the steps are in rig seconds (``summary.time_scale``; 1 otherwise)."""
     out = {"spec": spec.model_dump(mode="json") if spec else None,
-           "summary": {**summary(result), "time_scale": time_scale},
+           "summary": {**summary(result), "time_scale": time_scale, "shape": spec.shape if spec else None},
            "steps": [s.model_dump(mode="json") for s in result.steps]}
     capacity = getattr(result, "capacity", None)
     if capacity is not None:  # a capacity search's answer (app.loadgen.capacity.Capacity)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import random
 
-from app.loadgen.spec import Length, RampSpec, load_prompts
+from app.loadgen.spec import RampSpec, load_prompts
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her they this have had not are but "
@@ -40,8 +40,9 @@ def calibration_sample(seed: int = 0, words: int = 400) -> str:
     return " ".join(random.Random(seed).choices(_WORDS, k=words))
 
 
-def _draw(rng: random.Random, n: Length) -> int:
-    return n if isinstance(n, int) else rng.randint(n[0], n[1])
+def _draw(rng: random.Random, lo_hi: tuple[int, int]) -> int:
+    lo, hi = lo_hi
+    return lo if lo == hi else rng.randint(lo, hi)
 
 
 class RequestFactory:
@@ -69,13 +70,13 @@ class RequestFactory:
                 text = " ".join(str(m.get("content", "")) for m in p["messages"] if isinstance(m, dict))
                 return p["messages"], max(1, len(text.split()))
             return p["prompt"], max(1, len(p["prompt"].split()))
-        n = _draw(self.rng, self.spec.prompt_tokens)
+        n = _draw(self.rng, self.spec.length_range("prompt_tokens"))
         words = self.rng.choices(_WORDS, k=max(1, round(n / self.tokens_per_word)))
         return " ".join(words), n
 
     def next(self) -> tuple[bytes, int, int]:
         prompt, est = self._prompt()
-        max_tokens = _draw(self.rng, self.spec.output_tokens)
+        max_tokens = _draw(self.rng, self.spec.length_range("output_tokens"))
         body: dict = {"model": self.model, "stream": True, "max_tokens": max_tokens,
                       "temperature": self.spec.temperature, "stream_options": {"include_usage": True}}
         if self.spec.ignore_eos:

@@ -110,6 +110,9 @@ class RampSpec(BaseModel):
     warmup_seconds: float = Field(0.0, ge=0)
     prompt_tokens: Length = 512
     output_tokens: Length = 128
+    length_spread: float = Field(0.25, ge=0, lt=1, description=(
+        "a single-number length is drawn uniformly within ±this fraction of it (0: fixed); "
+        "a LOW-HIGH range is used as given"))
     prompts_file: Optional[Path] = Field(None, description="JSONL, one {\"prompt\": …} or {\"messages\": […]} a line")
     ignore_eos: bool = True
     temperature: float = Field(0.0, ge=0)
@@ -175,6 +178,32 @@ class RampSpec(BaseModel):
         if self.prompts_file is not None:
             load_prompts(self.prompts_file)  # raises with the line number
         return self
+
+    def length_range(self, name: str) -> tuple[int, int]:
+        """The uniform range (inclusive, tokens) that ``prompt_tokens`` or
+        ``output_tokens`` (``name``) is drawn from: a LOW-HIGH range as given; a single
+        number n → n·(1 ± length_spread), rounded, at least 1 (n itself when the spread
+        is 0). Closed-loop users with equal lengths march in lockstep — every request
+        prefills and ends together — which no real workload does."""
+        v = getattr(self, name)
+        if isinstance(v, tuple):
+            return v
+        lo = max(1, round(v * (1 - self.length_spread)))
+        return lo, max(lo, round(v * (1 + self.length_spread)))
+
+    @property
+    def shape(self) -> str:
+        """The request shape in words, recorded with every result: ``prompt 384–640,
+        output 96–160 tokens (uniform, seed 0)``, ``… (fixed)`` or ``prompts from FILE``."""
+        def one(name: str) -> str:
+            lo, hi = self.length_range(name)
+            return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+        fixed = all(lo == hi for lo, hi in (self.length_range("prompt_tokens"), self.length_range("output_tokens")))
+        how = "fixed" if fixed else f"uniform, seed {self.seed}"
+        if self.prompts_file is not None:
+            return f"prompts from {Path(self.prompts_file).name}, output {one('output_tokens')} tokens ({how})"
+        return f"prompt {one('prompt_tokens')}, output {one('output_tokens')} tokens ({how})"
 
     @property
     def largest_level(self) -> int:

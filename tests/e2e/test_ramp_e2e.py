@@ -27,7 +27,9 @@ def _ramp(url: str, store: RunStore):
               f"TPOT p50 {st.tpot_p50 * 1e3:.1f} ms, n={st.n_measured}")
     assert res.status == "done", res.stop_reason
     assert all(st.failures == {} and st.n_ok > 0 for st in res.steps)
-    assert all(r.tokens_source == "server_usage" and r.output_tokens == 64 for r in res.records)
+    # the default shape: 64 output tokens ±25 % (ignore_eos: the server sends exactly what was asked)
+    assert all(r.tokens_source == "server_usage" and 48 <= r.output_tokens <= 80 for r in res.records)
+    assert len({r.output_tokens for r in res.records}) > 10
     assert len(store.levels(rid)) == 5 and len(store.requests(rid)) == len(res.records)
     return res
 
