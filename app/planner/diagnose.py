@@ -159,10 +159,12 @@ def _r_platform_quant(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
 
 def _r_quant_mismatch(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     ckpt, given = m.group(1), m.group(2)
-    own = f" or give --quantization {ckpt}" if ckpt not in ("", "None") else ""
+    if ckpt in ("", "None"):  # a quantization_config without quant_method: "()" up to 0.11, "(None)" from 0.32
+        return (f"the checkpoint's quantization_config names no quant_method, so --quantization {given} does not "
+                f"match it. Drop --quantization.", {"quantization": None})
     return (f"the checkpoint is quantized with {ckpt} (its quantization_config) and --quantization {given} does not "
-            f"match it. Drop --quantization (vLLM reads the checkpoint's method and picks its fastest kernel){own}.",
-            {"quantization": None})
+            f"match it. Drop --quantization (vLLM reads the checkpoint's method and picks its fastest kernel) or "
+            f"give --quantization {ckpt}.", {"quantization": None})
 
 
 def _r_quant_no_config(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
