@@ -322,3 +322,22 @@ def test_awq_on_volta_has_no_option_fix(tmp_path):
         assert "Minimum capability: 75. Current capability: 70." in f.message
     fixed = apply_fix(ServerConfig(model="m", quantization="awq"), {"quantization": None})
     assert fixed.quantization is None
+
+
+def test_the_sim_refuses_as_vllm_and_the_diagnosis_reads_it(tmp_path):
+    """The sim (vLLM 0.32's rules) refuses what the plan calls an error, with vLLM's sentence,
+    and the diagnosis names the same problem from that sentence."""
+    from app.planner.diagnose import diagnose
+    from app.sim import model_adapter as ma
+
+    awq = checkpoint(tmp_path, AWQ, name="awq")
+    with pytest.raises(ma.Refusal) as r:
+        ma.plan_rig(ServerConfig(model=str(tmp_path / "awq"), quantization="gptq"), "RTX 4090", 1)
+    assert "model config (awq) does not match" in r.value.text and awq.quant_method == "awq"
+    assert diagnose([r.value.text]).problem == "quantization_mismatch"
+    checkpoint(tmp_path, SCHEMES["W4A4-MXFP4"], name="mxfp4")  # compressed_tensors_w4a4_mxfp4.py: 80
+    with pytest.raises(ma.Refusal) as r:
+        ma.plan_rig(ServerConfig(model=str(tmp_path / "mxfp4")), "T4", 1)
+    assert r.value.text == ("RuntimeError: Quantization scheme is not supported for the current GPU. Min capability: "
+                            "80. Current capability: 75.")
+    assert diagnose([r.value.text]).problem == "quantization_unsupported_by_gpu"
