@@ -164,7 +164,8 @@ def test_version_rules():
     assert rules_for("0.32.0+cpu").default_utilization == 0.92
     assert rules_for(None).version == newest_known() == "0.33"
     assert "swap-space" in rules_for("0.32.0").removed_options and not rules_for("0.11.0").removed_options
-    assert "gguf" not in rules_for("0.33.1").quantization_methods and "gguf" in rules_for("0.32.0").quantization_methods
+    # QuantizationMethods in vllm/model_executor/layers/quantization/__init__.py: gguf up to 0.11.0, gone in 0.32.0
+    assert "gguf" not in rules_for("0.32.0").quantization_methods and "gguf" in rules_for("0.11.0").quantization_methods
     r = rules_for("0.32.0")
     assert r.batch_defaults(31.8, "RTX 5090") == (256, 2048)
     assert r.batch_defaults(79.2, "H100 SXM") == (1024, 8192)

@@ -8,7 +8,11 @@ no longer shows the problem and has no error the unfixed one did not have — me
 included.
 
 Problem codes (stable): not_enough_gpus, tp_not_divisor_of_heads, pp_partition_invalid,
-quantization_unknown, quantization_unsupported_by_gpu, dtype_unsupported_by_gpu,
+quantization_unknown, quantization_mismatch (``--quantization`` does not fit the checkpoint's
+quantization_config, or needs one the checkpoint lacks), quantization_unsupported_by_gpu
+(the method, or a compressed-tensors scheme of the checkpoint, needs a higher compute
+capability), quantization_weight_only_fallback (verdict ok: information that vLLM runs
+the quantization on its slower weight-only path on these cards), dtype_unsupported_by_gpu,
 dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num_seqs,
 max_model_len_exceeds_model, not_enough_free_vram, no_kv_cache_memory,
 context_exceeds_kv_cache, request_exceeds_max_model_len, cuda_graph_oom_risk,
@@ -121,21 +125,158 @@ def check_quantization_known(p: "Plan") -> Finding | None:
                    f"(\"Unknown quantization method: {q}\").", candidates=[{"quantization": None}])
 
 
-def check_quantization_capability(p: "Plan") -> Finding | None:
-    q = p.effective.quantization
-    if not q:
-        return None
-    need = p.rules.min_capability(q)
+def _lowest_card(p: "Plan"):
     gpus = [g for g in p.cards if g.kind != "cpu"]
-    if need is None or not gpus:
+    return min(gpus, key=lambda g: g.capability) if gpus else None
+
+
+def quantization_mismatch(p: "Plan") -> str | None:
+    """vLLM's refusal when ``--quantization`` does not fit the checkpoint, else None.
+
+    A checkpoint whose quantization_config names method A accepts A, the values
+    :meth:`VllmRules.accepts_for_checkpoint` lists for A, and nothing else:
+    "Quantization method specified in the model config (A) does not match the
+    quantization method specified in the `quantization` argument (B)."
+    (vllm/config/model.py ``ModelConfig._verify_quantization``; vllm/config.py in
+    0.10.0). A checkpoint without quantization_config (its folder read) accepts the
+    online methods, or a method whose own config file lies beside config.json; else
+    "Cannot find the config file for B" (model_loader/weight_utils.py
+    ``get_quant_config``). An unknown value is :func:`check_quantization_known`'s."""
+    q, m = p.config.quantization, p.model
+    if not q or q not in p.rules.quantization_methods:
         return None
-    low = min(gpus, key=lambda g: g.capability)
-    if low.capability >= need:
+    low = _lowest_card(p)
+    cpu = any(g.kind == "cpu" for g in p.cards)
+    if m.quant_method:
+        cc = low.capability if low is not None else None
+        if p.rules.accepts_for_checkpoint(m.quant_method, q, cc, cpu):
+            return None
+        return (f"Quantization method specified in the model config ({m.quant_method}) does not match the "
+                f"quantization method specified in the `quantization` argument ({q}).")
+    if m.checkpoint_files is None or p.rules.quantizes_online(q):
         return None
-    return Finding("quantization_unsupported_by_gpu", "error",
-                   f"quantization {q} needs compute capability {need / 10:.1f} or higher; the {low.name} "
-                   f"has {low.cc:.1f}: use a checkpoint in another format (unquantized, or GPTQ from 6.0) "
-                   f"or a newer card.")
+    if set(p.rules.config_files(q)) & set(m.checkpoint_files):
+        return None
+    return f"Cannot find the config file for {q}"
+
+
+def check_quantization_matches_checkpoint(p: "Plan") -> Finding | None:
+    """``--quantization`` against the checkpoint's own method (:func:`quantization_mismatch`).
+    An error when the checkpoint's quantization_config was read, a warning when its
+    method is only guessed from the repo id (the catalog). Fix: drop the option (vLLM
+    then reads the checkpoint's method and picks its fastest kernel), else the
+    checkpoint's own method."""
+    refusal = quantization_mismatch(p)
+    if refusal is None:
+        return None
+    q, m = p.config.quantization, p.model
+    if not m.quant_method:
+        return Finding("quantization_mismatch", "error",
+                       f"--quantization {q} on a checkpoint without quantization_config: {q} needs a checkpoint "
+                       f"quantized with {q}, and it is not one vLLM {p.rules.version} applies to a 16-bit "
+                       f"checkpoint while loading (vLLM stops with \"{refusal}\"). Drop --quantization, or use a "
+                       f"checkpoint quantized with {q}.", candidates=[{"quantization": None}])
+    low = _lowest_card(p)
+    why = ""
+    if p.rules.accepts_for_checkpoint(m.quant_method, q) and low is not None:
+        why = (f" ({q} runs {m.quant_method} checkpoints only where the Marlin kernels run: compute capability "
+               f"{p.rules.marlin_min_capability / 10:.1f}; the {low.name} has {low.cc:.1f})")
+    elif p.rules.accepts_for_checkpoint(m.quant_method, q):
+        why = f" ({q} runs {m.quant_method} checkpoints only on a CUDA card)"
+    guessed = " (guessed from the model's name)" if m.quant_source == "name" else ""
+    return Finding("quantization_mismatch", "error" if m.quant_source == "config" else "warn",
+                   f"--quantization {q} does not match the checkpoint's quantization_config, which names "
+                   f"{m.quant_method}{guessed}{why}: vLLM {p.rules.version} stops with \"{refusal}\" Drop "
+                   f"--quantization (vLLM reads the checkpoint's method) or give {m.quant_method}.",
+                   candidates=[{"quantization": None}, {"quantization": m.quant_method}])
+
+
+def quantization_capability_needs(p: "Plan", capability: int) -> list[tuple[str, int, bool, str | None]]:
+    """What the effective quantization needs of a card of ``capability`` (×10):
+    ``(what, minimum ×10, exact, fallback)`` for the method (its config's
+    get_min_capability()) and, when the checkpoint's own compressed-tensors config is
+    used, for each scheme of its config groups after vLLM's fallbacks below a scheme's
+    minimum (W8A8-FP8 → W8A16-FP8, …): ``fallback`` names the scheme given up."""
+    q, m = p.effective.quantization, p.model
+    out: list[tuple[str, int, bool, str | None]] = []
+    if not q:
+        return out
+    need = p.rules.min_capability(q)
+    if need is not None:
+        out.append((q, need, False, None))
+    if q == m.quant_method and q == "compressed-tensors":
+        for scheme in m.quant_schemes:
+            rule, given_up = p.rules.scheme_rule(scheme), None
+            while rule and rule.get("fallback") and capability < int(rule["min"]):
+                given_up, scheme = scheme, rule["fallback"]
+                rule = p.rules.scheme_rule(scheme)
+            if rule:
+                out.append((f"compressed-tensors scheme {scheme}", int(rule["min"]), bool(rule.get("exact")),
+                            given_up))
+    return out
+
+
+def check_quantization_capability(p: "Plan") -> Finding | None:
+    """The lowest card against :func:`quantization_capability_needs`. vLLM's wordings:
+    "The quantization method X is not supported for the current GPU. Minimum
+    capability: N. Current capability: M." (VllmConfig._get_quantization_config) and,
+    per compressed-tensors scheme, "Quantization scheme is not supported for the current
+    GPU. Min capability: N. …" or, for a scheme of one exact capability, "… Required
+    capability: N. …" (CompressedTensorsConfig._check_scheme_supported). Not checked
+    when the option does not even match the checkpoint (:func:`quantization_mismatch`)."""
+    low = _lowest_card(p)
+    if low is None or not p.effective.quantization or quantization_mismatch(p):
+        return None
+    cc = low.capability
+    for what, need, exact, _ in quantization_capability_needs(p, cc):
+        if exact and cc != need:
+            text = (f"{what} runs only on compute capability {need / 10:.1f}; the {low.name} has {low.cc:.1f} "
+                    f"(vLLM {p.rules.version}: \"No compressed-tensors compatible scheme was found\")")
+        elif cc < need:
+            said = (f"The quantization method {what} is not supported for the current GPU. Minimum capability: "
+                    f"{need}. Current capability: {cc}." if " scheme " not in what else
+                    f"Quantization scheme is not supported for the current GPU. Min capability: {need}. "
+                    f"Current capability: {cc}.")
+            text = (f"{what} needs compute capability {need / 10:.1f} or higher; the {low.name} has "
+                    f"{low.cc:.1f} (vLLM {p.rules.version}: \"{said}\")")
+        else:
+            continue
+        online = bool(p.config.quantization) and not p.model.quant_method
+        return Finding("quantization_unsupported_by_gpu", "error",
+                       text + (": drop --quantization (the checkpoint is 16-bit) or use a newer card." if online else
+                               ": use a checkpoint in a format this card runs (GPTQ from 6.0, AWQ from 7.5) or a "
+                               "newer card."),
+                       candidates=[{"quantization": None}] if p.config.quantization else [])
+    return None
+
+
+def check_quantization_fallback(p: "Plan") -> Finding | None:
+    """Information, not a problem: on the lowest card vLLM runs the quantization on a
+    slower path — FP8 weight-only through the Marlin kernel below the method's fast
+    path (8.9; "Your GPU does not have native support for FP8 computation but FP8
+    quantization is being used. Weight-only FP8 compression will be used leveraging the
+    Marlin kernel.", layers/quantization/utils/marlin_utils_fp8.py), or a
+    compressed-tensors scheme's fallback (W8A8-FP8 → W8A16-FP8, W4A4-NVFP4 →
+    W4A16-NVFP4; compressed_tensors.py ``_get_scheme_from_parts``)."""
+    low = _lowest_card(p)
+    q = p.effective.quantization
+    if low is None or not q or quantization_mismatch(p):
+        return None
+    cc = low.capability
+    need = p.rules.min_capability(q)
+    fast = p.rules.fast_path_capability(q)
+    if fast is not None and (need is None or cc >= need) and cc < fast:
+        return Finding("quantization_weight_only_fallback", "ok",
+                       f"the {low.name} (compute capability {low.cc:.1f}) has no FP8 compute (from {fast / 10:.1f}): "
+                       f"vLLM runs {q} weight-only through the Marlin kernel and says so (\"Your GPU does not have "
+                       f"native support for FP8 computation\"); prefill-heavy steps are slower.")
+    for what, need_s, exact, given_up in quantization_capability_needs(p, cc):
+        if given_up and cc >= need_s:
+            return Finding("quantization_weight_only_fallback", "ok",
+                           f"the {low.name} (compute capability {low.cc:.1f}) is below the {given_up} scheme's "
+                           f"minimum: vLLM runs the checkpoint as {what.split()[-1]} instead (weights quantized, "
+                           f"activations in 16 bits); prefill-heavy steps are slower.")
+    return None
 
 
 def check_dtype_capability(p: "Plan") -> Finding | None:
@@ -340,7 +481,7 @@ def check_cpu_executor(p: "Plan") -> Finding | None:
 #: all checks in the order problems are reported (errors before warnings in the result)
 CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
-    check_quantization_capability, check_dtype_capability, check_dtype_quantization,
+    check_quantization_matches_checkpoint, check_quantization_capability, check_quantization_fallback, check_dtype_capability, check_dtype_quantization,
     check_removed_options, check_batched_tokens, check_max_model_len, check_free_vram,
     check_kv_memory, check_context_fits, check_workload_len, check_graph_headroom,
     check_sampler, check_p2p, check_cpu_executor,

