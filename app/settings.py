@@ -53,9 +53,19 @@ class SafetyLimits(BaseModel):
     max_failure_rate: float = Field(0.2, gt=0, le=1)
 
 
+class Pricing(BaseModel):
+    """What the rig costs, for the verdict's $ per million output tokens: ``usd_per_gpu_hour``
+    (rental, or the cards' amortisation; per card) and/or ``usd_per_kwh`` (electricity,
+    applied to the measured GPU energy). Unset parts are left out; none set → no $."""
+
+    usd_per_gpu_hour: float | None = Field(None, ge=0)
+    usd_per_kwh: float | None = Field(None, ge=0)
+
+
 class Settings(BaseModel):
-    """vLLM interpreter (None → auto), telemetry rates (Hz), safety limits, the last
-    profile opened in the GUI (a profile name; None → the demo profile)."""
+    """vLLM interpreter (None → auto), telemetry rates (Hz), safety limits, prices (the
+    verdict's $ per M tokens), the last profile opened in the GUI (a profile name; None
+    → the demo profile)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -63,6 +73,7 @@ class Settings(BaseModel):
     gpu_sample_hz: float = Field(4.0, gt=0, le=50)
     metrics_scrape_hz: float = Field(2.0, gt=0, le=20)
     safety: SafetyLimits = Field(default_factory=SafetyLimits)
+    pricing: Pricing = Field(default_factory=Pricing)
     last_profile: str | None = None
     load_error: str | None = Field(None, exclude=True)
 

@@ -147,7 +147,8 @@ class Capacity(BaseModel):
     ``limited_by``: what broke the SLO at the next level up (``ttft``, ``tpot``,
     ``e2e``, ``failures``) or ``max_level`` when nothing did; ``next_users``: the
     lowest level that broke it; ``spread``: the repeats' standard deviation;
-    ``sentence``: one line; ``levels``: every probed level."""
+    ``shape``: the requests' shape (RampSpec.shape); ``sentence``: one line; ``levels``:
+    every probed level."""
 
     mode: str = "concurrency"
     users: float
@@ -165,6 +166,7 @@ class Capacity(BaseModel):
     repeat_users: list[float] = []
     spread: Optional[float] = None
     slo: dict = {}
+    shape: str = ""
     sentence: str = ""
     levels: list[CapacityLevel] = []
 

@@ -186,7 +186,9 @@ class ResultsSummary(BaseModel):
     time; ``which``: ``best`` (highest peak throughput) or ``latest``; ``status``: the
     ramp's end (done, slo_broken, …); ``knee``: the knee level (None if not found);
     ``best_level``: the level with the most output tokens/s among those meeting the
-    SLO (all levels when no SLO); ``peak_output_tps`` its throughput.
+    SLO (all levels when no SLO); ``peak_output_tps`` its throughput; ``users_at_slo``:
+    the most users (or req/s) that met the SLO, and ``verdict`` the run's one-sentence
+    answer (app.run.verdict), when the run had an SLO.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -197,6 +199,8 @@ class ResultsSummary(BaseModel):
     knee: Optional[float] = None
     best_level: Optional[float] = None
     peak_output_tps: Optional[float] = None
+    users_at_slo: Optional[float] = None
+    verdict: Optional[str] = None
     levels: list[LevelResult] = Field(default_factory=list)
 
     @classmethod

@@ -41,13 +41,16 @@ from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
 from app.loadgen.spec import spec_to_wall
 from app.loadgen.capacity import Capacity, capacity_of
+from app.loadgen.spec import CapacitySearch
 from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_stop_reason, to_rig_time
 from app.planner.diagnose import Diagnosis, diagnose
-from app.profiles.model import Profile, ResultsSummary
+from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
 from app.run.record import RunRecorder
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
+from app.run.verdict import Verdict, build_verdict, observe
+from app.settings import load_settings
 from app.server import procs
 from app.server.launch import LaunchError
 from app.server.supervisor import Supervisor
@@ -120,7 +123,9 @@ class RampOutcome:
     (total-duration cap), ``safety`` (thermal stop), ``aborted``, ``server_failed`` or
     ``error`` (nothing ran: ``error`` holds the message). ``stop_reason``: one line for
     humans. ``run_id``: the recorded run (None when not recorded). ``records``: every
-    request (session-clock seconds, wall)."""
+    request (session-clock seconds, wall). ``capacity``: users at the SLO from the levels
+    (a capacity search's answer, or the ramp's levels judged the same way);
+    ``verdict``: the one-sentence answer with the rig, flags, cost and limit."""
 
     status: str
     stop_reason: str = ""
@@ -134,6 +139,7 @@ class RampOutcome:
     records: list = field(default_factory=list)
     time_scale: float = 1.0
     capacity: Capacity | None = None
+    verdict: Verdict | None = None
 
     @property
     def ok(self) -> bool:
@@ -187,6 +193,7 @@ class RunController:
         self.api_model: str | None = None
         self.sim_info: dict[str, Any] = {}
         self.time_scale = 1.0
+        self.hardware: HardwareFingerprint | None = None  # the cards of the recorded run (None: unknown)
         self.failure: tuple[str, Diagnosis | None] | None = None
         self.run: RunRecorder | None = None  # a run opened by open_run (spans the launch)
         self._ramp: _Ramp | None = None
@@ -452,6 +459,7 @@ class RunController:
                 engine = "sim"  # an attached sim is recorded as one, with its cards (compare counts them)
             hw = hardware_for(engine, supervisor=sup, info=self.sim_info,
                               gpus=t.config.gpus if t is not None else None)
+            self.hardware = hw
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
             if hw is not None and engine == "sim":
                 rec.gpu_count = hw.count
@@ -469,7 +477,8 @@ class RunController:
         return self.run.run_id
 
     def close_run(self, status: str, reason: str = "", knee: Knee | None = None,
-                  error: str | None = None) -> tuple[dict[str, Any], ResultsSummary | None] | None:
+                  error: str | None = None, outcome: "RampOutcome | None" = None,
+                  ) -> tuple[dict[str, Any], ResultsSummary | None] | None:
         """Finish the run opened by :meth:`open_run` (summary written); None without one."""
         rec, self.run = self.run, None
         if rec is None:
@@ -479,7 +488,8 @@ class RunController:
                 rec.attach_server(self.supervisor)
             except Exception:
                 log.exception("could not record the server of run %s", rec.run_id)
-        return rec.finish(status, reason, knee, error=error)
+        return rec.finish(status, reason, knee, error=error, verdict=outcome.verdict if outcome else None,
+                          users_at_slo=outcome.capacity if outcome else None)
 
     # ------------------------------------------------------------------ ramps
     def start_ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: Any | None = None) -> None:
@@ -608,7 +618,8 @@ class RunController:
                         and r.record.profile is None:
                     rec.discard()  # nothing ran (`vllm-dyno ramp`'s failed pre-flight check): no run
                 else:
-                    out.summary, out.results = rec.finish(out.status, out.stop_reason, out.knee, error=out.error)
+                    out.summary, out.results = rec.finish(out.status, out.stop_reason, out.knee, error=out.error,
+                                                          verdict=out.verdict, users_at_slo=out.capacity)
                     out.run_id = rec.run_id
             except Exception as e:
                 log.exception("could not complete run %s", rec.run_id)
@@ -648,12 +659,49 @@ class RunController:
             reason = r.abort_reason
         reason = rig_stop_reason(status, reason, steps)
         knee = find_knee(steps, r.spec.knee_gain, r.spec.knee_ttft_ratio)
-        capacity = None
-        if r.spec.search is not None and steps and status in OK_STATUSES:
-            capacity = capacity_of(steps, records_to_rig(res.records, k), r.spec.slo, r.spec.search, r.spec.mode,
-                                   {s.idx: s.repeat for s in steps}, seed=r.spec.seed)
-        return RampOutcome(status, reason, error=res.error, model=res.model, steps=steps, knee=knee,
-                           records=list(res.records), time_scale=k, capacity=capacity)
+        out = RampOutcome(status, reason, error=res.error, model=res.model, steps=steps, knee=knee,
+                          records=list(res.records), time_scale=k)
+        if steps and status in OK_STATUSES:
+            try:
+                out.capacity, out.verdict = self._verdict(r, steps, res.records)
+            except Exception:  # the answer is a summary: a failure here must not lose the measured levels
+                log.exception("could not compute the verdict")
+        return out
+
+    def _verdict(self, r: _Ramp, steps: list[StepStats], records: list) -> tuple[Capacity, Verdict]:
+        """Users at the SLO (:func:`app.loadgen.capacity.capacity_of`: a search's answer, or
+        the ramp's levels judged alike) and the verdict: the rig, the server's options,
+        what the server and cards showed at the level that broke the SLO, J/token at the
+        capacity level and the prices from Settings."""
+        spec, k = r.spec, self.time_scale
+        search = spec.search or CapacitySearch(start=min(s.level for s in steps), max_level=max(s.level for s in steps))
+        cap = capacity_of(steps, records_to_rig(records, k), spec.slo, search, spec.mode,
+                          {s.idx: s.repeat for s in steps}, seed=spec.seed)
+        cap.shape = spec.shape
+        t = self.target
+        engine = t.engine if t is not None else "attach"
+        hw = self.hardware
+        if hw is not None:
+            rig = f"{hw.count}× {hw.gpu}" + (" (sim)" if engine == "sim" or self.sim_info else "")
+            gpus = hw.count
+        else:
+            rig, gpus = f"the server at {self.url}", 1
+        config = t.config.model_dump() if t is not None and engine != "attach" else None
+        if config is not None:
+            gpus = max(gpus if hw is not None else 1,
+                       (config.get("tensor_parallel_size") or 1) * (config.get("pipeline_parallel_size") or 1))
+        best = next((s for s in steps if s.level == cap.users), None)
+        nxt = next((s for s in steps if s.level == cap.next_users), None)
+        jpt = self.energy(best).j_per_token if best is not None else None
+        obs = observe(self.bank, nxt, k) if nxt is not None and self.bank is not None else None
+        (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
+        prices = load_settings().pricing
+        model = self.api_model or (t.config.served_model_name or t.config.model if t is not None else "the model")
+        verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
+                                j_per_token=jpt, usd_per_gpu_hour=prices.usd_per_gpu_hour,
+                                usd_per_kwh=prices.usd_per_kwh, plan=r.record.plan if r.record else None,
+                                mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
+        return cap, verdict
 
     # ------------------------------------------------------------------ energy
     def energy(self, st: StepStats) -> LevelEnergy:

@@ -40,7 +40,8 @@ log = logging.getLogger(__name__)
 def run_summary(status: str, reason: str, steps: list[StepStats], knee: Knee | None, *, run_id: int | None,
                 gpu_count: int, time_scale: float = 1.0, hardware: HardwareFingerprint | None = None,
                 model: str | None = None, requests_by_status: dict[str, int] | None = None,
-                error: str | None = None) -> tuple[dict[str, Any], ResultsSummary | None]:
+                error: str | None = None, verdict: Any = None,
+                users_at_slo: Any = None) -> tuple[dict[str, Any], ResultsSummary | None]:
     """The ``runs.summary`` mapping of a finished run and its results summary (None when
     no level completed). ``steps`` in rig seconds; ``gpu_count``: cards the server used.
 
@@ -48,11 +49,16 @@ def run_summary(status: str, reason: str, steps: list[StepStats], knee: Knee | N
     ``knee_text``, ``peak_output_tps``/``peak_level`` (the best level that met the SLO and
     failed < 50 % of its requests: :func:`app.loadgen.stats.peak_level`, the one
     definition of "peak"), ``gpu_count``, ``time_scale``, ``hardware``, ``requests`` and
-    ``requests_by_status``, ``results`` (a :class:`ResultsSummary` dump)."""
+    ``requests_by_status``, ``results`` (a :class:`ResultsSummary` dump), ``verdict`` (an
+    :class:`app.run.verdict.Verdict` dump: the one-sentence answer) and ``users_at_slo``
+    (an :class:`app.loadgen.capacity.Capacity` dump), None when not computed."""
     results = None
     if steps:
         results = ResultsSummary.from_levels([s.model_dump() for s in steps], run_id=run_id, status=status,
                                              knee=knee.level if knee else None)
+        if verdict is not None:
+            results.users_at_slo = verdict.users
+            results.verdict = verdict.sentence
     best = peak_level(steps)
     by_status = dict(requests_by_status or {})
     summary = {"status": status, "stop_reason": reason, "error": error, "model": model,
@@ -62,7 +68,9 @@ def run_summary(status: str, reason: str, steps: list[StepStats], knee: Knee | N
                "gpu_count": gpu_count, "time_scale": time_scale,
                "hardware": hardware.model_dump() if hardware else None,
                "requests": sum(by_status.values()), "requests_by_status": by_status,
-               "results": results.model_dump(mode="json") if results else None}
+               "results": results.model_dump(mode="json") if results else None,
+               "verdict": verdict.model_dump(mode="json") if verdict is not None else None,
+               "users_at_slo": users_at_slo.model_dump(mode="json") if users_at_slo is not None else None}
     return summary, results
 
 
@@ -178,7 +186,8 @@ class RunRecorder:
 
     # ------------------------------------------------------------------ end
     def finish(self, status: str, reason: str = "", knee: Knee | None = None, *,
-               error: str | None = None) -> tuple[dict[str, Any], ResultsSummary | None]:
+               error: str | None = None, verdict: Any = None,
+               users_at_slo: Any = None) -> tuple[dict[str, Any], ResultsSummary | None]:
         """Close the run: telemetry flushed, the capacity facts refreshed, the summary
         written (:func:`run_summary`). Idempotent: a second call returns the first summary."""
         with self._lock:
@@ -194,7 +203,8 @@ class RunRecorder:
         error = self._redact(error) if error else error
         self._summary = run_summary(status, reason, steps, knee, run_id=self.run_id, gpu_count=self.gpu_count,
                                     time_scale=self.time_scale, hardware=self.hardware, model=self.model,
-                                    requests_by_status=by_status, error=error)
+                                    requests_by_status=by_status, error=error, verdict=verdict,
+                                    users_at_slo=users_at_slo)
         self.store.finish_run(self.run_id, status, summary=self._summary[0], capacity=capacity)
         self.store.flush()
         return self._summary

@@ -1,0 +1,285 @@
+"""The verdict: *N users at your SLO, with these flags* — one object and one sentence for
+every finished ramp or capacity search (issue 17).
+
+Inputs: the levels (StepStats, rig seconds) and their requests, the SLO, what the server
+and the cards showed while the level above the capacity ran (:class:`LevelObservation`:
+``/metrics`` queue and KV figures, NVML throttle reasons), the level's energy, the
+server's options, the rig and the prices from Settings. Output: :class:`Verdict`.
+
+What limits the capacity is read from the first level that broke the SLO, in this order:
+failures; KV capacity (preemptions, or the KV cache ≥ 98 % full); ``max_num_seqs``
+(requests queued while the running batch was at ``max_num_seqs``); GPU throttling
+(NVML's limiting clock-event reasons, app.telemetry.throttle.LIMITING); then the bound
+it broke: TTFT (prefills queue), TPOT or e2e (decode speed). The next thing to try
+follows from it, with option values as ``ServerConfig`` fields where one applies.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from pydantic import BaseModel
+
+from app.loadgen.capacity import Capacity, fmt_users, slo_text
+from app.loadgen.stats import StepStats
+from app.telemetry.throttle import LIMITING, decode
+
+#: a KV cache this full (0–1) at the level above the capacity counts as the limit
+KV_FULL = 0.98
+#: the running batch counts as pinned at max_num_seqs from this fraction of it
+SEQS_PINNED = 0.9
+
+#: server options the sentence names when set (in this order; tensor_parallel_size always)
+FLAG_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
+               "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
+               "max_model_len", "enable_prefix_caching", "enforce_eager")
+
+
+@dataclass(frozen=True)
+class LevelObservation:
+    """What the server and the cards showed during one level's window: mean requests
+    running and waiting (``/metrics``), the KV cache's highest use (0–1), preemptions
+    in the window (count), and the limiting NVML clock-event reasons seen (names).
+    None where the series was not there (attach without /metrics, the CPU build)."""
+
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage_max: float | None = None
+    preemptions: float | None = None
+    throttle: tuple[str, ...] = ()
+
+
+def _window(bank: Any, source: str, name: str, t0: float, t1: float) -> np.ndarray:
+    t, v = bank.get(source, name)
+    if t.size == 0:
+        return np.empty(0)
+    v = v[(t >= t0) & (t <= t1)]
+    return v[np.isfinite(v)]
+
+
+def observe(bank: Any, st: StepStats, time_scale: float = 1.0) -> LevelObservation:
+    """The :class:`LevelObservation` of level ``st`` (rig seconds) from a live
+    :class:`app.telemetry.series.SeriesBank` on the session clock (wall seconds: the
+    window ÷ ``time_scale``). Source ``metrics`` for the server, ``gpuN`` for cards."""
+    k = time_scale or 1.0
+    t0, t1 = st.window_start / k, st.window_end / k
+
+    def mean(name: str) -> float | None:
+        v = _window(bank, "metrics", name, t0, t1)
+        return float(v.mean()) if v.size else None
+
+    kv = _window(bank, "metrics", "kv_cache_usage_max", t0, t1)
+    if not kv.size:
+        kv = _window(bank, "metrics", "kv_cache_usage", t0, t1)
+    pre = _window(bank, "metrics", "preemptions_total", t0, t1)
+    reasons: list[str] = []
+    for src, name in bank.keys():
+        if name == "throttle_reasons" and src.startswith("gpu"):
+            for m in _window(bank, src, name, t0, t1):
+                for r in decode(int(m) & LIMITING) or []:
+                    if r not in reasons:
+                        reasons.append(r)
+    return LevelObservation(running=mean("running"), waiting=mean("waiting"),
+                            kv_usage_max=float(kv.max()) if kv.size else None,
+                            preemptions=float(pre[-1] - pre[0]) if pre.size > 1 else None,
+                            throttle=tuple(reasons))
+
+
+class Verdict(BaseModel):
+    """The answer for one ramp. ``users`` (None without an SLO), ``users_low`` /
+    ``users_high`` its interval, ``repeats``; ``rig`` ("8× RTX 4090 (sim)"), ``model``;
+    ``slo`` the bounds; at the capacity level: ``output_tps`` (tokens/s), ``j_per_token``
+    (J, None without power readings), ``usd_per_mtok`` ($ per million output tokens, None
+    without prices); ``flags`` the server options in force; ``limited_by`` a code
+    (``failures``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``tpot``,
+    ``e2e``, ``max_level``, ``none``) and ``limit`` its evidence in words; ``next_try``
+    what to change and ``next_fix`` it as option values (or None); ``sentence`` all of it
+    in one line; ``few_requests`` when the capacity's p99 came from < 100 requests."""
+
+    users: float | None = None
+    users_low: float | None = None
+    users_high: float | None = None
+    repeats: int = 1
+    mode: str = "concurrency"
+    rig: str = ""
+    model: str = ""
+    slo: dict = {}
+    output_tps: float | None = None
+    j_per_token: float | None = None
+    usd_per_mtok: float | None = None
+    flags: dict = {}
+    limited_by: str = "none"
+    limit: str = ""
+    next_try: str = ""
+    next_fix: dict | None = None
+    few_requests: bool = False
+    requests: int = 0
+    sentence: str = ""
+
+
+def cost_per_mtok(output_tps: float | None, gpus: int, j_per_token: float | None,
+                  usd_per_gpu_hour: float | None, usd_per_kwh: float | None) -> float | None:
+    """$ per million output tokens: the cards' hourly price over the tokens an hour makes
+    (``gpus × usd_per_gpu_hour ÷ (output_tps × 3600) × 10⁶``) plus the energy's
+    (``j_per_token × 10⁶ ÷ 3.6·10⁶ J/kWh × usd_per_kwh``); None when neither applies."""
+    total, any_part = 0.0, False
+    if usd_per_gpu_hour is not None and output_tps and output_tps > 0:
+        total += gpus * usd_per_gpu_hour / (output_tps * 3600.0) * 1e6
+        any_part = True
+    if usd_per_kwh is not None and j_per_token is not None:
+        total += j_per_token * 1e6 / 3.6e6 * usd_per_kwh
+        any_part = True
+    return total if any_part else None
+
+
+def _flags(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not config:
+        return {}
+    out = {k: config[k] for k in FLAG_FIELDS if config.get(k) not in (None, False)}
+    out.setdefault("tensor_parallel_size", config.get("tensor_parallel_size") or 1)
+    return {k: out[k] for k in FLAG_FIELDS if k in out}
+
+
+def _flag_text(flags: Mapping[str, Any]) -> str:
+    return ", ".join(k if v is True else f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                     for k, v in flags.items())
+
+
+def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, flags: Mapping[str, Any],
+           plan: Mapping[str, Any] | None, mean_tokens: float | None, gpus: int) -> tuple[str, str, str, dict | None]:
+    """(code, evidence, next thing to try, its option values) for the level above the capacity."""
+    eff = (plan or {}).get("effective") or {}
+    seqs = flags.get("max_num_seqs") or eff.get("max_num_seqs")
+    if nxt is None:
+        if cap.users <= 0:
+            return "none", "no level ran", "", None
+        return ("max_level", f"every level probed met the SLO, up to {fmt_users(cap.users, cap.mode)}",
+                "probe higher (--max-users) to find where it breaks", None)
+    at = fmt_users(nxt.level, cap.mode)
+    if "failures" in cap.limited_by:
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(nxt.failures.items())) or "none counted"
+        return ("failures", f"{nxt.failure_rate:.0%} of the requests failed at {at} ({kinds})",
+                "read the server log around that level for the cause", None)
+    o = obs or LevelObservation()
+    if (o.preemptions or 0) > 0 or (o.kv_usage_max is not None and o.kv_usage_max >= KV_FULL):
+        ev = f"the KV cache was {o.kv_usage_max:.0%} full" if o.kv_usage_max is not None else "the KV cache was full"
+        if o.preemptions:
+            ev += f" and vLLM preempted {o.preemptions:.0f} requests"
+        fix: dict | None = None
+        if flags.get("kv_cache_dtype") in (None, "auto"):
+            fix = {"kv_cache_dtype": "fp8"}
+            tip = "fit more KV: kv_cache_dtype fp8 (about twice the tokens), a higher gpu_memory_utilization or more cards"
+        else:
+            tip = "fit more KV: a higher gpu_memory_utilization, a shorter max_model_len or more cards"
+        return "kv_cache", f"{ev} at {at}", tip, fix
+    if seqs and o.running is not None and o.running >= SEQS_PINNED * seqs and (o.waiting or 0) >= 1:
+        target = 2 * int(seqs)
+        kv_tokens = (plan or {}).get("kv_cache_tokens")
+        if kv_tokens and mean_tokens:
+            target = min(target, int(kv_tokens // mean_tokens))
+        ev = (f"at {at} the running batch held {o.running:.0f} of max_num_seqs {seqs} while "
+              f"{o.waiting:.0f} requests waited")
+        if target > seqs:
+            return "max_num_seqs", ev, f"max_num_seqs is the limit: raise it to {target}", {"max_num_seqs": target}
+        return "max_num_seqs", ev, "max_num_seqs is the limit, and the KV cache holds no more: add cards", None
+    if o.throttle:
+        return ("throttling", f"the GPUs were held back ({', '.join(o.throttle)}) at {at}",
+                "check cooling, fan curves and the power limit (nvidia-smi -q -d PERFORMANCE)", None)
+    broke = cap.limited_by.split(", ")
+    if "ttft" in broke:
+        batched = flags.get("max_num_batched_tokens") or eff.get("max_num_batched_tokens")
+        ev = f"TTFT p99 {nxt.ttft_p99:.3g} s at {at}: new requests wait for prefills" if nxt.ttft_p99 else at
+        if batched:
+            return ("ttft", ev, f"prefill-bound: raise max_num_batched_tokens to {2 * int(batched)}",
+                    {"max_num_batched_tokens": 2 * int(batched)})
+        return "ttft", ev, "prefill-bound: raise max_num_batched_tokens", None
+    code = "tpot" if "tpot" in broke else "e2e"
+    val = nxt.tpot_p99 if code == "tpot" else nxt.e2e_p99
+    ev = f"{code.upper()} p99 {val:.3g} s at {at}: each decode step is too slow for the bound" if val else at
+    tp = int(flags.get("tensor_parallel_size") or 1)
+    pp = int(flags.get("pipeline_parallel_size") or 1)
+    if gpus > tp * pp and gpus % (2 * tp * pp) == 0:
+        return (code, ev, f"decode-bound: spread each step over more cards — tensor_parallel_size {2 * tp}",
+                {"tensor_parallel_size": 2 * tp})
+    return code, ev, "decode-bound: a faster quantization, fewer sequences per step (max_num_seqs) or faster cards", None
+
+
+def build_verdict(cap: Capacity, steps: Sequence[StepStats], *, rig: str, model: str, gpus: int,
+                  config: Mapping[str, Any] | None = None, observation: LevelObservation | None = None,
+                  j_per_token: float | None = None, usd_per_gpu_hour: float | None = None,
+                  usd_per_kwh: float | None = None, plan: Mapping[str, Any] | None = None,
+                  mean_tokens: float | None = None, has_slo: bool = True) -> Verdict:
+    """The verdict of a finished ramp or search: ``cap`` its :class:`Capacity` (rig
+    units), ``steps`` its levels, ``observation`` of the first level that broke the SLO,
+    ``j_per_token`` at the capacity level, ``plan`` the planner's ``as_dict()`` (for the
+    KV room behind a max_num_seqs raise), ``mean_tokens`` a request's mean prompt +
+    output tokens, ``gpus`` the cards the server uses."""
+    flags = _flags(config)
+    if not has_slo:
+        from app.loadgen.stats import peak_level  # deferred: only a ramp without an SLO needs the peak here
+        best = peak_level(steps)
+        v = Verdict(rig=rig, model=model, flags=flags, mode=cap.mode, limited_by="none",
+                    output_tps=best.output_tps if best else None)
+        if best is not None:
+            v.sentence = (f"{rig} peaks at {best.output_tps:.0f} output tok/s at {fmt_users(best.level, cap.mode)} of "
+                          f"{model}; no SLO was set, so no users-at-SLO answer: set a TTFT/TPOT p99 target.")
+        else:
+            v.sentence = f"No level of {model} on {rig} completed."
+        v.next_try = "set an SLO (TTFT p99, TPOT p99) and run a capacity search"
+        return v
+    nxt = next((s for s in steps if s.level == cap.next_users), None) if cap.next_users is not None else None
+    code, limit, tip, fix = _limit(cap, nxt, observation, flags, plan, mean_tokens, gpus)
+    usd = cost_per_mtok(cap.output_tps, gpus, j_per_token, usd_per_gpu_hour, usd_per_kwh)
+    v = Verdict(users=cap.users, users_low=cap.users_low, users_high=cap.users_high, repeats=cap.repeats,
+                mode=cap.mode, rig=rig, model=model, slo=cap.slo, output_tps=cap.output_tps,
+                j_per_token=j_per_token, usd_per_mtok=usd, flags=flags, limited_by=code, limit=limit,
+                next_try=tip, next_fix=fix, few_requests=cap.few_requests, requests=cap.requests)
+    v.sentence = verdict_sentence(v)
+    return v
+
+
+def verdict_sentence(v: Verdict) -> str:
+    """*"8× RTX 4090 (sim) serves 21 concurrent users of Llama-3-70B AWQ at TTFT p99 ≤ 2 s
+    and TPOT p99 ≤ 100 ms — 410 output tok/s, 0.9 J/token, $0.31 per M tokens — with
+    tensor_parallel_size 8, max_num_seqs 32 (±2 users, 3 repeats). Limited by …; next: …"*"""
+    if v.users is None:
+        return v.sentence
+    rate = v.mode == "rate"
+    if v.users <= 0:
+        s = f"{v.rig} serves no level of {v.model} probed at {slo_text(v.slo)}"
+    else:
+        who = f"{v.users:.3g} requests/s" if rate else fmt_users(v.users).replace("users", "concurrent users") \
+            .replace("user", "concurrent user")
+        s = f"{v.rig} serves {who} of {v.model} at {slo_text(v.slo)}"
+    figs = []
+    if v.output_tps is not None and v.users > 0:
+        figs.append(f"{v.output_tps:.0f} output tok/s")
+    if v.j_per_token is not None and v.users > 0:
+        figs.append(f"{v.j_per_token:.2g} J/token")
+    if v.usd_per_mtok is not None and v.users > 0:
+        figs.append(f"${v.usd_per_mtok:.2f} per M tokens")
+    if figs:
+        s += " — " + ", ".join(figs) + " —"
+    if v.flags:
+        s += f" with {_flag_text(v.flags)}"
+    extra = []
+    if v.users_low is not None and v.users_high is not None and (v.users_low != v.users or v.users_high != v.users):
+        half = max(v.users - v.users_low, v.users_high - v.users)
+        if math.isclose(v.users - v.users_low, v.users_high - v.users):
+            extra.append(f"±{half:g}" + ("" if rate else " users"))
+        else:
+            extra.append(f"{v.users_low:g}–{v.users_high:g}" + ("" if rate else " users"))
+    if v.repeats > 1:
+        extra.append(f"{v.repeats} repeats")
+    if v.few_requests:
+        extra.append(f"p99 from {v.requests} requests")
+    if extra:
+        s += f" ({', '.join(extra)})"
+    s += "."
+    if v.limit:
+        s += f" Limited by {v.limited_by.replace('_', ' ')}: {v.limit}."
+    if v.next_try:
+        s += f" Next: {v.next_try}."
+    return s
