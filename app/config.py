@@ -440,8 +440,8 @@ class ServerConfig(BaseModel):
         "--data-parallel-size", "parallel", "engine replicas, each with TP × PP GPUs, a count of replicas",
         aliases=("-dp",), minimum=1)] = None
     disable_custom_all_reduce: Annotated[bool | None, VllmOption(
-        "--disable-custom-all-reduce", "flag", "all-reduce through NCCL only: needed on cards without "
-        "peer-to-peer access", label="disable custom all-reduce", group=GROUP_PARALLEL)] = None
+        "--disable-custom-all-reduce", "flag", "all-reduce through NCCL only (vLLM already does so on "
+        "cards without peer-to-peer and on more than two PCIe cards); for P2P over PCIe that hangs (IOMMU/ACS)", label="disable custom all-reduce", group=GROUP_PARALLEL)] = None
     max_num_seqs: Annotated[int | None, Field(ge=1), VllmOption(
         "--max-num-seqs", "opt_int", "requests the engine runs at once, a count of requests",
         group=GROUP_PARALLEL, maximum=65536)] = None

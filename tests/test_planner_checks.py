@@ -16,11 +16,14 @@ def seed(count: int, **kw):
                 vllm_version="0.32.0", use_calibration=False)
 
 
-def test_seed_scenario_fits_and_warns_about_p2p():
+def test_seed_scenario_fits_and_notes_no_p2p():
+    """GeForce cards without P2P: information, not a warning — NCCL and vLLM handle it
+    themselves (tests/test_planner_parallel.py has the sources)."""
     for n in (4, 8):
         p = seed(n)
-        assert p.verdict == "warn" and p.problem == "no_p2p"
-        assert p.fix == {"env": {"NCCL_P2P_DISABLE": "1"}, "disable_custom_all_reduce": True}
+        assert p.verdict == "ok" and p.problem is None and p.fix is None
+        f = next(f for f in p.findings if f.problem == "no_p2p")
+        assert f.verdict == "info" and f.fix is None
         assert p.ranks[0].weights_gib == pytest.approx(37.03 / n, rel=0.01)
         assert p.workload_concurrency == 256  # max_num_seqs, not KV, limits 512+128 requests
     p4 = seed(4)
@@ -28,6 +31,7 @@ def test_seed_scenario_fits_and_warns_about_p2p():
     assert 200_000 < p4.kv_cache_tokens < 280_000
     fixed = seed(4, env={"NCCL_P2P_DISABLE": "1"}, disable_custom_all_reduce=True)
     assert fixed.verdict == "ok"
+    assert "NCCL_P2P_DISABLE=1 changes nothing" in next(f for f in fixed.findings if f.problem == "no_p2p").message
 
 
 def test_swap_space_refused_by_032_accepted_by_010():
@@ -67,8 +71,12 @@ def test_max_model_len_over_model_limit_and_batched_tokens():
 
 def test_weights_that_do_not_fit_get_more_cards_not_a_fake_fix():
     m = from_catalog("Llama-3-70B")  # bf16, 131 GiB
-    p = plan(ServerConfig(model="m"), gpus_from_hardware({"gpu": "H100 SXM", "count": 4}), m)
-    assert p.problem == "no_kv_cache_memory" and p.fix == {"tensor_parallel_size": 2}  # the smallest that fits
+    cfg = ServerConfig(model="m")
+    p = plan(cfg, gpus_from_hardware({"gpu": "H100 SXM", "count": 4}), m, use_calibration=False)
+    f = p.primary
+    assert p.problem == "no_kv_cache_memory" and p.fix == f.alternatives[0][0]  # the fastest that fits
+    assert {"tensor_parallel_size": 2} in [a for a, _ in f.alternatives]  # TP 2 fits too, ranked below
+    assert plan(apply_fix(cfg, p.fix), p.gpus, m, use_calibration=False).verdict != "error"
     lone = plan(ServerConfig(model="m"), [lookup_gpu("RTX 4090")], m)
     assert lone.problem == "no_kv_cache_memory" and lone.fix is None and lone.curve is None
 
@@ -142,7 +150,7 @@ def test_with_two_errors_each_gets_its_fix_and_none_points_past_the_model():
     fixes = {f.problem: f.fix for f in p.findings}
     assert fixes["max_model_len_exceeds_model"] == {"max_model_len": 8192}
     assert fixes["context_exceeds_kv_cache"] == {"max_model_len": 8192}
-    assert fixes["no_p2p"] is not None
+    assert fixes["no_p2p"] is None and next(f for f in p.findings if f.problem == "no_p2p").verdict == "info"
     assert plan(apply_fix(cfg, fixes["context_exceeds_kv_cache"]), p.gpus, m, use_calibration=False).verdict != "error"
 
 

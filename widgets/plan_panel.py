@@ -5,6 +5,7 @@ user types; the planner itself is :func:`app.planner.plan.plan`.
 """
 from __future__ import annotations
 
+import html
 import logging
 import math
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from app.planner.cards import cards_for
 from app.planner.models import resolve_model
+from app.planner.pcie import read_host_pcie
 from app.planner.plan import Workload, fix_to_flags, plan
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
@@ -40,6 +42,9 @@ VERDICT_STYLE = {"ok": ("#1e7b34", "#e3f4e6", "Fits — no problem found"),
                  "warn": ("#8a5a00", "#fff4d6", "Will run, with warnings"),
                  "error": ("#a61b1b", "#fde4e4", "Will not start as configured"),
                  "none": ("#555", "#eeeeee", "No plan")}
+#: findings in the Plan tab: errors first, then warnings, then information (does not change the verdict)
+FINDING_ORDER = {"error": 0, "warn": 1, "info": 2, "ok": 3}
+FINDING_ICON = {"error": "⛔", "warn": "⚠", "info": "ℹ", "ok": "✓"}
 
 
 @dataclass
@@ -68,10 +73,12 @@ def compute_plan(inp: PlanInputs):
     gpus = cards_for(engine=inp.engine, gpu=inp.sim_gpu if sim else None, count=max(1, inp.sim_count) if sim else None,
                      readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
     wl = Workload(inp.prompt_tokens, inp.output_tokens, inp.levels)
+    # this machine's IOMMU matters to its own cards only (not to a sim rig)
+    host = read_host_pcie() if not sim and inp.readings else None
     try:
-        return plan(cfg, gpus, model, wl, inp.vllm_version)
+        return plan(cfg, gpus, model, wl, inp.vllm_version, host=host)
     except ImportError:  # no calibration module in this build
-        return plan(cfg, gpus, model, wl, inp.vllm_version, use_calibration=False)
+        return plan(cfg, gpus, model, wl, inp.vllm_version, use_calibration=False, host=host)
 
 
 class PlanRunner(QObject):
@@ -254,21 +261,23 @@ class PlanPanel(QScrollArea):
         self._set_verdict(p.verdict, f"{head} · vLLM {p.rules.version} rules")
         self._clear_layout(self.findings_box)
 
-        for f in sorted(p.findings, key=lambda f: {"error": 0, "warn": 1, "ok": 2}[f.verdict]):
+        for f in sorted(p.findings, key=lambda f: FINDING_ORDER.get(f.verdict, 3)):
             fr = QFrame()
             fr.setObjectName(f"finding_{f.problem}")
             fr.setFrameShape(QFrame.StyledPanel)
             h = QHBoxLayout(fr)
             h.setContentsMargins(6, 4, 6, 4)
-            icon = {"error": "⛔", "warn": "⚠", "ok": "✓"}[f.verdict]
-            lab = QLabel(f"{icon} <b>{f.problem}</b>: {f.message}")
+            icon = FINDING_ICON.get(f.verdict, "•")
+            lab = QLabel(f"{icon} <b>{f.problem}</b>: {html.escape(f.message, quote=False)}")
             lab.setWordWrap(True)
             lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
             h.addWidget(lab, 1)
             if f.fix:
                 b = QPushButton("Apply fix")
                 b.setObjectName(f"fix_{f.problem}")
-                b.setToolTip(f"Change the form: {fix_to_flags(f.fix)}")
+                b.setToolTip(f"Change the form: {fix_to_flags(f.fix)}" + "".join(
+                    f"\n{'predicted' if i == 0 else 'next'}: {fix_to_flags(a)} ≈ {tps:,.0f} output tok/s"
+                    for i, (a, tps) in enumerate(f.alternatives[:3])))
                 b.clicked.connect(lambda _=False, fix=f.fix: self.apply_fix.emit(fix))
                 h.addWidget(b)
             self.findings_box.addWidget(fr)
@@ -300,13 +309,14 @@ class PlanPanel(QScrollArea):
         lines = [f"KV cache: <b>{p.kv_cache_tokens:,}</b> tokens ({p.kv_bytes_per_token:,} B/token, "
                  f"block {e.block_size})",
                  f"Max concurrency at max_model_len {e.max_model_len:,}: <b>{p.max_concurrency:.1f}×</b>",
-                 f"Weights: {p.weights_gib_total:.1f} GiB in total · TP {e.tp} × PP {e.pp} · {e.dtype}"
+                 f"Weights: {p.weights_gib_total:.1f} GiB in total · TP {e.tp} × PP {e.pp}"
+                 + (f" × DP {p.dp}" if p.dp > 1 else "") + f" · {e.dtype}"
                  + (f" · {e.quantization}" if e.quantization else "")
                  + f" · max_num_seqs {e.max_num_seqs} · max_num_batched_tokens {e.max_num_batched_tokens:,}"]
         if p.workload is not None:
             n, why = p.concurrency_for(p.workload.prompt_tokens, p.workload.output_tokens)
             lines.append(f"Requests at once for {p.workload.prompt_tokens}+{p.workload.output_tokens} tokens: "
-                         f"<b>{n}</b> (limited by {why})")
+                         f"<b>{n}</b> (limited by {why})" + (f" on each of {p.dp} engines" if p.dp > 1 else ""))
         if p.curve is not None:
             best = max(p.curve.points, key=lambda q: q.output_tps)
             lines.append(f"Predicted knee: <b>{p.curve.knee}</b> concurrent ({p.curve.knee_reason}); peak "

@@ -46,6 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--levels", type=_levels, help="concurrency levels to predict, e.g. 1,10,30")
     p.add_argument("--vllm-version", help="plan for this vLLM version (default: the installed one, else the newest known)")
     p.add_argument("--python", help="interpreter with vLLM (to read its version)")
+    p.add_argument("--iommu", choices=("auto", "off", "translated", "passthrough"), default="auto",
+                   help="the host's IOMMU, which can make P2P between PCIe cards hang; auto: read this machine's "
+                        "(/sys/kernel/iommu_groups) when planning its own cards, else unknown")
+    p.add_argument("--acs", choices=("on", "off"),
+                   help="PCIe ACS on the host's bridges (root only can read it: sudo lspci -vvv | grep ACSCtl)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 
@@ -76,6 +81,22 @@ def _cards(a: argparse.Namespace, world: int):
         raise SystemExit(f"error: --gpu {e}") from None
 
 
+def _host(a: argparse.Namespace):
+    """The host's IOMMU/ACS for the plan: ``--iommu``/``--acs`` as given; with
+    ``--iommu auto`` this machine's (:func:`app.planner.pcie.read_host_pcie`) when the
+    cards are its own (no ``--gpu``), else unknown."""
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from app.planner.pcie import HostPcie, read_host_pcie
+
+    acs = None if a.acs is None else a.acs == "on"
+    if a.iommu != "auto":
+        return HostPcie(a.iommu, acs, "--iommu" + (" --acs" if acs is not None else ""))
+    if a.gpu:
+        return HostPcie(None, acs, "--acs") if acs is not None else None
+    h = read_host_pcie()
+    return HostPcie(h.iommu, acs, h.source + ("; ACS from --acs" if acs is not None else ""))
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.models import ModelNotFoundError, resolve_model
@@ -92,7 +113,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
     cards = _cards(a, cfg.world_size)
     levels = a.levels or None
     version = a.vllm_version or installed_version(a.python)
-    p = plan(cfg, cards, model, Workload(a.prompt_tokens, a.output_tokens, levels), vllm_version=version)
+    p = plan(cfg, cards, model, Workload(a.prompt_tokens, a.output_tokens, levels), vllm_version=version,
+             host=_host(a))
     if a.json:
         print(json.dumps(p.as_dict(), indent=1, default=str))
     else:

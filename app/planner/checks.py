@@ -1,11 +1,15 @@
 """Pre-launch checks: each looks at a built plan and returns a :class:`Finding` (verdict
-``ok``/``warn``/``error``, a stable problem code, a sentence) plus candidate fixes.
+``info``/``warn``/``error``, a stable problem code, a sentence) plus candidate fixes.
+``info`` is information only: it never changes the plan's verdict (ok/warn/error).
 
 A candidate fix is a dict of option values (ServerConfig field names; ``env`` merges
 into the environment; a key that is not a field names an extra option, ``None`` drops
 it). :func:`app.planner.plan.plan` offers the first candidate whose fixed configuration
 no longer shows the problem and has no error the unfixed one did not have — memory
-included.
+included. A finding's ``layouts`` (other tensor × pipeline × data parallel splits of
+the selected cards, :func:`parallel_layouts`) are tried when no candidate passes: of
+those that pass and fit the cards, the one with the highest predicted throughput is
+offered.
 
 Problem codes (stable): not_enough_gpus, tp_not_divisor_of_heads, pp_partition_invalid,
 quantization_unknown, quantization_mismatch (``--quantization`` does not fit the checkpoint's
@@ -16,7 +20,7 @@ the quantization on its slower weight-only path on these cards), dtype_unsupport
 dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num_seqs,
 max_model_len_exceeds_model, not_enough_free_vram, no_kv_cache_memory,
 context_exceeds_kv_cache, request_exceeds_max_model_len, cuda_graph_oom_risk,
-sampler_warmup_oom, no_p2p, cpu_worker_busy_wait.
+sampler_warmup_oom, no_p2p, cpu_worker_busy_wait, p2p_hang_risk, p2p_forced.
 """
 from __future__ import annotations
 
@@ -29,20 +33,25 @@ from app.config import extra_args_to_dict
 if TYPE_CHECKING:
     from app.planner.plan import Plan
 
-VERDICT_ORDER = {"ok": 0, "warn": 1, "error": 2}
+VERDICT_ORDER = {"ok": 0, "info": 0, "warn": 1, "error": 2}
 
 
 @dataclass
 class Finding:
-    """One check's result: ``verdict`` ok/warn/error, ``problem`` code, ``message`` a
-    plain sentence, ``fix`` option values that pass every check (None when no such fix
-    was found), ``candidates`` the fixes tried in order."""
+    """One check's result: ``verdict`` info/warn/error (info: does not change the
+    plan's verdict), ``problem`` code, ``message`` a plain sentence, ``fix`` option
+    values that pass every check (None when no such fix was found), ``candidates`` the
+    fixes tried in order, ``layouts`` the parallel splits tried after them (ranked by
+    predicted throughput), ``alternatives`` the passing layouts with their predicted
+    peak output tokens/s, best first (set by :func:`app.planner.plan.plan`)."""
 
     problem: str
     verdict: str
     message: str
     fix: dict[str, Any] | None = None
     candidates: list[dict[str, Any]] = field(default_factory=list)
+    layouts: list[dict[str, Any]] = field(default_factory=list)
+    alternatives: list[tuple[dict[str, Any], float]] = field(default_factory=list)
 
 
 def floor2(x: float) -> float:
@@ -75,38 +84,77 @@ def valid_pp_sizes(cards: int, tp: int = 1, layers: int | None = None) -> list[i
     return [p for p in range(1, max(1, cards // max(1, tp)) + 1) if p <= limit] or [1]
 
 
-def _tp_choices(p: "Plan", max_tp: int) -> list[int]:
-    m = p.model
-    return [t for t in range(max_tp, 0, -1) if tp_divides(t, m.heads, m.kv_heads)]
+def parallel_layouts(p: "Plan", more_cards_per_replica: bool = False) -> list[dict[str, Any]]:
+    """Every other split of the selected cards: (tensor_parallel_size,
+    pipeline_parallel_size, data_parallel_size) with TP × PP × DP ≤ the cards, TP
+    satisfying :func:`tp_divides` and PP at most the model's layers. Each is a fix dict
+    holding only the sizes that differ from the plan's (``{"tensor_parallel_size": 2}``).
+
+    data_parallel_size varies only when the plan already runs data parallel replicas:
+    more replicas means more engines, each with its own KV cache and share of the
+    requests — a choice of deployment, not the repair of a layout; a single engine
+    keeps DP 1. ``more_cards_per_replica``: only splits whose replica (TP × PP) spans
+    more cards than now — the ones that give each card less of the model. Order: TP,
+    then PP, then DP descending (:func:`app.planner.plan.plan` ranks the passing ones by
+    predicted throughput)."""
+    e, m, n = p.effective, p.model, len(p.gpus)
+    dp_now = p.dp
+    out: list[dict[str, Any]] = []
+    for tp in range(n, 0, -1):
+        if not tp_divides(tp, m.heads, m.kv_heads):
+            continue
+        for pp in range(n // tp, 0, -1):
+            if pp > max(1, m.layers) or (more_cards_per_replica and tp * pp <= e.tp * e.pp):
+                continue
+            for dp in (range(n // (tp * pp), 0, -1) if dp_now > 1 else (1,)):
+                if (tp, pp, dp) == (e.tp, e.pp, dp_now):
+                    continue
+                fix: dict[str, Any] = {}
+                for key, new, now in (("tensor_parallel_size", tp, e.tp), ("pipeline_parallel_size", pp, e.pp),
+                                      ("data_parallel_size", dp, dp_now)):
+                    if new != now:
+                        fix[key] = new
+                out.append(fix)
+    return out
 
 
 # ---------------------------------------------------------------------- checks
 def check_world_size(p: "Plan") -> Finding | None:
-    e, n = p.effective, len(p.gpus)
-    if e.world <= n:
+    """TP × PP × DP GPUs against the selected cards. vLLM's wordings: one replica
+    larger than the cards — "World size (N) is larger than the number of available GPUs
+    (M) in this node" (vllm/config/parallel.py, ParallelConfig, 0.10.2–0.33.0); a data
+    parallel rank past the cards — "Error setting CUDA_VISIBLE_DEVICES: local range:
+    [a, b)" (vllm/v1/engine/utils.py get_device_indices, 0.10.2 and 0.11.0) or "Error
+    computing device indices for CUDA_VISIBLE_DEVICES: local range: [a, b)" (the same
+    file, get_physical_gpu_ids_for_local_dp_rank, 0.32.0 and 0.33.0): DP rank r takes
+    devices r·(TP × PP) … (r+1)·(TP × PP) − 1."""
+    e, n, dp = p.effective, len(p.gpus), p.dp
+    if e.world * dp <= n:
         return None
-    cands = [{"tensor_parallel_size": t} for t in _tp_choices(p, n // e.pp)] if n // e.pp >= 1 else []
-    if e.pp > 1:
-        cands += [{"tensor_parallel_size": t, "pipeline_parallel_size": 1} for t in _tp_choices(p, n)]
+    layouts = parallel_layouts(p)
+    if e.world > n:
+        return Finding("not_enough_gpus", "error",
+                       f"tensor_parallel_size × pipeline_parallel_size = {e.tp} × {e.pp} = {e.world} GPUs, "
+                       f"but only {n} are selected: vLLM stops with \"World size ({e.world}) is larger than the "
+                       f"number of available GPUs ({n})\".", layouts=layouts)
+    r = n // e.world
+    lo, hi = r * e.world, (r + 1) * e.world
+    old = p.rules.entry in ("0.10", "0.11")
+    said = ("Error setting CUDA_VISIBLE_DEVICES" if old else "Error computing device indices for "
+            "CUDA_VISIBLE_DEVICES") + f": local range: [{lo}, {hi})"
     return Finding("not_enough_gpus", "error",
-                   f"tensor_parallel_size × pipeline_parallel_size = {e.tp} × {e.pp} = {e.world} GPUs, "
-                   f"but only {n} are selected: vLLM stops with \"World size ({e.world}) is larger than the "
-                   f"number of available GPUs ({n})\".", candidates=cands)
+                   f"data_parallel_size {dp} × (tensor_parallel_size × pipeline_parallel_size = {e.world}) = "
+                   f"{dp * e.world} GPUs, but only {n} are selected: data parallel rank {r} would need GPUs "
+                   f"{lo}–{hi - 1} and vLLM stops with \"{said}\".", layouts=layouts)
 
 
 def check_tp_heads(p: "Plan") -> Finding | None:
     e, m = p.effective, p.model
     if tp_divides(e.tp, m.heads, m.kv_heads):
         return None
-    limit = max(1, len(p.gpus) // e.pp)
-    below = [t for t in _tp_choices(p, min(e.tp, limit))]
-    above = [t for t in range(e.tp + 1, limit + 1) if tp_divides(t, m.heads, m.kv_heads)]
-    cands = [{"tensor_parallel_size": t} for t in below + above]
-    if m.layers >= e.tp * e.pp:
-        cands.append({"tensor_parallel_size": 1, "pipeline_parallel_size": e.tp * e.pp})
     return Finding("tp_not_divisor_of_heads", "error",
                    f"tensor_parallel_size {e.tp} does not divide the model's {m.heads} attention heads "
-                   f"({m.kv_heads} KV heads): each card must hold whole heads.", candidates=cands)
+                   f"({m.kv_heads} KV heads): each card must hold whole heads.", layouts=parallel_layouts(p))
 
 
 def check_pp_partition(p: "Plan") -> Finding | None:
@@ -355,15 +403,6 @@ def _util_up(p: "Plan") -> list[dict[str, Any]]:
     return [{"gpu_memory_utilization": round(u / 100, 2)} for u in range(round(top * 100), round(cur * 100), -1)]
 
 
-def _more_parallel(p: "Plan") -> list[dict[str, Any]]:
-    e, n = p.effective, len(p.gpus)
-    out = [{"tensor_parallel_size": t} for t in sorted(_tp_choices(p, n // e.pp)) if t > e.tp]
-    for pp in range(e.pp + 1, n // e.tp + 1):
-        if p.model.layers >= pp:
-            out.append({"pipeline_parallel_size": pp})
-    return out
-
-
 def check_kv_memory(p: "Plan") -> Finding | None:
     bad = [r for r in p.ranks if r.kv_tokens <= 0]
     if not bad:
@@ -374,7 +413,8 @@ def check_kv_memory(p: "Plan") -> Finding | None:
                    f"{r.weights_gib:.2f} GiB + activations {r.activation_gib:.2f} GiB + non-torch "
                    f"{r.non_torch_gib:.2f} GiB exceed the budget of {r.budget_gib:.2f} GiB "
                    f"(\"No available memory for the cache blocks\"): quantize, raise the utilization or "
-                   f"spread the model over more cards.", candidates=_util_up(p) + _more_parallel(p))
+                   f"spread the model over more cards.", candidates=_util_up(p),
+                   layouts=parallel_layouts(p, more_cards_per_replica=True))
 
 
 def check_context_fits(p: "Plan") -> Finding | None:
@@ -436,20 +476,120 @@ def check_sampler(p: "Plan") -> Finding | None:
                    candidates=[{"max_num_seqs": s} for s in seqs])
 
 
+#: NCCL_P2P_LEVEL values past NCCL's default cut-off (PXB: P2P only below a shared PCIe
+#: switch): the path types after PXB in topoPathTypeStr (NCCL 2.27/2.28 src/graph/topo.cc;
+#: compared case-sensitively, as ncclGetLevel's strcmp does) and 3–5 in the old
+#: numbering (levelsOldToNew: 3 → PHB, 4 and 5 → SYS; src/graph/paths.cc).
+NCCL_LEVELS_PAST_SWITCH = ("P2C", "PXN", "PHB", "SYS", "NET")
+
+
+def _env_int(env: dict[str, str], name: str) -> int | None:
+    try:
+        return int(str(env.get(name, "")).strip(), 0)
+    except ValueError:
+        return None
+
+
+def nccl_p2p_forced(env: dict[str, str]) -> str | None:
+    """``NAME=value`` of the variable that makes NCCL use P2P further than its default,
+    or None. NCCL (src/graph/paths.cc ncclGetLevel, 2.21–2.28) reads ``NCCL_P2P_DISABLE``
+    first (1 → never P2P, which wins), then ``NCCL_P2P_LEVEL`` (a path type or an old
+    number); ``NCCL_P2P_DISABLE=0`` is the same as unset."""
+    if _env_int(env, "NCCL_P2P_DISABLE") == 1:
+        return None
+    level = str(env.get("NCCL_P2P_LEVEL", "")).strip()
+    if level in NCCL_LEVELS_PAST_SWITCH or (level[:1].isdigit() and (_env_int(env, "NCCL_P2P_LEVEL") or 0) >= 3):
+        return f"NCCL_P2P_LEVEL={level}"
+    return None
+
+
+def custom_all_reduce_state(p: "Plan") -> tuple[bool, str]:
+    """(whether vLLM's custom all-reduce runs for the TP group, why not: the line vLLM
+    logs). vLLM's order (vllm/distributed/device_communicators/custom_all_reduce.py,
+    CustomAllreduce.__init__, the same in 0.10.2, 0.11.0, 0.32.0 and 0.33.0): world size
+    not in [2, 4, 6, 8] → "Custom allreduce is disabled due to an unsupported world size";
+    more than two cards not all NVLink-connected (``is_fully_connected``) → "… not
+    supported on more than two PCIe-only GPUs"; no P2P (``_can_p2p``: the driver's
+    ``can_device_access_peer`` with the default VLLM_SKIP_P2P_CHECK=1) → "… your
+    platform lacks GPU P2P capability or P2P test failed". NVLink between all cards is
+    taken from the catalog: ≥ 300 GB/s (SXM boards; a bridge joins only a pair)."""
+    tp = p.effective.tp
+    group = p.cards[:tp]
+    if tp <= 1:
+        return False, "one card per stage: no all-reduce"
+    if p.config.disable_custom_all_reduce:
+        return False, "turned off by --disable-custom-all-reduce"
+    if tp not in (2, 4, 6, 8):
+        return False, f"Custom allreduce is disabled due to an unsupported world size: {tp}"
+    if tp > 2 and not all(g.nvlink_gbs >= 300 and g.p2p for g in group):
+        return False, "Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs"
+    if not all(g.p2p for g in group):
+        return False, "Custom allreduce is disabled because your platform lacks GPU P2P capability or P2P test failed"
+    return True, "on"
+
+
 def check_p2p(p: "Plan") -> Finding | None:
+    """Peer-to-peer between the cards of one replica (TP × PP).
+
+    - Cards without P2P (GeForce): **info**. NCCL uses P2P only where NVML reports it
+      (src/graph/paths.cc ncclTopoCheckP2p: status read and write OK, unless
+      NCCL_IGNORE_DISABLED_P2P=2) and CUDA allows peer access (src/transport/p2p.cc
+      p2pCanConnect: cudaDeviceCanAccessPeer; NCCL 2.21–2.28), else it goes through
+      host memory; vLLM turns its custom all-reduce off itself
+      (:func:`custom_all_reduce_state`). No variable forces P2P past CUDA's answer.
+    - Cards with P2P over PCIe on a host whose IOMMU/ACS redirects P2P to the root
+      complex (``p.host``, :class:`app.planner.pcie.HostPcie`): **warn**
+      ``p2p_hang_risk`` (NCCL's troubleshooting guide, "PCI Access Control Services"),
+      fix NCCL_P2P_DISABLE=1 and, where vLLM would run it, --disable-custom-all-reduce.
+    - The same with NCCL_P2P_LEVEL forcing P2P past NCCL's default cut-off
+      (:func:`nccl_p2p_forced`): **error** ``p2p_forced``.
+    A hang seen in a log is the diagnosis's ``nccl_hang`` (app.planner.diagnose)."""
     e = p.effective
-    if e.world <= 1 or p.config.env.get("NCCL_P2P_DISABLE") == "1":
+    group = p.cards[:e.world]
+    if e.world <= 1 or any(g.kind == "cpu" for g in group):
         return None
-    used = p.cards
-    if all(g.p2p for g in used) or any(g.kind == "cpu" for g in used):
+    env = p.config.env
+    nccl_off = _env_int(env, "NCCL_P2P_DISABLE") == 1
+    car_on, car_why = custom_all_reduce_state(p)
+    if not all(g.p2p for g in group):
+        g = next(g for g in group if not g.p2p)
+        text = (f"{g.name} cards have no peer-to-peer (P2P) access. NCCL finds that out itself (it uses P2P only "
+                f"where NVML and CUDA report it) and passes data through host memory instead")
+        if e.tp > 1 and not p.config.disable_custom_all_reduce:
+            text += (f"; vLLM turns its custom all-reduce off on its own and logs \"{car_why}\" "
+                     f"(--disable-custom-all-reduce only silences that line)")
+        text += ". NCCL_P2P_DISABLE=1 changes nothing on these cards." if nccl_off else \
+            (". Nothing needs setting; should a launch still stop after \"vLLM is using nccl\", the log diagnosis "
+             "(nccl_hang) gives the fix.")
+        tries = [v for v in (nccl_p2p_forced(env),
+                             "NCCL_IGNORE_DISABLED_P2P=2" if _env_int(env, "NCCL_IGNORE_DISABLED_P2P") == 2 else None) if v]
+        if tries:
+            text += (f" {' and '.join(tries)} cannot turn P2P on here: NCCL still asks CUDA for peer access, "
+                     f"and the driver refuses it on these cards.")
+        return Finding("no_p2p", "info", text)
+    if p.host is None or not p.host.redirects_p2p or all(g.nvlink_gbs >= 300 for g in group):
         return None
-    g = next(g for g in used if not g.p2p)
-    fix: dict[str, Any] = {"env": {"NCCL_P2P_DISABLE": "1"}}
-    if e.tp > 1 and not p.config.disable_custom_all_reduce:
+    forced = nccl_p2p_forced(env)
+    fix: dict[str, Any] = {}
+    if not nccl_off:
+        fix["env"] = {"NCCL_P2P_DISABLE": "1", **({"NCCL_P2P_LEVEL": None} if forced else {})}
+    if car_on:
         fix["disable_custom_all_reduce"] = True
-    return Finding("no_p2p", "warn",
-                   f"{g.name} cards have no peer-to-peer access: NCCL can hang at start-up unless P2P is "
-                   f"disabled, and vLLM's custom all-reduce needs P2P.", candidates=[fix])
+    if not fix:
+        return None
+    g = group[0]
+    risk = (f"the host has {p.host.describe()}: P2P between the {g.name} cards over PCIe goes up to the CPU's root "
+            f"complex, where NCCL's troubleshooting guide warns of \"a significant performance reduction or even "
+            f"a hang\"")
+    if car_on:
+        risk += " (vLLM's custom all-reduce uses P2P between two cards)"
+    if forced:
+        return Finding("p2p_forced", "error",
+                       f"{forced} makes NCCL use P2P through the CPU's root complex (its default stops below a "
+                       f"shared PCIe switch), and {risk}. Drop it and turn P2P off.", candidates=[fix])
+    return Finding("p2p_hang_risk", "warn",
+                   f"{risk[0].upper()}{risk[1:]}. Turn P2P off here, or turn the IOMMU off (BIOS, or "
+                   f"amd_iommu=off / intel_iommu=off on the kernel command line).", candidates=[fix])
 
 
 def check_cpu_executor(p: "Plan") -> Finding | None:

@@ -8,18 +8,20 @@ then builds the step-time model and the predicted curve (app.engine.steptime).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
-from app.engine.steptime import Curve, PerfParams, StageSpec, StepTimeModel, default_params, predict_curve
+from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepTimeModel, default_levels,
+                                 default_params, predict_curve, predict_level)
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.memory import Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
 from app.planner.models import DTYPE_BYTES, ModelArch, quant_bytes_per_param
+from app.planner.pcie import HostPcie
 from app.planner.versions import VllmRules, rules_for
 
 
@@ -37,12 +39,16 @@ class Workload:
 class Plan:
     """Everything the planner found. Sizes in GiB unless named bytes; tokens as counts.
 
-    ``verdict`` ok/warn/error; ``problem`` the first error's code (else the first
-    warning's, else None); ``fix`` its passing fix (or None); ``findings`` all of them.
-    ``kv_cache_tokens`` what vLLM will log as "KV cache size"; ``max_concurrency``
-    vLLM's "Maximum concurrency for max_model_len tokens per request";
-    ``workload_concurrency`` requests of the workload that run at once (capped by
-    max_num_seqs). ``perf`` the step-time model, ``curve`` the predicted ramp."""
+    ``verdict`` ok/warn/error (info findings do not count); ``problem`` the first
+    error's code (else the first warning's, else None); ``fix`` its passing fix (or
+    None); ``findings`` all of them. ``cards`` one entry per rank of every data
+    parallel replica (replica r on cards r·TP·PP …); ``ranks`` their memory.
+    ``kv_cache_tokens`` what vLLM will log as "KV cache size" (one engine);
+    ``max_concurrency`` vLLM's "Maximum concurrency for max_model_len tokens per
+    request" (one engine); ``workload_concurrency`` requests of the workload that run at
+    once on all replicas (each capped by max_num_seqs). ``perf`` the step-time model of
+    one replica, ``curve`` the predicted ramp of the whole server. ``host`` the host's
+    IOMMU/ACS (None: unknown)."""
 
     config: ServerConfig
     model: ModelArch
@@ -56,6 +62,12 @@ class Plan:
     findings: list[Finding] = field(default_factory=list)
     perf: StepTimeModel | None = None
     curve: Curve | None = None
+    host: HostPcie | None = None
+
+    @property
+    def dp(self) -> int:
+        """data_parallel_size: engine replicas, each on TP × PP cards of its own."""
+        return self.config.data_parallel_size or 1
 
     # ------------------------------------------------------------------ figures
     @property
@@ -77,7 +89,8 @@ class Plan:
         return self.kv_blocks / math.ceil(self.effective.max_model_len / bs)
 
     def concurrency_for(self, prompt_tokens: int, output_tokens: int) -> tuple[int, str]:
-        """(requests that run at once, what limits it: "max_num_seqs" or "KV cache")."""
+        """(requests that run at once on one engine — one data parallel replica —, what
+        limits it: "max_num_seqs" or "KV cache")."""
         bs = self.effective.block_size
         kv = self.kv_blocks // max(1, math.ceil((prompt_tokens + output_tokens) / bs))
         if kv < self.effective.max_num_seqs:
@@ -88,7 +101,7 @@ class Plan:
     def workload_concurrency(self) -> int | None:
         if self.workload is None:
             return None
-        return self.concurrency_for(self.workload.prompt_tokens, self.workload.output_tokens)[0]
+        return self.concurrency_for(self.workload.prompt_tokens, self.workload.output_tokens)[0] * self.dp
 
     @property
     def weights_gib_total(self) -> float:
@@ -98,7 +111,8 @@ class Plan:
     # ------------------------------------------------------------------ verdict
     @property
     def verdict(self) -> str:
-        return max((f.verdict for f in self.findings), key=VERDICT_ORDER.__getitem__, default="ok")
+        return max((f.verdict for f in self.findings if f.verdict in ("warn", "error")),
+                   key=VERDICT_ORDER.__getitem__, default="ok")
 
     @property
     def primary(self) -> Finding | None:
@@ -124,8 +138,12 @@ class Plan:
         e = self.effective
         return {
             "verdict": self.verdict, "problem": self.problem, "fix": self.fix,
-            "findings": [{"problem": f.problem, "verdict": f.verdict, "message": f.message, "fix": f.fix}
+            "findings": [{"problem": f.problem, "verdict": f.verdict, "message": f.message, "fix": f.fix,
+                          "alternatives": [{"fix": a, "output_tps": tps} for a, tps in f.alternatives]}
                          for f in self.findings],
+            "data_parallel_size": self.dp,
+            "host": None if self.host is None else {"iommu": self.host.iommu, "acs": self.host.acs,
+                                                    "source": self.host.source},
             "vllm_version": self.rules.version,
             "kv_bytes_per_token": self.kv_bytes_per_token, "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": self.max_concurrency, "workload_concurrency": self.workload_concurrency,
@@ -269,65 +287,157 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
                          m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens)
 
 
+# ---------------------------------------------------------------------- data parallel
+def predict_server_curve(perf: StepTimeModel, prompt_tokens: int, output_tokens: int, capacity: int,
+                         capacity_reason: str, dp: int = 1, levels: list[int] | None = None) -> Curve:
+    """The predicted ramp of the whole server: :func:`predict_curve` of one engine when
+    ``dp`` is 1; with ``dp`` data parallel replicas (each its own engine, ``capacity``
+    requests each) a level of N users puts ⌈N/dp⌉ or ⌊N/dp⌋ on each replica (vLLM's
+    front end sends a request to the least loaded engine — assumed even), throughput,
+    running and queued add up, latencies are the per-user means. Knee and capacity are
+    one engine's × ``dp``. Levels default to 1, 2, 4 … up to twice the total capacity."""
+    if dp <= 1:
+        return predict_curve(perf, prompt_tokens, output_tokens, capacity, capacity_reason, levels)
+    one = predict_curve(perf, prompt_tokens, output_tokens, capacity, capacity_reason, [1])
+    pts = []
+    for n in levels or default_levels(capacity * dp):
+        q, r = divmod(n, dp)
+        # (one replica's point, how many replicas are at it): r replicas hold q + 1 users, the rest q
+        parts = [(predict_level(perf, k, prompt_tokens, output_tokens, capacity), c)
+                 for k, c in ((q + 1, r), (q, dp - r)) if k > 0 and c > 0]
+
+        def mean(attr: str) -> float:  # per user
+            return sum(getattr(pt, attr) * pt.concurrency * c for pt, c in parts) / n
+
+        pts.append(CurvePoint(n, sum(pt.running * c for pt, c in parts), sum(pt.queued * c for pt, c in parts),
+                              sum(pt.output_tps * c for pt, c in parts),
+                              mean("per_user_tps"), mean("ttft_s"), mean("tpot_s"), mean("e2e_s")))
+    return Curve(pts, one.knee * dp, one.knee_reason, capacity * dp, prompt_tokens, output_tokens)
+
+
+def peak_output_tps(p: Plan, params: PerfParams | None = None) -> float | None:
+    """Predicted output tokens/s of the whole server with every engine full at the
+    workload (default :class:`Workload`): one engine at its capacity for the workload's
+    requests (:func:`app.engine.steptime.predict_level`) × data_parallel_size. None
+    when the plan has no KV cache or an invalid layer partition (nothing to predict)."""
+    if p.partition_error is not None or not p.ranks or any(r.kv_tokens <= 0 for r in p.ranks):
+        return None
+    w = p.workload or Workload()
+    cap, _ = p.concurrency_for(w.prompt_tokens, w.output_tokens)
+    if cap <= 0:
+        return None
+    perf = build_step_model(p, params)
+    return predict_level(perf, cap, w.prompt_tokens, w.output_tokens, cap).output_tps * p.dp
+
+
 # ---------------------------------------------------------------------- entry point
 def _build(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
-           rules: VllmRules) -> Plan:
+           rules: VllmRules, host: HostPcie | None = None) -> Plan:
     if not gpus:
         raise ValueError("plan needs at least one GPU: give --gpu NAME (and --count N)")
-    tp, pp = cfg.tensor_parallel_size or 1, cfg.pipeline_parallel_size or 1
+    tp, pp, dp = cfg.tensor_parallel_size or 1, cfg.pipeline_parallel_size or 1, cfg.data_parallel_size or 1
     world = tp * pp
-    cards = [gpus[i % len(gpus)] for i in range(world)]
-    eff, part_err = effective_settings(cfg, model, cards, rules)
-    ranks = plan_ranks(model, eff, cards)
-    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err)
+    cards = [gpus[i % len(gpus)] for i in range(world * dp)]
+    eff, part_err = effective_settings(cfg, model, cards[:world], rules)
+    ranks = []
+    for r in range(dp):  # each data parallel replica on cards r·world … (vllm/v1/engine/utils.py)
+        ranks += [replace(x, rank=x.rank + r * world) for x in plan_ranks(model, eff, cards[r * world:(r + 1) * world])]
+    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err, host=host)
     p.findings = [f for f in (c(p) for c in CHECKS) if f is not None]
     return p
 
 
-def _passes(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
-            rules: VllmRules, problem: str, errors_before: frozenset[str] = frozenset()) -> bool:
-    """Whether ``cfg`` (a candidate fix applied) no longer shows ``problem`` and has no
-    error that the unfixed plan did not have (``errors_before``): with two errors, each
-    one's fix is offered, not "none" because the other error remains."""
-    try:
-        q = _build(cfg, gpus, model, workload, rules)
-    except ValueError:
-        return False
+def _fixed_passes(q: Plan, problem: str, errors_before: frozenset[str] = frozenset()) -> bool:
+    """Whether ``q`` (a plan with a candidate fix applied) no longer shows ``problem``
+    and has no error that the unfixed plan did not have (``errors_before``): with two
+    errors, each one's fix is offered, not "none" because the other error remains."""
     new_errors = {f.problem for f in q.findings if f.verdict == "error"} - errors_before
     return not new_errors and problem not in q.problems()
 
 
+def _passes(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
+            rules: VllmRules, problem: str, errors_before: frozenset[str] = frozenset(),
+            host: HostPcie | None = None) -> bool:
+    """:func:`_fixed_passes` for the plan of ``cfg`` (False when it cannot be planned)."""
+    try:
+        q = _build(cfg, gpus, model, workload, rules, host)
+    except ValueError:
+        return False
+    return _fixed_passes(q, problem, errors_before)
+
+
+def _rank_layouts(config: ServerConfig, f: Finding, gpus: list[GpuSpec], model: ModelArch,
+                  workload: Workload | None, rules: VllmRules, errors: frozenset[str], host: HostPcie | None,
+                  params_for: Any) -> list[tuple[dict[str, Any], float]]:
+    """``f.layouts`` whose plan passes (:func:`_fixed_passes`) and fits the cards (a KV
+    cache on every rank, a valid layer partition), with their :func:`peak_output_tps`,
+    highest first (ties: fewer cards, then the order of ``f.layouts``)."""
+    out = []
+    for i, cand in enumerate(f.layouts):
+        try:
+            q = _build(apply_fix(config, cand), gpus, model, workload, rules, host)
+        except ValueError:
+            continue
+        if not _fixed_passes(q, f.problem, errors):
+            continue
+        tps = peak_output_tps(q, params_for(q))
+        if tps is not None:
+            out.append((len(q.cards), i, cand, tps))
+    out.sort(key=lambda x: (-x[3], x[0], x[1]))
+    return [(cand, tps) for _, _, cand, tps in out]
+
+
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
          vllm_version: str | None = None, params: PerfParams | None = None,
-         use_calibration: bool = True) -> Plan:
+         use_calibration: bool = True, host: HostPcie | None = None) -> Plan:
     """Plan ``config`` on ``gpus`` (one GpuSpec per card, in CUDA order; mixed cards
-    allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1) for ``model``.
+    allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1; data parallel replica r
+    on the next TP × PP cards) for ``model``.
 
     ``vllm_version`` selects version rules (None → the newest known; callers that know
     the installed version pass it, see app.planner.versions.installed_version).
     ``params`` overrides the performance parameters; otherwise a saved calibration for
     these cards is used when ``use_calibration``, else the per-class defaults.
-    Raises ValueError when ``gpus`` is empty.
+    ``host``: the IOMMU/ACS of the machine the cards are in
+    (:func:`app.planner.pcie.read_host_pcie` for this one; None: unknown).
+
+    Each finding gets the first of its ``candidates`` that passes; failing that, of
+    its ``layouts`` (parallel splits) the one with the highest predicted peak output
+    tokens/s (:func:`peak_output_tps`) among those that pass and fit the cards
+    (``alternatives`` keeps them all, ranked). Raises ValueError when ``gpus`` is empty.
     """
     rules = rules_for(vllm_version)
-    p = _build(config, gpus, model, workload, rules)
+    p = _build(config, gpus, model, workload, rules, host)
     errors = frozenset(f.problem for f in p.findings if f.verdict == "error")
+    calibrations: dict[str, PerfParams | None] = {}
+
+    def params_for(q: Plan) -> PerfParams | None:
+        if params is not None or not use_calibration:
+            return params
+        key = hardware_fingerprint(q.cards)
+        if key not in calibrations:
+            calibrations[key] = load_calibration(key)
+        return calibrations[key]
+
     for f in p.findings:
         for cand in f.candidates:
             try:
                 fixed = apply_fix(config, cand)
             except ValueError:
                 continue
-            if _passes(fixed, gpus, model, workload, rules, f.problem, errors):
+            if _passes(fixed, gpus, model, workload, rules, f.problem, errors, host):
                 f.fix = cand
                 break
-    if params is None and use_calibration:
-        params = load_calibration(hardware_fingerprint(p.cards))
+        if f.fix is None and f.layouts:
+            f.alternatives = _rank_layouts(config, f, gpus, model, workload, rules, errors, host, params_for)
+            if f.alternatives:
+                f.fix = f.alternatives[0][0]
+    own = params_for(p)
     if all(r.kv_tokens > 0 for r in p.ranks) and p.partition_error is None:
-        p.perf = build_step_model(p, params)
+        p.perf = build_step_model(p, own)
         w = workload or Workload()
         cap, why = p.concurrency_for(w.prompt_tokens, w.output_tokens)
         if cap > 0:
-            p.curve = predict_curve(p.perf, w.prompt_tokens, w.output_tokens, cap, why,
-                                    list(w.levels) if w.levels else None)
+            p.curve = predict_server_curve(p.perf, w.prompt_tokens, w.output_tokens, cap, why, p.dp,
+                                           list(w.levels) if w.levels else None)
     return p

@@ -16,12 +16,23 @@ def _q(p: Plan) -> str:
     return f"{e.quantization}, activations {e.dtype}"
 
 
+def _predicted(alternatives: list[tuple[dict, float]], shown: int = 3) -> str:
+    """" — predicted peak 1,234 output tok/s; next: --tensor-parallel-size 2 (987)" for a
+    fix chosen among parallel layouts by predicted throughput; "" otherwise."""
+    if not alternatives:
+        return ""
+    text = f" — predicted peak {alternatives[0][1]:,.0f} output tok/s"
+    rest = [f"{fix_to_flags(a)} ({tps:,.0f})" for a, tps in alternatives[1:shown]]
+    return text + (f"; next: {'; '.join(rest)}" if rest else "")
+
+
 def render_plan(p: Plan) -> str:
     """The per-GPU memory table, capacity, predicted curve and verdict, as text."""
     e, m = p.effective, p.model
     lines: list[str] = []
     cards = ", ".join(sorted({g.name for g in p.gpus}))
-    lines.append(f"Plan: {m.name} on {len(p.gpus)}× {cards} — TP {e.tp}, PP {e.pp} (vLLM {p.rules.version} rules)")
+    lines.append(f"Plan: {m.name} on {len(p.gpus)}× {cards} — TP {e.tp}, PP {e.pp}"
+                 + (f", DP {p.dp}" if p.dp > 1 else "") + f" (vLLM {p.rules.version} rules)")
     lines.append(f"  model: {m.source or 'given'}; {m.total_params() / 1e9:.1f} B parameters"
                  + (f" ({m.active_params() / 1e9:.1f} B active, MoE {m.experts_per_tok}/{m.experts})" if m.is_moe else "")
                  + (", MLA" if m.is_mla else "") + f"; {_q(p)}")
@@ -30,6 +41,8 @@ def render_plan(p: Plan) -> str:
     lines.append(f"  settings: max_model_len {e.max_model_len:,} · max_num_seqs {e.max_num_seqs} · "
                  f"max_num_batched_tokens {e.max_num_batched_tokens:,} · gpu_memory_utilization {e.utilization} · "
                  f"kv dtype {'fp8' if e.kv_dtype_bytes == 1 else e.dtype}" + (" · enforce_eager" if e.enforce_eager else ""))
+    if p.host is not None and e.world > 1:
+        lines.append(f"  host PCIe: {p.host.describe()}")
     lines.append("")
     hdr = f"  {'GPU':>3} {'card':<16} {'stage':>5} {'total':>7} {'budget':>7} {'weights':>8} {'activ.':>7} {'other':>6} " \
           f"{'KV':>7} {'KV tokens':>11} {'graphs':>7} {'above':>6}"
@@ -45,7 +58,7 @@ def render_plan(p: Plan) -> str:
     if p.workload is not None:
         n, why = p.concurrency_for(p.workload.prompt_tokens, p.workload.output_tokens)
         lines.append(f"  workload {p.workload.prompt_tokens} in / {p.workload.output_tokens} out: {n} requests at "
-                     f"once (limited by {why})")
+                     f"once (limited by {why})" + (f" on each of {p.dp} engines" if p.dp > 1 else ""))
     if p.curve is not None and p.perf is not None:
         c, pr = p.curve, p.perf.params
         lines.append("")
@@ -66,8 +79,8 @@ def render_plan(p: Plan) -> str:
     for f in p.findings:
         lines.append(f"    {f.verdict:<5} {f.problem}: {f.message}")
         if f.fix is not None:
-            lines.append(f"          fix: {fix_to_flags(f.fix)}")
-        elif f.verdict != "ok":
+            lines.append(f"          fix: {fix_to_flags(f.fix)}" + _predicted(f.alternatives))
+        elif f.verdict in ("warn", "error"):
             lines.append("          fix: no option change fixes it on these cards (see above)")
     assumed = sorted({f"{g.name}: {', '.join(g.assumed)}" for g in p.gpus if g.assumed})
     if assumed:
