@@ -15,7 +15,7 @@ Problem codes (stable): not_enough_gpus, tp_not_divisor_of_heads, pp_partition_i
 quantization_unknown, quantization_mismatch (``--quantization`` does not fit the checkpoint's
 quantization_config, or needs one the checkpoint lacks), quantization_unsupported_by_gpu
 (the method, or a compressed-tensors scheme of the checkpoint, needs a higher compute
-capability), quantization_weight_only_fallback (verdict ok: information that vLLM runs
+capability), quantization_weight_only_fallback (info: vLLM runs
 the quantization on its slower weight-only path on these cards), dtype_unsupported_by_gpu,
 dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num_seqs,
 max_model_len_exceeds_model, not_enough_free_vram, no_kv_cache_memory,
@@ -314,13 +314,13 @@ def check_quantization_fallback(p: "Plan") -> Finding | None:
     need = p.rules.min_capability(q)
     fast = p.rules.fast_path_capability(q)
     if fast is not None and (need is None or cc >= need) and cc < fast:
-        return Finding("quantization_weight_only_fallback", "ok",
+        return Finding("quantization_weight_only_fallback", "info",
                        f"the {low.name} (compute capability {low.cc:.1f}) has no FP8 compute (from {fast / 10:.1f}): "
                        f"vLLM runs {q} weight-only through the Marlin kernel and says so (\"Your GPU does not have "
                        f"native support for FP8 computation\"); prefill-heavy steps are slower.")
     for what, need_s, exact, given_up in quantization_capability_needs(p, cc):
         if given_up and cc >= need_s:
-            return Finding("quantization_weight_only_fallback", "ok",
+            return Finding("quantization_weight_only_fallback", "info",
                            f"the {low.name} (compute capability {low.cc:.1f}) is below the {given_up} scheme's "
                            f"minimum: vLLM runs the checkpoint as {what.split()[-1]} instead (weights quantized, "
                            f"activations in 16 bits); prefill-heavy steps are slower.")
