@@ -194,10 +194,10 @@ def print_result(res, out=sys.stdout, *, slo: bool = True) -> None:
             if not st.steady:
                 out.write(f"* {st.unsteady_reason}\n")
     out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
-    cap = getattr(res, "capacity", None)
-    if cap is not None:
-        out.write(f"capacity: {cap.sentence}\n")
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
+    verdict = getattr(res, "verdict", None)
+    if verdict is not None:
+        out.write(f"\n{verdict.sentence}\n")
 
 
 def flag_of(loc: tuple) -> str:

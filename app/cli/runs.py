@@ -65,6 +65,8 @@ def cmd_runs(a: argparse.Namespace) -> int:
                 knee = s.get("knee")
                 if knee:
                     print(f"knee at {knee['level']:g}")
+                if (s.get("verdict") or {}).get("sentence"):
+                    print("\n" + s["verdict"]["sentence"])
                 return 0
             if a.action == "export":
                 if a.format == "json":
@@ -179,6 +181,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     if res.knee:
         print(res.knee.describe())
     print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))
+    if res.verdict is not None:
+        print("\n" + res.verdict.sentence)
     if res.run_id is not None:
         print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
     if a.save_results and res.run_id is not None and res.steps:

@@ -49,7 +49,7 @@ from app.run.hardware import hardware_for, sim_info, time_scale_of
 from app.run.record import RunRecorder
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
-from app.run.verdict import Verdict, build_verdict, observe
+from app.run.verdict import Verdict, build_verdict, model_label, observe
 from app.settings import load_settings
 from app.server import procs
 from app.server.launch import LaunchError
@@ -696,10 +696,11 @@ class RunController:
         obs = observe(self.bank, nxt, k) if nxt is not None and self.bank is not None else None
         (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
         prices = load_settings().pricing
-        model = self.api_model or (t.config.served_model_name or t.config.model if t is not None else "the model")
+        plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)
+        model = model_label(t.config.model) if config is not None else (self.api_model or "the model")
         verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
                                 j_per_token=jpt, usd_per_gpu_hour=prices.usd_per_gpu_hour,
-                                usd_per_kwh=prices.usd_per_kwh, plan=r.record.plan if r.record else None,
+                                usd_per_kwh=prices.usd_per_kwh, plan=plan,
                                 mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
         return cap, verdict
 

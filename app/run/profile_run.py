@@ -20,7 +20,8 @@ from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
 from app.profiles.env_policy import EnvRefused, screen_env
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
-from app.run.controller import OK_STATUSES, LaunchTarget, RecordSpec, RunController, RunListener, State
+from app.run.controller import OK_STATUSES, LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
+from app.run.verdict import Verdict
 from app.server.launch import LaunchError
 from app.settings import load_settings
 
@@ -57,6 +58,8 @@ class RunResult:
     hardware: HardwareFingerprint | None = None
     results: ResultsSummary | None = None
     time_scale: float = 1.0
+    verdict: Verdict | None = None
+    outcome: RampOutcome | None = None
 
     @property
     def ok(self) -> bool:
@@ -257,7 +260,7 @@ class ProfileRun:
         rec = ctl.run
         if rec is not None:
             res.hardware, res.time_scale = rec.hardware, rec.time_scale
-        closed = ctl.close_run(res.status, res.reason, res.knee)
+        closed = ctl.close_run(res.status, res.reason, res.knee, outcome=res.outcome)
         if closed is not None:
             res.results = closed[1]
         final = Phase.DONE if res.ok else (Phase.ABORTED if res.status == "aborted" else Phase.FAILED)
@@ -288,3 +291,4 @@ class ProfileRun:
         out = ctl.ramp(spec, safety=self.safety)
         res.steps, res.knee, res.time_scale = out.steps, out.knee, out.time_scale
         res.status, res.reason = out.status, out.stop_reason
+        res.outcome, res.verdict = out, out.verdict

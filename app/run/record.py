@@ -107,6 +107,7 @@ class RunRecorder:
             if not profile_data["env"]:
                 profile_data.pop("env")
         self._config: dict[str, Any] = {"profile": profile_data} if profile_data is not None else {}
+        self.plan = plan
         self.run_id: int = store.create_run(name, engine, config=self._config or None, spec=spec, plan=plan,
                                             clock_wall0=clock_wall0)
         self.steps: list[StepStats] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -35,6 +36,12 @@ SEQS_PINNED = 0.9
 FLAG_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
                "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
                "max_model_len", "enable_prefix_caching", "enforce_eager")
+
+
+#: the limit codes in words
+LIMIT_NAMES = {"failures": "failures", "kv_cache": "KV cache capacity", "max_num_seqs": "max_num_seqs",
+               "throttling": "GPU throttling", "ttft": "queueing (TTFT)", "tpot": "decode speed (TPOT)",
+               "e2e": "end-to-end latency", "max_level": "the highest level probed", "none": "nothing measured"}
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,15 @@ class Verdict(BaseModel):
     sentence: str = ""
 
 
+def model_label(model: str) -> str:
+    """A model id or path as the sentence names it: ``meta-llama/Llama-3-70B`` → the id
+    as given, a local folder → its name (``build/tiny-llama`` → ``tiny-llama``)."""
+    m = model.rstrip("/")
+    if m.startswith(("/", ".", "~")) or m.count("/") > 1 or Path(m).expanduser().is_dir():
+        return m.rsplit("/", 1)[-1]
+    return m
+
+
 def cost_per_mtok(output_tps: float | None, gpus: int, j_per_token: float | None,
                   usd_per_gpu_hour: float | None, usd_per_kwh: float | None) -> float | None:
     """$ per million output tokens: the cards' hourly price over the tokens an hour makes
@@ -188,7 +204,7 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
         return ("throttling", f"the GPUs were held back ({', '.join(o.throttle)}) at {at}",
                 "check cooling, fan curves and the power limit (nvidia-smi -q -d PERFORMANCE)", None)
     broke = cap.limited_by.split(", ")
-    if "ttft" in broke:
+    if "ttft" in broke and "tpot" not in broke:
         batched = flags.get("max_num_batched_tokens") or eff.get("max_num_batched_tokens")
         ev = f"TTFT p99 {nxt.ttft_p99:.3g} s at {at}: new requests wait for prefills" if nxt.ttft_p99 else at
         if batched:
@@ -198,6 +214,8 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
     code = "tpot" if "tpot" in broke else "e2e"
     val = nxt.tpot_p99 if code == "tpot" else nxt.e2e_p99
     ev = f"{code.upper()} p99 {val:.3g} s at {at}: each decode step is too slow for the bound" if val else at
+    if code == "tpot" and "ttft" in broke and nxt.ttft_p99:
+        ev += f" (and TTFT p99 {nxt.ttft_p99:.3g} s: the steps that carry prefills slow every decode)"
     tp = int(flags.get("tensor_parallel_size") or 1)
     pp = int(flags.get("pipeline_parallel_size") or 1)
     if gpus > tp * pp and gpus % (2 * tp * pp) == 0:
@@ -250,8 +268,7 @@ def verdict_sentence(v: Verdict) -> str:
     if v.users <= 0:
         s = f"{v.rig} serves no level of {v.model} probed at {slo_text(v.slo)}"
     else:
-        who = f"{v.users:.3g} requests/s" if rate else fmt_users(v.users).replace("users", "concurrent users") \
-            .replace("user", "concurrent user")
+        who = f"{v.users:.3g} requests/s" if rate else f"{v.users:g} concurrent user{'' if v.users == 1 else 's'}"
         s = f"{v.rig} serves {who} of {v.model} at {slo_text(v.slo)}"
     figs = []
     if v.output_tps is not None and v.users > 0:
@@ -279,7 +296,7 @@ def verdict_sentence(v: Verdict) -> str:
         s += f" ({', '.join(extra)})"
     s += "."
     if v.limit:
-        s += f" Limited by {v.limited_by.replace('_', ' ')}: {v.limit}."
+        s += f" Limited by {LIMIT_NAMES.get(v.limited_by, v.limited_by)}: {v.limit}."
     if v.next_try:
         s += f" Next: {v.next_try}."
     return s
