@@ -28,23 +28,8 @@ from typing import Any, Sequence
 
 from app.history import get_run
 from app.loadgen.stats import peak_level
-from app.telemetry.derived import level_energy, power_series
-
-
-@dataclass(frozen=True)
-class Pricing:
-    """What the user pays: ``gpu_hour`` per GPU-hour (rented cards) and/or ``kwh`` per
-    kWh of electricity (owned cards); ``currency`` only labels the figures."""
-
-    gpu_hour: float | None = None
-    kwh: float | None = None
-    currency: str = "$"
-
-    def __post_init__(self) -> None:
-        for k in ("gpu_hour", "kwh"):
-            v = getattr(self, k)
-            if v is not None and not (v >= 0 and math.isfinite(v)):
-                raise ValueError(f"price {k}={v}: give a price ≥ 0")
+from app.settings import Pricing
+from app.telemetry.derived import cost_per_mtok, level_energy, power_series
 
 
 @dataclass
@@ -184,8 +169,7 @@ def _row(s: RunSeries, d: dict[str, Any], pricing: Pricing, eff: float | None) -
     tps = d.get("output_tps") or 0.0
     pw = s.power_w.get(d["idx"])
     jpt = s.j_per_token.get(d["idx"])
-    rented = pricing.gpu_hour * s.gpus / (tps * 3600) * 1e6 if pricing.gpu_hour is not None and tps > 0 else None
-    energy = pricing.kwh * (pw / 1000) / (tps * 3600) * 1e6 if pricing.kwh is not None and jpt is not None else None
+    rented, energy = cost_per_mtok(tps, s.gpus, jpt, pricing)
     return CompareRow(s.run_id, s.label, s.gpus, d["level"], tps, tps / s.gpus, d.get("ttft_p99"), d.get("tpot_p99"),
                       d.get("failure_rate") or 0.0, eff, pw, jpt, rented, energy)
 

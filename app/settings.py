@@ -27,12 +27,13 @@ Writes are atomic (:func:`app.fileio.write_atomic`: temporary file + ``os.replac
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from app.fileio import write_atomic
 from app.paths import settings_path
@@ -54,12 +55,22 @@ class SafetyLimits(BaseModel):
 
 
 class Pricing(BaseModel):
-    """What the rig costs, for the verdict's $ per million output tokens: ``usd_per_gpu_hour``
-    (rental, or the cards' amortisation; per card) and/or ``usd_per_kwh`` (electricity,
-    applied to the measured GPU energy). Unset parts are left out; none set → no $."""
+    """What the user pays, for $ per million output tokens (the verdict, Compare):
+    ``gpu_hour`` per GPU-hour (rented cards, or the cards' amortisation) and/or ``kwh``
+    per kWh of electricity (owned cards; applied to the measured GPU energy);
+    ``currency`` only labels the figures. Unset parts are left out; none set → no cost."""
 
-    usd_per_gpu_hour: float | None = Field(None, ge=0)
-    usd_per_kwh: float | None = Field(None, ge=0)
+    model_config = ConfigDict(frozen=True)
+    gpu_hour: float | None = Field(None, description="price per GPU-hour")
+    kwh: float | None = Field(None, description="electricity price per kWh")
+    currency: str = "$"
+
+    @field_validator("gpu_hour", "kwh")
+    @classmethod
+    def _price(cls, v: float | None, info) -> float | None:
+        if v is not None and not (v >= 0 and math.isfinite(v)):
+            raise ValueError(f"price {info.field_name}={v}: give a price ≥ 0 (or leave it unset)")
+        return v
 
 
 class Settings(BaseModel):

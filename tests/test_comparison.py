@@ -10,7 +10,8 @@ import pytest
 
 from app import history
 from app.cli import main
-from app.comparison import Pricing, compare, compare_runs, load_series
+from app.comparison import compare, compare_runs, load_series
+from app.settings import Pricing
 from app.telemetry.derived import LevelEnergy, level_energy, power_series
 from app.store import RunStore
 

@@ -10,7 +10,9 @@ from app.config import ServerConfig
 from app.loadgen.capacity import capacity_of
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import StepStats, slo_breaches
-from app.run.verdict import LevelObservation, build_verdict, cost_per_mtok, model_label, observe
+from app.run.verdict import LevelObservation, build_verdict, model_label, observe
+from app.settings import Pricing
+from app.telemetry.derived import cost_per_mtok
 from app.telemetry.series import SeriesBank
 
 
@@ -37,10 +39,10 @@ def verdict_for(steps, obs=None, config=CFG, gpus=8, plan=None, slo=SLO2, **kw):
 
 def test_sentence_has_every_part():
     steps = [step(0, 8, 0.5, 0.04, 200), step(1, 16, 1.2, 0.07, 380), step(2, 32, 3.5, 0.09, 420)]
-    v = verdict_for(steps, j_per_token=0.9, usd_per_gpu_hour=0.5, usd_per_kwh=0.3)
+    v = verdict_for(steps, j_per_token=0.9, pricing=Pricing(gpu_hour=0.5, kwh=0.3))
     assert v.users == 16 and v.output_tps == 380 and v.limited_by == "ttft"
     usd = 8 * 0.5 / (380 * 3600) * 1e6 + 0.9 * 1e6 / 3.6e6 * 0.3
-    assert v.usd_per_mtok == pytest.approx(usd)
+    assert v.cost_per_mtok == pytest.approx(usd)
     s = v.sentence
     assert s.startswith("8× RTX 4090 (sim) serves 16 concurrent users of Llama-3-70B at TTFT p99 ≤ 2 s and "
                         "TPOT p99 ≤ 100 ms — 380 output tok/s, 0.9 J/token, $")
@@ -49,7 +51,7 @@ def test_sentence_has_every_part():
     assert "Next: prefill-bound: raise max_num_batched_tokens" in s
     # no power readings, no prices: those parts are left out, not shown as 0
     bare = verdict_for(steps)
-    assert bare.j_per_token is None and bare.usd_per_mtok is None
+    assert bare.j_per_token is None and bare.cost_per_mtok is None
     assert "J/token" not in bare.sentence and "$" not in bare.sentence and "380 output tok/s" in bare.sentence
 
 
@@ -85,9 +87,9 @@ def test_no_slo_says_so():
 
 
 def test_cost_and_labels():
-    assert cost_per_mtok(None, 8, None, 1.0, None) is None
-    assert cost_per_mtok(1000, 2, None, 1.8, None) == pytest.approx(2 * 1.8 / 3.6e6 * 1e6)
-    assert cost_per_mtok(1000, 2, 3.6, None, 0.5) == pytest.approx(0.5)
+    assert cost_per_mtok(None, 8, None, Pricing(gpu_hour=1.0)) == (None, None)
+    assert cost_per_mtok(1000, 2, None, Pricing(gpu_hour=1.8))[0] == pytest.approx(2 * 1.8 / 3.6e6 * 1e6)
+    assert cost_per_mtok(1000, 2, 3.6, Pricing(kwh=0.5)) == (None, pytest.approx(0.5))
     assert model_label("meta-llama/Llama-3-70B") == "meta-llama/Llama-3-70B"
     assert model_label("/models/Qwen2.5-7B/") == "Qwen2.5-7B"
 
@@ -115,7 +117,7 @@ def test_every_ramp_gets_a_verdict_stored_with_the_run(tmp_path, dyno_home, caps
     from app.settings import Settings, save_settings
     from app.store import RunStore
 
-    save_settings(Settings(pricing={"usd_per_gpu_hour": 0.4, "usd_per_kwh": 0.3}))
+    save_settings(Settings(pricing={"gpu_hour": 0.4, "kwh": 0.3}))
     cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", tensor_parallel_size=2,
                        max_num_seqs=16, max_model_len=4096)
     rig = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "2", "--sim-time-scale", "10", "--sim-seed", "1"]
@@ -134,7 +136,7 @@ def test_every_ramp_gets_a_verdict_stored_with_the_run(tmp_path, dyno_home, caps
         met = [s.level for s in out.steps if s.slo_met]
         assert out.status == "slo_broken" and v is not None and v.users == max(met)
         assert v.rig == "2× RTX 4090 (sim)" and v.model == "Qwen/Qwen2.5-7B-Instruct"
-        assert v.j_per_token and v.j_per_token > 0 and v.usd_per_mtok and v.usd_per_mtok > 0
+        assert v.j_per_token and v.j_per_token > 0 and v.cost_per_mtok and v.cost_per_mtok > 0
         assert v.flags["tensor_parallel_size"] == 2 and v.flags["max_num_seqs"] == 16
         assert v.limited_by in ("ttft", "max_num_seqs", "kv_cache") and v.next_try
         run = store.get_run(out.run_id)

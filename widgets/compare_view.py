@@ -34,7 +34,8 @@ from PySide6.QtWidgets import (
 )
 
 from app import history
-from app.comparison import CompareRow, Comparison, Pricing, compare_runs
+from app.comparison import CompareRow, Comparison, compare_runs
+from app.settings import Pricing
 from app.fileio import write_atomic
 from widgets.axes import Log2Axis, PlainLogAxis, log2
 
@@ -184,6 +185,13 @@ class CompareView(QWidget):
     def set_runs(self, ids: list[int]) -> None:
         """Compare exactly ``ids`` (ticks them; the list is re-read)."""
         self.refresh_runs(list(ids))
+
+    def set_pricing(self, pricing: Pricing) -> None:
+        """Show the prices from Settings (the user may still change them here)."""
+        self.gpu_hour.setValue(pricing.gpu_hour or 0)
+        self.kwh.setValue(pricing.kwh or 0)
+        self.currency.setText(pricing.currency)
+        self.update_comparison()
 
     def pricing(self) -> Pricing:
         return Pricing(gpu_hour=self.gpu_hour.value() or None, kwh=self.kwh.value() or None,

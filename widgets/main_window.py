@@ -119,6 +119,7 @@ class MainWindow(QMainWindow):
         self.profile_manager = ProfileManager(self.form_profile, profiles.library)
         self.history = HistoryView(self.run_store, profiles.library)
         self.compare = CompareView(self.run_store)
+        self.compare.set_pricing(self.settings.pricing)
         right.addTab(self.profile_manager, "Profiles")
         right.addTab(self.history, "History")
         right.addTab(self.compare, "Compare")
@@ -803,6 +804,7 @@ class MainWindow(QMainWindow):
             except OSError as e:
                 QMessageBox.warning(self, "Settings", f"Cannot save settings: {e}")
             self.ramp.set_safety(self.settings.safety)
+            self.compare.set_pricing(self.settings.pricing)
 
     # ------------------------------------------------------------------ closing
     def save_state(self) -> None:

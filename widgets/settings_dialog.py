@@ -1,5 +1,5 @@
 """Settings: the vLLM interpreter (validated by asking it for vLLM's version, off the
-GUI thread), the data directory, telemetry rates and the ramp safety limits. Keys that
+GUI thread), the data directory, telemetry rates, the ramp safety limits and the prices. Keys that
 loading ``settings.yaml`` dropped (``Settings.load_error``) are listed at the top."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from app.paths import data_dir
 from app.server.interpreter import inspect_interpreter, resolve_python
-from app.settings import SafetyLimits, Settings
+from app.settings import Pricing, SafetyLimits, Settings
 from widgets.tasks import run_in_background
 
 
@@ -105,6 +105,28 @@ class SettingsDialog(QDialog):
         f.addRow("Failure rate", self.fail)
         v.addWidget(g)
 
+        g = QGroupBox("Prices (cost per million tokens in the verdict and Compare)")
+        f = QFormLayout(g)
+        pr = settings.pricing
+        self.gpu_hour = QDoubleSpinBox()
+        self.gpu_hour.setRange(0, 1000)
+        self.gpu_hour.setDecimals(3)
+        self.gpu_hour.setSpecialValueText("not set")
+        self.gpu_hour.setValue(pr.gpu_hour or 0)
+        self.gpu_hour.setToolTip("Per card and hour: rental, or what the cards cost spread over their life")
+        self.kwh = QDoubleSpinBox()
+        self.kwh.setRange(0, 100)
+        self.kwh.setDecimals(3)
+        self.kwh.setSpecialValueText("not set")
+        self.kwh.setValue(pr.kwh or 0)
+        self.kwh.setToolTip("Electricity, applied to the measured GPU power")
+        self.currency = QLineEdit(pr.currency)
+        self.currency.setMaximumWidth(60)
+        f.addRow("Per GPU-hour", self.gpu_hour)
+        f.addRow("Per kWh", self.kwh)
+        f.addRow("Currency", self.currency)
+        v.addWidget(g)
+
         self.buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         self.buttons.accepted.connect(self.accept)
         self.buttons.rejected.connect(self.reject)
@@ -144,4 +166,6 @@ class SettingsDialog(QDialog):
             "vllm_python": self.python.text().strip() or None,
             "gpu_sample_hz": self.gpu_hz.value(), "metrics_scrape_hz": self.metrics_hz.value(),
             "safety": SafetyLimits(enabled=self.safety_on.isChecked(), thermal_margin_c=self.margin.value(),
-                                   max_failure_rate=self.fail.value() / 100)})
+                                   max_failure_rate=self.fail.value() / 100),
+            "pricing": Pricing(gpu_hour=self.gpu_hour.value() or None, kwh=self.kwh.value() or None,
+                               currency=self.currency.text().strip() or "$")})

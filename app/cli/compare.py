@@ -8,19 +8,30 @@ from __future__ import annotations
 import argparse
 import sys
 
+from pydantic import ValidationError
+
 from app.cli.common import err, fmt
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.comparison import Pricing, compare_runs
+    from app.comparison import compare_runs
     from app.history import RunNotFound
+    from app.settings import load_settings
     from app.store import RunStore
 
     try:
-        pricing = Pricing(gpu_hour=a.gpu_hour_price, kwh=a.kwh_price, currency=a.currency)
+        saved = load_settings().pricing  # the prices from Settings, unless given here
+        pricing = saved.model_validate({
+            "gpu_hour": a.gpu_hour_price if a.gpu_hour_price is not None else saved.gpu_hour,
+            "kwh": a.kwh_price if a.kwh_price is not None else saved.kwh,
+            "currency": a.currency if a.currency is not None else saved.currency})
         with RunStore() as store:
             cmp = compare_runs(store, a.ids, pricing)
+    except ValidationError as e:  # a bad price: the option and the fix, not pydantic's report
+        flags = {"gpu_hour": "--gpu-hour-price", "kwh": "--kwh-price", "currency": "--currency"}
+        return err("; ".join(f"{flags.get(str(x['loc'][0]), x['loc'][0])}: {x['msg'].removeprefix('Value error, ')}"
+                             for x in e.errors()))
     except (RunNotFound, ValueError) as e:
         return err(str(e))
     cur = pricing.currency
@@ -57,7 +68,7 @@ def register(sub) -> None:
     c.add_argument("ids", type=int, nargs="+", metavar="ID")
     c.add_argument("--gpu-hour-price", type=float, help="price per GPU-hour (rented cards)")
     c.add_argument("--kwh-price", type=float, help="electricity price per kWh (owned cards; uses measured power)")
-    c.add_argument("--currency", default="$")
+    c.add_argument("--currency", help="label of the prices (default: Settings, else $)")
     c.add_argument("--csv", help="write the per-level table as CSV here")
     c.add_argument("--svg", help="write both overlay charts as SVG here")
     c.set_defaults(func=cmd_compare)

@@ -699,8 +699,7 @@ class RunController:
         plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)
         model = model_label(t.config.model) if config is not None else (self.api_model or "the model")
         verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
-                                j_per_token=jpt, usd_per_gpu_hour=prices.usd_per_gpu_hour,
-                                usd_per_kwh=prices.usd_per_kwh, plan=plan,
+                                j_per_token=jpt, pricing=prices, plan=plan,
                                 mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
         return cap, verdict
 

@@ -25,6 +25,8 @@ from pydantic import BaseModel
 
 from app.loadgen.capacity import Capacity, fmt_users, slo_text
 from app.loadgen.stats import StepStats
+from app.settings import Pricing
+from app.telemetry.derived import cost_per_mtok
 from app.telemetry.throttle import LIMITING, decode
 
 #: a KV cache this full (0–1) at the level above the capacity counts as the limit
@@ -98,8 +100,8 @@ class Verdict(BaseModel):
     """The answer for one ramp. ``users`` (None without an SLO), ``users_low`` /
     ``users_high`` its interval, ``repeats``; ``rig`` ("8× RTX 4090 (sim)"), ``model``;
     ``slo`` the bounds; at the capacity level: ``output_tps`` (tokens/s), ``j_per_token``
-    (J, None without power readings), ``usd_per_mtok`` ($ per million output tokens, None
-    without prices); ``flags`` the server options in force; ``limited_by`` a code
+    (J, None without power readings), ``cost_per_mtok`` (``currency`` per million output
+    tokens, rented + energy: app.telemetry.derived.cost_per_mtok; None without prices); ``flags`` the server options in force; ``limited_by`` a code
     (``failures``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``tpot``,
     ``e2e``, ``max_level``, ``none``) and ``limit`` its evidence in words; ``next_try``
     what to change and ``next_fix`` it as option values (or None); ``sentence`` all of it
@@ -115,7 +117,8 @@ class Verdict(BaseModel):
     slo: dict = {}
     output_tps: float | None = None
     j_per_token: float | None = None
-    usd_per_mtok: float | None = None
+    cost_per_mtok: float | None = None
+    currency: str = "$"
     flags: dict = {}
     limited_by: str = "none"
     limit: str = ""
@@ -133,21 +136,6 @@ def model_label(model: str) -> str:
     if m.startswith(("/", ".", "~")) or m.count("/") > 1 or Path(m).expanduser().is_dir():
         return m.rsplit("/", 1)[-1]
     return m
-
-
-def cost_per_mtok(output_tps: float | None, gpus: int, j_per_token: float | None,
-                  usd_per_gpu_hour: float | None, usd_per_kwh: float | None) -> float | None:
-    """$ per million output tokens: the cards' hourly price over the tokens an hour makes
-    (``gpus × usd_per_gpu_hour ÷ (output_tps × 3600) × 10⁶``) plus the energy's
-    (``j_per_token × 10⁶ ÷ 3.6·10⁶ J/kWh × usd_per_kwh``); None when neither applies."""
-    total, any_part = 0.0, False
-    if usd_per_gpu_hour is not None and output_tps and output_tps > 0:
-        total += gpus * usd_per_gpu_hour / (output_tps * 3600.0) * 1e6
-        any_part = True
-    if usd_per_kwh is not None and j_per_token is not None:
-        total += j_per_token * 1e6 / 3.6e6 * usd_per_kwh
-        any_part = True
-    return total if any_part else None
 
 
 def _flags(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -226,12 +214,12 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
 
 def build_verdict(cap: Capacity, steps: Sequence[StepStats], *, rig: str, model: str, gpus: int,
                   config: Mapping[str, Any] | None = None, observation: LevelObservation | None = None,
-                  j_per_token: float | None = None, usd_per_gpu_hour: float | None = None,
-                  usd_per_kwh: float | None = None, plan: Mapping[str, Any] | None = None,
+                  j_per_token: float | None = None, pricing: Pricing | None = None,
+                  plan: Mapping[str, Any] | None = None,
                   mean_tokens: float | None = None, has_slo: bool = True) -> Verdict:
     """The verdict of a finished ramp or search: ``cap`` its :class:`Capacity` (rig
     units), ``steps`` its levels, ``observation`` of the first level that broke the SLO,
-    ``j_per_token`` at the capacity level, ``plan`` the planner's ``as_dict()`` (for the
+    ``j_per_token`` at the capacity level, ``pricing`` from Settings, ``plan`` the planner's ``as_dict()`` (for the
     KV room behind a max_num_seqs raise), ``mean_tokens`` a request's mean prompt +
     output tokens, ``gpus`` the cards the server uses."""
     flags = _flags(config)
@@ -249,10 +237,12 @@ def build_verdict(cap: Capacity, steps: Sequence[StepStats], *, rig: str, model:
         return v
     nxt = next((s for s in steps if s.level == cap.next_users), None) if cap.next_users is not None else None
     code, limit, tip, fix = _limit(cap, nxt, observation, flags, plan, mean_tokens, gpus)
-    usd = cost_per_mtok(cap.output_tps, gpus, j_per_token, usd_per_gpu_hour, usd_per_kwh)
+    parts = [c for c in cost_per_mtok(cap.output_tps, gpus, j_per_token, pricing or Pricing()) if c is not None]
+    cost = sum(parts) if parts else None
     v = Verdict(users=cap.users, users_low=cap.users_low, users_high=cap.users_high, repeats=cap.repeats,
                 mode=cap.mode, rig=rig, model=model, slo=cap.slo, output_tps=cap.output_tps,
-                j_per_token=j_per_token, usd_per_mtok=usd, flags=flags, limited_by=code, limit=limit,
+                j_per_token=j_per_token, cost_per_mtok=cost,
+                currency=(pricing or Pricing()).currency, flags=flags, limited_by=code, limit=limit,
                 next_try=tip, next_fix=fix, few_requests=cap.few_requests, requests=cap.requests)
     v.sentence = verdict_sentence(v)
     return v
@@ -275,8 +265,8 @@ def verdict_sentence(v: Verdict) -> str:
         figs.append(f"{v.output_tps:.0f} output tok/s")
     if v.j_per_token is not None and v.users > 0:
         figs.append(f"{v.j_per_token:.2g} J/token")
-    if v.usd_per_mtok is not None and v.users > 0:
-        figs.append(f"${v.usd_per_mtok:.2f} per M tokens")
+    if v.cost_per_mtok is not None and v.users > 0:
+        figs.append(f"{v.currency}{v.cost_per_mtok:.2f} per M tokens")
     if figs:
         s += " — " + ", ".join(figs) + " —"
     if v.flags:

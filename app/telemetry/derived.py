@@ -167,6 +167,20 @@ def level_energy(power_w: Mapping[str, Series], window_start: float, window_end:
     return LevelEnergy(power, jpt)
 
 
+def cost_per_mtok(output_tps: float | None, gpus: int, j_per_token: float | None,
+                  pricing: Any) -> tuple[float | None, float | None]:
+    """The one definition of cost per 10⁶ output tokens, as ``(rented, energy)`` in
+    ``pricing``'s currency (an :class:`app.settings.Pricing`): rented = ``gpus ×
+    gpu_hour ÷ (output_tps × 3600 s) × 10⁶``; energy = ``j_per_token × 10⁶ ÷ 3.6·10⁶ J/kWh
+    × kwh`` (= price × kW ÷ tokens an hour). Each None when its price or figure is missing."""
+    rented = energy = None
+    if pricing.gpu_hour is not None and output_tps and output_tps > 0:
+        rented = gpus * pricing.gpu_hour / (output_tps * 3600.0) * 1e6
+    if pricing.kwh is not None and j_per_token is not None:
+        energy = j_per_token * 1e6 / 3.6e6 * pricing.kwh
+    return rented, energy
+
+
 def power_series(samples: Iterable[tuple]) -> dict[str, Series]:
     """GPU power series from stored samples ``(t, source, name, value)`` (as
     ``RunStore.samples`` returns them): ``gpuN`` → (t, W) arrays; NULL values are gaps."""
