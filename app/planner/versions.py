@@ -70,6 +70,15 @@ class VllmRules:
     def awq_bf16(self) -> bool:
         return bool(self.data.get("awq_bf16", True))
 
+    @property
+    def cpu_utilization_budget(self) -> bool:
+        """True when the CPU build takes ``gpu_memory_utilization`` as a fraction of the
+        NUMA node's memory and checks it against the node's available memory at start-up
+        (``cpu_memory: utilization`` in data/vllm_versions.yaml, from 0.32 in the versions
+        known); False when its KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB, 4 by default
+        (``kv_space``: 0.10, 0.11)."""
+        return self.data.get("cpu_memory", "utilization") == "utilization"
+
     @staticmethod
     def min_capability(method: str) -> int | None:
         """Minimum compute capability ×10 for a quantization method, None when unknown."""
