@@ -112,7 +112,8 @@ def node_memory(node_meminfo: Path | None = None) -> NodeMemory:
     lines ``Node N Key: V kB``), total = ``MemTotal``, available = ``MemFree`` +
     ``Active(file)`` + ``Inactive(file)`` + ``SReclaimable`` (kB × 1024 → bytes); under a
     cgroup memory limit below the total, total = the limit and available = min(available,
-    limit − usage). Without the file (no NUMA sysfs): psutil's total and available."""
+    limit − usage) (0.32.0 does so; not every version clamps, but the limit holds the
+    server either way). Without the file (no NUMA sysfs): psutil's total and available."""
     node = vllm_node()
     path = node_meminfo if node_meminfo is not None else (NODE0_MEMINFO if node == 0 else
                                                           NODE_DIR / f"node{node}" / "meminfo")

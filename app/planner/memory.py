@@ -28,8 +28,12 @@ GRAPHS_PER_LAYER_GIB = 0.005
 SAMPLER_COPIES = 3           # fp32 logits, probabilities, sort/top-k buffers
 CPU_DEFAULT_KV_GIB = 4.0     # VLLM_CPU_KVCACHE_SPACE when unset, 0.10/0.11 (vllm/platforms/cpu.py:
                              # "… is not set, using 4 by default")
-CPU_RUNTIME_GIB = 1.5        # the CPU build's process beyond its weights (Python, torch, vLLM, the
-                             # API server's engine core): its RSS after warm-up less the weights (assumed)
+#: the CPU build's server beyond its weights and KV cache (Python, torch, vLLM): measured on vLLM
+#: 0.32.0 CPU with the tiny model and the in-process executor, the API server's RSS 0.6 GiB and the
+#: engine core's 1.67 GiB with its 1 GiB KV cache; in a published log of Qwen2.5-1.5B (2.88 GiB of
+#: weights) vLLM's worker had 3.99 GiB of RSS after warm-up ("requested memory for kv (-0.39/3.6
+#: GiB)"), 1.1 GiB beyond the weights. Assumed 1.5 GiB, a little on the safe side of both.
+CPU_RUNTIME_GIB = 1.5
 
 
 @dataclass
