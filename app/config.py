@@ -41,6 +41,9 @@ OptionKind = Literal["int", "opt_int", "parallel", "float", "choice", "flag", "t
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+#: ``--distributed-executor-backend`` values (vllm/config/parallel.py,
+#: ``DistributedExecutorBackend``, vLLM 0.32; the same four in 0.10/0.11)
+EXECUTOR_BACKENDS = ("mp", "uni", "ray", "external_launcher")
 #: quantization methods offered until the installed vLLM's list (or its version's list,
 #: app/planner/data/vllm_versions.yaml) is known
 QUANTIZATION_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors",
@@ -439,6 +442,10 @@ class ServerConfig(BaseModel):
     data_parallel_size: Annotated[int | None, Field(ge=1), VllmOption(
         "--data-parallel-size", "parallel", "engine replicas, each with TP × PP GPUs, a count of replicas",
         aliases=("-dp",), minimum=1)] = None
+    distributed_executor_backend: Annotated[str | None, VllmOption(
+        "--distributed-executor-backend", "choice", "where the model's workers run: mp (worker processes), "
+        "uni (in the engine's process; on the CPU build only with VLLM_ENABLE_V1_MULTIPROCESSING=0), ray",
+        label="Executor", group=GROUP_PARALLEL, choices=EXECUTOR_BACKENDS)] = None
     disable_custom_all_reduce: Annotated[bool | None, VllmOption(
         "--disable-custom-all-reduce", "flag", "all-reduce through NCCL only (vLLM already does so on "
         "cards without peer-to-peer and on more than two PCIe cards); for P2P over PCIe that hangs (IOMMU/ACS)", label="disable custom all-reduce", group=GROUP_PARALLEL)] = None

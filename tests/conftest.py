@@ -115,9 +115,8 @@ def tiny_server_config(tiny_model: Path, **kw):
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0",
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.update(kw.pop("env", {}))
-    extra = ["--distributed-executor-backend", "uni"] + list(kw.pop("extra_args", []))
-    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env,
-                        extra_args=extra, **kw)
+    kw.setdefault("distributed_executor_backend", "uni")
+    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ ALL_OPTIONS = dict(
     served_model_name="llama", tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=2,
     disable_custom_all_reduce=True, max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=32000,
     quantization="awq", dtype="half", kv_cache_dtype="fp8", gpu_memory_utilization=0.85,
-    enable_prefix_caching=False, enforce_eager=True, host="0.0.0.0", port=8123,
+    distributed_executor_backend="ray", enable_prefix_caching=False, enforce_eager=True, host="0.0.0.0", port=8123,
 )
 
 

@@ -71,7 +71,7 @@ def test_tp_fix_skips_tp1_that_does_not_fit():
     """TP 1 divides the heads too, but 13B fp16 does not fit one 24 GB card."""
     c = load(CASES / "launch" / "tp-not-dividing-heads.yaml")
     _, p = case_plan(c, tensor_parallel_size=1)
-    assert p.verdict == "error" and p.problem == "no_kv_cache_memory"
+    assert p.verdict == "error" and p.problem == "weights_do_not_fit"
     assert p.fix == {"tensor_parallel_size": 2}
 
 

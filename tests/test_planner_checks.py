@@ -74,11 +74,11 @@ def test_weights_that_do_not_fit_get_more_cards_not_a_fake_fix():
     cfg = ServerConfig(model="m")
     p = plan(cfg, gpus_from_hardware({"gpu": "H100 SXM", "count": 4}), m, use_calibration=False)
     f = p.primary
-    assert p.problem == "no_kv_cache_memory" and p.fix == f.alternatives[0][0]  # the fastest that fits
+    assert p.problem == "weights_do_not_fit" and p.fix == f.alternatives[0][0]  # the fastest that fits
     assert {"tensor_parallel_size": 2} in [a for a, _ in f.alternatives]  # TP 2 fits too, ranked below
     assert plan(apply_fix(cfg, p.fix), p.gpus, m, use_calibration=False).verdict != "error"
     lone = plan(ServerConfig(model="m"), [lookup_gpu("RTX 4090")], m)
-    assert lone.problem == "no_kv_cache_memory" and lone.fix is None and lone.curve is None
+    assert lone.problem == "weights_do_not_fit" and lone.fix is None and lone.curve is None
 
 
 def test_quantization_unknown_to_version():
@@ -88,11 +88,14 @@ def test_quantization_unknown_to_version():
 
 
 def test_graph_headroom_warning_at_high_utilization():
+    # max_num_seqs 64: the sampler warm-up (64 × 128,256 × fp32 × 3 ≈ 0.09 GiB) fits the 0.24 GiB
+    # headroom, the graphs (≈ 0.36 GiB) do not — a risk on the assumed graph size, a warning
     m = from_catalog("Llama-3-8B")
-    p = plan(ServerConfig(model="m", gpu_memory_utilization=0.99), [lookup_gpu("RTX 4090")], m)
+    p = plan(ServerConfig(model="m", gpu_memory_utilization=0.99, max_num_seqs=64), [lookup_gpu("RTX 4090")], m)
     assert p.verdict == "warn" and p.problem == "cuda_graph_oom_risk"
     assert p.fix is not None and p.fix["gpu_memory_utilization"] < 0.99
-    eager = plan(ServerConfig(model="m", gpu_memory_utilization=0.99, enforce_eager=True), [lookup_gpu("RTX 4090")], m)
+    eager = plan(ServerConfig(model="m", gpu_memory_utilization=0.99, max_num_seqs=64, enforce_eager=True),
+                 [lookup_gpu("RTX 4090")], m)
     assert "cuda_graph_oom_risk" not in eager.problems()
 
 
@@ -117,7 +120,8 @@ def test_cpu_build_default_executor_warns_and_the_fix_needs_both_settings(tiny_m
              if f.problem == "cpu_worker_busy_wait")
     assert f.verdict == "warn" and "VLLM_ENABLE_V1_MULTIPROCESSING=0" in f.message
     fixed = apply_fix(cfg, f.fix)
-    assert fixed.extra_args == ["--distributed-executor-backend", "uni"]
+    assert fixed.distributed_executor_backend == "uni" and fixed.extra_args == []
+    assert "--distributed-executor-backend uni" in fixed.shell_command()
     assert fixed.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and fixed.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     assert plan(fixed, [cpu_device(24, 2)], m, use_calibration=False).verdict == "ok"
     # the option alone is not enough: the CPU platform turns uni back into mp

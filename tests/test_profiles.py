@@ -116,7 +116,8 @@ def test_builtins_pass_the_planner_for_their_own_hardware(lib):
         plan = plan_profile(e.profile)
         assert plan is not None
         assert plan.verdict != "error", (e.name, [(f.problem, f.message) for f in plan.findings])
-        assert plan.problems() == [], (e.name, plan.problems())
+        # information (e.g. no P2P on consumer cards: NCCL and vLLM handle it) is not a problem
+        assert [f.problem for f in plan.findings if f.verdict in ("warn", "error")] == [], (e.name, plan.problems())
         assert len(plan.cards) == e.profile.server_config().world_size
 
 

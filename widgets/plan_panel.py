@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.planner.cards import cards_for
+from app.planner.checks import weights_room_gib
 from app.planner.models import resolve_model
 from app.planner.pcie import read_host_pcie
 from app.planner.plan import Workload, fix_to_flags, plan
@@ -165,12 +166,25 @@ class MemoryBar(QWidget):
 
 
 def rank_parts(r) -> list[tuple[str, str, float]]:
-    """Memory segments of a RankMemory, GiB; headroom = what is left of the card."""
+    """Memory segments of a RankMemory, GiB, none negative; headroom = what is left of
+    the card (0 when the parts overfill it: the bar is then scaled to their sum)."""
     busy = r.gpu.busy_gib
-    vals = [busy, r.weights_gib, r.activation_gib, r.non_torch_gib, r.kv_gib, r.cuda_graphs_gib]
-    used = sum(max(0.0, v) for v in vals)
-    vals.append(max(0.0, r.total_gib - used))
+    vals = [max(0.0, v) for v in (busy, r.weights_gib, r.activation_gib, r.non_torch_gib, r.kv_gib,
+                                  r.cuda_graphs_gib)]
+    vals.append(max(0.0, r.total_gib - sum(vals)))
     return [(n, c, v) for (n, c), v in zip(SEGMENTS, vals)]
+
+
+def rank_summary(p, r, parts: list[tuple[str, str, float]]) -> str:
+    """The text beside a card's bar: weights, KV and headroom; "weights do not fit" with
+    the per-card figure and the memory they may take (app.planner.checks.weights_room_gib)
+    when they are larger."""
+    d = {n: g for n, _, g in parts}
+    room = weights_room_gib(p, r)
+    if r.weights_gib > room + 1e-9:
+        return (f"<small><b>weights do not fit</b>: {r.weights_gib:.1f} GiB per card, more than the "
+                f"{room:.1f} GiB they may take</small>")
+    return f"<small>weights {d['Weights']:.1f} · KV {d['KV cache']:.1f} · headroom {d['Headroom']:.1f} GiB</small>"
 
 
 class PlanPanel(QScrollArea):
@@ -296,10 +310,8 @@ class PlanPanel(QScrollArea):
             lab = QLabel(f"{name}<br><small>{r.gpu.name}, {r.total_gib:.1f} GiB</small>")
             bar = MemoryBar()
             parts = rank_parts(r)
-            bar.set_parts(parts, r.total_gib)
-            d = {n: g for n, _, g in parts}
-            txt = QLabel(f"<small>weights {d['Weights']:.1f} · KV {d['KV cache']:.1f} · headroom "
-                         f"{d['Headroom']:.1f} GiB</small>")
+            bar.set_parts(parts, max(r.total_gib, sum(g for _, _, g in parts)))
+            txt = QLabel(rank_summary(p, r, parts))
             self.bars_box.addWidget(lab, row, 0)
             self.bars_box.addWidget(bar, row, 1)
             self.bars_box.addWidget(txt, row, 2)

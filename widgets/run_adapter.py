@@ -40,6 +40,11 @@ class _ToQt(RunListener):
     def on_line(self, stream: str, text: str, t: float) -> None:
         self.owner._push_line(stream, text, t)
 
+    def on_launch_defaults(self, defaults) -> None:
+        # shown in the Log pane, before the server's own lines
+        for line in defaults.lines():
+            self.owner._push_line("vllm-dyno", line, self.owner.clock.now())
+
     def on_launch_failed(self, reason: str, diagnosis) -> None:
         on_gui_thread(lambda: self.owner.launch_failed.emit(reason, diagnosis))
 

@@ -152,9 +152,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         if a.show_log:
             print(f"  | {text}", flush=True)
 
+    def on_defaults(d) -> None:
+        for line in d.lines():
+            print(line, flush=True)
+
     s = ProfileRun(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
-                   expose=a.expose, on_phase=on_phase, on_level=on_level, on_line=on_line, trusted_env=trusted,
-                   builtin=builtin)
+                   expose=a.expose, on_phase=on_phase, on_level=on_level, on_line=on_line, on_defaults=on_defaults,
+                   trusted_env=trusted, builtin=builtin)
     box: dict = {}
     t = threading.Thread(target=lambda: box.setdefault("res", s.run()), name="session", daemon=True)
     interrupted = threading.Event()

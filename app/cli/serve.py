@@ -85,6 +85,10 @@ class _Printer(RunListener):
         if state in (State.STOPPED, State.IDLE):
             self.done.set()
 
+    def on_launch_defaults(self, defaults) -> None:
+        for line in defaults.lines():
+            print(line, flush=True)
+
     def on_line(self, stream: str, text: str, t: float) -> None:
         if self.show_log:
             print(f"  | {text}", flush=True)

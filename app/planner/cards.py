@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,13 +19,35 @@ from app.telemetry.nvml import NvmlUnavailable, read_cards
 
 #: the first NUMA node's memory (Linux sysfs); the CPU build of vLLM plans on one node
 NODE0_MEMINFO = Path("/sys/devices/system/node/node0/meminfo")
+#: the NUMA nodes (Linux sysfs): ``nodeN/meminfo``, ``nodeN/cpulist``
+NODE_DIR = Path("/sys/devices/system/node")
+#: the cgroup memory limit files vLLM reads (v2 unified, then v1)
+CGROUP_DIR = Path("/sys/fs/cgroup")
 
-_MEMTOTAL_RE = re.compile(r"MemTotal:\s*(\d+)\s*kB", re.IGNORECASE)
+_MEMINFO_RE = re.compile(r"^Node\s+\d+\s+([\w()]+):\s+(\d+)", re.MULTILINE)
 
 
 class NoGpuFound(LookupError):
     """No card to plan for: NVML sees none (or is not available, with its reason), or
     none of the selected indices is among the readings."""
+
+
+@dataclass(frozen=True)
+class NodeMemory:
+    """The memory of the NUMA node the CPU build of vLLM runs on, as vLLM reads it, GiB
+    (2**30 bytes): ``total_gib`` MemTotal, ``available_gib`` what vLLM counts as
+    available (see :func:`node_memory`); ``node`` its number; ``source`` where the
+    figures came from (a sysfs file, or ``psutil`` without one)."""
+
+    node: int
+    total_gib: float
+    available_gib: float
+    source: str
+
+    @property
+    def busy_gib(self) -> float:
+        """Memory of the node held by others (total − available), GiB."""
+        return max(0.0, self.total_gib - self.available_gib)
 
 
 def host_cores() -> int:
@@ -37,23 +60,87 @@ def host_cores() -> int:
         return max(1, psutil.cpu_count(logical=True) or 1)
 
 
-def host_memory_gib(node_meminfo: Path | None = None) -> float:
-    """The memory the CPU build of vLLM may plan on, GiB (2**30 bytes).
+def _cpulist(text: str) -> set[int]:
+    """``0-3,8,10-11`` → {0, 1, 2, 3, 8, 10, 11}."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        a, _, b = part.partition("-")
+        if a.strip().isdigit():
+            out.update(range(int(a), int(b) + 1 if b.strip().isdigit() else int(a) + 1))
+    return out
 
-    The CPU build binds each worker to one NUMA node and allocates there, so a device is
-    one node: when ``node_meminfo`` (default :data:`NODE0_MEMINFO`, Linux sysfs,
-    ``Node 0 MemTotal: N kB``) exists, its ``MemTotal`` (kB × 1024 → bytes); else the
-    host total from ``psutil.virtual_memory().total`` (bytes).
-    """
-    path = NODE0_MEMINFO if node_meminfo is None else node_meminfo
+
+def vllm_node() -> int:
+    """The NUMA node whose memory the CPU build of vLLM checks: the node of the first CPU
+    this process may run on (vllm/v1/worker/cpu_worker.py: ``get_allowed_cpu_list()[0]
+    .numa_node``, vLLM 0.32), from sysfs ``nodeN/cpulist``; 0 when not known."""
     try:
-        m = _MEMTOTAL_RE.search(path.read_text())
-        if m:
-            return int(m.group(1)) * 1024 / GIB
-    except OSError:
+        first = min(os.sched_getaffinity(0))
+        for d in sorted(NODE_DIR.glob("node[0-9]*")):
+            if first in _cpulist((d / "cpulist").read_text()):
+                return int(d.name[4:])
+    except (AttributeError, OSError, ValueError):
         pass
+    return 0
 
-    return psutil.virtual_memory().total / GIB
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None  # absent, or "max" (no limit)
+
+
+def _cgroup_limit_usage() -> tuple[int | None, int | None]:
+    """(limit, usage) in bytes of this process's memory cgroup as vLLM reads them
+    (vllm/utils/cpu_resource_utils.py, get_cgroup_memory_limit/usage, vLLM 0.32): v2
+    ``memory.max``/``memory.current``, else v1 ``memory.limit_in_bytes`` (≥ 2**62: no
+    limit)/``memory.usage_in_bytes``; (None, None) without a limit."""
+    v2 = _read_int(CGROUP_DIR / "memory.max")
+    if v2 is not None:
+        return v2, _read_int(CGROUP_DIR / "memory.current")
+    v1 = _read_int(CGROUP_DIR / "memory" / "memory.limit_in_bytes")
+    if v1 is not None and v1 < (1 << 62):
+        return v1, _read_int(CGROUP_DIR / "memory" / "memory.usage_in_bytes")
+    return None, None
+
+
+def node_memory(node_meminfo: Path | None = None) -> NodeMemory:
+    """The node memory the CPU build of vLLM compares ``gpu_memory_utilization`` with,
+    read the way vLLM reads it (vllm/utils/cpu_resource_utils.py, get_memory_node_info,
+    vLLM 0.32): from ``node_meminfo`` (default: :func:`vllm_node`'s sysfs ``meminfo``,
+    lines ``Node N Key: V kB``), total = ``MemTotal``, available = ``MemFree`` +
+    ``Active(file)`` + ``Inactive(file)`` + ``SReclaimable`` (kB × 1024 → bytes); under a
+    cgroup memory limit below the total, total = the limit and available = min(available,
+    limit − usage) (0.32.0 does so; not every version clamps, but the limit holds the
+    server either way). Without the file (no NUMA sysfs): psutil's total and available."""
+    node = vllm_node()
+    path = node_meminfo if node_meminfo is not None else (NODE0_MEMINFO if node == 0 else
+                                                          NODE_DIR / f"node{node}" / "meminfo")
+    try:
+        kv = {k: int(v) * 1024 for k, v in _MEMINFO_RE.findall(path.read_text())}
+    except OSError:
+        kv = {}
+    if "MemTotal" in kv:
+        total = kv["MemTotal"]
+        avail = sum(kv.get(k, 0) for k in ("MemFree", "Active(file)", "Inactive(file)", "SReclaimable"))
+        source = str(path)
+    else:
+        vm = psutil.virtual_memory()
+        total, avail, source = vm.total, vm.available, "psutil"
+    limit, usage = _cgroup_limit_usage()
+    if limit is not None and limit < total:
+        total = limit
+        avail = max(0, min(avail, limit - (usage or 0)))
+    return NodeMemory(node, total / GIB, avail / GIB, source)
+
+
+def host_memory_gib(node_meminfo: Path | None = None) -> float:
+    """The memory the CPU build of vLLM may plan on, GiB (2**30 bytes): the total of
+    :func:`node_memory` — the CPU build binds each worker to one NUMA node and allocates
+    there, so a device is one node (``node_meminfo``, default the node's sysfs file,
+    ``Node 0 MemTotal: N kB``; the host total from psutil without one)."""
+    return node_memory(node_meminfo).total_gib
 
 
 def _is_cpu(name: str) -> bool:
@@ -78,9 +165,14 @@ def _parse_entry(entry: str, memory_gib: float | None) -> tuple[str, float | Non
     return name, mem
 
 
-def _cpu_cards(count: int | None, memory_gib: float | None) -> list[GpuSpec]:
-    mem = memory_gib if memory_gib is not None else host_memory_gib()
-    return [cpu_device(mem, host_cores())] * max(1, count or 1)
+def _cpu_cards(count: int | None, memory_gib: float | None, busy_gib: float = 0.0) -> list[GpuSpec]:
+    """The CPU build's devices: ``memory_gib`` (and ``busy_gib`` held by others) when
+    given, else this machine's node as vLLM reads it (:func:`node_memory`: its total, and
+    total − available as the memory others hold)."""
+    if memory_gib is None:
+        nm = node_memory()
+        memory_gib, busy_gib = nm.total_gib, nm.busy_gib
+    return [cpu_device(memory_gib, host_cores()).with_memory(busy_gib=busy_gib)] * max(1, count or 1)
 
 
 def _named_cards(gpu: str | Sequence[str], count: int | None, memory_gib: float | None,
@@ -93,7 +185,7 @@ def _named_cards(gpu: str | Sequence[str], count: int | None, memory_gib: float 
     if any(_is_cpu(n) for n, _ in parsed):
         if len(parsed) > 1:
             raise ValueError(f"{' + '.join(entries)}: the CPU build cannot be mixed with GPUs; plan one or the other")
-        return _cpu_cards(count, parsed[0][1])
+        return _cpu_cards(count, parsed[0][1], busy_gib)
     cards = [resolve_gpu(n, mem, busy_gib) for n, mem in parsed]
     n = len(cards) if count is None else count
     if n < 1:
@@ -134,9 +226,9 @@ def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, c
       readings, NVML and ``cpu_build`` are not looked at.
     - **the CPU build of vLLM** — ``cpu_build=True`` or ``gpu="CPU"``: ``count`` (default
       1; one per NUMA node a tensor-parallel run spans) devices with this machine's real
-      core count (:func:`host_cores`) and ``memory_gib`` or else one NUMA node's memory
-      (:func:`host_memory_gib`: node 0's ``MemTotal`` from sysfs when present, else the
-      psutil total).
+      core count (:func:`host_cores`) and ``memory_gib`` or else one NUMA node's memory as
+      vLLM reads it (:func:`node_memory`: the node's ``MemTotal`` from sysfs when present,
+      else the psutil total; what is not available there counts as held by others).
     - **named cards** — a fingerprint-like description: ``gpu`` a name (catalog or NVML
       name; mixed rigs joined by ``" + "``) or a list of names, one per card; each may be
       ``NAME:GIB`` (memory of that card, GiB), else ``memory_gib`` applies (NVML's total,

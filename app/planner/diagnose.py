@@ -16,11 +16,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from app.planner.plan import fix_to_flags
-from app.server.logparse import strip_ansi
+from pydantic import ValidationError
+
+from app.config import VLLM_OPTIONS, ServerConfig
+from app.planner.checks import CLEANUP_HINT, cpu_kv_space_want, floor2
+from app.planner.gpus import GpuSpec, cpu_device, unknown_gpu
+from app.planner.memory import CPU_DEFAULT_KV_GIB
+from app.planner.models import ModelNotFoundError, resolve_model
+from app.planner.plan import Plan, fix_to_flags, plan
+from app.server.logparse import LogParser, strip_ansi
 
 NCCL_SILENCE_S = 300.0
 _N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
+_SIGNED = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
 
 def _num(s: str) -> float:
@@ -50,6 +58,7 @@ class Diagnosis:
 @dataclass
 class _Ctx:
     args: dict[str, Any]  # non-default args vLLM printed
+    version: str | None = None  # the vLLM version the log names
 
     def get(self, *names: str, default: Any = None) -> Any:
         for n in names:
@@ -72,12 +81,109 @@ def _r_kv_ctx(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
             f"fp8 KV cache, or raise gpu_memory_utilization).", {"max_model_len": est})
 
 
+#: options of the non-default args a plan from the log takes (the rest do not change memory)
+_PLAN_OPTIONS = ("tensor_parallel_size", "pipeline_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+                 "max_model_len", "quantization", "dtype", "kv_cache_dtype", "gpu_memory_utilization",
+                 "enforce_eager")
+
+
+def _log_plan(c: _Ctx, card: GpuSpec, env: dict[str, str] | None = None, **options: Any) -> Plan | None:
+    """The plan of the launch the log shows: the model vLLM was given (the non-default
+    args' ``model``/``model_tag``, resolved offline: a local directory, the HF cache or
+    the catalog), its options there (``options`` override them), ``env``, on TP × PP
+    copies of ``card`` (the memory the log reported), under the log's vLLM version. None
+    when the model is not known here."""
+    name = c.get("model", "model_tag")
+    if not name:
+        return None
+    try:
+        model = resolve_model(str(name))
+    except (ModelNotFoundError, OSError, ValueError, KeyError):
+        return None
+    opts = {k: c.args[k] for k in _PLAN_OPTIONS if k in c.args and k in VLLM_OPTIONS}
+    opts.update(options)
+    try:
+        cfg = ServerConfig(model=str(name), env=dict(env or {}), **opts)
+        world = (cfg.tensor_parallel_size or 1) * (cfg.pipeline_parallel_size or 1)
+        return plan(cfg, [card] * world, model, vllm_version=c.version, use_calibration=False)
+    except (ValidationError, ValueError, KeyError):
+        return None
+
+
+def _planned(p: Plan | None, problem: str) -> tuple[str, dict[str, Any]] | None:
+    """The planner's finding ``problem`` in ``p``: its message and fix (None: no such finding)."""
+    f = None if p is None else next((f for f in p.findings if f.problem == problem), None)
+    return None if f is None else (f.message, dict(f.fix or {}))
+
+
 def _r_free(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
-    free, total = _num(m.group(1)), _num(m.group(2))
-    u = math.floor(free / total * 100 + 1e-9) / 100
+    """GPU memory held by other processes (vllm/v1/worker/utils.py request_memory, 0.32:
+    "Free memory on device cuda:0 (F/T GiB) on startup is less than desired GPU memory
+    utilization (U, R GiB)" or "… less than the engine's budget after excluding external
+    process's weights (U, R GiB)"; 0.10/0.11 vllm/v1/worker/gpu_worker.py without the
+    device). The fix is never a utilization that cannot hold the model: it comes from the
+    planner's check for the model of the log (:func:`_log_plan`); without a known
+    model it is left to the user, with the figures."""
+    free, total, u = _num(m.group(1)), _num(m.group(2)), _num(m.group(3))
+    card = unknown_gpu("GPU", total).with_memory(busy_gib=max(0.0, total - free))
+    planned = _planned(_log_plan(c, card, gpu_memory_utilization=u), "not_enough_free_vram")
+    if planned is not None:
+        return planned
+    fit = floor2(free / total)
     return (f"other processes (often a leftover vLLM) hold memory on the GPU: only {free} of {total} GiB is "
-            f"free, less than gpu_memory_utilization {m.group(3)} asks for. End them (vllm-dyno cleanup) or use "
-            f"the largest utilization that fits.", {"gpu_memory_utilization": u})
+            f"free, less than gpu_memory_utilization {m.group(3)} asks for. {CLEANUP_HINT[0].upper()}"
+            f"{CLEANUP_HINT[1:]}; a utilization of at most {fit} fits the free memory ({fit * total:.2f} GiB), "
+            f"but whether that holds the model's weights and a KV cache is not known from this log.", {})
+
+
+def _kv_space_fix(available_gib: float, want: int) -> dict[str, Any]:
+    """A ``VLLM_CPU_KVCACHE_SPACE`` of ``want`` GiB, or less when less is available (whole
+    GiB, as vLLM parses it), or {} when not even 1 GiB is."""
+    n = min(want, math.floor(available_gib + 1e-9))
+    return {"env": {"VLLM_CPU_KVCACHE_SPACE": str(n)}} if n >= 1 else {}
+
+
+def _r_node_startup(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """The CPU build's start-up check (vllm/v1/worker/cpu_worker.py CPUWorker.__init__,
+    0.32: "Available memory on node N (A/T GiB) on startup is less than desired CPU
+    memory utilization (U, R GiB)"): the planner's fix for the model of the log on that
+    node (a KV cache size, or a utilization that fits and holds the model)."""
+    node, avail, total, u = m.group(1), _num(m.group(2)), _num(m.group(3)), _num(m.group(4))
+    card = cpu_device(total, 1).with_memory(busy_gib=max(0.0, total - avail))
+    planned = _planned(_log_plan(c, card, gpu_memory_utilization=u), "not_enough_node_memory")
+    if planned is not None:
+        return planned
+    fit = floor2(avail / total)
+    return (f"on the CPU build gpu_memory_utilization is a fraction of NUMA node {node}'s memory: {u} × {total} GiB "
+            f"is more than the {avail} GiB available there. Set the KV cache size instead (VLLM_CPU_KVCACHE_SPACE, "
+            f"GiB, below what the weights leave of {avail} GiB; vLLM then skips this check) or use a utilization of "
+            f"at most {fit}; the model of this log is not known here, so neither is sized for it.", {})
+
+
+def _r_node_kv(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """The CPU build's KV cache allocation (vllm/v1/worker/cpu_worker.py
+    determine_available_memory, 0.32): with VLLM_CPU_KVCACHE_SPACE "Available memory on
+    node N (A/T GiB) on kv cache allocation is less than requested memory for kv (K
+    GiB)"; sized from the utilization "… (K/R GiB). Reduce CPU memory used by other
+    processes." — K ≤ 0 when the process itself (weights, runtime) already takes the
+    budget R. A is measured after the weights are loaded, so a KV cache up to A fits:
+    the fix is the KV cache the model can use (:func:`app.planner.checks.cpu_kv_space_want`
+    for the model of the log; 4 GiB when it is not known), at most A."""
+    node, avail, total, kv = m.group(1), _num(m.group(2)), _num(m.group(3)), _num(m.group(4))
+    p = _log_plan(c, cpu_device(total, 1))
+    fix = _kv_space_fix(avail, cpu_kv_space_want(p) if p is not None else int(CPU_DEFAULT_KV_GIB))
+    size = (f"VLLM_CPU_KVCACHE_SPACE={fix['env']['VLLM_CPU_KVCACHE_SPACE']} (GiB) fits" if fix else
+            f"not even 1 GiB fits: free memory on the node (other programs; {CLEANUP_HINT})")
+    if m.group(5) is None:
+        return (f"the KV cache of {kv} GiB (VLLM_CPU_KVCACHE_SPACE) is more than the {avail} GiB still available on "
+                f"NUMA node {node} after loading the model: {size}.", fix)
+    budget = _num(m.group(5))
+    if kv <= 0:
+        return (f"the CPU build's process (weights and runtime, {budget - kv:.2f} GiB) already takes the whole budget "
+                f"of gpu_memory_utilization × the node's {total} GiB = {budget} GiB, leaving nothing for the KV cache: "
+                f"set the KV cache size instead — {size} — or raise gpu_memory_utilization.", fix)
+    return (f"the KV cache the utilization leaves ({kv} of {budget} GiB) is more than the {avail} GiB still available "
+            f"on NUMA node {node}: set the KV cache size instead — {size} — or lower gpu_memory_utilization.", fix)
 
 
 def _r_sampler(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
@@ -233,8 +339,17 @@ RULES: list[Rule] = [
         r"max seq len \(" + _N + r"\).*?\(" + _N + r" ?GiB KV cache is needed.*?available KV cache memory \("
         + _N + r" ?GiB\).*?estimated maximum model length is " + _N), 10, _r_kv_ctx),
     ("not_enough_free_vram", re.compile(
-        r"Free memory on device \(" + _N + r"/" + _N + r" ?GiB\) on startup is less than desired GPU memory "
-        r"utilization \(" + _N), 10, _r_free),
+        r"Free memory on device (?:\S+ )?\(" + _N + r"/" + _N + r" ?GiB\) on startup is less than (?:desired GPU "
+        r"memory utilization|the engine's budget after excluding external process's weights) \(" + _N), 10, _r_free),
+    ("not_enough_node_memory", re.compile(
+        r"Available memory on node (\d+) \(" + _N + r"/" + _N + r" ?GiB\) on startup is less than desired CPU "
+        r"memory utilization \(" + _N), 10, _r_node_startup),
+    ("no_kv_cache_memory", re.compile(  # the utilization's budget is smaller than the process itself
+        r"Available memory on node (\d+) \(" + _N + r"/" + _N + r" ?GiB\) on kv cache allocation is less than "
+        r"requested memory for kv \((-[0-9][0-9,]*(?:\.[0-9]+)?|0(?:\.0+)?)/" + _N + r" ?GiB\)"), 10, _r_node_kv),
+    ("not_enough_node_memory", re.compile(
+        r"Available memory on node (\d+) \(" + _N + r"/" + _N + r" ?GiB\) on kv cache allocation is less than "
+        r"requested memory for kv \(" + _SIGNED + r"(?:/" + _N + r")? ?GiB\)"), 10, _r_node_kv),
     ("sampler_warmup_oom", re.compile(r"out of memory occurred when warming up sampler with " + _N), 10, _r_sampler),
     ("tp_not_divisor_of_heads", re.compile(
         r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)"), 10, _r_heads),
@@ -332,7 +447,12 @@ def _context(lines: list[str]) -> _Ctx:
                     args = v
             except (ValueError, SyntaxError):
                 pass
-    return _Ctx(args)
+    parser = LogParser()
+    for l in lines:
+        if parser.facts.version is not None:
+            break
+        parser.feed(l)
+    return _Ctx(args, parser.facts.version)
 
 
 def diagnose(lines: list[str], silent_for_s: float | None = None) -> Diagnosis | None:

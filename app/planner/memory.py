@@ -5,7 +5,11 @@ memory = budget − weights − activation peak − non-torch memory; CUDA graph
 of the (1 − utilization) headroom; KV cache tokens = whole blocks of ``block_size``
 tokens; vLLM's logged "Maximum concurrency" = blocks / ceil(max_model_len / block).
 Each pipeline stage is planned on its own cards; vLLM then uses the smallest block
-count of all workers. The CPU build's KV space is ``VLLM_CPU_KVCACHE_SPACE`` GiB.
+count of all workers. The CPU build: its KV space is ``VLLM_CPU_KVCACHE_SPACE`` GiB when
+set (and, in 0.10/0.11, 4 GiB when unset); from 0.32 without it the worker's whole budget
+is ``gpu_memory_utilization`` × the NUMA node's memory and the KV cache what is left of it
+after the process's own memory (data/vllm_versions.yaml ``cpu_memory``). A KV memory that
+would be negative is 0 (the checks name what overspends the budget).
 All sizes in GiB (2^30 B) unless the name says bytes.
 """
 from __future__ import annotations
@@ -22,7 +26,14 @@ NON_TORCH_PARALLEL_GIB = 0.3  # + NCCL buffers when TP·PP > 1
 GRAPHS_BASE_GIB = 0.2        # CUDA graphs: base + per layer on the card
 GRAPHS_PER_LAYER_GIB = 0.005
 SAMPLER_COPIES = 3           # fp32 logits, probabilities, sort/top-k buffers
-CPU_DEFAULT_KV_GIB = 4.0     # VLLM_CPU_KVCACHE_SPACE when unset (assumed)
+CPU_DEFAULT_KV_GIB = 4.0     # VLLM_CPU_KVCACHE_SPACE when unset, 0.10/0.11 (vllm/platforms/cpu.py:
+                             # "… is not set, using 4 by default")
+#: the CPU build's server beyond its weights and KV cache (Python, torch, vLLM): measured on vLLM
+#: 0.32.0 CPU with the tiny model and the in-process executor, the API server's RSS 0.6 GiB and the
+#: engine core's 1.67 GiB with its 1 GiB KV cache; in a published log of Qwen2.5-1.5B (2.88 GiB of
+#: weights) vLLM's worker had 3.99 GiB of RSS after warm-up ("requested memory for kv (-0.39/3.6
+#: GiB)"), 1.1 GiB beyond the weights. Assumed 1.5 GiB, a little on the safe side of both.
+CPU_RUNTIME_GIB = 1.5
 
 
 @dataclass
@@ -44,6 +55,13 @@ class Effective:
     block_size: int
     pp_partition: list[int]
     cpu_kv_space_gib: float | None = None
+    cpu_utilization_budget: bool = False
+
+    @property
+    def cpu_budget_from_utilization(self) -> bool:
+        """The CPU build sizes its memory from ``gpu_memory_utilization`` (a version that
+        does, and no ``VLLM_CPU_KVCACHE_SPACE``); else its KV cache is the KV space."""
+        return self.cpu_utilization_budget and self.cpu_kv_space_gib is None
 
     @property
     def world(self) -> int:
@@ -146,11 +164,14 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec]) -> list[R
             r = s * eff.tp + t
             g = cards[r]
             if g.kind == "cpu":
-                budget = eff.cpu_kv_space_gib if eff.cpu_kv_space_gib is not None else CPU_DEFAULT_KV_GIB
-                non_torch, graphs, kv = 0.0, 0.0, budget
-                a = 0.0
                 total = g.memory_gib
-                budget_all = budget
+                non_torch, graphs, a = CPU_RUNTIME_GIB, 0.0, 0.0
+                if eff.cpu_budget_from_utilization:
+                    budget_all = total * eff.utilization  # vLLM: ceil(MemTotal × utilization)
+                    kv = budget_all - w - non_torch       # − the process's RSS after warm-up
+                else:
+                    kv = eff.cpu_kv_space_gib if eff.cpu_kv_space_gib is not None else CPU_DEFAULT_KV_GIB
+                    budget_all = w + non_torch + kv       # what the worker holds: weights, itself, KV
             else:
                 total = g.memory_gib
                 budget_all = total * eff.utilization
@@ -158,6 +179,7 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec]) -> list[R
                 graphs = cuda_graphs_gib(eff, n_layers)
                 a = act
                 kv = budget_all - w - a - non_torch
+            kv = max(0.0, kv)
             block_bytes = bpt * eff.block_size
             blocks = max(0, math.floor(kv * GIB / block_bytes)) if block_bytes else 0
             out.append(RankMemory(

@@ -160,6 +160,15 @@ class Plan:
 
 
 # ---------------------------------------------------------------------- effective
+def cpu_kv_space_of(value: str | None) -> float | None:
+    """``VLLM_CPU_KVCACHE_SPACE`` as GiB: None when unset or empty (vLLM 0.32
+    vllm/platforms/cpu.py reads it only when set and not ""), or not a number."""
+    try:
+        return float(value) if value not in (None, "") else None
+    except ValueError:
+        return None
+
+
 def _resolve_dtype(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec], rules: VllmRules,
                    quantization: str | None) -> str:
     d = cfg.dtype or "auto"
@@ -197,7 +206,7 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
     except ValueError as e:
         part_err = str(e)
         part = pp_partition(model.layers, pp) if model.layers >= pp else [1] * pp
-    space = cfg.env.get("VLLM_CPU_KVCACHE_SPACE")
+    space = cpu_kv_space_of(cfg.env.get("VLLM_CPU_KVCACHE_SPACE"))
     eff = Effective(
         tp=tp, pp=pp, quantization=q, dtype=dtype, dtype_bytes=dbytes,
         kv_dtype_bytes=kv_dtype_bytes(cfg.kv_cache_dtype, dbytes),
@@ -206,7 +215,7 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
         max_num_batched_tokens=cfg.max_num_batched_tokens or batched,
         utilization=cfg.gpu_memory_utilization or rules.default_utilization,
         enforce_eager=bool(cfg.enforce_eager), block_size=128 if cpu else 16, pp_partition=part,
-        cpu_kv_space_gib=float(space) if space else None,
+        cpu_kv_space_gib=space, cpu_utilization_budget=rules.cpu_utilization_budget,
     )
     return eff, part_err
 

@@ -129,6 +129,15 @@ class VllmRules:
         config.json has no quantization_config (get_config_filenames())."""
         return list(self.quant_rules.get("config_files", {}).get(value, []))
 
+    @property
+    def cpu_utilization_budget(self) -> bool:
+        """True when the CPU build takes ``gpu_memory_utilization`` as a fraction of the
+        NUMA node's memory and checks it against the node's available memory at start-up
+        (``cpu_memory: utilization`` in data/vllm_versions.yaml, from 0.32 in the versions
+        known); False when its KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB, 4 by default
+        (``kv_space``: 0.10, 0.11)."""
+        return self.data.get("cpu_memory", "utilization") == "utilization"
+
 
 def rules_for(version: str | None = None) -> VllmRules:
     """Rules for ``version`` (e.g. "0.32.0+cpu"); None → the newest known version. A

@@ -32,7 +32,7 @@ import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from app.clock import SessionClock
@@ -46,12 +46,14 @@ from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_st
 from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
+from app.run.launch_defaults import cpu_build_defaults
 from app.run.record import RunRecorder
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
 from app.run.verdict import Verdict, build_verdict, model_label, observe
 from app.settings import load_settings
 from app.server import procs
+from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
 from app.server.supervisor import Supervisor
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
@@ -79,7 +81,9 @@ class LaunchTarget:
     the CPU build). Intervals in seconds between samples; ``startup_timeout`` and
     ``grace`` (SIGTERM → SIGKILL) in seconds, ``grace`` None = 10 s for the sim, 20 s for
     vLLM. ``expose``: the user confirmed a ``config.host`` beyond loopback (``--expose``,
-    the window's dialog); without it such a launch is refused (issue 15, item 4)."""
+    the window's dialog); without it such a launch is refused (issue 15, item 4).
+    ``fill_defaults``: the CPU build's working defaults are still to be filled in for
+    what the user did not set (:meth:`RunController.launch_defaults`; False once done)."""
 
     engine: str
     config: ServerConfig
@@ -94,6 +98,7 @@ class LaunchTarget:
     startup_timeout: float = 900.0
     grace: float | None = None
     expose: bool = False
+    fill_defaults: bool = True
 
     @classmethod
     def from_profile(cls, profile: Profile, **kw: Any) -> "LaunchTarget":
@@ -253,6 +258,33 @@ class RunController:
         return r.spec if r is not None else None
 
     # ------------------------------------------------------------------ launch
+    def launch_defaults(self, target: LaunchTarget) -> LaunchTarget:
+        """``target`` with the CPU build's working defaults filled in where the user set
+        nothing (:func:`app.run.launch_defaults.cpu_build_defaults`: a KV cache size, the
+        in-process executor), for engine ``vllm`` on an interpreter with the CPU build;
+        what was chosen goes to ``on_launch_defaults``. Once per target: the result has
+        ``fill_defaults`` False. Every launch goes through it (:meth:`launch`); a front
+        end that plans or records first (``vllm-dyno run``) calls it before. Blocking
+        (interpreter probe, planner). Never raises: when the interpreter cannot be probed
+        the target is left as it is and the launch reports why."""
+        if target.engine != "vllm" or not target.fill_defaults:
+            return target
+        done = replace(target, fill_defaults=False)
+        try:
+            interp = inspect_interpreter(resolve_python(target.python))
+        except Exception:  # InterpreterError, or no interpreter at all: the launch says so
+            return done
+        if not interp.is_cpu_build:
+            return done
+        try:
+            d = cpu_build_defaults(target.config, vllm_version=interp.version)
+        except Exception:  # defaults are a help: a failure here must not stop the launch
+            log.exception("could not work out the CPU build's defaults")
+            return done
+        if d.chosen or d.notes:
+            self._emit("on_launch_defaults", d)
+        return replace(done, config=d.config)
+
     def launch(self, target: LaunchTarget, *, check_leftovers: bool = True) -> list:
         """Start the server of ``target`` (or attach to its URL). Blocking: the leftover
         search and the interpreter probe take up to seconds. Returns the leftover vLLM
@@ -260,7 +292,8 @@ class RunController:
         (``kind == "orphaned"``; another running session's server, or one not started by
         vLLM Dyno, is never offered) — then nothing was started: end them with
         :func:`app.server.procs.end_leftovers` or launch with ``check_leftovers=False``,
-        else ``[]``; readiness comes through :meth:`wait_ready` and ``on_state``. Raises
+        else ``[]``; readiness comes through :meth:`wait_ready` and ``on_state``. The CPU
+        build's working defaults are filled in first (:meth:`launch_defaults`). Raises
         :class:`app.server.launch.LaunchError` for bad input (nothing started) and
         RuntimeError when a server is already up."""
         with self._lock:
@@ -290,6 +323,8 @@ class RunController:
                 if left:
                     self._set_state(State.IDLE, "leftover processes hold GPU memory")
                     return left
+            target = self.launch_defaults(target)
+            self.target = target
             exposed = None if target.expose else exposure_problem(target.config.host)
             if exposed:  # binding beyond loopback needs the user's word (--expose, the window's dialog)
                 raise LaunchError(exposed)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # annotations only
     from app.loadgen.stats import StepStats
     from app.planner.diagnose import Diagnosis
     from app.run.controller import RampOutcome
+    from app.run.launch_defaults import LaunchDefaults
 
 
 class State(str, enum.Enum):
@@ -35,6 +36,11 @@ class RunListener:
 
     def on_line(self, stream: str, text: str, t: float) -> None:
         """A server log line (session-clock seconds)."""
+
+    def on_launch_defaults(self, defaults: LaunchDefaults) -> None:
+        """The CPU build's working defaults filled in before the launch, for what the
+        user did not set (``defaults.chosen``, ``defaults.notes``; what to print:
+        ``defaults.lines()``)."""
 
     def on_launch_failed(self, reason: str, diagnosis: Diagnosis | None) -> None:
         """The server failed (to start, or after it was ready), with the diagnosis."""

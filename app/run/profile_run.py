@@ -67,6 +67,13 @@ class RunResult:
         return self.status in OK_STATUSES
 
 
+def _added_options(before, after) -> dict[str, Any]:
+    """The vLLM options ``after`` sets that ``before`` (a ServerConfig) did not set or set
+    otherwise, as a profile's ``server:`` keys."""
+    old = before.to_vllm_config()
+    return {k: v for k, v in after.to_vllm_config().items() if k != "model" and old.get(k) != v}
+
+
 def plan_profile(profile: Profile, vllm_version: str | None = None):
     """The planner's :class:`~app.planner.plan.Plan` of ``profile`` on its own hardware
     (the rig for engine sim, ``profile.hardware`` otherwise), for the ramp's request
@@ -116,6 +123,10 @@ class _Listener(RunListener):
     def on_safety_stop(self, reason: str) -> None:
         self.run._set_phase(Phase.RAMPING, reason)
 
+    def on_launch_defaults(self, defaults) -> None:
+        if self.run.on_defaults is not None:
+            self.run.on_defaults(defaults)
+
 
 class ProfileRun:
     """One run of ``profile``.
@@ -135,7 +146,8 @@ class ProfileRun:
     :meth:`run` blocks; call :meth:`abort` from another thread to stop early (what was
     recorded is kept). Subscribers (called on worker threads): ``on_phase(phase, msg)``,
     ``on_line(stream, text, t)``, ``on_level_start(dict)``, ``on_level(StepStats)``,
-    ``on_records(list)``.
+    ``on_records(list)``, ``on_defaults(LaunchDefaults)`` (the CPU build's working
+    defaults filled in before the plan, :meth:`app.run.controller.RunController.launch_defaults`).
     """
 
     def __init__(self, profile: Profile, *, store=None, python: str | None = None, clock: SessionClock | None = None,
@@ -146,6 +158,7 @@ class ProfileRun:
                  on_level_start: Callable[[dict], None] | None = None,
                  on_level: Callable[[StepStats], None] | None = None,
                  on_records: Callable[[list], None] | None = None,
+                 on_defaults: Callable[[Any], None] | None = None,
                  trusted_env: Mapping[str, str] | None = None, builtin: bool = False) -> None:
         self.profile = profile
         self.trusted_env = dict(trusted_env or {})
@@ -162,7 +175,7 @@ class ProfileRun:
             safety = load_settings().safety
         self.safety = safety
         self.on_phase, self.on_line, self.on_level_start = on_phase, on_line, on_level_start
-        self.on_level, self.on_records = on_level, on_records
+        self.on_level, self.on_records, self.on_defaults = on_level, on_records, on_defaults
         self.phase = Phase.PLANNING
         self.plan = None
         self.controller = RunController(store=store, listener=_Listener(self), clock=clock)
@@ -229,17 +242,24 @@ class ProfileRun:
             log.warning("%s: %s", self.profile.name, note)
         if env != self.profile.env:
             self.profile = self.profile.updated(env=env)
-        prof, ctl = self.profile, self.controller
+        ctl = self.controller
         self._set_phase(Phase.PLANNING)
+        # the CPU build's working defaults, before the plan and the record see the profile
+        target = ctl.launch_defaults(LaunchTarget.from_profile(
+            self.profile, python=self.python, telemetry=self.use_telemetry, startup_timeout=self.startup_timeout,
+            grace=self.grace, expose=self.expose))
+        before = self.profile.server_config()
+        if target.config != before:
+            self.profile = self.profile.updated(
+                server={**self.profile.server, **_added_options(before, target.config)},
+                env={**self.profile.env, **target.config.env})
+        prof = self.profile
         plan = self.make_plan()
         if plan is not None and plan.get("verdict") == "error" and not self.force:
             msg = "; ".join(f["message"] for f in plan.get("findings", []) if f["verdict"] == "error")
             self._set_phase(Phase.FAILED, msg)
             return RunResult("plan_error", f"the planner says this cannot work: {msg} "
                                            "(fix the profile, or run with force)", plan=plan)
-        target = LaunchTarget.from_profile(prof, python=self.python, telemetry=self.use_telemetry,
-                                           startup_timeout=self.startup_timeout, grace=self.grace,
-                                           expose=self.expose)
         self._run_id = ctl.open_run(RecordSpec(profile=prof, plan=plan))
         res = RunResult("error", run_id=self._run_id, plan=plan)
         try:

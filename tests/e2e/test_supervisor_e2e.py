@@ -1,11 +1,13 @@
 """Real vLLM (CPU build, tiny model): launch, capacity facts, a completion, stops, faults.
 
 Launch budget (issue #2): the shared `vllm_server` fixture (1), the CLI serve + Ctrl-C
-test (1), the SIGKILLed owner (1, killed while loading), and two launches that fail
-within seconds (an option vLLM rejects, a context longer than the model allows).
+test (1), the CLI serve with no other flag (1, issue 16), the SIGKILLed owner (1, killed
+while loading), and two launches that fail within seconds (an option vLLM rejects, a
+context longer than the model allows).
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -135,3 +137,42 @@ def test_vllm_exiting_during_startup_fails_with_log_tail(tiny_model, vllm_python
     fail = _failed_launch(tiny_model, vllm_python, max_model_len=100_000)
     assert "exited with code" in fail.reason and "during startup" in fail.reason
     assert any("max_model_len" in l or "max_position_embeddings" in l for l in fail.log_tail), fail.log_tail[-10:]
+
+
+def test_cli_serve_with_no_other_flag_starts_on_the_cpu_build(tiny_model):
+    """Issue 16 item 1: `vllm-dyno serve --model build/tiny-llama` and nothing else, on a
+    machine without a GPU: the CPU build's defaults are chosen and printed before the
+    launch (a KV cache size instead of 0.92 of the NUMA node, the in-process executor) and
+    the server reaches ready with that KV cache."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")}
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--model", "build/tiny-llama"]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+    out: list[str] = []
+    pgid = None
+    deadline = time.monotonic() + 600
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if "maximum concurrency" in line or "failed:" in line:
+                break
+            assert time.monotonic() < deadline, "".join(out)
+        text = "".join(out)
+        assert "state: ready" in text, text[-4000:]
+        chosen = text.index("CPU build of vLLM — chosen for what you did not set")
+        assert chosen < text.index("state: loading")
+        assert "--distributed-executor-backend uni" in text and "VLLM_ENABLE_V1_MULTIPROCESSING=0" in text
+        n = int(re.search(r"VLLM_CPU_KVCACHE_SPACE=(\d+)", text).group(1))
+        # the KV cache vLLM made is the size chosen: n GiB / 1,024 B per token
+        assert f"CPU KV cache size: {n * 2**30 // 1024:,} tokens" in text, text[-2000:]
+        kids = psutil.Process(p.pid).children()
+        pgid = os.getpgid(kids[0].pid)
+        p.send_signal(signal.SIGINT)
+        rest, _ = p.communicate(timeout=60)
+        assert p.returncode == 0, text + rest
+        assert "no process of the server group is left" in rest and group_members(pgid) == []
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if pgid and group_members(pgid):
+            os.killpg(pgid, signal.SIGKILL)
