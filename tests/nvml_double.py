@@ -9,9 +9,17 @@ either), real ctypes result structures where the real module returns them.
 
 Each card is a :class:`FakeGpu`; ``raises`` maps a function name to an ``NVMLError_*``
 class name raised for that card, ``returns`` maps a function name to a value returned
-instead of the default. ``init_raises`` makes ``nvmlInit`` fail; :meth:`NvmlDouble.lose`
-makes a card fall off the bus (every later call for it raises ``NVMLError_GpuIsLost``).
-``calls`` counts calls per ``(function name, card index)``.
+instead of the default. Memory info has two versions, as in nvidia-ml-py:
+``nvmlDeviceGetMemoryInfo(h)`` (v1, ``c_nvmlMemory_t``: ``used`` = allocations + reserved)
+and ``nvmlDeviceGetMemoryInfo(h, version=nvmlMemory_v2)`` (the C function
+``nvmlDeviceGetMemoryInfo_v2``, ``c_nvmlMemory_v2_t``: ``reserved`` apart); key
+``"nvmlDeviceGetMemoryInfo_v2"`` in ``raises`` makes only the v2 call fail, as an older
+driver does (``NVMLError_FunctionNotFound`` — nvidia-ml-py's answer when libnvidia-ml has
+no such symbol — ``NVMLError_ArgumentVersionMismatch`` or ``NVMLError_NotSupported``);
+``del double.nvmlMemory_v2`` is an nvidia-ml-py without version 2. ``init_raises`` makes
+``nvmlInit`` fail; :meth:`NvmlDouble.lose` makes a card fall off the bus (every later call
+for it raises ``NVMLError_GpuIsLost``). ``calls`` counts calls per ``(function name, card
+index)``; a v2 memory call counts under ``nvmlDeviceGetMemoryInfo_v2`` too.
 """
 from __future__ import annotations
 
@@ -32,7 +40,8 @@ class FakeGpu:
     index: int
     name: str = "NVIDIA GeForce RTX 4090"
     memory_total: int = 24 * GiB
-    memory_used: int = 1 * GiB
+    memory_used: int = 1 * GiB  # allocations (v2 ``used``); v1 ``used`` adds memory_reserved
+    memory_reserved: int = 0  # driver/firmware reserved (v2 ``reserved``)
     util_gpu: int = 0
     util_memory: int = 0
     temp: int = 35
@@ -82,6 +91,7 @@ class NvmlDouble:
             if k.startswith(("NVML_", "NVMLError", "nvmlClocks", "c_nvml")):
                 setattr(self, k, v)
         self.NVMLError = _real.NVMLError
+        self.nvmlMemory_v2 = _real.nvmlMemory_v2
         self.gpus = [FakeGpu(i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
         self.init_raises = init_raises
         self.driver, self.cuda, self.p2p, self.topology = driver, cuda, p2p, topology
@@ -183,8 +193,20 @@ class NvmlDouble:
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle, version: Any = None) -> Any:
         g = self._enter("nvmlDeviceGetMemoryInfo", h)
-        m = _real.c_nvmlMemory_t(total=g.memory_total, free=g.memory_total - g.memory_used, used=g.memory_used)
-        return self._ret(g, "nvmlDeviceGetMemoryInfo", m)
+        used_v1 = g.memory_used + g.memory_reserved
+        free = g.memory_total - used_v1
+        if not version:  # pynvml: c_nvmlMemory_t through nvmlDeviceGetMemoryInfo
+            m = _real.c_nvmlMemory_t(total=g.memory_total, free=free, used=used_v1)
+            return self._ret(g, "nvmlDeviceGetMemoryInfo", m)
+        # pynvml: c_nvmlMemory_v2_t with .version set, through nvmlDeviceGetMemoryInfo_v2
+        self.calls[("nvmlDeviceGetMemoryInfo_v2", h.index)] += 1
+        if "nvmlDeviceGetMemoryInfo_v2" in g.raises:
+            raise self._err(g.raises["nvmlDeviceGetMemoryInfo_v2"])
+        if version != _real.nvmlMemory_v2:
+            raise self._err("NVMLError_ArgumentVersionMismatch")
+        m = _real.c_nvmlMemory_v2_t(version=version, total=g.memory_total, reserved=g.memory_reserved, free=free,
+                                    used=g.memory_used)
+        return self._ret(g, "nvmlDeviceGetMemoryInfo_v2", m)
 
     def nvmlDeviceGetUtilizationRates(self, h: _Handle) -> Any:
         g = self._enter("nvmlDeviceGetUtilizationRates", h)

@@ -177,7 +177,9 @@ def test_find_capacity_on_the_simulated_rig(tmp_path):
     assert all(lv["requests"] >= 100 for lv in levels), [(lv["users"], lv["requests"]) for lv in levels]
     assert cap["ttft_p99"] <= 1.0 and cap["tpot_p99"] <= 0.05 and cap["limited_by"]
     assert cap["users_low"] <= cap["users"] <= cap["users_high"]
-    assert f"capacity: {cap['sentence']}" in r.stdout
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["users"] == cap["users"] and verdict["sentence"] in r.stdout
+    assert verdict["sentence"].startswith(f"2× RTX 4090 (sim) serves {cap['users']:g} concurrent users")
     for key in ("users", "users_low", "users_high", "output_tps", "ttft_p99", "tpot_p99", "requests", "limited_by",
                 "sentence", "levels"):
         assert key in cap

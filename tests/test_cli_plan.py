@@ -6,6 +6,7 @@ import json
 import pytest
 
 from app.cli import main
+from app.planner.gpus import load_catalog
 
 SEED = ["plan", "--model", "Llama-3-70B", "--gpu", "RTX 5090", "--quantization", "awq", "--max-model-len", "8192",
         "--prompt-tokens", "512", "--output-tokens", "128", "--vllm-version", "0.32.0"]
@@ -41,8 +42,31 @@ def test_unknown_gpu_and_model(capsys):
         main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5"])
     assert main(["plan", "--model", "nobody/None-1B", "--gpu", "RTX 4090"]) == 2
     assert "catalog" in capsys.readouterr().err
-    rc = main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5:24", "--vllm-version", "0.32.0"])
-    assert rc == 0 and "assumed figures" in capsys.readouterr().out
+    # an unknown card: memory *and* compute capability, never an assumed capability
+    with pytest.raises(SystemExit, match=r"--gpu 'Voodoo 5'.*compute capability is not known.*Voodoo 5:24:8\.9"):
+        main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5:24"])
+    with pytest.raises(SystemExit, match=r"'86' is not a compute capability"):
+        main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5:24:86"])
+    rc = main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5:24:8.6", "--vllm-version", "0.32.0"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "assumed figures" in out and "Voodoo 5: bandwidth_gbs" in out
+    assert "cc" not in out.split("assumed figures")[1]
+    # the same card at 7.5 cannot run bfloat16: the capability reaches the checks
+    rc = main(["plan", "--model", "Llama-3-8B", "--gpu", "Voodoo 5:24:7.5", "--dtype", "bfloat16", "--json",
+               "--vllm-version", "0.32.0"])
+    d = json.loads(capsys.readouterr().out)
+    assert rc == 1 and d["verdict"] == "error" and d["problem"] == "dtype_unsupported_by_gpu"
+
+
+def test_list_gpus_shows_the_catalog_without_a_model(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "--list-gpus"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[1:-1]}
+    assert set(rows) == set(load_catalog())
+    assert "Quadro RTX 8000" in rows and " 7.5 " in rows["Quadro RTX 8000"] and "NVIDIA L40S" in rows["L40S"]
+    assert "NAME:GIB:CC" in out.splitlines()[-1]
 
 
 def test_plan_parser_takes_every_vllm_option():

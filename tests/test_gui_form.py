@@ -244,3 +244,22 @@ def test_the_configuration_and_the_plan_live_in_one_state_object(main_window, qt
     assert w.state.config is None and "model" in (w.state.config_error or "")
     pump(qtbot, lambda: w.plan is None and w.plan_error is not None and w.plan_error[1], 20, "the form error")
     assert not w.act_launch.isEnabled()
+
+
+def test_gpu_table_says_what_the_used_memory_holds(gui_guard, qtbot):
+    """NVML memory info v2 keeps the driver's reservation apart from used; where the driver
+    has only v1, the table says its figure includes it and the tooltip says why."""
+    from app.telemetry.gpu_source import GpuReading
+    from widgets.config_panel import GpuTable
+
+    g = 2**30
+    v2 = GpuReading(index=0, name="NVIDIA GeForce RTX 4090", memory_total_bytes=24 * g, memory_used_bytes=g,
+                    memory_reserved_bytes=g // 2, memory_free_bytes=24 * g - 3 * g // 2)
+    v1 = GpuReading(index=1, name="NVIDIA GeForce RTX 4090", memory_total_bytes=24 * g, memory_used_bytes=3 * g // 2,
+                    memory_free_bytes=24 * g - 3 * g // 2, unavailable={"memory_reserved_bytes": "function not found"})
+    t = GpuTable()
+    qtbot.addWidget(t)
+    t.set_readings([v2, v1], "")
+    assert t.item(0, 2).text() == "1.0 / 24.0 GiB" and "0.50 GiB reserved by the driver" in t.item(0, 2).toolTip()
+    assert t.item(1, 2).text() == "1.5 / 24.0 GiB (incl. reserved)"
+    assert "NVML memory info v2 is not available (function not found)" in t.item(1, 2).toolTip()

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app.config import ServerConfig
 from app.server.procs import group_members
 from app.server.supervisor import ServerState, Supervisor
+from app.sim import gpus as sim_gpus
 from app.sim import model_adapter as ma
 from app.telemetry.gpu_source import TelemetryDocument
 
@@ -198,7 +199,11 @@ def test_telemetry_document_matches_the_telemetry_shape(sim):
     p = ma.plan_rig(CFG, "RTX 4090", 8)
     assert r0.name == "NVIDIA GeForce RTX 4090"
     assert r0.memory_total_bytes == p.card.memory_bytes
-    assert r0.memory_used_bytes >= p.used_bytes_per_rank[0]  # reservation held once loaded
+    assert r0.memory_used_bytes == int(p.used_bytes_per_rank[0])  # vLLM's reservation, held once loaded
+    # shaped like NVML memory info v2: the driver's reservation apart from used, free = total − both
+    assert r0.memory_reserved_bytes == sim_gpus.RESERVED_BYTES and not r0.used_includes_reserved
+    assert r0.memory_free_bytes == r0.memory_total_bytes - r0.memory_used_bytes - r0.memory_reserved_bytes
+    assert r0.compute_capability == (8, 9)
     assert r0.temp_slowdown_c == 88 and r0.power_limit_w == 450
     assert r0.processes and r0.processes[0].server
     assert doc.session.p2p[0][1] == "not_supported"  # GeForce cards: no P2P

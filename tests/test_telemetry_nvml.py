@@ -293,3 +293,135 @@ def test_procs_and_planner_go_through_the_one_module():
     nv.recover(1)
     assert [g.name for g in gpus_from_nvml(nv)] == ["RTX 4090", "RTX 4090"]
     assert nv.calls[("nvmlDeviceGetMemoryInfo", 0)] == 1 and not nv.initialized
+
+
+# ---------------------------------------------------------------------------- memory: NVML v2 vs v1
+
+MIB = 2**20
+#: the errors nvidia-ml-py raises when the driver has no memory info v2: pynvml.py's
+#: nvmlDeviceGetMemoryInfo(handle, version=nvmlMemory_v2) looks up the C function
+#: "nvmlDeviceGetMemoryInfo_v2" (_nvmlGetFunctionPointer → NVML_ERROR_FUNCTION_NOT_FOUND
+#: on an older libnvidia-ml); a driver that has it may answer ARGUMENT_VERSION_MISMATCH
+#: or NOT_SUPPORTED (NVML API reference, nvmlDeviceGetMemoryInfo_v2 return values)
+V2_MISSING = [("NVMLError_FunctionNotFound", "function not found"),
+              ("NVMLError_ArgumentVersionMismatch", "argument version mismatch"),
+              ("NVMLError_NotSupported", "not supported")]
+
+
+def _card(**kw):
+    return FakeGpu(0, memory_total=24 * 2**30, memory_used=1024 * MIB, memory_reserved=512 * MIB, **kw)
+
+
+def test_double_memory_info_is_shaped_like_both_versions():
+    from app.telemetry.nvml import MEMORY_V2_UNAVAILABLE
+
+    nv = NvmlDouble([_card()])
+    nv.nvmlInit()
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    v1, v2 = nv.nvmlDeviceGetMemoryInfo(h), nv.nvmlDeviceGetMemoryInfo(h, version=pynvml.nvmlMemory_v2)
+    assert isinstance(v1, pynvml.c_nvmlMemory_t) and isinstance(v2, pynvml.c_nvmlMemory_v2_t)
+    assert v1.used == 1536 * MIB and v1.total == v1.used + v1.free  # v1: used = allocated + reserved
+    assert (v2.used, v2.reserved, v2.free, v2.version) == (1024 * MIB, 512 * MIB, v1.free, pynvml.nvmlMemory_v2)
+    with pytest.raises(pynvml.NVMLError_ArgumentVersionMismatch):
+        nv.nvmlDeviceGetMemoryInfo(h, version=0x01000028)
+    # the double raises the real classes, and the app's list names real classes
+    assert all(hasattr(pynvml, n) for n in MEMORY_V2_UNAVAILABLE)
+    assert sorted(MEMORY_V2_UNAVAILABLE) == sorted(n for n, _ in V2_MISSING)
+
+
+def test_v2_reading_keeps_reserved_memory_apart():
+    nv = NvmlDouble([_card()])
+    src = NvmlSource(nvml=nv)
+    assert src.open().ok
+    (r,) = src.read()
+    assert (r.memory_used_bytes, r.memory_reserved_bytes) == (1024 * MIB, 512 * MIB)
+    assert r.memory_free_bytes == r.vram_headroom_bytes == 24 * 2**30 - 1536 * MIB
+    assert r.busy_bytes == 1536 * MIB and not r.used_includes_reserved
+    assert "memory_reserved_bytes" not in r.unavailable
+    assert r.memory_note() == ("used 1.00 GiB allocated by processes; 0.50 GiB reserved by the driver, not counted "
+                               "as used (NVML memory info v2)")
+    names = {s.name: s.value for s in reading_samples(1.0, r)}
+    assert names["memory_reserved_bytes"] == 512 * MIB and names["vram_headroom_bytes"] == r.memory_free_bytes
+    assert r.compute_capability == (8, 9)
+    assert nv.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 1
+
+
+@pytest.mark.parametrize("err,why", V2_MISSING)
+def test_without_v2_the_reading_says_used_includes_reserved(err, why):
+    from app.telemetry.nvml import read_cards
+
+    nv = NvmlDouble([_card(raises={"nvmlDeviceGetMemoryInfo_v2": err})])
+    src = NvmlSource(nvml=nv)
+    assert src.open().ok
+    for _ in range(3):
+        (r,) = src.read()
+    assert r.memory_used_bytes == 1536 * MIB and r.memory_reserved_bytes is None  # v1's used, reserved inside
+    assert r.used_includes_reserved and r.unavailable["memory_reserved_bytes"] == why
+    assert r.vram_headroom_bytes == 24 * 2**30 - 1536 * MIB and r.busy_bytes == 1536 * MIB
+    note = r.memory_note()
+    assert "includes memory the driver reserves" in note and f"NVML memory info v2 is not available ({why})" in note
+    # the driver does not grow v2 while it runs: asked once, then v1 only
+    assert nv.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 1 and nv.calls[("nvmlDeviceGetMemoryInfo", 0)] >= 4
+    (c,) = read_cards(nvml=nv).cards
+    assert (c.memory_used_bytes, c.memory_reserved_bytes, c.reserved_unavailable) == (1536 * MIB, None, why)
+    assert c.busy_bytes == 1536 * MIB
+
+
+def test_an_nvidia_ml_py_without_v2_and_a_passing_v2_error():
+    from app.telemetry.nvml import read_cards
+
+    nv = NvmlDouble([_card()])
+    del nv.nvmlMemory_v2  # nvidia-ml-py from before memory info v2
+    (c,) = read_cards(nvml=nv).cards
+    assert c.reserved_unavailable == "this nvidia-ml-py has no nvmlMemory_v2" and c.memory_used_bytes == 1536 * MIB
+    assert nv.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 0
+    # any other error of the v2 call is this tick's, not "no v2": the memory is missing once, v2 is asked again
+    nv = NvmlDouble([_card(raises={"nvmlDeviceGetMemoryInfo_v2": "NVMLError_Unknown"})])
+    src = NvmlSource(nvml=nv)
+    assert src.open().ok
+    (r,) = src.read()
+    assert r.memory_used_bytes is None and r.unavailable["memory_used_bytes"] == "unknown error"
+    assert "memory_reserved_bytes" in r.unavailable and not r.used_includes_reserved and r.memory_note() == ""
+    del nv.gpus[0].raises["nvmlDeviceGetMemoryInfo_v2"]
+    (r,) = src.read()
+    assert r.memory_reserved_bytes == 512 * MIB and nv.calls[("nvmlDeviceGetMemoryInfo_v2", 0)] == 2
+    # a card lost during the v2 call is lost, not "without v2"
+    nv = NvmlDouble([_card(raises={"nvmlDeviceGetMemoryInfo_v2": "NVMLError_GpuIsLost"})])
+    src = NvmlSource(nvml=nv)
+    assert src.open().ok
+    assert src.read()[0].state == "lost"
+
+
+def test_planner_sees_the_same_free_memory_under_either_version():
+    """vLLM's start-up check compares its request with the free memory cudaMemGetInfo
+    reports (vllm/utils/mem_utils.py MemorySnapshot.measure: ``free_memory, total_memory
+    = torch.accelerator.get_memory_info(device)``; vllm/v1/worker/utils.py request_memory:
+    "Free memory on device (…) on startup is less than …", 0.32.0) — the driver's
+    reservation is not free either — so the planner holds total − free under v1 and v2."""
+    from app.planner.gpus import gpus_from_nvml
+
+    v2 = gpus_from_nvml(NvmlDouble([_card()]))
+    v1 = gpus_from_nvml(NvmlDouble([_card(raises={"nvmlDeviceGetMemoryInfo_v2": "NVMLError_FunctionNotFound"})]))
+    assert v1[0].busy_gib == v2[0].busy_gib == 1.5
+
+
+def test_cli_telemetry_table_shows_reserved_apart_or_says_why_not():
+    from app.cli.telemetry import render
+    from app.telemetry.hub import Telemetry
+
+    nv = NvmlDouble([_card(), FakeGpu(1, memory_total=24 * 2**30, memory_used=2**30, memory_reserved=512 * MIB,
+                                      raises={"nvmlDeviceGetMemoryInfo_v2": "NVMLError_FunctionNotFound"})])
+    tel = Telemetry(gpu_source=NvmlSource(nvml=nv), host=False)
+    assert tel.gpu.open()
+    tel.gpu.tick()
+    out = render(tel, None)
+    tel.gpu.teardown()
+    lines = out.splitlines()
+    assert "reserved" in lines[2]
+    row0 = next(line for line in lines if line.lstrip().startswith("0 "))
+    row1 = next(line for line in lines if line.lstrip().startswith("1 "))
+    assert "1.0/24.0 GiB" in row0 and "0.5 GiB" in row0
+    assert "1.5/24.0 GiB" in row1 and "in used*" in row1
+    assert ("* GPU 1: used 1.50 GiB includes memory the driver reserves: NVML memory info v2 is not available "
+            "(function not found)") in out
+    assert "* GPU 0" not in out

@@ -351,7 +351,11 @@ class GpuTable(QTableWidget):
             if r.memory_total_bytes:
                 used = (r.memory_used_bytes or 0) / GIB
                 mem = f"{used:.1f} / {r.memory_total_bytes / GIB:.1f} GiB"
-            self.setItem(row, 2, QTableWidgetItem(mem))
+                if r.used_includes_reserved:  # NVML memory info v1 only: say it, do not pass it off as used
+                    mem += " (incl. reserved)"
+            mem_item = QTableWidgetItem(mem)
+            mem_item.setToolTip(r.memory_note())
+            self.setItem(row, 2, mem_item)
             self.setItem(row, 3, QTableWidgetItem("–" if r.temp_gpu_c is None else f"{r.temp_gpu_c:.0f} °C"))
             procs = r.processes or []
             txt = ", ".join(f"{p.pid} ({(p.used_memory_bytes or 0) / GIB:.1f} GiB)" for p in procs) or "none"

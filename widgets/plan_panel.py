@@ -37,7 +37,8 @@ from widgets.tasks import run_in_background
 log = logging.getLogger(__name__)
 
 #: memory segments: (label, colour)
-SEGMENTS = [("Other processes", "#6b6b6b"), ("Weights", "#3b6fb6"), ("Activations", "#e8912d"),
+#: "Held": memory not free before the launch — other processes' and the driver's reservation
+SEGMENTS = [("Held (other processes, driver)", "#6b6b6b"), ("Weights", "#3b6fb6"), ("Activations", "#e8912d"),
             ("Non-torch", "#b08fc7"), ("KV cache", "#4aa564"), ("CUDA graphs", "#8e44ad"), ("Headroom", "#d9d9d9")]
 VERDICT_STYLE = {"ok": ("#1e7b34", "#e3f4e6", "Fits — no problem found"),
                  "warn": ("#8a5a00", "#fff4d6", "Will run, with warnings"),

@@ -29,16 +29,31 @@ def _levels(text: str) -> tuple[int, ...]:
     return levels
 
 
+class _ListGpus(argparse.Action):
+    """``--list-gpus``: print :func:`list_gpus` and exit while parsing (like ``--help``:
+    no ``--model`` needed)."""
+
+    def __init__(self, option_strings, dest, **kw) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        print(list_gpus())
+        parser.exit(0)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.config import add_server_options
 
     p = sub.add_parser("plan", help="will it fit, how many users, what breaks — before a launch")
     add_server_options(p)
-    p.add_argument("--gpu", action="append", default=[], metavar="NAME[:GIB]",
-                   help="card name (catalog or NVML name); repeat once per card for mixed cards; "
-                        "NAME:GIB plans an unknown card from its memory; 'CPU' for the CPU build; "
+    p.add_argument("--gpu", action="append", default=[], metavar="NAME[:GIB[:CC]]",
+                   help="card name (catalog or NVML name; --list-gpus shows the catalog); repeat once per card "
+                        "for mixed cards; NAME:GIB:CC plans a card the catalog does not know from its memory "
+                        "(GiB) and compute capability (e.g. 8.9); 'CPU' for the CPU build; "
                         "default: the cards NVML sees")
+    p.add_argument("--list-gpus", action=_ListGpus,
+                   help="list the GPU catalog (name, memory, compute capability, NVML names) and exit")
     p.add_argument("--count", type=_positive_int, help="number of cards of a single --gpu (default TP × PP)")
     p.add_argument("--busy-gib", type=float, default=0.0, help="GiB other processes hold on each given card")
     p.add_argument("--prompt-tokens", type=int, default=512)
@@ -76,7 +91,7 @@ def _cards(a: argparse.Namespace, world: int):
     except NoGpuFound as e:
         raise SystemExit(f"error: {e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
     except UnknownGpuError as e:
-        raise SystemExit(f"error: --gpu {e.name!r}: {e}: --gpu \"{e.name}:24\" for a 24 GiB card") from None
+        raise SystemExit(f"error: --gpu {e.name!r}: {e}") from None
     except ValueError as e:
         raise SystemExit(f"error: --gpu {e}") from None
 
@@ -95,6 +110,20 @@ def _host(a: argparse.Namespace):
         return HostPcie(None, acs, "--acs") if acs is not None else None
     h = read_host_pcie()
     return HostPcie(h.iommu, acs, h.source + ("; ACS from --acs" if acs is not None else ""))
+
+
+def list_gpus() -> str:
+    """The GPU catalog as text: one card a line — catalog name, memory (GB as sold),
+    compute capability, dense BF16 TFLOPS, memory bandwidth GB/s, the names NVML reports."""
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from app.planner.gpus import load_catalog
+
+    lines = [f"{'GPU':<40} {'memory':>7} {'CC':>5} {'TFLOPS':>7} {'GB/s':>6}  NVML names"]
+    for g in load_catalog().values():
+        lines.append(f"{g.name:<40} {g.memory_gb or g.memory_gib:>5g}GB {g.cc:>5.1f} {g.tflops_bf16:>7g} "
+                     f"{g.bandwidth_gbs:>6g}  {'; '.join(g.nvml_names)}")
+    lines.append("A card not listed plans from its memory and compute capability: --gpu NAME:GIB:CC")
+    return "\n".join(lines)
 
 
 def cmd_plan(a: argparse.Namespace) -> int:

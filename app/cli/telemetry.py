@@ -1,6 +1,8 @@
 """``vllm-dyno telemetry [--url URL] [--seconds N]``: a live table of GPUs, host and server.
 
-Per GPU: memory used/total, utilization, temperature, power/limit, SM/memory clocks,
+Per GPU: memory used/total and the driver-reserved share (NVML memory info v2; where the
+driver has only v1, ``used`` includes reserved memory — the column says "in used*" and a
+note under the table says why), utilization, temperature, power/limit, SM/memory clocks,
 throttle reasons. Host: CPU %, memory. Server (``--url``): running, waiting, KV-cache
 usage, token rates from ``/metrics``, and the server process tree's RSS/CPU (found as
 the process listening on the URL's port, or ``--pgid``/``--pid``). A field a card does
@@ -62,20 +64,29 @@ def render(tel, url: str | None) -> str:
             s = g.session
             lines.append(f"GPU: driver {s.driver_version or 'n/a'}, CUDA {s.cuda_version or 'n/a'}"
                          + ("" if s.p2p_ok is None else f", P2P {'yes' if s.p2p_ok else 'no'}"))
-            lines.append(f"{'gpu':>3}  {'memory used/total':>20}  {'util':>5}  {'temp':>5}  {'power/limit W':>14}"
-                         f"  {'SM/mem MHz':>11}  throttle")
+            lines.append(f"{'gpu':>3}  {'memory used/total':>20}  {'reserved':>9}  {'util':>5}  {'temp':>5}"
+                         f"  {'power/limit W':>14}  {'SM/mem MHz':>11}  throttle")
+            notes = []
             for i, r in sorted(g.latest.items()):
                 if r.state == "lost":
                     lines.append(f"{i:>3}  lost: {r.unavailable.get('*', 'GPU is lost')}")
                     continue
                 mem = (f"{_f(r.memory_used_bytes and r.memory_used_bytes / GiB, '.1f')}/"
                        f"{_f(r.memory_total_bytes and r.memory_total_bytes / GiB, '.1f')} GiB")
+                if r.used_includes_reserved:
+                    reserved = "in used*"
+                    notes.append(f"* GPU {i}: {r.memory_note()}")
+                else:
+                    reserved = _f(r.memory_reserved_bytes and r.memory_reserved_bytes / GiB, '.1f')
+                    reserved += " GiB" if r.memory_reserved_bytes is not None else ""
                 lines.append(
-                    f"{i:>3}  {mem:>20}  {_f(r.util_gpu_pct, '.0f') + ('%' if r.util_gpu_pct is not None else ''):>5}"
+                    f"{i:>3}  {mem:>20}  {reserved:>9}"
+                    f"  {_f(r.util_gpu_pct, '.0f') + ('%' if r.util_gpu_pct is not None else ''):>5}"
                     f"  {_f(r.temp_gpu_c, '.0f') + ('C' if r.temp_gpu_c is not None else ''):>5}"
                     f"  {_f(r.power_w, '.0f') + '/' + _f(r.power_limit_w, '.0f'):>14}"
                     f"  {_f(r.clock_sm_mhz, '.0f') + '/' + _f(r.clock_mem_mhz, '.0f'):>11}"
                     f"  {', '.join(r.throttle) if r.throttle else ('n/a' if r.throttle is None else 'none')}")
+            lines += notes
     h = tel.host.latest if tel.host is not None else {}
     if h:
         lines.append(f"host: CPU {h['host.cpu_pct']:.0f}%, memory {h['host.memory_used_bytes'] / GiB:.1f} GiB used,"

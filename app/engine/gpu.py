@@ -14,7 +14,8 @@ GIB = 2**30
 @dataclass(frozen=True)
 class GpuSpec:
     """One card. Units: ``memory_gib`` total as NVML reports it (GiB); ``busy_gib`` memory
-    already held by other processes (GiB); ``bandwidth_gbs`` GB/s (10^9 B/s);
+    not free before the launch (GiB): other processes' allocations and, from NVML, the
+    driver's reservation (total − free); ``bandwidth_gbs`` GB/s (10^9 B/s);
     ``tflops_bf16`` dense FP16/BF16 tensor TFLOPS; ``cc`` compute capability (8.9);
     ``nvlink_gbs`` GB/s, 0 if none; ``tdp_w`` W. ``kind`` is ``"gpu"`` or ``"cpu"`` (the
     CPU build of vLLM, whose KV space is ``VLLM_CPU_KVCACHE_SPACE``)."""
@@ -37,7 +38,7 @@ class GpuSpec:
 
     @property
     def free_gib(self) -> float:
-        """Memory not held by other processes, GiB."""
+        """Memory free before the launch (total − busy_gib), GiB."""
         return max(0.0, self.memory_gib - self.busy_gib)
 
     @property

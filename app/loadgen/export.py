@@ -40,15 +40,18 @@ def summary(result: RampResult) -> dict:
 
 
 def to_json(result: RampResult, spec: RampSpec | None = None, time_scale: float = 1.0) -> dict:
-    """``{"spec", "summary", "steps"}`` (and ``"capacity"`` after a capacity search)
-    ready for json.dump (times in s). ``time_scale``:
+    """``{"spec", "summary", "steps"}`` and, when the run controller computed them,
+    ``"capacity"`` (users at the SLO) and ``"verdict"``, ready for json.dump (times in s). ``time_scale``:
     the sim's k when the steps are in rig seconds (``summary.time_scale``; 1 otherwise)."""
     out = {"spec": spec.model_dump(mode="json") if spec else None,
            "summary": {**summary(result), "time_scale": time_scale, "shape": spec.shape if spec else None},
            "steps": [s.model_dump(mode="json") for s in result.steps]}
     capacity = getattr(result, "capacity", None)
-    if capacity is not None:  # a capacity search's answer (app.loadgen.capacity.Capacity)
+    if capacity is not None:  # users at the SLO (app.loadgen.capacity.Capacity)
         out["capacity"] = capacity.model_dump(mode="json")
+    verdict = getattr(result, "verdict", None)
+    if verdict is not None:  # the one-sentence answer (app.run.verdict.Verdict)
+        out["verdict"] = verdict.model_dump(mode="json")
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import psutil
 
-from app.planner.gpus import GIB, GpuSpec, cpu_device, gpus_from_cards, resolve_gpu
+from app.planner.gpus import GIB, GpuSpec, cpu_device, gpus_from_cards, nvml_card, parse_cc, resolve_gpu
 from app.telemetry.nvml import NvmlUnavailable, read_cards
 
 #: the first NUMA node's memory (Linux sysfs); the CPU build of vLLM plans on one node
@@ -147,22 +147,31 @@ def _is_cpu(name: str) -> bool:
     return name.strip().upper() == "CPU"
 
 
-def _parse_entry(entry: str, memory_gib: float | None) -> tuple[str, float | None]:
-    """``NAME`` or ``NAME:GIB`` → (name, memory GiB or ``memory_gib``)."""
-    name, sep, gib = entry.partition(":")
+def _parse_entry(entry: str, memory_gib: float | None,
+                 cc: float | None) -> tuple[str, float | None, float | None]:
+    """``NAME``, ``NAME:GIB`` or ``NAME:GIB:CC`` → (name, memory GiB or ``memory_gib``,
+    compute capability or ``cc``)."""
+    name, *rest = entry.split(":")
     name = name.strip()
-    if not name:
-        raise ValueError(f"{entry!r}: give a card name, e.g. \"RTX 4090\" or \"RTX 4090:24\"")
-    if not sep:
-        return name, memory_gib
+    if not name or len(rest) > 2:
+        raise ValueError(f"{entry!r}: give a card name, e.g. \"RTX 4090\", or NAME:GIB:CC for a card the catalog "
+                         f"does not know, e.g. \"RTX 4090:24:8.9\"")
+    if not rest:
+        return name, memory_gib, cc
+    gib = rest[0]
     try:
         mem = float(gib)
     except ValueError:
-        raise ValueError(f"{entry!r}: {gib!r} is not a memory size in GiB; write NAME:GIB, "
-                         f"e.g. \"{name}:24\"") from None
+        raise ValueError(f"{entry!r}: {gib!r} is not a memory size in GiB; write NAME:GIB:CC, "
+                         f"e.g. \"{name}:24:8.9\"") from None
     if not mem > 0:
-        raise ValueError(f"{entry!r}: the memory must be more than 0 GiB, e.g. \"{name}:24\"")
-    return name, mem
+        raise ValueError(f"{entry!r}: the memory must be more than 0 GiB, e.g. \"{name}:24:8.9\"")
+    if len(rest) == 2:
+        try:
+            cc = parse_cc(rest[1])
+        except ValueError as e:
+            raise ValueError(f"{entry!r}: {e}, as in \"{name}:{mem:g}:8.9\"") from None
+    return name, mem, cc
 
 
 def _cpu_cards(count: int | None, memory_gib: float | None, busy_gib: float = 0.0) -> list[GpuSpec]:
@@ -176,28 +185,38 @@ def _cpu_cards(count: int | None, memory_gib: float | None, busy_gib: float = 0.
 
 
 def _named_cards(gpu: str | Sequence[str], count: int | None, memory_gib: float | None,
-                 busy_gib: float) -> list[GpuSpec]:
+                 busy_gib: float, cc: float | None = None) -> list[GpuSpec]:
     entries = gpu.split(" + ") if isinstance(gpu, str) else list(gpu)
     entries = [str(e).strip() for e in entries if str(e).strip()]
     if not entries:
         raise ValueError("no card name given: name one, e.g. \"RTX 4090\" (or \"CPU\" for the CPU build)")
-    parsed = [_parse_entry(e, memory_gib) for e in entries]
-    if any(_is_cpu(n) for n, _ in parsed):
+    parsed = [_parse_entry(e, memory_gib, cc) for e in entries]
+    if any(_is_cpu(n) for n, _, _ in parsed):
         if len(parsed) > 1:
             raise ValueError(f"{' + '.join(entries)}: the CPU build cannot be mixed with GPUs; plan one or the other")
         return _cpu_cards(count, parsed[0][1], busy_gib)
-    cards = [resolve_gpu(n, mem, busy_gib) for n, mem in parsed]
+    cards = [resolve_gpu(n, mem, busy_gib, c) for n, mem, c in parsed]
     n = len(cards) if count is None else count
     if n < 1:
         raise ValueError(f"count={count}: plan at least one card")
     return [cards[i % len(cards)] for i in range(n)]
 
 
+def _reading_card(r: Any) -> GpuSpec:
+    """One reading (``GpuReading``) as a planner card: NVML's memory — total, and total −
+    free as memory other processes and the driver hold — and NVML's compute capability
+    (:func:`app.planner.gpus.nvml_card`); a catalog card by name alone when the reading
+    has no memory."""
+    if not r.memory_total_bytes:
+        return resolve_gpu(r.name or "GPU")
+    busy = r.busy_bytes if r.busy_bytes is not None else (r.memory_used_bytes or 0)
+    return nvml_card(r.name or "GPU", r.memory_total_bytes, busy, r.compute_capability, r.index,
+                     r.unavailable.get("compute_capability"))
+
+
 def _reading_cards(readings: Sequence[Any], indices: Sequence[int] | None) -> list[GpuSpec]:
     sel = None if indices is None else {int(i) for i in indices}
-    out = [resolve_gpu(r.name or "GPU", (r.memory_total_bytes or 0) / GIB or None,
-                       busy_gib=(r.memory_used_bytes or 0) / GIB)
-           for r in readings if sel is None or r.index in sel]
+    out = [_reading_card(r) for r in readings if sel is None or r.index in sel]
     if not out:
         have = sorted(r.index for r in readings)
         raise NoGpuFound(f"none of the selected GPUs {sorted(sel or [])} is on this machine (it has {have})"
@@ -218,7 +237,8 @@ def _nvml_cards(indices: Sequence[int] | None, nvml: Any) -> list[GpuSpec]:
 
 def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, count: int | None = None,
               memory_gib: float | None = None, busy_gib: float = 0.0, indices: Sequence[int] | None = None,
-              readings: Sequence[Any] | None = None, cpu_build: bool = False, nvml: Any = None) -> list[GpuSpec]:
+              readings: Sequence[Any] | None = None, cpu_build: bool = False, nvml: Any = None,
+              cc: float | None = None) -> list[GpuSpec]:
     """The cards the planner plans for (one :class:`GpuSpec` per rank's card), from
     exactly one source:
 
@@ -231,19 +251,22 @@ def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, c
       else the psutil total; what is not available there counts as held by others).
     - **named cards** — a fingerprint-like description: ``gpu`` a name (catalog or NVML
       name; mixed rigs joined by ``" + "``) or a list of names, one per card; each may be
-      ``NAME:GIB`` (memory of that card, GiB), else ``memory_gib`` applies (NVML's total,
-      which also lets an unknown name plan). ``count`` cards, the names taken in turn
-      (default one card per name); ``busy_gib`` GiB held by other processes on each.
-    - **NVML readings already taken** — ``readings`` (``GpuReading``-like: ``index``,
-      ``name``, ``memory_total_bytes``, ``memory_used_bytes``) of the cards in ``indices``
-      (all when None); memory in use counts as other processes' share.
+      ``NAME:GIB`` (memory of that card, GiB) or ``NAME:GIB:CC`` (and its compute
+      capability), else ``memory_gib`` and ``cc`` apply (NVML's total and capability). A
+      name the catalog does not know plans only with both memory and capability —
+      never an assumed capability. ``count`` cards, the names taken in turn (default
+      one card per name); ``busy_gib`` GiB held by other processes on each.
+    - **NVML readings already taken** — ``readings`` (``GpuReading``: ``index``, ``name``,
+      memory, ``compute_capability``) of the cards in ``indices`` (all when None); memory
+      that is not free (other processes' and the driver's) counts as held.
     - **this machine through NVML** — none of the above: :func:`app.telemetry.nvml.read_cards`
       for ``indices`` (all when None); ``nvml`` a pynvml-shaped double in tests.
 
     ``engine`` is ``vllm`` (default) or ``sim``; ``attach`` is refused (an attached
     server's cards are not known). Raises ValueError for conflicting sources or bad
     input, ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not know
-    without memory, :class:`NoGpuFound` when NVML (or the readings) give no card.
+    without memory and compute capability, :class:`NoGpuFound` when NVML (or the
+    readings) give no card.
     """
     if engine == "attach":
         raise ValueError("an attached server is not planned: its cards are not known")
@@ -254,7 +277,7 @@ def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, c
     if engine == "sim":
         if not gpu:
             raise ValueError("a sim rig needs its GPU name, e.g. gpu=\"RTX 4090\"")
-        return _named_cards(gpu, count, memory_gib, busy_gib)
+        return _named_cards(gpu, count, memory_gib, busy_gib, cc)
     named_cpu = isinstance(gpu, str) and _is_cpu(gpu)
     given = [k for k, v in (("gpu", gpu is not None and not (cpu_build and named_cpu)),
                             ("readings", readings is not None), ("cpu_build", cpu_build)) if v]
@@ -263,7 +286,7 @@ def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, c
     if cpu_build:
         return _cpu_cards(count, memory_gib)
     if gpu is not None:
-        return _named_cards(gpu, count, memory_gib, busy_gib)
+        return _named_cards(gpu, count, memory_gib, busy_gib, cc)
     if readings is not None:
         return _reading_cards(readings, indices)
     return _nvml_cards(indices, nvml)

@@ -116,6 +116,11 @@ def _planned(p: Plan | None, problem: str) -> tuple[str, dict[str, Any]] | None:
     return None if f is None else (f.message, dict(f.fix or {}))
 
 
+#: the compute capability of a card known only by the memory a log printed: high enough that
+#: no capability check fires, since only the memory findings of such a plan are used
+MEMORY_ONLY_CC = 9.0
+
+
 def _r_free(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     """GPU memory held by other processes (vllm/v1/worker/utils.py request_memory, 0.32:
     "Free memory on device cuda:0 (F/T GiB) on startup is less than desired GPU memory
@@ -125,7 +130,9 @@ def _r_free(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     planner's check for the model of the log (:func:`_log_plan`); without a known
     model it is left to the user, with the figures."""
     free, total, u = _num(m.group(1)), _num(m.group(2)), _num(m.group(3))
-    card = unknown_gpu("GPU", total).with_memory(busy_gib=max(0.0, total - free))
+    # the log gives the card's memory, not its compute capability; only the plan's memory
+    # finding is read here, so a capability that refuses nothing stands in for it
+    card = unknown_gpu("GPU", total, MEMORY_ONLY_CC).with_memory(busy_gib=max(0.0, total - free))
     planned = _planned(_log_plan(c, card, gpu_memory_utilization=u), "not_enough_free_vram")
     if planned is not None:
         return planned

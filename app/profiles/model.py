@@ -128,15 +128,18 @@ class HardwareFingerprint(BaseModel):
 
     ``gpu``: card name (catalog or NVML name; mixed rigs joined by ``" + "``; ``CPU``
     for the CPU build of vLLM). ``count``: cards. ``memory_gib``: one card's total
-    memory (GiB) — for ``CPU`` the host memory the planner may use. ``driver``: NVIDIA
-    driver version; ``vllm_version``; ``recorded_at``: Unix time it was filled in from
-    a run (None for a hand-written target).
+    memory (GiB) — for ``CPU`` the host memory the planner may use.
+    ``compute_capability``: the cards' (lowest) CUDA compute capability, e.g. 8.9 — what
+    lets a card the GPU catalog does not know plan. ``driver``: NVIDIA driver version;
+    ``vllm_version``; ``recorded_at``: Unix time it was filled in from a run (None for a
+    hand-written target).
     """
 
     model_config = ConfigDict(extra="forbid")
     gpu: str
     count: int = Field(1, ge=1, le=1024)
     memory_gib: Optional[float] = Field(None, gt=0)
+    compute_capability: Optional[float] = Field(None, gt=0)
     driver: Optional[str] = None
     vllm_version: Optional[str] = None
     recorded_at: Optional[float] = None
@@ -156,12 +159,14 @@ class HardwareFingerprint(BaseModel):
     def planner_cards(self) -> list:
         """The cards as the planner's ``GpuSpec`` list, chosen by
         :func:`app.planner.cards.cards_for` from ``gpu`` (mixed names taken in turn),
-        ``count`` and ``memory_gib``. ``CPU`` → ``count`` host devices with ``memory_gib``
-        (default: one NUMA node's memory of this machine) and this machine's real core
-        count. Raises ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not
-        know and no ``memory_gib``."""
+        ``count``, ``memory_gib`` and ``compute_capability``. ``CPU`` → ``count`` host
+        devices with ``memory_gib`` (default: one NUMA node's memory of this machine) and
+        this machine's real core count. Raises ``app.planner.gpus.UnknownGpuError`` for a
+        name the catalog does not know without ``memory_gib`` and
+        ``compute_capability``."""
 
-        return cards_for(engine="vllm", gpu=self.gpu, count=self.count, memory_gib=self.memory_gib)
+        return cards_for(engine="vllm", gpu=self.gpu, count=self.count, memory_gib=self.memory_gib,
+                         cc=self.compute_capability)
 
 
 class LevelResult(BaseModel):

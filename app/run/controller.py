@@ -698,16 +698,18 @@ class RunController:
                           records=list(res.records), time_scale=k)
         if steps and status in OK_STATUSES:
             try:
-                out.capacity, out.verdict = self._verdict(r, steps, res.records)
+                out.capacity, out.verdict = self._verdict(r, steps, res.records, res.model)
             except Exception:  # the answer is a summary: a failure here must not lose the measured levels
                 log.exception("could not compute the verdict")
         return out
 
-    def _verdict(self, r: _Ramp, steps: list[StepStats], records: list) -> tuple[Capacity, Verdict]:
+    def _verdict(self, r: _Ramp, steps: list[StepStats], records: list,
+                 served: str | None = None) -> tuple[Capacity, Verdict]:
         """Users at the SLO (:func:`app.loadgen.capacity.capacity_of`: a search's answer, or
         the ramp's levels judged alike) and the verdict: the rig, the server's options,
         what the server and cards showed at the level that broke the SLO, J/token at the
-        capacity level and the prices from Settings."""
+        capacity level and the prices from Settings. ``served``: the model name the load
+        generator found (an attached server's)."""
         spec, k = r.spec, self.time_scale
         search = spec.search or CapacitySearch(start=min(s.level for s in steps), max_level=max(s.level for s in steps))
         cap = capacity_of(steps, records_to_rig(records, k), spec.slo, search, spec.mode,
@@ -716,6 +718,12 @@ class RunController:
         t = self.target
         engine = t.engine if t is not None else "attach"
         hw = self.hardware
+        if hw is None and (engine != "attach" or self.sim_info):  # not recorded: read it now
+            try:
+                hw = hardware_for("sim" if self.sim_info else engine, supervisor=self.supervisor, info=self.sim_info,
+                                  gpus=t.config.gpus if t is not None else None)
+            except Exception:
+                log.exception("could not read the hardware for the verdict")
         if hw is not None:
             rig = f"{hw.count}× {hw.gpu}" + (" (sim)" if engine == "sim" or self.sim_info else "")
             gpus = hw.count
@@ -732,7 +740,7 @@ class RunController:
         (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
         prices = load_settings().pricing
         plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)
-        model = model_label(t.config.model) if config is not None else (self.api_model or "the model")
+        model = model_label(t.config.model) if config is not None else (self.api_model or served or "the model")
         verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
                                 j_per_token=jpt, pricing=prices, plan=plan,
                                 mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())

@@ -57,16 +57,19 @@ def sim_hardware(rig: Any, info: dict[str, Any] | None = None) -> HardwareFinger
 
 def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_build: bool) -> HardwareFingerprint:
     """The fingerprint of this machine: NVML card names, count, memory (GiB, the smallest
-    card's) and driver for the selected ``indices`` (all when None); ``CPU`` with the host
+    card's), compute capability (the lowest; None when NVML does not report every card's)
+    and driver for the selected ``indices`` (all when None); ``CPU`` with the host
     memory for the CPU build of vLLM or when NVML is not available."""
     if not cpu_build:
         try:
             cards = read_cards(indices)
             if cards.names:
                 uniq = list(dict.fromkeys(cards.names))
+                ccs = [c.compute_capability for c in cards.cards]
+                cc = None if None in ccs else min(a + b / 10 for a, b in ccs)
                 return HardwareFingerprint(gpu=" + ".join(uniq), count=len(cards.names),
-                                           memory_gib=round(min(cards.memory_gib), 2), driver=cards.driver,
-                                           vllm_version=vllm_version, recorded_at=time.time())
+                                           memory_gib=round(min(cards.memory_gib), 2), compute_capability=cc,
+                                           driver=cards.driver, vllm_version=vllm_version, recorded_at=time.time())
         except Exception as e:  # no driver / library: fall through to the CPU description
             log.debug("NVML not available for the fingerprint: %s", e)
     return HardwareFingerprint(gpu="CPU", count=1, memory_gib=round(host_memory_gib(), 1),

@@ -29,6 +29,9 @@ from app.telemetry.throttle import decode
 COOLING = {"open": 0.9, "blower4": 1.05, "chassis8": 1.12, "poor": 1.35}
 TAU_S = 45.0
 ACTIVITY = 0.8  # share of TDP drawn at 100 % utilization by inference steps (assumed)
+#: memory the driver reserves on each virtual card (NVML memory info v2 ``reserved``), bytes;
+#: a typical few hundred MiB (assumed)
+RESERVED_BYTES = 300 * 2**20
 THERMAL_SW = 0x20
 IDLE = 0x1
 
@@ -130,13 +133,13 @@ class GpuBank:
         for c in self.cards:
             used_by_server = self.loaded and c.index < self.used_gpus
             used = int(p.used_bytes_per_rank[c.index]) if used_by_server else 0
-            used_total = used + 300 * 2**20  # driver/display reservation NVML counts as used
             mask = c.throttle_mask
+            # as NVML memory info v2 reports it: the driver's reservation apart from used
             out.append(GpuReading(
-                index=c.index, name=s.nvml_name,
+                index=c.index, name=s.nvml_name, compute_capability=s.cc,
                 uuid=c.uuid, pci_bus_id=f"00000000:{0x18 + 0x10 * c.index:02X}:00.0", mig_mode=False,
-                memory_total_bytes=s.memory_bytes, memory_used_bytes=used_total,
-                memory_free_bytes=s.memory_bytes - used_total,
+                memory_total_bytes=s.memory_bytes, memory_used_bytes=used, memory_reserved_bytes=RESERVED_BYTES,
+                memory_free_bytes=s.memory_bytes - used - RESERVED_BYTES,
                 util_gpu_pct=round(100 * c.util, 1), util_memory_pct=round(100 * c.util * 0.8, 1),
                 temp_gpu_c=round(c.temp, 1), temp_slowdown_c=s.slowdown_c, temp_shutdown_c=s.shutdown_c,
                 power_w=round(c.power, 1), power_limit_w=s.tdp_w,

@@ -4,8 +4,9 @@ A level span is ``(level, t_start, t_end)``: any label (e.g. the concurrency) an
 start/end in session-clock seconds. Series are ``(t, values)`` numpy arrays as
 :meth:`SeriesBank.get` returns them (NaN = gap, ignored).
 
-- VRAM headroom per GPU: total − used bytes (the GPU sampler emits it as
-  ``vram_headroom_bytes``; :func:`vram_headroom` for arrays).
+- VRAM headroom per GPU: the bytes still free (the GPU sampler emits NVML's free,
+  total − used − reserved, as ``vram_headroom_bytes``; :func:`vram_headroom` for
+  arrays of total and everything held).
 - Energy per output token per level: ∫ Σ_gpus P dt (trapezoid rule over the samples,
   values at the level's edges interpolated) ÷ tokens generated in the level → J/token.
 - Throttle events per level: onsets of a limiting NVML clock-event reason (thermal,

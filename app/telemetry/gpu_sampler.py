@@ -1,7 +1,8 @@
 """The GPU sampler: reads a :class:`~app.telemetry.gpu_source.GpuSource` at a set rate.
 
 Samples: source ``gpu<index>``, names = :data:`~app.telemetry.gpu_source.SERIES_FIELDS`
-plus ``vram_headroom_bytes`` (total − used). A field the card does not give yields no
+plus ``vram_headroom_bytes`` (NVML's free memory: total − used − reserved, see
+:attr:`~app.telemetry.gpu_source.GpuReading.vram_headroom_bytes`). A field the card does not give yields no
 sample (``latest[i].unavailable`` says why); a lost card yields ``lost`` = 1 and a NaN
 gap for every field it had. When the source cannot open (no driver, no GPU, version
 mismatch) the sampler reports that state once — log line and ``on_status`` callbacks —
@@ -32,9 +33,9 @@ def reading_samples(t: float, r: GpuReading, seen: set[str] | None = None) -> li
         return out
     d = r.__dict__  # pydantic v2 keeps field values here; avoids per-field attribute lookups
     out = [Sample(t, src, f, float(d[f])) for f in SERIES_FIELDS if d[f] is not None]
-    total, used = d["memory_total_bytes"], d["memory_used_bytes"]
-    if total is not None and used is not None:
-        out.append(Sample(t, src, "vram_headroom_bytes", float(total - used)))
+    head = r.vram_headroom_bytes
+    if head is not None:
+        out.append(Sample(t, src, "vram_headroom_bytes", float(head)))
     if seen is not None and len(seen) < len(out):
         seen.update(s.name for s in out)
     return out

@@ -50,6 +50,12 @@ class GpuReading(BaseModel):
     ``index``: NVML index (or the rig's index). ``state``: ``ok`` or ``lost`` (fell off the
     bus: every field None). ``throttle_reasons``: NVML clocks-event bitmask;
     ``throttle``: its decoded names (see :mod:`app.telemetry.throttle`).
+
+    Memory (bytes, :func:`app.telemetry.nvml.memory_info`): ``memory_used_bytes`` is
+    NVML's ``used`` — the allocations when ``memory_reserved_bytes`` (driver/firmware
+    reserved, NVML memory info version 2) is given; allocations *plus* reserved memory
+    when only version 1 answered, and then ``unavailable["memory_reserved_bytes"]`` says
+    why (:meth:`memory_note` puts it in words). ``compute_capability``: (major, minor).
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -63,6 +69,8 @@ class GpuReading(BaseModel):
     memory_total_bytes: int | None = None
     memory_used_bytes: int | None = None
     memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    compute_capability: tuple[int, int] | None = None
     util_gpu_pct: float | None = None
     util_memory_pct: float | None = None
     temp_gpu_c: float | None = None
@@ -84,16 +92,49 @@ class GpuReading(BaseModel):
 
     @property
     def vram_headroom_bytes(self) -> int | None:
-        """Total − used memory (bytes), None when either is not available."""
+        """Memory a new allocation can still get, bytes: NVML's ``free`` (total − used −
+        reserved); total − used − reserved when free is not given; None when total or
+        used is not available."""
+        if self.memory_free_bytes is not None:
+            return self.memory_free_bytes
         if self.memory_total_bytes is None or self.memory_used_bytes is None:
             return None
-        return self.memory_total_bytes - self.memory_used_bytes
+        return self.memory_total_bytes - self.memory_used_bytes - (self.memory_reserved_bytes or 0)
+
+    @property
+    def busy_bytes(self) -> int | None:
+        """Memory a new process cannot have, bytes: total − headroom (every process's
+        allocations plus driver-reserved memory); None when not available."""
+        head = self.vram_headroom_bytes
+        return None if head is None or self.memory_total_bytes is None else self.memory_total_bytes - head
+
+    @property
+    def used_includes_reserved(self) -> bool:
+        """True when ``memory_used_bytes`` is NVML version 1's figure, which counts
+        driver-reserved memory as used (``unavailable`` names the reason)."""
+        return (self.memory_used_bytes is not None and self.memory_reserved_bytes is None
+                and "memory_reserved_bytes" in self.unavailable)
+
+    def memory_note(self) -> str:
+        """One sentence on what the memory figures hold, for a tooltip or a CLI note:
+        the reserved share apart (version 2), or that ``used`` includes it and why
+        (version 1); "" when memory is not reported."""
+        if self.memory_used_bytes is None:
+            return ""
+        used = self.memory_used_bytes / 2**30
+        if self.memory_reserved_bytes is not None:
+            return (f"used {used:.2f} GiB allocated by processes; {self.memory_reserved_bytes / 2**30:.2f} GiB "
+                    f"reserved by the driver, not counted as used (NVML memory info v2)")
+        if self.used_includes_reserved:
+            return (f"used {used:.2f} GiB includes memory the driver reserves: NVML memory info v2 is not "
+                    f"available ({self.unavailable['memory_reserved_bytes']}), and v1 counts reserved memory as used")
+        return ""
 
 
 #: numeric reading fields that become time series (sample name = field name)
 SERIES_FIELDS: tuple[str, ...] = (
-    "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "util_gpu_pct", "util_memory_pct",
-    "temp_gpu_c", "temp_memory_c", "temp_slowdown_c", "temp_shutdown_c", "power_w", "power_limit_w",
+    "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes", "util_gpu_pct",
+    "util_memory_pct", "temp_gpu_c", "temp_memory_c", "temp_slowdown_c", "temp_shutdown_c", "power_w", "power_limit_w",
     "clock_sm_mhz", "clock_mem_mhz", "throttle_reasons", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "fan_pct",
 )
 

@@ -14,10 +14,17 @@ Units: NVML reports memory in bytes; ``*_gib`` figures are GiB (2**30 bytes). Fu
 names and return shapes are those of the NVML API reference (``nvmlDeviceGetMemoryInfo``
 → ``total``/``used``/``free`` bytes, ``nvmlDeviceGetCudaComputeCapability`` → (major,
 minor), ``nvmlDeviceGetComputeRunningProcesses`` → ``pid``/``usedGpuMemory`` bytes).
+
+Memory is read by :func:`memory_info`, the one reader of ``nvmlDeviceGetMemoryInfo``:
+version 2 first (``nvmlMemory_v2_t``: ``reserved`` — "device memory reserved for system
+use (driver or firmware)" — apart from ``used``, "allocated device memory"), else version
+1, whose ``used`` is the "sum of reserved and allocated device memory" (NVML API
+reference, ``nvmlMemory_t`` and ``nvmlMemory_v2_t``); the reading then says so.
 """
 from __future__ import annotations
 
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -32,6 +39,15 @@ INIT_ERRORS = {
                                        "driver and library versions differ: reboot or reload the module"),
     "NVMLError_NoPermission": ("no_permission", "no permission to talk to the NVIDIA driver"),
 }
+
+
+#: errors of the version-2 memory call that mean "this driver has no version 2" (the reading
+#: falls back to version 1 and says so): nvidia-ml-py raises FunctionNotFound when
+#: libnvidia-ml has no ``nvmlDeviceGetMemoryInfo_v2`` (an older driver), the driver
+#: answers ArgumentVersionMismatch for a struct version it does not know and NotSupported
+#: where it does not report reserved memory (pynvml.py: nvmlDeviceGetMemoryInfo(handle,
+#: version=nvmlMemory_v2) → _nvmlGetFunctionPointer("nvmlDeviceGetMemoryInfo_v2"))
+MEMORY_V2_UNAVAILABLE = ("NVMLError_FunctionNotFound", "NVMLError_NotSupported", "NVMLError_ArgumentVersionMismatch")
 
 
 class NvmlUnavailable(RuntimeError):
@@ -51,9 +67,15 @@ def text(v: Any) -> str:
 
 
 def reason(e: BaseException) -> str:
-    """An NVML error as a short lower-case reason ("not supported"), or its class name."""
+    """An NVML error as a short lower-case reason ("not supported"); for a code
+    nvidia-ml-py has no text for ("NVML Error with code 25") the words of its class name
+    (``NVMLError_ArgumentVersionMismatch`` → "argument version mismatch"); else the
+    class name."""
     s = str(e).strip()
-    return s.lower() if s else type(e).__name__
+    name = type(e).__name__
+    if (not s or s.startswith("NVML Error with code")) and name.startswith("NVMLError_"):
+        return re.sub(r"(?<!^)(?=[A-Z])", " ", name[len("NVMLError_"):]).lower()
+    return s.lower() if s else name
 
 
 def load(nvml: Any = None) -> Any:
@@ -102,16 +124,74 @@ def nvml_session(nvml: Any = None) -> Iterator[Any]:
 
 
 @dataclass(frozen=True)
+class MemoryInfo:
+    """A card's memory as NVML reports it, bytes. ``used_bytes``: NVML's ``used`` — with
+    version 2 the allocations only, with version 1 allocations plus driver-reserved
+    memory. ``reserved_bytes``: driver/firmware-reserved memory (version 2), None when
+    only version 1 answered; ``v2_unavailable`` then says why (a short reason, e.g.
+    "function not found"), else None."""
+
+    total_bytes: int
+    used_bytes: int
+    free_bytes: int
+    reserved_bytes: int | None = None
+    v2_unavailable: str | None = None
+
+    @property
+    def busy_bytes(self) -> int:
+        """Memory a new process cannot have: total − free (allocations of every process
+        plus driver-reserved memory, under either version)."""
+        return self.total_bytes - self.free_bytes
+
+
+def memory_info(n: Any, handle: Any, v2: bool = True) -> MemoryInfo:
+    """``nvmlDeviceGetMemoryInfo`` of ``handle`` through module ``n``: version 2 (``version=
+    n.nvmlMemory_v2``) unless ``v2`` is False, else — or when the driver or nvidia-ml-py
+    has no version 2 (:data:`MEMORY_V2_UNAVAILABLE`; a module without ``nvmlMemory_v2``)
+    — version 1, with the reason in ``v2_unavailable``. Any other NVML error is raised
+    (``NVMLError_GpuIsLost`` included) for the caller to handle."""
+    why: str | None = None
+    version = getattr(n, "nvmlMemory_v2", None)
+    if not v2:
+        why = "version 2 not available"
+    elif version is None:
+        why = "this nvidia-ml-py has no nvmlMemory_v2"
+    else:
+        try:
+            m = n.nvmlDeviceGetMemoryInfo(handle, version=version)
+            return MemoryInfo(int(m.total), int(m.used), int(m.free), int(m.reserved))
+        except Exception as e:
+            if type(e).__name__ not in MEMORY_V2_UNAVAILABLE:
+                raise
+            why = reason(e)
+    m = n.nvmlDeviceGetMemoryInfo(handle)
+    return MemoryInfo(int(m.total), int(m.used), int(m.free), None, why)
+
+
+@dataclass(frozen=True)
 class CardInfo:
     """One card as NVML reports it: ``index`` (NVML index), ``name``, memory in bytes
-    (``memory_total_bytes``, ``memory_used_bytes`` — held by any process, before a launch
-    by others), ``compute_capability`` (major, minor) or None when not reported."""
+    (``memory_total_bytes``; ``memory_used_bytes`` NVML's ``used``, see
+    :class:`MemoryInfo`; ``memory_free_bytes``; ``memory_reserved_bytes`` None where
+    only version 1 answered, ``reserved_unavailable`` then says why),
+    ``compute_capability`` (major, minor) or None when not reported."""
 
     index: int
     name: str
     memory_total_bytes: int
     memory_used_bytes: int
     compute_capability: tuple[int, int] | None = None
+    memory_free_bytes: int | None = None
+    memory_reserved_bytes: int | None = None
+    reserved_unavailable: str | None = None
+
+    @property
+    def busy_bytes(self) -> int:
+        """Memory a new process cannot have, bytes: total − free (other processes'
+        allocations plus driver-reserved memory); total − used when free is unknown."""
+        if self.memory_free_bytes is not None:
+            return self.memory_total_bytes - self.memory_free_bytes
+        return self.memory_used_bytes + (self.memory_reserved_bytes or 0)
 
     @property
     def memory_gib(self) -> float:
@@ -120,7 +200,7 @@ class CardInfo:
 
     @property
     def used_gib(self) -> float:
-        """Memory in use, GiB."""
+        """NVML's ``used``, GiB (see :class:`MemoryInfo` for what it includes)."""
         return self.memory_used_bytes / GIB
 
 
@@ -145,7 +225,7 @@ class CardsInfo:
 
     @property
     def used_gib(self) -> list[float]:
-        """Memory in use per selected card, GiB."""
+        """NVML's ``used`` per selected card, GiB."""
         return [c.used_gib for c in self.cards]
 
 
@@ -175,7 +255,7 @@ def read_cards(indices: Sequence[int] | None = None, nvml: Any = None) -> CardsI
             try:
                 h = n.nvmlDeviceGetHandleByIndex(i)
                 name = text(n.nvmlDeviceGetName(h))
-                mem = n.nvmlDeviceGetMemoryInfo(h)
+                mem = memory_info(n, h)
             except Exception as e:
                 raise NvmlUnavailable("error", f"NVML could not read GPU {i}: {reason(e)}") from e
             try:
@@ -183,7 +263,8 @@ def read_cards(indices: Sequence[int] | None = None, nvml: Any = None) -> CardsI
                 cc: tuple[int, int] | None = (int(major), int(minor))
             except Exception:
                 cc = None
-            cards.append(CardInfo(i, name, int(mem.total), int(mem.used), cc))
+            cards.append(CardInfo(i, name, mem.total_bytes, mem.used_bytes, cc, mem.free_bytes, mem.reserved_bytes,
+                                  mem.v2_unavailable))
     return CardsInfo(tuple(cards), count, driver)
 
 

@@ -11,6 +11,11 @@ Costs on real hardware: ``nvmlDeviceGetPcieThroughput`` samples for ≈20 ms per
 other cards keep their last values; compute processes are read every
 ``processes_every`` rounds.
 
+Memory comes from :func:`app.telemetry.nvml.memory_info` (version 2, with the
+driver-reserved share apart; version 1 where the driver has no version 2, and the reading's
+``unavailable["memory_reserved_bytes"]`` says why — its ``used`` then includes reserved
+memory).
+
 Units: NVML gives power in mW (÷1000 → W), PCIe throughput in KB/s (×1024 → bytes/s),
 memory in bytes, clocks in MHz, temperatures in °C, utilization and fan in %.
 """
@@ -23,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 from app.telemetry import throttle
 from app.telemetry.gpu_source import GpuInfo, GpuProcess, GpuReading, SessionInfo, SourceStatus
-from app.telemetry.nvml import NvmlUnavailable, start, stop
+from app.telemetry.nvml import MemoryInfo, NvmlUnavailable, memory_info, start, stop
 from app.telemetry.nvml import reason as _reason
 from app.telemetry.nvml import text as _text
 
@@ -134,13 +139,21 @@ class NvmlSource:
         """Call ``nvml.fn_name(handle, *args)``; None when not available (reason kept)."""
         if field in d.unsupported:
             return None
-        n = self.nvml
-        fn = getattr(n, fn_name, None)
+        fn = getattr(self.nvml, fn_name, None)
         if fn is None:
             d.unsupported[field] = f"{fn_name} is not in this nvidia-ml-py"
             return None
+        return self._guarded(d, field, lambda: fn(d.handle, *args))
+
+    def _guarded(self, d: _Device, field: str, read: Callable[[], Any]) -> Any:
+        """``read()`` for ``field``; None when it fails: a permanent NVML error marks the
+        field unsupported for the session, any other error is this tick's only;
+        ``GpuIsLost`` raises :class:`_Lost`."""
+        if field in d.unsupported:
+            return None
+        n = self.nvml
         try:
-            return fn(d.handle, *args)
+            return read()
         except n.NVMLError as e:
             name = type(e).__name__
             if name == "NVMLError_GpuIsLost":
@@ -153,6 +166,17 @@ class NvmlSource:
         except Exception as e:  # anything else from ctypes: this tick only
             self._transient[field] = _reason(e)
             return None
+
+    def _memory(self, d: _Device) -> MemoryInfo | None:
+        """The card's memory (:func:`app.telemetry.nvml.memory_info`): version 2 until this
+        card's driver is found without it, then version 1 — the reason stays in
+        ``unsupported["memory_reserved_bytes"]`` (the reading's ``unavailable``: its
+        ``used`` includes reserved memory). None when memory cannot be read."""
+        v2 = "memory_reserved_bytes" not in d.unsupported
+        m = self._guarded(d, "memory", lambda: memory_info(self.nvml, d.handle, v2=v2))
+        if m is not None and m.v2_unavailable is not None:
+            d.unsupported.setdefault("memory_reserved_bytes", m.v2_unavailable)
+        return m
 
     def _read_static(self, d: _Device) -> None:
         n = self.nvml
@@ -199,8 +223,8 @@ class NvmlSource:
             if d.handle is not None:
                 self._transient = {}
                 try:
-                    m = self._call(d, "memory", "nvmlDeviceGetMemoryInfo")
-                    mem = None if m is None else int(m.total)
+                    m = self._memory(d)
+                    mem = None if m is None else m.total_bytes
                 except _Lost:
                     pass
             info.gpus.append(GpuInfo(index=d.index, name=s.get("name"), uuid=s.get("uuid"),
@@ -264,11 +288,13 @@ class NvmlSource:
         call = self._call
         r: dict[str, Any] = {"index": d.index}
         s = d.static
-        for key in ("name", "uuid", "pci_bus_id", "mig_mode", "temp_slowdown_c", "temp_shutdown_c"):
+        for key in ("name", "uuid", "pci_bus_id", "mig_mode", "compute_capability", "temp_slowdown_c",
+                    "temp_shutdown_c"):
             r[key] = s.get(key)
-        m = call(d, "memory", "nvmlDeviceGetMemoryInfo")
+        m = self._memory(d)
         if m is not None:
-            r["memory_total_bytes"], r["memory_used_bytes"], r["memory_free_bytes"] = int(m.total), int(m.used), int(m.free)
+            r["memory_total_bytes"], r["memory_used_bytes"] = m.total_bytes, m.used_bytes
+            r["memory_free_bytes"], r["memory_reserved_bytes"] = m.free_bytes, m.reserved_bytes
         u = call(d, "utilization", "nvmlDeviceGetUtilizationRates")
         if u is not None:
             r["util_gpu_pct"], r["util_memory_pct"] = float(u.gpu), float(u.memory)
@@ -305,7 +331,8 @@ class NvmlSource:
         una = dict(d.unsupported)
         una.update(self._transient)
         # fields that share one call
-        for call_key, fields in (("memory", ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes")),
+        for call_key, fields in (("memory", ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes",
+                                             "memory_reserved_bytes")),
                                  ("utilization", ("util_gpu_pct", "util_memory_pct"))):
             if call_key in una:
                 why = una.pop(call_key)
