@@ -258,9 +258,11 @@ def test_data_parallel_plans_every_replica_and_adds_their_throughput():
                 workload=Workload(512, 128, (2, 16, 128)))
     assert [r.rank for r in two.ranks] == [0, 1, 2, 3] and two.kv_cache_tokens == one.kv_cache_tokens
     assert two.workload_concurrency == 2 * one.workload_concurrency
-    for a, b in zip(one.curve.points, two.curve.points):  # N users on one engine ≈ 2N on two
-        assert b.output_tps == pytest.approx(2 * a.output_tps) and b.tpot_s == pytest.approx(a.tpot_s)
-        assert b.running == 2 * a.running
+    # N users on one engine ≈ 2N on two (the step-level engine: each replica its own
+    # scheduler, users in turn; the lengths are drawn ±25 % per request, so not exactly)
+    for a, b in zip(one.curve.points, two.curve.points):
+        assert b.output_tps == pytest.approx(2 * a.output_tps, rel=0.05)
+        assert b.tpot_p99_s == pytest.approx(a.tpot_p99_s, rel=0.1) and b.running == 2 * a.running
     assert two.curve.capacity == 2 * one.curve.capacity
     assert peak_output_tps(two) == pytest.approx(2 * peak_output_tps(one))
     # an odd level splits 2 + 1: the mean TTFT lies between one engine's at 1 and at 2 users
@@ -269,4 +271,4 @@ def test_data_parallel_plans_every_replica_and_adds_their_throughput():
     lo = _plan(ServerConfig(model="m", tensor_parallel_size=2), "RTX 4090", 2, m, workload=Workload(512, 128, (1, 2)))
     pt = odd.curve.points[0]
     assert pt.concurrency == 3 and pt.running == 3
-    assert pt.output_tps == pytest.approx(lo.curve.points[0].output_tps + lo.curve.points[1].output_tps)
+    assert pt.output_tps == pytest.approx(lo.curve.points[0].output_tps + lo.curve.points[1].output_tps, rel=0.05)

@@ -172,8 +172,7 @@ class MainWindow(QMainWindow):
         self.banner.apply_fix.connect(self.apply_fix)
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
-        for w in (self.ramp.prompt, self.ramp.output, self.ramp.levels):
-            w.textChanged.connect(self._replan)
+        self.ramp.shape_changed.connect(self._replan)  # the plan predicts the Ramp tab's ramp and SLO
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
@@ -509,7 +508,7 @@ class MainWindow(QMainWindow):
 
         return PlanInputs(cfg, self.config.engine_key(), self.config.sim_gpu.currentText() or "RTX 4090",
                           self.config.sim_count.value(), list(self.gpu_readings), mid(self.ramp.prompt.text(), 512),
-                          mid(self.ramp.output.text(), 128), None, self.vllm_version)
+                          mid(self.ramp.output.text(), 128), None, self.vllm_version, self.ramp.plan_ramp())
 
     def _replan(self, *_: Any) -> None:
         if self._closed:

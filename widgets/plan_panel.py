@@ -1,5 +1,6 @@
 """The live plan next to the form: per-GPU memory bars, KV tokens and concurrency, the
-predicted throughput curve, and the verdict with each problem's sentence and an
+predicted throughput and p99 latency curves of the Ramp tab's ramp with its SLO, the
+predicted users at that SLO, and the verdict with each problem's sentence and an
 **Apply fix** button. :class:`PlanRunner` re-plans (debounced, off the GUI thread) as the
 user types; the planner itself is :func:`app.planner.plan.plan`.
 """
@@ -30,7 +31,9 @@ from app.planner.cards import cards_for
 from app.planner.checks import weights_room_gib
 from app.planner.models import resolve_model
 from app.planner.pcie import read_host_pcie
+from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
 from app.planner.plan import Workload, fix_to_flags, plan
+from app.planner.render import users_at_slo_text
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
 
@@ -51,7 +54,10 @@ FINDING_ICON = {"error": "⛔", "warn": "⚠", "info": "ℹ", "ok": "✓"}
 
 @dataclass
 class PlanInputs:
-    """What a plan needs, captured on the GUI thread. ``readings``: NVML GpuReadings."""
+    """What a plan needs, captured on the GUI thread. ``readings``: NVML GpuReadings.
+    ``ramp``: the Ramp tab's RampSpec — the plan predicts its levels, level shape,
+    request lengths and users at its SLO (None: ``prompt_tokens``/``output_tokens``/
+    ``levels`` with the default shape, no SLO)."""
 
     config: Any
     engine: str
@@ -62,6 +68,7 @@ class PlanInputs:
     output_tokens: int
     levels: tuple[int, ...] | None
     vllm_version: str | None
+    ramp: Any = None
 
 
 def compute_plan(inp: PlanInputs):
@@ -74,7 +81,8 @@ def compute_plan(inp: PlanInputs):
     # the sim rig; else the selected cards' NVML readings; without readings the CPU build
     gpus = cards_for(engine=inp.engine, gpu=inp.sim_gpu if sim else None, count=max(1, inp.sim_count) if sim else None,
                      readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
-    wl = Workload(inp.prompt_tokens, inp.output_tokens, inp.levels)
+    wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
+                                                                                inp.levels)
     # this machine's IOMMU matters to its own cards only (not to a sim rig)
     host = read_host_pcie() if not sim and inp.readings else None
     try:
@@ -240,6 +248,29 @@ class PlanPanel(QScrollArea):
         pi.addItem(self.knee_line)
         self.knee_line.hide()
         self.v.addWidget(self.curve_plot)
+
+        # the predicted p99s the SLO is judged on, with the Ramp tab's bounds
+        self.lat_plot = pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom")})
+        self.lat_plot.setMinimumHeight(200)
+        li = self.lat_plot.getPlotItem()
+        li.setTitle("Predicted p99 latency vs concurrency")
+        li.setLabel("bottom", "concurrent requests")
+        li.setLabel("left", "ms")
+        li.showGrid(x=True, y=True, alpha=0.25)
+        li.addLegend(offset=(5, 5))
+        self.ttft_item = li.plot([], [], pen=pg.mkPen("#e8912d", width=2), symbol="o", symbolSize=5,
+                                 symbolBrush="#e8912d", name="TTFT p99")
+        self.tpot_item = li.plot([], [], pen=pg.mkPen("#8e44ad", width=2), symbol="s", symbolSize=5,
+                                 symbolBrush="#8e44ad", name="TPOT p99")
+        self.slo_lines = {}
+        for key, color in (("ttft_p99", "#e8912d"), ("tpot_p99", "#8e44ad")):
+            ln = pg.InfiniteLine(angle=0, pen=pg.mkPen(color, style=Qt.DotLine),
+                                 label=f"SLO {key.split('_')[0].upper()}",
+                                 labelOpts={"position": 0.05, "color": color})
+            li.addItem(ln)
+            ln.hide()
+            self.slo_lines[key] = ln
+        self.v.addWidget(self.lat_plot)
         self.v.addStretch(1)
         self.plan = None
         self.show_message("Planning…", "none")
@@ -269,11 +300,16 @@ class PlanPanel(QScrollArea):
         self.figures.setText("")
         self.curve_item.setData([], [])
         self.knee_line.hide()
+        self._show_latency(None)
 
     def show_plan(self, p) -> None:
         self.plan = p
         head = VERDICT_STYLE[p.verdict][2]
-        self._set_verdict(p.verdict, f"{head} · vLLM {p.rules.version} rules")
+        users = p.predicted_users_at_slo
+        at_slo = "" if users is None else (
+            f" · predicted {fmt_users(users)} at {slo_text(p.capacity.slo)}" if users > 0
+            else f" · not even 1 user is predicted to meet {slo_text(p.capacity.slo)}")
+        self._set_verdict(p.verdict, f"{head} · vLLM {p.rules.version} rules{at_slo}")
         self._clear_layout(self.findings_box)
 
         for f in sorted(p.findings, key=lambda f: FINDING_ORDER.get(f.verdict, 3)):
@@ -333,7 +369,17 @@ class PlanPanel(QScrollArea):
         if p.curve is not None:
             best = max(p.curve.points, key=lambda q: q.output_tps)
             lines.append(f"Predicted knee: <b>{p.curve.knee}</b> concurrent ({p.curve.knee_reason}); peak "
-                         f"≈ {best.output_tps:,.0f} output tok/s")
+                         f"≈ {best.output_tps:,.0f} output tok/s — the Ramp tab's ramp on the step-level engine "
+                         "the sim runs")
+            short = [q.concurrency for q in p.curve.points if not q.steady]
+            if short:
+                lines.append(f"<small>Levels {', '.join(map(str, short))}: the step is shorter than a request — "
+                             "a start-up transient, as the ramp would measure it</small>")
+        if p.capacity is not None:
+            lines.append(f"Predicted users at SLO: <b>{html.escape(users_at_slo_text(p))}</b> "
+                         f"<small>(a capacity search: ≥ {P99_MIN_REQUESTS} requests a level)</small>")
+        elif p.curve is not None:
+            lines.append("Predicted users at SLO: set a TTFT or TPOT p99 bound in the Ramp tab")
         self.figures.setText("<br>".join(lines))
         if p.curve is not None:
             xs = [q.concurrency for q in p.curve.points]
@@ -343,3 +389,20 @@ class PlanPanel(QScrollArea):
         else:
             self.curve_item.setData([], [])
             self.knee_line.hide()
+        self._show_latency(p)
+
+    def _show_latency(self, p) -> None:
+        """The predicted TTFT and TPOT p99 per level (ms; levels without a figure left
+        out) and the SLO's bounds; empty without a curve."""
+        curve = p.curve if p is not None else None
+        for item, attr in ((self.ttft_item, "ttft_p99_s"), (self.tpot_item, "tpot_p99_s")):
+            pts = [(q.concurrency, getattr(q, attr)) for q in (curve.points if curve else [])
+                   if getattr(q, attr) is not None]
+            item.setData(log2([x for x, _ in pts]) if pts else [], [y * 1e3 for _, y in pts])
+        slo = (p.workload.slo if p is not None and p.workload is not None else None)
+        for key, ln in self.slo_lines.items():
+            bound = getattr(slo, key, None) if slo is not None else None
+            if bound is None or curve is None:
+                ln.hide()
+            else:
+                place_line(ln, bound * 1e3, f"SLO {key.split('_')[0].upper()} {bound * 1e3:g} ms")

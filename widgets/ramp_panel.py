@@ -45,6 +45,8 @@ class RampPanel(QWidget):
 
     run_requested = Signal()
     abort_requested = Signal()
+    #: the ramp the plan predicts changed (levels, step, warm-up, lengths, SLO)
+    shape_changed = Signal()
 
     def __init__(self, now_fn: Callable[[], float], parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -132,6 +134,11 @@ class RampPanel(QWidget):
         v.addWidget(self.total_bar)
         v.addWidget(self.progress)
         v.addStretch(1)
+        for w in (self.levels, self.prompt, self.output):
+            w.textChanged.connect(self.shape_changed)
+        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot):
+            w.valueChanged.connect(self.shape_changed)
+        self.vary.toggled.connect(self.shape_changed)
         self.level_ev: dict | None = None
         self.time_scale = 1.0  # sim k: the spec is in rig seconds, the clock in wall seconds
         self.levels_list: list[float] = []
@@ -180,6 +187,14 @@ class RampPanel(QWidget):
         except ValidationError as e:
             raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'ramp'}: {er['msg']}"
                                        for er in e.errors())) from None
+
+    def plan_ramp(self) -> RampSpec | None:
+        """The ramp the plan predicts (its levels, level shape, lengths and SLO): the form
+        as :meth:`build_spec` makes it, None while the form does not validate."""
+        try:
+            return self.build_spec("http://127.0.0.1:8000", None)
+        except ValueError:
+            return None
 
     def set_from_profile(self, ramp: dict[str, Any]) -> None:
         if "levels" in ramp:

@@ -200,7 +200,8 @@ class CurvesView(QWidget):
             return
         xs = [p.concurrency for p in curve.points]
         self.pred_tput.setData(log2(xs), [p.output_tps for p in curve.points])
-        self.pred_lat.setData([p.output_tps for p in curve.points], [p.ttft_s * 1000 for p in curve.points])
+        lat = [p for p in curve.points if p.ttft_p99_s is not None]  # the p99, as measured
+        self.pred_lat.setData([p.output_tps for p in lat], [p.ttft_p99_s * 1000 for p in lat])
         place_line(self.pred_knee_line, math.log2(max(1, curve.knee)), f"predicted knee {curve.knee}")
 
     def set_measured(self, steps: list[Any], knee: Any | None = None, spec: Any | None = None) -> None:

@@ -59,6 +59,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--levels", type=_levels, help="concurrency levels to predict, e.g. 1,10,30")
+    p.add_argument("--fixed-lengths", action="store_true",
+                   help="predict requests of exactly --prompt-tokens/--output-tokens (default: each drawn within "
+                        "±25 %% of them, seeded, as vllm-dyno ramp sends them)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the request lengths (as vllm-dyno ramp --seed)")
+    p.add_argument("--warmup-seconds", type=float, default=0.0,
+                   help="warm-up of each predicted level, rig s (as vllm-dyno ramp; default 0)")
+    p.add_argument("--step-seconds", type=float, default=20.0,
+                   help="length of each level of the predicted curve after its warm-up, rig s (default 20)")
+    p.add_argument("--slo-ttft-p99", type=float, metavar="S",
+                   help="predict the users at this TTFT p99 bound (s): the capacity search of vllm-dyno ramp "
+                        "--find-capacity run on the step-level engine")
+    p.add_argument("--slo-tpot-p99", type=float, metavar="S", help="… TPOT p99 bound (s/token)")
+    p.add_argument("--slo-e2e-p99", type=float, metavar="S", help="… end-to-end p99 bound (s)")
     p.add_argument("--vllm-version", help="plan for this vLLM version (default: the installed one, else the newest known)")
     p.add_argument("--python", help="interpreter with vLLM (to read its version)")
     p.add_argument("--iommu", choices=("auto", "off", "translated", "passthrough"), default="auto",
@@ -126,10 +139,32 @@ def list_gpus() -> str:
     return "\n".join(lines)
 
 
+def workload_from_args(a: argparse.Namespace):
+    """The :class:`~app.planner.plan.Workload` of the command line. Raises ValueError
+    naming the option for a bad value."""
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from pydantic import ValidationError
+    from app.loadgen.spec import SLO
+    from app.planner.plan import Workload
+
+    for opt, v in (("--prompt-tokens", a.prompt_tokens), ("--output-tokens", a.output_tokens)):
+        if v < 1:
+            raise ValueError(f"{opt} {v}: a request has at least 1 token")
+    if a.warmup_seconds < 0 or not a.step_seconds > 0:
+        raise ValueError(f"--warmup-seconds {a.warmup_seconds:g} / --step-seconds {a.step_seconds:g}: "
+                         "give a warm-up ≥ 0 and a step > 0 (rig seconds)")
+    try:
+        slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
+    except ValidationError:
+        raise ValueError("--slo-ttft-p99/--slo-tpot-p99/--slo-e2e-p99: give bounds > 0 seconds") from None
+    return Workload(a.prompt_tokens, a.output_tokens, a.levels or None, 0.0 if a.fixed_lengths else 0.25, a.seed,
+                    a.warmup_seconds, a.step_seconds, None if slo.is_empty() else slo)
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.models import ModelNotFoundError, resolve_model
-    from app.planner.plan import Workload, plan
+    from app.planner.plan import plan
     from app.planner.render import render_plan
     from app.planner.versions import installed_version
 
@@ -140,10 +175,13 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     cards = _cards(a, cfg.world_size)
-    levels = a.levels or None
+    try:
+        wl = workload_from_args(a)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     version = a.vllm_version or installed_version(a.python)
-    p = plan(cfg, cards, model, Workload(a.prompt_tokens, a.output_tokens, levels), vllm_version=version,
-             host=_host(a))
+    p = plan(cfg, cards, model, wl, vllm_version=version, host=_host(a))
     if a.json:
         print(json.dumps(p.as_dict(), indent=1, default=str))
     else:

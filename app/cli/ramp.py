@@ -16,7 +16,7 @@ import time
 from pydantic import ValidationError
 
 from app.cli.common import add_security_options, apply_api_key_file, level_table
-from app.loadgen.capacity import slo_text
+from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats
 from app.run.events import RunListener
@@ -107,8 +107,8 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
         if all(v is None for v in (a.slo_ttft_p99, a.slo_tpot_p99, a.slo_e2e_p99, a.slo_failure_rate)):
             raise ValueError("a capacity search needs an SLO to judge levels on: give --slo-ttft-p99, "
                              "--slo-tpot-p99, --slo-e2e-p99 and/or --slo-failure-rate")
-        kw["requests_per_level"] = a.min_requests or a.requests_per_level or 100
-        kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 300.0
+        kw["requests_per_level"] = a.min_requests or a.requests_per_level or P99_MIN_REQUESTS
+        kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else SEARCH_STEP_CAP_S
         kw["search"] = {"start": a.start or 1.0, "max_level": a.max_users, "resolution": a.resolution,
                         "repeat": a.repeat}
         if a.find_rate:

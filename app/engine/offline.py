@@ -1,23 +1,162 @@
-"""Closed-loop ramps run entirely in rig time (no HTTP, no wall clock).
+"""Closed-loop ramp levels run entirely in rig time (no HTTP, no wall clock).
 
-The same scheduler and step model as the server, driven by N users who each send a
-new request the moment the previous one finishes. Used for the fidelity and seed
-tables (benchmarks/sim_fidelity.py) and for fast tests of the curve's shape.
+The same scheduler and step model as the sim's server, driven the way the load
+generator drives a server (app/loadgen/runner.py, ``Ramp._level``): N users start
+together at the level's start; each sends its next request the moment its previous
+one ends; a request reaches the engine ``request_overhead_s`` after it is sent (HTTP
+and tokenization, the step model's ``t_request_s``); after the warm-up the level counts
+the requests it sends and stops sending at its quota or at ``warmup_s + step_s``,
+whichever comes first; then it drains the requests in flight. The planner turns a
+level's requests into the load generator's own records and statistics
+(:mod:`app.planner.predict`); the fidelity and seed tables (benchmarks/sim_fidelity.py)
+use :func:`closed_loop`.
+
+With several engines (data parallel replicas, each its own scheduler), user u sends to
+engine u mod D (vLLM's front end balances evenly — assumed) and the engines step
+independently, each on its own clock.
 """
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
+from typing import Callable
 
 from app.engine.scheduler import Request, Scheduler
+
+#: a request's lengths: () → (prompt tokens, max_tokens)
+Lengths = Callable[[], tuple[int, int]]
+
+
+@dataclass
+class Flight:
+    """One request of a level: ``user`` sent it at ``sent`` (rig s); ``req`` is the
+    engine's request (arrival = when the engine saw it); ``tokens`` the rig times its
+    output tokens were sampled, one per token."""
+
+    user: int
+    sent: float
+    req: Request
+    then: Callable[[int, float], None] | None = None  # (user, end time): the user's next send
+    tokens: list[float] = field(default_factory=list)
+
+    def on_token(self, req: Request, t: float) -> None:
+        self.tokens.append(t)
+
+    def on_finish(self, req: Request, t: float) -> None:
+        if self.then is not None:
+            self.then(self.user, t)
+
+
+@dataclass
+class LevelRun:
+    """What one level did, in rig seconds from its start. ``flights``: every request
+    sent, in the order sent; ``warmup_end``: when counting began; ``t_stop``: when the
+    level stopped sending; ``t_end``: when its last request ended; ``reason``: why it
+    stopped sending — ``count`` (the quota of counted requests was sent) or
+    ``duration`` (``warmup_s + step_s`` passed); ``preemptions``: over the level."""
+
+    users: int
+    flights: list[Flight]
+    warmup_end: float
+    t_stop: float
+    t_end: float
+    reason: str
+    preemptions: int
+
+    @property
+    def last_counted_end(self) -> float | None:
+        """When the last request sent after the warm-up ended (None: none did)."""
+        ends = [f.tokens[-1] for f in self.flights if f.sent >= self.warmup_end and f.tokens
+                and f.req.finish_reason is not None]
+        return max(ends) if ends else None
+
+
+class _Engine:
+    """One scheduler on its own clock: ``step`` in flight until ``t``, arrivals queued
+    in ``pending`` (arrival time, sequence, request)."""
+
+    __slots__ = ("sched", "pending", "step", "t")
+
+    def __init__(self, sched: Scheduler) -> None:
+        self.sched = sched
+        self.pending: list[tuple[float, int, Request]] = []
+        self.step = None
+        self.t = 0.0
+
+    def next_event(self) -> float:
+        if self.step is not None:
+            return self.t
+        if self.pending:
+            return self.pending[0][0]
+        return math.inf
+
+
+def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
+              step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
+              engines: int = 1) -> LevelRun:
+    """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
+    ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
+    order they are sent. The level stops sending once ``quota`` requests were sent after
+    ``warmup_s`` (None: no quota) or at ``warmup_s + step_s`` (None: no time limit),
+    then drains. Raises ValueError when neither ends the level."""
+    if step_s is None and quota is None:
+        raise ValueError("a level needs an end: step_s and/or quota")
+    if users < 1 or engines < 1:
+        raise ValueError(f"users {users}, engines {engines}: need at least 1 of each")
+    engs = [_Engine(make_scheduler()) for _ in range(engines)]
+    deadline = warmup_s + step_s if step_s is not None else math.inf
+    flights: list[Flight] = []
+    st = {"issued": 0, "stopped": False, "reason": "duration", "t_stop": deadline, "n": 0}
+
+    def send(uid: int, t: float) -> None:
+        """User ``uid`` wants to send at ``t`` (``may_issue`` of the load generator)."""
+        if st["stopped"]:
+            return
+        if t >= deadline:
+            st.update(stopped=True, reason="duration", t_stop=deadline)
+            return
+        if quota is not None and t >= warmup_s:
+            if st["issued"] >= quota:
+                st.update(stopped=True, reason="count", t_stop=t)
+                return
+            st["issued"] += 1
+        p, o = lengths()
+        st["n"] += 1
+        arrive = t + request_overhead_s
+        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), send)
+        f.req.sink = f
+        flights.append(f)
+        heapq.heappush(engs[uid % engines].pending, (arrive, st["n"], f.req))
+
+    for u in range(users):
+        send(u, 0.0)
+    t_end = 0.0
+    while True:
+        e = min(engs, key=_Engine.next_event)
+        t = e.next_event()
+        if t == math.inf:
+            break
+        if e.step is not None:
+            e.sched.complete(e.step, t)
+            e.step = None
+            t_end = t
+        while e.pending and e.pending[0][0] <= t:
+            e.sched.add(heapq.heappop(e.pending)[2])
+        step = e.sched.schedule(t)
+        if step is not None:
+            e.step, e.t = step, t + step.dt
+    if not st["stopped"]:  # every user's requests ended before the level did (cannot send more)
+        st.update(stopped=True, reason="duration", t_stop=min(deadline, t_end))
+    return LevelRun(users, flights, warmup_s, st["t_stop"], t_end, st["reason"],
+                    sum(e.sched.num_preemptions for e in engs))
 
 
 @dataclass
 class LevelResult:
     """One concurrency level: throughput in output tokens/s over the measured window
-    (rig s); TTFT (s) of requests sent in the window that got their first token; ITL (s)
-    of requests sent and finished in the window (``requests``); preemptions counted in
-    the window."""
+    (rig s); TTFT (s) of requests sent in the window; ITL (s) of requests sent in the
+    window (``requests``); preemptions over the level."""
 
     users: int
     throughput: float
@@ -28,74 +167,22 @@ class LevelResult:
     preemptions: int
 
 
-class _User:
-    def __init__(self, loop: "_Loop", uid: int) -> None:
-        self.loop, self.uid = loop, uid
-
-    def on_token(self, req: Request, t: float) -> None:
-        self.loop.tokens.append(t)
-
-    def on_finish(self, req: Request, t: float) -> None:
-        self.loop.done.append(req)
-        self.loop.submit(self, t)
-
-
-class _Loop:
-    def __init__(self, sched: Scheduler, prompt: int, output: int, overhead: float = 0.0) -> None:
-        self.sched, self.prompt, self.output, self.overhead = sched, prompt, output, overhead
-        self.tokens: list[float] = []
-        self.done: list[Request] = []
-        self.all: list[Request] = []
-        self.pending: list[tuple[float, int, Request]] = []  # (time it reaches the engine, n, request)
-        self.n = 0
-
-    def submit(self, user: _User, t: float) -> None:
-        """The user sends at ``t``; the engine sees the request ``overhead`` s later (the
-        server does the same: HTTP and tokenization before the scheduler)."""
-        self.n += 1
-        r = Request(f"u{user.uid}-{self.n}", self.prompt, self.output, t, None, user)
-        self.all.append(r)
-        heapq.heappush(self.pending, (t + self.overhead, self.n, r))
-
-    def release(self, t: float) -> None:
-        while self.pending and self.pending[0][0] <= t:
-            self.sched.add(heapq.heappop(self.pending)[2])
-
-
 def closed_loop(make_scheduler, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
                 warmup_s: float = 20.0, request_overhead_s: float = 0.0) -> LevelResult:
-    """Run ``users`` closed-loop users for ``warmup_s + duration_s`` rig seconds on a
-    fresh scheduler from ``make_scheduler()``; measure after the warm-up.
-    ``request_overhead_s``: time each request spends before the engine sees it (the
-    step model's ``t_request_s``); it counts in TTFT and e2e, as for a real client."""
-    sched: Scheduler = make_scheduler()
-    loop = _Loop(sched, prompt_len, output_len, request_overhead_s)
-    for u in range(users):
-        loop.submit(_User(loop, u), 0.0)
-    t = 0.0
-    end = warmup_s + duration_s
-    pre0 = None
-    while t < end:
-        loop.release(t)
-        step = sched.schedule(t)
-        if step is None:
-            if loop.pending:  # idle until the next request reaches the engine
-                t = max(t, loop.pending[0][0])
-                continue
-            break
-        t += step.dt
-        sched.complete(step, t)
-        if pre0 is None and t >= warmup_s:
-            pre0 = sched.num_preemptions
-    span = max(t - warmup_s, 1e-9)
-    toks = sum(1 for x in loop.tokens if warmup_s <= x <= t)
-    reqs = [r for r in loop.done if r.arrival >= warmup_s]
-    ttfts = sorted(r.first_token - r.arrival for r in loop.all if r.arrival >= warmup_s and r.first_token is not None)
-    itls = [(r.last_token - r.first_token) / (r.output - 1) for r in reqs if r.output > 1]
+    """:func:`run_level` with fixed lengths for ``warmup_s + duration_s`` rig seconds,
+    summarised over the window after the warm-up: output tokens sampled in it ÷ its
+    length, TTFT and ITL of the requests sent in it (nearest-rank p99). The benchmarks'
+    quick figure; the planner uses the load generator's statistics instead."""
+    lv = run_level(make_scheduler, users, lambda: (prompt_len, output_len), warmup_s=warmup_s, step_s=duration_s,
+                   request_overhead_s=request_overhead_s)
+    w0, w1 = warmup_s, warmup_s + duration_s
+    toks = sum(1 for f in lv.flights for x in f.tokens if w0 <= x <= w1)
+    sent = [f for f in lv.flights if w0 <= f.sent <= w1 and f.tokens]
+    ttfts = sorted(f.tokens[0] - f.sent for f in sent)
+    itls = [(f.tokens[-1] - f.tokens[0]) / (len(f.tokens) - 1) for f in sent if len(f.tokens) > 1]
     p99 = ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else float("nan")
-    return LevelResult(users, toks / span, sum(ttfts) / len(ttfts) if ttfts else float("nan"), p99,
-                       sum(itls) / len(itls) if itls else float("nan"), len(reqs),
-                       sched.num_preemptions - (pre0 or 0))
+    return LevelResult(users, toks / duration_s, sum(ttfts) / len(ttfts) if ttfts else float("nan"), p99,
+                       sum(itls) / len(itls) if itls else float("nan"), len(sent), lv.preemptions)
 
 
 def sim_level(sim_plan, step_model, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,

@@ -159,7 +159,7 @@ class Scheduler:
         running = self.running
         while i < len(running) and budget > 0:
             r = running[i]
-            need = r.num_tokens - r.computed
+            need = r.prompt_len + r.output - r.computed
             n = need if need < budget else budget
             want = -(-(r.computed + n) // BLOCK) - r.blocks
             while want > self.free_blocks:
@@ -184,7 +184,7 @@ class Scheduler:
         if not preempted:
             while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
                 r = self.waiting[0]
-                need = r.num_tokens - r.computed
+                need = r.prompt_len + r.output - r.computed
                 n = need if need < budget else budget
                 want = -(-(r.computed + n) // BLOCK) - r.blocks
                 if want > self.free_blocks:
@@ -214,7 +214,7 @@ class Scheduler:
             if not r.running:
                 continue  # aborted meanwhile
             r.computed += n
-            if r.computed < r.num_tokens:
+            if r.computed < r.prompt_len + r.output:
                 continue
             if r.first_token is None:
                 r.first_token = t

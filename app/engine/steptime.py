@@ -179,6 +179,22 @@ class StepTimeModel:
         tokens (vLLM V1 chunked prefill puts both in one forward pass)."""
         return self._step(batch, mean_context, prefill_tokens, prefill_context)
 
+    def step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
+                  prefill_attention: float = 0.0) -> float:
+        """One fused step as the scheduler plans it (:data:`app.engine.scheduler.StepTime`):
+        ``decode_batch`` sequences decoding one token each over ``decode_context_sum``
+        cached tokens in all, plus ``prefill_tokens`` prompt tokens in chunks of several
+        requests, with ``prefill_attention`` = Σ n·(cached + n/2) over the chunks. Seconds.
+
+        :meth:`step_time_mixed` models one prefill chunk of N tokens after C cached ones,
+        with attention/KV terms N·(C + N/2); passing the equivalent context
+        C = prefill_attention/N − N/2 makes those terms exactly Σ n·(cached + n/2) for
+        several chunks (C may be negative; only that product is used). The sim's server
+        and the planner's prediction (:mod:`app.engine.offline`) both step with this."""
+        mean = decode_context_sum / decode_batch if decode_batch else 0.0
+        ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
+        return self._step(decode_batch, mean, prefill_tokens, ctx)
+
     def prefill_marginal(self, batch: float, mean_context: float, n_tokens: float) -> float:
         """Extra seconds a prompt of ``n_tokens`` adds to decode steps of ``batch``
         sequences (weights are already being read), chunked by the token budget."""
@@ -208,10 +224,14 @@ class StepTimeModel:
 
 @dataclass
 class CurvePoint:
-    """Predicted steady state of a closed-loop ramp level: ``concurrency`` users, each
-    sending the next request when the last one ends. Throughput in output tokens/s over
-    wall time (prefill included); TTFT and TPOT in seconds; ``running`` the batch the
-    engine holds; ``queued`` users waiting for a slot."""
+    """A predicted closed-loop ramp level: ``concurrency`` users, each sending the next
+    request when the last one ends. Throughput in output tokens/s over wall time
+    (prefill included); TTFT, TPOT and e2e in seconds — means (NaN where the level
+    measured no request), and p99s (``…_p99_s``, None where not predicted: the analytic
+    :func:`predict_level` gives none); ``running`` the batch the engine holds;
+    ``queued`` users waiting for a slot; ``requests`` the requests behind the p99s;
+    ``steady`` False when the level's window is shorter than its median request (a
+    start-up transient, as :attr:`app.loadgen.stats.StepStats.steady`)."""
 
     concurrency: int
     running: int
@@ -221,6 +241,11 @@ class CurvePoint:
     ttft_s: float
     tpot_s: float
     e2e_s: float
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    e2e_p99_s: float | None = None
+    requests: int | None = None
+    steady: bool = True
 
 
 def predict_level(model: StepTimeModel, concurrency: int, prompt_tokens: int, output_tokens: int,

@@ -33,6 +33,10 @@ from app.loadgen.stats import StepStats, slo_breaches
 #: request above the 99th percentile)
 P99_MIN_REQUESTS = 100
 
+#: a search level's time cap when none is given (rig s): the floor of
+#: :data:`P99_MIN_REQUESTS` requests ends it first unless the level is very slow
+SEARCH_STEP_CAP_S = 300.0
+
 #: bootstrap resamples per level, and the confidence that makes a level surely met
 #: (or surely broken) for the capacity's interval
 BOOTSTRAP_RESAMPLES = 400
@@ -116,7 +120,12 @@ def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
         bound = getattr(slo, name)
         if bound is None:
             continue
-        p = np.nanpercentile(col[idx], 99, axis=1) if np.isfinite(col).any() else np.full(resamples, nan)
+        if not np.isfinite(col).any():
+            p = np.full(resamples, nan)
+        elif np.isnan(col).any():
+            p = np.nanpercentile(col[idx], 99, axis=1)
+        else:  # the same figure, vectorised (nanpercentile goes row by row)
+            p = np.percentile(col[idx], 99, axis=1)
         met &= ~(p > bound)  # a resample with no value for it does not break it
     if slo.failure_rate is not None:
         met &= (1.0 - ok[idx].mean(axis=1)) <= slo.failure_rate

@@ -45,6 +45,28 @@ def _draw(rng: random.Random, lo_hi: tuple[int, int]) -> int:
     return lo if lo == hi else rng.randint(lo, hi)
 
 
+class LengthSampler:
+    """The lengths of a ramp's requests in the order they are sent — the one rule the
+    load generator sends by and the planner predicts with (app.planner.predict): the
+    i-th call of :meth:`next` draws the prompt length, then ``max_tokens``, each
+    uniformly from its :meth:`RampSpec.length_range` (inclusive, tokens), from
+    ``random.Random(seed)`` (``spec.seed`` unless given). One sampler serves a whole
+    ramp, level after level."""
+
+    def __init__(self, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int = 0) -> None:
+        self.prompt_range, self.output_range = prompt_range, output_range
+        self.rng = random.Random(seed)
+
+    @classmethod
+    def of(cls, spec: RampSpec, seed: int | None = None) -> "LengthSampler":
+        return cls(spec.length_range("prompt_tokens"), spec.length_range("output_tokens"),
+                   spec.seed if seed is None else seed)
+
+    def next(self) -> tuple[int, int]:
+        """(prompt tokens, max_tokens) of the next request."""
+        return _draw(self.rng, self.prompt_range), _draw(self.rng, self.output_range)
+
+
 class RequestFactory:
     """Makes the JSON bodies (bytes) of a ramp's requests, deterministic for a seed.
 
@@ -57,12 +79,14 @@ class RequestFactory:
         self.spec = spec
         self.tokens_per_word = tokens_per_word if tokens_per_word and tokens_per_word > 0 else 1.0
         self.model = model
-        self.rng = random.Random(spec.seed if seed is None else seed)
+        self.rng = random.Random(spec.seed if seed is None else seed)  # the prompts' words
+        self.lengths = LengthSampler.of(spec, seed)
         self.file_prompts = load_prompts(spec.prompts_file) if spec.prompts_file else None
         self._i = 0
 
-    def _prompt(self) -> tuple[object, int]:
-        """(prompt string or messages list, estimated prompt tokens)."""
+    def _prompt(self, n: int) -> tuple[object, int]:
+        """(prompt string or messages list, estimated prompt tokens) for a drawn length
+        of ``n`` tokens (a prompts file's own prompts instead)."""
         if self.file_prompts:
             p = self.file_prompts[self._i % len(self.file_prompts)]
             self._i += 1
@@ -70,13 +94,12 @@ class RequestFactory:
                 text = " ".join(str(m.get("content", "")) for m in p["messages"] if isinstance(m, dict))
                 return p["messages"], max(1, len(text.split()))
             return p["prompt"], max(1, len(p["prompt"].split()))
-        n = _draw(self.rng, self.spec.length_range("prompt_tokens"))
         words = self.rng.choices(_WORDS, k=max(1, round(n / self.tokens_per_word)))
         return " ".join(words), n
 
     def next(self) -> tuple[bytes, int, int]:
-        prompt, est = self._prompt()
-        max_tokens = _draw(self.rng, self.spec.length_range("output_tokens"))
+        n, max_tokens = self.lengths.next()
+        prompt, est = self._prompt(n)
         body: dict = {"model": self.model, "stream": True, "max_tokens": max_tokens,
                       "temperature": self.spec.temperature, "stream_options": {"include_usage": True}}
         if self.spec.ignore_eos:

@@ -23,7 +23,7 @@ from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
-from app.loadgen.stats import StepStats, compute_step_stats, find_knee, slo_stop_reason
+from app.loadgen.stats import StepStats, compute_step_stats, find_knee, level_window, slo_stop_reason
 
 #: pause after a failed request before a closed-loop slot retries (a dead server
 #: refuses connections in microseconds; without it a slot would spin)
@@ -143,11 +143,7 @@ class Ramp:
         cap = self.ramp_start + spec.max_total_seconds if spec.max_total_seconds else math.inf
         stop = asyncio.Event()
         state = {"reason": None, "issued": 0, "done_measured": 0, "last_measured_end": None}
-        quota = spec.requests_per_level
-        if quota is not None and spec.search is not None and spec.mode == "concurrency":
-            # a search judges a level at full load: with fewer requests than twice its
-            # users, most would run while the level drains
-            quota = max(quota, 2 * int(level))
+        quota = spec.level_quota(level)
         self.emit_event({"type": "level_start", "idx": idx, "level": level, "mode": spec.mode,
                          "t": self.rel(t_level), "warmup_end": self.rel(w0)})
 
@@ -264,10 +260,7 @@ class Ramp:
             await asyncio.gather(*pending, return_exceptions=True)
         t_end = time.monotonic()
 
-        if state["reason"] == "count" and state["last_measured_end"]:
-            w1 = state["last_measured_end"]
-        else:
-            w1 = min(t_stop, deadline) if state["reason"] == "duration" else t_stop
+        w0, w1 = level_window(state["reason"], w0, deadline, t_stop, state["last_measured_end"])
         return compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=self.rel(t_level),
-                                  t_end=self.rel(t_end), window_start=self.rel(min(w0, w1)), window_end=self.rel(w1),
+                                  t_end=self.rel(t_end), window_start=self.rel(w0), window_end=self.rel(w1),
                                   slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"])

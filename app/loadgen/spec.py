@@ -191,6 +191,16 @@ class RampSpec(BaseModel):
         lo = max(1, round(v * (1 - self.length_spread)))
         return lo, max(lo, round(v * (1 + self.length_spread)))
 
+    def level_quota(self, level: float) -> int | None:
+        """The measured requests a level sends before it stops (None: time only):
+        ``requests_per_level``; in a concurrency search at least twice the level's users
+        — a search judges a level at full load, and with fewer requests than twice its
+        users most would run while the level drains."""
+        quota = self.requests_per_level
+        if quota is not None and self.search is not None and self.mode == "concurrency":
+            quota = max(quota, 2 * int(level))
+        return quota
+
     @property
     def shape(self) -> str:
         """The request shape in words, recorded with every result: ``prompt 384–640,

@@ -164,6 +164,20 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
     return st
 
 
+def level_window(reason: str, warmup_end: float, deadline: float, t_stop: float,
+                 last_measured_end: float | None) -> tuple[float, float]:
+    """The steady-state window ``(window_start, window_end)`` of a level (the module's
+    definition): from the end of its warm-up to the end of its last measured request
+    when it stopped at its request count (``reason`` ``count``), to ``min(t_stop,
+    deadline)`` when its time ran out (``duration``), else (aborted, failures, cap) to
+    ``t_stop``. The load generator and the planner's prediction both cut levels by it."""
+    if reason == "count" and last_measured_end:
+        w1 = last_measured_end
+    else:
+        w1 = min(t_stop, deadline) if reason == "duration" else t_stop
+    return min(warmup_end, w1), w1
+
+
 def _breach(name: str, val: float, bound: float) -> str:
     return f"{name} {val:.3g} s > {bound:g} s"
 

@@ -3,7 +3,8 @@
 ``plan(config, gpus, model, workload)`` resolves vLLM's effective settings for the
 installed (or newest known) version, plans each card's memory (app.planner.memory),
 runs every check (app.planner.checks) and searches a passing fix for each problem,
-then builds the step-time model and the predicted curve (app.engine.steptime).
+then builds the step-time model (app.engine.steptime) and predicts the ramp and the
+users at the SLO on the step-level engine (app.planner.predict).
 """
 from __future__ import annotations
 
@@ -15,24 +16,72 @@ from pydantic import ValidationError
 
 from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
 from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepTimeModel, default_levels,
-                                 default_params, predict_curve, predict_level)
+                                 default_params, predict_level)
+from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+from app.loadgen.stats import find_knee
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.memory import Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
 from app.planner.models import DTYPE_BYTES, ModelArch, quant_bytes_per_param
 from app.planner.pcie import HostPcie
+from app.planner.predict import EngineLimits, predict_ramp
 from app.planner.versions import VllmRules, rules_for
 
 
 @dataclass(frozen=True)
 class Workload:
-    """Closed-loop ramp workload: tokens per request in and out, and the concurrency
-    levels to predict (None → 1, 2, 4 … up to twice the capacity)."""
+    """The closed-loop ramp the plan predicts, in the load generator's terms
+    (app.loadgen.spec.RampSpec): ``prompt_tokens``/``output_tokens`` per request, each
+    drawn within ±``length_spread`` of it with ``seed`` (0: fixed lengths); the
+    concurrency ``levels`` of the predicted curve (None → 1, 2, 4 … up to twice the
+    capacity), each ``warmup_s`` + ``step_s`` rig seconds; ``slo``: the bounds the
+    predicted users at SLO are judged on (None: no such prediction), found by a capacity
+    search like ``vllm-dyno ramp --find-capacity`` (≥ 100 measured requests a level,
+    300 s cap, the same warm-up)."""
 
     prompt_tokens: int = 512
     output_tokens: int = 128
     levels: tuple[int, ...] | None = None
+    length_spread: float = 0.25
+    seed: int = 0
+    warmup_s: float = 0.0
+    step_s: float = 20.0
+    slo: SLO | None = None
+
+    @classmethod
+    def from_ramp(cls, spec: RampSpec) -> "Workload":
+        """The workload of a ramp: its lengths (a LOW-HIGH range as its middle ± half its
+        width), seed, warm-up, step (20 s when it ends levels by count), concurrency
+        levels and SLO."""
+        def mid_spread(name: str) -> tuple[int, float]:
+            lo, hi = spec.length_range(name)
+            if not isinstance(getattr(spec, name), tuple):
+                return getattr(spec, name), spec.length_spread
+            mid = (lo + hi) / 2
+            return round(mid), (hi - lo) / (hi + lo)
+
+        (pt, ps), (ot, os_) = mid_spread("prompt_tokens"), mid_spread("output_tokens")
+        levels = tuple(int(x) for x in spec.levels) if spec.mode == "concurrency" and spec.levels else None
+        return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
+                   spec.step_seconds or 20.0, None if spec.slo.is_empty() else spec.slo)
+
+    def _spec(self, **kw: Any) -> RampSpec:
+        return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
+                        length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
+                        slo=self.slo or SLO(), **kw)
+
+    def ramp_spec(self, levels: list[int]) -> RampSpec:
+        """The fixed ramp the predicted curve imitates (every level runs: no SLO stop)."""
+        return self._spec(levels=[float(x) for x in levels], step_seconds=self.step_s)
+
+    def search_spec(self) -> RampSpec | None:
+        """The capacity search the predicted users at SLO imitate — ``vllm-dyno ramp
+        --find-capacity`` with this workload (None without an SLO)."""
+        if self.slo is None or self.slo.is_empty():
+            return None
+        return self._spec(search=CapacitySearch(), requests_per_level=P99_MIN_REQUESTS, step_seconds=SEARCH_STEP_CAP_S)
 
 
 @dataclass
@@ -47,7 +96,9 @@ class Plan:
     ``max_concurrency`` vLLM's "Maximum concurrency for max_model_len tokens per
     request" (one engine); ``workload_concurrency`` requests of the workload that run at
     once on all replicas (each capped by max_num_seqs). ``perf`` the step-time model of
-    one replica, ``curve`` the predicted ramp of the whole server. ``host`` the host's
+    one replica, ``curve`` the predicted ramp of the whole server and ``capacity`` the
+    predicted answer of a capacity search at the workload's SLO (None without one), both
+    from the step-level engine (:mod:`app.planner.predict`). ``host`` the host's
     IOMMU/ACS (None: unknown)."""
 
     config: ServerConfig
@@ -62,6 +113,7 @@ class Plan:
     findings: list[Finding] = field(default_factory=list)
     perf: StepTimeModel | None = None
     curve: Curve | None = None
+    capacity: Capacity | None = None
     host: HostPcie | None = None
 
     @property
@@ -102,6 +154,19 @@ class Plan:
         if self.workload is None:
             return None
         return self.concurrency_for(self.workload.prompt_tokens, self.workload.output_tokens)[0] * self.dp
+
+    @property
+    def predicted_users_at_slo(self) -> float | None:
+        """The largest concurrency whose predicted p99s meet the workload's SLO (the
+        capacity search's rule applied to the engine's levels); None without an SLO or a
+        prediction."""
+        return self.capacity.users if self.capacity is not None else None
+
+    def engine_limits(self) -> EngineLimits:
+        """What one scheduler of this server holds (KV blocks, max_num_seqs, the token
+        budget) and how many engines (data parallel replicas) there are."""
+        e = self.effective
+        return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp)
 
     @property
     def weights_gib_total(self) -> float:
@@ -156,6 +221,10 @@ class Plan:
             "curve": None if self.curve is None else {
                 "knee": self.curve.knee, "knee_reason": self.curve.knee_reason,
                 "points": [p.__dict__ for p in self.curve.points]},
+            "predicted_users_at_slo": self.predicted_users_at_slo,
+            "predicted_capacity": None if self.capacity is None else self.capacity.model_dump(
+                mode="json", include={"users", "users_low", "users_high", "next_users", "output_tps", "ttft_p99",
+                                      "tpot_p99", "e2e_p99", "limited_by", "slo", "shape", "sentence"}),
         }
 
 
@@ -296,39 +365,43 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
                          m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens)
 
 
-# ---------------------------------------------------------------------- data parallel
-def predict_server_curve(perf: StepTimeModel, prompt_tokens: int, output_tokens: int, capacity: int,
-                         capacity_reason: str, dp: int = 1, levels: list[int] | None = None) -> Curve:
-    """The predicted ramp of the whole server: :func:`predict_curve` of one engine when
-    ``dp`` is 1; with ``dp`` data parallel replicas (each its own engine, ``capacity``
-    requests each) a level of N users puts ⌈N/dp⌉ or ⌊N/dp⌋ on each replica (vLLM's
-    front end sends a request to the least loaded engine — assumed even), throughput,
-    running and queued add up, latencies are the per-user means. Knee and capacity are
-    one engine's × ``dp``. Levels default to 1, 2, 4 … up to twice the total capacity."""
-    if dp <= 1:
-        return predict_curve(perf, prompt_tokens, output_tokens, capacity, capacity_reason, levels)
-    one = predict_curve(perf, prompt_tokens, output_tokens, capacity, capacity_reason, [1])
+# ---------------------------------------------------------------------- the predicted ramp
+def engine_curve(p: Plan, w: Workload, capacity: int, capacity_reason: str) -> Curve:
+    """The predicted ramp of the whole server from the step-level engine
+    (:func:`app.planner.predict.predict_ramp` of ``w.ramp_spec``): per level the load
+    generator's own figures — output tokens/s over the level's window, TTFT/TPOT/e2e
+    means and p99s of its measured requests (None where the window holds none, as a
+    measured level would). ``capacity`` requests run at once on one engine
+    (``capacity_reason`` limits it); data parallel replicas get the users in turn.
+    The knee is :func:`app.loadgen.stats.find_knee` of those levels (reason "step
+    time" below the engines' capacity, else ``capacity_reason``); without one, the
+    capacity. Levels default to 1, 2, 4 … up to twice the total capacity."""
+    total = capacity * p.dp
+    levels = list(w.levels) if w.levels else default_levels(total)
+    pred = predict_ramp(p.perf, p.engine_limits(), w.ramp_spec(levels))
+    nan = float("nan")
     pts = []
-    for n in levels or default_levels(capacity * dp):
-        q, r = divmod(n, dp)
-        # (one replica's point, how many replicas are at it): r replicas hold q + 1 users, the rest q
-        parts = [(predict_level(perf, k, prompt_tokens, output_tokens, capacity), c)
-                 for k, c in ((q + 1, r), (q, dp - r)) if k > 0 and c > 0]
-
-        def mean(attr: str) -> float:  # per user
-            return sum(getattr(pt, attr) * pt.concurrency * c for pt, c in parts) / n
-
-        pts.append(CurvePoint(n, sum(pt.running * c for pt, c in parts), sum(pt.queued * c for pt, c in parts),
-                              sum(pt.output_tps * c for pt, c in parts),
-                              mean("per_user_tps"), mean("ttft_s"), mean("tpot_s"), mean("e2e_s")))
-    return Curve(pts, one.knee * dp, one.knee_reason, capacity * dp, prompt_tokens, output_tokens)
+    for st in pred.steps:
+        n = int(st.level)
+        run = min(n, total)
+        pts.append(CurvePoint(n, run, n - run, st.output_tps, st.output_tps / n,
+                              st.ttft_mean if st.ttft_mean is not None else nan,
+                              st.tpot_mean if st.tpot_mean is not None else nan,
+                              st.e2e_mean if st.e2e_mean is not None else nan,
+                              st.ttft_p99, st.tpot_p99, st.e2e_p99, st.n_ok, st.steady and st.n_ok > 0))
+    knee = find_knee(pred.steps)
+    if knee is not None:
+        k = int(knee.level)
+        return Curve(pts, k, "step time" if k < total else capacity_reason, total, w.prompt_tokens, w.output_tokens)
+    return Curve(pts, total, capacity_reason, total, w.prompt_tokens, w.output_tokens)
 
 
 def peak_output_tps(p: Plan, params: PerfParams | None = None) -> float | None:
     """Predicted output tokens/s of the whole server with every engine full at the
     workload (default :class:`Workload`): one engine at its capacity for the workload's
-    requests (:func:`app.engine.steptime.predict_level`) × data_parallel_size. None
-    when the plan has no KV cache or an invalid layer partition (nothing to predict)."""
+    requests (:func:`app.engine.steptime.predict_level`, the analytic steady state —
+    fast enough to rank every candidate layout) × data_parallel_size. None when the plan
+    has no KV cache or an invalid layer partition (nothing to predict)."""
     if p.partition_error is not None or not p.ranks or any(r.kv_tokens <= 0 for r in p.ranks):
         return None
     w = p.workload or Workload()
@@ -398,7 +471,7 @@ def _rank_layouts(config: ServerConfig, f: Finding, gpus: list[GpuSpec], model: 
 
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
          vllm_version: str | None = None, params: PerfParams | None = None,
-         use_calibration: bool = True, host: HostPcie | None = None) -> Plan:
+         use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True) -> Plan:
     """Plan ``config`` on ``gpus`` (one GpuSpec per card, in CUDA order; mixed cards
     allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1; data parallel replica r
     on the next TP × PP cards) for ``model``.
@@ -414,6 +487,11 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     its ``layouts`` (parallel splits) the one with the highest predicted peak output
     tokens/s (:func:`peak_output_tps`) among those that pass and fit the cards
     (``alternatives`` keeps them all, ranked). Raises ValueError when ``gpus`` is empty.
+
+    With ``predict`` (and a plan that fits), the curve and the predicted users at the
+    workload's SLO come from the step-level engine (:func:`engine_curve`,
+    :func:`app.planner.predict.predict_ramp`): about 0.1–2 s, cached; ``predict=False``
+    leaves ``curve`` and ``capacity`` None (the sim's own plan, the diagnosis).
     """
     rules = rules_for(vllm_version)
     p = _build(config, gpus, model, workload, rules, host)
@@ -446,7 +524,9 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
         p.perf = build_step_model(p, own)
         w = workload or Workload()
         cap, why = p.concurrency_for(w.prompt_tokens, w.output_tokens)
-        if cap > 0:
-            p.curve = predict_server_curve(p.perf, w.prompt_tokens, w.output_tokens, cap, why, p.dp,
-                                           list(w.levels) if w.levels else None)
+        if cap > 0 and predict:
+            p.curve = engine_curve(p, w, cap, why)
+            search = w.search_spec()
+            if search is not None:
+                p.capacity = predict_ramp(p.perf, p.engine_limits(), search).capacity
     return p

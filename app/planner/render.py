@@ -1,7 +1,8 @@
 """Plain-text rendering of a :class:`~app.planner.plan.Plan` (the ``vllm-dyno plan`` output)."""
 from __future__ import annotations
 
-from app.planner.plan import Plan, fix_to_flags
+from app.loadgen.capacity import fmt_users, slo_text
+from app.planner.plan import Plan, Workload, fix_to_flags
 
 
 def _q(p: Plan) -> str:
@@ -24,6 +25,28 @@ def _predicted(alternatives: list[tuple[dict, float]], shown: int = 3) -> str:
     text = f" — predicted peak {alternatives[0][1]:,.0f} output tok/s"
     rest = [f"{fix_to_flags(a)} ({tps:,.0f})" for a, tps in alternatives[1:shown]]
     return text + (f"; next: {'; '.join(rest)}" if rest else "")
+
+
+def _ms(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x * 1e3, fmt)
+
+
+def users_at_slo_text(p: Plan) -> str:
+    """``4 (TTFT p99 ≤ 2 s and TPOT p99 ≤ 100 ms; 5 users broke it: ttft) — 108 output
+    tok/s`` from the plan's predicted capacity ("" without one)."""
+    c = p.capacity
+    if c is None:
+        return ""
+    s = f"{c.users:g} ({slo_text(c.slo)}"
+    if c.limited_by == "max_level":
+        s += "; every level probed met it)"
+    elif c.next_users is not None:
+        s += f"; {fmt_users(c.next_users)} broke it: {c.limited_by})"
+    else:
+        s += ")"
+    if c.output_tps is not None and c.users > 0:
+        s += f" — {c.output_tps:,.0f} output tok/s"
+    return s
 
 
 def render_plan(p: Plan) -> str:
@@ -61,19 +84,28 @@ def render_plan(p: Plan) -> str:
                      f"once (limited by {why})" + (f" on each of {p.dp} engines" if p.dp > 1 else ""))
     if p.curve is not None and p.perf is not None:
         c, pr = p.curve, p.perf.params
+        w = p.workload or Workload()
         lines.append("")
-        lines.append(f"  predicted closed-loop ramp ({c.prompt_tokens} in / {c.output_tokens} out; parameters "
-                     f"{pr.source}: η_mem {pr.eta_mem:.2f}, η_c {pr.eta_compute:.2f}, t_cpu "
-                     f"{pr.t_cpu_s * 1e3:.1f} ms, all-reduce α {pr.allreduce_alpha_s * 1e6:.0f} µs @ {pr.link_gbs:.0f} GB/s):")
-        lines.append(f"  {'users':>6} {'running':>8} {'tok/s':>9} {'tok/s/user':>11} {'TTFT ms':>9} {'TPOT ms':>8}")
+        lines.append(f"  predicted closed-loop ramp on the step-level engine ({w.ramp_spec([1]).shape}; levels of "
+                     f"{w.warmup_s:g} s warm-up + {w.step_s:g} s; parameters {pr.source}: η_mem {pr.eta_mem:.2f}, "
+                     f"η_c {pr.eta_compute:.2f}, t_cpu {pr.t_cpu_s * 1e3:.1f} ms, all-reduce α "
+                     f"{pr.allreduce_alpha_s * 1e6:.0f} µs @ {pr.link_gbs:.0f} GB/s):")
+        lines.append(f"  {'users':>6} {'running':>8} {'tok/s':>9} {'tok/s/user':>11} {'TTFT p99 ms':>12} "
+                     f"{'TPOT p99 ms':>12} {'requests':>9}")
         for pt in c.points:
             lines.append(f"  {pt.concurrency:>6} {pt.running:>8} {pt.output_tps:9.0f} {pt.per_user_tps:11.1f} "
-                         f"{pt.ttft_s * 1e3:9.0f} {pt.tpot_s * 1e3:8.1f}")
+                         f"{_ms(pt.ttft_p99_s, '.0f'):>12} {_ms(pt.tpot_p99_s, '.1f'):>12} {pt.requests or 0:>9}")
+        short = [pt.concurrency for pt in c.points if not pt.steady]
+        if short:
+            lines.append(f"  levels {', '.join(map(str, short))}: the {w.step_s:g} s step is shorter than a request "
+                         "there — a start-up transient, as a ramp with these steps would measure it")
         if c.knee_reason == "step time":
             lines.append(f"  knee: {c.knee} users — beyond it a doubling of users adds < 15 % throughput "
-                         f"(the step time grows with the batch); the engine queues beyond {c.capacity}")
+                         f"while TTFT p99 grows; the engine queues beyond {c.capacity}")
         else:
             lines.append(f"  knee: {c.knee} users (limited by {c.knee_reason}); beyond it requests queue and TTFT grows")
+    if p.capacity is not None:
+        lines.append(f"  predicted users at SLO: {users_at_slo_text(p)}")
     lines.append("")
     lines.append(f"  verdict: {p.verdict.upper()}" + (f" — {p.problem}" if p.problem else ""))
     for f in p.findings:

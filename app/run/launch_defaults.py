@@ -104,7 +104,7 @@ def cpu_build_defaults(config: ServerConfig, *, vllm_version: str | None, cards:
         if arch is not None:
             devices = cards if cards is not None else cards_for(cpu_build=True)
             p = plan(apply_fix(config, {**fix, "env": env}), devices, arch, vllm_version=vllm_version,
-                     use_calibration=False)
+                     use_calibration=False, predict=False)
             g, w = devices[0], _gib(p.ranks[0].weights_gib)
             if config.gpu_memory_utilization is not None and rules.cpu_utilization_budget:
                 # the user's utilization sizes the memory: keep it, say when it does not fit

@@ -211,7 +211,7 @@ def plan_rig(config: ServerConfig, gpu_name: "str | GpuSpec", gpu_count: int) ->
     (vLLM's text) for a configuration vLLM refuses."""
     gpu = gpu_name if isinstance(gpu_name, GpuSpec) else find_gpu(gpu_name)
     model = find_model(config.model)
-    p = planner_plan(config, [gpu] * gpu_count, model, vllm_version=VLLM_RULES, use_calibration=False)
+    p = planner_plan(config, [gpu] * gpu_count, model, vllm_version=VLLM_RULES, use_calibration=False, predict=False)
     ref = _refusal(p)
     if ref is not None:
         if ref.after_load:
@@ -253,18 +253,9 @@ class StepModel:
 
     def step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
                   prefill_attention: float = 0.0) -> float:
-        """One fused step: ``decode_batch`` sequences decoding one token each over
-        ``decode_context_sum`` cached tokens in all, plus ``prefill_tokens`` prompt tokens
-        in chunks of several requests, with ``prefill_attention`` = Σ n·(cached + n/2)
-        over the chunks. Seconds.
-
-        The planner's ``step_time_mixed`` models one prefill chunk of N tokens after C
-        cached ones, with attention/KV terms N·(C + N/2); passing the equivalent context
-        C = prefill_attention/N − N/2 makes those terms exactly Σ n·(cached + n/2) for
-        several chunks (C may be negative; only that product is used)."""
-        mean = decode_context_sum / decode_batch if decode_batch else 0.0
-        ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
-        return self.model.step_time_mixed(decode_batch, mean, prefill_tokens, ctx)
+        """One fused step, seconds: :meth:`app.engine.steptime.StepTimeModel.step_time`
+        (the planner's prediction steps with the same method)."""
+        return self.model.step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention)
 
     def step_time_decode(self, batch: int, mean_context: float) -> float:
         return self.model.step_time_decode(batch, mean_context)

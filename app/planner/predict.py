@@ -1,0 +1,165 @@
+"""The predicted ramp and the predicted users at the SLO: a load-generator ramp run on
+the step-level engine instead of a server.
+
+Every piece is the one the measurement uses, so the prediction and the simulated rig
+share one engine and one set of rules (issue 17 item 4):
+
+- the engine: :func:`app.engine.offline.run_level` on :class:`app.engine.scheduler.Scheduler`
+  stepping with :meth:`app.engine.steptime.StepTimeModel.step_time` — what the sim's
+  server runs (app/sim/engine.py), without HTTP; its KV blocks, ``max_num_seqs`` and
+  ``max_num_batched_tokens`` those of the plan (:class:`EngineLimits`);
+- the requests: :class:`app.loadgen.prompts.LengthSampler` of the ramp — the ±25 % spread
+  (or the fixed lengths, or the LOW-HIGH range) drawn with the ramp's seed in the order
+  the requests are sent, one sampler for the whole ramp, as the load generator draws them;
+- the arrival pattern and the level's shape: N closed-loop users starting together,
+  the ramp's warm-up, ``RampSpec.level_quota`` measured requests or ``step_seconds``,
+  then the drain (app/loadgen/runner.py);
+- the figures: each level cut by :func:`app.loadgen.stats.level_window` and summarised by
+  :func:`app.loadgen.stats.compute_step_stats` from the requests as
+  :class:`~app.loadgen.records.RequestRecord` (TTFT from the send, TPOT, numpy
+  percentiles);
+- the search: :func:`app.loadgen.capacity.search_levels` (``next_level``), judged by
+  :func:`~app.loadgen.capacity.level_met`, answered by :func:`~app.loadgen.capacity.capacity_of`.
+
+Units: rig seconds, tokens, output tokens/s.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.engine.offline import LevelRun, run_level
+from app.engine.scheduler import BLOCK, Scheduler
+from app.engine.steptime import StepTimeModel
+from app.loadgen.capacity import Capacity, capacity_of, level_met, search_levels
+from app.loadgen.prompts import LengthSampler
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import RampSpec
+from app.loadgen.stats import StepStats, compute_step_stats, level_window
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """What a scheduler of the planned server holds: ``num_blocks`` KV blocks of
+    :data:`app.engine.scheduler.BLOCK` tokens (one engine), ``max_num_seqs``,
+    ``max_num_batched_tokens``; ``engines`` data parallel replicas."""
+
+    num_blocks: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    engines: int = 1
+
+    @classmethod
+    def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
+                  engines: int = 1) -> "EngineLimits":
+        return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines)
+
+
+@dataclass
+class PredictedRamp:
+    """A ramp as the engine predicts it: ``steps`` (one StepStats per level, rig s, in
+    the order run), ``records`` their requests, ``capacity`` the search's answer (None
+    for a ramp of fixed levels)."""
+
+    steps: list[StepStats]
+    records: list[RequestRecord]
+    capacity: Capacity | None = None
+
+
+def level_records(run: LevelRun, idx: int, level: float) -> list[RequestRecord]:
+    """The requests of an engine level as the load generator records them: sent at
+    ``Flight.sent``, one output chunk per token (the sim streams one token a chunk),
+    TTFT and e2e from the send, token counts as the server's usage reports them."""
+    out = []
+    for f in run.flights:
+        if not f.tokens:
+            continue  # still waiting when the level ended: the generator records it only when it ends
+        offs = np.asarray(f.tokens, dtype=np.float64) - f.sent
+        out.append(RequestRecord(level_idx=idx, level=level, t_start=f.sent, ttft=float(offs[0]), e2e=float(offs[-1]),
+                                 prompt_tokens=f.req.prompt_len, output_tokens=len(f.tokens),
+                                 tokens_source="server_usage", chunk_offsets=offs.astype(np.float32)))
+    return out
+
+
+def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, level: float, idx: int,
+                  sampler: LengthSampler) -> tuple[StepStats, list[RequestRecord]]:
+    """One closed-loop level of ``spec`` on the engine: its StepStats (rig s; t_start 0)
+    and its requests (``t_start`` from the level's start)."""
+    users = int(level)
+
+    def make() -> Scheduler:
+        return Scheduler(limits.num_blocks, limits.max_num_seqs, limits.max_num_batched_tokens, model.step_time)
+
+    run = run_level(make, users, sampler.next, warmup_s=spec.warmup_seconds, step_s=spec.step_seconds,
+                    quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,
+                    engines=limits.engines)
+    recs = level_records(run, idx, level)
+    deadline = spec.warmup_seconds + spec.step_seconds if spec.step_seconds is not None else float("inf")
+    w0, w1 = level_window(run.reason, run.warmup_end, deadline, run.t_stop, run.last_counted_end)
+    st = compute_step_stats(recs, idx=idx, level=level, mode="concurrency", t_start=0.0, t_end=run.t_end,
+                            window_start=w0, window_end=w1, slo=spec.slo, max_in_flight=users,
+                            stop_reason=run.reason)
+    return st, recs
+
+
+def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec) -> PredictedRamp:
+    if spec.mode != "concurrency":
+        raise ValueError("the engine predicts closed-loop concurrency ramps only (mode: concurrency)")
+    sampler = LengthSampler.of(spec)
+    steps: list[StepStats] = []
+    records: list[RequestRecord] = []
+    judged: list[tuple[int, float, bool]] = []
+    idx = 0
+    while True:
+        repeat = 0
+        if spec.search is not None:
+            nxt = search_levels(spec.search, judged, spec.mode)
+            if nxt is None:
+                break
+            repeat, level = nxt
+        elif idx < len(spec.levels):
+            level = spec.levels[idx]
+        else:
+            break
+        st, recs = predict_level(model, limits, spec, level, idx, sampler)
+        st.repeat = repeat
+        steps.append(st)
+        records += recs
+        if spec.search is not None:
+            judged.append((repeat, level, level_met(st, spec.slo)))
+        idx += 1
+    cap = None
+    if spec.search is not None:
+        cap = capacity_of(steps, records, spec.slo, spec.search, spec.mode, {s.idx: s.repeat for s in steps})
+        cap.shape = spec.shape
+    return PredictedRamp(steps, records, cap)
+
+
+#: predicted ramps kept (the GUI re-plans as the user types and often comes back to a form)
+CACHE_SIZE = 64
+_cache: OrderedDict[tuple[str, EngineLimits, str], PredictedRamp] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def predict_ramp(model: StepTimeModel, limits: EngineLimits, spec: RampSpec) -> PredictedRamp:
+    """Run ``spec`` (its levels, or its capacity search) on the engine: every level
+    starts on empty schedulers (the load generator drains each level before the next)
+    and the lengths continue from level to level. Results are cached per step model,
+    limits and spec (the last :data:`CACHE_SIZE`); the result is shared: do not change
+    it. Raises ValueError for a rate ramp."""
+    spec = spec.model_copy(update={"url": "http://127.0.0.1:8000", "model": None})  # not part of the answer
+    key = (repr(model), limits, spec.model_dump_json())
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            return hit
+    res = _run(model, limits, spec)
+    with _cache_lock:
+        _cache[key] = res
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return res
