@@ -1,8 +1,10 @@
 """Closed-loop ramp levels run entirely in rig time (no HTTP, no wall clock).
 
 The same scheduler and step model as the sim's server, driven the way the load
-generator drives a server (app/loadgen/runner.py, ``Ramp._level``): N users start
-together at the level's start; each sends its next request the moment its previous
+generator drives a server (app/loadgen/runner.py, ``Ramp._level``): N users start at
+the level's start, sending their first requests one after another ``send_gap_s`` apart
+(the generator builds and sends them in turn; an idle engine starts a step with the
+first one alone and the others queue behind it); each sends its next request the moment its previous
 one ends; a request reaches the engine ``request_overhead_s`` after it is sent (HTTP
 and tokenization, the step model's ``t_request_s``); after the warm-up the level counts
 the requests it sends and stops sending at its quota or at ``warmup_s + step_s``,
@@ -94,12 +96,13 @@ class _Engine:
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
               step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
-              engines: int = 1) -> LevelRun:
+              engines: int = 1, send_gap_s: float = 0.0) -> LevelRun:
     """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
     ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
-    order they are sent. The level stops sending once ``quota`` requests were sent after
-    ``warmup_s`` (None: no quota) or at ``warmup_s + step_s`` (None: no time limit),
-    then drains. Raises ValueError when neither ends the level."""
+    order they are sent; user u sends its first at u·``send_gap_s``. The level stops
+    sending once ``quota`` requests were sent after ``warmup_s`` (None: no quota) or at
+    ``warmup_s + step_s`` (None: no time limit), then drains. Raises ValueError when
+    neither ends the level."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
     if users < 1 or engines < 1:
@@ -130,7 +133,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         heapq.heappush(engs[uid % engines].pending, (arrive, st["n"], f.req))
 
     for u in range(users):
-        send(u, 0.0)
+        send(u, u * send_gap_s)
     t_end = 0.0
     while True:
         e = min(engs, key=_Engine.next_event)
