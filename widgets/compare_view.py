@@ -5,7 +5,9 @@ p99 vs throughput, and a table with tokens/s per GPU, scaling efficiency (vs the
 with the fewest GPUs at the same level), J/token and cost per million output tokens
 from a price per GPU-hour (rented) and/or per kWh (owned, from measured power).
 Export: PNG (the rendered view) and CSV. The figures are app.comparison's
-(:func:`~app.comparison.compare_runs`, :class:`~app.comparison.Comparison`).
+(:func:`~app.comparison.compare_runs`, :class:`~app.comparison.Comparison`). Below them,
+the what-if: a measured run's users at its SLO, output tok/s, scaling and cost predicted
+on other counts or kinds of cards (:func:`app.whatif.what_if`), next to the measured row.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
+    QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -26,6 +29,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMessageBox,
     QPushButton,
+    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -35,9 +39,13 @@ from PySide6.QtWidgets import (
 
 from app import history
 from app.comparison import CompareRow, Comparison, compare_runs
+from app.loadgen.capacity import slo_text
+from app.planner.gpus import catalog_names
 from app.settings import Pricing
 from app.fileio import write_atomic
+from app.whatif import what_if
 from widgets.axes import Log2Axis, PlainLogAxis, log2
+from widgets.tasks import run_in_background
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
 SYMBOLS = ("o", "s", "t", "d", "+", "x", "star", "h")
@@ -149,11 +157,145 @@ class CompareView(QWidget):
         self.table.setTextElideMode(Qt.ElideRight)
         self.table.setWordWrap(False)
         split.addWidget(self.table)
-        split.setSizes([420, 300])
+        split.addWidget(self._build_whatif())
+        split.setSizes([420, 300, 200])
         cv.addWidget(split, 1)
         v.addWidget(self.canvas, 1)
         self._loaded = False
         self._update_buttons()
+
+    def _build_whatif(self) -> QWidget:
+        """The what-if: a measured run's verdict predicted on other cards
+        (:func:`app.whatif.what_if`), its rows next to the measured ones."""
+        box = QGroupBox("What if — the same model on other cards (predicted from a measured run)")
+        w = QVBoxLayout(box)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("From run"))
+        self.whatif_run = QComboBox()
+        self.whatif_run.setToolTip("A measured run with an SLO: its model, options, ramp and calibration")
+        row.addWidget(self.whatif_run, 2)
+        row.addWidget(QLabel("cards"))
+        self.whatif_gpu = QComboBox()
+        self.whatif_gpu.setEditable(True)
+        self.whatif_gpu.addItems(catalog_names())
+        self.whatif_gpu.setCurrentText("")
+        self.whatif_gpu.setToolTip("Card kind (empty: the run's own)")
+        row.addWidget(self.whatif_gpu, 2)
+        row.addWidget(QLabel("×"))
+        self.whatif_count = QSpinBox()
+        self.whatif_count.setRange(1, 64)
+        self.whatif_count.setValue(8)
+        row.addWidget(self.whatif_count)
+        self.whatif_add = QPushButton("Add prediction")
+        self.whatif_add.setObjectName("whatif_add")
+        self.whatif_add.clicked.connect(self.add_what_if)
+        row.addWidget(self.whatif_add)
+        self.whatif_clear = QPushButton("Clear")
+        self.whatif_clear.clicked.connect(self.clear_what_if)
+        row.addWidget(self.whatif_clear)
+        w.addLayout(row)
+        self.whatif_msg = QLabel("Pick a run and the cards to predict its users at the SLO on.")
+        self.whatif_msg.setWordWrap(True)
+        w.addWidget(self.whatif_msg)
+        self.whatif_table = QTableWidget(0, 0)
+        self.whatif_table.verticalHeader().setVisible(False)
+        self.whatif_table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.whatif_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        w.addWidget(self.whatif_table, 1)
+        self.whatif = None
+        self._whatif_targets: list[tuple[str | None, int]] = []
+        self._whatif_gen = 0
+        self.whatif_thread = None
+        return box
+
+    # ------------------------------------------------------------------ what-if
+    def add_what_if(self) -> None:
+        """Add the chosen cards to the what-if of the chosen run and predict (off the GUI
+        thread; the table follows when it is done)."""
+        rid = self.whatif_run.currentData()
+        if rid is None:
+            self.whatif_msg.setText("No run to start from: record a run with an SLO first.")
+            return
+        if self.whatif is not None and self.whatif.run_id != rid:
+            self._whatif_targets = []
+        target = (self.whatif_gpu.currentText().strip() or None, self.whatif_count.value())
+        if target not in self._whatif_targets:
+            self._whatif_targets.append(target)
+        self._predict_what_if(rid)
+
+    def clear_what_if(self) -> None:
+        self._whatif_gen += 1
+        self._whatif_targets = []
+        self.whatif = None
+        self.whatif_table.setRowCount(0)
+        self.whatif_msg.setText("Pick a run and the cards to predict its users at the SLO on.")
+
+    def _predict_what_if(self, rid: int) -> None:
+        self._whatif_gen += 1
+        gen, targets, pricing, store = self._whatif_gen, list(self._whatif_targets), self.pricing(), self.store_fn()
+        rigs = ", ".join(f"{n}× {g or 'its cards'}" for g, n in targets)
+        self.whatif_msg.setText(f"Predicting run #{rid} on {rigs}…")
+        self.whatif_add.setEnabled(False)
+
+        def done(wi) -> None:
+            if gen != self._whatif_gen:
+                return
+            self.whatif_add.setEnabled(True)
+            self.whatif = wi
+            acc = wi.accuracy_pct
+            self.whatif_msg.setText(
+                f"Run #{wi.run_id}: {wi.model} on {wi.rig} at {slo_text(wi.slo)} · parameters {wi.params_source} · "
+                + (f"accuracy on the run's levels: output tok/s within ±{acc:.1f} %" if acc is not None else
+                   "no level to check the parameters on")
+                + " · scaling vs the predicted same-cards row")
+            self._fill_whatif()
+
+        def failed(e: BaseException) -> None:
+            if gen != self._whatif_gen:
+                return
+            self.whatif_add.setEnabled(True)
+            self.whatif_msg.setText(f"What-if: {e}")
+
+        self.whatif_thread = run_in_background("whatif", lambda: what_if(store, rid, targets, pricing), done, failed)
+
+    def _fill_whatif(self) -> None:
+        wi = self.whatif
+        cur = wi.currency if wi is not None else "$"
+        heads = ["Rig", "Layout", "Users at SLO", "Range", "Out tok/s", "Tok/s per GPU", "Scaling eff.",
+                 f"{cur}/M tok (rented)", f"{cur}/M tok (energy)", "Limited by"]
+        t = self.whatif_table
+        rows = wi.rows if wi is not None else []
+        t.setColumnCount(len(heads))
+        t.setHorizontalHeaderLabels(heads)
+        t.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            rng = "" if row.users_low is None or row.users_low == row.users_high else \
+                f"{row.users_low:g}–{row.users_high:g}"
+            vals = [row.label, row.layout_text, _f(row.users, "g"), rng, _f(row.output_tps, ",.0f"),
+                    _f(row.tps_per_gpu, ",.1f"), _f(row.scaling_efficiency, ".2f"),
+                    _f(row.cost_per_mtok_rented, ",.3f"), _f(row.cost_per_mtok_energy, ",.3f"),
+                    row.limited_by if row.problem is None else f"does not run: {row.problem}"]
+            for col, text in enumerate(vals):
+                it = QTableWidgetItem(text)
+                if row.note:
+                    it.setToolTip(row.note)
+                if 0 < col < 9:
+                    it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                if row.measured:
+                    f = it.font()
+                    f.setBold(True)
+                    it.setFont(f)
+                t.setItem(r, col, it)
+
+    def _refresh_whatif_runs(self, runs: list) -> None:
+        keep = self.whatif_run.currentData()
+        self.whatif_run.blockSignals(True)
+        self.whatif_run.clear()
+        for r in runs:
+            self.whatif_run.addItem(f"#{r.id}  {r.name}", r.id)
+        i = self.whatif_run.findData(keep)
+        self.whatif_run.setCurrentIndex(i if i >= 0 else 0)
+        self.whatif_run.blockSignals(False)
 
     def showEvent(self, ev) -> None:
         if not self._loaded:
@@ -167,7 +309,9 @@ class CompareView(QWidget):
         keep = set(checked if checked is not None else self.checked_ids())
         self.runs.blockSignals(True)
         self.runs.clear()
-        for r in history.list_runs(self.store_fn()):
+        listed = history.list_runs(self.store_fn())
+        self._refresh_whatif_runs(listed)
+        for r in listed:
             peak = f"{r.peak_output_tps:,.0f} tok/s" if r.peak_output_tps is not None else "no levels"
             gpus = f"{r.gpu_count} GPU{'s' if r.gpu_count != 1 else ''}, " if r.gpu_count else ""
             it = QListWidgetItem(f"#{r.id}  {r.name}  ({gpus}{peak}, {r.status}, {r.created_text})")

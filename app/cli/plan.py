@@ -9,14 +9,19 @@ from pathlib import Path
 from app.cli.common import config_from_args
 
 
-def _positive_int(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cards, e.g. --count 4") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"{n}: give at least one card, e.g. --count 4")
-    return n
+def _counts(text: str) -> list[int]:
+    """``--count 4`` or ``--count 4,8`` (a what-if's several counts) → [4] / [4, 8]."""
+    out = []
+    for part in text.split(","):
+        try:
+            n = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cards, e.g. --count 4 "
+                                             "(--count 4,8 with --from-run)") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n}: give at least one card, e.g. --count 4")
+        out.append(n)
+    return out
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -46,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from app.config import add_server_options
 
     p = sub.add_parser("plan", help="will it fit, how many users, what breaks — before a launch")
-    add_server_options(p)
+    add_server_options(p, model_required=False)  # --from-run takes the model from the run
     p.add_argument("--gpu", action="append", default=[], metavar="NAME[:GIB[:CC]]",
                    help="card name (catalog or NVML name; --list-gpus shows the catalog); repeat once per card "
                         "for mixed cards; NAME:GIB:CC plans a card the catalog does not know from its memory "
@@ -54,7 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default: the cards NVML sees")
     p.add_argument("--list-gpus", action=_ListGpus,
                    help="list the GPU catalog (name, memory, compute capability, NVML names) and exit")
-    p.add_argument("--count", type=_positive_int, help="number of cards of a single --gpu (default TP × PP)")
+    p.add_argument("--count", type=_counts, action="extend",
+                   help="number of cards of a single --gpu (default TP × PP); with --from-run one or more "
+                        "counts to predict (--count 4,8 or --count 4 --count 8)")
+    p.add_argument("--from-run", type=int, metavar="ID",
+                   help="what-if: predict run ID's verdict (users at its SLO, output tok/s, scaling, cost per M "
+                        "tokens) for the same model on other cards — each --gpu kind × each --count (default: the "
+                        "run's own), from its calibration (vllm-dyno calibrate) or the sim's parameters")
     p.add_argument("--busy-gib", type=float, default=0.0, help="GiB other processes hold on each given card")
     p.add_argument("--prompt-tokens", type=int, default=512)
     p.add_argument("--output-tokens", type=int, default=128)
@@ -98,8 +109,9 @@ def _cards(a: argparse.Namespace, world: int):
     from app.planner.cards import NoGpuFound, cards_for
     from app.planner.gpus import UnknownGpuError
 
+    count = a.count[0] if a.count else None
     try:
-        return cards_for(engine="vllm", gpu=a.gpu or None, count=(a.count or world) if len(a.gpu) == 1 else None,
+        return cards_for(engine="vllm", gpu=a.gpu or None, count=(count or world) if len(a.gpu) == 1 else None,
                          busy_gib=a.busy_gib)
     except NoGpuFound as e:
         raise SystemExit(f"error: {e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
@@ -161,7 +173,42 @@ def workload_from_args(a: argparse.Namespace):
                     a.warmup_seconds, a.step_seconds, None if slo.is_empty() else slo)
 
 
+def cmd_what_if(a: argparse.Namespace) -> int:
+    """``plan --from-run ID``: the what-if table (or JSON) of :func:`app.whatif.what_if`."""
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from pydantic import ValidationError
+    from app.loadgen.spec import SLO
+    from app.settings import load_settings
+    from app.store import RunStore
+    from app.whatif import WhatIfError, what_if
+
+    try:
+        slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
+    except ValidationError:
+        print("error: --slo-ttft-p99/--slo-tpot-p99/--slo-e2e-p99: give bounds > 0 seconds", file=sys.stderr)
+        return 2
+    targets = [(g, n) for g in (a.gpu or [None]) for n in (a.count or [None])]
+    try:
+        with RunStore() as store:
+            wi = what_if(store, a.from_run, targets, load_settings().pricing, slo)
+    except WhatIfError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(wi.as_dict(), indent=1, default=str) if a.json else wi.table())
+    return 0
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
+    if a.from_run is not None:
+        return cmd_what_if(a)
+    if not a.model:
+        print("error: give --model (a local model, a Hugging Face id or a catalog id), or --from-run ID",
+              file=sys.stderr)
+        return 2
+    if a.count and len(a.count) > 1:
+        print(f"error: --count {','.join(map(str, a.count))}: several counts are a what-if's; add --from-run ID "
+              "(or give one --count)", file=sys.stderr)
+        return 2
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.models import ModelNotFoundError, resolve_model
     from app.planner.plan import plan

@@ -29,6 +29,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -115,7 +116,8 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
     return st, recs
 
 
-def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec) -> PredictedRamp:
+def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
+         levels: tuple[float, ...] | None = None) -> PredictedRamp:
     if spec.mode != "concurrency":
         raise ValueError("the engine predicts closed-loop concurrency ramps only (mode: concurrency)")
     sampler = LengthSampler.of(spec)
@@ -125,7 +127,11 @@ def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec) -> Predicte
     idx = 0
     while True:
         repeat = 0
-        if spec.search is not None:
+        if levels is not None:  # given levels, in order, with the spec's level shape
+            if idx >= len(levels):
+                break
+            level = levels[idx]
+        elif spec.search is not None:
             nxt = search_levels(spec.search, judged, spec.mode)
             if nxt is None:
                 break
@@ -142,7 +148,7 @@ def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec) -> Predicte
             judged.append((repeat, level, level_met(st, spec.slo)))
         idx += 1
     cap = None
-    if spec.search is not None:
+    if spec.search is not None and levels is None:
         cap = capacity_of(steps, records, spec.slo, spec.search, spec.mode, {s.idx: s.repeat for s in steps})
         cap.shape = spec.shape
     return PredictedRamp(steps, records, cap)
@@ -154,20 +160,24 @@ _cache: OrderedDict[tuple[str, EngineLimits, str], PredictedRamp] = OrderedDict(
 _cache_lock = threading.Lock()
 
 
-def predict_ramp(model: StepTimeModel, limits: EngineLimits, spec: RampSpec) -> PredictedRamp:
+def predict_ramp(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
+                 levels: Sequence[float] | None = None) -> PredictedRamp:
     """Run ``spec`` (its levels, or its capacity search) on the engine: every level
     starts on empty schedulers (the load generator drains each level before the next)
-    and the lengths continue from level to level. Results are cached per step model,
-    limits and spec (the last :data:`CACHE_SIZE`); the result is shared: do not change
-    it. Raises ValueError for a rate ramp."""
+    and the lengths continue from level to level. ``levels``: run exactly these, in
+    order, with the spec's level shape (a recorded search's levels again; no capacity).
+    Results are cached per step model, limits, spec and levels (the last
+    :data:`CACHE_SIZE`); the result is shared: do not change it. Raises ValueError for a
+    rate ramp."""
     spec = spec.model_copy(update={"url": "http://127.0.0.1:8000", "model": None})  # not part of the answer
-    key = (repr(model), limits, spec.model_dump_json())
+    lv = tuple(float(x) for x in levels) if levels is not None else None
+    key = (repr(model), limits, spec.model_dump_json() + repr(lv))
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
             return hit
-    res = _run(model, limits, spec)
+    res = _run(model, limits, spec, lv)
     with _cache_lock:
         _cache[key] = res
         while len(_cache) > CACHE_SIZE:
