@@ -25,6 +25,7 @@ from app.planner.plan import Workload, plan
 from app.planner.predict import EngineLimits, predict_ramp
 from app.profiles.io import read_profile
 from app.sim import model_adapter as ma
+from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "profiles" / "sim-demo-8x-rtx-4090-llama-3-70b-awq.yaml"
@@ -230,3 +231,37 @@ def test_predicted_users_at_slo_match_the_simulated_rig(tmp_path, capsys):
         inside = meas <= pred <= (nxt if nxt is not None else math.inf)
         assert within or inside, f"{name}: predicted {pred:g} users, measured {meas:g} (next broke at {nxt})\n" + \
             "\n".join(table)
+
+
+# ------------------------------------------------------------------ the Plan tab
+def test_plan_tab_predicts_the_ramp_tabs_ramp_and_slo(main_window, qtbot):
+    """The window's plan follows the Ramp tab: its levels, warm-up and SLO reach the
+    planner (RampPanel.plan_ramp → PlanInputs.ramp → Workload.from_ramp), the Plan tab
+    states the predicted users at that SLO and plots the predicted p99s with the bounds;
+    a tighter TTFT bound predicts fewer users; no SLO, no such line."""
+    w = main_window
+
+    def settled():
+        return w.plan is not None and not w.planner.busy and not w.planner._timer.isActive()
+
+    r = w.ramp
+    r.levels.setText("1,2,4,8")
+    r.warmup.setValue(2)
+    r.slo_ttft.setValue(2000)
+    r.slo_tpot.setValue(100)
+    pump(qtbot, lambda: settled() and w.plan.workload.slo == SLO(ttft_p99=2.0, tpot_p99=0.1)
+         and w.plan.capacity is not None, 60, "the demo's plan with the Ramp tab's SLO")
+    p = w.plan
+    assert [pt.concurrency for pt in p.curve.points] == [1, 2, 4, 8] and p.workload.warmup_s == 2
+    users = p.predicted_users_at_slo
+    assert users >= 1 and f"predicted {users:g} users at TTFT p99 ≤ 2 s" in w.plan_panel.verdict.text()
+    assert "Predicted users at SLO" in w.plan_panel.figures.text()
+    assert w.plan_panel.slo_lines["ttft_p99"].isVisible() and len(w.plan_panel.ttft_item.getData()[0]) == 4
+    r.slo_ttft.setValue(700)
+    pump(qtbot, lambda: settled() and w.plan.workload.slo.ttft_p99 == 0.7, 60, "a tighter TTFT bound re-plans")
+    assert w.plan.predicted_users_at_slo < users
+    r.slo_ttft.setValue(0)
+    r.slo_tpot.setValue(0)
+    pump(qtbot, lambda: settled() and w.plan.workload.slo is None, 60, "no SLO")
+    assert w.plan.capacity is None and "predicted" not in w.plan_panel.verdict.text()
+    assert "set a TTFT or TPOT p99 bound" in w.plan_panel.figures.text()

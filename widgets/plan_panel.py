@@ -34,6 +34,7 @@ from app.planner.pcie import read_host_pcie
 from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
 from app.planner.plan import Workload, fix_to_flags, plan
 from app.planner.render import users_at_slo_text
+from app.sim.model_adapter import VLLM_RULES as SIM_VLLM_RULES
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
 
@@ -83,8 +84,10 @@ def compute_plan(inp: PlanInputs):
                      readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
     wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
                                                                                 inp.levels)
+    if sim:  # planned as the sim plans its rig: its vLLM rules and its (default) step-time parameters
+        return plan(cfg, gpus, model, wl, SIM_VLLM_RULES, use_calibration=False)
     # this machine's IOMMU matters to its own cards only (not to a sim rig)
-    host = read_host_pcie() if not sim and inp.readings else None
+    host = read_host_pcie() if inp.readings else None
     try:
         return plan(cfg, gpus, model, wl, inp.vllm_version, host=host)
     except ImportError:  # no calibration module in this build

@@ -86,13 +86,7 @@ def plan_profile(profile: Profile, vllm_version: str | None = None):
     if hw is None:
         return None
     cfg = profile.server_config()
-    r = profile.ramp
-
-    def hi(x):
-        return x[1] if isinstance(x, tuple) else x
-
-    levels = tuple(int(x) for x in r.levels) if r.mode == "concurrency" and r.levels else None
-    wl = Workload(prompt_tokens=hi(r.prompt_tokens), output_tokens=hi(r.output_tokens), levels=levels)
+    wl = Workload.from_ramp(profile.ramp)  # the ramp's levels, lengths, warm-up and SLO are predicted
     return plan(cfg, hw.planner_cards(), resolve_model(cfg.model), wl, vllm_version=vllm_version)
 
 
