@@ -192,3 +192,25 @@ def test_cli_refuses_a_search_without_an_slo():
     r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--levels", "1,2", "--repeat", "3"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--find-capacity" in r.stderr
+
+
+def test_a_search_level_measures_once_each_user_has_finished_a_request():
+    """The first requests of a closed-loop level go out together; a search level's
+    window opens only when each of its users has finished one (the start-up burst is
+    warm-up), and the requests judged are those sent after."""
+    from app.loadgen.generator import run_ramp
+    from tests.loadgen_server import Script, ScriptedServer
+
+    with ScriptedServer(Script(ttft=0.3, itl=0.01)) as srv:
+        spec = RampSpec(url=srv.url, model="scripted", levels=[4], step_seconds=2.0, prompt_tokens=8,
+                        output_tokens=10, length_spread=0, settle=True)
+        res = run_ramp(spec, timeout=60)
+    st = res.steps[0]
+    first = sorted(res.records, key=lambda r: r.t_start)[:4]  # the burst: sent together at the level's start
+    assert max(r.t_start for r in first) - min(r.t_start for r in first) < 0.1
+    assert st.window_start >= min(r.t_end for r in first) - 1e-6  # not before a user finished its first request
+    assert st.window_start >= sorted(r.t_end for r in res.records)[3] - 0.05  # …and all four had
+    assert st.n_measured == sum(1 for r in res.records if r.t_start >= st.window_start) > 0
+    assert all(r.t_start < st.window_start for r in first)
+    assert spec.settles and not RampSpec(levels=[1]).settles
+    assert RampSpec(search=CapacitySearch(), slo=SLO(ttft_p99=1)).settles

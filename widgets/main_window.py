@@ -783,10 +783,13 @@ class MainWindow(QMainWindow):
         self.run_label.setText(f"ramp: {res.status}{knee}")
         run = f" · recorded as run #{res.run_id}" if getattr(res, "run_id", None) is not None else ""
         self.results.summary.setText(f"<b>Ramp {res.status}</b>: {reason}{knee}{run}")
+        self.results.set_verdict(getattr(res, "verdict", None))
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
-        if res.knee or res.steps:
+        if getattr(res, "verdict", None) is not None:
+            self.tabs.setCurrentWidget(self.results)  # the answer first
+        elif res.knee or res.steps:
             self.tabs.setCurrentWidget(self.curves)
         self._update_controls()
 
