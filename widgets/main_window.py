@@ -729,7 +729,7 @@ class MainWindow(QMainWindow):
             return
         self.results.clear()
         self.curves.set_measured([])
-        self.run_bar.setRange(0, len(spec.levels))
+        self.run_bar.setRange(0, 0 if spec.search is not None else len(spec.levels))  # a search: busy
         self.run_bar.setValue(0)
         self.run_bar.show()
         self.run_label.setText("ramp: starting")
@@ -759,8 +759,9 @@ class MainWindow(QMainWindow):
         self.controller.abort_ramp()
 
     def _on_level_started(self, ev: dict) -> None:
-        n = len(self.controller.ramp_spec.levels) if self.controller.ramp_spec else 0
-        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}/{n} (concurrency {ev.get('level', 0):g})")
+        spec = self.controller.ramp_spec
+        of = "" if spec is None or spec.search is not None else f"/{len(spec.levels)}"  # a search: open-ended
+        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}{of} (concurrency {ev.get('level', 0):g})")
 
     def _on_level_done(self, st) -> None:
         self.ramp.level_done(st)

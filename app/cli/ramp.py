@@ -45,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=int, default=1, help="capacity search: run it N times (mean and spread)")
     p.add_argument("--min-requests", type=int,
                    help="capacity search: completed requests each level is judged on (default 100: a p99 from "
-                        "fewer is marked); --step-seconds is then the time cap (default 300)")
+                        "fewer is marked); --step-seconds is then the time cap (default 600)")
     p.add_argument("--max-concurrency", type=int, help="rate mode: cap on requests in flight")
     p.add_argument("--step-seconds", type=float, help="measured seconds per level (default 20 unless "
                                                       "--requests-per-level is given)")
@@ -108,7 +108,7 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
             raise ValueError("a capacity search needs an SLO to judge levels on: give --slo-ttft-p99, "
                              "--slo-tpot-p99, --slo-e2e-p99 and/or --slo-failure-rate")
         kw["requests_per_level"] = a.min_requests or a.requests_per_level or 100
-        kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 300.0
+        kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 600.0
         kw["search"] = {"start": a.start or 1.0, "max_level": a.max_users, "resolution": a.resolution,
                         "repeat": a.repeat}
         if a.find_rate:
