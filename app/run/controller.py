@@ -739,6 +739,16 @@ class RunController:
         if self.failure is not None and r.gen is not None:
             r.gen.abort()
 
+    def _ended_by_server(self, r: _Ramp, res, status: str) -> bool:
+        """Whether a ramp's end may be the server's doing: it failed, or stopped on a
+        failure-rate or generator error — not an abort asked for by the user, and not a
+        pre-flight failure with no request sent (an unreachable URL is not a death)."""
+        if self.failure is not None:
+            return status not in OK_STATUSES
+        if status in OK_STATUSES or (status == "aborted" and r.abort_reason):
+            return False
+        return bool(res.records)
+
     def _outcome(self, r: _Ramp, res, k: float) -> RampOutcome:
         """The generator's result → the ramp's outcome in rig seconds."""
         with r.lock:
@@ -746,8 +756,7 @@ class RunController:
         status, reason = res.status, res.stop_reason or (res.error or "")
         if r.safety_reason:
             status, reason = "safety", r.safety_reason
-        elif status not in OK_STATUSES and not (status == "aborted" and r.abort_reason and self.failure is None) \
-                and self._server_died(list(res.records), reason):
+        elif self._ended_by_server(r, res, status) and self._server_died(list(res.records), reason):
             status, reason = "server_failed", self.failure_text
         elif status == "aborted" and r.abort_reason:
             reason = r.abort_reason

@@ -161,8 +161,10 @@ class Supervisor:
 
     @property
     def was_ready(self) -> bool:
-        """True once the server has been ready (``/health`` 200), even after it failed."""
-        return self._ready.is_set()
+        """True once the server has been ready — ``/health`` 200, or uvicorn's
+        ``Application startup complete.`` (a request can reach it, and kill the engine,
+        before this supervisor's next ``/health`` check) — even after it failed."""
+        return self._ready.is_set() or self.parser.facts.ready
 
     @property
     def exited(self) -> bool:
@@ -326,7 +328,7 @@ class Supervisor:
             if _ERROR_RE.search(line) and not _ACCESS_RE.search(line):
                 msg = line.strip()
                 break
-        if self._ready.is_set():
+        if self.was_ready:
             said = f" after /health answered {self.dead_health}" if self.dead_health else ""
             reason = f"the server was ready, then exited with code {rc}{said}: its engine died"
         else:
