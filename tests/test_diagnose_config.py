@@ -123,7 +123,9 @@ def _value_error_line(text: str) -> str:
     (TP_032, "tp_not_divisor_of_heads", {"tensor_parallel_size": 2}),
     (BATCHED_032, "batched_tokens_below_num_seqs", {"max_num_batched_tokens": 256}),
     (WORLD_033, "not_enough_gpus", {"tensor_parallel_size": 2}),
-], ids=["ModelConfig-max_model_len", "VllmConfig-tp", "SchedulerConfig-batched", "ParallelConfig-world-3-lines"])
+    (AWQ_032, "quantization_mismatch", {"quantization": None}),
+], ids=["ModelConfig-max_model_len", "VllmConfig-tp", "SchedulerConfig-batched", "ParallelConfig-world-3-lines",
+        "VllmConfig-awq-unquantized"])
 def test_a_known_message_inside_value_error_takes_its_rule(log, problem, fix):
     d = diagnose_text(log)
     assert d.problem == problem and d.fix == fix
@@ -133,14 +135,13 @@ def test_a_known_message_inside_value_error_takes_its_rule(log, problem, fix):
 
 
 @pytest.mark.parametrize("log, cls, said", [
-    (AWQ_032, "VllmConfig", "Cannot find the config file for awq"),
     (GMU_011, "CacheConfig", "GPU memory utilization must be less than 1.0. Got 1.5"),
     (GMU_032, "CacheConfig", "gpu_memory_utilization: Input should be less than or equal to 1"),
     (ASSERT_032, "VllmConfig", "Invalid compile range endpoint: 0"),
     (NIXL_032, "VllmConfig", "decode_context_parallel_size=2 must be 1 or equal to the NIXL transfer parallel size=4"),
     (SCHED_011, "SchedulerConfig", "max_num_batched_tokens (2048) is smaller than max_model_len (4096). This "
                                    "effectively limits the maximum sequence length"),
-], ids=["0.32-VllmConfig-awq", "0.11-CacheConfig-value-error", "0.32-CacheConfig-field", "0.32-assertion",
+], ids=["0.11-CacheConfig-value-error", "0.32-CacheConfig-field", "0.32-assertion",
         "0.32-assertion-nixl", "0.11-engine-prefixed"])
 def test_an_unknown_config_error_is_shown_in_vllms_words(log, cls, said):
     d = diagnose_text(log)
@@ -218,8 +219,9 @@ def test_evidence_text_drops_the_pydantic_tail_only():
 
 def test_cli_diagnose_shows_the_cause(tmp_path, capsys):
     log = tmp_path / "vllm.log"
-    log.write_text(AWQ_032)
+    log.write_text(NIXL_032)
     assert main(["diagnose", str(log), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["problem"] == "invalid_config" and out["fix"] == {}
-    assert "Cannot find the config file for awq" in out["explanation"] and out["after_ready"] is False
+    assert out["problem"] == "invalid_config" and out["fix"] == {} and out["after_ready"] is False
+    assert "decode_context_parallel_size=2 must be 1 or equal to the NIXL transfer parallel size=4" in out["explanation"]
+    assert out["evidence"][0] == _value_error_line(NIXL_032)

@@ -31,7 +31,8 @@ def _marked(pane, n: int) -> list[str]:
 
 
 def test_a_config_refusal_scrolls_the_log_to_the_value_error_line(main_window, qtbot):
-    """vLLM 0.32's ValidationError for VllmConfig (tests/test_diagnose_config.py AWQ_032) at the
+    """vLLM 0.32's ValidationError for VllmConfig (tests/test_diagnose_config.py AWQ_032: awq on an
+    unquantized checkpoint, the quantization_mismatch rule reads vLLM's message inside it) at the
     end of a long log: the launch fails, the Log tab scrolls the `Value error, …` line into view
     and marks it; the banner shows vLLM's words without the [type=…] tail."""
     w = main_window
@@ -41,7 +42,7 @@ def test_a_config_refusal_scrolls_the_log_to_the_value_error_line(main_window, q
     for line in log:
         core.on_line("stderr", line, 0.0)
     diag = diagnose(log, after_ready=False)
-    assert diag.problem == "invalid_config"
+    assert diag.problem == "quantization_mismatch"
     core.on_launch_failed("the server exited with code 1 during startup", diag)
     pump(qtbot, lambda: w.banner.isVisible(), 5, "the banner")
     pane = w.log_pane
@@ -53,7 +54,7 @@ def test_a_config_refusal_scrolls_the_log_to_the_value_error_line(main_window, q
     assert EVIDENCE_COLOR in _marked(pane, cause)
     header = log.index("pydantic_core._pydantic_core.ValidationError: 1 validation error for VllmConfig")
     assert _marked(pane, header)  # the header naming the class is marked too
-    assert "Launch failed — invalid_config" in w.banner.title.text()
+    assert "Launch failed — quantization_mismatch" in w.banner.title.text()
     assert "Cannot find the config file for awq" in w.banner.evidence.text()
     assert "[type=" not in w.banner.evidence.text() and "input_value" not in w.banner.evidence.text()
     # scrolled away, then Show in log brings it back
