@@ -150,31 +150,39 @@ def test_an_unknown_config_error_is_shown_in_vllms_words(log, cls, said):
     # vLLM's message only: not pydantic's kind, tail or link
     for noise in ("Value error,", "Assertion failed,", "[type=", "input_value", "errors.pydantic.dev"):
         assert noise not in d.explanation
-    assert d.evidence[0] == _value_error_line(log)
-    assert d.evidence[1].endswith(f"validation error for {cls}")
+    # the cause first (a field's error: the field's name, then pydantic's message), the header naming the class last
+    lines = log.splitlines()
+    at = lines.index(_value_error_line(log))
+    field_error = not lines[at - 1].startswith(" ") and "validation error" not in lines[at - 1]
+    first = [lines[at - 1], lines[at]] if field_error else [lines[at]]
+    assert d.evidence[:len(first)] == first and d.evidence[len(first)].endswith(f"validation error for {cls}")
+    assert d.evidence[len(first) + 1:] in ([], [lines[-1]])  # and the wrapper after it, where there is one
+    assert "initialization failed" in lines[-1] or d.evidence[len(first) + 1:] == []
     assert not d.after_ready
 
 
 def test_several_errors_are_all_named_in_order():
     d = diagnose_text(PARALLEL_TWO_032)
-    assert d.problem == "invalid_config" and "ParallelConfig" in d.explanation and "2 errors" in d.explanation
+    assert d.problem == "invalid_config" and "(ParallelConfig, 2 validation errors)" in d.explanation
     assert d.explanation.index("pipeline_parallel_size: Input should be greater than or equal to 1") < \
         d.explanation.index("tensor_parallel_size: Input should be greater than or equal to 1")
-    assert [l.strip() for l in d.evidence] == [
-        "Input should be greater than or equal to 1 [type=greater_than_equal, input_value=0, input_type=int]"] * 2 + [
-        "pydantic_core._pydantic_core.ValidationError: 2 validation errors for ParallelConfig"]
+    # each field's name and message (the field first: the Log tab scrolls to it), then the header
+    said = "  Input should be greater than or equal to 1 [type=greater_than_equal, input_value=0, input_type=int]"
+    assert d.evidence == ["pipeline_parallel_size", said, "tensor_parallel_size", said,
+                          "pydantic_core._pydantic_core.ValidationError: 2 validation errors for ParallelConfig"]
 
 
 def test_the_block_parser_reads_locations_multiline_messages_and_its_extent():
     msgs = PARALLEL_TWO_032.splitlines()
     b = validation_block(msgs, 4)  # the second error's location line
     assert (b.cls, b.header, b.end) == ("ParallelConfig", 0, 6)
-    assert [(e.loc, e.message, e.line) for e in b.errors] == [
-        ("pipeline_parallel_size", "Input should be greater than or equal to 1", 2),
-        ("tensor_parallel_size", "Input should be greater than or equal to 1", 5)]
+    assert [(e.loc, e.message, e.line, e.loc_line) for e in b.errors] == [
+        ("pipeline_parallel_size", "Input should be greater than or equal to 1", 2, 1),
+        ("tensor_parallel_size", "Input should be greater than or equal to 1", 5, 4)]
     w = WORLD_033.splitlines()
     e, = validation_block(w, 2).errors
-    assert e.loc is None and e.line == 1 and e.message.endswith("- multiprocessing, set '--nnodes' appropriately.")
+    assert e.loc is None and e.loc_line is None and e.line == 1
+    assert e.message.endswith("- multiprocessing, set '--nnodes' appropriately.")
     # a line outside any block, and the line after one, belong to none
     assert validation_block(["INFO all good"], 0) is None
     assert validation_block(msgs + ["INFO next"], 7) is None

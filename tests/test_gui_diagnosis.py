@@ -108,3 +108,24 @@ def test_an_engine_that_dies_after_ready_is_shown_as_such(sim_window, qtbot):
         "RuntimeError: CUDA error: an illegal memory access was encountered")
     pump(qtbot, lambda: not w.controller.ramp_running, 30, "the ramp ends")
     assert "server_failed" in w.run_label.text(), w.run_label.text()
+
+
+def test_evidence_that_repeats_a_line_marks_each_one(gui_guard, qtbot):
+    """Two field errors with the same message (tests/test_diagnose_config.py PARALLEL_TWO_032):
+    both message lines and both field names are marked, the first field's name is the cause."""
+    from tests.test_diagnose_config import PARALLEL_TWO_032
+    from widgets.log_pane import EVIDENCE_OTHER_COLOR, LogPane
+
+    log = PARALLEL_TWO_032.splitlines()
+    feed = [[(0.0, "stderr", l) for l in log]]
+    pane = LogPane(lambda: feed.pop() if feed else [])
+    qtbot.addWidget(pane)
+    pane.show()
+    pane.pull()
+    d = diagnose(log)
+    assert pane.show_evidence(d.evidence)
+    assert pane.evidence_line() == 1  # "pipeline_parallel_size"
+    marked = {s.cursor.blockNumber(): s.format.background().color().name() for s in pane.view.extraSelections()}
+    assert marked == {1: EVIDENCE_COLOR, 2: EVIDENCE_OTHER_COLOR, 4: EVIDENCE_OTHER_COLOR, 5: EVIDENCE_OTHER_COLOR,
+                      0: EVIDENCE_OTHER_COLOR}
+    pane.close()

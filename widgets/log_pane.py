@@ -186,19 +186,21 @@ class LogPane(QWidget):
     def _apply_selections(self) -> None:
         self.view.setExtraSelections(self._evidence_sels + self._search_sels)
 
-    def _find_block(self, line: str):
-        """The last block of the view whose text is ``line`` (else contains it), or None."""
+    def _find_block(self, line: str, used: set[int]):
+        """The last block of the view whose text is ``line`` (else contains it) and whose
+        number is not in ``used`` (evidence can repeat a line: two fields, one message), or None."""
         doc = self.view.document()
         want = line.rstrip("\r\n")
         part = want.strip()
         loose = None
         b = doc.lastBlock()
         while b.isValid():
-            t = b.text()
-            if t == want:
-                return b
-            if loose is None and part and part in t:
-                loose = b
+            if b.blockNumber() not in used:
+                t = b.text()
+                if t == want:
+                    return b
+                if loose is None and part and part in t:
+                    loose = b
             b = b.previous()
         return loose
 
@@ -208,11 +210,12 @@ class LogPane(QWidget):
         that later lines do not scroll it away. False when the cause is not in the view."""
         self._evidence = list(evidence)
         self._evidence_sels = []
-        cause = None
+        cause, used = None, set()
         for k, line in enumerate(evidence):
-            b = self._find_block(line)
+            b = self._find_block(line, used)
             if b is None:
                 continue
+            used.add(b.blockNumber())
             sel = QTextEdit.ExtraSelection()
             sel.cursor = QTextCursor(b)
             fmt = QTextCharFormat()

@@ -379,11 +379,12 @@ class ConfigError:
     """One error of a pydantic ValidationError: ``loc`` the field (None for a check of the
     whole class, vLLM's ``__post_init__``/validators), ``message`` vLLM's or pydantic's
     words without the ``Value error, `` kind and the ``[type=…]`` tail, ``line`` the index
-    of its first line."""
+    of its message's first line, ``loc_line`` that of the location line (None without)."""
 
     loc: str | None
     message: str
     line: int
+    loc_line: int | None = None
 
 
 @dataclass
@@ -407,7 +408,7 @@ def validation_block(msgs: list[str], i: int) -> ValidationBlock | None:
     else:
         return None
     count, errors = int(m.group(1)), []
-    loc, buf, start, j, end = None, [], h, h + 1, h
+    loc, loc_at, buf, start, j, end = None, None, [], h, h + 1, h
     while j < len(msgs) and len(errors) < count and j - h <= 60 * count:
         t = msgs[j]
         if _PYD_URL.match(t):
@@ -415,7 +416,7 @@ def validation_block(msgs: list[str], i: int) -> ValidationBlock | None:
         else:
             tail = _PYD_TAIL.search(t)
             if tail is None and not buf and not t.startswith(" "):
-                loc, end = t.strip() or None, j  # the field's location line
+                loc, loc_at, end = t.strip() or None, j, j  # the field's location line
             else:
                 if not buf:
                     start = j
@@ -423,8 +424,8 @@ def validation_block(msgs: list[str], i: int) -> ValidationBlock | None:
                 end = j
                 if tail is not None:
                     text = _PYD_KIND.sub("", " ".join(x.strip() for x in buf if x.strip()), count=1)
-                    errors.append(ConfigError(loc, text.strip(), start))
-                    loc, buf = None, []
+                    errors.append(ConfigError(loc, text.strip(), start, loc_at if loc else None))
+                    loc, loc_at, buf = None, None, []
         j += 1
     if j < len(msgs) and _PYD_URL.match(msgs[j]):
         end = j
@@ -443,9 +444,9 @@ def _r_invalid_config(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     b = validation_block(c.lines, c.at)
     errs = b.errors if b is not None else []
     said = "; ".join((f"{e.loc}: " if e.loc else "") + e.message.rstrip(".") for e in errs) or "see the log"
-    n = f"{len(errs)} errors" if len(errs) > 1 else "error"
-    return (f"vLLM refused the configuration ({m.group(2)} validation {n}): {said}. Change the option it names "
-            f"and launch again.", {})
+    n = f"{len(errs)} validation errors" if len(errs) > 1 else "validation error"
+    return (f"vLLM refused the configuration ({m.group(2)}, {n}): {said}. Change the option it names and launch "
+            f"again.", {})
 
 
 def _r_attention(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
@@ -722,11 +723,14 @@ def _after_ready(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple | Non
 
 
 def _evidence(lines: list[str], msgs: list[str], i: int) -> list[str]:
-    """The cause line; for an error inside a pydantic ValidationError, every error's first
-    line and the header naming the class; then a wrapper or death line after it, if any."""
+    """The cause line; for a pydantic ValidationError (its header matched), every error's
+    location line (a field's name) and first message line, then the header naming the
+    class; for a message inside one, that line and the header; then a wrapper or death
+    line after it, if any."""
     b = validation_block(msgs, i)
     if b is not None:
-        own = [e.line for e in b.errors] if _PYD_HEADER.match(msgs[i]) else [i]
+        own = ([j for e in b.errors for j in (e.loc_line, e.line) if j is not None] if _PYD_HEADER.match(msgs[i])
+               else [i])
         ev = [lines[j] for j in own] + [lines[b.header]]
         after = b.end + 1
     else:
