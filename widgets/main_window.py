@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         self.config.save_profile_requested.connect(self.save_profile_dialog)
         self.plan_panel.apply_fix.connect(self.apply_fix)
         self.banner.apply_fix.connect(self.apply_fix)
+        self.banner.show_evidence.connect(self.show_evidence)
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
         for w in (self.ramp.prompt, self.ramp.output, self.ramp.levels):
@@ -666,8 +667,18 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self.banner.show_failure(reason, diagnosis)
-        self.tabs.setCurrentWidget(self.log_pane)
+        self.log_pane.pull()  # the lines up to the failure are in the controller's buffer already
+        if diagnosis is not None and diagnosis.evidence:
+            self.show_evidence(diagnosis.evidence)
+        else:
+            self.tabs.setCurrentWidget(self.log_pane)
         self._update_controls()
+
+    def show_evidence(self, evidence: list) -> None:
+        """The Log tab, scrolled to the diagnosis's cause line and marking it."""
+        self.tabs.setCurrentWidget(self.log_pane)
+        if not self.log_pane.show_evidence(evidence):
+            self.statusBar().showMessage("The line the diagnosis names is no longer in the Log tab", 8000)
 
     def _on_leftovers(self, left, req) -> None:
         if self._closed:
