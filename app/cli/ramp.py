@@ -186,8 +186,10 @@ class _Progress:
             self.out.flush()
 
 
-def print_result(res, out=sys.stdout, *, slo: bool = True) -> None:
-    """The final table, the knee, a capacity search's answer and the stop reason."""
+def print_result(res, out=None, *, slo: bool = True) -> None:
+    """The final table, the knee, a capacity search's answer and the stop reason, to
+    ``out`` (default: the ``sys.stdout`` of the call, not of the import)."""
+    out = sys.stdout if out is None else out
     if res.steps:
         out.write("\n" + level_table([st.model_dump() for st in res.steps], slo=slo) + "\n")
         for st in res.steps:
