@@ -45,6 +45,8 @@ class RunSeries:
     time_scale: float = 1.0
     power_w: dict[int, float | None] = field(default_factory=dict)  # level idx → W
     j_per_token: dict[int, float | None] = field(default_factory=dict)  # level idx → J/token
+    users_at_slo: float | None = None  # the run's verdict (app.run.verdict), when it had an SLO
+    verdict: str | None = None
 
     def peak(self) -> dict[str, Any] | None:
         """The peak level (:func:`app.loadgen.stats.peak_level`, the one definition)."""
@@ -102,7 +104,9 @@ def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = Non
         s = r.get("summary") or {}
         k = float(s.get("time_scale") or 1.0)
         n = (gpus or {}).get(rid) or gpus_of_run(r)
-        rs = RunSeries(rid, f"#{rid} {r['name']}", n, r["levels"], r["status"], k)
+        v = s.get("verdict") or {}
+        rs = RunSeries(rid, f"#{rid} {r['name']}", n, r["levels"], r["status"], k, users_at_slo=v.get("users"),
+                       verdict=v.get("sentence"))
         power = power_series(store.samples(rid, name="power_w"))
         for d in rs.levels:
             w0, w1 = d.get("window_start"), d.get("window_end")

@@ -33,7 +33,9 @@ class RunNotFound(LookupError):
 
 @dataclass
 class RunRow:
-    """One line of the run list. ``created`` Unix time; ``peak_output_tps`` tokens/s."""
+    """One line of the run list. ``created`` Unix time; ``peak_output_tps`` tokens/s;
+    ``users_at_slo`` and ``verdict`` the run's answer (app.run.verdict; None without an SLO
+    or for runs recorded before verdicts)."""
 
     id: int
     created: float
@@ -43,6 +45,8 @@ class RunRow:
     peak_output_tps: float | None
     peak_level: float | None
     gpu_count: int | None
+    users_at_slo: float | None = None
+    verdict: str | None = None
 
     @property
     def created_text(self) -> str:
@@ -54,8 +58,9 @@ def list_runs(store) -> list[RunRow]:
     out = []
     for r in store.list_runs():
         s = r.get("summary") or {}
+        v = s.get("verdict") or {}
         out.append(RunRow(r["id"], r["created"], r["name"], r["engine"], r["status"], s.get("peak_output_tps"),
-                          s.get("peak_level"), s.get("gpu_count")))
+                          s.get("peak_level"), s.get("gpu_count"), v.get("users"), v.get("sentence")))
     return out
 
 

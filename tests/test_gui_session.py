@@ -71,8 +71,43 @@ def test_launch_ramp_plots_results_stop(sim_window, qtbot):
     assert w.curves.meas_tput.xData is not None and len(w.curves.meas_tput.xData) == 5
     assert w.curves.pred_tput.xData is not None and len(w.curves.pred_tput.xData) > 0
     assert len(w.dashboard.boundaries) == 5
+    # no SLO: the verdict says so (and what to set), above the results
+    assert not w.results.verdict.isHidden() and "No SLO set" in w.results.verdict.text()
     _stop(w, qtbot)
     assert not w.act_ramp.isEnabled() and w.act_launch.isEnabled()
+
+
+def test_find_capacity_through_the_window(sim_window, qtbot):
+    """Find capacity on the demo rig: the search picks its levels, each judged on ≥ 100
+    requests, and the answer is the first thing shown — the verdict above Results."""
+    w = sim_window
+    w.sim_time_scale = 20.0
+    _launch_ready(w, qtbot)
+    w.ramp.levels.setText("64")
+    w.ramp.find.setChecked(True)
+    w.ramp.slo_ttft.setValue(2000)
+    w.ramp.slo_tpot.setValue(100)
+    spec = w.ramp.build_spec(w.controller.url, None)
+    assert spec.search is not None and spec.search.max_level == 64 and spec.requests_per_level == 100
+    assert spec.step_seconds >= 600 and spec.levels == []
+    w.act_ramp.trigger()
+    pump(qtbot, lambda: w.controller.ramp_running, 10, "the search starts")
+    pump(qtbot, lambda: not w.controller.ramp_running, 400, "the search ends")
+    steps = w.results.steps
+    met = [s.level for s in steps if s.slo_met]
+    broke = [s.level for s in steps if not s.slo_met and s.level > max(met, default=0)]
+    assert met and broke and min(broke) - max(met) <= max(1, 0.1 * max(met)), [(s.level, s.slo_met) for s in steps]
+    assert all(s.n_ok >= 100 for s in steps), [(s.level, s.n_ok) for s in steps]
+    assert w.tabs.currentWidget() is w.results and w.results.verdict.isVisible()
+    assert f"{max(met):g} users at your SLO" in w.results.verdict.text()
+    assert w.ramp.levels_list == [s.level for s in steps]  # the probes, as they came
+    _stop(w, qtbot)
+    w.ramp.find.setChecked(False)
+    with pytest.raises(ValueError, match="needs an SLO"):
+        w.ramp.find.setChecked(True)
+        w.ramp.slo_ttft.setValue(0)
+        w.ramp.slo_tpot.setValue(0)
+        w.ramp.build_spec("http://127.0.0.1:1", None)
 
 
 def test_failed_launch_shows_diagnosis_and_apply_fix_relaunches(sim_window, qtbot):

@@ -188,7 +188,8 @@ SERVER_PROC = textwrap.dedent("""
 
 
 def test_server_killed_mid_ramp_cli_exits_nonzero(dyno_home):
-    """The CLI against a server process that is SIGKILLed during the ramp."""
+    """The CLI against a server process that is SIGKILLed during the ramp: a server failure
+    (its /health no longer answers), with the ramp's own stop reason."""
     srv = subprocess.Popen([sys.executable, "-c", SERVER_PROC.format(root=str(ROOT))], stdout=subprocess.PIPE, text=True)
     try:
         port = int(srv.stdout.readline())
@@ -220,9 +221,12 @@ def test_server_killed_mid_ramp_cli_exits_nonzero(dyno_home):
                 p.wait(10)
     assert cli.returncode == 1, (out, err)
     assert "failure rate passed 50%" in err and "disconnected" in err
+    # the server is gone, not only slow: the ramp says so (issue 16, item 9)
+    assert (f"ramp server_failed: the server at http://127.0.0.1:{port} was ready, then it stopped answering "
+            "(/health too): it died or cannot be reached") in out
     with RunStore() as store:
         run = store.list_runs()[0]
-        assert run["status"] == "failed"
+        assert run["status"] == "server_failed"
         reqs = store.requests(run["id"])
         assert sum(r["status"] == "ok" for r in reqs) > 5  # completed records kept
         assert any(r["status"] == "disconnected" for r in reqs)

@@ -121,3 +121,82 @@ def test_a_failed_launch_is_diagnosed_once_with_code_evidence_and_fix():
     assert "Diagnosis: max_model_len_exceeds_model" in ctl.failure_text
     with pytest.raises(RuntimeError, match="no server is ready"):
         ctl.start_ramp(_spec("http://127.0.0.1:1", [1]))
+
+
+def test_an_engine_that_dies_under_a_ramp_fails_the_run_with_the_cause_after_ready(tmp_path):
+    """Issue 16 item 9: the rig's engine dies on its 3rd request (vLLM 0.32's lines, then the
+    API server exits with code 0 as vLLM's does). The run is recorded as server_failed with the
+    post-ready diagnosis (the CUDA error of the engine's traceback), once, and nothing is left."""
+    ev = Events()
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store, listener=ev)
+        try:
+            ctl.launch(LaunchTarget("sim", CFG, sim_args=RIG + ["--sim-engine-dies-at-request", "3"], telemetry=False))
+            assert ctl.wait_ready(60), ctl.failure_text
+            out = ctl.ramp(_spec(ctl.url, [2, 4]), record=RecordSpec(name="dies"), timeout=120)
+            assert ctl.state == State.FAILED
+        finally:
+            assert ctl.close() == []
+        assert out.status == "server_failed" and not out.ok
+        assert out.stop_reason.startswith("the server was ready, then exited with code 0")
+        (reason, diag), = ev.failures
+        assert diag.problem == "engine_runtime_error" and diag.after_ready
+        assert diag.evidence[0].endswith("RuntimeError: CUDA error: an illegal memory access was encountered")
+        assert "Diagnosis: engine_runtime_error — the server was ready, then the engine died on a request" \
+            in out.stop_reason
+        run = store.get_run(out.run_id)
+        assert run["status"] == "server_failed" and run["summary"]["stop_reason"] == out.stop_reason
+        assert any(not r.ok for r in out.records)
+
+
+def test_a_dead_engine_behind_a_live_api_server_is_found_by_health(tmp_path):
+    """With VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1 the API server stays up and answers /health 503:
+    the supervisor's check after ready (no ramp running) fails it and stops the server."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    ev = Events()
+    ctl = RunController(listener=ev)
+    cfg = CFG.model_copy(update={"env": {"VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"}})
+    try:
+        ctl.launch(LaunchTarget("sim", cfg, sim_args=RIG + ["--sim-engine-dies-at-request", "1"], telemetry=False))
+        assert ctl.wait_ready(60), ctl.failure_text
+        ctl.supervisor.ready_health_interval = 0.5
+        req = urllib.request.Request(ctl.url + "/v1/completions", method="POST", headers={"Content-Type": "application/json"},
+                                     data=json.dumps({"model": "q7", "prompt": "hello", "max_tokens": 4}).encode())
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req, timeout=10)
+        assert e.value.code == 500
+        assert "EngineCore encountered an issue" in e.value.read().decode()
+        assert ev.failed.wait(30)
+        assert ctl.state == State.FAILED and ctl.supervisor.failure is not None
+    finally:
+        assert ctl.close() == []
+    (reason, diag), = ev.failures
+    assert reason.startswith("the server was ready, then /health answered 503")
+    assert diag.problem == "engine_runtime_error" and diag.after_ready
+
+
+def test_vllm_dyno_ramp_against_a_server_whose_engine_dies_says_so(capsys):
+    """`vllm-dyno ramp` attaches (the server's log is not its own): the rig's engine dies on the
+    4th request and its API server exits; the ramp ends as server_failed, saying the server was
+    ready and then stopped answering, with what the failed requests said (vLLM's EngineDeadError
+    message), and exits 1."""
+    from app.cli import main
+
+    rig = RunController()
+    try:
+        rig.launch(LaunchTarget("sim", CFG, sim_args=RIG + ["--sim-engine-dies-at-request", "4"], telemetry=False))
+        assert rig.wait_ready(60), rig.failure_text
+        url = rig.url
+        rc = main(["ramp", "--url", url, "--model", "q7", "--levels", "2,4", "--step-seconds", "10",
+                   "--prompt-tokens", "64", "--output-tokens", "16", "--no-store"])
+    finally:
+        rig.close()
+    out, err = capsys.readouterr()
+    assert rc == 1, (out, err)
+    assert f"ramp server_failed: the server at {url} was ready, then " in out
+    assert "Diagnosis: engine_dead — the server was ready, then " in out
+    assert "EngineCore encountered an issue. See stack trace (above) for the root cause." in out
+    assert "its engine died" in out and "vllm-dyno diagnose LOGFILE" in out

@@ -150,3 +150,24 @@ def test_an_slo_stop_is_reported_in_rig_seconds():
     reason = rig_stop_reason("slo_broken", slo_stop_reason(wall), [rig])
     assert reason == "SLO broken at level 8: ttft_p99 3.03 s > 2 s"
     assert rig_stop_reason("done", "all levels done", [rig]) == "all levels done"
+
+
+def test_vllm_dyno_run_records_a_death_after_ready_as_server_failed(tmp_path, monkeypatch, capsys):
+    """Issue 16 item 9: `vllm-dyno run` of a sim profile whose engine dies on the 5th request
+    (the rig's --sim-engine-dies-at-request, added to the profile's rig here): status
+    server_failed with the post-ready diagnosis, printed and recorded, exit 1."""
+    from app.cli import main
+    from app.profiles.model import SimRig
+
+    argv = SimRig.argv
+    monkeypatch.setattr(SimRig, "argv", lambda self: argv(self) + ["--sim-engine-dies-at-request", "5"])
+    prof = tmp_path / "sim.yaml"
+    prof.write_text(SIM)
+    assert main(["run", str(prof)]) == 1
+    out = capsys.readouterr().out
+    assert "status: server_failed — the server was ready, then exited with code 0: its engine died" in out
+    assert "Diagnosis: engine_runtime_error — the server was ready, then the engine died on a request" in out
+    with RunStore() as store:
+        run = store.list_runs()[0]
+        assert run["status"] == "server_failed"
+        assert "RuntimeError: CUDA error: an illegal memory access was encountered" in run["summary"]["stop_reason"]

@@ -53,6 +53,8 @@ def test_sentence_has_every_part():
     bare = verdict_for(steps)
     assert bare.j_per_token is None and bare.cost_per_mtok is None
     assert "J/token" not in bare.sentence and "$" not in bare.sentence and "380 output tok/s" in bare.sentence
+    attached = verdict_for(steps, config=None)  # an attached server: its flags are unknown
+    assert attached.flags == {} and "— 380 output tok/s (" in attached.sentence and "—." not in attached.sentence
 
 
 def test_limits_read_from_the_level_that_broke_it():

@@ -11,6 +11,8 @@ on other counts or kinds of cards (:func:`app.whatif.what_if`), next to the meas
 """
 from __future__ import annotations
 
+import html
+
 from pathlib import Path
 from typing import Any, Callable
 
@@ -386,7 +388,9 @@ class CompareView(QWidget):
             f"<b>{len(c.series)} runs</b> · scaling efficiency vs <b>{base.label}</b> ({base.gpus} GPU"
             f"{'s' if base.gpus != 1 else ''}) at the same level: (tok/s ÷ baseline tok/s) ÷ (GPUs ÷ baseline GPUs)"
             + (" · prices: " + ", ".join(prices) if prices else " · enter a price per GPU-hour or per kWh for the "
-                                                                 "cost per million output tokens"))
+                                                                 "cost per million output tokens")
+            + "".join(f"<br><b>{html.escape(sr.label)}</b>: {html.escape(sr.verdict)}" for sr in c.series
+                      if sr.verdict))
 
     def _label(self, i: int, label: str) -> str:
         s = self.comparison.series[i]

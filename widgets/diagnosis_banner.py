@@ -1,5 +1,6 @@
-"""The banner shown when a launch fails: the explanation, the supporting log lines and
-**Apply fix** (the planner's diagnosis, :func:`app.planner.diagnose.diagnose`)."""
+"""The banner shown when a launch fails, or the server dies after it was ready: the
+explanation, the supporting log lines, **Show in log** and **Apply fix** (the planner's
+diagnosis, :func:`app.planner.diagnose.diagnose`)."""
 from __future__ import annotations
 
 import html
@@ -8,13 +9,16 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
+from app.planner.diagnose import evidence_text
 from app.planner.plan import fix_to_flags
 
 
 class DiagnosisBanner(QFrame):
-    """Hidden until :meth:`show_failure`. ``apply_fix(dict)`` when the user presses it."""
+    """Hidden until :meth:`show_failure`. ``apply_fix(dict)`` when the user presses it;
+    ``show_evidence(list)`` (the evidence lines) for **Show in log**."""
 
     apply_fix = Signal(object)
+    show_evidence = Signal(object)
 
     def __init__(self) -> None:
         super().__init__()
@@ -27,6 +31,11 @@ class DiagnosisBanner(QFrame):
         self.title.setWordWrap(True)
         self.title.setTextInteractionFlags(Qt.TextSelectableByMouse)
         top.addWidget(self.title, 1)
+        self.log_btn = QPushButton("Show in log")
+        self.log_btn.setObjectName("showDiagnosisEvidence")
+        self.log_btn.setToolTip("Scroll the Log tab to the line this diagnosis names")
+        self.log_btn.clicked.connect(self._show)
+        top.addWidget(self.log_btn)
         self.fix_btn = QPushButton("Apply fix")
         self.fix_btn.setObjectName("applyDiagnosisFix")
         self.fix_btn.clicked.connect(self._apply)
@@ -51,10 +60,14 @@ class DiagnosisBanner(QFrame):
             self.title.setText(f"<b>Launch failed.</b> {html.escape(first)}")
             self.evidence.setText("No known cause found in the log; see the Log tab.")
             self.fix_btn.hide()
+            self.log_btn.hide()
         else:
-            self.title.setText(f"<b>Launch failed — {html.escape(diagnosis.problem)}.</b> "
+            what = "The server died after it was ready" if diagnosis.after_ready else "Launch failed"
+            self.title.setText(f"<b>{what} — {html.escape(diagnosis.problem)}.</b> "
                                f"{html.escape(diagnosis.explanation)}")
-            ev = "<br>".join(f"<code>{html.escape(l.strip()[:300])}</code>" for l in diagnosis.evidence[:4])
+            ev = "<br>".join(f"<code>{html.escape(evidence_text(l).strip()[:300])}</code>"
+                             for l in diagnosis.evidence[:4])
+            self.log_btn.setVisible(bool(diagnosis.evidence))
             self.evidence.setText(ev or html.escape(first))
             if diagnosis.fix:
                 self.fix_btn.setToolTip(f"Change the form: {fix_to_flags(diagnosis.fix)}")
@@ -62,6 +75,10 @@ class DiagnosisBanner(QFrame):
             else:
                 self.fix_btn.hide()
         self.show()
+
+    def _show(self) -> None:
+        if self.diagnosis is not None and self.diagnosis.evidence:
+            self.show_evidence.emit(list(self.diagnosis.evidence))
 
     def _apply(self) -> None:
         if self.diagnosis is not None and self.diagnosis.fix:

@@ -35,7 +35,8 @@ from app.loadgen.stats import Knee, StepStats
 from widgets.button_bar import button_bar
 from widgets.results import CurvesView, ResultsTable
 
-RUN_COLUMNS = ["Run", "When", "Name", "Engine", "Status", "Peak out tok/s", "at level", "GPUs"]
+RUN_COLUMNS = ["Run", "When", "Name", "Engine", "Status", "Users at SLO", "Peak out tok/s", "at level", "GPUs"]
+NUMERIC_COLUMNS = (5, 6, 7, 8)
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -129,14 +130,17 @@ class HistoryView(QWidget):
         t.setRowCount(len(self.rows))
         for r, row in enumerate(self.rows):
             vals = [(f"#{row.id}", row.id), (row.created_text, row.created), (row.name, None), (row.engine, None),
-                    (row.status, None), (_num(row.peak_output_tps, ",.0f"), row.peak_output_tps),
+                    (row.status, None), (_num(row.users_at_slo, "g"), row.users_at_slo),
+                    (_num(row.peak_output_tps, ",.0f"), row.peak_output_tps),
                     (_num(row.peak_level, "g"), row.peak_level), (_num(row.gpu_count, "d"), row.gpu_count)]
             for c, (text, num) in enumerate(vals):
-                it = _NumItem(text) if num is not None or c in (5, 6, 7) else QTableWidgetItem(text)
+                it = _NumItem(text) if num is not None or c in NUMERIC_COLUMNS else QTableWidgetItem(text)
                 it.setData(Qt.UserRole, num)
                 if c == 0:
                     it.setData(Qt.UserRole + 1, row.id)
-                if c in (0, 5, 6, 7):
+                if row.verdict:
+                    it.setToolTip(row.verdict)
+                if c in (0, *NUMERIC_COLUMNS):
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 if c == 4 and row.status not in ("done", "slo_broken", "stopped"):
                     it.setForeground(Qt.darkRed)
@@ -199,6 +203,9 @@ class HistoryView(QWidget):
         self.run_label.setText(f"<b>Run #{run_id}</b> {run['name']} · {run['engine']}{hw_text} · "
                                f"<b>{run['status']}</b>{': ' + reason if reason else ''} · {len(steps)} level(s)")
         self.results.summary.setText(f"Run #{run_id}: {run['name']}")
+        self.results.set_verdict(s.get("verdict"))
+        if s.get("verdict"):
+            self.detail.setCurrentWidget(self.results)
         return run
 
     def delete(self, run_ids: list[int]) -> None:

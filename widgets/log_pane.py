@@ -1,7 +1,8 @@
-"""The server log: follow, search, errors highlighted, copy.
+"""The server log: follow, search, errors highlighted, copy, the diagnosis's evidence.
 
 Lines are pulled from a source callable by a 10 Hz timer (never one signal per line);
-the view keeps the last ``max_lines`` lines.
+the view keeps the last ``max_lines`` lines. :meth:`LogPane.show_evidence` scrolls to the
+line a diagnosis names as the cause and marks it (and the other evidence lines).
 """
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ import re
 from typing import Callable
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QColor, QFont, QGuiApplication, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextDocument
+from PySide6.QtGui import (QColor, QFont, QGuiApplication, QSyntaxHighlighter, QTextCharFormat, QTextCursor, QTextDocument,
+                           QTextFormat)
 from PySide6.QtWidgets import (QCheckBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QTextEdit,
                                QVBoxLayout, QWidget)
 
-ERROR_RE = re.compile(r"\bERROR\b|Traceback|Error:|Exception\b|CRITICAL|out of memory|No available memory")
+ERROR_RE = re.compile(r"\bERROR\b|Traceback|Error:|Exception\b|CRITICAL|out of memory|No available memory|"
+                      r"Value error, |Assertion failed, ")  # the last two: pydantic's, vLLM's config refusals
 WARN_RE = re.compile(r"\bWARNING\b|\bWARN\b")
+EVIDENCE_COLOR = "#ffc94d"  # the cause a diagnosis names
+EVIDENCE_OTHER_COLOR = "#ffe9b0"  # its other evidence lines
 
 
 class _Highlighter(QSyntaxHighlighter):
@@ -76,6 +81,9 @@ class LogPane(QWidget):
         v.addWidget(self.view, 1)
         self.lines: list[str] = []
         self.max_lines = max_lines
+        self._evidence: list[str] = []
+        self._evidence_sels: list[QTextEdit.ExtraSelection] = []
+        self._search_sels: list[QTextEdit.ExtraSelection] = []
         self.timer = QTimer(self)
         self.timer.setInterval(100)
         self.timer.timeout.connect(self.pull)
@@ -124,10 +132,14 @@ class LogPane(QWidget):
         self.view.clear()
         self.lines = []
         self.append_lines(lines)
+        if self._evidence:
+            self.show_evidence(self._evidence, scroll=False)
 
     def clear(self) -> None:
         self.lines = []
+        self._evidence, self._evidence_sels = [], []
         self.view.clear()
+        self._apply_selections()
 
     def text(self) -> str:
         return "\n".join(self.lines)
@@ -166,5 +178,66 @@ class LogPane(QWidget):
                 s.format = fmt
                 sels.append(s)
                 cur = doc.find(text, cur)
-        self.view.setExtraSelections(sels)
+        self._search_sels = sels
+        self._apply_selections()
         self.matches.setText(f"{len(sels)} match{'es' if len(sels) != 1 else ''}" if text else "")
+
+    # ------------------------------------------------------------------ evidence
+    def _apply_selections(self) -> None:
+        self.view.setExtraSelections(self._evidence_sels + self._search_sels)
+
+    def _find_block(self, line: str, used: set[int]):
+        """The last block of the view whose text is ``line`` (else contains it) and whose
+        number is not in ``used`` (evidence can repeat a line: two fields, one message), or None."""
+        doc = self.view.document()
+        want = line.rstrip("\r\n")
+        part = want.strip()
+        loose = None
+        b = doc.lastBlock()
+        while b.isValid():
+            if b.blockNumber() not in used:
+                t = b.text()
+                if t == want:
+                    return b
+                if loose is None and part and part in t:
+                    loose = b
+            b = b.previous()
+        return loose
+
+    def show_evidence(self, evidence: list[str], scroll: bool = True) -> bool:
+        """Mark the diagnosis's ``evidence`` lines (the first, the cause, strongest) and
+        scroll so that the cause is in the middle of the view; Follow is turned off so
+        that later lines do not scroll it away. False when the cause is not in the view."""
+        self._evidence = list(evidence)
+        self._evidence_sels = []
+        cause, used = None, set()
+        for k, line in enumerate(evidence):
+            b = self._find_block(line, used)
+            if b is None:
+                continue
+            used.add(b.blockNumber())
+            sel = QTextEdit.ExtraSelection()
+            sel.cursor = QTextCursor(b)
+            fmt = QTextCharFormat()
+            fmt.setBackground(QColor(EVIDENCE_COLOR if k == 0 else EVIDENCE_OTHER_COLOR))
+            fmt.setProperty(QTextFormat.FullWidthSelection, True)
+            if k == 0:
+                fmt.setFontWeight(QFont.Bold)
+                cause = b
+            sel.format = fmt
+            self._evidence_sels.append(sel)
+        self._apply_selections()
+        if cause is None:
+            return False
+        if scroll:
+            self.follow.setChecked(False)
+            self.view.setTextCursor(QTextCursor(cause))
+            self.view.centerCursor()
+        return True
+
+    def evidence_line(self) -> int | None:
+        """The block number of the marked cause (None when nothing is marked)."""
+        for sel in self._evidence_sels:
+            if sel.format.fontWeight() == QFont.Bold:
+                return sel.cursor.blockNumber()
+        return None

@@ -170,6 +170,7 @@ class MainWindow(QMainWindow):
         self.config.save_profile_requested.connect(self.save_profile_dialog)
         self.plan_panel.apply_fix.connect(self.apply_fix)
         self.banner.apply_fix.connect(self.apply_fix)
+        self.banner.show_evidence.connect(self.show_evidence)
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
         self.ramp.shape_changed.connect(self._replan)  # the plan predicts the Ramp tab's ramp and SLO
@@ -665,8 +666,18 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self.banner.show_failure(reason, diagnosis)
-        self.tabs.setCurrentWidget(self.log_pane)
+        self.log_pane.pull()  # the lines up to the failure are in the controller's buffer already
+        if diagnosis is not None and diagnosis.evidence:
+            self.show_evidence(diagnosis.evidence)
+        else:
+            self.tabs.setCurrentWidget(self.log_pane)
         self._update_controls()
+
+    def show_evidence(self, evidence: list) -> None:
+        """The Log tab, scrolled to the diagnosis's cause line and marking it."""
+        self.tabs.setCurrentWidget(self.log_pane)
+        if not self.log_pane.show_evidence(evidence):
+            self.statusBar().showMessage("The line the diagnosis names is no longer in the Log tab", 8000)
 
     def _on_leftovers(self, left, req) -> None:
         if self._closed:
@@ -728,7 +739,7 @@ class MainWindow(QMainWindow):
             return
         self.results.clear()
         self.curves.set_measured([])
-        self.run_bar.setRange(0, len(spec.levels))
+        self.run_bar.setRange(0, 0 if spec.search is not None else len(spec.levels))  # a search: busy
         self.run_bar.setValue(0)
         self.run_bar.show()
         self.run_label.setText("ramp: starting")
@@ -758,8 +769,9 @@ class MainWindow(QMainWindow):
         self.controller.abort_ramp()
 
     def _on_level_started(self, ev: dict) -> None:
-        n = len(self.controller.ramp_spec.levels) if self.controller.ramp_spec else 0
-        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}/{n} (concurrency {ev.get('level', 0):g})")
+        spec = self.controller.ramp_spec
+        of = "" if spec is None or spec.search is not None else f"/{len(spec.levels)}"  # a search: open-ended
+        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}{of} (concurrency {ev.get('level', 0):g})")
 
     def _on_level_done(self, st) -> None:
         self.ramp.level_done(st)
@@ -782,10 +794,13 @@ class MainWindow(QMainWindow):
         self.run_label.setText(f"ramp: {res.status}{knee}")
         run = f" · recorded as run #{res.run_id}" if getattr(res, "run_id", None) is not None else ""
         self.results.summary.setText(f"<b>Ramp {res.status}</b>: {reason}{knee}{run}")
+        self.results.set_verdict(getattr(res, "verdict", None))
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
-        if res.knee or res.steps:
+        if getattr(res, "verdict", None) is not None:
+            self.tabs.setCurrentWidget(self.results)  # the answer first
+        elif res.knee or res.steps:
             self.tabs.setCurrentWidget(self.curves)
         self._update_controls()
 

@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.loadgen.spec import RampSpec, parse_length
+from app.loadgen.spec import CapacitySearch, RampSpec, parse_length
 
 
 def parse_levels(text: str) -> dict[str, Any]:
@@ -38,6 +38,11 @@ def parse_levels(text: str) -> dict[str, Any]:
     if len(nums) == 1 and nums[0] > 1 and "," not in text:
         return {"max_level": int(nums[0])}
     return {"levels": nums}
+
+
+#: Find capacity: the request floor of a level and the least time cap, rig seconds
+SEARCH_MIN_REQUESTS = 100
+SEARCH_MIN_CAP_S = 600.0
 
 
 class RampPanel(QWidget):
@@ -57,6 +62,12 @@ class RampPanel(QWidget):
         self.levels = QLineEdit("1,2,4,8,16,32,64")
         self.levels.setToolTip("Concurrency levels (requests kept in flight), or one maximum N for 1, 2, 4 … N")
         f.addRow("Levels", self.levels)
+        self.find = QCheckBox("Find capacity (search, ≥ 100 requests a level)")
+        self.find.setToolTip("Probe 1, 2, 4 … users up to the Levels' maximum until the SLO breaks, then bisect to "
+                             "10 % or one user. Each level is judged on at least 100 requests sent after each user "
+                             "finished one; the step duration is its time cap (at least "
+                             f"{SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
+        f.addRow("", self.find)
         self.step = QDoubleSpinBox()
         self.step.setRange(1, 3600)
         self.step.setValue(20)
@@ -176,12 +187,20 @@ class RampPanel(QWidget):
             slo["ttft_p99"] = self.slo_ttft.value() / 1000
         if self.slo_tpot.value() > 0:
             slo["tpot_p99"] = self.slo_tpot.value() / 1000
+        if self.find.isChecked():  # the levels' maximum bounds the search
+            if not slo:
+                raise ValueError("Find capacity needs an SLO to judge levels on: set TTFT p99 and/or TPOT p99")
+            top = kw.pop("max_level", None) or max(kw.pop("levels"))
+            kw.pop("levels", None)
+            kw.update(search=CapacitySearch(max_level=int(top)), requests_per_level=SEARCH_MIN_REQUESTS)
         kw.update(url=url, model=model or None, endpoint=self.endpoint.currentText(), step_seconds=self.step.value(),
                   warmup_seconds=self.warmup.value(), prompt_tokens=parse_length(self.prompt.text()),
                   output_tokens=parse_length(self.output.text()), slo=slo,
                   length_spread=0.25 if self.vary.isChecked() else 0.0)
         if self.prompts_file.text().strip():
             kw["prompts_file"] = self.prompts_file.text().strip()
+        if "search" in kw:
+            kw["step_seconds"] = max(kw["step_seconds"], SEARCH_MIN_CAP_S)
         try:
             return RampSpec(**kw)
         except ValidationError as e:
@@ -209,6 +228,10 @@ class RampPanel(QWidget):
             if val is not None:
                 w.setText(f"{val[0]}-{val[1]}" if isinstance(val, (list, tuple)) else str(val))
         self.vary.setChecked(float(ramp.get("length_spread", 0.25) or 0) > 0)
+        search = ramp.get("search")
+        self.find.setChecked(bool(search))
+        if search and search.get("max_level"):
+            self.levels.setText(f"{float(search['max_level']):g}")
         slo = ramp.get("slo") or {}
         self.slo_ttft.setValue((slo.get("ttft_p99") or 0) * 1000)
         self.slo_tpot.setValue((slo.get("tpot_p99") or 0) * 1000)
@@ -228,6 +251,11 @@ class RampPanel(QWidget):
         d["slo"] = {k: v for k, v in (("ttft_p99", self.slo_ttft.value() / 1000 or None),
                                       ("tpot_p99", self.slo_tpot.value() / 1000 or None)) if v}
         d["length_spread"] = 0.25 if self.vary.isChecked() else 0.0
+        if self.find.isChecked():
+            top = d.pop("max_level", None) or max(d.pop("levels"))
+            d.pop("levels", None)
+            d.update(search={"max_level": int(top)}, requests_per_level=SEARCH_MIN_REQUESTS,
+                     step_seconds=max(d["step_seconds"], SEARCH_MIN_CAP_S))
         d["endpoint"] = self.endpoint.currentText()
         if self.prompts_file.text().strip():
             d["prompts_file"] = self.prompts_file.text().strip()
@@ -239,7 +267,7 @@ class RampPanel(QWidget):
         self.spec = spec
         self.done = {}
         self.level_ev = None
-        self.total_bar.setRange(0, len(self.levels_list))
+        self.total_bar.setRange(0, 0 if spec.search is not None else len(self.levels_list))  # a search: busy
         self.total_bar.setValue(0)
         self.level_bar.setValue(0)
         self.timer.start()
@@ -247,6 +275,8 @@ class RampPanel(QWidget):
 
     def level_started(self, ev: dict) -> None:
         self.level_ev = ev
+        if ev.get("idx", 0) >= len(self.levels_list):  # a search chooses its levels as it goes
+            self.levels_list.append(float(ev.get("level", 0)))
         self._render()
 
     def level_done(self, st) -> None:
@@ -281,8 +311,8 @@ class RampPanel(QWidget):
         text = "Levels: " + " ".join(marks) if marks else ""
         if self.level_ev and cur is not None and cur not in self.done:
             el = self.now_fn() - self.level_ev.get("t", 0)
-            text += f"<br>level {cur + 1}/{len(self.levels_list)} (concurrency {self.level_ev.get('level', 0):g}): " \
-                    f"{el:.0f} s"
+            of = "" if getattr(self.spec, "search", None) is not None else f"/{len(self.levels_list)}"
+            text += f"<br>level {cur + 1}{of} (concurrency {self.level_ev.get('level', 0):g}): {el:.0f} s"
         if tail:
             text += "<br>" + tail
         self.progress.setText(text)

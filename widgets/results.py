@@ -3,6 +3,7 @@ as tab-separated text) and the curves view (throughput vs concurrency and TTFT p
 throughput; measurement, the plan's prediction overlaid, the knee marked)."""
 from __future__ import annotations
 
+import html
 import math
 from typing import Any, Callable
 
@@ -22,6 +23,11 @@ from PySide6.QtWidgets import (
 
 from app.loadgen.spec import RampSpec
 from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
+
+
+#: the verdict box above the results table
+VERDICT_STYLE = ("#verdict { background:#e8f1fb; border:1px solid #2f6db5; border-radius:4px; padding:8px; "
+                 "color:#102a43; }")
 
 
 def _ms(x: float | None) -> str:
@@ -62,6 +68,13 @@ class ResultsTable(QWidget):
         self.steps: list[Any] = []
         v = QVBoxLayout(self)
         v.setContentsMargins(4, 4, 4, 4)
+        self.verdict = QLabel()
+        self.verdict.setObjectName("verdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.verdict.setStyleSheet(VERDICT_STYLE)
+        self.verdict.hide()
+        v.addWidget(self.verdict)
         top = QHBoxLayout()
         self.summary = QLabel("No ramp yet: launch a server, then Run ramp.")
         self.summary.setWordWrap(True)
@@ -87,6 +100,23 @@ class ResultsTable(QWidget):
     def clear(self) -> None:
         self.steps = []
         self.table.setRowCount(0)
+        self.set_verdict(None)
+
+    def set_verdict(self, verdict: Any) -> None:
+        """Show the run's answer above the table: a :class:`app.run.verdict.Verdict` or its
+        stored dict (``sentence``, ``users``, ``next_try``); None hides it."""
+        if verdict is None:
+            self.verdict.clear()
+            self.verdict.hide()
+            return
+        get = (lambda k: verdict.get(k)) if isinstance(verdict, dict) else (lambda k: getattr(verdict, k, None))
+        sentence = get("sentence") or ""
+        users = get("users")
+        head = "No SLO set" if users is None else (f"{users:g} users at your SLO" if get("mode") != "rate"
+                                                   else f"{users:.3g} requests/s at your SLO")
+        self.verdict.setText(f"<span style='font-size:15pt; font-weight:600'>{html.escape(head)}</span><br>"
+                             f"{html.escape(sentence)}")
+        self.verdict.show()
 
     def add_step(self, st: Any) -> None:
         self.steps = [s for s in self.steps if s.idx != st.idx] + [st]

@@ -37,6 +37,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
     cur = pricing.currency
     print(f"baseline: {cmp.series[cmp.baseline].label} ({cmp.series[cmp.baseline].gpus} GPUs)")
     for sr in cmp.series:
+        if sr.verdict:
+            print(f"{sr.label}: {sr.verdict}")
+    for sr in cmp.series:
         if not sr.levels:
             print(f"note: {sr.label} has no completed level (status {sr.status}): it has no rows below")
     head = (f"{'run':<28} {'GPUs':>4} {'level':>6} {'tok/s':>9} {'tok/s/GPU':>9} {'TTFT p99':>9} {'scaling':>8} "

@@ -256,7 +256,8 @@ def cmd_diagnose(a: argparse.Namespace) -> int:
         print(json.dumps(None) if a.json else msg)
         return 1
     if a.json:
-        print(json.dumps({"problem": d.problem, "explanation": d.explanation, "fix": d.fix, "evidence": d.evidence}))
+        print(json.dumps({"problem": d.problem, "explanation": d.explanation, "fix": d.fix, "evidence": d.evidence,
+                          "after_ready": d.after_ready}))
     else:
         print(d.summary())
         print("evidence:")

@@ -45,7 +45,7 @@ def register(sub) -> None:
     p.add_argument("--repeat", type=int, default=1, help="capacity search: run it N times (mean and spread)")
     p.add_argument("--min-requests", type=int,
                    help="capacity search: completed requests each level is judged on (default 100: a p99 from "
-                        "fewer is marked); --step-seconds is then the time cap (default 300)")
+                        "fewer is marked); --step-seconds is then the time cap (default 600)")
     p.add_argument("--max-concurrency", type=int, help="rate mode: cap on requests in flight")
     p.add_argument("--step-seconds", type=float, help="measured seconds per level (default 20 unless "
                                                       "--requests-per-level is given)")
@@ -186,8 +186,10 @@ class _Progress:
             self.out.flush()
 
 
-def print_result(res, out=sys.stdout, *, slo: bool = True) -> None:
-    """The final table, the knee, a capacity search's answer and the stop reason."""
+def print_result(res, out=None, *, slo: bool = True) -> None:
+    """The final table, the knee, a capacity search's answer and the stop reason, to
+    ``out`` (default: the ``sys.stdout`` of the call, not of the import)."""
+    out = sys.stdout if out is None else out
     if res.steps:
         out.write("\n" + level_table([st.model_dump() for st in res.steps], slo=slo) + "\n")
         for st in res.steps:

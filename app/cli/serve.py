@@ -36,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-seed", type=int)
     p.add_argument("--sim-calibrated", action="store_true",
                    help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
+    p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
+                   help="sim: the engine dies on the N-th request, as vLLM's does on a fatal error after ready")
     p.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("cleanup", help="list vLLM processes and end the leftovers of vLLM Dyno sessions that are "
@@ -54,6 +56,8 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
             out += [flag, str(v)]
     if getattr(a, "sim_calibrated", False):
         out.append("--sim-calibrated")
+    if getattr(a, "sim_engine_dies_at_request", None) is not None:
+        out += ["--sim-engine-dies-at-request", str(a.sim_engine_dies_at_request)]
     return out
 
 

@@ -7,8 +7,9 @@ the level's start, sending their first requests one after another ``send_gap_s``
 first one alone and the others queue behind it); each sends its next request the moment its previous
 one ends; a request reaches the engine ``request_overhead_s`` after it is sent (HTTP
 and tokenization, the step model's ``t_request_s``); after the warm-up the level counts
-the requests it sends and stops sending at its quota or at ``warmup_s + step_s``,
-whichever comes first; then it drains the requests in flight. The planner turns a
+the requests it sends and stops sending at its quota or ``step_s`` after the
+warm-up, whichever comes first (the warm-up may last until each user has finished a
+request: ``settle_n``); then it drains the requests in flight. The planner turns a
 level's requests into the load generator's own records and statistics
 (:mod:`app.planner.predict`); the fidelity and seed tables (benchmarks/sim_fidelity.py)
 use :func:`closed_loop`.
@@ -56,11 +57,13 @@ class LevelRun:
     sent, in the order sent; ``warmup_end``: when counting began; ``t_stop``: when the
     level stopped sending; ``t_end``: when its last request ended; ``reason``: why it
     stopped sending — ``count`` (the quota of counted requests was sent) or
-    ``duration`` (``warmup_s + step_s`` passed); ``preemptions``: over the level."""
+    ``duration`` (``step_s`` after the warm-up passed); ``deadline``: when it would have
+    stopped by time; ``preemptions``: over the level."""
 
     users: int
     flights: list[Flight]
     warmup_end: float
+    deadline: float
     t_stop: float
     t_end: float
     reason: str
@@ -96,30 +99,40 @@ class _Engine:
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
               step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
-              engines: int = 1, send_gap_s: float = 0.0) -> LevelRun:
+              engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0) -> LevelRun:
     """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
     ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
-    order they are sent; user u sends its first at u·``send_gap_s``. The level stops
-    sending once ``quota`` requests were sent after ``warmup_s`` (None: no quota) or at
-    ``warmup_s + step_s`` (None: no time limit), then drains. Raises ValueError when
-    neither ends the level."""
+    order they are sent; user u sends its first at u·``send_gap_s``. The warm-up ends at
+    ``warmup_s`` or, with ``settle_n``, once ``settle_n`` requests have ended (at least
+    ``warmup_s``; if they have not by ``warmup_s + step_s``, at ``warmup_s``) — the load
+    generator's ``settle``. The level stops sending once ``quota`` requests were sent after
+    the warm-up (None: no quota) or ``step_s`` after it (None: no time limit), then
+    drains. Raises ValueError when neither ends the level."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
     if users < 1 or engines < 1:
         raise ValueError(f"users {users}, engines {engines}: need at least 1 of each")
     engs = [_Engine(make_scheduler()) for _ in range(engines)]
-    deadline = warmup_s + step_s if step_s is not None else math.inf
+    step = step_s if step_s is not None else math.inf
     flights: list[Flight] = []
-    st = {"issued": 0, "stopped": False, "reason": "duration", "t_stop": deadline, "n": 0}
+    st = {"issued": 0, "stopped": False, "reason": "duration", "t_stop": math.inf, "n": 0, "done": 0,
+          "settled": not settle_n, "w0": math.inf if settle_n else warmup_s}
+    st["deadline"] = st["w0"] + step
+
+    def settle(now: float) -> None:
+        st.update(settled=True, w0=max(now, warmup_s))
+        st["deadline"] = st["w0"] + step
 
     def send(uid: int, t: float) -> None:
         """User ``uid`` wants to send at ``t`` (``may_issue`` of the load generator)."""
         if st["stopped"]:
             return
-        if t >= deadline:
-            st.update(stopped=True, reason="duration", t_stop=deadline)
+        if not st["settled"] and t >= warmup_s + step:  # it did not settle in time: the warm-up stands
+            settle(warmup_s)
+        if t >= st["deadline"]:
+            st.update(stopped=True, reason="duration", t_stop=st["deadline"])
             return
-        if quota is not None and t >= warmup_s:
+        if quota is not None and t >= st["w0"]:
             if st["issued"] >= quota:
                 st.update(stopped=True, reason="count", t_stop=t)
                 return
@@ -127,10 +140,17 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         p, o = lengths()
         st["n"] += 1
         arrive = t + request_overhead_s
-        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), send)
+        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), ended)
         f.req.sink = f
         flights.append(f)
         heapq.heappush(engs[uid % engines].pending, (arrive, st["n"], f.req))
+
+    def ended(uid: int, t: float) -> None:
+        """User ``uid``'s request ended at ``t``: count it (settling), then its next."""
+        st["done"] += 1
+        if not st["settled"] and st["done"] >= settle_n:
+            settle(t)
+        send(uid, t)
 
     for u in range(users):
         send(u, u * send_gap_s)
@@ -146,12 +166,14 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             t_end = t
         while e.pending and e.pending[0][0] <= t:
             e.sched.add(heapq.heappop(e.pending)[2])
-        step = e.sched.schedule(t)
-        if step is not None:
-            e.step, e.t = step, t + step.dt
+        step_ = e.sched.schedule(t)
+        if step_ is not None:
+            e.step, e.t = step_, t + step_.dt
+    if not st["settled"]:
+        settle(warmup_s)
     if not st["stopped"]:  # every user's requests ended before the level did (cannot send more)
-        st.update(stopped=True, reason="duration", t_stop=min(deadline, t_end))
-    return LevelRun(users, flights, warmup_s, st["t_stop"], t_end, st["reason"],
+        st.update(stopped=True, reason="duration", t_stop=min(st["deadline"], t_end))
+    return LevelRun(users, flights, st["w0"], st["deadline"], st["t_stop"], t_end, st["reason"],
                     sum(e.sched.num_preemptions for e in engs))
 
 

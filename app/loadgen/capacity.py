@@ -35,7 +35,7 @@ P99_MIN_REQUESTS = 100
 
 #: a search level's time cap when none is given (rig s): the floor of
 #: :data:`P99_MIN_REQUESTS` requests ends it first unless the level is very slow
-SEARCH_STEP_CAP_S = 300.0
+SEARCH_STEP_CAP_S = 600.0
 
 #: bootstrap resamples per level, and the confidence that makes a level surely met
 #: (or surely broken) for the capacity's interval

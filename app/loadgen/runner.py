@@ -138,20 +138,36 @@ class Ramp:
         recs: list[RequestRecord] = []
         self.in_flight = self.max_in_flight = 0
         t_level = time.monotonic()
-        w0 = t_level + spec.warmup_seconds
-        deadline = w0 + spec.step_seconds if spec.step_seconds is not None else math.inf
+        step = spec.step_seconds if spec.step_seconds is not None else math.inf
+        # a closed-loop level settles once each user has finished one request: the first
+        # requests of a level go out together (the previous level drained), and their
+        # prefills queue behind each other — a start-up burst, not the level's steady state
+        settle_n = int(level) if spec.settles and spec.mode == "concurrency" else 0
+        settled = asyncio.Event()
+        win = {"w0": t_level + spec.warmup_seconds}
+        if settle_n:
+            win["w0"] = math.inf
+        else:
+            settled.set()
+        win["deadline"] = win["w0"] + step
         cap = self.ramp_start + spec.max_total_seconds if spec.max_total_seconds else math.inf
         stop = asyncio.Event()
-        state = {"reason": None, "issued": 0, "done_measured": 0, "last_measured_end": None}
+        state = {"reason": None, "issued": 0, "done": 0, "last_measured_end": None}
+
+        def settle(now: float) -> None:
+            """End the warm-up: at ``now``, or ``warmup_seconds`` after the level began if later."""
+            win["w0"] = max(now, t_level + spec.warmup_seconds)
+            win["deadline"] = win["w0"] + step
+            settled.set()
         quota = spec.level_quota(level)
         self.emit_event({"type": "level_start", "idx": idx, "level": level, "mode": spec.mode,
-                         "t": self.rel(t_level), "warmup_end": self.rel(w0)})
+                         "t": self.rel(t_level), "settles": bool(settle_n)})
 
         def may_issue() -> bool:
             """Account for one more request; False when the level should stop sending."""
             if stop.is_set():
                 return False
-            if quota is not None and time.monotonic() >= w0:
+            if quota is not None and time.monotonic() >= win["w0"]:
                 if state["issued"] >= quota:
                     state["reason"] = state["reason"] or "count"
                     stop.set()
@@ -171,7 +187,10 @@ class Ramp:
                 self.in_flight -= 1
             recs.append(rec)
             self.emit_record(rec)
-            if rec.t_start + self.t0 >= w0:
+            state["done"] += 1
+            if not settled.is_set() and state["done"] >= settle_n:
+                settle(time.monotonic())
+            if rec.t_start + self.t0 >= win["w0"]:
                 state["last_measured_end"] = max(state["last_measured_end"] or 0.0, rec.t_end + self.t0)
             if not rec.ok:
                 n_fail = sum(1 for r in recs if not r.ok)
@@ -218,15 +237,34 @@ class Ramp:
 
             arr_task = asyncio.create_task(arrivals())
 
-        # wait for the end of the level: time, count, failures, abort or the total cap
-        end_at = min(deadline, cap)
-        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self.abort.wait())]
-        try:
-            await asyncio.wait(waiters, timeout=max(0.0, end_at - time.monotonic()) if end_at < math.inf else None,
-                               return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
+        # wait for the end of the level: time, count, failures, abort or the total cap; while
+        # a level settles, its window (and so its end) is not known yet — if its users have
+        # not all finished a request within step_seconds, the warm-up ends as configured
+        while True:
+            if not settled.is_set():
+                end_at = min(t_level + spec.warmup_seconds + step, cap)
+            else:
+                end_at = min(win["deadline"], cap)
+            waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self.abort.wait())]
+            if not settled.is_set():
+                waiters.append(asyncio.create_task(settled.wait()))
+            try:
+                done, _ = await asyncio.wait(
+                    waiters, timeout=max(0.0, end_at - time.monotonic()) if end_at < math.inf else None,
+                    return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waiters:
+                    w.cancel()
+            if stop.is_set() or self.abort.is_set():
+                break
+            if not settled.is_set():  # timed out settling: the configured warm-up stands
+                settle(t_level + spec.warmup_seconds)
+                if time.monotonic() >= min(win["deadline"], cap):
+                    break
+                continue
+            if not done or time.monotonic() >= min(win["deadline"], cap):
+                break
+        deadline, w0 = win["deadline"], win["w0"]
         t_stop = time.monotonic()
         if self.abort.is_set():
             state["reason"] = "aborted"

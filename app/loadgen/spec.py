@@ -93,7 +93,8 @@ class RampSpec(BaseModel):
     Capacity search (``search`` set): the levels are chosen as the ramp goes
     (:func:`app.loadgen.capacity.next_level`) — a level that breaks the SLO or passes
     the failure rate does not stop it; ``requests_per_level`` is then the floor of
-    measured requests each level is judged on and ``step_seconds`` its time cap.
+    measured requests each level is judged on and ``step_seconds`` its time cap, and a
+    level measures only once each of its users has finished one request (``settle``).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -125,6 +126,9 @@ class RampSpec(BaseModel):
     knee_ttft_ratio: float = Field(1.5, ge=1, description="knee: TTFT p99 growth at least this")
     seed: int = 0
     search: Optional[CapacitySearch] = Field(None, description="find the capacity instead of running fixed levels")
+    settle: Optional[bool] = Field(None, description=(
+        "closed loop: a level's warm-up lasts until each user has finished one request (at least "
+        "warmup_seconds); None → on for a capacity search, off for fixed levels"))
 
     @field_validator("url")
     @classmethod
@@ -178,6 +182,12 @@ class RampSpec(BaseModel):
         if self.prompts_file is not None:
             load_prompts(self.prompts_file)  # raises with the line number
         return self
+
+    @property
+    def settles(self) -> bool:
+        """Whether a closed-loop level waits for each user's first request to finish before
+        it measures (``settle``; by default only a capacity search does)."""
+        return self.search is not None if self.settle is None else self.settle
 
     def length_range(self, name: str) -> tuple[int, int]:
         """The uniform range (inclusive, tokens) that ``prompt_tokens`` or

@@ -2,11 +2,24 @@
 that show it.
 
 A catalog of patterns (source: docs/vllm-facts.md "Failures to recognise") maps log
-lines to the planner's problem codes (app.planner.checks). Wrapper errors (``Engine
-core initialization failed``, ``EngineDeadError``) only count when no root cause is
-found earlier in the log. A server silent for ``silent_for_s`` ≥ 300 s after ``vLLM is
-using nccl`` is an NCCL hang. Fixes read the numbers vLLM printed (and the
-``non-default args`` line for the options in force).
+lines to the planner's problem codes (app.planner.checks); a line takes the most
+specific (lowest rank) rule it matches. Wrapper errors (``Engine core initialization
+failed``, ``EngineDeadError``) only count when no root cause is found earlier in the
+log. A server silent for ``silent_for_s`` ≥ 300 s after ``vLLM is using nccl`` is an
+NCCL hang. Fixes read the numbers vLLM printed (and the ``non-default args`` line for
+the options in force).
+
+vLLM's configuration classes (``ModelConfig``, ``VllmConfig``, ``CacheConfig``, …) are
+pydantic dataclasses since 0.10: a refusal arrives as pydantic's ``ValidationError``
+(``1 validation error for ModelConfig`` / ``  Value error, <vLLM's message> [type=…]``).
+The rules match vLLM's message inside it; an error no rule knows is ``invalid_config``
+with vLLM's own words as the cause.
+
+The engine can also die after the server said ready (the first request kills it:
+``EngineCore encountered a fatal error.``, then ``EngineDeadError``): the diagnosis then
+says so (``after_ready``), takes its cause from the lines after ``Application startup
+complete.`` and, when no rule knows it, the first exception line of the engine's
+traceback (``engine_runtime_error``).
 """
 from __future__ import annotations
 
@@ -39,12 +52,15 @@ def _num(s: str) -> float:
 class Diagnosis:
     """``problem`` a stable code; ``explanation`` plain sentences; ``fix`` option values
     (ServerConfig field names, ``env`` for variables; may be empty when the fix is not
-    an option); ``evidence`` the supporting log lines (ANSI stripped)."""
+    an option); ``evidence`` the supporting log lines (ANSI stripped), the cause first;
+    ``after_ready``: the server had been ready (``/health`` 200) when its engine died,
+    so it can serve no more."""
 
     problem: str
     explanation: str
     fix: dict[str, Any] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
+    after_ready: bool = False
 
     def summary(self) -> str:
         """One short paragraph: problem, why, fix."""
@@ -59,6 +75,8 @@ class Diagnosis:
 class _Ctx:
     args: dict[str, Any]  # non-default args vLLM printed
     version: str | None = None  # the vLLM version the log names
+    lines: list[str] = field(default_factory=list)  # the log's messages (vLLM's line prefix removed)
+    at: int = 0  # index of the line the rule matched
 
     def get(self, *names: str, default: Any = None) -> Any:
         for n in names:
@@ -334,6 +352,111 @@ def _r_unknown_quant(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
             f"checkpoint's own quantization_config.", {"quantization": None})
 
 
+#: vLLM's line prefix: ``(EngineCore_DP0 pid=7) ERROR 01-28 21:40:02 [core.py:710] `` (vllm/logger.py
+#: _FORMAT; 0.10 prints no process part, 0.11 adds it to every stdout/stderr line, also to
+#: tracebacks: vllm/utils decorate_logs; 0.32/0.33 put it in the format)
+_PREFIX = re.compile(r"^(?:\((\S+) pid=\d+\) )?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d "
+                     r"\d\d:\d\d:\d\d(?:\.\d+)? \[[^\]]*\] )?")
+
+
+def _message(line: str) -> str:
+    """A log line without vLLM's prefix (process, level, time, file:line)."""
+    return line[_PREFIX.match(line).end():]
+
+
+# pydantic's ValidationError text (pydantic_core ValidationError.__str__, the same in the
+# pydantic 2.x that vLLM 0.10–0.33 install): a header, then per error an optional location
+# line, the message indented two spaces (continuation lines of a multi-line message are
+# not indented) ending in ``[type=…, input_value=…, input_type=…]``, and the docs URL.
+_PYD_HEADER = re.compile(r"^(?:[\w.]*ValidationError: )?(\d+) validation errors? for (\w+)\s*$")
+_PYD_TAIL = re.compile(r"\s*\[type=\w+(?:, input_value=.*?)?(?:, input_type=\w+)?\]\s*$")
+_PYD_URL = re.compile(r"^\s*For further information visit https://errors\.pydantic\.dev/")
+_PYD_KIND = re.compile(r"^\s*(?:Value error|Assertion failed), ")
+
+
+@dataclass
+class ConfigError:
+    """One error of a pydantic ValidationError: ``loc`` the field (None for a check of the
+    whole class, vLLM's ``__post_init__``/validators), ``message`` vLLM's or pydantic's
+    words without the ``Value error, `` kind and the ``[type=…]`` tail, ``line`` the index
+    of its message's first line, ``loc_line`` that of the location line (None without)."""
+
+    loc: str | None
+    message: str
+    line: int
+    loc_line: int | None = None
+
+
+@dataclass
+class ValidationBlock:
+    """A pydantic ValidationError in the log: ``cls`` the class (``ModelConfig``…),
+    ``header`` and ``end`` the indices of its first and last lines, ``errors`` in order."""
+
+    cls: str
+    header: int
+    end: int
+    errors: list[ConfigError]
+
+
+def validation_block(msgs: list[str], i: int) -> ValidationBlock | None:
+    """The pydantic ValidationError that line ``i`` of ``msgs`` (messages, vLLM's prefix
+    removed) belongs to, its header included; None when it is part of none."""
+    for h in range(i, max(-1, i - 200), -1):
+        m = _PYD_HEADER.match(msgs[h])
+        if m:
+            break
+    else:
+        return None
+    count, errors = int(m.group(1)), []
+    loc, loc_at, buf, start, j, end = None, None, [], h, h + 1, h
+    while j < len(msgs) and len(errors) < count and j - h <= 60 * count:
+        t = msgs[j]
+        if _PYD_URL.match(t):
+            end = j
+        else:
+            tail = _PYD_TAIL.search(t)
+            if tail is None and not buf and not t.startswith(" "):
+                loc, loc_at, end = t.strip() or None, j, j  # the field's location line
+            else:
+                if not buf:
+                    start = j
+                buf.append(t[:tail.start()] if tail else t)
+                end = j
+                if tail is not None:
+                    text = _PYD_KIND.sub("", " ".join(x.strip() for x in buf if x.strip()), count=1)
+                    errors.append(ConfigError(loc, text.strip(), start, loc_at if loc else None))
+                    loc, loc_at, buf = None, None, []
+        j += 1
+    if j < len(msgs) and _PYD_URL.match(msgs[j]):
+        end = j
+    if not errors or not h <= i <= end:
+        return None
+    return ValidationBlock(m.group(2), h, end, errors)
+
+
+def evidence_text(line: str) -> str:
+    """An evidence line as shown to the user: vLLM's prefix kept, pydantic's
+    ``[type=…, input_value=…]`` tail dropped (the log keeps the whole line)."""
+    return _PYD_TAIL.sub("", line)
+
+
+def _r_invalid_config(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    b = validation_block(c.lines, c.at)
+    errs = b.errors if b is not None else []
+    said = "; ".join((f"{e.loc}: " if e.loc else "") + e.message.rstrip(".") for e in errs) or "see the log"
+    n = f"{len(errs)} validation errors" if len(errs) > 1 else "validation error"
+    return (f"vLLM refused the configuration ({m.group(2)}, {n}): {said}. Change the option it names and launch "
+            f"again.", {})
+
+
+def _r_attention(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    # the CPU build's kernel (vllm/_C: "Unsupported CPU attention configuration: head_dim=16 isa=2 …") is
+    # chosen at the first forward pass, after /health already answers 200
+    return (f"the CPU build's attention kernels have none for this model's {m.group(1)}; the server reports "
+            f"healthy but fails on the first request. Serve a model with another head size (the tiny test model "
+            f"uses head_dim=64) or use a GPU.", {})
+
+
 def _fixed(text: str, fix: dict[str, Any] | None = None) -> Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]:
     return lambda m, c: (text, dict(fix or {}))
 
@@ -417,9 +540,8 @@ RULES: list[Rule] = [
         "--shm-size.")),
     ("port_in_use", re.compile(r"Address already in use"), 20, _fixed(
         "the port is taken by another program: launch on another port (vLLM Dyno picks a free one).")),
-    ("attention_unsupported", re.compile(r"Unsupported CPU attention configuration: (head_dim=\d+)"), 10, _fixed(
-        "the attention kernels do not support this model's head size on this device; the server reports healthy "
-        "but fails on the first request.")),
+    ("attention_unsupported", re.compile(r"Unsupported CPU attention configuration: (head_dim=\d+)"), 10,
+     _r_attention),
     ("model_not_found", re.compile(
         r"(Repository Not Found|is not a local folder and is not a valid model identifier|"
         r"does not appear to have a file named config\.json|Invalid repository ID or local directory)"), 15, _fixed(
@@ -431,7 +553,11 @@ RULES: list[Rule] = [
      30, _r_graph_oom),
     ("cuda_oom", re.compile(r"(torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory)"),
      40, _r_oom),
-    ("engine_dead", re.compile(r"(EngineDeadError|Engine core proc \S+ died unexpectedly)"), 95, _fixed(
+    ("invalid_config", re.compile(r"^(?:[\w.]*ValidationError: )?(\d+) validation errors? for (\w*Config)\s*$"), 60,
+     _r_invalid_config),
+    ("engine_dead", re.compile(r"(EngineDeadError|EngineCore encountered an issue|Engine core proc \S+ died "
+                               r"unexpectedly|Engine core process \S+ died unexpectedly|engine core exited "
+                               r"unexpectedly)"), 95, _fixed(
         "the engine process died; no root cause was found in the log shown — look further up for the first "
         "traceback.")),
     ("engine_init_failed", re.compile(r"Engine core initialization failed"), 96, _fixed(
@@ -441,6 +567,29 @@ RULES: list[Rule] = [
 
 _NONDEFAULT = re.compile(r"non-default args: (\{.*\})\s*$")
 _NCCL = re.compile(r"vLLM is using nccl==")
+#: uvicorn's line once the API server serves (``/health`` answers 200 from then on)
+_READY = re.compile(r"Application startup complete\.")
+#: the engine died while serving, in every wording of vLLM 0.10–0.33: the engine's own
+#: ``EngineCore encountered a fatal error.`` (vllm/v1/engine/core.py), the
+#: ``EngineDeadError`` and its message (vllm/v1/engine/exceptions.py), the client's monitor
+#: (core_client.py: ``Engine core proc EngineCore_DP0 died unexpectedly, shutting down
+#: client.`` in 0.10.2/0.11, ``[shutdown] MPClient: engine core exited unexpectedly;
+#: starting cleanup`` in 0.32/0.33), ``Engine core process … died unexpectedly.``
+#: (vllm/v1/utils.py, 0.32/0.33) and the executor's ``Worker proc … died unexpectedly``
+#: (vllm/v1/executor/multiproc_executor.py)
+_DEATH = re.compile(r"EngineCore encountered a fatal error|EngineDeadError|EngineCore encountered an issue|"
+                    r"Engine core proc \S+ died unexpectedly|engine core exited unexpectedly|"
+                    r"Engine core process \S+ died unexpectedly|Worker proc \S+ died unexpectedly|"
+                    r"RayWorkerProc rank=\S+ died unexpectedly")
+#: a traceback of the engine's own failure follows these lines (vllm/v1/engine/core.py
+#: ``logger.exception``; a worker's: vllm/v1/executor/multiproc_executor.py)
+_FATAL = re.compile(r"^(?:EngineCore encountered a fatal error\.|EngineCore failed to start\.|"
+                    r"WorkerProc hit an exception\.)")
+#: an exception line of a Python traceback: ``RuntimeError: CUDA error: …``
+_EXC = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception)(?::|$)")
+_DEAD_EXC = re.compile(r"EngineDeadError|EngineGenerateError")
+#: the wrapper or death line shown after a cause
+_WRAPPER = re.compile(r"Engine core initialization failed|EngineDeadError|died unexpectedly|exited unexpectedly")
 
 
 def _context(lines: list[str]) -> _Ctx:
@@ -462,25 +611,64 @@ def _context(lines: list[str]) -> _Ctx:
     return _Ctx(args, parser.facts.version)
 
 
-def diagnose(lines: list[str], silent_for_s: float | None = None) -> Diagnosis | None:
+def _match(msg: str) -> tuple[int, str, re.Match[str], Callable] | None:
+    """The most specific rule (lowest rank; ties: the first listed) matching one message;
+    pydantic's ``[type=…]`` tail is not part of vLLM's message."""
+    text = _PYD_TAIL.sub("", msg)
+    hit = None
+    for code, rx, rank, fn in RULES:
+        m = rx.search(text)
+        if m and (hit is None or rank < hit[0]):
+            hit = (rank, code, m, fn)
+    return hit
+
+
+def _runtime_cause(lines: list[str], msgs: list[str], start: int) -> int | None:
+    """Index of the root-cause line of the engine's failure at or after ``start``: the
+    first exception line of the traceback vLLM logs after ``EngineCore encountered a fatal
+    error.`` (or ``EngineCore failed to start.``, a worker's ``WorkerProc hit an
+    exception.``), read in that process's lines only; Python prints a chain's first cause
+    first. Not the ``EngineDeadError`` it turns into."""
+    for k in range(start, len(msgs)):
+        if not _FATAL.match(msgs[k]):
+            continue
+        proc = _PREFIX.match(lines[k]).group(1)
+        for j in range(k + 1, min(len(msgs), k + 400)):
+            if proc is not None and _PREFIX.match(lines[j]).group(1) != proc:
+                continue
+            if _EXC.match(msgs[j]) and not _DEAD_EXC.search(msgs[j]):
+                return j
+    return None
+
+
+def diagnose(lines: list[str], silent_for_s: float | None = None,
+             after_ready: bool | None = None) -> Diagnosis | None:
     """Diagnose a vLLM log (lines in order; ANSI colours allowed). ``silent_for_s``:
     how long the server has printed nothing after the last line (a live supervisor
-    measures it; for a saved log it is given). Returns the most specific problem found
-    (ties: the latest line), or None when nothing known is in the log."""
+    measures it; for a saved log it is given). ``after_ready``: the server had been
+    ready when it failed (the supervisor knows); None = read it from the log (an engine
+    death after ``Application startup complete.``). Returns the most specific problem
+    found (ties: the latest line), or None when nothing known is in the log — never None
+    after ready: an engine death is a problem even when its cause is not in the log."""
     clean = [strip_ansi(l) for l in lines if l is not None]
+    msgs = [_message(l) for l in clean]
     ctx = _context(clean)
+    ctx.lines = msgs
+    ready_at = max((i for i, m in enumerate(msgs) if _READY.search(m)), default=-1)
+    died = any(_DEATH.search(m) for m in msgs[ready_at + 1:]) if ready_at >= 0 else False
+    post = after_ready if after_ready is not None else died
+    start = ready_at + 1 if post else 0  # after ready, the cause comes after the ready line
     best: tuple[int, int, str, re.Match[str], Callable] | None = None
-    for i, line in enumerate(clean):
-        for code, rx, rank, fn in RULES:
-            m = rx.search(line)
-            if m:
-                if best is None or rank < best[0] or (rank == best[0] and i > best[1]):
-                    best = (rank, i, code, m, fn)
-                break  # one rule per line: the first (most specific) that matches
+    for i in range(start, len(msgs)):
+        hit = _match(msgs[i])
+        if hit is not None:
+            rank, code, m, fn = hit
+            if best is None or rank < best[0] or (rank == best[0] and i > best[1]):
+                best = (rank, i, code, m, fn)
+    if post:
+        return _after_ready(clean, msgs, ctx, best, start)
     if best is not None and best[0] < 90:
-        rank, i, code, m, fn = best
-        text, fix = fn(m, ctx)
-        return Diagnosis(code, text, fix, _evidence(clean, i, code))
+        return _made(clean, msgs, ctx, best)
     # NCCL hang: nothing after "vLLM is using nccl" for a long time
     nonblank = [l for l in clean if l.strip()]
     if silent_for_s is not None and silent_for_s >= NCCL_SILENCE_S and nonblank and _NCCL.search(nonblank[-1]):
@@ -489,23 +677,71 @@ def diagnose(lines: list[str], silent_for_s: float | None = None) -> Diagnosis |
                          f"the server printed nothing for {silent_for_s:.0f} s after NCCL started: the usual NCCL "
                          f"peer-to-peer hang (IOMMU/ACS, consumer cards). Disable P2P and vLLM's custom all-reduce.",
                          dict(_NCCL_FIX), ev)
-    if best is not None:
-        rank, i, code, m, fn = best
-        text, fix = fn(m, ctx)
-        return Diagnosis(code, text, fix, _evidence(clean, i, code))
+    if best is not None:  # only a wrapper: the first exception line of the engine's traceback, if any
+        cause = _runtime_cause(clean, msgs, 0)
+        if cause is not None:
+            what = "failed to start" if best[2] == "engine_init_failed" else "died"
+            return Diagnosis(best[2], f"the engine {what}: {msgs[cause].strip()} (no rule knows this error; the "
+                                      f"traceback above it shows where).", {}, _evidence(clean, msgs, cause))
+        return _made(clean, msgs, ctx, best)
     return None
 
 
-def _evidence(lines: list[str], i: int, code: str) -> list[str]:
-    """The matching line, plus a wrapper line after it if there is one."""
-    ev = [lines[i]]
-    for l in lines[i + 1:]:
-        if re.search(r"Engine core initialization failed|EngineDeadError", l):
+def _made(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple) -> Diagnosis:
+    rank, i, code, m, fn = best
+    ctx.at = i
+    text, fix = fn(m, ctx)
+    return Diagnosis(code, text, fix, _evidence(clean, msgs, i))
+
+
+def _after_ready(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple | None, start: int) -> Diagnosis:
+    """The engine died after the server was ready: the cause a rule knows, else the first
+    exception line of the engine's traceback, else the death itself."""
+    if best is not None and best[0] < 90:
+        d = _made(clean, msgs, ctx, best)
+        then = "launch again with the fix." if d.fix else "launch again once that is changed."
+        d.explanation = (f"the server was ready, then the engine died on a request: {d.explanation} The server "
+                         f"cannot serve any more: {then}")
+        d.after_ready = True
+        return d
+    cause = _runtime_cause(clean, msgs, start)
+    if cause is not None:
+        said = msgs[cause].strip()
+        # torch's CUDA errors say "For debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+        hint = (" Launch it with --enforce-eager to rule out CUDA graphs, or with CUDA_LAUNCH_BLOCKING=1 to find "
+                "the failing kernel." if "CUDA" in said else "")
+        return Diagnosis(
+            "engine_runtime_error",
+            f"the server was ready, then the engine died on a request: {said} The server cannot serve any more. "
+            f"No rule knows this error: launch again; if the same request kills it again, this model does not run "
+            f"with this vLLM build and these options.{hint}",
+            {}, _evidence(clean, msgs, cause), after_ready=True)
+    ev = [clean[i] for i in range(start, len(clean)) if _DEATH.search(msgs[i])][:2]
+    return Diagnosis("engine_dead", "the server was ready, then its engine died; the log shown has no cause "
+                                    "(look further up for the first traceback). The server cannot serve any more: "
+                                    "stop it and launch again.", {}, ev, after_ready=True)
+
+
+def _evidence(lines: list[str], msgs: list[str], i: int) -> list[str]:
+    """The cause line; for a pydantic ValidationError (its header matched), every error's
+    location line (a field's name) and first message line, then the header naming the
+    class; for a message inside one, that line and the header; then a wrapper or death
+    line after it, if any."""
+    b = validation_block(msgs, i)
+    if b is not None:
+        own = ([j for e in b.errors for j in (e.loc_line, e.line) if j is not None] if _PYD_HEADER.match(msgs[i])
+               else [i])
+        ev = [lines[j] for j in own] + [lines[b.header]]
+        after = b.end + 1
+    else:
+        ev, after = [lines[i]], i + 1
+    for l in lines[after:]:
+        if _WRAPPER.search(l):
             ev.append(l)
             break
     return ev
 
 
-def diagnose_text(text: str, silent_for_s: float | None = None) -> Diagnosis | None:
+def diagnose_text(text: str, silent_for_s: float | None = None, after_ready: bool | None = None) -> Diagnosis | None:
     """:func:`diagnose` on a whole log text."""
-    return diagnose(text.splitlines(), silent_for_s)
+    return diagnose(text.splitlines(), silent_for_s, after_ready)

@@ -38,8 +38,10 @@ class Workload:
     concurrency ``levels`` of the predicted curve (None → 1, 2, 4 … up to twice the
     capacity), each ``warmup_s`` + ``step_s`` rig seconds; ``slo``: the bounds the
     predicted users at SLO are judged on (None: no such prediction), found by a capacity
-    search like ``vllm-dyno ramp --find-capacity`` (≥ 100 measured requests a level,
-    300 s cap, the same warm-up)."""
+    search like ``vllm-dyno ramp --find-capacity``: ``search`` (None: its defaults),
+    ≥ ``requests_per_level`` measured requests a level, ``search_cap_s`` its time cap,
+    the same warm-up. ``settle``: RampSpec.settle (None: a search's levels settle, the
+    curve's do not)."""
 
     prompt_tokens: int = 512
     output_tokens: int = 128
@@ -49,12 +51,16 @@ class Workload:
     warmup_s: float = 0.0
     step_s: float = 20.0
     slo: SLO | None = None
+    search: CapacitySearch | None = None
+    requests_per_level: int = P99_MIN_REQUESTS
+    search_cap_s: float = SEARCH_STEP_CAP_S
+    settle: bool | None = None
 
     @classmethod
     def from_ramp(cls, spec: RampSpec) -> "Workload":
         """The workload of a ramp: its lengths (a LOW-HIGH range as its middle ± half its
-        width), seed, warm-up, step (20 s when it ends levels by count), concurrency
-        levels and SLO."""
+        width), seed, warm-up, step, concurrency levels and SLO; a capacity search's own
+        search, request floor and cap (its curve: the default levels)."""
         def mid_spread(name: str) -> tuple[int, float]:
             lo, hi = spec.length_range(name)
             if not isinstance(getattr(spec, name), tuple):
@@ -64,13 +70,17 @@ class Workload:
 
         (pt, ps), (ot, os_) = mid_spread("prompt_tokens"), mid_spread("output_tokens")
         levels = tuple(int(x) for x in spec.levels) if spec.mode == "concurrency" and spec.levels else None
+        kw: dict[str, Any] = {}
+        if spec.search is not None:
+            kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
+                  "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
         return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
-                   spec.step_seconds or 20.0, None if spec.slo.is_empty() else spec.slo)
+                   spec.step_seconds or 20.0, None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
 
     def _spec(self, **kw: Any) -> RampSpec:
         return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                         length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
-                        slo=self.slo or SLO(), **kw)
+                        slo=self.slo or SLO(), settle=self.settle, **kw)
 
     def ramp_spec(self, levels: list[int]) -> RampSpec:
         """The fixed ramp the predicted curve imitates (every level runs: no SLO stop)."""
@@ -81,7 +91,8 @@ class Workload:
         --find-capacity`` with this workload (None without an SLO)."""
         if self.slo is None or self.slo.is_empty():
             return None
-        return self._spec(search=CapacitySearch(), requests_per_level=P99_MIN_REQUESTS, step_seconds=SEARCH_STEP_CAP_S)
+        return self._spec(search=self.search or CapacitySearch(), requests_per_level=self.requests_per_level,
+                          step_seconds=self.search_cap_s)
 
 
 @dataclass

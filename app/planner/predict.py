@@ -13,7 +13,8 @@ share one engine and one set of rules (issue 17 item 4):
   the requests are sent, one sampler for the whole ramp, as the load generator draws them;
 - the arrival pattern and the level's shape: N closed-loop users starting together
   (their first requests :data:`SEND_GAP_S` apart, as the generator sends them), the
-  ramp's warm-up, ``RampSpec.level_quota`` measured requests or ``step_seconds``,
+  ramp's warm-up (until each user has finished a request where the ramp settles, as a
+  search does: ``RampSpec.settles``), ``RampSpec.level_quota`` measured requests or ``step_seconds``,
   then the drain (app/loadgen/runner.py);
 - the figures: each level cut by :func:`app.loadgen.stats.level_window` and summarised by
   :func:`app.loadgen.stats.compute_step_stats` from the requests as
@@ -106,10 +107,9 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
 
     run = run_level(make, users, sampler.next, warmup_s=spec.warmup_seconds, step_s=spec.step_seconds,
                     quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,
-                    engines=limits.engines, send_gap_s=SEND_GAP_S)
+                    engines=limits.engines, send_gap_s=SEND_GAP_S, settle_n=users if spec.settles else 0)
     recs = level_records(run, idx, level)
-    deadline = spec.warmup_seconds + spec.step_seconds if spec.step_seconds is not None else float("inf")
-    w0, w1 = level_window(run.reason, run.warmup_end, deadline, run.t_stop, run.last_counted_end)
+    w0, w1 = level_window(run.reason, run.warmup_end, run.deadline, run.t_stop, run.last_counted_end)
     st = compute_step_stats(recs, idx=idx, level=level, mode="concurrency", t_start=0.0, t_end=run.t_end,
                             window_start=w0, window_end=w1, slo=spec.slo, max_in_flight=users,
                             stop_reason=run.reason)

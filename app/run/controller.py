@@ -14,8 +14,11 @@ the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
   ÷ k; level stats, the knee and the stop reason come back × k (docs/design.md,
   "Sim time");
 - safety stops from Settings (thermal margin, failure rate: :mod:`app.run.safety`);
-- the diagnosis of a failed launch (one place: :func:`app.planner.diagnose.diagnose`,
-  structured: code, evidence lines, fix);
+- the diagnosis of a failed launch, and of a server whose engine died after it was
+  ready (one place: :func:`app.planner.diagnose.diagnose`, structured: code, evidence
+  lines, fix, ``after_ready``). A ramp that ends badly asks whether the server died
+  (:meth:`RunController._server_died`): a launched server's exit or 5xx ``/health``
+  waits for the supervisor's verdict; an attached one is probed (its log is not ours);
 - recording: it is the only writer to the run store during a run
   (:class:`app.run.record.RunRecorder`): level rows are written once, in rig seconds;
 - J/token of a level (:meth:`RunController.energy`, the one definition in
@@ -55,7 +58,7 @@ from app.settings import load_settings
 from app.server import procs
 from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
-from app.server.supervisor import Supervisor
+from app.server.supervisor import Supervisor, health_status
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
 from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.hub import Telemetry
@@ -200,6 +203,7 @@ class RunController:
         self.time_scale = 1.0
         self.hardware: HardwareFingerprint | None = None  # the cards of the recorded run (None: unknown)
         self.failure: tuple[str, Diagnosis | None] | None = None
+        self._failed = threading.Event()  # set with self.failure
         self.run: RunRecorder | None = None  # a run opened by open_run (spans the launch)
         self._ramp: _Ramp | None = None
         self._lock = threading.RLock()
@@ -301,6 +305,7 @@ class RunController:
                 raise RuntimeError("a server is already running in this session; stop it first")
             self.target = target
             self.time_scale, self.sim_info, self.failure = 1.0, {}, None
+            self._failed.clear()
             self.bank = SeriesBank()
             self.client = ClientSeries()
             self._ready.clear()
@@ -338,6 +343,7 @@ class RunController:
         except Exception as e:
             self.supervisor = None
             self.failure = (str(e), None)
+            self._failed.set()
             self._set_state(State.FAILED, str(e))
             self._emit("on_launch_failed", str(e), None)
             self._ready.set()
@@ -386,23 +392,76 @@ class RunController:
         elif st == "failed":
             diag = None
             try:
-                diag = diagnose(sup.log_tail(400), sup.silent_for())
+                diag = diagnose(sup.log_tail(400), sup.silent_for(), after_ready=sup.was_ready)
             except Exception:
                 log.exception("diagnosis failed")
-            self.failure = (ch.reason, diag)
-            r = self._ramp
-            if r is not None:
-                r.aborted.set()
-                if r.gen is not None:
-                    r.gen.abort()
-            self._teardown_telemetry()
-            self._set_state(State.FAILED, ch.reason)
-            self._emit("on_launch_failed", ch.reason, diag)
-            self._ready.set()
+            self._fail(ch.reason, diag)
         elif st == "stopping" and self.state not in (State.FAILED, State.STOPPING):
             self._set_state(State.STOPPING, ch.reason)
         elif st == "stopped" and self.state != State.FAILED:
             self._ready.set()
+
+    def _fail(self, reason: str, diag: Diagnosis | None) -> None:
+        """The server failed (to start, or after it was ready): record, stop the ramp and
+        telemetry, tell the listener."""
+        self.failure = (reason, diag)
+        self._failed.set()
+        r = self._ramp
+        if r is not None:
+            r.aborted.set()
+            if r.gen is not None:
+                r.gen.abort()
+        self._teardown_telemetry()
+        self._set_state(State.FAILED, reason)
+        self._emit("on_launch_failed", reason, diag)
+        self._ready.set()
+
+    def _server_died(self, records: list, stop_reason: str = "", wait: float = 15.0) -> bool:
+        """A ramp ended badly: did the server die under it? A launched server: its
+        process has exited (or exits within 5 s while ``/health`` does not answer) or
+        ``/health`` answers 5xx — then wait (up to ``wait`` s) for the supervisor's
+        failure, diagnosed from the log. An attached server (its log is
+        not ours): ``/health`` answers 5xx or nothing at all — the failure is set here
+        (with the ramp's ``stop_reason``), diagnosed from what the failed requests said."""
+        if self.failure is not None:
+            return True
+        sup, url = self.supervisor, self.url
+        if sup is not None:
+            deadline = time.monotonic() + 5.0  # a server that does not answer: exiting, or only slow
+            while True:
+                if sup.state.value in ("stopping", "stopped"):
+                    return False  # stopped on request (a failure stays "failed")
+                if sup.state.value == "failed" or sup.exited:
+                    return self._failed.wait(wait)
+                code = health_status(sup.url)
+                if code is not None:
+                    return self._failed.wait(wait) if code >= 500 else False
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.2)
+        if url is None or self.target is None or self.target.engine != "attach":
+            return False
+        code = health_status(url, timeout=3.0)
+        if code is not None and code < 500:
+            return False
+        said = f"/health answered {code}" if code is not None else "it stopped answering (/health too)"
+        errors = [r.error for r in records if getattr(r, "error", None)][-20:]
+        diag = None
+        try:
+            diag = diagnose(errors, after_ready=True)
+        except Exception:
+            log.exception("diagnosis failed")
+        dead = code is not None or (diag is not None and bool(diag.evidence))  # 503, or vLLM's EngineDeadError
+        what = "its engine died" if dead else "it died or cannot be reached"
+        reason = f"the server at {url} was ready, then {said}: {what}" + (f" — the ramp: {stop_reason}"
+                                                                          if stop_reason else "")
+        if diag is not None and diag.problem == "engine_dead":
+            got = f" (the requests got: {diag.evidence[0]})" if diag.evidence else ""
+            diag.explanation = (f"the server was ready, then {said}: {what}{got}. It cannot serve any more; the "
+                                f"cause is in its own log, which is not read when attached: `vllm-dyno diagnose "
+                                f"LOGFILE` finds it.")
+        self._fail(reason, diag)
+        return True
 
     @property
     def failure_text(self) -> str:
@@ -677,9 +736,18 @@ class RunController:
                 if r.gen is not None:
                     r.gen.abort()
                 self._emit("on_safety_stop", reason)
-        sup = self.supervisor
-        if sup is not None and sup.state.value == "failed" and r.gen is not None:
+        if self.failure is not None and r.gen is not None:
             r.gen.abort()
+
+    def _ended_by_server(self, r: _Ramp, res, status: str) -> bool:
+        """Whether a ramp's end may be the server's doing: it failed, or stopped on a
+        failure-rate or generator error — not an abort asked for by the user, and not a
+        pre-flight failure with no request sent (an unreachable URL is not a death)."""
+        if self.failure is not None:
+            return status not in OK_STATUSES
+        if status in OK_STATUSES or (status == "aborted" and r.abort_reason):
+            return False
+        return bool(res.records)
 
     def _outcome(self, r: _Ramp, res, k: float) -> RampOutcome:
         """The generator's result → the ramp's outcome in rig seconds."""
@@ -688,7 +756,7 @@ class RunController:
         status, reason = res.status, res.stop_reason or (res.error or "")
         if r.safety_reason:
             status, reason = "safety", r.safety_reason
-        elif self.failure is not None and status not in OK_STATUSES:
+        elif self._ended_by_server(r, res, status) and self._server_died(list(res.records), reason):
             status, reason = "server_failed", self.failure_text
         elif status == "aborted" and r.abort_reason:
             reason = r.abort_reason

@@ -268,7 +268,7 @@ def verdict_sentence(v: Verdict) -> str:
     if v.cost_per_mtok is not None and v.users > 0:
         figs.append(f"{v.currency}{v.cost_per_mtok:.2f} per M tokens")
     if figs:
-        s += " — " + ", ".join(figs) + " —"
+        s += " — " + ", ".join(figs) + (" —" if v.flags else "")
     if v.flags:
         s += f" with {_flag_text(v.flags)}"
     extra = []

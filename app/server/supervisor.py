@@ -1,7 +1,12 @@
 """Supervisor: start a server in its own process group, follow its states, stop it.
 
 States (timestamps on the session clock): starting → loading → ready → stopping →
-stopped, or failed (reason + last 50 log lines). The server is started through
+stopped, or failed (reason + last 50 log lines). Failed after ready too: vLLM's engine
+can die on the first request after ``/health`` said 200; the API server then exits
+(vllm/entrypoints/launcher.py ``terminate_if_errored``, within its 5 s watchdog; exit
+code 0 in 0.32), or, with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``, stays up and answers
+``/health`` with 503 (vllm/entrypoints/serve/instrumentator/health.py). Both are
+failures (:attr:`Supervisor.was_ready` tells the diagnosis). The server is started through
 :mod:`app.server.reaper` so that it dies with the app even if the app is SIGKILLed.
 Stop = SIGTERM to the server's main process, a grace period (default 20 s), SIGKILL
 to the group, then a psutil check that no process of the group is left
@@ -35,6 +40,20 @@ _REAPER_RE = re.compile(r"^DYNO_REAPER server_pid=(\d+)")
 _ERROR_RE = re.compile(
     r"(error:|Error:|Error\b|Exception:|unrecognized arguments|Unknown quantization|No available memory|out of memory)",
 )
+#: uvicorn's access log line (``"POST /v1/completions HTTP/1.1" 500 Internal Server Error``): not a cause
+_ACCESS_RE = re.compile(r'"[A-Z]+ \S+ HTTP/[\d.]+" \d{3}')
+
+
+def health_status(url: str, timeout: float = 2.0) -> int | None:
+    """The HTTP status of ``GET url/health`` (200 healthy; vLLM answers 503 once its engine
+    is dead), None when the server does not answer (refused, timed out)."""
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/health", timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
 
 
 class ServerState(str, enum.Enum):
@@ -61,7 +80,9 @@ class Supervisor:
 
     ``config``: the ServerConfig (port chosen at launch when unset). ``engine``: ``vllm``
     or ``sim``. ``python``: the vLLM interpreter (see interpreter.resolve_python).
-    ``startup_timeout`` and ``grace`` in seconds. Subscribers are plain callables called
+    ``startup_timeout`` and ``grace`` in seconds; ``ready_health_interval``: seconds between
+    ``/health`` checks once ready (a 5xx answer = the engine died; no answer is not taken
+    as death while the process lives: a loaded server can be slow to answer). Subscribers are plain callables called
     on the supervisor's threads: ``on_line(stream, text, t)`` and ``on_state(StateChange)``.
     :meth:`start` raises :class:`LaunchError` for bad input before starting anything.
     """
@@ -76,6 +97,7 @@ class Supervisor:
         startup_timeout: float = 900.0,
         grace: float = 20.0,
         health_interval: float = 0.5,
+        ready_health_interval: float = 5.0,
         clock: SessionClock | None = None,
         log_capacity: int = 20000,
     ) -> None:
@@ -86,6 +108,8 @@ class Supervisor:
         self.startup_timeout = startup_timeout
         self.grace = grace
         self.health_interval = health_interval
+        self.ready_health_interval = ready_health_interval
+        self.dead_health: int | None = None  # the 5xx /health answered after ready
         self.clock = clock or SessionClock()
         self.lines: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=log_capacity)
         self.parser = LogParser()
@@ -135,6 +159,18 @@ class Supervisor:
                 return ch
         return None
 
+    @property
+    def was_ready(self) -> bool:
+        """True once the server has been ready — ``/health`` 200, or uvicorn's
+        ``Application startup complete.`` (a request can reach it, and kill the engine,
+        before this supervisor's next ``/health`` check) — even after it failed."""
+        return self._ready.is_set() or self.parser.facts.ready
+
+    @property
+    def exited(self) -> bool:
+        """True once the server's process (the reaper and the server under it) has ended."""
+        return self._proc is not None and self._proc.poll() is not None
+
     def silent_for(self) -> float:
         """Seconds since the server last printed anything (for the NCCL-hang diagnosis)."""
         return time.monotonic() - self._last_output
@@ -148,8 +184,8 @@ class Supervisor:
         with self._lock:
             if self.state == state:
                 return
-            if self.state in (ServerState.FAILED,) and state == ServerState.STOPPED:
-                return  # a failure stays the final word
+            if self.state == ServerState.FAILED and state in (ServerState.STOPPING, ServerState.STOPPED):
+                return  # a failure stays the final word (the stop that follows it too)
             self.state = state
             ch = StateChange(state, self.clock.now(), reason, self.log_tail(50) if state == ServerState.FAILED else [])
             self.history.append(ch)
@@ -220,15 +256,35 @@ class Supervisor:
         stream.close()
 
     def _health_ok(self) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                return r.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
+        return health_status(self.url) == 200
+
+    def _engine_died(self) -> bool:
+        """Monitor thread, once ready: True when ``/health`` answers 5xx (the engine is
+        dead) and the server did not exit by itself within 3 s (vLLM's keep-alive mode);
+        the failure is then set and the server stopped. A server that exits is left to
+        the exit path (its whole log read first)."""
+        code = health_status(self.url)
+        if code is None or code < 500:
             return False
+        self.dead_health = code
+        assert self._proc is not None
+        try:
+            self._proc.wait(timeout=3.0)
+            return False  # it went by itself: the exit path reports it
+        except subprocess.TimeoutExpired:
+            pass
+        quiet = time.monotonic() + 3.0  # the engine's traceback may still be arriving
+        while self.silent_for() < 0.5 and time.monotonic() < quiet:
+            time.sleep(0.1)
+        self._set_state(ServerState.FAILED, f"the server was ready, then /health answered {code}: its engine "
+                                            f"died and the server can serve no more")
+        threading.Thread(target=self.stop, daemon=True).start()
+        return True
 
     def _monitor(self) -> None:
         assert self._proc is not None
         t_start = time.monotonic()
+        next_health = 0.0
         self._health_now = False
         while True:
             rc = self._proc.poll()
@@ -244,6 +300,10 @@ class Supervisor:
                         f"(startup timeout); last output {self.silent_for():.0f} s ago",
                     )
                     threading.Thread(target=self.stop, daemon=True).start()
+            elif self.state == ServerState.READY and not self._stopping and time.monotonic() >= next_health:
+                next_health = time.monotonic() + self.ready_health_interval
+                if self._engine_died():
+                    continue  # the stop ends the process; the loop then sees it exit
             if self._health_now:
                 self._health_now = False
                 continue
@@ -262,14 +322,17 @@ class Supervisor:
         self._done.set()
 
     def _exit_reason(self, rc: int) -> str:
-        when = "during startup" if not self._ready.is_set() else "after it was ready (engine died)"
         tail = self.log_tail(200)
         msg = ""
         for line in reversed(tail):
-            if _ERROR_RE.search(line):
+            if _ERROR_RE.search(line) and not _ACCESS_RE.search(line):
                 msg = line.strip()
                 break
-        reason = f"the server exited with code {rc} {when}"
+        if self.was_ready:
+            said = f" after /health answered {self.dead_health}" if self.dead_health else ""
+            reason = f"the server was ready, then exited with code {rc}{said}: its engine died"
+        else:
+            reason = f"the server exited with code {rc} during startup"
         if msg:
             reason += f": {msg}"
         return reason  # the diagnosis is the run controller's (app.run.controller), one place

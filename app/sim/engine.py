@@ -29,14 +29,16 @@ STATS_EVERY_S = 5.0
 
 class Stream:
     """A request's link to its HTTP handler: ``pending`` tokens not yet written,
-    ``finished`` once the last token is out; ``event`` wakes the handler."""
+    ``finished`` once the last token is out; ``error`` the engine's message when it died
+    under the request; ``event`` wakes the handler."""
 
-    __slots__ = ("req", "pending", "finished", "event")
+    __slots__ = ("req", "pending", "finished", "error", "event")
 
     def __init__(self) -> None:
         self.req: Request | None = None
         self.pending = 0
         self.finished = False
+        self.error: str | None = None
         self.event = asyncio.Event()
 
     def on_token(self, req: Request, t: float) -> None:

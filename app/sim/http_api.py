@@ -6,6 +6,12 @@ Routes: ``GET /health``, ``GET /version``, ``GET /v1/models``, ``POST /v1/comple
 ``ignore_eos``), ``GET /metrics``, ``GET /sim/info``, ``GET /sim/telemetry``.
 Shapes and error texts follow vLLM 0.32 (docs/vllm-facts.md, "HTTP").
 
+Engine death (``die_at_request``, the rig's ``--sim-engine-dies-at-request``): on that
+generation request the engine dies as vLLM's does on a fatal error in a forward pass —
+the requests in flight and every later one get 500 with vLLM's ``EngineDeadError``
+message, ``/health`` answers 503 (vllm/entrypoints/serve/instrumentator/health.py), and
+``on_engine_death`` (the server: its log lines, its exit) is called once.
+
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex
 ``\\w+|[^\\w\\s]``). Generated text is filler, one word per token, so the counts in
@@ -19,6 +25,7 @@ import json
 import os
 import re
 import time
+from typing import Callable
 
 from aiohttp import web
 
@@ -28,6 +35,8 @@ _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 WORDS = ("the", "rig", "runs", "fast", "and", "every", "card", "keeps", "its", "cool", "while", "tokens",
          "flow", "through", "long", "steady", "batches")
 CHAT_MESSAGE_OVERHEAD = 4  # role header tokens per message (Llama-3 template ≈ 4–5)
+#: EngineDeadError's message (vllm/v1/engine/exceptions.py, 0.10–0.33), what a request gets once the engine died
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 def count_tokens(text: str) -> int:
@@ -44,12 +53,18 @@ class ApiServer:
     """Routes bound to one :class:`SimEngine`. ``info`` is the static part of ``/sim/info``."""
 
     def __init__(self, engine: SimEngine, served_name: str, model: str, max_model_len: int, info: dict,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, die_at_request: int | None = None,
+                 on_engine_death: Callable[[], None] | None = None) -> None:
         self.engine, self.served_name, self.model = engine, served_name, model
         self.max_model_len = max_model_len
         self.static_info = info
         self.api_key = api_key
         self.created = int(time.time())
+        self.die_at_request = die_at_request
+        self.on_engine_death = on_engine_death
+        self.requests = 0  # generation requests taken
+        self.dead = False
+        self._live: set[Stream] = set()
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 2**20)
@@ -72,7 +87,17 @@ class ApiServer:
 
     # ------------------------------------------------------------------ simple routes
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200)
+        return web.Response(status=503 if self.dead else 200)
+
+    def _die(self) -> None:
+        """The engine dies: every request in flight fails, later ones too."""
+        self.dead = True
+        self.engine.stop()
+        for s in list(self._live):
+            s.error = ENGINE_DEAD_MESSAGE
+            s.event.set()
+        if self.on_engine_death is not None:
+            self.on_engine_death()
 
     async def version(self, request: web.Request) -> web.Response:
         return web.json_response({"version": self.static_info.get("vllm_version", "0.32.0")})
@@ -173,17 +198,26 @@ class ApiServer:
             return err
         if self.engine.request_overhead_s > 0:  # HTTP and tokenization before the engine sees it
             await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
+        if self.dead:
+            return _error(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
         s = self.engine.submit(plen, mt, bool(body.get("ignore_eos", False)))
         rid = ("chatcmpl-" if chat else "cmpl-") + s.req.rid.split("-", 1)[1] + f"{os.getpid():x}"
+        self._live.add(s)
+        self.requests += 1
+        if self.die_at_request is not None and self.requests >= self.die_at_request and not self.dead:
+            self._die()
         try:
             if body.get("stream"):
                 opts = body.get("stream_options") or {}
                 return await self._stream(request, s, rid, chat, bool(opts.get("include_usage")))
-            while not s.finished:
+            while not s.finished and s.error is None:
                 await s.event.wait()
                 s.event.clear()
+            if s.error is not None:
+                return _error(500, s.error, "InternalServerError")
             return web.json_response(self._full(s, rid, chat))
         finally:
+            self._live.discard(s)
             self.engine.abort(s)  # no-op when finished
 
     def _full(self, s: Stream, rid: str, chat: bool) -> dict:
@@ -223,6 +257,14 @@ class ApiServer:
         while True:
             await s.event.wait()
             s.event.clear()
+            if s.error is not None:  # vLLM sends the error as a last event, then [DONE]
+                err = json.dumps({"error": {"message": s.error, "type": "InternalServerError", "param": None,
+                                            "code": 500}})
+                try:
+                    await resp.write(f"data: {err}\n\ndata: [DONE]\n\n".encode())
+                except ConnectionResetError:
+                    return resp
+                break
             n = s.pending
             s.pending = 0
             if n == 0 and not s.finished:

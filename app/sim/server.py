@@ -6,6 +6,10 @@ Started by the Supervisor as engine ``sim`` (app/server/launch.py). It behaves l
 then serves vLLM's HTTP surface (app/sim/http_api.py) from a continuous-batching
 engine in rig time (app/sim/engine.py). Configurations that vLLM refuses exit with
 code 1 after vLLM's own error text. SIGTERM/SIGINT stop it cleanly (exit 0).
+``--sim-engine-dies-at-request N``: the engine dies on the N-th generation request after
+ready, with vLLM 0.32's lines (:func:`engine_death_lines`); the server then exits with
+code 0 as vLLM's does (``terminate_if_errored``), or stays up answering ``/health`` 503
+with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``.
 """
 from __future__ import annotations
 
@@ -45,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-eta-mem", type=float, help="override the memory-bandwidth efficiency η_mem")
     p.add_argument("--sim-eta-c", type=float, help="override the compute efficiency η_c")
     p.add_argument("--sim-t-cpu", type=float, help="override the per-step CPU time, seconds")
+    p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
+                   help="the engine dies on the N-th generation request (a CUDA error in the forward pass), "
+                        "as vLLM's does: to try the diagnosis of a death after ready")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="use the step-time parameters calibrated on a real run of these cards "
                         "(vllm-dyno calibrate RUN_ID), when there are any")
@@ -75,6 +82,41 @@ def config_from_args(a: argparse.Namespace):
     of :func:`build_parser`, none dropped. Raises ``pydantic.ValidationError``."""
 
     return config_from_namespace(a)
+
+
+def engine_death_lines() -> list[tuple[str, str, str, str]]:
+    """vLLM 0.32's log of an engine that dies in a forward pass, as ``(message, level,
+    process, where)``: the engine's ``EngineCore encountered a fatal error.`` and its
+    traceback (vllm/v1/engine/core.py:1512, every line with the logger's prefix), torch's
+    CUDA error text (c10/cuda/CUDAException.cpp), the API server's failed output handler
+    with the ``EngineDeadError`` (vllm/v1/engine/async_llm.py:906) and the client's monitor
+    (vllm/v1/engine/core_client.py:816)."""
+    core = [
+        "EngineCore encountered a fatal error.",
+        "Traceback (most recent call last):",
+        '  File "/opt/vllm/vllm/v1/engine/core.py", line 1496, in run_engine_core',
+        "    engine_core.run_busy_loop()",
+        '  File "/opt/vllm/vllm/v1/engine/core.py", line 668, in step',
+        "    future = self.model_executor.execute_model(scheduler_output, non_block=True)",
+        '  File "/opt/vllm/vllm/v1/worker/gpu_model_runner.py", line 4142, in execute_model',
+        "    model_output = self.model(",
+        "RuntimeError: CUDA error: an illegal memory access was encountered",
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.",
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+    ]
+    api = [
+        "AsyncLLM output_handler failed.",
+        "Traceback (most recent call last):",
+        '  File "/opt/vllm/vllm/v1/engine/async_llm.py", line 849, in output_handler',
+        "    outputs = await engine_core.get_output_async()",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for "
+        "the root cause.",
+    ]
+    return ([(m, "ERROR", "EngineCore_DP0", "core.py:1512") for m in core]
+            + [(m, "ERROR", "APIServer", "async_llm.py:906") for m in api]
+            + [("[shutdown] MPClient: engine core exited unexpectedly; starting cleanup", "WARNING", "APIServer",
+                "core_client.py:816")])
 
 
 def _engine_intro(a: argparse.Namespace, k: float) -> None:
@@ -173,7 +215,8 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
             "perf": steps.params.as_dict()}
-    api = ApiServer(engine, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"))
+    api = ApiServer(engine, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
+                    die_at_request=a.sim_engine_dies_at_request)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -189,6 +232,15 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    keep_alive = os.environ.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "0") not in ("", "0")
+
+    def on_engine_death() -> None:
+        for line in engine_death_lines():
+            vlog.emit(*line)
+        if not keep_alive:  # the API server exits once the failed requests are answered (launcher.py)
+            loop.call_later(0.5, stop.set)
+
+    api.on_engine_death = on_engine_death
     vlog.emit(f"Starting vLLM API server 0 on http://{host}:{port}", where="launcher.py:44")
     vlog.emit("Started server process [%d]" % os.getpid(), where="server.py:1")
     vlog.emit("Application startup complete.", where="on.py:62")
