@@ -9,6 +9,7 @@ import math
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -83,18 +84,24 @@ def test_data_parallel_replicas_share_the_users():
 
 def test_prefill_queueing_shows_in_the_predicted_ttft():
     """The issue's case: the demo rig's prefills (2048-token chunks with all-reduces over
-    PCIe without P2P) queue, so the predicted TTFT p99 grows with the users — 1.5 s at
-    4 and 3 s at 8 were measured; the old analytic curve stayed near 400 ms."""
+    PCIe without P2P) queue. A fixed ramp measures its levels from their start, burst
+    included: 1.5 s TTFT p99 at 4 users and 3 s at 8 were measured, and the engine
+    predicts them (the old analytic curve stayed near 400 ms). A capacity search judges
+    a level once each user has finished a request (RampSpec.settle): its levels' TTFT
+    p99s are the steady state's, below the burst's."""
     prof = read_profile(DEMO)
     w = Workload(slo=SLO(ttft_p99=2.0, tpot_p99=0.1), levels=(1, 4, 8))
     p = sim_plan(prof.server_config(), "RTX 4090", 8, w)
     ttft = {pt.concurrency: pt.ttft_p99_s for pt in p.curve.points}
     assert ttft[1] < 0.6 and 1.0 < ttft[4] < 2.0 and ttft[8] > 2.0
-    assert p.predicted_users_at_slo is not None and 1 <= p.predicted_users_at_slo < 8
-    assert p.capacity.next_users == p.predicted_users_at_slo + 1  # bisected to one user
+    users = p.predicted_users_at_slo
+    assert users is not None and users > 8  # settled levels: the burst is not judged
+    probed = {lv.users: lv.stats for lv in p.capacity.levels}
+    assert probed[8.0]["ttft_p99"] < ttft[8]
+    assert p.capacity.next_users - users <= max(1, 0.1 * users)  # bisected to the resolution
     d = p.as_dict()
-    assert d["predicted_users_at_slo"] == p.predicted_users_at_slo
-    assert d["predicted_capacity"]["limited_by"] == "ttft"
+    assert d["predicted_users_at_slo"] == users
+    assert d["predicted_capacity"]["limited_by"] in ("ttft", "tpot", "ttft, tpot")
 
 
 def test_predicted_users_follow_the_search_rule():
@@ -155,16 +162,20 @@ def _profile(name: str) -> ServerConfig:
     return read_profile(ROOT / "profiles" / name).server_config()
 
 
-#: (rig/model, server config, card, count, SLO) — the demo profile and three other
-#: rigs and models; SLOs chosen so that each capacity is a few to a dozen users
+#: (rig/model, server config, card, count, SLO) — the demo profile (its own SLO) and
+#: three other rigs and models, each capacity 10–25 users. Their TPOT bounds limit:
+#: a TTFT p99 measured on a time-scaled sim carries the wall clock's hiccups k times
+#: (one 15 ms stall of the loaded machine is 150 ms of rig time at k = 10, and a p99 of
+#: 100 requests is their largest one or two), while a TPOT averages over a request's
+#: tokens. Queueing of prefills in the TTFT p99 is checked in rig time above.
 COMBOS = [
     ("8× RTX 4090 Llama-3-70B AWQ (demo)", lambda: _profile(DEMO.name), "RTX 4090", 8,
      SLO(ttft_p99=2.0, tpot_p99=0.1)),
     ("4× RTX 5090 Llama-3-70B AWQ", lambda: _profile("4x-rtx-5090-llama-3-70b-awq.yaml"), "RTX 5090", 4,
-     SLO(ttft_p99=2.0, tpot_p99=0.1)),
+     SLO(ttft_p99=2.0, tpot_p99=0.06)),
     ("2× RTX 4090 Qwen2.5-7B", lambda: ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", tensor_parallel_size=2,
                                                     max_num_seqs=64, max_model_len=4096), "RTX 4090", 2,
-     SLO(ttft_p99=1.0, tpot_p99=0.05)),
+     SLO(ttft_p99=0.4, tpot_p99=0.025)),
     ("8× H100 SXM Llama-3-70B FP8", lambda: _profile("8x-h100-llama-3-70b-fp8.yaml"), "H100 SXM", 8,
      SLO(ttft_p99=0.5, tpot_p99=0.015)),
 ]
@@ -174,12 +185,18 @@ COMBOS = [
 #: below it (the HTTP stack's own latency, a few ms of wall time, counts k× in rig time)
 WALL_CHUNKS_PER_S = 2000.0
 MAX_K = 10.0
+#: the sim kept pace when it ran at most this share of its steps late, back to back
+#: (app.sim.engine coalescing: the machine could not keep up — a distorted measurement)
+MAX_COALESCED = 0.02
 
 
-def measure_capacity(cfg: ServerConfig, gpu: str, count: int, slo: SLO, start: float, k: float, tmp: Path) -> dict:
+def measure_capacity(cfg: ServerConfig, gpu: str, count: int, slo: SLO, start: float, k: float,
+                     tmp: Path) -> tuple[dict, dict]:
     """`vllm-dyno ramp --find-capacity` (from ``start`` users) against a sim launched by
-    the run controller at time scale ``k``; returns the JSON's capacity object (rig s)."""
+    the run controller at time scale ``k``; returns the JSON's capacity object (rig s) and
+    the sim's pacing over the search (``/sim/info``'s engine figures, wall s)."""
     from app.run.controller import LaunchTarget, RunController  # deferred: the run layer only for this test
+    from app.run.hardware import sim_info  # deferred: as above
 
     ctl = RunController()
     out = tmp / f"cap-{gpu.replace(' ', '')}-{count}.json"
@@ -192,12 +209,14 @@ def measure_capacity(cfg: ServerConfig, gpu: str, count: int, slo: SLO, start: f
         for name in ("ttft_p99", "tpot_p99"):
             if getattr(slo, name) is not None:
                 cmd += [f"--slo-{name.replace('_', '-')}", repr(getattr(slo, name))]
+        urllib.request.urlopen(ctl.url + "/sim/info?reset=1", timeout=10).read()  # a new pacing window
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        pacing = sim_info(ctl.url).get("engine") or {}
     finally:
         ctl.stop()
         ctl.close()
     assert r.returncode == 0, r.stdout + r.stderr
-    return json.loads(out.read_text())["capacity"]
+    return json.loads(out.read_text())["capacity"], pacing
 
 
 def test_predicted_users_at_slo_match_the_simulated_rig(tmp_path, capsys):
@@ -205,8 +224,9 @@ def test_predicted_users_at_slo_match_the_simulated_rig(tmp_path, capsys):
     search measures on the simulated rig over HTTP, or inside the measured interval
     between the last level that met the SLO and the first that broke it — for the demo
     profile and three other rigs and models. The search starts at the prediction (as
-    CapacitySearch.start allows) and measures ≥ 100 requests a level; the table is
-    printed."""
+    CapacitySearch.start allows) and measures ≥ 100 requests a level once each user has
+    finished one; a search the loaded machine could not pace (the sim ran > 2 % of its
+    steps late) is measured again at half the time scale. The table is printed."""
     rows = []
     for name, cfg_of, gpu, count, slo in COMBOS:
         cfg = cfg_of()
@@ -217,13 +237,18 @@ def test_predicted_users_at_slo_match_the_simulated_rig(tmp_path, capsys):
         assert pred is not None and pred >= 1, name
         k = max(1.0, min(MAX_K, math.floor(WALL_CHUNKS_PER_S / max(p.capacity.output_tps, 1.0))))
         t = time.perf_counter()
-        cap = measure_capacity(cfg, gpu, count, slo, pred, k, tmp_path)
-        rows.append((name, pred, cap["users"], cap["next_users"], k, t_plan, time.perf_counter() - t))
-    table = [f"{'rig / model':<38} {'predicted':>9} {'measured':>8} {'interval':>9} {'k':>4} {'plan s':>7} "
-             f"{'sim s':>6}"]
-    for name, pred, meas, nxt, k, tp, tm in rows:
+        cap, pacing = measure_capacity(cfg, gpu, count, slo, pred, k, tmp_path)
+        late = (pacing.get("coalesced_steps") or 0) / max(1, pacing.get("steps") or 1)
+        if late > MAX_COALESCED and k > 1:  # the machine did not keep up: once more, slower
+            k = max(1.0, k // 2)
+            cap, pacing = measure_capacity(cfg, gpu, count, slo, pred, k, tmp_path)
+            late = (pacing.get("coalesced_steps") or 0) / max(1, pacing.get("steps") or 1)
+        rows.append((name, pred, cap["users"], cap["next_users"], k, late, t_plan, time.perf_counter() - t))
+    table = [f"{'rig / model':<38} {'predicted':>9} {'measured':>8} {'interval':>9} {'k':>4} {'late':>6} "
+             f"{'plan s':>7} {'sim s':>6}"]
+    for name, pred, meas, nxt, k, late, tp, tm in rows:
         interval = f"{meas:g}–{nxt:g}" if nxt is not None else f"≥ {meas:g}"
-        table.append(f"{name:<38} {pred:>9g} {meas:>8g} {interval:>9} {k:>4g} {tp:>7.2f} {tm:>6.0f}")
+        table.append(f"{name:<38} {pred:>9g} {meas:>8g} {interval:>9} {k:>4g} {late:>6.1%} {tp:>7.2f} {tm:>6.0f}")
     with capsys.disabled():
         print("\n" + "\n".join(table))
     for name, pred, meas, nxt, *_ in rows:
@@ -265,3 +290,20 @@ def test_plan_tab_predicts_the_ramp_tabs_ramp_and_slo(main_window, qtbot):
     pump(qtbot, lambda: settled() and w.plan.workload.slo is None, 60, "no SLO")
     assert w.plan.capacity is None and "predicted" not in w.plan_panel.verdict.text()
     assert "set a TTFT or TPOT p99 bound" in w.plan_panel.figures.text()
+
+
+def test_a_search_ramp_is_predicted_as_that_search():
+    """Workload.from_ramp of a capacity search (the Ramp tab's Find capacity): the users
+    at its SLO come from that search (its max_level bounds it, its floor and cap), its
+    settling levels included; the curve keeps 20 s levels."""
+    spec = RampSpec(search=CapacitySearch(max_level=6), requests_per_level=100, step_seconds=600,
+                    slo=SLO(ttft_p99=2.0, tpot_p99=0.1), warmup_seconds=1.0)
+    w = Workload.from_ramp(spec)
+    assert w.step_s == 20.0 and w.search_cap_s == 600 and w.search.max_level == 6 and w.levels is None
+    s = w.search_spec()
+    assert s.search.max_level == 6 and s.settles and s.requests_per_level == 100 and s.warmup_seconds == 1.0
+    p = sim_plan(read_profile(DEMO).server_config(), "RTX 4090", 8, w)
+    assert p.capacity.users == 6 and p.capacity.limited_by == "max_level"  # the demo meets it up to 19
+    fixed = Workload.from_ramp(RampSpec(levels=[1, 2], prompt_tokens=(256, 768), output_tokens=128))
+    assert (fixed.prompt_tokens, fixed.levels, fixed.search_spec()) == (512, (1, 2), None)
+    assert fixed.ramp_spec([1]).length_range("prompt_tokens") == (256, 768)

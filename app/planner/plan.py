@@ -60,7 +60,7 @@ class Workload:
     def from_ramp(cls, spec: RampSpec) -> "Workload":
         """The workload of a ramp: its lengths (a LOW-HIGH range as its middle ± half its
         width), seed, warm-up, step, concurrency levels and SLO; a capacity search's own
-        search, request floor and cap (its curve: the default levels)."""
+        search, request floor and cap (its curve: the default levels of 20 s)."""
         def mid_spread(name: str) -> tuple[int, float]:
             lo, hi = spec.length_range(name)
             if not isinstance(getattr(spec, name), tuple):
@@ -70,12 +70,12 @@ class Workload:
 
         (pt, ps), (ot, os_) = mid_spread("prompt_tokens"), mid_spread("output_tokens")
         levels = tuple(int(x) for x in spec.levels) if spec.mode == "concurrency" and spec.levels else None
-        kw: dict[str, Any] = {}
-        if spec.search is not None:
+        kw: dict[str, Any] = {"step_s": spec.step_seconds or 20.0}
+        if spec.search is not None:  # its step is the search's cap; the curve keeps 20 s levels
             kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
                   "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
         return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
-                   spec.step_seconds or 20.0, None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
+                   slo=None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
 
     def _spec(self, **kw: Any) -> RampSpec:
         return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
