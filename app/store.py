@@ -134,8 +134,18 @@ def _migrate_0_to_1(db: sqlite3.Connection) -> None:
         db.execute(sql)
 
 
+def _migrate_1_to_2(db: sqlite3.Connection) -> None:
+    """v1 → v2: the ``tunes`` table — one row per tune (issue 18): its spec, its state
+    (candidates, measurements, fitted factors, launches: enough to resume) and status
+    (``running``, ``interrupted``, ``done``, ``failed``); the runs of its launches are
+    ordinary runs, named in its state by id."""
+    db.execute("CREATE TABLE IF NOT EXISTS tunes (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, "
+               "name TEXT NOT NULL DEFAULT '', status TEXT NOT NULL DEFAULT 'running', spec TEXT, state TEXT, "
+               "updated REAL)")
+
+
 #: ``MIGRATIONS[v]`` upgrades a store from version v to v+1 (called inside a transaction)
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1, _migrate_1_to_2]
 #: the layout version this app writes (``PRAGMA user_version``)
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -304,6 +314,42 @@ class RunStore:
                 raise RuntimeError(f"RunStore({self.path}) is closed")
             self._flush_locked()
             return self._db.execute(sql, args)
+
+    # ---- tunes -----------------------------------------------------------------------
+    def create_tune(self, name: str, spec: Any, state: Any = None) -> int:
+        """Insert a tune (status ``running``) and return its id; ``spec``/``state`` JSON."""
+        now = time.time()
+        cur = self._exec("INSERT INTO tunes(created, name, status, spec, state, updated) VALUES (?,?,?,?,?,?)",
+                         (now, name, "running", _dumps(spec), _dumps(state), now))
+        return int(cur.lastrowid)
+
+    def save_tune(self, tune_id: int, *, status: str | None = None, state: Any = None) -> None:
+        """Store a tune's ``state`` and/or ``status`` (committed at once: a resume needs it)."""
+        sets, vals = ["updated=?"], [time.time()]
+        if status is not None:
+            sets.append("status=?")
+            vals.append(status)
+        if state is not None:
+            sets.append("state=?")
+            vals.append(_dumps(state))
+        self._exec(f"UPDATE tunes SET {', '.join(sets)} WHERE id=?", (*vals, tune_id))
+        self.flush()
+
+    def get_tune(self, tune_id: int) -> dict[str, Any] | None:
+        """One tune (id, created, name, status, spec, state, updated; JSON decoded) or None."""
+        cur = self._exec("SELECT * FROM tunes WHERE id=?", (tune_id,))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        d = dict(zip([c[0] for c in cur.description], row))
+        d["spec"], d["state"] = _loads(d["spec"]), _loads(d["state"])
+        return d
+
+    def list_tunes(self) -> list[dict[str, Any]]:
+        """All tunes, newest first (id, created, name, status, updated)."""
+        cur = self._exec("SELECT id, created, name, status, updated FROM tunes ORDER BY id DESC")
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
 
     # ---- runs ------------------------------------------------------------------------
     def create_run(self, name: str = "", engine: str = "", *, config: Any = None, spec: Any = None,

@@ -139,39 +139,90 @@ def nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float = 
     return pts[int(np.argmin(vals))]
 
 
+@dataclass(frozen=True)
+class MeasuredSet:
+    """The measured levels of one server configuration for a joint fit: ``model`` its
+    step-time model with its own default parameters (the factors multiply them),
+    ``levels`` a closed-loop ramp or search of ``prompt_tokens``/``output_tokens``
+    requests, ``capacity`` the requests one engine runs at once (max_num_seqs or the KV
+    limit), ``engines`` its data parallel replicas (users spread evenly over them)."""
+
+    model: StepTimeModel
+    levels: tuple[MeasuredLevel, ...]
+    prompt_tokens: int
+    output_tokens: int
+    capacity: int
+    engines: int = 1
+
+
+#: weight of the pull of every log-factor towards 0 (factor 1) in :func:`fit_factors`:
+#: a term the measurements do not determine (the all-reduce of a TP 1 server, the
+#: prefill of a decode-bound ramp) stays at its default instead of drifting
+PRIOR_WEIGHT = 0.02
+
+
+def _bounded(name: str, v: float) -> float:
+    lo, hi = _BOUNDS.get(name, (1e-9, 1e9))
+    return float(min(hi, max(lo, v)))
+
+
+def apply_factors(params: PerfParams, factors: dict[str, float], source: str | None = None) -> PerfParams:
+    """``params`` with each named term multiplied by its factor (kept in the plausible
+    bounds); the rest unchanged."""
+    vals = {n: _bounded(n, getattr(params, n) * f) for n, f in factors.items()}
+    return replace(params, **vals, **({"source": source} if source else {}))
+
+
+def fit_factors(sets: Sequence[MeasuredSet], names: Sequence[str] = FIT_DEFAULT,
+                prior_weight: float = PRIOR_WEIGHT, ttft_weight: float = 0.5, tpot_weight: float = 0.5
+                ) -> dict[str, float]:
+    """One factor per parameter in ``names``, shared by every configuration in ``sets``
+    (each configuration's parameters = its own defaults × the factors: the rig's
+    efficiencies and overheads, whatever the split or the flags), fitted to all their
+    measured levels at once: squared log-errors of output tokens/s (and TTFT / TPOT at
+    ``ttft_weight`` / ``tpot_weight``, where measured) of
+    :func:`app.engine.steptime.predict_level`, plus
+    ``prior_weight`` × Σ log(factor)² (unidentified terms stay at 1). Nelder–Mead in
+    log space, restarted once. Raises ValueError with fewer than 2 levels in all."""
+    if sum(len(s.levels) for s in sets) < 2:
+        raise ValueError("calibration needs at least 2 measured levels of a ramp")
+    multi_card = any(s.model.tp > 1 for s in sets)
+    names = [n for n in names if not (n in ("allreduce_alpha_s", "link_gbs") and not multi_card)]
+
+    def factors_of(x: np.ndarray) -> dict[str, float]:
+        return {n: float(f) for n, f in zip(names, np.exp(x))}
+
+    def loss(x: np.ndarray) -> float:
+        f = factors_of(x)
+        s = prior_weight * float(np.sum(x ** 2))
+        for ms in sets:
+            m = ms.model.with_params(apply_factors(ms.model.params, f))
+            for lv in ms.levels:
+                users = max(1, round(lv.concurrency / ms.engines))
+                pt = predict_level(m, users, ms.prompt_tokens, ms.output_tokens, ms.capacity)
+                s += math.log(pt.output_tps * ms.engines / lv.output_tps) ** 2
+                if lv.ttft_s and ttft_weight:
+                    s += ttft_weight * math.log(pt.ttft_s / lv.ttft_s) ** 2
+                if lv.tpot_s and tpot_weight:
+                    s += tpot_weight * math.log(pt.tpot_s / lv.tpot_s) ** 2
+        return s
+
+    best = nelder_mead(loss, np.zeros(len(names)))
+    best = nelder_mead(loss, best, step=0.2)  # restart: the simplex may have collapsed early
+    return factors_of(best)
+
+
 def fit(model: StepTimeModel, levels: Sequence[MeasuredLevel], prompt_tokens: int, output_tokens: int,
         capacity: int, names: Sequence[str] = FIT_DEFAULT) -> PerfParams:
     """Parameters of ``model`` (those in ``names``) fitted to the measured ``levels`` of
     a closed-loop ramp with this workload; ``capacity`` = requests the engine runs at
-    once (max_num_seqs or the KV limit). Raises ValueError with fewer than 2 levels."""
+    once (max_num_seqs or the KV limit): :func:`fit_factors` of that one configuration
+    without the prior. Raises ValueError with fewer than 2 levels."""
     if len(levels) < 2:
         raise ValueError("calibration needs at least 2 measured levels of a ramp")
-    names = [n for n in names if not (n in ("allreduce_alpha_s", "link_gbs") and model.tp <= 1)]
-    base = model.params
-    x0 = np.log([getattr(base, n) for n in names])
-
-    def params_of(x: np.ndarray) -> PerfParams:
-        vals = {}
-        for n, v in zip(names, np.exp(x)):
-            lo, hi = _BOUNDS[n]
-            vals[n] = float(min(hi, max(lo, v)))
-        return replace(base, **vals)
-
-    def loss(x: np.ndarray) -> float:
-        m = model.with_params(params_of(x))
-        s = 0.0
-        for lv in levels:
-            pt = predict_level(m, lv.concurrency, prompt_tokens, output_tokens, capacity)
-            s += math.log(pt.output_tps / lv.output_tps) ** 2
-            if lv.ttft_s:
-                s += 0.5 * math.log(pt.ttft_s / lv.ttft_s) ** 2
-            if lv.tpot_s:
-                s += 0.5 * math.log(pt.tpot_s / lv.tpot_s) ** 2
-        return s
-
-    best = nelder_mead(loss, x0)
-    best = nelder_mead(loss, best, step=0.2)  # restart: the simplex may have collapsed early
-    return replace(params_of(best), source=f"calibrated on {len(levels)} levels")
+    f = fit_factors([MeasuredSet(model, tuple(levels), prompt_tokens, output_tokens, capacity)], names,
+                    prior_weight=0.0)
+    return apply_factors(model.params, f, source=f"calibrated on {len(levels)} levels")
 
 
 def calibrate_and_save(model: StepTimeModel, cards: Sequence[GpuSpec], levels: Sequence[MeasuredLevel],

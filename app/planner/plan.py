@@ -480,6 +480,15 @@ def _rank_layouts(config: ServerConfig, f: Finding, gpus: list[GpuSpec], model: 
     return [(cand, tps) for _, _, cand, tps in out]
 
 
+def check(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
+          vllm_version: str | None = None) -> Plan:
+    """The plan's memory and its findings without the search for fixes, the step model
+    or the prediction: a few milliseconds, for a search over many configurations (the
+    tuner's pruning). ``findings`` carry no ``fix``. Raises ValueError when ``gpus`` is
+    empty."""
+    return _build(config, gpus, model, workload, rules_for(vllm_version))
+
+
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
          vllm_version: str | None = None, params: PerfParams | None = None,
          use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True) -> Plan:

@@ -1,0 +1,641 @@
+"""The tune: measure, calibrate, re-rank — a few launches, not a grid (issue 18, items 3–4, 6).
+
+:class:`Tuner` runs a :class:`TuneSpec` through one :class:`app.run.controller.RunController`
+(the GUI's, so its live plots follow every launch; or its own):
+
+1. enumerate the candidates (:func:`app.tuner.space.enumerate_candidates`: the planner
+   prunes what cannot start and says why) and predict each one's users at the SLO
+   (:mod:`app.tuner.model`: screen, then the step-level engine for the best);
+2. launch the best predicted candidate that is not measured yet, run the capacity search
+   from its predicted users (the same search ``vllm-dyno ramp --find-capacity`` runs,
+   recorded as a run), refit the rig's factors to every measurement and re-predict
+   every candidate;
+3. go on only while a candidate is predicted to beat the best measured one by more than
+   the measurement's spread (half its interval, at least the search's resolution), within
+   the budget (launches, minutes; one launch is kept for step 4);
+4. confirm: launch the best measured candidate with ``max_num_seqs`` set from its
+   capacity (:func:`app.tuner.space.recommended_max_num_seqs`) and search again from
+   there: the recommendation's users, verdict and flags are those of this launch.
+
+Objectives (score, higher is better): ``users`` (users at the SLO), ``throughput``
+(output tokens/s at that level), ``cost`` (GPU-hours per million output tokens there:
+:func:`app.telemetry.derived.cost_per_mtok` with Settings' prices, cards × hours without
+a price), ``energy`` (J per output token: measured from the cards' power, predicted as the
+cards' board power ÷ tokens/s — an upper bound, the same for every candidate).
+
+The state (:class:`TuneState`) is written to the run store after every step
+(``tunes`` table); :meth:`Tuner.resume` continues an interrupted tune where it stopped
+(a launch cut off is run again). Times: rig seconds (the sim's clock: wall × its time
+scale) and wall seconds.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from dataclasses import asdict
+from typing import Any, Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.config import ServerConfig
+from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
+from app.loadgen.capacity import Capacity
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+from app.loadgen.stats import StepStats
+from app.planner.calibrate import MeasuredLevel
+from app.planner.models import resolve_model
+from app.planner.plan import Workload, check
+from app.profiles.model import HardwareFingerprint
+from app.run.controller import LaunchTarget, RecordSpec, RunController
+from app.run.verdict import Verdict
+from app.server.launch import LaunchError
+from app.settings import Pricing
+from app.telemetry.derived import cost_per_mtok
+from app.tuner import model as rig_model
+from app.tuner.space import (Candidate, TuneSpace, enumerate_candidates, recommended_max_num_seqs, server_flags)
+
+log = logging.getLogger(__name__)
+
+Objective = Literal["users", "throughput", "cost", "energy"]
+OBJECTIVES = ("users", "throughput", "cost", "energy")
+
+
+class TuneSpec(BaseModel):
+    """What to tune. ``engine`` ``vllm`` (this machine's cards or the CPU build) or
+    ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
+    profile's); ``hardware`` the cards (the planner's view of them); the workload
+    (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
+    ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
+    budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
+    the search: ``requests_per_level`` (p99 floor), ``resolution``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = ""
+    engine: Literal["vllm", "sim"] = "sim"
+    config: ServerConfig
+    sim_args: list[str] = Field(default_factory=list)
+    hardware: HardwareFingerprint
+    python: Optional[str] = None
+    vllm_version: Optional[str] = None
+    prompt_tokens: int = Field(512, ge=1)
+    output_tokens: int = Field(128, ge=1)
+    length_spread: float = Field(0.25, ge=0, lt=1)
+    seed: int = 0
+    slo: SLO
+    objective: Objective = "users"
+    space: TuneSpace = Field(default_factory=TuneSpace)
+    max_launches: int = Field(4, ge=1, le=100)
+    max_minutes: Optional[float] = Field(None, gt=0)
+    requests_per_level: int = Field(P99_MIN_REQUESTS, ge=1)
+    resolution: float = Field(0.10, gt=0, lt=1)
+    startup_timeout: float = Field(900.0, gt=0)
+    grace: Optional[float] = Field(None, gt=0)
+
+    def workload(self) -> Workload:
+        """The planner's workload of this tune (its capacity search is the one measured)."""
+        return Workload(self.prompt_tokens, self.output_tokens, (1,), self.length_spread, self.seed,
+                        slo=self.slo, search=CapacitySearch(resolution=self.resolution),
+                        requests_per_level=self.requests_per_level)
+
+
+class CandidateResult(BaseModel):
+    """A candidate in the tune's state: its flags (``server``), the planner's reason
+    when pruned, the screen's estimate, the first prediction (default parameters) and
+    the current one (fitted factors), and what its launch measured (or why it failed)."""
+
+    key: str
+    checkpoint: str = ""
+    cards: int = 1
+    server: dict[str, Any] = Field(default_factory=dict)
+    pruned_because: Optional[str] = None
+    screen_users: Optional[float] = None
+    first_predicted_users: Optional[float] = None
+    predicted_users: Optional[float] = None
+    predicted_tps: Optional[float] = None
+    predicted_low: Optional[float] = None
+    predicted_high: Optional[float] = None
+    measured_users: Optional[float] = None
+    measured_low: Optional[float] = None
+    measured_high: Optional[float] = None
+    measured_tps: Optional[float] = None
+    j_per_token: Optional[float] = None
+    run_id: Optional[int] = None
+    failed: Optional[str] = None
+    levels: list[dict] = Field(default_factory=list)  # MeasuredLevel fields of each measured level
+
+    @property
+    def measured(self) -> bool:
+        return self.measured_users is not None and self.failed is None
+
+
+class LaunchRecord(BaseModel):
+    """One launch of the tune: ``purpose`` ``measure`` or ``confirm``, its candidate,
+    run, outcome and cost (rig and wall seconds, start-up included)."""
+
+    n: int
+    key: str
+    purpose: Literal["measure", "confirm"] = "measure"
+    run_id: Optional[int] = None
+    status: str = "running"
+    users: Optional[float] = None
+    users_low: Optional[float] = None
+    users_high: Optional[float] = None
+    output_tps: Optional[float] = None
+    rig_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    error: Optional[str] = None
+    sentence: str = ""
+
+
+class TuneState(BaseModel):
+    """Everything a resume needs and every figure the result shows."""
+
+    candidates: list[CandidateResult] = Field(default_factory=list)
+    factors: dict[str, float] = Field(default_factory=dict)
+    launches: list[LaunchRecord] = Field(default_factory=list)
+    phase: str = "measure"  # measure → confirm → done
+    stop_reason: str = ""
+    recommendation: Optional[dict[str, Any]] = None
+    runner_up: Optional[dict[str, Any]] = None
+    baseline: Optional[dict[str, Any]] = None
+    wall_seconds: float = 0.0
+
+    @property
+    def rig_seconds(self) -> float:
+        return sum(x.rig_seconds for x in self.launches)
+
+    def by_key(self, key: str) -> CandidateResult | None:
+        return next((c for c in self.candidates if c.key == key), None)
+
+
+class TuneListener:
+    """Progress of a tune, called on the tuner's thread: ``on_progress(state, message)``
+    after every step (candidates predicted, launch started, measured, refit, done)."""
+
+    def on_progress(self, state: TuneState, message: str) -> None:
+        pass
+
+
+class TuneAborted(Exception):
+    """The tune was stopped (Ctrl-C, the window's Stop): its state is saved as interrupted."""
+
+
+def score(objective: str, users: float | None, tps: float | None, cards: int, board_w: float,
+          j_per_token: float | None = None, pricing: Pricing | None = None) -> float | None:
+    """A configuration's score for ``objective``, higher is better (module docstring);
+    None when it cannot be scored (no users at the SLO, no throughput)."""
+    if users is None or users <= 0:
+        return None
+    if objective == "users":
+        return float(users)
+    if not tps or tps <= 0:
+        return None
+    if objective == "throughput":
+        return float(tps)
+    if objective == "cost":
+        rented, energy = cost_per_mtok(tps, cards, j_per_token, pricing or Pricing())
+        if rented is not None or energy is not None:
+            return -((rented or 0.0) + (energy or 0.0))
+        return -(cards * 1e6 / (tps * 3600))  # GPU-hours per million tokens
+    j = j_per_token if j_per_token is not None else cards * board_w / tps
+    return -j
+
+
+class Measurement(BaseModel):
+    """What one launch and capacity search gave: ``status`` ``done`` or why not
+    (``launch_failed``, a ramp status), ``error`` in words, the recorded ``run_id``,
+    ``rig_seconds`` (start-up included), the search's ``capacity``, its levels
+    (``steps``, rig s) and ``verdict``."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    status: str
+    error: Optional[str] = None
+    run_id: Optional[int] = None
+    rig_seconds: float = 0.0
+    capacity: Optional[Capacity] = None
+    steps: list[StepStats] = Field(default_factory=list)
+    verdict: Optional[Verdict] = None
+
+
+class ControllerRig:
+    """The rig the tuner measures on: launches through a :class:`RunController` (the
+    engine, sim rig, interpreter and timeouts of ``spec``), runs the search, stops the
+    server. ``check_abort`` is called while it waits; it raises to stop."""
+
+    def __init__(self, spec: TuneSpec, controller: RunController) -> None:
+        self.spec = spec
+        self.ctl = controller
+
+    def measure(self, cfg: ServerConfig, ramp: RampSpec, record: RecordSpec,
+                check_abort: Callable[[], None]) -> Measurement:
+        s, ctl = self.spec, self.ctl
+        t0 = time.monotonic()
+        try:
+            target = LaunchTarget(engine=s.engine, config=cfg, sim_args=list(s.sim_args), python=s.python,
+                                  use_nvml=s.engine == "vllm" and not s.hardware.is_cpu,
+                                  startup_timeout=s.startup_timeout, grace=s.grace)
+            try:
+                left = ctl.launch(target)
+            except (LaunchError, ValueError) as e:
+                return Measurement(status="launch_failed", error=str(e))
+            if left:
+                return Measurement(status="launch_failed", error=(
+                    "leftover vLLM processes hold GPU memory: end them (`vllm-dyno cleanup --yes`) and resume the tune"))
+            while not ctl.wait_ready(0.5):
+                check_abort()
+                if ctl.failure is not None:
+                    break
+            check_abort()
+            if not ctl.ready:
+                return Measurement(status="launch_failed", error=ctl.failure_text or "the server did not become ready",
+                                   rig_seconds=(time.monotonic() - t0) * (ctl.time_scale or 1.0))
+            k = ctl.time_scale or 1.0
+            start_s = (time.monotonic() - t0) * k
+            out = ctl.ramp(ramp.model_copy(update={"url": ctl.url, "model": ctl.api_model}), record=record)
+            check_abort()
+            rig_s = start_s + sum(st.t_end - st.t_start for st in out.steps)
+            if not out.ok or out.capacity is None:
+                return Measurement(status=out.status, error=out.stop_reason or out.error or "the search did not finish",
+                                   run_id=out.run_id, rig_seconds=rig_s, steps=out.steps)
+            return Measurement(status="done", run_id=out.run_id, rig_seconds=rig_s, capacity=out.capacity,
+                               steps=out.steps, verdict=out.verdict)
+        finally:
+            try:
+                ctl.stop()
+            except Exception:
+                log.exception("stopping the tune's server")
+
+
+class Tuner:
+    """Runs one tune (see the module docstring). ``controller``: the run controller to
+    launch through (None: one of its own, closed at the end); ``store``: the run store
+    (None: the controller's); ``rig``: what measures a configuration (None: a
+    :class:`ControllerRig` on the controller; benchmarks give the step-level engine of a
+    hidden "true rig"). Call :meth:`run` (blocking; off the GUI thread) and
+    :meth:`abort` from anywhere."""
+
+    def __init__(self, spec: TuneSpec, *, controller: RunController | None = None, store: Any = None,
+                 listener: TuneListener | None = None, pricing: Pricing | None = None,
+                 tune_id: int | None = None, state: TuneState | None = None,
+                 clock: Callable[[], float] = time.monotonic, rig: Any = None) -> None:
+        self.spec = spec
+        self._own_ctl = controller is None
+        self.ctl = controller or RunController(store=store)
+        self.store = store if store is not None and not callable(store) else self.ctl.store
+        self.rig = rig or ControllerRig(spec, self.ctl)
+        self.listener = listener or TuneListener()
+        self.pricing = pricing
+        self.state = state or TuneState()
+        self.tune_id = tune_id
+        self._clock = clock
+        self._abort = threading.Event()
+        self._cands: dict[str, Candidate] = {}
+        self._t0 = clock()
+        self._wall_before = self.state.wall_seconds
+        self.workload = spec.workload()
+        self.cards = spec.hardware.planner_cards()
+        self.board_w = float(self.cards[0].tdp_w or 300.0) if self.cards else 300.0
+
+    # ------------------------------------------------------------------ public
+    @classmethod
+    def resume(cls, store: Any, tune_id: int, **kw: Any) -> "Tuner":
+        """The tuner of a stored tune, to :meth:`run` again from where it stopped.
+        Raises ValueError naming the id when there is no such tune or it is finished."""
+        row = store.get_tune(tune_id)
+        if row is None:
+            raise ValueError(f"no tune {tune_id} in {store.path}: see `vllm-dyno tune --list`")
+        if row["status"] == "done":
+            raise ValueError(f"tune {tune_id} is finished; its result: `vllm-dyno tune --show {tune_id}`")
+        spec = TuneSpec.model_validate(row["spec"])
+        state = TuneState.model_validate(row["state"] or {})
+        return cls(spec, store=store, tune_id=tune_id, state=state, **kw)
+
+    def abort(self) -> None:
+        """Stop the tune: the running ramp is aborted and the server stopped; :meth:`run`
+        raises :class:`TuneAborted` after saving the state as interrupted."""
+        self._abort.set()
+        try:
+            self.ctl.abort_ramp("the tune was stopped")
+        except Exception:  # no ramp running
+            pass
+        self.ctl.stop_waiting()
+
+    def run(self) -> TuneState:
+        """Run (or continue) the tune to its end; returns the final state. Raises
+        :class:`TuneAborted` when stopped (state saved, status ``interrupted``) and
+        ValueError for a space with nothing to launch."""
+        if self.tune_id is None:
+            self.tune_id = self.store.create_tune(self.spec.name or self._default_name(),
+                                                  self.spec.model_dump(mode="json"))
+        else:
+            self.store.save_tune(self.tune_id, status="running")
+        try:
+            self._prepare()
+            if self.state.phase == "measure":
+                self._measure_loop()
+                self.state.phase = "confirm"
+                self._save("measured: confirming the best")
+            if self.state.phase == "confirm":
+                self._confirm()
+                self.state.phase = "done"
+            self._finish()
+            self._save("done", status="done")
+            return self.state
+        except TuneAborted:
+            self._save("stopped: resume with `vllm-dyno tune --resume %d`" % self.tune_id, status="interrupted")
+            raise
+        except BaseException:
+            self._save("interrupted by an error", status="interrupted")
+            raise
+        finally:
+            try:
+                self.ctl.stop()
+            finally:
+                if self._own_ctl:
+                    self.ctl.close()
+
+    # ------------------------------------------------------------------ steps
+    def _default_name(self) -> str:
+        hw = self.spec.hardware
+        return f"tune {self.spec.config.model} on {hw.count}× {hw.gpu}{' (sim)' if self.spec.engine == 'sim' else ''}"
+
+    def _save(self, message: str, status: str | None = None) -> None:
+        self.state.wall_seconds = self._wall_before + (self._clock() - self._t0)
+        if self.tune_id is not None:
+            self.store.save_tune(self.tune_id, status=status, state=self.state.model_dump(mode="json"))
+        try:
+            self.listener.on_progress(self.state, message)
+        except Exception:
+            log.exception("tune listener failed")
+
+    def _check_abort(self) -> None:
+        if self._abort.is_set():
+            raise TuneAborted("the tune was stopped")
+
+    def _prepare(self) -> None:
+        """Enumerate (the planner prunes) and predict; keeps what was measured before."""
+        s = self.spec
+        cands = enumerate_candidates(s.config, self.cards, s.space, self.workload, s.vllm_version,
+                                     fewer_cards=s.objective in ("cost", "energy"))
+        self._cands = {c.key: c for c in cands}
+        old = {c.key: c for c in self.state.candidates}
+        merged = []
+        for c in cands:
+            r = old.get(c.key) or CandidateResult(key=c.key)
+            r.checkpoint, r.cards, r.server, r.pruned_because = c.checkpoint, c.cards, server_flags(c.config), c.pruned_because
+            merged.append(r)
+        self.state.candidates = merged
+        if not any(r.pruned_because is None for r in merged):
+            reasons = sorted({r.pruned_because or "" for r in merged})
+            raise ValueError("no configuration in the search space can start on these cards: " + "; ".join(reasons[:3]))
+        self._refit()
+        self._repredict(first=not old)
+        self._save(f"{sum(r.pruned_because is None for r in merged)} of {len(merged)} configurations can start; "
+                   "predicted")
+
+    def _refit(self) -> None:
+        sets = []
+        for r in self.state.candidates:
+            if r.measured and r.levels and r.key in self._cands and self._cands[r.key].plan is not None:
+                lv = [MeasuredLevel(**x) for x in r.levels]
+                sets.append(rig_model.measured_set(self._cands[r.key].plan, lv, self.workload))
+        self.state.factors = rig_model.fit([s for s in sets if s is not None]) if sets else {}
+
+    def _repredict(self, first: bool = False) -> None:
+        """Screen every runnable candidate, then the engine's prediction for the
+        :data:`app.tuner.model.SCREEN_TOP` best and every measured one."""
+        f = self.state.factors or None
+        live = [r for r in self.state.candidates if r.pruned_because is None]
+        for r in live:
+            r.screen_users = rig_model.screen(self._cands[r.key].plan, f, self.workload)
+        order = sorted(live, key=lambda r: -(r.screen_users or 0))
+        chosen = {r.key for r in order[:rig_model.SCREEN_TOP]} | {r.key for r in live if r.measured}
+        for r in live:
+            if r.key not in chosen:
+                r.predicted_users = r.predicted_tps = r.predicted_low = r.predicted_high = None
+                continue
+            self._check_abort()
+            pr = rig_model.predict(self._cands[r.key].plan, f, self.workload)
+            if pr is None:
+                continue
+            r.predicted_users, r.predicted_tps = pr.users, pr.output_tps
+            r.predicted_low, r.predicted_high = pr.users_low, pr.users_high
+            if first or r.first_predicted_users is None:
+                r.first_predicted_users = pr.users
+
+    def _score(self, r: CandidateResult, measured: bool) -> float | None:
+        if measured:
+            return score(self.spec.objective, r.measured_users, r.measured_tps, r.cards, self.board_w,
+                         r.j_per_token, self.pricing)
+        return score(self.spec.objective, r.predicted_users, r.predicted_tps, r.cards, self.board_w, None,
+                     self.pricing)
+
+    def best_measured(self) -> CandidateResult | None:
+        ms = [r for r in self.state.candidates if r.measured and self._score(r, True) is not None]
+        return max(ms, key=lambda r: self._score(r, True)) if ms else None
+
+    def _margin(self, best: CandidateResult) -> float:
+        """How much better (in the objective's score) a prediction must be than ``best``'s
+        measurement to be worth a launch: the measurement's spread — half its interval,
+        at least the search's resolution (a user, or ``resolution`` × users)."""
+        users = best.measured_users or 0.0
+        half = ((best.measured_high or users) - (best.measured_low or users)) / 2
+        step = max(1.0, self.spec.resolution * users)
+        rel = max(half, step) / max(users, 1.0)
+        sc = self._score(best, True) or 0.0
+        return abs(sc) * rel
+
+    def _next(self) -> tuple[CandidateResult | None, str]:
+        """The candidate to launch next, or None and why the search stops."""
+        todo = [r for r in self.state.candidates if r.pruned_because is None and not r.measured and r.failed is None
+                and self._score(r, False) is not None]
+        if not todo:
+            return None, "every candidate predicted to serve users at the SLO was measured"
+        pick = max(todo, key=lambda r: self._score(r, False))
+        best = self.best_measured()
+        if best is None:
+            return pick, ""
+        need = self._score(best, True) + self._margin(best)
+        if self._score(pick, False) <= need:
+            return None, (f"converged: no candidate is predicted to beat the best measured ({best.key}: "
+                          f"{best.measured_users:g} users) by more than its spread")
+        return pick, ""
+
+    def _budget_left(self, reserve: int) -> str | None:
+        s = self.spec
+        used = len(self.state.launches)
+        if used >= s.max_launches - reserve:
+            return f"budget: {s.max_launches} launch{'es' if s.max_launches != 1 else ''}"
+        if s.max_minutes is not None and (self._wall_before + self._clock() - self._t0) >= s.max_minutes * 60:
+            return f"budget: {s.max_minutes:g} minutes"
+        return None
+
+    def _measure_loop(self) -> None:
+        reserve = 1 if self.spec.max_launches >= 2 else 0
+        # a launch cut off by an interruption is run again
+        self.state.launches = [x for x in self.state.launches if x.status != "running"]
+        while True:
+            self._check_abort()
+            over = self._budget_left(reserve)
+            if over:
+                self.state.stop_reason = over
+                return
+            pick, why = self._next()
+            if pick is None:
+                self.state.stop_reason = why
+                return
+            self._measure(pick)
+            self._refit()
+            self._repredict()
+            best = self.best_measured()
+            self._save(f"refit on {sum(r.measured for r in self.state.candidates)} measured; best so far: "
+                       f"{best.key if best else 'none'}")
+
+    # ------------------------------------------------------------------ launches
+    def _launch_and_search(self, cfg: ServerConfig, key: str, purpose: str, start: float
+                           ) -> tuple[LaunchRecord, Measurement]:
+        """Launch ``cfg`` on the rig, run the capacity search from ``start`` users, stop.
+        Never raises for a failed launch: the record says why."""
+        s = self.spec
+        rec = LaunchRecord(n=len(self.state.launches) + 1, key=key, purpose=purpose)  # type: ignore[arg-type]
+        self.state.launches.append(rec)
+        self._save(f"launch {rec.n} of ≤ {s.max_launches}: {key} ({purpose})")
+        spec = self.workload.search_spec()
+        assert spec is not None  # the tune has an SLO
+        spec = spec.model_copy(update={"search": CapacitySearch(start=max(1.0, math.floor(start)),
+                                                                resolution=s.resolution),
+                                       "step_seconds": SEARCH_STEP_CAP_S})
+        plan = self._cands[key].plan if key in self._cands else None
+        name = f"tune {self.tune_id} · {purpose} {rec.n}: {key}"
+        t0 = self._clock()
+        m = self.rig.measure(cfg, spec, RecordSpec(name=name, plan=plan.as_dict() if plan is not None else None),
+                             self._check_abort)
+        rec.wall_seconds = self._clock() - t0
+        rec.run_id, rec.rig_seconds, rec.status, rec.error = m.run_id, m.rig_seconds, m.status, m.error
+        if m.capacity is not None and m.status == "done":
+            cap = m.capacity
+            rec.users, rec.users_low, rec.users_high, rec.output_tps = cap.users, cap.users_low, cap.users_high, cap.output_tps
+            rec.sentence = m.verdict.sentence if m.verdict is not None else cap.sentence
+        return rec, m
+
+    def _measure(self, r: CandidateResult) -> None:
+        cand = self._cands[r.key]
+        rec, out = self._launch_and_search(cand.config, r.key, "measure", r.predicted_users or 1.0)
+        r.run_id = rec.run_id
+        if rec.status != "done" or out.capacity is None:
+            r.failed = rec.error or rec.status
+            self._save(f"{r.key}: {r.failed}")
+            return
+        cap = out.capacity
+        r.measured_users, r.measured_low, r.measured_high, r.measured_tps = (cap.users, cap.users_low,
+                                                                             cap.users_high, cap.output_tps)
+        r.j_per_token = out.verdict.j_per_token if out.verdict is not None else None
+        r.levels = [asdict(MeasuredLevel(int(st.level), st.output_tps, st.ttft_mean, st.tpot_mean))
+                    for st in out.steps if st.n_ok > 0 and st.output_tps > 0]
+        self._save(f"{r.key}: measured {cap.users:g} users ({cap.users_low:g}–{cap.users_high:g}), "
+                   f"predicted {r.predicted_users if r.predicted_users is not None else '—'}")
+
+    def _confirm(self) -> None:
+        """The confirming launch of the best measured candidate with its max_num_seqs."""
+        best = self.best_measured()
+        if best is None:
+            self.state.recommendation = None
+            if not self.state.stop_reason:
+                self.state.stop_reason = "no candidate met the SLO"
+            return
+        if any(x.purpose == "confirm" and x.status != "running" for x in self.state.launches):
+            return  # confirmed before an interruption
+        self.state.launches = [x for x in self.state.launches if x.status != "running"]
+        cfg = self._recommended_config(best)
+        if len(self.state.launches) >= self.spec.max_launches:
+            return  # no launch left: the recommendation stays unconfirmed
+        self._check_abort()
+        self._launch_and_search(cfg, best.key, "confirm", best.measured_users or 1.0)
+
+    def _recommended_config(self, best: CandidateResult) -> ServerConfig:
+        cfg = self._cands[best.key].config
+        seqs = recommended_max_num_seqs(best.measured_users or 1.0, cfg.max_num_seqs)
+        return cfg.model_copy(update={"max_num_seqs": seqs})
+
+    # ------------------------------------------------------------------ result
+    def _entry(self, r: CandidateResult, cfg: ServerConfig | None = None, measured: bool = True) -> dict[str, Any]:
+        cfg = cfg or self._cands[r.key].config
+        return {"key": r.key, "server": server_flags(cfg),
+                "users": r.measured_users if measured else r.predicted_users,
+                "users_low": r.measured_low if measured else r.predicted_low,
+                "users_high": r.measured_high if measured else r.predicted_high,
+                "output_tps": r.measured_tps if measured else r.predicted_tps,
+                "j_per_token": r.j_per_token if measured else None,
+                "measured": measured, "predicted_users": r.predicted_users, "run_id": r.run_id}
+
+    def _finish(self) -> None:
+        st = self.state
+        best = self.best_measured()
+        if best is not None:
+            rec = self._entry(best, self._recommended_config(best))
+            conf = next((x for x in st.launches if x.purpose == "confirm"), None)
+            rec["verified"] = bool(conf is not None and conf.status == "done" and conf.users is not None
+                                   and conf.users >= (best.measured_users or 0) * (1 - self.spec.resolution) - 1e-9)
+            if conf is not None and conf.status == "done" and conf.users is not None:
+                rec.update(users=conf.users, users_low=conf.users_low, users_high=conf.users_high,
+                           output_tps=conf.output_tps, run_id=conf.run_id, sentence=conf.sentence)
+            elif conf is not None:
+                rec["sentence"] = (f"{best.key}: {best.measured_users:g} users at the SLO as measured; the confirming "
+                                   f"launch failed: {conf.error}")
+            else:
+                rec["sentence"] = (f"{best.key}: {best.measured_users:g} users at the SLO as measured (not confirmed "
+                                   f"with max_num_seqs {rec['server'].get('max_num_seqs')}: no launch left)")
+            st.recommendation = rec
+            others = [r for r in st.candidates if r.measured and r.key != best.key]
+            if others:
+                ru = max(others, key=lambda r: self._score(r, True) or -math.inf)
+                st.runner_up = self._entry(ru)
+            else:
+                rest = [r for r in st.candidates if r.pruned_because is None and r.key != best.key
+                        and self._score(r, False) is not None]
+                st.runner_up = self._entry(max(rest, key=lambda r: self._score(r, False)), measured=False) if rest else None
+        st.baseline = self._baseline()
+
+    def _baseline(self) -> dict[str, Any] | None:
+        """The user's starting flags, predicted with the fitted factors (measured when
+        one of the candidates is exactly them)."""
+        s = self.spec
+        try:
+            p = check(s.config, self.cards[:s.config.world_size], resolve_model(s.config.model), self.workload,
+                      s.vllm_version)
+            pr = rig_model.predict(p, self.state.factors or None, self.workload)
+        except (ValueError, LookupError) as e:
+            return {"server": server_flags(s.config), "measured": False, "users": None, "error": str(e)}
+        same = next((r for r in self.state.candidates if r.measured and r.server == server_flags(s.config)), None)
+        if same is not None:
+            return self._entry(same, s.config)
+        return {"key": "starting flags", "server": server_flags(s.config), "measured": False,
+                "users": pr.users if pr else None, "users_low": pr.users_low if pr else None,
+                "users_high": pr.users_high if pr else None, "output_tps": pr.output_tps if pr else None}
+
+    def result(self) -> dict[str, Any]:
+        """The JSON of ``vllm-dyno tune --json``: ``recommendation`` (``server``, ``users``,
+        ``output_tps``, ``sentence``, ``verified`` …), ``runner_up``, ``baseline``,
+        ``launches`` (count) with ``launch_log``, ``rig_seconds``, ``wall_seconds``,
+        ``candidates`` (``server``, ``predicted_users``, ``measured_users`` or null,
+        ``pruned_because`` or null), ``factors``, ``stop_reason``."""
+        st = self.state
+        return {
+            "tune_id": self.tune_id, "objective": self.spec.objective,
+            "slo": self.spec.slo.model_dump(exclude_none=True),
+            "recommendation": st.recommendation, "runner_up": st.runner_up, "baseline": st.baseline,
+            "launches": len(st.launches), "launch_log": [x.model_dump() for x in st.launches],
+            "rig_seconds": st.rig_seconds, "wall_seconds": st.wall_seconds, "stop_reason": st.stop_reason,
+            "factors": st.factors,
+            "candidates": [{"key": r.key, "server": r.server, "cards": r.cards,
+                            "first_predicted_users": r.first_predicted_users, "predicted_users": r.predicted_users,
+                            "measured_users": r.measured_users if r.measured else None,
+                            "measured_low": r.measured_low if r.measured else None,
+                            "measured_high": r.measured_high if r.measured else None,
+                            "failed": r.failed, "pruned_because": r.pruned_because, "run_id": r.run_id}
+                           for r in st.candidates],
+        }
