@@ -351,7 +351,9 @@ def fix_to_flags(fix: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- perf model
 def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel:
     """The step-time model of the planned server: per stage, the slowest card of the
-    TP group (lowest bandwidth) and that card's share of weights, parameters and KV."""
+    TP group (lowest bandwidth) and that card's share of weights, parameters and KV
+    (in the KV cache dtype: fp8 halves the KV bytes read a step); ``enforce_eager``
+    makes each step pay the CUDA graph launch saving per layer (``t_launch_layer_s``)."""
     m, e = p.model, p.effective
     bpp = quant_bytes_per_param(e.quantization, m.quant_bits if e.quantization == m.quant_method else None,
                                 m.quant_group_size if e.quantization == m.quant_method else None, e.dtype_bytes)
@@ -373,7 +375,7 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None)
     return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
-                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens)
+                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager)
 
 
 # ---------------------------------------------------------------------- the predicted ramp
