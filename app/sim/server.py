@@ -1,5 +1,6 @@
 """The simulated rig's server process: ``python -m app.sim.server --model M [vLLM options]
---sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]``.
+--sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]
+[--sim-perturb SEED]``.
 
 Started by the Supervisor as engine ``sim`` (app/server/launch.py). It behaves like
 ``vllm serve``: prints vLLM-format startup lines after a load delay (rig seconds ÷ k),
@@ -10,6 +11,10 @@ code 1 after vLLM's own error text. SIGTERM/SIGINT stop it cleanly (exit 0).
 ready, with vLLM 0.32's lines (:func:`engine_death_lines`); the server then exits with
 code 0 as vLLM's does (``terminate_if_errored``), or stays up answering ``/health`` 503
 with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``.
+
+``--sim-perturb SEED``: the rig steps with hidden "true" parameters, the planner's ×
+seeded factors (:func:`app.sim.perturb.true_params`); ``/sim/info`` then says
+``perturbed: true`` and the seed, and shows no parameters (``perf``).
 
 ``--data-parallel-size D``: D engines (replicas), each with its own scheduler and the
 plan's KV blocks, on its own TP × PP cards of the rig (replica r on cards r·TP·PP …),
@@ -37,6 +42,7 @@ from app.sim.engine import SimEngine
 from app.sim.gpus import GpuBank, cooling_factor
 from app.sim.http_api import ApiServer
 from app.sim.metrics import SimMetrics
+from app.sim.perturb import true_params
 
 VLLM_VERSION = "0.32.0"
 
@@ -59,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
                    help="the engine dies on the N-th generation request (a CUDA error in the forward pass), "
                         "as vLLM's does: to try the diagnosis of a death after ready")
+    p.add_argument("--sim-perturb", type=int, default=0, metavar="SEED",
+                   help="a hidden 'true rig': step-time parameters × seeded factors in 0.6–1.6 (0: none), not "
+                        "shown in /sim/info — a test bed for tuning")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="use the step-time parameters calibrated on a real run of these cards "
                         "(vllm-dyno calibrate RUN_ID), when there are any")
@@ -146,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if k <= 0:
         print(f"error: --sim-time-scale {k}: must be > 0 (1 = real time, 20 = 20× faster)", file=sys.stderr)
         return 2
+    if a.sim_perturb < 0:
+        print(f"error: --sim-perturb {a.sim_perturb}: give a seed ≥ 1 (0: no perturbation)", file=sys.stderr)
+        return 2
     vlog.emit(f"vLLM API server version {VLLM_VERSION} (vllm-dyno sim)", where="api_server.py:1896")
     vlog.emit(f"non-default args: {non_default_args(a, parser)}", where="utils.py:328")
     if unknown:
@@ -217,6 +229,8 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
                else f"no calibration saved for {fp}; using the defaults")
         vlog.emit("sim: " + msg, "INFO", "EngineCore_DP0", "sim.py:1")
     steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu, params=calibrated)
+    if a.sim_perturb:  # the hidden true rig: never logged nor shown
+        steps.model = steps.model.with_params(true_params(steps.params, a.sim_perturb))
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True
     metrics = SimMetrics(served, plan.num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto")
@@ -231,7 +245,11 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
-            "perf": steps.params.as_dict()}
+            "perturbed": bool(a.sim_perturb)}
+    if a.sim_perturb:
+        info["perturb_seed"] = a.sim_perturb
+    else:
+        info["perf"] = steps.params.as_dict()
     api = ApiServer(engines, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
                     die_at_request=a.sim_engine_dies_at_request, balancer=balancer)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
