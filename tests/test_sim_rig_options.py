@@ -17,7 +17,7 @@ from app.sim.perturb import ETA_MAX, ETA_MEM_DEFAULT_MAX, FACTOR_RANGE, PERTURBE
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"  # 28 layers, 4 KV heads of 128, bf16
 
 
-def _plan(cfg: ServerConfig, count: int = 1, gpu: str = "RTX 4090", workload: Workload | None = None, **kw):
+def rig_plan(cfg: ServerConfig, count: int = 1, gpu: str = "RTX 4090", workload: Workload | None = None, **kw):
     return plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(cfg.model), workload, vllm_version=ma.VLLM_RULES,
                 use_calibration=False, **kw)
 
@@ -31,7 +31,7 @@ def test_eager_steps_pay_the_launch_cost_per_layer_in_the_plan_and_the_sim():
     graphs, eager = ServerConfig(model=QWEN7, max_model_len=4096), ServerConfig(model=QWEN7, max_model_len=4096,
                                                                                 enforce_eager=True)
     w = Workload(256, 128, (1,), length_spread=0.0)
-    pg, pe = _plan(graphs, workload=w), _plan(eager, workload=w)
+    pg, pe = rig_plan(graphs, workload=w), rig_plan(eager, workload=w)
     extra = 28 * T_LAUNCH_LAYER_S
     assert pe.perf.step_time_decode(1, 300) - pg.perf.step_time_decode(1, 300) == pytest.approx(extra)
     assert pe.perf.step_time(0, 0, 2048, 2048 * 1024) - pg.perf.step_time(0, 0, 2048, 2048 * 1024) == \
@@ -71,7 +71,7 @@ def test_fp8_kv_cache_doubles_the_kv_tokens_and_reads_half_the_kv_bytes():
     assert ma_.step_time_decode(32, 2000) - mf.step_time_decode(32, 2000) == pytest.approx(saved, rel=1e-6)
     # the planner steps with the same model: the predicted TPOT at a long context drops
     w = Workload(2000, 256, (16,), length_spread=0.0)
-    pa, pf = _plan(auto, workload=w), _plan(fp8, workload=w)
+    pa, pf = rig_plan(auto, workload=w), rig_plan(fp8, workload=w)
     assert pa.perf.step_time_decode(32, 2000) - pf.perf.step_time_decode(32, 2000) == pytest.approx(saved, rel=1e-6)
     assert pf.kv_cache_tokens == pytest.approx(2 * pa.kv_cache_tokens, abs=16)
     assert pf.curve.points[0].tpot_s < pa.curve.points[0].tpot_s
@@ -89,7 +89,7 @@ def test_pipeline_stages_step_one_after_another_in_the_sim():
     assert sp.num_blocks > 1.8 * ma.plan_rig(ServerConfig(model=QWEN7, max_model_len=4096), "RTX 4090", 1).num_blocks
     # each stage reads half the weights: the step is about one card's, plus a send
     assert m.step_time_decode(8, 500) == pytest.approx(one.step_time_decode(8, 500), rel=0.1)
-    assert m.step_time_decode(8, 500) == pytest.approx(build_step_model(_plan(cfg, 2)).step_time_decode(8, 500))
+    assert m.step_time_decode(8, 500) == pytest.approx(build_step_model(rig_plan(cfg, 2)).step_time_decode(8, 500))
 
 
 # ------------------------------------------------------------------ the true rig

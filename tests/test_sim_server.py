@@ -108,6 +108,9 @@ def test_models_and_sim_info_announce_the_time_scale(sim):
     assert models["data"][0]["id"] == "llama70" and models["data"][0]["max_model_len"] == 4096
     assert info["time_scale"] == K and info["gpu"] == "RTX 4090" and info["gpu_count"] == 8
     assert info["max_num_seqs"] == 64
+    # no --sim-perturb: the step-time parameters are the planner's defaults, and shown
+    assert info["perturbed"] is False and info["perf"] == ma.StepModel(ma.plan_rig(CFG, "RTX 4090", 8)).params.as_dict()
+    assert info["data_parallel_size"] == 1 and len(info["engines"]) == 1
 
 
 def test_streaming_completion_with_usage_and_exact_counts(sim):

@@ -1,7 +1,8 @@
-"""The simulated rig with data parallel replicas (``--data-parallel-size``), started
-through the real Supervisor: one HTTP API over D engines, requests routed by vLLM's load
-balancer, /metrics per engine, /sim/info and the virtual GPUs per replica, and vLLM's
-refusal when the replicas need more cards than the rig has. No vLLM needed."""
+"""The simulated rig's parallel layouts, started through the real Supervisor: data
+parallel replicas (``--data-parallel-size``: one HTTP API over D engines, requests
+routed by vLLM's load balancer, /metrics per engine, /sim/info and the virtual GPUs per
+replica, vLLM's refusal when the replicas need more cards than the rig has) and
+pipeline parallel stages. No vLLM needed."""
 from __future__ import annotations
 
 import asyncio
@@ -136,3 +137,33 @@ def test_replicas_past_the_cards_fail_like_vllm():
     fails_with(ServerConfig(model=MODEL, max_model_len=2048, tensor_parallel_size=2, data_parallel_size=2),
                 sim_args(count=3), "AssertionError: DP adjusted local rank 3 is out of bounds for 3 devices.",
                 "not_enough_gpus")
+
+
+def test_pipeline_parallel_is_served_on_its_stages_cards():
+    """PP 2 on two cards: the startup facts are the plan's, requests are served with
+    exact counts, both stages' cards hold their share and are busy while it decodes,
+    and the per-token time is the two-stage step model's."""
+    cfg = ServerConfig(model=MODEL, max_model_len=2048, pipeline_parallel_size=2)
+    sp = ma.plan_rig(cfg, "RTX 4090", 2)
+    sup = start(cfg, sim_args(count=2, k=K))
+    try:
+        assert sup.wait_ready(60), "\n".join(sup.log_tail())
+        assert sup.parser.facts.kv_cache_tokens == sp.kv_tokens
+
+        async def go():
+            async with aiohttp.ClientSession() as s:
+                t0 = time.monotonic()
+                job = asyncio.ensure_future(_complete(s, sup.url, 400))
+                await asyncio.sleep(0.5)
+                tele = TelemetryDocument.model_validate_json(await _get(s, sup.url + "/sim/telemetry"))
+                n = await job
+                return n, (time.monotonic() - t0) * K, tele, json.loads(await _get(s, sup.url + "/sim/info"))
+
+        n, rig_s, tele, info = asyncio.run(go())
+    finally:
+        stop_and_check(sup)
+    assert n == 400 and info["pipeline_parallel_size"] == 2 and info["tensor_parallel_size"] == 1
+    assert [c.util_gpu_pct > 50 for c in tele.readings] == [True, True]
+    assert [c.memory_used_bytes for c in tele.readings] == [int(b) for b in sp.used_bytes_per_rank]
+    step = ma.StepModel(sp).step_time_decode(1, 64 + 200)
+    assert rig_s / 400 == pytest.approx(step, rel=0.1)  # one token a step, prefill and HTTP included
