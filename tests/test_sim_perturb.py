@@ -60,3 +60,21 @@ def test_the_perturbed_sim_measures_the_true_rig_and_hides_it(tmp_path):
     measured = json.loads(out.read_text())["steps"][0]["output_tps"]
     assert measured == pytest.approx(true, rel=0.06), (measured, true, planned)
     assert abs(measured - planned) > 0.15 * measured, (measured, true, planned)
+
+
+def test_the_seed_travels_from_a_profile_and_from_serve(capsys):
+    """A profile's ``sim: {perturb: N}`` and ``vllm-dyno serve --engine sim
+    --sim-perturb N`` reach the sim server as --sim-perturb N; a bad seed is a CLI error."""
+    from app.cli import build_parser  # deferred: the CLI only for this test
+    from app.cli.serve import sim_args_from
+    from app.profiles.io import parse_profile
+    from app.sim.server import build_parser as sim_parser
+
+    prof = parse_profile("name: t\nengine: sim\nserver: {model: m}\nsim: {gpu: RTX 4090, count: 2, perturb: 7}\n")
+    assert sim_parser().parse_known_args(["--model", "m", *prof.sim.argv()])[0].sim_perturb == 7
+    a = build_parser().parse_args(["serve", "--model", "m", "--engine", "sim", "--sim-perturb", "7"])
+    assert sim_args_from(a) == ["--sim-perturb", "7"]
+    assert sim_parser().parse_known_args(["--model", "m"])[0].sim_perturb == 0  # absent: none
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["serve", "--model", "m", "--engine", "sim", "--sim-perturb", "-1"])
+    assert e.value.code == 2 and "give a seed ≥ 1" in capsys.readouterr().err

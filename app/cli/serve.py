@@ -14,6 +14,7 @@ from app.cli.common import (
     apply_api_key_file,
     config_from_args,
     err,
+    perturb_seed,
     positive_seconds,
     print_exposure,
 )
@@ -34,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
     p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
     p.add_argument("--sim-seed", type=int)
-    p.add_argument("--sim-perturb", type=int, metavar="SEED",
+    p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
                    help="sim: a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
                         "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)")
     p.add_argument("--sim-calibrated", action="store_true",
