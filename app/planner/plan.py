@@ -385,8 +385,8 @@ def engine_curve(p: Plan, w: Workload, capacity: int, capacity_reason: str) -> C
     generator's own figures — output tokens/s over the level's window, TTFT/TPOT/e2e
     means and p99s of its measured requests (None where the window holds none, as a
     measured level would). ``capacity`` requests run at once on one engine
-    (``capacity_reason`` limits it); data parallel replicas get the users in turn.
-    The knee is :func:`app.loadgen.stats.find_knee` of those levels (reason "step
+    (``capacity_reason`` limits it); data parallel replicas get the requests as vLLM's
+    load balancer routes them (:class:`app.engine.balance.DpBalancer`). The knee is :func:`app.loadgen.stats.find_knee` of those levels (reason "step
     time" below the engines' capacity, else ``capacity_reason``); without one, the
     capacity. Levels default to 1, 2, 4 … up to twice the total capacity."""
     total = capacity * p.dp
