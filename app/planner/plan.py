@@ -388,7 +388,8 @@ def engine_curve(p: Plan, w: Workload, capacity: int, capacity_reason: str) -> C
     (``capacity_reason`` limits it); data parallel replicas get the requests as vLLM's
     load balancer routes them (:class:`app.engine.balance.DpBalancer`). The knee is
     :func:`app.loadgen.stats.find_knee` of those levels (reason "step time" below the
-    engines' capacity, else ``capacity_reason``); without one, the capacity. Levels default to 1, 2, 4 … up to twice the total capacity."""
+    engines' capacity, else ``capacity_reason``); without one, the capacity. Levels
+    default to 1, 2, 4 … up to twice the total capacity."""
     total = capacity * p.dp
     levels = list(w.levels) if w.levels else default_levels(total)
     pred = predict_ramp(p.perf, p.engine_limits(), w.ramp_spec(levels))
