@@ -12,7 +12,8 @@ from app.planner.gpus import lookup_gpu
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, build_step_model, plan
 from app.sim import model_adapter as ma
-from app.sim.perturb import ETA_MAX, ETA_MEM_DEFAULT_MAX, FACTOR_RANGE, PERTURBED, factors, true_params
+from app.sim.perturb import (ETA_MAX, ETA_MEM_DEFAULT_MAX, FACTOR_RANGE, PERTURBED, factors, true_params,
+                              true_params_of)
 
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"  # 28 layers, 4 KV heads of 128, bf16
 
@@ -121,3 +122,8 @@ def test_one_set_of_factors_for_every_configuration_of_the_rig():
         for name in PERTURBED:
             assert getattr(t, name) == pytest.approx(getattr(d, name) * f[name]), (gpu, tp, name)
         assert t.eta_mem <= 1.0 and "perturbed (seed 5)" in t.source
+    # a plan's true parameters: its configuration's defaults (however it was planned) × the factors
+    cfg = ServerConfig(model="meta-llama/Meta-Llama-3-70B-Instruct-AWQ", tensor_parallel_size=8, max_model_len=4096)
+    d = default_params(lookup_gpu("RTX 4090"), 8, 4)
+    for params in (None, true_params(d, 9)):
+        assert true_params_of(rig_plan(cfg, 8, params=params), seed) == true_params(d, seed)

@@ -18,7 +18,8 @@ more CPU time a step); ``link_gbs`` is a bandwidth (× 1.4: a faster link).
 Seed 0 is no perturbation: the parameters are returned unchanged. The simulated rig's
 server steps with :func:`true_params` and does not show the result (``/sim/info`` says
 ``perturbed: true`` and the seed, never the parameters or factors); benchmarks import
-this module to compute an offline grid under the same perturbation.
+this module to compute an offline grid under the same perturbation: plan each
+configuration with ``params=true_params_of(plan, seed)`` (:func:`true_params_of`).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import random
 from dataclasses import replace
 
 from app.engine.steptime import PerfParams
+from app.planner.plan import Plan, build_step_model
 
 #: the PerfParams terms a true rig perturbs, in the order their factors are drawn
 PERTURBED = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "allreduce_alpha_s", "link_gbs", "t_request_s",
@@ -67,3 +69,11 @@ def true_params(params: PerfParams, seed: int) -> PerfParams:
     for name in _EFFICIENCIES:
         changes[name] = min(ETA_MAX, changes[name])
     return replace(params, **changes, source=f"{params.source}, perturbed (seed {seed})")
+
+
+def true_params_of(plan: Plan, seed: int) -> PerfParams:
+    """The parameters the simulated rig of ``seed`` steps with for the configuration of
+    ``plan`` (a sim without ``--sim-calibrated`` or ``--sim-eta-…`` overrides): the
+    planner's defaults for its cards, TP and quantization × :func:`factors`. Pass them
+    as ``app.planner.plan.plan(…, params=…)`` to predict that rig offline."""
+    return true_params(build_step_model(plan).params, seed)
