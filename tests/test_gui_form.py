@@ -7,6 +7,7 @@ import pytest
 from PySide6.QtWidgets import QApplication, QPushButton
 
 from app.config import ServerConfig
+from app.profiles.model import SimRig
 from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
 
 
@@ -74,6 +75,10 @@ def test_engine_switch_shows_matching_fields(main_window, qtbot):
     w.config.set_engine("sim", "RTX 5090", 4)
     assert w.config.sim_row.isVisibleTo(w) and w.config.sim_rig().argv()[:4] == ["--sim-gpu", "RTX 5090",
                                                                             "--sim-gpu-count", "4"]
+    # a profile's hidden true rig (--sim-perturb) travels with the form's card and count
+    w.config.set_engine("sim", "RTX 4090", 8, sim_rig=SimRig(seed=3, perturb=7))
+    assert w.config.sim_rig().argv() == ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--sim-seed", "3",
+                                         "--sim-perturb", "7"]
 
 
 def test_geometry_and_last_profile_are_remembered(gui_guard, qtbot, dyno_home):

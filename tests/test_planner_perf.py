@@ -104,7 +104,7 @@ def test_calibration_saved_per_fingerprint_and_reused(tiny_model, dyno_home):
     fp = hardware_fingerprint(cards)
     assert fp == "4x RTX 5090 31.8GiB"
     assert load_calibration(fp) is None
-    mine = PerfParams(0.61, 0.45, 0.003, 3e-5, 70e-6, 14.0, 0.004, "calibrated test")
+    mine = PerfParams(0.61, 0.45, 0.003, 3e-5, 70e-6, 14.0, 0.004, source="calibrated test")
     path = save_calibration(fp, mine, {"note": "test"})
     assert path.parent == dyno_home / "calibration" and not list(path.parent.glob("*.tmp"))
     assert load_calibration(fp) == mine

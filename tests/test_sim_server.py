@@ -108,6 +108,9 @@ def test_models_and_sim_info_announce_the_time_scale(sim):
     assert models["data"][0]["id"] == "llama70" and models["data"][0]["max_model_len"] == 4096
     assert info["time_scale"] == K and info["gpu"] == "RTX 4090" and info["gpu_count"] == 8
     assert info["max_num_seqs"] == 64
+    # no --sim-perturb: the step-time parameters are the planner's defaults, and shown
+    assert info["perturbed"] is False and info["perf"] == ma.StepModel(ma.plan_rig(CFG, "RTX 4090", 8)).params.as_dict()
+    assert info["data_parallel_size"] == 1 and len(info["engines"]) == 1
 
 
 def test_streaming_completion_with_usage_and_exact_counts(sim):
@@ -222,7 +225,7 @@ def test_time_scale_maps_wall_time_to_rig_time(sim):
     assert 0.7 * rig <= wall * K <= 2.0 * rig, (wall * K, rig)
 
 
-def _fails_with(cfg: ServerConfig, args: list[str], text: str, code: str | None = None) -> Supervisor:
+def fails_with(cfg: ServerConfig, args: list[str], text: str, code: str | None = None) -> Supervisor:
     """The sim exits 1 with vLLM's ``text``; the Supervisor is failed and the planner's
     log diagnosis of its log (what the run controller shows) names the problem ``code``."""
     from app.planner.diagnose import diagnose
@@ -262,31 +265,31 @@ def test_sim_parser_accepts_every_option_none_dropped():
 
 
 def test_tp_not_dividing_heads_fails_like_vllm():
-    _fails_with(ServerConfig(model=MODEL, tensor_parallel_size=3), sim_args(count=4),
+    fails_with(ServerConfig(model=MODEL, tensor_parallel_size=3), sim_args(count=4),
                 "ValueError: Total number of attention heads (64) must be divisible by tensor parallel size (3).",
                 "tp_not_divisor_of_heads")
 
 
 def test_world_size_larger_than_gpus_fails_like_vllm():
-    _fails_with(ServerConfig(model=MODEL, tensor_parallel_size=8), sim_args(count=4),
+    fails_with(ServerConfig(model=MODEL, tensor_parallel_size=8), sim_args(count=4),
                 "ValueError: World size (8) is larger than the number of available GPUs (4) in this node.",
                 "not_enough_gpus")
 
 
 def test_no_memory_for_cache_blocks_fails_like_vllm():
-    _fails_with(ServerConfig(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilization=0.6),
+    fails_with(ServerConfig(model="meta-llama/Meta-Llama-3-8B-Instruct", gpu_memory_utilization=0.6),
                 sim_args(count=1), "ValueError: No available memory for the cache blocks.", "no_kv_cache_memory")
 
 
 def test_context_too_long_for_kv_fails_like_vllm():
-    sup = _fails_with(ServerConfig(model="Qwen/Qwen2.5-32B-Instruct-AWQ"), sim_args(count=1),
+    sup = fails_with(ServerConfig(model="Qwen/Qwen2.5-32B-Instruct-AWQ"), sim_args(count=1),
                       "To serve at least one request with the models's max seq len (32768)",
                       "context_exceeds_kv_cache")
     assert sup.parser.facts.available_kv_cache_gib is not None
 
 
 def test_unknown_gpu_names_the_catalog():
-    _fails_with(ServerConfig(model=MODEL), sim_args(gpu="RTX 9999", count=1), "GPU 'RTX 9999' is not in the catalog")
+    fails_with(ServerConfig(model=MODEL), sim_args(gpu="RTX 9999", count=1), "GPU 'RTX 9999' is not in the catalog")
 
 
 def test_falling_behind_coalesces_tokens_and_says_so():

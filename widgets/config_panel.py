@@ -653,8 +653,9 @@ class ConfigPanel(QScrollArea):
 
     def sim_rig(self, time_scale: float | None = None):
         """The simulated rig as the form shows it (:class:`app.profiles.model.SimRig`):
-        the card and count from the form, the seed and time scale of the loaded
-        profile's rig; ``time_scale`` (the window's, tests and benchmarks) overrides."""
+        the card and count from the form, the seed, time scale and perturbation
+        (``--sim-perturb``) of the loaded profile's rig; ``time_scale`` (the window's,
+        tests and benchmarks) overrides."""
 
         base = self._sim_rig or SimRig()
         upd: dict[str, Any] = {"gpu": self.sim_gpu.currentText() or "RTX 4090", "count": self.sim_count.value()}
@@ -717,8 +718,8 @@ class ConfigPanel(QScrollArea):
 
     def set_engine(self, engine: str, sim_gpu: str | None = None, sim_count: int | None = None,
                    attach_url: str | None = None, attach_model: str | None = None, sim_rig: Any = None) -> None:
-        """Show the engine; ``sim_rig``: the loaded profile's SimRig (its seed and time
-        scale are kept for :meth:`sim_rig`)."""
+        """Show the engine; ``sim_rig``: the loaded profile's SimRig (its seed, time
+        scale and perturbation are kept for :meth:`sim_rig`)."""
         self._sim_rig = sim_rig
         self._loading = True
         try:

@@ -141,6 +141,17 @@ def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) ->
         raise BadInput(str(e)) from None
 
 
+def perturb_seed(text: str) -> int:
+    """argparse type: ``--sim-perturb``'s seed, a whole number ≥ 0 (0: no perturbation)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed: give a whole number such as 7 (0: none)") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text}: give a seed ≥ 1 (0: no perturbation)")
+    return v
+
+
 def positive_seconds(text: str) -> float:
     """argparse type: a duration in seconds > 0 (``--startup-timeout``, ``--grace``)."""
     try:

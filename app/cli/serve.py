@@ -14,6 +14,7 @@ from app.cli.common import (
     apply_api_key_file,
     config_from_args,
     err,
+    perturb_seed,
     positive_seconds,
     print_exposure,
 )
@@ -34,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
     p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
     p.add_argument("--sim-seed", type=int)
+    p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
+                   help="sim: a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
+                        "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
     p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
@@ -51,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def sim_args_from(a: argparse.Namespace) -> list[str]:
     out = []
     for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
-                    ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed)):
+                    ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed),
+                    ("--sim-perturb", getattr(a, "sim_perturb", None))):
         if v is not None:
             out += [flag, str(v)]
     if getattr(a, "sim_calibrated", False):

@@ -14,9 +14,10 @@ level's requests into the load generator's own records and statistics
 (:mod:`app.planner.predict`); the fidelity and seed tables (benchmarks/sim_fidelity.py)
 use :func:`closed_loop`.
 
-With several engines (data parallel replicas, each its own scheduler), user u sends to
-engine u mod D (vLLM's front end balances evenly — assumed) and the engines step
-independently, each on its own clock.
+With several engines (data parallel replicas, each its own scheduler), each request is
+routed when it reaches the front end (``request_overhead_s`` after it is sent) by vLLM's
+load balancer (:class:`app.engine.balance.DpBalancer`, the rule the sim's server uses),
+and the engines step independently, each on its own clock.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from app.engine.balance import DpBalancer
 from app.engine.scheduler import Request, Scheduler
 
 #: a request's lengths: () → (prompt tokens, max_tokens)
@@ -34,21 +36,23 @@ Lengths = Callable[[], tuple[int, int]]
 @dataclass
 class Flight:
     """One request of a level: ``user`` sent it at ``sent`` (rig s); ``req`` is the
-    engine's request (arrival = when the engine saw it); ``tokens`` the rig times its
-    output tokens were sampled, one per token."""
+    engine's request (arrival = when the engine saw it); ``engine`` the data parallel
+    replica it was routed to; ``tokens`` the rig times its output tokens were sampled,
+    one per token."""
 
     user: int
     sent: float
     req: Request
-    then: Callable[[int, float], None] | None = None  # (user, end time): the user's next send
+    then: Callable[["Flight", float], None] | None = None  # (this flight, end time): the user's next send
     tokens: list[float] = field(default_factory=list)
+    engine: int = 0
 
     def on_token(self, req: Request, t: float) -> None:
         self.tokens.append(t)
 
     def on_finish(self, req: Request, t: float) -> None:
         if self.then is not None:
-            self.then(self.user, t)
+            self.then(self, t)
 
 
 @dataclass
@@ -78,23 +82,14 @@ class LevelRun:
 
 
 class _Engine:
-    """One scheduler on its own clock: ``step`` in flight until ``t``, arrivals queued
-    in ``pending`` (arrival time, sequence, request)."""
+    """One scheduler on its own clock: ``step`` in flight until ``t``."""
 
-    __slots__ = ("sched", "pending", "step", "t")
+    __slots__ = ("sched", "step", "t")
 
     def __init__(self, sched: Scheduler) -> None:
         self.sched = sched
-        self.pending: list[tuple[float, int, Request]] = []
         self.step = None
         self.t = 0.0
-
-    def next_event(self) -> float:
-        if self.step is not None:
-            return self.t
-        if self.pending:
-            return self.pending[0][0]
-        return math.inf
 
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
@@ -113,6 +108,8 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     if users < 1 or engines < 1:
         raise ValueError(f"users {users}, engines {engines}: need at least 1 of each")
     engs = [_Engine(make_scheduler()) for _ in range(engines)]
+    balancer = DpBalancer(engines)
+    arrivals: list[tuple[float, int, Flight]] = []  # sent, not yet at the front end's engine client
     step = step_s if step_s is not None else math.inf
     flights: list[Flight] = []
     st = {"issued": 0, "stopped": False, "reason": "duration", "t_stop": math.inf, "n": 0, "done": 0,
@@ -143,32 +140,50 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), ended)
         f.req.sink = f
         flights.append(f)
-        heapq.heappush(engs[uid % engines].pending, (arrive, st["n"], f.req))
+        heapq.heappush(arrivals, (arrive, st["n"], f))
 
-    def ended(uid: int, t: float) -> None:
-        """User ``uid``'s request ended at ``t``: count it (settling), then its next."""
+    def ended(f: Flight, t: float) -> None:
+        """``f`` ended at ``t``: its engine is told, it counts (settling), then its user's next."""
+        balancer.finished(f.engine)
         st["done"] += 1
         if not st["settled"] and st["done"] >= settle_n:
             settle(t)
-        send(uid, t)
+        send(f.user, t)
+
+    def counts() -> list[tuple[int, int, float]]:
+        return [(len(e.sched.waiting), len(e.sched.running), e.sched.kv_usage) for e in engs]
 
     for u in range(users):
         send(u, u * send_gap_s)
     t_end = 0.0
     while True:
-        e = min(engs, key=_Engine.next_event)
-        t = e.next_event()
+        # the next event time: steps that end then complete first, then the arrivals then are
+        # routed (they see the engines freed) and join the steps that start then
+        t = arrivals[0][0] if arrivals else math.inf
+        for e in engs:
+            if e.step is not None and e.t < t:
+                t = e.t
         if t == math.inf:
             break
-        if e.step is not None:
-            e.sched.complete(e.step, t)
-            e.step = None
-            t_end = t
-        while e.pending and e.pending[0][0] <= t:
-            e.sched.add(heapq.heappop(e.pending)[2])
-        step_ = e.sched.schedule(t)
-        if step_ is not None:
-            e.step, e.t = step_, t + step_.dt
+        woken = []
+        for e in engs:
+            if e.step is not None and e.t == t:
+                e.sched.complete(e.step, t)
+                e.step = None
+                t_end = t
+                woken.append(e)
+        while arrivals and arrivals[0][0] <= t:  # routed as they reach the engine client
+            f = heapq.heappop(arrivals)[2]
+            f.engine = balancer.choose(t, counts)
+            e = engs[f.engine]
+            e.sched.add(f.req)
+            if e.step is None and e not in woken:
+                woken.append(e)
+        for e in woken:
+            if e.step is None:
+                step_ = e.sched.schedule(t)
+                if step_ is not None:
+                    e.step, e.t = step_, t + step_.dt
     if not st["settled"]:
         settle(warmup_s)
     if not st["stopped"]:  # every user's requests ended before the level did (cannot send more)

@@ -7,6 +7,7 @@ pipeline stage, batch B, mean context c::
               + 2·L_stage·t_allreduce(B·H·2 bytes)            (TP > 1)
     t_allreduce(S) = α + 2(N−1)/N · S / B_link                (ring over N = TP cards)
     t_step = Σ stages (+ a send per stage boundary) + t_cpu + t_cpu_seq·B
+             + L · t_launch_layer                              (--enforce-eager only)
 
 MoE: the routed-expert weights read per step scale with the expected share of experts
 touched, 1 − (1 − k/E)^B. Pipeline stages run one after another for one batch (no
@@ -25,6 +26,19 @@ from typing import Any
 from app.engine.gpu import GpuSpec
 
 
+#: s of CPU time per layer per engine step without CUDA graphs (``--enforce-eager``: vLLM
+#: 0.32 then runs neither CUDA graphs nor torch.compile, vllm/config/vllm.py "Enforce eager
+#: set, disabling torch.compile and CUDAGraphs"). Assumed 40 µs, inside published bounds
+#: for one decode step of a small batch: vLLM PR #1440 (Llama-2-7B, batch 1, 100 output
+#: tokens: 1.2 s eager vs 1.05 s with CUDA graphs — 1.5 ms a step over 32 layers, 47 µs a
+#: layer); NVIDIA's CUDA graphs in llama.cpp (issue #6763: Llama-2-7B Q4_K_M on H100 PCIe,
+#: 143 → 164 tok/s — 0.87 ms a token, 27 µs a layer); xLLM PR #713 (Qwen3-0.6B, 28 layers,
+#: TPOT 4.20 → 2.72 ms at concurrency 1 — 53 µs a layer). The saving is a fixed CPU cost a
+#: step, so it matters for small batches and fades as the step grows (xLLM: +54 % tok/s at
+#: concurrency 1, +8 % at 30).
+T_LAUNCH_LAYER_S = 40e-6
+
+
 @dataclass(frozen=True)
 class PerfParams:
     """Efficiencies and overheads of the step-time model (the calibrated quantities).
@@ -34,7 +48,9 @@ class PerfParams:
     output) in s; ``t_cpu_seq_s`` CPU time per running sequence per step, s;
     ``allreduce_alpha_s`` latency of one all-reduce, s; ``link_gbs`` all-reduce bus
     bandwidth, GB/s (10^9 B/s); ``t_request_s`` fixed latency per request outside the
-    engine steps (HTTP, tokenization, scheduling), added to TTFT, s. ``source``:
+    engine steps (HTTP, tokenization, scheduling), added to TTFT, s;
+    ``t_launch_layer_s`` CPU time per model layer per engine step that CUDA graph replay
+    saves: paid only with ``--enforce-eager`` (:data:`T_LAUNCH_LAYER_S`), s. ``source``:
     "default (…)" or "calibrated …"."""
 
     eta_mem: float = 0.7
@@ -44,6 +60,7 @@ class PerfParams:
     allreduce_alpha_s: float = 25e-6
     link_gbs: float = 25.0
     t_request_s: float = 0.005
+    t_launch_layer_s: float = T_LAUNCH_LAYER_S
     source: str = "default"
 
     def as_dict(self) -> dict[str, Any]:
@@ -63,9 +80,11 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
     with the in-process executor on the 2-core development machine (1.9 ms, 0.10 ms,
     9.9 ms; tests/e2e/test_planner_e2e.py), which leaves the default within 9–22 % of that
     ramp's throughput at levels 1–16 (it was 60–64 % low with the earlier 5 ms, 0.3 ms and
-    20 ms). Calibrate for other machines. GPUs: 5 ms per request."""
+    20 ms). Calibrate for other machines. GPUs: 5 ms per request; without CUDA graphs
+    :data:`T_LAUNCH_LAYER_S` per layer and step (the CPU build has no CUDA graphs: 0, its
+    launch costs are in t_cpu)."""
     if gpu.kind == "cpu":
-        return PerfParams(0.5, 0.3, 0.002, 1e-4, 0.0, 10.0, 0.01, "default (CPU build, 2-core reference machine)")
+        return PerfParams(0.5, 0.3, 0.002, 1e-4, 0.0, 10.0, 0.01, 0.0, "default (CPU build, 2-core reference machine)")
     hbm = gpu.bandwidth_gbs >= 1500 and gpu.nvlink_gbs > 0
     eta = 0.75
     if quant_bits is not None and quant_bits <= 4:
@@ -78,7 +97,7 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
         alpha = (40 + 5 * tp) * 1e-6
         link = 16.0 if gpu.pcie_gen >= 5 else 9.0
         cls = "PCIe without P2P"
-    return PerfParams(eta, 0.5, 0.0025, 2e-5, alpha, link, 0.005, f"default ({cls})")
+    return PerfParams(eta, 0.5, 0.0025, 2e-5, alpha, link, 0.005, T_LAUNCH_LAYER_S, f"default ({cls})")
 
 
 @dataclass(frozen=True)
@@ -100,7 +119,9 @@ class StepTimeModel:
     """Engine step times for one server (all pipeline stages, one TP group each).
 
     ``hidden`` H; ``tp`` cards per stage; ``experts``/``experts_per_tok`` (0 for dense);
-    ``max_num_batched_tokens`` the prefill chunk budget (tokens)."""
+    ``max_num_batched_tokens`` the prefill chunk budget (tokens); ``eager``: the server
+    runs without CUDA graphs (``--enforce-eager``), each step pays
+    ``t_launch_layer_s`` per layer."""
 
     stages: list[StageSpec]
     params: PerfParams
@@ -109,6 +130,7 @@ class StepTimeModel:
     experts: int = 0
     experts_per_tok: int = 0
     max_num_batched_tokens: int = 2048
+    eager: bool = False
 
     # ------------------------------------------------------------------ pieces
     def allreduce_s(self, nbytes: float) -> float:
@@ -149,6 +171,8 @@ class StepTimeModel:
                 total += self.params.allreduce_alpha_s + (decode_tokens + prefill_tokens) * self.hidden * 2 / (
                     self.params.link_gbs * 1e9)
         running = decode_tokens + (1 if prefill_tokens else 0)
+        if self.eager:  # no CUDA graph replay: every layer's kernels launched from Python
+            total += self.params.t_launch_layer_s * sum(st.layers for st in self.stages)
         return total + self.params.t_cpu_s + self.params.t_cpu_seq_s * running
 
     # ------------------------------------------------------------------ public API

@@ -122,15 +122,26 @@ def parallel_layouts(p: "Plan", more_cards_per_replica: bool = False) -> list[di
 
 
 # ---------------------------------------------------------------------- checks
+def dp_rank_out_of_bounds(devices: int) -> str:
+    """vLLM 0.32's message when a data parallel rank's worker is past the ``devices``
+    visible cards (vllm/v1/worker/gpu_worker.py init_device, an AssertionError): the
+    first such local rank is ``devices`` itself."""
+    return f"DP adjusted local rank {devices} is out of bounds for {devices} devices."
+
+
 def check_world_size(p: "Plan") -> Finding | None:
     """TP × PP × DP GPUs against the selected cards. vLLM's wordings: one replica
     larger than the cards — "World size (N) is larger than the number of available GPUs
     (M) in this node" (vllm/config/parallel.py, ParallelConfig, 0.10.2–0.33.0); a data
     parallel rank past the cards — "Error setting CUDA_VISIBLE_DEVICES: local range:
-    [a, b)" (vllm/v1/engine/utils.py get_device_indices, 0.10.2 and 0.11.0) or "Error
-    computing device indices for CUDA_VISIBLE_DEVICES: local range: [a, b)" (the same
-    file, get_physical_gpu_ids_for_local_dp_rank, 0.32.0 and 0.33.0): DP rank r takes
-    devices r·(TP × PP) … (r+1)·(TP × PP) − 1."""
+    [a, b)" (vllm/v1/engine/utils.py get_device_indices, 0.10.2 and 0.11.0); from 0.32
+    the engine process no longer sets CUDA_VISIBLE_DEVICES on CUDA (the same file,
+    CoreEngineProcManager: only platforms without device-index isolation, or Ray, go
+    through get_physical_gpu_ids_for_local_dp_rank's "Error computing device indices for
+    CUDA_VISIBLE_DEVICES"), and the worker's device check stops it: "DP adjusted local
+    rank N is out of bounds for N devices." (vllm/v1/worker/gpu_worker.py init_device,
+    0.32.0; assumed the same in 0.33.0). DP rank r takes devices r·(TP × PP) …
+    (r+1)·(TP × PP) − 1; the first one past the N cards is N."""
     e, n, dp = p.effective, len(p.gpus), p.dp
     if e.world * dp <= n:
         return None
@@ -143,8 +154,8 @@ def check_world_size(p: "Plan") -> Finding | None:
     r = n // e.world
     lo, hi = r * e.world, (r + 1) * e.world
     old = p.rules.entry in ("0.10", "0.11")
-    said = ("Error setting CUDA_VISIBLE_DEVICES" if old else "Error computing device indices for "
-            "CUDA_VISIBLE_DEVICES") + f": local range: [{lo}, {hi})"
+    said = (f"Error setting CUDA_VISIBLE_DEVICES: local range: [{lo}, {hi})" if old else
+            dp_rank_out_of_bounds(n))
     return Finding("not_enough_gpus", "error",
                    f"data_parallel_size {dp} × (tensor_parallel_size × pipeline_parallel_size = {e.world}) = "
                    f"{dp * e.world} GPUs, but only {n} are selected: data parallel rank {r} would need GPUs "

@@ -234,6 +234,16 @@ def _r_world(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
             f"(CUDA_VISIBLE_DEVICES / the card count).", {"tensor_parallel_size": tp})
 
 
+def _r_dp_rank(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    n = int(m.group(2))
+    world = int(c.get("tensor_parallel_size", default=1) or 1) * int(c.get("pipeline_parallel_size", default=1) or 1)
+    dp = int(c.get("data_parallel_size", default=1) or 1)
+    fit = max(1, n // world)
+    return (f"data_parallel_size {dp} × (tensor × pipeline parallel size {world}) needs {dp * world} GPUs but only "
+            f"{n} are visible: the replica that would start at GPU {n} has none (CUDA_VISIBLE_DEVICES / the card "
+            f"count).", {"data_parallel_size": fit})
+
+
 def _cc(s: str) -> str:
     """A capability as vLLM prints it ("75", or "7.5") → "7.5"."""
     return s if "." in s else f"{int(s) / 10:.1f}"
@@ -485,6 +495,9 @@ RULES: list[Rule] = [
         r"Total number of attention heads \((\d+)\) must be divisible by tensor parallel size \((\d+)\)"), 10, _r_heads),
     ("not_enough_gpus", re.compile(r"World size \((\d+)\) is larger than the number of available GPUs \((\d+)\)"),
      10, _r_world),
+    # vllm/v1/worker/gpu_worker.py init_device (0.32.0): a data parallel rank past the visible GPUs
+    ("not_enough_gpus", re.compile(r"DP adjusted local rank (\d+) is out of bounds for (\d+) devices"), 10,
+     _r_dp_rank),
     ("quantization_unsupported_by_gpu", re.compile(
         r"quantization method (\S+(?: \+ \S+)?) is not supported for the current GPU\. Minimum capability: (\d+)\. "
         r"Current capability: (-?\d+)"), 10, _r_quant_cc),

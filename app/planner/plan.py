@@ -351,7 +351,9 @@ def fix_to_flags(fix: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------- perf model
 def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel:
     """The step-time model of the planned server: per stage, the slowest card of the
-    TP group (lowest bandwidth) and that card's share of weights, parameters and KV."""
+    TP group (lowest bandwidth) and that card's share of weights, parameters and KV
+    (in the KV cache dtype: fp8 halves the KV bytes read a step); ``enforce_eager``
+    makes each step pay the CUDA graph launch saving per layer (``t_launch_layer_s``)."""
     m, e = p.model, p.effective
     bpp = quant_bytes_per_param(e.quantization, m.quant_bits if e.quantization == m.quant_method else None,
                                 m.quant_group_size if e.quantization == m.quant_method else None, e.dtype_bytes)
@@ -373,7 +375,7 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None)
     return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
-                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens)
+                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager)
 
 
 # ---------------------------------------------------------------------- the predicted ramp
@@ -383,10 +385,11 @@ def engine_curve(p: Plan, w: Workload, capacity: int, capacity_reason: str) -> C
     generator's own figures — output tokens/s over the level's window, TTFT/TPOT/e2e
     means and p99s of its measured requests (None where the window holds none, as a
     measured level would). ``capacity`` requests run at once on one engine
-    (``capacity_reason`` limits it); data parallel replicas get the users in turn.
-    The knee is :func:`app.loadgen.stats.find_knee` of those levels (reason "step
-    time" below the engines' capacity, else ``capacity_reason``); without one, the
-    capacity. Levels default to 1, 2, 4 … up to twice the total capacity."""
+    (``capacity_reason`` limits it); data parallel replicas get the requests as vLLM's
+    load balancer routes them (:class:`app.engine.balance.DpBalancer`). The knee is
+    :func:`app.loadgen.stats.find_knee` of those levels (reason "step time" below the
+    engines' capacity, else ``capacity_reason``); without one, the capacity. Levels
+    default to 1, 2, 4 … up to twice the total capacity."""
     total = capacity * p.dp
     levels = list(w.levels) if w.levels else default_levels(total)
     pred = predict_ramp(p.perf, p.engine_limits(), w.ramp_spec(levels))

@@ -105,13 +105,16 @@ def resolve_model_path(model: str) -> str:
 
 class SimRig(BaseModel):
     """The virtual rig of engine ``sim``: catalog GPU name, card count, time scale
-    (k× faster than the wall clock; tests only) and random seed."""
+    (k× faster than the wall clock; tests only), random seed and ``perturb``: the seed
+    of a hidden "true rig" whose step-time parameters differ from the planner's
+    (``--sim-perturb``, app.sim.perturb; None or 0: none)."""
 
     model_config = ConfigDict(extra="forbid")
     gpu: str = "RTX 4090"
     count: int = Field(8, ge=1, le=64)
     time_scale: Optional[float] = Field(None, gt=0)
     seed: Optional[int] = None
+    perturb: Optional[int] = Field(None, ge=0)
 
     def argv(self) -> list[str]:
         """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
@@ -120,6 +123,8 @@ class SimRig(BaseModel):
             out += ["--sim-time-scale", repr(self.time_scale)]
         if self.seed is not None:
             out += ["--sim-seed", str(self.seed)]
+        if self.perturb:
+            out += ["--sim-perturb", str(self.perturb)]
         return out
 
 

@@ -7,6 +7,10 @@ clients at wall time ``t0 + (T + dt)/k``. When the process falls behind (Python 
 for many streams takes longer than the steps it simulates), the engine runs several
 steps back to back before yielding, so each client receives several tokens in one
 write instead of rig time drifting; it says so in its log (once per 5 s at most).
+
+With data parallel replicas each replica is one :class:`SimEngine` (its own scheduler,
+KV blocks, cards and loop), all on one rig clock (``t0``); the HTTP front end routes
+each request to one of them (app/sim/http_api.py, :class:`app.engine.balance.DpBalancer`).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import asyncio
 import random
 import time
 from collections import deque
+from typing import Callable
 
 from app.sim import vlog
 from app.sim.gpus import GpuBank
@@ -51,26 +56,35 @@ class Stream:
 
 
 class SimEngine:
-    """Owns the scheduler, the virtual GPUs and the metrics; ``time_scale`` = k.
+    """Owns one replica's scheduler, steps its virtual GPUs and records its metrics;
+    ``time_scale`` = k.
 
     ``step_time`` as :meth:`app.sim.model_adapter.StepModel.step_time`. Call
-    :meth:`submit` from handlers and run :meth:`run` as a task.
+    :meth:`submit` from handlers and run :meth:`run` as a task. ``index``: the data
+    parallel rank (its cards in ``gpus``, its ``engine`` label in ``metrics``);
+    ``t0``: the rig clock's start (monotonic s), shared by the replicas;
+    ``on_done(index)``: called when a request of this engine finishes or is aborted
+    (the load balancer's in-flight count).
     """
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time,
                  gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0,
-                 request_overhead_s: float = 0.0) -> None:
+                 request_overhead_s: float = 0.0, index: int = 0, t0: float | None = None,
+                 on_done: Callable[[int], None] | None = None) -> None:
         self.k = float(time_scale)
         #: rig seconds a request spends outside the engine steps before it is queued (HTTP,
         #: tokenization, output processing): the step model's t_request_s
         self.request_overhead_s = float(request_overhead_s)
         self.gpus = gpus
-        self.metrics = metrics
+        self.index = index
+        self.sim_metrics = metrics  # every replica's series (one registry)
+        self.metrics = metrics.engine(index)
+        self.on_done = on_done
         self._step_time = step_time
         self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
                                on_first_token=self._first, on_finished=self._finished, on_token=self._token)
-        self.rng = random.Random(seed)
-        self.t0 = time.monotonic()
+        self.rng = random.Random(seed + 1000003 * index)
+        self.t0 = time.monotonic() if t0 is None else t0
         self.T = 0.0
         self._wake = asyncio.Event()
         self._stop = False
@@ -92,7 +106,7 @@ class SimEngine:
         return (time.monotonic() - self.t0) * self.k
 
     def _timed(self, b: int, ctx: float, n: int, attn2: float) -> float:
-        return self._step_time(b, ctx, n, attn2) * self.gpus.slowdown
+        return self._step_time(b, ctx, n, attn2) * self.gpus.slowdown_of(self.index)
 
     # ------------------------------------------------------------------ metrics hooks
     def _first(self, r: Request, t: float) -> None:
@@ -108,6 +122,8 @@ class SimEngine:
     def _finished(self, r: Request, t: float) -> None:
         self.metrics.e2e.observe(t - r.arrival)
         self.metrics.success[r.finish_reason].inc()
+        if self.on_done is not None:
+            self.on_done(self.index)
 
     # ------------------------------------------------------------------ requests
     def submit(self, prompt_len: int, max_tokens: int, ignore_eos: bool) -> Stream:
@@ -115,7 +131,7 @@ class SimEngine:
         self._n += 1
         eos_at = None if ignore_eos else 1 + int(self.rng.expovariate(1 / 200.0))
         s = Stream()
-        s.req = Request(f"cmpl-{self._n}", prompt_len, max_tokens, self.rig_now(), eos_at, s)
+        s.req = Request(f"cmpl-{self.index}-{self._n}", prompt_len, max_tokens, self.rig_now(), eos_at, s)
         self.sched.add(s.req)
         self._wake.set()
         return s
@@ -124,6 +140,8 @@ class SimEngine:
         if s.req is not None and s.req.finish_reason is None:
             self.sched.abort(s.req)
             self.metrics.success["abort"].inc()
+            if self.on_done is not None:
+                self.on_done(self.index)
 
     def stop(self) -> None:
         self._stop = True
@@ -180,7 +198,7 @@ class SimEngine:
             if sched.num_preemptions != self._reported_preemptions:
                 self.metrics.preemptions.inc(sched.num_preemptions - self._reported_preemptions)
                 self._reported_preemptions = sched.num_preemptions
-            self.gpus.busy(t_end, step.dt)
+            self.gpus.busy(t_end, step.dt, self.index)
             self.busy_rig += step.dt
             self.steps += 1
             self.T = t_end
@@ -194,7 +212,7 @@ class SimEngine:
             self._last_coalesce_log = now
             vlog.emit(f"Sim engine is {lag * 1e3:.1f} ms (wall) behind the rig clock: running steps back to back "
                       f"and coalescing several tokens per write ({self.coalesced_steps} steps coalesced so far)",
-                      level="WARNING", process="EngineCore_DP0", where="sim_engine.py:1")
+                      level="WARNING", process=f"EngineCore_DP{self.index}", where="sim_engine.py:1")
 
     def _maybe_log_stats(self) -> None:
         now = time.monotonic()
@@ -208,7 +226,7 @@ class SimEngine:
         self._stats = (now, p, g, rig)
         if p == p_last and g == g_last and not s.has_work:
             return
-        vlog.emit(f"Engine 000: Avg prompt throughput: {(p - p_last) / span:.1f} tokens/s, Avg generation "
+        vlog.emit(f"Engine {self.index:03d}: Avg prompt throughput: {(p - p_last) / span:.1f} tokens/s, Avg generation "
                   f"throughput: {(g - g_last) / span:.1f} tokens/s, Running: {len(s.running)} reqs, Waiting: "
                   f"{len(s.waiting)} reqs, GPU KV cache usage: {100 * s.kv_usage:.1f}%, Prefix cache hit rate: "
                   f"0.0%", process="APIServer", where="loggers.py:123")
@@ -242,4 +260,22 @@ class SimEngine:
                 "coalesced_steps": self.coalesced_steps, "busy_rig_s": self.busy_rig,
                 "running": len(self.sched.running), "waiting": len(self.sched.waiting),
                 "kv_cache_usage": self.sched.kv_usage, "preemptions": self.sched.num_preemptions,
-                "slowdown": self.gpus.slowdown}
+                "slowdown": self.gpus.slowdown_of(self.index)}
+
+
+#: how the figures of :meth:`SimEngine.info` combine over replicas
+_SUMMED = ("steps", "coalesced_steps", "busy_rig_s", "running", "waiting", "preemptions")
+_LARGEST = ("max_lag_s", "p99_lag_s", "behind_s", "slowdown", "wall_time_s")
+_SMALLEST = ("rig_time_s", "rig_now_s", "sim_now_s")
+
+
+def combined_info(infos: list[dict]) -> dict:
+    """The replicas' :meth:`SimEngine.info` as one: counts summed, lags and slowdown the
+    worst, clocks the one furthest behind, KV cache usage the mean. One replica: its own."""
+    if len(infos) == 1:
+        return dict(infos[0])
+    out = {k: sum(i[k] for i in infos) for k in _SUMMED}
+    out.update({k: max(i[k] for i in infos) for k in _LARGEST})
+    out.update({k: min(i[k] for i in infos) for k in _SMALLEST})
+    out["kv_cache_usage"] = sum(i["kv_cache_usage"] for i in infos) / len(infos)
+    return out

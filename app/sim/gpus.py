@@ -3,7 +3,8 @@
 Per card, in rig time:
 - memory used = the plan's reservation (weights + KV + activations + non-torch +
   CUDA graphs), fixed once loaded, as vLLM reserves it;
-- utilization = busy fraction of the engine's steps over the last update interval;
+- utilization = busy fraction of the engine's steps over the last update interval — per
+  data parallel replica: replica r's engine keeps its own cards r·TP·PP … busy;
 - power = idle + (TDP − idle) · util · activity, times the clock factor;
 - temperature: first-order model dT/dt = (T_ss − T)/τ with T_ss = ambient + P · R,
   R = cooling · (80 − 25) °C / TDP (a cooler sized to hold 80 °C at TDP in a 25 °C
@@ -81,9 +82,10 @@ class VirtualGpu:
 
 
 class GpuBank:
-    """The rig's cards; :meth:`busy` is called by the engine for every step,
+    """The rig's cards; :meth:`busy` is called by each replica's engine for every step,
     :meth:`document` builds the telemetry JSON. ``seed`` varies each card's cooling
-    by a few percent (the middle cards of a box run hotter)."""
+    by a few percent (the middle cards of a box run hotter). Replica r (of the plan's
+    ``dp``) runs on cards r·TP·PP … (r+1)·TP·PP − 1, as vLLM places data parallel ranks."""
 
     UPDATE_S = 0.25
 
@@ -99,14 +101,16 @@ class GpuBank:
             r = base_r * middle * (1.0 + rng.uniform(-0.03, 0.03))
             uid = "GPU-" + str(uuid.UUID(int=rng.getrandbits(128), version=4))
             self.cards.append(VirtualGpu(i, spec, r, ambient, uid))
-        self.used_gpus = min(count, plan.tp * plan.pp)
+        self.world = plan.tp * plan.pp
+        self.replicas = plan.dp
+        self.used_gpus = min(count, self.world * self.replicas)
         self.loaded = False
         self._t = t0
-        self._busy = 0.0
+        self._busy = [0.0] * self.replicas
 
-    def busy(self, t_end: float, dt: float) -> None:
-        """The engine was busy for ``dt`` rig s ending at ``t_end``."""
-        self._busy += dt
+    def busy(self, t_end: float, dt: float, replica: int = 0) -> None:
+        """Replica ``replica``'s engine was busy for ``dt`` rig s ending at ``t_end``."""
+        self._busy[replica] += dt
         if t_end - self._t >= self.UPDATE_S:
             self.advance(t_end)
 
@@ -115,17 +119,21 @@ class GpuBank:
         span = t - self._t
         if span <= 0:
             return
-        util = min(1.0, self._busy / span)
-        for c in self.cards[: self.used_gpus]:
+        for c in self.cards:
+            r = c.index // self.world
+            util = min(1.0, self._busy[r] / span) if c.index < self.used_gpus else 0.0
             c.advance(span, util)
-        for c in self.cards[self.used_gpus:]:
-            c.advance(span, 0.0)
-        self._t, self._busy = t, 0.0
+        self._t, self._busy = t, [0.0] * self.replicas
+
+    def slowdown_of(self, replica: int = 0) -> float:
+        """Step-time multiplier (≥ 1) of one replica: the slowest of its cards sets the pace."""
+        cards = self.cards[replica * self.world:min((replica + 1) * self.world, self.used_gpus)]
+        return 1.0 / min(c.clock_factor for c in cards)
 
     @property
     def slowdown(self) -> float:
-        """Step-time multiplier (≥ 1): the slowest card of the TP group sets the pace."""
-        return 1.0 / min(c.clock_factor for c in self.cards[: self.used_gpus])
+        """The slowest replica's step-time multiplier (≥ 1)."""
+        return max(self.slowdown_of(r) for r in range(self.replicas))
 
     def readings(self) -> list[GpuReading]:
         p, s = self.plan, self.plan.card

@@ -6,6 +6,12 @@ Routes: ``GET /health``, ``GET /version``, ``GET /v1/models``, ``POST /v1/comple
 ``ignore_eos``), ``GET /metrics``, ``GET /sim/info``, ``GET /sim/telemetry``.
 Shapes and error texts follow vLLM 0.32 (docs/vllm-facts.md, "HTTP").
 
+Data parallel replicas: one :class:`SimEngine` per replica; each generation request is
+routed, once its HTTP and tokenization time has passed, by vLLM's load balancer
+(:class:`app.engine.balance.DpBalancer`, the offline engine's rule too); ``/metrics``
+has each engine's series under its ``engine`` label, ``/sim/info``'s ``engine`` the
+replicas' pacing figures combined and ``engines`` each one's.
+
 Engine death (``die_at_request``, the rig's ``--sim-engine-dies-at-request``): on that
 generation request the engine dies as vLLM's does on a fatal error in a forward pass —
 the requests in flight and every later one get 500 with vLLM's ``EngineDeadError``
@@ -29,7 +35,8 @@ from typing import Callable
 
 from aiohttp import web
 
-from app.sim.engine import SimEngine, Stream
+from app.engine.balance import DpBalancer
+from app.sim.engine import SimEngine, Stream, combined_info
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 WORDS = ("the", "rig", "runs", "fast", "and", "every", "card", "keeps", "its", "cool", "while", "tokens",
@@ -50,12 +57,17 @@ def _error(status: int, message: str, typ: str = "BadRequestError", param: str |
 
 
 class ApiServer:
-    """Routes bound to one :class:`SimEngine`. ``info`` is the static part of ``/sim/info``."""
+    """Routes bound to the replicas' :class:`SimEngine` (one, or a list: data parallel
+    ranks in order, their ``on_done`` wired to ``balancer``). ``info`` is the static
+    part of ``/sim/info``."""
 
-    def __init__(self, engine: SimEngine, served_name: str, model: str, max_model_len: int, info: dict,
-                 api_key: str | None = None, die_at_request: int | None = None,
-                 on_engine_death: Callable[[], None] | None = None) -> None:
-        self.engine, self.served_name, self.model = engine, served_name, model
+    def __init__(self, engine: SimEngine | list[SimEngine], served_name: str, model: str, max_model_len: int,
+                 info: dict, api_key: str | None = None, die_at_request: int | None = None,
+                 on_engine_death: Callable[[], None] | None = None, balancer: DpBalancer | None = None) -> None:
+        self.engines = list(engine) if isinstance(engine, list) else [engine]
+        self.engine = self.engines[0]  # its clock and time scale are every replica's
+        self.balancer = balancer or DpBalancer(len(self.engines))
+        self.served_name, self.model = served_name, model
         self.max_model_len = max_model_len
         self.static_info = info
         self.api_key = api_key
@@ -92,7 +104,8 @@ class ApiServer:
     def _die(self) -> None:
         """The engine dies: every request in flight fails, later ones too."""
         self.dead = True
-        self.engine.stop()
+        for e in self.engines:
+            e.stop()
         for s in list(self._live):
             s.error = ENGINE_DEAD_MESSAGE
             s.event.set()
@@ -109,24 +122,37 @@ class ApiServer:
             "sim": {"time_scale": self.engine.k}}]})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        e, m = self.engine, self.engine.metrics
-        m.running.set(len(e.sched.running))
-        m.waiting.set(len(e.sched.waiting))
-        m.kv_usage.set(e.sched.kv_usage)
-        return web.Response(body=m.render(), content_type="text/plain", charset="utf-8",
+        for e in self.engines:
+            m = e.metrics
+            m.running.set(len(e.sched.running))
+            m.waiting.set(len(e.sched.waiting))
+            m.kv_usage.set(e.sched.kv_usage)
+        return web.Response(body=self.engine.sim_metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Version": "0.0.4"})
 
     async def sim_info(self, request: web.Request) -> web.Response:
         """Static facts + pacing figures; ``?reset=1`` starts a new pacing window after reading."""
-        body = {**self.static_info, "time_scale": self.engine.k, "pid": os.getpid(), "engine": self.engine.info()}
+        infos = [e.info() for e in self.engines]
+        body = {**self.static_info, "time_scale": self.engine.k, "pid": os.getpid(), "engine": combined_info(infos),
+                "engines": infos}
         if request.query.get("reset"):
-            self.engine.reset_pacing()
+            for e in self.engines:
+                e.reset_pacing()
         return web.json_response(body)
 
     async def telemetry(self, request: web.Request) -> web.Response:
-        doc = self.engine.gpus.document(self.engine.rig_now() if not self.engine.sched.has_work
-                                        else self.engine.T)
+        t = min(e.T if e.sched.has_work else e.rig_now() for e in self.engines)
+        doc = self.engine.gpus.document(t)
         return web.Response(text=doc.to_json(), content_type="application/json")
+
+    def route(self) -> SimEngine:
+        """The replica a request reaching the engine client now goes to (vLLM's load
+        balancer over the replicas' schedulers)."""
+        return self.engines[self.balancer.choose(self.engine.rig_now(), self._counts)]
+
+    def _counts(self) -> list[tuple[int, int, float]]:
+        """Each replica's (waiting, running, KV cache usage), as the DP coordinator reads them."""
+        return [(len(e.sched.waiting), len(e.sched.running), e.sched.kv_usage) for e in self.engines]
 
     # ------------------------------------------------------------------ generation
     async def _body(self, request: web.Request) -> dict | web.Response:
@@ -200,10 +226,11 @@ class ApiServer:
             await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
         if self.dead:
             return _error(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
-        s = self.engine.submit(plen, mt, bool(body.get("ignore_eos", False)))
-        rid = ("chatcmpl-" if chat else "cmpl-") + s.req.rid.split("-", 1)[1] + f"{os.getpid():x}"
-        self._live.add(s)
+        eng = self.route()
+        s = eng.submit(plen, mt, bool(body.get("ignore_eos", False)))
         self.requests += 1
+        rid = ("chatcmpl-" if chat else "cmpl-") + f"{self.requests}{os.getpid():x}"
+        self._live.add(s)
         if self.die_at_request is not None and self.requests >= self.die_at_request and not self.dead:
             self._die()
         try:
@@ -218,7 +245,7 @@ class ApiServer:
             return web.json_response(self._full(s, rid, chat))
         finally:
             self._live.discard(s)
-            self.engine.abort(s)  # no-op when finished
+            eng.abort(s)  # no-op when finished
 
     def _full(self, s: Stream, rid: str, chat: bool) -> dict:
         r = s.req

@@ -1,8 +1,8 @@
 """``/metrics`` with vLLM V1's metric names, types and labels (prometheus_client).
 
 Names and buckets from vLLM ``vllm/v1/metrics/loggers.py`` (0.10–0.32) as listed in
-docs/vllm-facts.md, "/metrics". Labels ``model_name`` and ``engine`` ("0"). Durations
-are rig seconds.
+docs/vllm-facts.md, "/metrics". Labels ``model_name`` and ``engine`` (the data parallel
+rank: "0", "1", …). Durations are rig seconds.
 """
 from __future__ import annotations
 
@@ -16,44 +16,67 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                480.0, 960.0, 1920.0, 7680.0)
 
 
-class SimMetrics:
-    """Holds a private registry; :meth:`render` gives the exposition text (bytes)."""
+class EngineMetrics:
+    """One engine's series (label ``engine`` = its data parallel rank): the gauges
+    ``running``, ``waiting``, ``kv_usage``, the counters ``preemptions``,
+    ``prompt_tokens``, ``generation_tokens``, ``success[finished_reason]`` and the
+    histograms ``ttft``, ``itl``, ``e2e``, ``queue``, ``prompt_hist``."""
 
-    def __init__(self, model_name: str, num_gpu_blocks: int, gpu_memory_utilization: float) -> None:
+    def __init__(self, fam: dict, model_name: str, engine: str) -> None:
+        v = (model_name, engine)
+        for name in ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens", "ttft",
+                     "itl", "e2e", "queue", "prompt_hist"):
+            setattr(self, name, fam[name].labels(*v))
+        self.success = {k: fam["success"].labels(model_name, engine, k) for k in ("stop", "length", "abort")}
+
+
+class SimMetrics:
+    """Holds a private registry; :meth:`render` gives the exposition text (bytes).
+    ``engines`` data parallel replicas, each with its own series as vLLM exports them
+    (vLLM 0.32 ``PrometheusStatLogger``: label values ``[model_name, str(engine_index)]``
+    per engine, and one ``cache_config_info`` series per engine, ``cache_dtype`` the
+    ``--kv-cache-dtype``); :meth:`engine` gives one replica's."""
+
+    def __init__(self, model_name: str, num_gpu_blocks: int, gpu_memory_utilization: float,
+                 engines: int = 1, cache_dtype: str = "auto") -> None:
         r = self.registry = CollectorRegistry()
         lab = ("model_name", "engine")
-        v = (model_name, "0")
-        self.running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                             lab, registry=r).labels(*v)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                             lab, registry=r).labels(*v)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                              lab, registry=r).labels(*v)
+        fam = {
+            "running": Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
+                             lab, registry=r),
+            "waiting": Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                             lab, registry=r),
+            "kv_usage": Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                              lab, registry=r),
+            "preemptions": Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+                                   lab, registry=r),
+            "prompt_tokens": Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab, registry=r),
+            "generation_tokens": Counter("vllm:generation_tokens", "Number of generation tokens processed.", lab,
+                                         registry=r),
+            "success": Counter("vllm:request_success", "Count of successfully processed requests.",
+                               ("model_name", "engine", "finished_reason"), registry=r),
+            "ttft": Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+                              lab, buckets=TTFT_BUCKETS, registry=r),
+            "itl": Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                             lab, buckets=ITL_BUCKETS, registry=r),
+            "e2e": Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
+                             lab, buckets=E2E_BUCKETS, registry=r),
+            "queue": Histogram("vllm:request_queue_time_seconds",
+                               "Histogram of time spent in WAITING phase for request.", lab,
+                               buckets=E2E_BUCKETS, registry=r),
+            "prompt_hist": Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lab,
+                                     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
+                                              50000, 100000), registry=r),
+        }
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                      ("block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks", "engine"),
                      registry=r)
-        info.labels("16", "auto", str(gpu_memory_utilization), str(num_gpu_blocks), "0").set(1)
-        self.preemptions = Counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-                                   lab, registry=r).labels(*v)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab,
-                                     registry=r).labels(*v)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.", lab,
-                                         registry=r).labels(*v)
-        succ = Counter("vllm:request_success", "Count of successfully processed requests.",
-                       ("model_name", "engine", "finished_reason"), registry=r)
-        self.success = {k: succ.labels(model_name, "0", k) for k in ("stop", "length", "abort")}
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              lab, buckets=TTFT_BUCKETS, registry=r).labels(*v)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             lab, buckets=ITL_BUCKETS, registry=r).labels(*v)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                             lab, buckets=E2E_BUCKETS, registry=r).labels(*v)
-        self.queue = Histogram("vllm:request_queue_time_seconds",
-                               "Histogram of time spent in WAITING phase for request.", lab,
-                               buckets=E2E_BUCKETS, registry=r).labels(*v)
-        self.prompt_hist = Histogram("vllm:request_prompt_tokens", "Number of prefill tokens processed.", lab,
-                                     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
-                                              50000, 100000), registry=r).labels(*v)
+        self.engines = [EngineMetrics(fam, model_name, str(i)) for i in range(engines)]
+        for i in range(engines):
+            info.labels("16", cache_dtype, str(gpu_memory_utilization), str(num_gpu_blocks), str(i)).set(1)
+
+    def engine(self, index: int) -> EngineMetrics:
+        return self.engines[index]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from app.config import ServerConfig
-from app.planner.checks import quantization_capability_needs, quantization_mismatch
+from app.planner.checks import dp_rank_out_of_bounds, quantization_capability_needs, quantization_mismatch
 from app.planner.gpus import GIB, GpuSpec, lookup_gpu
 from app.planner.models import ModelArch, resolve_model
 from app.engine.steptime import PerfParams, StepTimeModel
@@ -80,13 +80,15 @@ class Refusal(Exception):
     """vLLM would refuse this configuration. ``text``: vLLM's error line (root cause);
     ``where``: the ``file.py:N`` vLLM prints; ``process``: APIServer or EngineCore_DP0;
     ``wrapped``: vLLM adds 'Engine core initialization failed' after it; ``after_load``:
-    vLLM gets there only after loading the weights (memory profiling)."""
+    vLLM gets there only after loading the weights (memory profiling); ``core``: the
+    engine core process that failed (a data parallel replica's own)."""
 
     def __init__(self, text: str, where: str, process: str = "EngineCore_DP0", wrapped: bool = True,
-                 after_load: bool = False, available_kv_gib: float | None = None) -> None:
+                 after_load: bool = False, available_kv_gib: float | None = None,
+                 core: str = "EngineCore_DP0") -> None:
         super().__init__(text)
         self.text, self.where, self.process, self.wrapped = text, where, process, wrapped
-        self.after_load, self.available_kv_gib = after_load, available_kv_gib
+        self.after_load, self.available_kv_gib, self.core = after_load, available_kv_gib, core
 
 
 def _refusal(p: Plan) -> Refusal | None:
@@ -109,6 +111,11 @@ def _refusal(p: Plan) -> Refusal | None:
                        f"max_model_len (max_position_embeddings={m.max_position} or model_max_length=None in "
                        "model's config.json). To allow overriding this maximum, set the env var "
                        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", "model.py:1", "APIServer", False)
+    if "not_enough_gpus" in codes and e.world <= n:  # a data parallel replica past the cards
+        r = n // e.world  # the replica holding local rank n (vllm/v1/worker/gpu_worker.py init_device, 0.32.0)
+        core = f"EngineCore_DP{r}"
+        worker = core if e.world == 1 else f"Worker_DP{r}_TP{n - r * e.world}"
+        return Refusal(f"AssertionError: {dp_rank_out_of_bounds(n)}", "gpu_worker.py:492", worker, core=core)
     if "not_enough_gpus" in codes:
         return Refusal(f"ValueError: World size ({e.world}) is larger than the number of available GPUs ({n}) in "
                        "this node. If this is intentional and you are using: - ray, set "
@@ -169,13 +176,16 @@ def _refusal(p: Plan) -> Refusal | None:
 @dataclass
 class SimPlan:
     """The planned rig as the sim uses it. Bytes per GPU (rank 0 unless named);
-    tokens as counts. ``plan`` is the planner's full :class:`Plan`."""
+    tokens as counts, one engine's (each data parallel replica has its own ``num_blocks``
+    KV blocks, the same on identical cards); ``used_bytes_per_rank`` every rank of every
+    replica, replica r on cards r·TP·PP …. ``plan`` is the planner's full :class:`Plan`."""
 
     plan: Plan
     card: Card
     gpu_count: int
     tp: int
     pp: int
+    dp: int
     weights_bytes: float
     kv_bytes: float
     kv_bytes_per_token: int
@@ -222,7 +232,7 @@ def plan_rig(config: ServerConfig, gpu_name: "str | GpuSpec", gpu_count: int) ->
     r0 = p.ranks[0]
     blocks = min(r.kv_tokens for r in p.ranks) // BLOCK_SIZE
     return SimPlan(
-        plan=p, card=card_of(gpu), gpu_count=gpu_count, tp=e.tp, pp=e.pp, weights_bytes=r0.weights_gib * GIB,
+        plan=p, card=card_of(gpu), gpu_count=gpu_count, tp=e.tp, pp=e.pp, dp=p.dp, weights_bytes=r0.weights_gib * GIB,
         kv_bytes=min(r.kv_gib for r in p.ranks) * GIB, kv_bytes_per_token=r0.kv_bytes_per_token, num_blocks=blocks,
         max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
         utilization=e.utilization, cuda_graph_bytes=r0.cuda_graphs_gib * GIB,

@@ -1,5 +1,6 @@
 """The simulated rig's server process: ``python -m app.sim.server --model M [vLLM options]
---sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]``.
+--sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]
+[--sim-perturb SEED]``.
 
 Started by the Supervisor as engine ``sim`` (app/server/launch.py). It behaves like
 ``vllm serve``: prints vLLM-format startup lines after a load delay (rig seconds ÷ k),
@@ -10,6 +11,16 @@ code 1 after vLLM's own error text. SIGTERM/SIGINT stop it cleanly (exit 0).
 ready, with vLLM 0.32's lines (:func:`engine_death_lines`); the server then exits with
 code 0 as vLLM's does (``terminate_if_errored``), or stays up answering ``/health`` 503
 with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``.
+
+``--sim-perturb SEED``: the rig steps with hidden "true" parameters, the planner's ×
+seeded factors (:func:`app.sim.perturb.true_params`); ``/sim/info`` then says
+``perturbed: true`` and the seed, and shows no parameters (``perf``).
+
+``--data-parallel-size D``: D engines (replicas), each with its own scheduler and the
+plan's KV blocks, on its own TP × PP cards of the rig (replica r on cards r·TP·PP …),
+behind the one HTTP API, which routes requests as vLLM's load balancer does
+(:class:`app.engine.balance.DpBalancer`). More ranks than ``--sim-gpu-count`` cards:
+vLLM 0.32's refusal (:func:`app.sim.model_adapter.plan_rig`).
 """
 from __future__ import annotations
 
@@ -23,6 +34,7 @@ import time
 from aiohttp import web
 
 from app.config import add_server_options, config_from_namespace
+from app.engine.balance import DpBalancer
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.sim import model_adapter as ma
 from app.sim import vlog
@@ -30,6 +42,7 @@ from app.sim.engine import SimEngine
 from app.sim.gpus import GpuBank, cooling_factor
 from app.sim.http_api import ApiServer
 from app.sim.metrics import SimMetrics
+from app.sim.perturb import true_params
 
 VLLM_VERSION = "0.32.0"
 
@@ -52,18 +65,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
                    help="the engine dies on the N-th generation request (a CUDA error in the forward pass), "
                         "as vLLM's does: to try the diagnosis of a death after ready")
+    p.add_argument("--sim-perturb", type=int, default=0, metavar="SEED",
+                   help="a hidden 'true rig': step-time parameters × seeded factors in 0.6–1.6 (0: none), not "
+                        "shown in /sim/info — a test bed for tuning")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="use the step-time parameters calibrated on a real run of these cards "
                         "(vllm-dyno calibrate RUN_ID), when there are any")
     return p
 
 
-def _fail(text: str, where: str, process: str, wrapped: bool) -> int:
+def _fail(text: str, where: str, process: str, wrapped: bool, core: str = "EngineCore_DP0") -> int:
     vlog.emit(text, "ERROR", process, where)
     if wrapped:
-        vlog.emit("EngineCore failed to start.", "ERROR", process, "core.py:708")
-        vlog.emit("RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}",
-                  "ERROR", "APIServer", "api_server.py:1")
+        if process.startswith("Worker"):  # vllm/v1/executor/multiproc_executor.py (0.32.0)
+            vlog.emit("WorkerProc failed to start.", "ERROR", process, "multiproc_executor.py:953")
+        vlog.emit("EngineCore failed to start.", "ERROR", core, "core.py:708")
+        failed = "{}" if core == "EngineCore_DP0" else f"{{'{core}': 1}}"
+        vlog.emit(f"RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): "
+                  f"{failed}", "ERROR", "APIServer", "api_server.py:1")
     return 1
 
 
@@ -123,6 +142,7 @@ def _engine_intro(a: argparse.Namespace, k: float) -> None:
     vlog.emit(f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model='{a.model}', "
               f"tensor_parallel_size={a.tensor_parallel_size or 1}, "
               f"pipeline_parallel_size={a.pipeline_parallel_size or 1}, "
+              f"data_parallel_size={a.data_parallel_size or 1}, "
               f"quantization={a.quantization}, max_seq_len={a.max_model_len}, sim_gpu='{a.sim_gpu}' "
               f"x{a.sim_gpu_count}, sim_time_scale={k}", process="EngineCore_DP0", where="core.py:74")
 
@@ -135,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     if k <= 0:
         print(f"error: --sim-time-scale {k}: must be > 0 (1 = real time, 20 = 20× faster)", file=sys.stderr)
         return 2
+    if a.sim_perturb < 0:
+        print(f"error: --sim-perturb {a.sim_perturb}: give a seed ≥ 1 (0: no perturbation)", file=sys.stderr)
+        return 2
     vlog.emit(f"vLLM API server version {VLLM_VERSION} (vllm-dyno sim)", where="api_server.py:1896")
     vlog.emit(f"non-default args: {non_default_args(a, parser)}", where="utils.py:328")
     if unknown:
@@ -144,13 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         cooling = cooling_factor(a.sim_cooling, a.sim_gpu_count)
         if a.sim_gpu_count < 1:
             raise ValueError(f"--sim-gpu-count {a.sim_gpu_count}: the rig needs at least 1 GPU")
-        if (a.data_parallel_size or 1) > 1:
-            raise ValueError("sim: --data-parallel-size > 1 is not simulated; run one sim per engine (TP/PP)")
         cfg = config_from_args(a)
         plan = ma.plan_rig(cfg, a.sim_gpu, a.sim_gpu_count)
     except ma.Refusal as r:
-        if r.process == "APIServer":
-            return _fail(r.text, r.where, r.process, r.wrapped)
+        if r.process == "APIServer" or r.core != "EngineCore_DP0":  # before any weights are loaded
+            return _fail(r.text, r.where, r.process, r.wrapped, r.core)
         _engine_intro(a, k)
         if r.after_load:  # memory refusals come after the weights are loaded and the profile run
             time.sleep(min(r.load_s / k, 30.0))
@@ -165,26 +186,31 @@ def main(argv: list[str] | None = None) -> int:
         vlog.emit(f"ValueError: {msg}", "ERROR", where="arg_utils.py:1")
         return 1
     _engine_intro(a, k)
+    cores = [f"EngineCore_DP{r}" for r in range(plan.dp)]  # the replicas start together
     # ---- load: rig seconds scaled by k
     if plan.tp * plan.pp > 1:
         vlog.emit("vLLM is using nccl==2.27.3", process="Worker_TP0", where="pynccl.py:70")
     time.sleep(plan.load_s / k)
-    vlog.emit(f"Model loading took {plan.weights_bytes / ma.GIB:.4f} GiB and {plan.load_s:.6f} seconds",
-              process="EngineCore_DP0", where="gpu_model_runner.py:2")
+    for core in cores:
+        vlog.emit(f"Model loading took {plan.weights_bytes / ma.GIB:.4f} GiB and {plan.load_s:.6f} seconds",
+                  process=core, where="gpu_model_runner.py:2")
     profile_s = 2.0 + 0.5 * plan.tp
     time.sleep(profile_s / k)
-    vlog.emit(f"Available KV cache memory: {plan.kv_bytes / ma.GIB:.2f} GiB", process="EngineCore_DP0",
-              where="gpu_worker.py:298")
-    vlog.emit(f"GPU KV cache size: {plan.kv_tokens:,} tokens, Maximum concurrency for {plan.max_model_len:,} "
-              f"tokens per request: {plan.max_concurrency:.2f}x", process="EngineCore_DP0", where="kv_cache_utils.py:1")
+    for core in cores:
+        vlog.emit(f"Available KV cache memory: {plan.kv_bytes / ma.GIB:.2f} GiB", process=core,
+                  where="gpu_worker.py:298")
+        vlog.emit(f"GPU KV cache size: {plan.kv_tokens:,} tokens, Maximum concurrency for {plan.max_model_len:,} "
+                  f"tokens per request: {plan.max_concurrency:.2f}x", process=core, where="kv_cache_utils.py:1")
     graphs_s = 0.0
     if not a.enforce_eager:
         graphs_s = 8.0
         time.sleep(graphs_s / k)
-        vlog.emit(f"Graph capturing finished in {graphs_s:.0f} secs, took {plan.cuda_graph_bytes / ma.GIB:.2f} GiB",
-                  process="EngineCore_DP0", where="gpu_model_runner.py:3")
-    vlog.emit(f"init engine (profile, create kv cache, warmup model) took {profile_s + graphs_s:.2f} seconds",
-              process="EngineCore_DP0", where="core.py:210")
+        for core in cores:
+            vlog.emit(f"Graph capturing finished in {graphs_s:.0f} secs, took "
+                      f"{plan.cuda_graph_bytes / ma.GIB:.2f} GiB", process=core, where="gpu_model_runner.py:3")
+    for core in cores:
+        vlog.emit(f"init engine (profile, create kv cache, warmup model) took {profile_s + graphs_s:.2f} seconds",
+                  process=core, where="core.py:210")
     try:
         return asyncio.run(_serve(a, plan, cooling))
     except KeyboardInterrupt:
@@ -203,20 +229,29 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
                else f"no calibration saved for {fp}; using the defaults")
         vlog.emit("sim: " + msg, "INFO", "EngineCore_DP0", "sim.py:1")
     steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu, params=calibrated)
+    if a.sim_perturb:  # the hidden true rig: never logged nor shown
+        steps.model = steps.model.with_params(true_params(steps.params, a.sim_perturb))
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True
-    metrics = SimMetrics(served, plan.num_blocks, plan.utilization)
-    engine = SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
-                       metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s)
+    metrics = SimMetrics(served, plan.num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto")
+    balancer = DpBalancer(plan.dp)
+    t0 = time.monotonic()
+    engines = [SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
+                         metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s, index=r, t0=t0,
+                         on_done=balancer.finished) for r in range(plan.dp)]
     info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
             "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
-            "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp,
+            "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
-            "perf": steps.params.as_dict()}
-    api = ApiServer(engine, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
-                    die_at_request=a.sim_engine_dies_at_request)
+            "perturbed": bool(a.sim_perturb)}
+    if a.sim_perturb:
+        info["perturb_seed"] = a.sim_perturb
+    else:
+        info["perf"] = steps.params.as_dict()
+    api = ApiServer(engines, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
+                    die_at_request=a.sim_engine_dies_at_request, balancer=balancer)
     runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
@@ -227,7 +262,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
                   f"{e.strerror} (Address already in use)" if e.errno == 98 else f"OSError: {e}", "ERROR")
         await runner.cleanup()
         return 1
-    task = asyncio.create_task(engine.run())
+    tasks = [asyncio.create_task(e.run()) for e in engines]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -241,17 +276,20 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
             loop.call_later(0.5, stop.set)
 
     api.on_engine_death = on_engine_death
+    if plan.dp > 1:  # vllm/entrypoints/cli/serve.py (0.32.0): one API server per replica by default
+        vlog.emit(f"Defaulting api_server_count to data_parallel_size ({plan.dp}).", where="serve.py:128")
     vlog.emit(f"Starting vLLM API server 0 on http://{host}:{port}", where="launcher.py:44")
     vlog.emit("Started server process [%d]" % os.getpid(), where="server.py:1")
     vlog.emit("Application startup complete.", where="on.py:62")
     await stop.wait()
     vlog.emit("Shutting down FastAPI HTTP server.", where="launcher.py:99")
-    engine.stop()
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        pass
+    for e, task in zip(engines, tasks):
+        e.stop()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
     await runner.shutdown()
     await runner.cleanup()
     return 0
