@@ -4,7 +4,8 @@ Issue 18, "Measured, not claimed": for 2 rigs (8× RTX 4090, 4× RTX 5090) × 2 
 (Llama-3.1-8B bf16, Llama-3.1-70B AWQ) × 2 workloads (chat 512/128 at TTFT p99 ≤ 2 s,
 TPOT p99 ≤ 100 ms; long prompts 2048/256 at TTFT p99 ≤ 4 s, TPOT p99 ≤ 60 ms), each
 case with its own hidden "true rig" (the sim's ``--sim-perturb SEED``: every step-time
-term of the planner's defaults × a seeded factor in 0.6–1.6, :func:`true_factors`):
+term of the planner's defaults × a seeded factor in 0.6–1.6,
+:func:`app.sim.perturb.true_params_of`):
 
 - **grid**: every configuration of the tuner's own search space that the planner lets
   start (≥ 24 per case), its users at the SLO from the step-level engine under the true
@@ -40,16 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.config import ServerConfig  # noqa: E402
 from app.loadgen.spec import SLO  # noqa: E402
 from app.planner.gpus import lookup_gpu  # noqa: E402
-from app.planner.models import resolve_model  # noqa: E402
-from app.planner.plan import check  # noqa: E402
-from app.planner.predict import predict_ramp  # noqa: E402
 from app.profiles.model import HardwareFingerprint  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
-from app.sim.perturb import factors as true_factors  # noqa: E402
 from app.store import RunStore  # noqa: E402
-from app.tuner.model import step_model  # noqa: E402
 from app.tuner.space import enumerate_candidates  # noqa: E402
-from app.tuner.tune import Measurement, Tuner, TuneSpec  # noqa: E402
+from app.tuner.offline import OfflineRig  # noqa: E402
+from app.tuner.tune import Tuner, TuneSpec  # noqa: E402
 
 #: searches averaged for the grid's top configurations and the tuner's pick
 REPEATS = 3
@@ -73,38 +70,13 @@ def cases() -> list[tuple]:
     return out
 
 
-class EngineRig:
-    """The hidden true rig, offline: a configuration's capacity search run by the
-    step-level engine with the planner's defaults × ``factors`` (what the sim serves with
-    ``--sim-perturb``), and its start-up time from the sim's own plan."""
-
-    def __init__(self, spec: TuneSpec, factors: dict[str, float]) -> None:
-        self.spec, self.factors = spec, factors
-        self.cards = spec.hardware.planner_cards()
-        self.workload = spec.workload()
-
-    def capacity(self, cfg: ServerConfig, ramp=None):
-        p = check(cfg, self.cards[:cfg.world_size], resolve_model(cfg.model), self.workload, self.spec.vllm_version)
-        m = step_model(p, self.factors)
-        if m is None:
-            return None, 0.0
-        pred = predict_ramp(m, p.engine_limits(), ramp or self.workload.search_spec())
-        return pred, sum(s.t_end - s.t_start for s in pred.steps)
-
-    def repeated(self, cfg: ServerConfig):
-        """The capacity as the mean of :data:`REPEATS` searches (users_low/high: their range)."""
-        ramp = self.workload.search_spec()
-        ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"repeat": REPEATS})})
-        pred, _ = self.capacity(cfg, ramp)
-        cap = pred.capacity
-        return cap.model_copy(update={"users_low": min(cap.repeat_users), "users_high": max(cap.repeat_users)})
-
-    def measure(self, cfg, ramp, record, check_abort) -> Measurement:
-        pred, rig_s = self.capacity(cfg, ramp)
-        if pred is None or pred.capacity is None:
-            return Measurement(status="launch_failed", error="no KV cache")
-        load = ma.plan_rig(cfg, self.spec.hardware.gpu, self.spec.hardware.count).load_s + 12.0
-        return Measurement(status="done", rig_seconds=rig_s + load, capacity=pred.capacity, steps=pred.steps)
+def repeated(truth: OfflineRig, cfg: ServerConfig):
+    """The true capacity as the mean of :data:`REPEATS` searches (users_low/high: their range)."""
+    ramp = truth.workload.search_spec()
+    ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"repeat": REPEATS})})
+    pred, _ = truth.search(cfg, ramp)
+    cap = pred.capacity
+    return cap.model_copy(update={"users_low": min(cap.repeat_users), "users_high": max(cap.repeat_users)})
 
 
 def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
@@ -114,7 +86,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
            "--sim-perturb", str(seed)]
     spec = TuneSpec(engine="sim", config=cfg, sim_args=sim, hardware=HardwareFingerprint(gpu=gpu, count=count),
                     vllm_version=ma.VLLM_RULES, prompt_tokens=pt, output_tokens=ot, slo=slo)
-    truth = EngineRig(spec, true_factors(seed))
+    truth = OfflineRig(spec, seed)
     # the grid
     t0 = time.monotonic()
     cands = enumerate_candidates(cfg, [lookup_gpu(gpu)] * count, spec.space, spec.workload(), spec.vllm_version)
@@ -123,7 +95,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
     grid_rig = 0.0
     for c in cands:
         if c.pruned_because is None:
-            pred, rig_s = truth.capacity(c.config)
+            pred, rig_s = truth.search(c.config)
             if pred is not None and pred.capacity is not None:
                 grid[c.key] = pred.capacity
                 grid_rig += rig_s
@@ -133,7 +105,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
     # on the mean of REPEATS searches (CapacitySearch.repeat), each with fresh lengths
     top = sorted(grid, key=lambda k: -grid[k].users)[:TOP_REPEATED]
     for key in top:
-        grid[key] = truth.repeated(by_key[key].config)
+        grid[key] = repeated(truth, by_key[key].config)
     best_key = max(top, key=lambda k: grid[k].users)
     best = grid[best_key]
     # the tuner
@@ -146,7 +118,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
     pick = rec.get("key")
     pick_true = None
     if pick in by_key:
-        pick_true = grid[pick] if pick in top else truth.repeated(by_key[pick].config)
+        pick_true = grid[pick] if pick in top else repeated(truth, by_key[pick].config)
     return {"case": case, "grid": grid, "grid_n": len(grid), "grid_rig_min": grid_rig / 60, "grid_s": grid_s, "best_key": best_key,
             "best": best, "pick": pick, "pick_true": pick_true, "tuner": res, "tune_s": tune_s,
             "pruned": sum(c.pruned_because is not None for c in cands), "all": len(cands)}

@@ -66,7 +66,7 @@ def test_the_seed_travels_from_a_profile_and_from_serve(capsys):
     """A profile's ``sim: {perturb: N}`` and ``vllm-dyno serve --engine sim
     --sim-perturb N`` reach the sim server as --sim-perturb N; a bad seed is a CLI error."""
     from app.cli import build_parser  # deferred: the CLI only for this test
-    from app.cli.serve import sim_args_from
+    from app.cli.common import sim_args_from
     from app.profiles.io import parse_profile
     from app.sim.server import build_parser as sim_parser
 

@@ -161,3 +161,84 @@ def positive_seconds(text: str) -> float:
     if not v > 0 or v != v or v == float("inf"):
         raise argparse.ArgumentTypeError(f"{text}: give a number of seconds greater than 0, e.g. 60")
     return v
+
+
+def profile_for_launch(a: argparse.Namespace):
+    """The profile ``a.profile`` (a library name or a YAML file) for a command that
+    launches it (``run``, ``tune``): the vLLM options given on the command line override
+    its own, ``--api-key-file`` is applied, a host beyond loopback needs ``--expose`` and
+    its ``env:`` is screened (a shared file: loader and interpreter variables need
+    ``--trust-env``; app.profiles.env_policy) — the profile returned holds only what may
+    reach the server. Returns ``(profile, config, trusted, builtin)``
+    — ``trusted`` the pairs the user confirmed, ``builtin`` whether it ships with the app.
+    Raises :class:`BadInput` naming the profile and the fix."""
+    # deferred: only the launching commands need the profile library
+    from app.config import exposure_problem
+    from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
+    from app.profiles.env_policy import CLI_FIX, EnvRefused, screen_env
+    from app.profiles.io import ProfileError
+
+    builtin = False
+    try:
+        if a.profile.endswith((".yaml", ".yml")) and os.path.isfile(a.profile):
+            p = read_profile(a.profile)
+        else:
+            entry = ProfileLibrary().entry(a.profile)
+            p, builtin = entry.profile, entry.read_only
+    except (ProfileError, ProfileNotFound) as e:
+        raise BadInput(str(e)) from None
+    cfg = config_from_args(a, base=p.server_config(resolve=False))
+    exposed = exposure_problem(cfg.host)
+    if exposed and not getattr(a, "expose", False):  # a profile's host beyond loopback needs the user's word (issue 15)
+        raise BadInput(f"profile {p.name!r}: {exposed}")
+    apply_api_key_file(a)
+    try:
+        p = p.updated(server=cfg.to_vllm_config(), env=dict(cfg.env), gpus=cfg.gpus)
+    except ValueError as e:
+        raise BadInput(f"server options: {e}") from None
+    # the profile's env: is untrusted (a shared file); the user's own --env is not (issue 15)
+    trusted = dict(kv.split("=", 1) for kv in (getattr(a, "env", None) or []) if "=" in kv)
+    scr = screen_env(p.env, trusted=trusted, builtin=builtin)
+    if scr.refused:
+        if not getattr(a, "trust_env", False):
+            raise BadInput(str(EnvRefused(scr.refused, CLI_FIX, f"profile {p.name!r}")))
+        print("trusting the profile's env (--trust-env): "
+              + " ".join(f"{k}={v}" for k, (v, _) in scr.refused.items()), file=sys.stderr, flush=True)
+        trusted.update({k: v for k, (v, _) in scr.refused.items()})
+    for note in scr.notes:
+        print(f"note: {note}", file=sys.stderr, flush=True)
+    env = screen_env(p.env, trusted=trusted, builtin=builtin).env  # what may reach the server
+    if env != p.env:
+        p = p.updated(env=env)
+    return p, cfg, trusted, builtin
+
+
+def add_sim_options(p: argparse.ArgumentParser) -> None:
+    """The simulated rig's options (``--sim-gpu``, ``--sim-gpu-count`` …) of the
+    commands that launch ``--engine sim``."""
+    p.add_argument("--sim-gpu", help="sim: GPU catalog name, e.g. 'RTX 4090'")
+    p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
+    p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
+    p.add_argument("--sim-seed", type=int)
+    p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
+                   help="sim: a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
+                        "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)")
+    p.add_argument("--sim-calibrated", action="store_true",
+                   help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
+    p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
+                   help="sim: the engine dies on the N-th request, as vLLM's does on a fatal error after ready")
+
+
+def sim_args_from(a: argparse.Namespace) -> list[str]:
+    """The sim server's argv from :func:`add_sim_options`' values (those given)."""
+    out = []
+    for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
+                    ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed),
+                    ("--sim-perturb", getattr(a, "sim_perturb", None))):
+        if v is not None:
+            out += [flag, str(v)]
+    if getattr(a, "sim_calibrated", False):
+        out.append("--sim-calibrated")
+    if getattr(a, "sim_engine_dies_at_request", None) is not None:
+        out += ["--sim-engine-dies-at-request", str(a.sim_engine_dies_at_request)]
+    return out

@@ -9,24 +9,20 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import sys
 import threading
-from pathlib import Path
 
 from app.cli.common import (
+    BadInput,
     add_security_options,
-    apply_api_key_file,
-    config_from_args,
     err,
     fmt,
     level_table,
     positive_seconds,
     print_exposure,
+    profile_for_launch,
     write_or_print,
 )
-from app.config import add_server_options, exposure_problem
-from app.profiles.env_policy import CLI_FIX, EnvRefused, screen_env
-from app.profiles.io import ProfileError
+from app.config import add_server_options
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
@@ -89,39 +85,13 @@ def cmd_runs(a: argparse.Namespace) -> int:
 
 def cmd_run(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
+    from app.profiles import ProfileLibrary
     from app.run.profile_run import Phase, ProfileRun
 
-    builtin = False
     try:
-        if a.profile.endswith((".yaml", ".yml")) and Path(a.profile).is_file():
-            p = read_profile(a.profile)
-        else:
-            entry = ProfileLibrary().entry(a.profile)
-            p, builtin = entry.profile, entry.read_only
-    except (ProfileError, ProfileNotFound) as e:
-        return err(str(e))
-    # vLLM options given on the command line override the profile's (the same options as `serve`)
-    cfg = config_from_args(a, base=p.server_config(resolve=False))
-    exposed = exposure_problem(cfg.host)
-    if exposed and not a.expose:  # a profile's host beyond loopback needs the user's word (issue 15)
-        return err(f"profile {p.name!r}: {exposed}")
-    apply_api_key_file(a)
-    try:
-        p = p.updated(server=cfg.to_vllm_config(), env=dict(cfg.env), gpus=cfg.gpus)
-    except ValueError as e:
-        return err(f"server options: {e}")
-    # the profile's env: is untrusted (a shared file); the user's own --env is not (issue 15)
-    trusted = dict(kv.split("=", 1) for kv in (getattr(a, "env", None) or []) if "=" in kv)
-    scr = screen_env(p.env, trusted=trusted, builtin=builtin)
-    if scr.refused:
-        if not a.trust_env:
-            return err(str(EnvRefused(scr.refused, CLI_FIX, f"profile {p.name!r}")))
-        print("trusting the profile's env (--trust-env): "
-              + " ".join(f"{k}={v}" for k, (v, _) in scr.refused.items()), file=sys.stderr, flush=True)
-        trusted.update({k: v for k, (v, _) in scr.refused.items()})
-    for note in scr.notes:
-        print(f"note: {note}", file=sys.stderr, flush=True)
+        p, cfg, trusted, builtin = profile_for_launch(a)
+    except BadInput as e:
+        return int(e.code or 2)
     over: dict = {}
     if a.levels:
         try:

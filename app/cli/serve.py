@@ -11,12 +11,13 @@ import threading
 
 from app.cli.common import (
     add_security_options,
+    add_sim_options,
     apply_api_key_file,
     config_from_args,
     err,
-    perturb_seed,
     positive_seconds,
     print_exposure,
+    sim_args_from,
 )
 from app.config import add_server_options, exposure_problem
 from app.run.events import RunListener, State
@@ -31,17 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for ready")
     p.add_argument("--grace", type=positive_seconds, default=20.0, help="seconds between SIGTERM and SIGKILL on stop")
     p.add_argument("--quiet-log", action="store_true", help="do not echo the server's log")
-    p.add_argument("--sim-gpu", help="sim: GPU catalog name, e.g. 'RTX 4090'")
-    p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
-    p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
-    p.add_argument("--sim-seed", type=int)
-    p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
-                   help="sim: a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
-                        "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)")
-    p.add_argument("--sim-calibrated", action="store_true",
-                   help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
-    p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
-                   help="sim: the engine dies on the N-th request, as vLLM's does on a fatal error after ready")
+    add_sim_options(p)
     p.set_defaults(func=cmd_serve)
 
     c = sub.add_parser("cleanup", help="list vLLM processes and end the leftovers of vLLM Dyno sessions that are "
@@ -50,20 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--include-unmanaged", action="store_true",
                    help="also end vLLM processes not started by vLLM Dyno (e.g. a `vllm serve` in a terminal)")
     c.set_defaults(func=cmd_cleanup)
-
-
-def sim_args_from(a: argparse.Namespace) -> list[str]:
-    out = []
-    for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
-                    ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed),
-                    ("--sim-perturb", getattr(a, "sim_perturb", None))):
-        if v is not None:
-            out += [flag, str(v)]
-    if getattr(a, "sim_calibrated", False):
-        out.append("--sim-calibrated")
-    if getattr(a, "sim_engine_dies_at_request", None) is not None:
-        out += ["--sim-engine-dies-at-request", str(a.sim_engine_dies_at_request)]
-    return out
 
 
 class _Printer(RunListener):

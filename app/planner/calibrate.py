@@ -24,7 +24,7 @@ from app.engine.steptime import PerfParams, StepTimeModel, predict_level
 FIT_DEFAULT = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "t_request_s")
 _BOUNDS = {"eta_mem": (0.05, 1.0), "eta_compute": (0.01, 1.0), "t_cpu_s": (1e-6, 1.0),
            "t_cpu_seq_s": (1e-7, 0.1), "allreduce_alpha_s": (1e-6, 1e-2), "link_gbs": (0.5, 2000.0),
-           "t_request_s": (1e-4, 5.0)}
+           "t_request_s": (1e-4, 5.0), "t_launch_layer_s": (1e-7, 1e-3)}
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,25 @@ def apply_factors(params: PerfParams, factors: dict[str, float], source: str | N
     return replace(params, **vals, **({"source": source} if source else {}))
 
 
+def spread_level(model: StepTimeModel, users: int, engines: int, prompt_tokens: int, output_tokens: int,
+                 capacity: int) -> tuple[float, float, float]:
+    """One closed-loop level of ``users`` spread evenly over ``engines`` data parallel
+    replicas (N mod D of them get one user more; an engine without users is idle), by
+    :func:`app.engine.steptime.predict_level` per engine: (output tokens/s of all,
+    TTFT and TPOT averaged over the users, s)."""
+    base, extra = divmod(max(1, users), max(1, engines))
+    tps = ttft = tpot = 0.0
+    for n, k in ((base + 1, extra), (base, engines - extra)):
+        if n <= 0 or k <= 0:
+            continue
+        pt = predict_level(model, n, prompt_tokens, output_tokens, capacity)
+        tps += k * pt.output_tps
+        ttft += k * n * pt.ttft_s
+        tpot += k * n * pt.tpot_s
+    n_all = max(1, users)
+    return tps, ttft / n_all, tpot / n_all
+
+
 def fit_factors(sets: Sequence[MeasuredSet], names: Sequence[str] = FIT_DEFAULT,
                 prior_weight: float = PRIOR_WEIGHT, ttft_weight: float = 0.5, tpot_weight: float = 0.5
                 ) -> dict[str, float]:
@@ -198,13 +217,13 @@ def fit_factors(sets: Sequence[MeasuredSet], names: Sequence[str] = FIT_DEFAULT,
         for ms in sets:
             m = ms.model.with_params(apply_factors(ms.model.params, f))
             for lv in ms.levels:
-                users = max(1, round(lv.concurrency / ms.engines))
-                pt = predict_level(m, users, ms.prompt_tokens, ms.output_tokens, ms.capacity)
-                s += math.log(pt.output_tps * ms.engines / lv.output_tps) ** 2
+                tps, ttft, tpot = spread_level(m, lv.concurrency, ms.engines, ms.prompt_tokens, ms.output_tokens,
+                                               ms.capacity)
+                s += math.log(tps / lv.output_tps) ** 2
                 if lv.ttft_s and ttft_weight:
-                    s += ttft_weight * math.log(pt.ttft_s / lv.ttft_s) ** 2
+                    s += ttft_weight * math.log(ttft / lv.ttft_s) ** 2
                 if lv.tpot_s and tpot_weight:
-                    s += tpot_weight * math.log(pt.tpot_s / lv.tpot_s) ** 2
+                    s += tpot_weight * math.log(tpot / lv.tpot_s) ** 2
         return s
 
     best = nelder_mead(loss, np.zeros(len(names)))

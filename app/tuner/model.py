@@ -21,6 +21,7 @@ Prediction, two stages (units: users, output tokens/s):
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,8 +32,9 @@ from app.planner.plan import Plan, Workload, build_step_model
 from app.planner.predict import predict_ramp
 
 #: the step-time terms the tuner fits (app.engine.steptime.PerfParams): the defaults of a
-#: single calibration plus the all-reduce, which decides between tensor-parallel splits
-FIT_NAMES = (*FIT_DEFAULT, "allreduce_alpha_s", "link_gbs")
+#: single calibration plus the all-reduce, which decides between tensor-parallel splits,
+#: and the per-layer launch cost of eager mode (CUDA graphs off)
+FIT_NAMES = (*FIT_DEFAULT, "allreduce_alpha_s", "link_gbs", "t_launch_layer_s")
 #: how many screened candidates the step-level engine predicts in each round
 SCREEN_TOP = 16
 
@@ -129,3 +131,18 @@ def fit(sets: Sequence[MeasuredSet]) -> dict[str, float]:
     if sum(len(s.levels) for s in sets) < 2:
         return {}
     return fit_factors(sets, FIT_NAMES, prior_weight=PRIOR, ttft_weight=TTFT_WEIGHT, tpot_weight=TPOT_WEIGHT)
+
+
+def residual(pairs: Sequence[tuple[float, float]]) -> float:
+    """The model's residual: the geometric mean of measured ÷ predicted users over
+    ``pairs`` (1.0 without any), within 0.5–2 (a measurement further off than that is a
+    fault to look at, not a model error to spread over every candidate)."""
+    logs = [math.log(m / p) for m, p in pairs if m > 0 and p > 0]
+    if not logs:
+        return 1.0
+    return float(min(2.0, max(0.5, math.exp(sum(logs) / len(logs)))))
+
+
+def snap_users(x: float) -> float:
+    """Users as a search reports them: whole users (at least 0)."""
+    return float(max(0, math.floor(x + 1e-9)))

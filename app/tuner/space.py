@@ -10,7 +10,10 @@ Dimensions (each narrowed by the user; the defaults in brackets):
 - ``max_num_batched_tokens`` [2048, vLLM's default for the card, twice that];
 - ``kv_cache_dtype`` [auto, fp8 — on GPUs];
 - CUDA graphs on/off (``enforce_eager``) [both — on GPUs; the CPU build has none];
-- any other ``vllm serve`` option the user ticks, with its values (``vary``).
+- any other ``vllm serve`` option the user ticks, with its values (``vary``): a
+  ServerConfig option directly, any other as argv (``extra_args``). The planner models
+  neither's effect on step times, so their values are predicted alike: they are
+  measured only when their candidate is the best predicted (the budget decides).
 
 Not a dimension: ``gpu_memory_utilization`` — each candidate gets the largest value
 (≤ :data:`MAX_UTILIZATION`, 0.01 steps) at which the planner finds neither an error
@@ -29,12 +32,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from app.config import KV_CACHE_DTYPES, VLLM_OPTIONS, ServerConfig
+from app.config import (INTERNAL_FIELDS, KV_CACHE_DTYPES, VLLM_OPTIONS, ServerConfig, dict_to_extra_args,
+                        secret_option_problem)
 from app.planner.gpus import GpuSpec
 from app.planner.models import ModelArch, resolve_model
 from app.planner.plan import Plan, Workload, check
@@ -99,16 +104,19 @@ class TuneSpace(BaseModel):
     @field_validator("vary")
     @classmethod
     def _vary(cls, v: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        known = set(VLLM_OPTIONS)
         for name, values in v.items():
-            if name in OWN_FIELDS:
-                raise ValueError(f"vary {name}: the tuner sets {name} itself; narrow it with its own option")
-            if name not in known:
-                raise ValueError(f"vary {name}: not a vLLM option the app knows (ServerConfig field names, "
-                                 f"e.g. block_size)")
+            name_ = name.replace("-", "_")
+            if name_ in OWN_FIELDS:
+                raise ValueError(f"vary {name}: the tuner sets {name_} itself; narrow it with its own option")
+            if not re.fullmatch(r"[a-z][a-z0-9_]*", name_) or name_ in INTERNAL_FIELDS:
+                raise ValueError(f"vary {name}: not a vLLM option name (write it as vLLM spells it, e.g. "
+                                 f"block_size or enable_chunked_prefill)")
+            bad = secret_option_problem("--" + name_.replace("_", "-"), "vary")
+            if bad:
+                raise ValueError(bad)
             if not values:
                 raise ValueError(f"vary {name}: give at least one value")
-        return v
+        return {k.replace("-", "_"): vals for k, vals in v.items()}
 
 
 @dataclass
@@ -246,7 +254,11 @@ def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSp
             sp, models.items(), kvs, eagers, mnbts, vary_combos):
         upd: dict[str, Any] = {"model": mid, "tensor_parallel_size": tp, "pipeline_parallel_size": pp,
                                "data_parallel_size": dp, "max_num_batched_tokens": mnbt,
-                               "kv_cache_dtype": kv, "enforce_eager": eager, **extra}
+                               "kv_cache_dtype": kv, "enforce_eager": eager}
+        upd.update({k: v for k, v in extra.items() if k in VLLM_OPTIONS})
+        other = {k: v for k, v in extra.items() if k not in VLLM_OPTIONS}
+        if other:  # options ServerConfig does not model: passed through as vLLM argv
+            upd["extra_args"] = list(base.extra_args) + dict_to_extra_args(other)
         if mid != base.model:
             upd["quantization"] = None  # the checkpoint's own method
         use = cards[:tp * pp * dp]

@@ -1,0 +1,478 @@
+"""``vllm-dyno tune``: the best vLLM flags for an SLO in a few launches (issue 18).
+
+``vllm-dyno tune [PROFILE] --slo-ttft-p99 S --slo-tpot-p99 S [--objective users|throughput|cost|energy]
+[--tp 2,4,8] [--dp 1,2] [--checkpoint awq=ID …] [--max-launches N] [--max-minutes M] [--json out.json]``;
+against the sim: ``--engine sim --sim-gpu "RTX 4090" --sim-gpu-count 8 --model ID`` and
+every ``serve`` option. ``--dry-run`` prints the search space with the planner's
+predictions and launches nothing; ``--resume ID`` continues an interrupted tune
+(Ctrl-C saves it); ``--list`` and ``--show ID`` read the tunes in the run store.
+
+Exit status: 0 with a recommendation, 1 when nothing met the SLO (or every launch
+failed), 2 for bad input, 130 when interrupted (resumable).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+
+from app.cli.common import (
+    BadInput,
+    add_security_options,
+    add_sim_options,
+    apply_api_key_file,
+    config_from_args,
+    err,
+    fmt,
+    positive_seconds,
+    profile_for_launch,
+    sim_args_from,
+    write_or_print,
+)
+from app.config import add_server_options, exposure_problem
+
+
+def _int_list(name: str):
+    def parse(text: str) -> list[int]:
+        try:
+            vals = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            vals = []
+        if not vals or any(v < 1 for v in vals):
+            raise argparse.ArgumentTypeError(f"{name} {text!r}: write whole numbers ≥ 1 separated by commas, e.g. 1,2,4")
+        return vals
+    return parse
+
+
+def _str_list(text: str) -> list[str]:
+    vals = [x.strip() for x in text.split(",") if x.strip()]
+    if not vals:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more values separated by commas")
+    return vals
+
+
+def _graphs(text: str) -> list[bool]:
+    out = []
+    for v in _str_list(text):
+        if v.lower() not in ("on", "off"):
+            raise argparse.ArgumentTypeError(f"--cuda-graphs {text!r}: write on, off or on,off")
+        out.append(v.lower() == "off")  # enforce_eager
+    return out
+
+
+def _pair(text: str) -> tuple[str, str]:
+    if "=" not in text or not text.split("=", 1)[0].strip() or not text.split("=", 1)[1].strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: write LABEL=VALUE, e.g. awq=hugging-quants/…-AWQ-INT4")
+    k, v = text.split("=", 1)
+    return k.strip(), v.strip()
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number ≥ 1")
+    return v
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="find the vLLM flags that serve the most users at your SLO, in a few launches",
+                       description=__doc__.split("\n\n")[0])
+    p.add_argument("profile", nargs="?", help="profile name or YAML file (its engine, flags, rig and ramp shape)")
+    p.add_argument("--engine", choices=["vllm", "sim"], help="default: the profile's, else vllm")
+    add_server_options(p, model_required=False)
+    add_sim_options(p)
+    add_security_options(p)
+    p.add_argument("--python", help="interpreter with vLLM installed (engine vllm)")
+    p.add_argument("--trust-env", action="store_true", help="let the profile's env: set variables a shared profile "
+                                                            "may not set unconfirmed (see `run --help`)")
+    p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for each launch")
+    p.add_argument("--grace", type=positive_seconds, help="seconds between SIGTERM and SIGKILL when a launch stops")
+    w = p.add_argument_group("workload and SLO (default: the profile's ramp)")
+    w.add_argument("--prompt-tokens", type=_positive_int, help="mean prompt tokens (default 512)")
+    w.add_argument("--output-tokens", type=_positive_int, help="mean output tokens (default 128)")
+    w.add_argument("--fixed-lengths", action="store_true", help="every request exactly these lengths (default ±25 %%)")
+    w.add_argument("--seed", type=int, help="seed of the request lengths")
+    w.add_argument("--slo-ttft-p99", type=positive_seconds, help="TTFT p99 bound, s")
+    w.add_argument("--slo-tpot-p99", type=positive_seconds, help="TPOT p99 bound, s per token")
+    w.add_argument("--slo-e2e-p99", type=positive_seconds, help="end-to-end p99 bound, s")
+    w.add_argument("--slo-failure-rate", type=float, help="failure-rate bound, a fraction (0.01 = 1 %%)")
+    s = p.add_argument_group("search space (default: everything the planner lets start)")
+    s.add_argument("--objective", choices=["users", "throughput", "cost", "energy"], default="users",
+                   help="most users at the SLO (default), most tok/s there, lowest $/M tokens or J/token there")
+    s.add_argument("--tp", type=_int_list("--tp"), help="tensor_parallel_size values, e.g. 2,4,8")
+    s.add_argument("--pp", type=_int_list("--pp"), help="pipeline_parallel_size values")
+    s.add_argument("--dp", type=_int_list("--dp"), help="data_parallel_size values")
+    s.add_argument("--fewer-cards", action="store_true", help="also splits that leave cards idle")
+    s.add_argument("--checkpoint", type=_pair, action="append", default=[], metavar="QUANT=MODEL",
+                   help="a checkpoint of the model per quantization, e.g. awq=…-AWQ-INT4 (repeatable; default: "
+                        "the profile's model)")
+    s.add_argument("--mnbt", type=_int_list("--mnbt"), help="max_num_batched_tokens values (default: 2048, the "
+                                                             "card's default and twice it)")
+    s.add_argument("--kv-cache-dtypes", type=_str_list, help="kv_cache_dtype values (default auto,fp8 on GPUs)")
+    s.add_argument("--cuda-graphs", type=_graphs, help="on, off or on,off (default both on GPUs)")
+    s.add_argument("--vary", type=_pair, action="append", default=[], metavar="OPTION=V1,V2",
+                   help="any other vLLM option and its values, e.g. block_size=16,32 (repeatable)")
+    b = p.add_argument_group("budget and search")
+    b.add_argument("--max-launches", type=_positive_int, default=4, help="launches, the confirming one included "
+                                                                         "(default 4)")
+    b.add_argument("--max-minutes", type=positive_seconds, help="stop launching after this many minutes (wall)")
+    b.add_argument("--requests-per-level", type=_positive_int, help="requests each search level is judged on "
+                                                                    "(default 100: a p99)")
+    b.add_argument("--resolution", type=float, default=0.10, help="search resolution, a fraction (default 0.10)")
+    o = p.add_argument_group("output and state")
+    o.add_argument("--json", metavar="FILE", help="write the result as JSON here ('-' for stdout)")
+    o.add_argument("--save-profile", metavar="NAME", help="save the recommended flags as a profile")
+    o.add_argument("--export-command", action="store_true", help="print the recommendation as a `vllm serve` command")
+    o.add_argument("--export-config", metavar="FILE", help="write the recommendation as a vLLM --config YAML")
+    o.add_argument("--dry-run", action="store_true", help="print the space and the predictions; launch nothing")
+    o.add_argument("--resume", type=_positive_int, metavar="ID", help="continue an interrupted tune")
+    o.add_argument("--list", action="store_true", help="list the tunes in the run store")
+    o.add_argument("--show", type=_positive_int, metavar="ID", help="print a tune's result")
+    p.set_defaults(func=cmd_tune)
+
+
+# ---------------------------------------------------------------------- building the spec
+def _spec_from_args(a: argparse.Namespace):
+    # deferred: the tuner (planner, controller) only for this command
+    from app.loadgen.spec import SLO
+    from app.profiles.model import HardwareFingerprint
+    from app.tuner.space import TuneSpace
+    from app.tuner.tune import TuneSpec
+
+    prof = None
+    if a.profile:
+        prof, cfg, _trusted, _builtin = profile_for_launch(a)
+        cfg = prof.server_config()  # its env: screened
+    else:
+        if not a.model:
+            raise BadInput("give a PROFILE or --model (and --engine sim --sim-gpu … --sim-gpu-count … for the sim)")
+        cfg = config_from_args(a)
+        exposed = exposure_problem(cfg.host)
+        if exposed and not a.expose:
+            raise BadInput(exposed)
+        apply_api_key_file(a)
+    engine = a.engine or (prof.engine if prof is not None and prof.engine in ("vllm", "sim") else "vllm")
+    ramp = prof.ramp if prof is not None else None
+    sim_args: list[str] = []
+    version = None
+    python = a.python
+    if engine == "sim":
+        rig = prof.sim if prof is not None and prof.sim is not None else None
+        gpu = a.sim_gpu or (rig.gpu if rig else None)
+        count = a.sim_gpu_count or (rig.count if rig else None)
+        if not gpu or not count:
+            raise BadInput("--engine sim needs the rig: --sim-gpu NAME --sim-gpu-count N")
+        over = {"gpu": gpu, "count": count}
+        for k, v in (("time_scale", a.sim_time_scale), ("seed", a.sim_seed), ("perturb", a.sim_perturb)):
+            if v is not None:
+                over[k] = v
+        # deferred: the profile model only for the sim's rig
+        from app.profiles.model import SimRig
+
+        base = rig.model_dump() if rig else {}
+        sim_args = SimRig(**{**base, **over}).argv() + [x for x in sim_args_from(a) if x in
+                                                         ("--sim-calibrated",)]
+        hardware = HardwareFingerprint(gpu=gpu, count=count)
+        from app.sim.model_adapter import VLLM_RULES  # deferred: the sim's rules only for a sim tune
+
+        version = VLLM_RULES
+    else:
+        # deferred: the interpreter probe and NVML only for a tune of real cards
+        from app.run.hardware import local_hardware
+        from app.server.interpreter import inspect_interpreter, resolve_python
+
+        python = resolve_python(a.python)
+        try:
+            interp = inspect_interpreter(python)
+        except Exception as e:  # no vLLM there: say which interpreter
+            raise BadInput(f"--python {python}: {e}") from None
+        version = interp.version
+        hardware = local_hardware(cfg.gpus, version, interp.is_cpu_build)
+    slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99,
+              failure_rate=a.slo_failure_rate)
+    if slo.is_empty() and ramp is not None:
+        slo = ramp.slo
+    if slo.is_empty():
+        raise BadInput("a tune needs an SLO to judge capacities on: give --slo-ttft-p99 and/or --slo-tpot-p99 "
+                       "(or --slo-e2e-p99, --slo-failure-rate)")
+    def mid(name: str, default: int) -> int:
+        if ramp is None:
+            return default
+        lo, hi = ramp.length_range(name)
+        return (lo + hi) // 2
+
+    pt = a.prompt_tokens or mid("prompt_tokens", 512)
+    ot = a.output_tokens or mid("output_tokens", 128)
+    spread = 0.0 if a.fixed_lengths else (ramp.length_spread if ramp is not None else 0.25)
+    try:
+        space = TuneSpace(tp=a.tp, pp=a.pp, dp=a.dp, checkpoints=dict(a.checkpoint),
+                          max_num_batched_tokens=a.mnbt, kv_cache_dtype=a.kv_cache_dtypes,
+                          enforce_eager=a.cuda_graphs, fewer_cards=a.fewer_cards,
+                          vary={k: [_scalar(x) for x in v.split(",") if x.strip()] for k, v in a.vary})
+        spec = TuneSpec(engine=engine, config=cfg, sim_args=sim_args, hardware=hardware, python=python,
+                        vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
+                        seed=a.seed if a.seed is not None else (ramp.seed if ramp is not None else 0), slo=slo,
+                        objective=a.objective, space=space, max_launches=a.max_launches,
+                        max_minutes=a.max_minutes / 60 if a.max_minutes else None,
+                        requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
+                        startup_timeout=a.startup_timeout, grace=a.grace)
+    except ValueError as e:
+        raise BadInput(_first_error(e)) from None
+    return spec
+
+
+def _first_error(e: ValueError) -> str:
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errs())
+    return str(e)
+
+
+def _scalar(tok: str):
+    t = tok.strip()
+    if t.lower() in ("true", "on"):
+        return True
+    if t.lower() in ("false", "off"):
+        return False
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+# ---------------------------------------------------------------------- printing
+def _users(x) -> str:
+    return "—" if x is None else f"{x:g}"
+
+
+def candidates_table(res: dict, limit: int = 25) -> str:
+    """Candidates: measured first (best first), then the predicted, then the pruned."""
+    rows = res["candidates"]
+    runnable = [c for c in rows if c["pruned_because"] is None]
+    runnable.sort(key=lambda c: (c["measured_users"] is None, -(c["measured_users"] or c["predicted_users"] or 0)))
+    pruned = [c for c in rows if c["pruned_because"] is not None]
+    out = [f"{'configuration':58} {'predicted':>9} {'measured (interval)':>22}   (≈: screened only)"]
+    for c in runnable[:limit]:
+        m = "—" if c["measured_users"] is None else \
+            f"{c['measured_users']:g} ({_users(c['measured_low'])}–{_users(c['measured_high'])})"
+        if c["failed"]:
+            m = "failed: " + c["failed"][:40]
+        pred = _users(c["predicted_users"]) if c["predicted_users"] is not None else \
+            (f"≈{c['screen_users']:g}" if c.get("screen_users") is not None else "—")
+        out.append(f"{c['key'][:58]:58} {pred:>9} {m:>22}")
+    if len(runnable) > limit:
+        out.append(f"… {len(runnable) - limit} more predicted below these")
+    reasons: dict[str, int] = {}
+    for c in pruned:
+        reasons[c["pruned_because"].split(":")[0]] = reasons.get(c["pruned_because"].split(":")[0], 0) + 1
+    if pruned:
+        out.append(f"pruned by the planner: {len(pruned)} ("
+                   + ", ".join(f"{k} ×{n}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])) + ")")
+        for c in pruned[:3]:
+            out.append(f"  {c['key']}: {c['pruned_because'][:150]}")
+    return "\n".join(out)
+
+
+def summary_text(res: dict) -> str:
+    out = []
+    rec = res.get("recommendation")
+    slo = ", ".join(f"{k} ≤ {v:g}" for k, v in res["slo"].items())
+    out.append(f"tune {res['tune_id']}: {res['launches']} launch{'es' if res['launches'] != 1 else ''}, "
+               f"{res['rig_seconds'] / 60:.1f} rig min, {res['wall_seconds'] / 60:.1f} wall min; objective "
+               f"{res['objective']}; SLO {slo}; stopped: {res['stop_reason']}")
+    out.append("")
+    cols = [("recommended", rec), ("runner-up", res.get("runner_up")), ("starting flags", res.get("baseline"))]
+    out.append(f"{'':16} {'users':>7} {'interval':>11} {'out tok/s':>10}  flags")
+    for name, e in cols:
+        if not e:
+            continue
+        tag = "" if e.get("measured") else " (predicted)"
+        iv = f"{_users(e.get('users_low'))}–{_users(e.get('users_high'))}"
+        flags = " ".join(f"{k}={v}" for k, v in (e.get("server") or {}).items() if k not in ("model", "served_model_name", "host"))
+        out.append(f"{name:16} {_users(e.get('users')):>7} {iv:>11} {fmt(e.get('output_tps'), 0):>10}  {flags}{tag}")
+    if rec:
+        out.append("")
+        out.append(("✔ " if rec.get("verified") else "(not confirmed) ") + (rec.get("sentence") or ""))
+    else:
+        out.append("no configuration met the SLO: loosen it, or give more cards or a smaller checkpoint")
+    return "\n".join(out)
+
+
+def vllm_serve_command(server: dict) -> str:
+    """The recommendation as one ``vllm serve`` line (the app's own argv builder)."""
+    # deferred: only the export needs ServerConfig's argv
+    import shlex
+
+    from app.config import ServerConfig
+
+    cfg = ServerConfig(**server)
+    return "vllm serve " + shlex.join([cfg.model, *cfg.option_argv(include_port=False)])
+
+
+# ---------------------------------------------------------------------- the command
+def cmd_tune(a: argparse.Namespace) -> int:
+    # deferred: the tuner and the store only for this command
+    from app.settings import load_settings
+    from app.store import RunStore
+    from app.tuner.tune import TuneAborted, Tuner, TuneListener
+
+    if a.list or a.show:
+        with RunStore() as store:
+            if a.list:
+                rows = store.list_tunes()
+                if not rows:
+                    print("no tunes recorded yet")
+                for r in rows:
+                    print(f"{r['id']:4d}  {r['status']:11}  {r['name']}")
+                return 0
+            row = store.get_tune(a.show)
+            if row is None:
+                return err(f"--show {a.show}: no such tune (see `vllm-dyno tune --list`)")
+            return _print_stored(row)
+    try:
+        store = RunStore()
+    except Exception as e:
+        return err(f"the run store cannot be opened: {e}")
+
+    class Printer(TuneListener):
+        def on_progress(self, state, message: str) -> None:
+            print(f"[tune] {message}", flush=True)
+
+    try:
+        pricing = load_settings().pricing
+    except Exception:
+        pricing = None
+    try:
+        if a.resume:
+            tuner = Tuner.resume(store, a.resume, listener=Printer(), pricing=pricing)
+        else:
+            spec = _spec_from_args(a)
+            tuner = Tuner(spec, store=store, listener=Printer(), pricing=pricing)
+    except BadInput as e:
+        store.close()
+        return int(e.code or 2)
+    except ValueError as e:
+        store.close()
+        return err(str(e))
+    if a.dry_run:
+        try:
+            res = tuner.dry_run()
+        except ValueError as e:
+            store.close()
+            return err(str(e))
+        print(candidates_table(res, limit=40))
+        store.close()
+        return 0
+
+    box: dict = {}
+    done = threading.Event()
+
+    def body() -> None:
+        try:
+            box["state"] = tuner.run()
+        except BaseException as e:  # reported below, on the main thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    def on_sig(signum, _frame) -> None:
+        if not box.get("stopping"):
+            box["stopping"] = True
+            print("\n[tune] stopping: the server is being stopped; the tune is saved", file=sys.stderr, flush=True)
+            tuner.abort()
+
+    old = {s: signal.signal(s, on_sig) for s in (signal.SIGINT, signal.SIGTERM)}
+    th = threading.Thread(target=body, name="tune", daemon=True)
+    th.start()
+    try:
+        while not done.wait(0.2):
+            pass
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    try:
+        e = box.get("error")
+        if isinstance(e, TuneAborted):
+            print(f"[tune] interrupted; resume with: vllm-dyno tune --resume {tuner.tune_id}", file=sys.stderr)
+            return 130
+        if isinstance(e, ValueError):
+            return err(str(e))
+        if e is not None:
+            raise e
+        res = tuner.result()
+        return _report(a, res)
+    finally:
+        store.close()
+
+
+def _report(a: argparse.Namespace, res: dict) -> int:
+    print()
+    print(candidates_table(res))
+    print()
+    print(summary_text(res))
+    if a.json:
+        write_or_print(json.dumps(res, indent=2, default=str), None if a.json == "-" else a.json)
+    rec = res.get("recommendation")
+    if rec is None:
+        return 1
+    if a.export_command:
+        print(vllm_serve_command(rec["server"]))
+    if a.export_config:
+        # deferred: only the export needs these
+        import yaml
+
+        from app.config import ServerConfig
+        from app.fileio import write_atomic
+
+        write_atomic(a.export_config, yaml.safe_dump(ServerConfig(**rec["server"]).to_vllm_config(), sort_keys=False))
+        print(f"vLLM --config written to {a.export_config}")
+    if a.save_profile:
+        path = save_as_profile(a.save_profile, rec["server"], a)
+        print(f"saved as profile {a.save_profile!r}: {path}")
+    return 0
+
+
+def save_as_profile(name: str, server: dict, a: argparse.Namespace) -> str:
+    """Write the recommendation as a user profile named ``name`` (the starting profile's
+    engine, rig and ramp, with the recommended server options)."""
+    # deferred: only the save needs the library
+    from app.config import ServerConfig
+    from app.profiles import ProfileLibrary
+    from app.profiles.model import Profile
+
+    cfg = ServerConfig(**server)
+    base: dict = {}
+    if a.profile:
+        prof, _cfg, _t, _b = profile_for_launch(a)
+        base = prof.model_dump()
+    base.update(name=name, server=cfg.to_vllm_config())
+    base.setdefault("engine", a.engine or "vllm")
+    return str(ProfileLibrary().save(Profile.model_validate(base)))
+
+
+def _print_stored(row: dict) -> int:
+    # deferred: only --show needs the state model
+    from app.tuner.tune import TuneState
+
+    state = TuneState.model_validate(row["state"] or {})
+    res = {"tune_id": row["id"], "objective": (row["spec"] or {}).get("objective", "users"),
+           "slo": {k: v for k, v in ((row["spec"] or {}).get("slo") or {}).items() if v is not None},
+           "recommendation": state.recommendation, "runner_up": state.runner_up, "baseline": state.baseline,
+           "launches": len(state.launches), "rig_seconds": state.rig_seconds, "wall_seconds": state.wall_seconds,
+           "stop_reason": state.stop_reason or row["status"],
+           "candidates": [{"key": r.key, "server": r.server, "predicted_users": r.predicted_users,
+                           "measured_users": r.measured_users if r.measured else None,
+                           "measured_low": r.measured_low, "measured_high": r.measured_high, "failed": r.failed,
+                           "pruned_because": r.pruned_because} for r in state.candidates]}
+    print(f"tune {row['id']} ({row['status']}): {row['name']}")
+    print(candidates_table(res))
+    print()
+    print(summary_text(res))
+    return 0
