@@ -164,11 +164,12 @@ def test_a_tune_on_a_hidden_true_rig(tmp_path):
     rec = res["recommendation"]
     assert rec["verified"] and rec["users"] >= 1 and rec["output_tps"] > 0 and rec["sentence"]
     assert all(v is not None for v in rec["server"].values())
+    best = next(c for c in st.candidates if c.key == rec["key"])  # max_num_seqs per engine, from its share
     assert rec["server"]["max_num_seqs"] == recommended_max_num_seqs(
-        next(c for c in st.candidates if c.key == rec["key"]).measured_users, 512)
+        best.measured_users / rec["server"]["data_parallel_size"], 512)
     assert isinstance(rec["server"]["enforce_eager"], bool)
-    best, best_users, caps = best_of_space(spec, truth)
-    assert caps[rec["key"]] >= 0.9 * best_users, (rec["key"], caps[rec["key"]], best, best_users)
+    best_key, best_users, caps = best_of_space(spec, truth)
+    assert caps[rec["key"]] >= 0.9 * best_users, (rec["key"], caps[rec["key"]], best_key, best_users)
     assert res["rig_seconds"] > 0 and res["stop_reason"]
     for c in res["candidates"]:
         assert set(c) >= {"server", "predicted_users", "measured_users", "pruned_because"}

@@ -297,9 +297,13 @@ def summary_text(res: dict) -> str:
         iv = f"{_users(e.get('users_low'))}–{_users(e.get('users_high'))}"
         flags = " ".join(f"{k}={v}" for k, v in (e.get("server") or {}).items() if k not in ("model", "served_model_name", "host"))
         out.append(f"{name:16} {_users(e.get('users')):>7} {iv:>11} {fmt(e.get('output_tps'), 0):>10}  {flags}{tag}")
+        if e.get("error"):
+            out.append(f"{'':16} {e['error'][:200]}")
     if rec:
         out.append("")
         out.append(("✔ " if rec.get("verified") else "(not confirmed) ") + (rec.get("sentence") or ""))
+        if not rec.get("measured", True):
+            out.append("(predicted only)")
     else:
         out.append("no configuration met the SLO: loosen it, or give more cards or a smaller checkpoint")
     return "\n".join(out)

@@ -184,6 +184,10 @@ class TuneAborted(Exception):
     """The tune was stopped (Ctrl-C, the window's Stop): its state is saved as interrupted."""
 
 
+def _fmt_iv(lo: float | None, hi: float | None) -> str:
+    return f"{lo:g}–{hi:g}" if lo is not None and hi is not None else "no interval"
+
+
 def score(objective: str, users: float | None, tps: float | None, cards: int, board_w: float,
           j_per_token: float | None = None, pricing: Pricing | None = None) -> float | None:
     """A configuration's score for ``objective``, higher is better (module docstring);
@@ -590,8 +594,11 @@ class Tuner:
         self._launch_and_search(cfg, best.key, "confirm", best.measured_users or 1.0)
 
     def _recommended_config(self, best: CandidateResult) -> ServerConfig:
+        """The best measured candidate with ``max_num_seqs`` from its capacity: per engine
+        (a data parallel replica runs its share of the users, ``max_num_seqs`` each)."""
         cfg = self._cands[best.key].config
-        seqs = recommended_max_num_seqs(best.measured_users or 1.0, cfg.max_num_seqs)
+        dp = cfg.data_parallel_size or 1
+        seqs = recommended_max_num_seqs((best.measured_users or 1.0) / dp, cfg.max_num_seqs)
         return cfg.model_copy(update={"max_num_seqs": seqs})
 
     # ------------------------------------------------------------------ result
@@ -609,19 +616,28 @@ class Tuner:
         st = self.state
         best = self.best_measured()
         if best is not None:
-            rec = self._entry(best, self._recommended_config(best))
+            cfg = self._recommended_config(best)
+            explored = self._cands[best.key].config
+            rec = self._entry(best, cfg)
+            measured = next((x for x in st.launches if x.key == best.key and x.purpose == "measure"
+                             and x.status == "done"), None)
             conf = next((x for x in st.launches if x.purpose == "confirm"), None)
-            rec["verified"] = bool(conf is not None and conf.status == "done" and conf.users is not None
-                                   and conf.users >= (best.measured_users or 0) * (1 - self.spec.resolution) - 1e-9)
-            if conf is not None and conf.status == "done" and conf.users is not None:
+            floor = (best.measured_users or 0) * (1 - self.spec.resolution) - 1.0
+            seqs, seqs_was = cfg.max_num_seqs, explored.max_num_seqs
+            if conf is not None and conf.status == "done" and conf.users is not None and conf.users >= floor:
                 rec.update(users=conf.users, users_low=conf.users_low, users_high=conf.users_high,
-                           output_tps=conf.output_tps, run_id=conf.run_id, sentence=conf.sentence)
-            elif conf is not None:
-                rec["sentence"] = (f"{best.key}: {best.measured_users:g} users at the SLO as measured; the confirming "
-                                   f"launch failed: {conf.error}")
+                           output_tps=conf.output_tps, run_id=conf.run_id, sentence=conf.sentence, verified=True)
+            elif conf is not None and conf.status == "done" and conf.users is not None:
+                # max_num_seqs from the capacity served fewer users: keep the flags as measured
+                rec = self._entry(best, explored)
+                rec.update(verified=True, sentence=(measured.sentence if measured else "") + (
+                    f" (with max_num_seqs {seqs} instead of {seqs_was} the confirming launch measured "
+                    f"{conf.users:g} users ({_fmt_iv(conf.users_low, conf.users_high)}): max_num_seqs stays {seqs_was})"))
             else:
-                rec["sentence"] = (f"{best.key}: {best.measured_users:g} users at the SLO as measured (not confirmed "
-                                   f"with max_num_seqs {rec['server'].get('max_num_seqs')}: no launch left)")
+                why = (f"the confirming launch failed: {conf.error}" if conf is not None
+                       else "no launch was left to confirm it")
+                rec.update(verified=False, sentence=(measured.sentence if measured else best.key) + (
+                    f" — measured with max_num_seqs {seqs_was}; max_num_seqs {seqs} is not confirmed: {why}"))
             st.recommendation = rec
             others = [r for r in st.candidates if r.measured and r.key != best.key]
             if others:
@@ -646,6 +662,14 @@ class Tuner:
         same = next((r for r in self.state.candidates if r.measured and r.server == server_flags(s.config)), None)
         if same is not None:
             return self._entry(same, s.config)
+        errors = [f"{f.problem}: {f.message}" for f in p.findings if f.verdict == "error"]
+        if errors:
+            return {"key": "starting flags", "server": server_flags(s.config), "measured": False, "users": None,
+                    "error": "cannot start: " + errors[0]}
+        if pr is not None and self.state.residual != 1.0:
+            pr = rig_model.Prediction(rig_model.snap_users(pr.users * self.state.residual),
+                                      pr.output_tps * self.state.residual if pr.output_tps else None,
+                                      None, None, True)
         return {"key": "starting flags", "server": server_flags(s.config), "measured": False,
                 "users": pr.users if pr else None, "users_low": pr.users_low if pr else None,
                 "users_high": pr.users_high if pr else None, "output_tps": pr.output_tps if pr else None}
