@@ -135,12 +135,12 @@ def fit(sets: Sequence[MeasuredSet]) -> dict[str, float]:
 
 def residual(pairs: Sequence[tuple[float, float]]) -> float:
     """The model's residual: the geometric mean of measured ÷ predicted users over
-    ``pairs`` (1.0 without any), within 0.5–2 (a measurement further off than that is a
-    fault to look at, not a model error to spread over every candidate)."""
+    ``pairs`` (1.0 without any), within 0.1–10 (the CPU build's default parameters,
+    fitted on one 2-core machine, were 16× off on another's load)."""
     logs = [math.log(m / p) for m, p in pairs if m > 0 and p > 0]
     if not logs:
         return 1.0
-    return float(min(2.0, max(0.5, math.exp(sum(logs) / len(logs)))))
+    return float(min(10.0, max(0.1, math.exp(sum(logs) / len(logs)))))
 
 
 def snap_users(x: float) -> float:

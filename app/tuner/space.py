@@ -194,10 +194,10 @@ def largest_utilization(cfg: ServerConfig, cards: list[GpuSpec], model: ModelArc
     """The largest ``gpu_memory_utilization`` (0.01 steps, :data:`MIN_UTILIZATION` …
     :data:`MAX_UTILIZATION`) at which the planner finds no error and no memory warning,
     with its plan; (None, the plan at ``cfg``'s own utilization) when none does. The CPU
-    build keeps ``cfg``'s value (there it sizes a share of the node's memory)."""
+    build keeps ``cfg``'s value, None included (there it sizes a share of the node's
+    memory): its plan says whether that fits."""
     if cards and cards[0].kind == "cpu":
-        p = check(cfg, cards, model, workload, vllm_version)
-        return (cfg.gpu_memory_utilization if _memory_ok(p) else None), p
+        return cfg.gpu_memory_utilization, check(cfg, cards, model, workload, vllm_version)
 
     def at(u: float) -> Plan:
         return check(cfg.model_copy(update={"gpu_memory_utilization": u}), cards, model, workload, vllm_version)
@@ -282,7 +282,7 @@ def _fit(cfg: ServerConfig, cards: list[GpuSpec], arch: ModelArch, workload: Wor
     for seqs in EXPLORE_MAX_NUM_SEQS:
         c = cfg.model_copy(update={"max_num_seqs": seqs, "max_num_batched_tokens": max(seqs, cfg.max_num_batched_tokens or 0)})
         u, p = largest_utilization(c, cards, arch, workload, vllm_version)
-        if u is not None:
+        if _memory_ok(p):
             c = c.model_copy(update={"gpu_memory_utilization": u}) if cards[0].kind != "cpu" else c
             return Candidate(key, c, label, len(cards), None, p)
         errs = _errors(p) or [f"{f.problem}: {f.message} No gpu_memory_utilization ≤ {MAX_UTILIZATION} leaves room for "
