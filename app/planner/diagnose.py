@@ -845,12 +845,12 @@ def killed_diagnosis(sig: int, pids: Iterable[int] = (), kernel_log: "Callable[[
     out-of-memory kill of one of ``pids``; the evidence is that record, and the
     explanation says when the log holds none or cannot be read."""
     pids = sorted({int(p) for p in pids})
-    when = "the server was ready, then " if after_ready else ""
+    when = " after it was ready" if after_ready else ""
     if sig != signal.SIGKILL:
-        return Diagnosis("server_killed", f"{when}the server was ended by signal {sig} ({signal_name(sig)}) from "
+        return Diagnosis("server_killed", f"the server was ended by signal {sig} ({signal_name(sig)}){when}, from "
                                           f"outside vLLM Dyno (a user, a service manager); launch it again.",
                          {}, [], after_ready)
-    head = f"{when}the server was killed (signal 9 — out of memory?)"
+    head = f"the server was killed (signal 9 — out of memory?){when}"
     try:
         records = oom_records((kernel_log or read_kernel_log)(), pids)
     except OSError as e:

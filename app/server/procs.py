@@ -211,8 +211,11 @@ def describe_process(pid: int) -> str:
 
 
 def _starts_with_port(cmd: list[str], port: int) -> bool:
+    """``--port N`` (or ``--port=N``) among a command's own options — not after ``--``,
+    where a wrapper such as the reaper holds the command it runs."""
     p = str(port)
-    return any(a == "--port" and cmd[i + 1:i + 2] == [p] or a == f"--port={p}" for i, a in enumerate(cmd))
+    own = cmd[:cmd.index("--")] if "--" in cmd else cmd
+    return any(a == "--port" and own[i + 1:i + 2] == [p] or a == f"--port={p}" for i, a in enumerate(own))
 
 
 def port_holder(port: int) -> str:

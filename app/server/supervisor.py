@@ -385,10 +385,10 @@ class Supervisor:
                     "started was stopped with it")
         if self.server_signal is not None:
             sig = self.server_signal
-            then = "the server was ready, then " if self.was_ready else ""
+            when = " after it was ready" if self.was_ready else " during startup"
             if sig == 9:
-                return f"{then}the server was killed (signal 9 — out of memory?)"
-            return f"{then}the server was ended by signal {sig} ({signal_name(sig)}), not by vLLM Dyno"
+                return f"the server was killed (signal 9 — out of memory?){when}"
+            return f"the server was ended by signal {sig} ({signal_name(sig)}){when}, not by vLLM Dyno"
         tail = self.log_tail(200)
         msg = ""
         for line in reversed(tail):
