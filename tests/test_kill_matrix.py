@@ -69,21 +69,24 @@ class Cell:
     sig: int
     problems: list[str] = field(default_factory=list)
     output: str = ""
+    gone_s: float | None = None  # seconds from the kill until nothing of the app was left
+    lost_s: float | None = None  # app SIGKILL mid-ramp: the kill time minus the newest stored completion
 
     @property
     def name(self) -> str:
         return f"{self.target} × {self.phase} × {signal.Signals(self.sig).name}"
 
 
-def reach(app: AppProcess, target: str, phase: str) -> int:
-    """Wait for the phase, then return the pid to hit."""
+def reach(app: AppProcess, target: str, phase: str, startup_s: float = 90.0) -> int:
+    """Wait for the phase (``startup_s``: the most a launch may take), then return the
+    pid to hit."""
     if phase == "loading":
-        app.wait_line(r"^\[loading\]", 90)
+        app.wait_line(r"^\[loading\]", startup_s)
         time.sleep(0.3)  # the sim loads for ≈ 3 s at time scale 10
     elif phase == "ready":
-        app.wait_line(r"^\[ready\]", 90)
+        app.wait_line(r"^\[ready\]", startup_s)
     else:
-        app.wait_line(r"^  level 2: ", 120)  # the first level is done; the second runs ≈ 2 s
+        app.wait_line(r"^  level 2: ", startup_s + 30)  # the first level is done; the second runs ≈ 2 s
         time.sleep(0.6)
     if target == "app":
         return app.pid
@@ -125,22 +128,25 @@ def expected_reason(target: str, phase: str, sig: int) -> str | None:
     return None
 
 
-def run_cell(target: str, phase: str, sig: int, where: Path) -> Cell:
+def run_cell(target: str, phase: str, sig: int, where: Path, args: list[str] | None = None,
+             gone_within: float = GONE_WITHIN_S, startup_s: float = 90.0) -> Cell:
+    """One cell: ``vllm-dyno run`` (``args``; default: a sim profile) in ``where``, hit in
+    ``phase``; nothing of it may be left ``gone_within`` s after the kill."""
     cell = Cell(target, phase, sig)
     where.mkdir(parents=True, exist_ok=True)
-    prof = sim_profile(where / "p.yaml")
-    app = AppProcess(["run", str(prof)], where / "home")
+    app = AppProcess(args or ["run", str(sim_profile(where / "p.yaml"))], where / "home")
     try:
-        pid = reach(app, target, phase)
+        pid = reach(app, target, phase, startup_s)
         t_kill = app.ctrl_c() if target == "app" and sig == signal.SIGINT else app.signal(pid, sig)
         t0 = time.monotonic()
-        wait = 120.0 if continues(target, sig) else GONE_WITHIN_S
+        wait = 120.0 if continues(target, sig) else gone_within
         try:
             app.proc.wait(wait)
         except Exception:
             cell.problems.append(f"the app did not exit within {wait:g} s of the kill")
-        left, _ = app.wait_gone(max(0.5, (GONE_WITHIN_S if not continues(target, sig) else 5.0)
-                                    - (time.monotonic() - t0 if not continues(target, sig) else 0.0)))
+        left, _ = app.wait_gone(max(0.5, (gone_within if not continues(target, sig) else 5.0)
+                                        - (time.monotonic() - t0 if not continues(target, sig) else 0.0)))
+        cell.gone_s = time.monotonic() - t0
         if left:
             cell.problems.append("left: " + ", ".join(f"{p.pid} {' '.join(p.cmdline()[:4])}" for p in left))
         time.sleep(0.2)  # the last output lines
@@ -194,7 +200,7 @@ def check_store(cell: Cell, db: Path, t_kill: float) -> None:
         if not ends:
             cell.problems.append("no request stored before the kill")
             return
-        lost_s = (t_kill - run["clock_wall0"]) - max(ends)
+        lost_s = cell.lost_s = (t_kill - run["clock_wall0"]) - max(ends)
         if lost_s > LOSS_BOUND_S + BATCH_SECONDS + LOSS_SLACK_S:
             cell.problems.append(f"the newest stored request completed {lost_s:.3f} s before the kill: more than "
                                  f"{LOSS_BOUND_S} s (+{BATCH_SECONDS} s batch, +{LOSS_SLACK_S} s slack) lost")

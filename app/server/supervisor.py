@@ -11,6 +11,16 @@ failures (:attr:`Supervisor.was_ready` tells the diagnosis). The server is start
 Stop = SIGTERM to the server's main process, a grace period (default 20 s), SIGKILL
 to the group, then a psutil check that no process of the group is left
 (docs/vllm-facts.md, "Shutdown").
+
+Issue 15: the port is held (:class:`app.server.launch.PortReservation`) from the launch
+until the server is ready, and ready means ``/health`` 200 answered by a process of the
+server's own group (the listening socket's owner, psutil) — another process answering
+fails the launch, naming it (item 6). A reaper that dies (killed) took the server with it
+(the server's ``PR_SET_PDEATHSIG``); what is left of the group is SIGKILLed after the
+reaper's grace, before the log readers are waited for, and the failure says the reaper
+was killed (item 7). A server ended by a signal is reported as such (the reaper's
+``server_signal`` line: SIGKILL → "killed (signal 9 — out of memory?)"), and a WARNING
+line of its log is never taken for the cause of an exit (item 11).
 """
 from __future__ import annotations
 
