@@ -2,8 +2,18 @@
 
 One file (default :func:`app.paths.runs_db_path`), stdlib :mod:`sqlite3` in WAL mode with
 ``synchronous=NORMAL``. Writes are buffered in memory and committed by a background
-flusher every ``flush_interval`` seconds (default 0.5 s), so a crash of the app loses at
-most the last second; reads flush first, so a reader always sees its own writes.
+flusher on a fixed cadence of ``flush_interval`` seconds (default
+:data:`FLUSH_INTERVAL_S` = 0.25 s, measured from the start of one commit to the next), so
+an app killed even by SIGKILL loses at most the rows handed to the store in the last
+:data:`LOSS_BOUND_S` = 0.5 s (one interval plus the commit; issue 15, item 8); reads flush
+first, so a reader always sees its own writes. Level rows and run updates are written at
+once.
+
+Runs left ``running`` by a writer that is gone (killed): each run records the process
+that writes it (``runs.writer``, :func:`app.helper_process.process_marker`: pid and start
+time); when a store is opened, a ``running`` run whose writer no longer runs — or that
+names none (a store of an older version) — becomes ``interrupted``, with what it stored
+kept (:meth:`RunStore.mark_interrupted`).
 
 Times: ``t`` columns are seconds on the session clock (:class:`app.clock.SessionClock`,
 ``clock.now()``); ``runs.created`` is Unix wall time and ``runs.clock_wall0`` maps the
@@ -25,7 +35,16 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from app.helper_process import marker_alive, process_marker
 from app.paths import runs_db_path
+
+#: seconds between the background commits of buffered rows (start to start)
+FLUSH_INTERVAL_S = 0.25
+#: the most recent seconds of buffered rows an app killed by SIGKILL can lose: one commit
+#: interval and the commit itself (issue 15, item 8: "at most one commit interval, ≤ 0.5 s")
+LOSS_BOUND_S = 0.5
+#: the status a run gets when its writer is gone without closing it
+INTERRUPTED = "interrupted"
 
 # ---------------------------------------------------------------------- schema versions
 # ``PRAGMA user_version`` holds the layout version. ``MIGRATIONS[v]`` brings a database
@@ -38,6 +57,8 @@ from app.paths import runs_db_path
 # v0: an empty file, or a store from before user_version was written (the v1 tables,
 #     possibly missing columns that were added later).
 # v1: the tables below.
+# v2: runs.writer — the process marker of the app writing a run (issue 15, item 8) — and
+#     the tunes table (issue 18).
 
 #: v1 tables: name → (column definitions, table constraints). Frozen: do not edit for v2+.
 _V1_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -135,13 +156,16 @@ def _migrate_0_to_1(db: sqlite3.Connection) -> None:
 
 
 def _migrate_1_to_2(db: sqlite3.Connection) -> None:
-    """v1 → v2: the ``tunes`` table — one row per tune (issue 18): its spec, its state
-    (candidates, measurements, fitted factors, launches: enough to resume) and status
-    (``running``, ``interrupted``, ``done``, ``failed``); the runs of its launches are
+    """v1 → v2: ``runs.writer`` (``<pid>:<start ticks>`` of the process writing the run,
+    issue 15) and the ``tunes`` table — one row per tune (issue 18): its spec, its state
+    (candidates, measurements, fitted factors, launches: enough to resume), status
+    (``running``, ``interrupted``, ``done``) and writer; the runs of its launches are
     ordinary runs, named in its state by id."""
+    if "writer" not in _columns(db, "runs"):
+        db.execute("ALTER TABLE runs ADD COLUMN writer TEXT")
     db.execute("CREATE TABLE IF NOT EXISTS tunes (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, "
                "name TEXT NOT NULL DEFAULT '', status TEXT NOT NULL DEFAULT 'running', spec TEXT, state TEXT, "
-               "updated REAL)")
+               "updated REAL, writer TEXT)")
 
 
 #: ``MIGRATIONS[v]`` upgrades a store from version v to v+1 (called inside a transaction)
@@ -222,14 +246,16 @@ class RunStore:
 
     ``path``: SQLite file (created with its parent directory); default
     :func:`app.paths.runs_db_path`. ``flush_interval``: seconds between background
-    commits of buffered writes. Use as a context manager or call :meth:`close`.
+    commits of buffered writes (start to start). Use as a context manager or call
+    :meth:`close`. Opening marks the runs whose writer is gone ``interrupted``
+    (:meth:`mark_interrupted`; ``interrupted_runs``: their ids).
     Raises :class:`sqlite3.DatabaseError` when ``path`` is not an SQLite database, and
     :class:`StoreVersionError` (a subclass) when it comes from a newer vLLM Dyno (left
     untouched) or cannot be migrated. An older store is migrated at open (see
     :data:`MIGRATIONS`); ``migrated_from`` is the layout version it had.
     """
 
-    def __init__(self, path: str | Path | None = None, *, flush_interval: float = 0.5) -> None:
+    def __init__(self, path: str | Path | None = None, *, flush_interval: float = FLUSH_INTERVAL_S) -> None:
         if path is None:
             path = runs_db_path()
         self.path = Path(path)
@@ -254,6 +280,8 @@ class RunStore:
         self._pending: dict[str, list[tuple]] = {"samples": [], "server_log": [], "requests": []}
         self._closed = threading.Event()
         self._flush_interval = flush_interval
+        self._marker = process_marker()
+        self.interrupted_runs: list[int] = self.mark_interrupted()
         self._flusher = threading.Thread(target=self._flush_loop, name="runstore-flush", daemon=True)
         self._flusher.start()
 
@@ -276,7 +304,10 @@ class RunStore:
             self._db = None
 
     def _flush_loop(self) -> None:
-        while not self._closed.wait(self._flush_interval):
+        # a fixed cadence (start to start): a slow commit does not stretch what a kill can lose
+        nxt = time.monotonic() + self._flush_interval
+        while not self._closed.wait(max(0.0, nxt - time.monotonic())):
+            nxt = max(nxt + self._flush_interval, time.monotonic())
             try:
                 self.flush()
             except sqlite3.Error:  # pragma: no cover - disk full etc.; retried next tick
@@ -319,13 +350,13 @@ class RunStore:
     def create_tune(self, name: str, spec: Any, state: Any = None) -> int:
         """Insert a tune (status ``running``) and return its id; ``spec``/``state`` JSON."""
         now = time.time()
-        cur = self._exec("INSERT INTO tunes(created, name, status, spec, state, updated) VALUES (?,?,?,?,?,?)",
-                         (now, name, "running", _dumps(spec), _dumps(state), now))
+        cur = self._exec("INSERT INTO tunes(created, name, status, spec, state, updated, writer) "
+                         "VALUES (?,?,?,?,?,?,?)", (now, name, "running", _dumps(spec), _dumps(state), now, self._marker))
         return int(cur.lastrowid)
 
     def save_tune(self, tune_id: int, *, status: str | None = None, state: Any = None) -> None:
         """Store a tune's ``state`` and/or ``status`` (committed at once: a resume needs it)."""
-        sets, vals = ["updated=?"], [time.time()]
+        sets, vals = ["updated=?", "writer=?"], [time.time(), self._marker]  # a resume takes it over
         if status is not None:
             sets.append("status=?")
             vals.append(status)
@@ -343,6 +374,7 @@ class RunStore:
             return None
         d = dict(zip([c[0] for c in cur.description], row))
         d["spec"], d["state"] = _loads(d["spec"]), _loads(d["state"])
+        d.pop("writer", None)
         return d
 
     def list_tunes(self) -> list[dict[str, Any]]:
@@ -352,19 +384,48 @@ class RunStore:
         return [dict(zip(names, r)) for r in cur.fetchall()]
 
     # ---- runs ------------------------------------------------------------------------
+    def mark_interrupted(self) -> list[int]:
+        """Mark every ``running`` run whose writer is gone ``interrupted`` (the writer's
+        marker names a process that no longer runs, or no writer is recorded); its rows
+        are kept, ``finished`` is set to its last stored activity and a summary without
+        one says what happened. Returns their ids. Called at open."""
+        rows = self._exec("SELECT id, writer, summary FROM runs WHERE status='running'").fetchall()
+        gone = [(rid, summary) for rid, writer, summary in rows if not writer or not marker_alive(writer)[0]]
+        for rid, summary in gone:
+            last = self._exec(
+                "SELECT MAX(t) FROM (SELECT MAX(t_start + COALESCE(e2e, 0)) AS t FROM requests WHERE run_id=? "
+                "UNION ALL SELECT MAX(t) FROM samples WHERE run_id=? UNION ALL SELECT MAX(t) FROM server_log "
+                "WHERE run_id=?)", (rid, rid, rid)).fetchone()[0]
+            fields: dict[str, Any] = {"status": INTERRUPTED}
+            wall0 = self._exec("SELECT clock_wall0 FROM runs WHERE id=?", (rid,)).fetchone()[0]
+            if last is not None and wall0 is not None:
+                fields["finished"] = wall0 + last
+            if summary is None:
+                fields["summary"] = {"status": INTERRUPTED, "stop_reason": (
+                    "interrupted: the vLLM Dyno that recorded this run ended without closing it (killed, or the "
+                    "machine stopped); what it had stored is kept")}
+            cols = ", ".join(f"{k}=?" for k in fields)
+            vals = [_dumps(v) if k in _RUN_JSON else v for k, v in fields.items()]
+            self._exec(f"UPDATE runs SET {cols} WHERE id=? AND status='running'", (*vals, rid))
+        tunes = self._exec("SELECT id, writer FROM tunes WHERE status='running'").fetchall()
+        for tid, writer in tunes:  # a tune killed with its app resumes like one stopped with Ctrl-C
+            if not writer or not marker_alive(writer)[0]:
+                self._exec("UPDATE tunes SET status=? WHERE id=? AND status='running'", (INTERRUPTED, tid))
+        return [rid for rid, _ in gone]
+
     def create_run(self, name: str = "", engine: str = "", *, config: Any = None, spec: Any = None,
                    plan: Any = None, capacity: Any = None, status: str = "running",
                    clock_wall0: float | None = None, created: float | None = None) -> int:
         """Insert a run and return its id. JSON fields take dicts or pydantic models.
 
         ``clock_wall0``: Unix time of the session clock's zero (pass ``clock.wall0``) so
-        stored ``t`` values map to wall time.
+        stored ``t`` values map to wall time. The run's writer is this process.
         """
         cur = self._exec(
-            "INSERT INTO runs(created, name, engine, config, spec, plan, capacity, status, clock_wall0)"
-            " VALUES (?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO runs(created, name, engine, config, spec, plan, capacity, status, clock_wall0, writer)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?)",
             (time.time() if created is None else created, name, engine, _dumps(config), _dumps(spec),
-             _dumps(plan), _dumps(capacity), status, clock_wall0))
+             _dumps(plan), _dumps(capacity), status, clock_wall0, self._marker))
         return int(cur.lastrowid)
 
     def update_run(self, run_id: int, **fields: Any) -> None:
@@ -405,7 +466,11 @@ class RunStore:
         """One run as a dict (JSON fields decoded), or None when there is no such id."""
         cur = self._exec("SELECT * FROM runs WHERE id=?", (run_id,))
         row = cur.fetchone()
-        return None if row is None else self._run_row(row, [c[0] for c in cur.description])
+        if row is None:
+            return None
+        d = self._run_row(row, [c[0] for c in cur.description])
+        d.pop("writer", None)  # the store's own bookkeeping (pid and start time), not the run's
+        return d
 
     def delete_run(self, run_id: int) -> bool:
         """Delete a run and all its rows; returns False when there was no such run."""

@@ -31,6 +31,7 @@ class Script:
     reads: list | None = None  # raw byte chunks replayed with read_gap between them
     read_gap: float = 0.03
     hold: float | None = None  # keep every stream open this long before the first token
+    fail_fraction: float = 0.0  # this share of the requests (evenly spread) get HTTP 500, as from a dying engine
 
 
 @dataclass
@@ -95,6 +96,11 @@ class ScriptedServer:
         if body.get("model") != self.model:
             return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                                 "type": "NotFoundError", "code": 404}}, status=404)
+        n = self.n_requests
+        if s.fail_fraction and int(n * s.fail_fraction) > int((n - 1) * s.fail_fraction):
+            return web.json_response({"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
+                                                "for the root cause.", "type": "InternalServerError", "code": 500}},
+                                     status=500)
         prompt = body.get("prompt") or " ".join(m["content"] for m in body.get("messages", []))
         n_prompt = len(prompt.split())
         if n_prompt + body["max_tokens"] > s.max_model_len:

@@ -1,7 +1,8 @@
 """Issue 15, item 5, as an attack: ``cleanup --yes`` must never end another live session's
 server, and must find the server whose vLLM Dyno is gone (app.server.procs). The servers
 are sim servers (real processes) started through two run controllers; the leftover is a
-server whose reaper was SIGKILLed (nothing ends it then)."""
+server that ignores SIGTERM and whose reaper was SIGKILLed (a hung server: the SIGTERM the
+kernel sends it when the reaper dies does not end it, and nothing else does)."""
 from __future__ import annotations
 
 import os
@@ -30,10 +31,11 @@ def _sim_target() -> LaunchTarget:
 
 
 def _orphan_by_killed_reaper() -> tuple[int, int]:
-    """A server started by a real reaper whose reaper is then SIGKILLed (its app side is
-    gone; no one ends the server). Returns (server pid, process group)."""
-    r = subprocess.Popen(helper_argv("app.server.reaper") + ["--env-stdin", "--", sys.executable, "-c",
-                                                            "import time; print('up', flush=True); time.sleep(120)"],
+    """A server that ignores SIGTERM, started by a real reaper whose reaper is then
+    SIGKILLed (its app side is gone; the reaper's death signal, SIGTERM, does not end it).
+    Returns (server pid, process group)."""
+    hung = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(120)"
+    r = subprocess.Popen(helper_argv("app.server.reaper") + ["--env-stdin", "--", sys.executable, "-c", hung],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          start_new_session=True)
     r.stdin.write(b'{"env": {"VLLM_DYNO_TEST": "orphan"}}\n')

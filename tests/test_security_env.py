@@ -16,7 +16,8 @@ from app.profiles.model import expand_vars
 from app.run.controller import LaunchTarget, RunController
 from app.run.profile_run import ProfileRun
 from app.server.procs import group_members
-from app.server.reaper import OWNER_ENV, start_ticks
+from app.helper_process import start_ticks
+from app.server.reaper import OWNER_ENV
 from widgets.testing import gui_guard, main_window  # noqa: F401  (fixtures)
 
 SECRET = "sk-dyno-test-SECRET-4242"

@@ -159,7 +159,7 @@ def test_new_store_writes_user_version(tmp_path):
     p = tmp_path / "r.sqlite"
     with RunStore(p) as s:
         assert s.migrated_from == 0
-    assert _user_version(p) == SCHEMA_VERSION == len(store_mod.MIGRATIONS) == 1
+    assert _user_version(p) == SCHEMA_VERSION == len(store_mod.MIGRATIONS) == 2
     with RunStore(p) as s:
         assert s.migrated_from == SCHEMA_VERSION  # nothing to do the second time
 
@@ -209,27 +209,28 @@ def test_migrations_run_step_by_step_in_one_transaction(tmp_path, monkeypatch):
     with RunStore(p) as s:
         s.create_run("kept")
     calls = []
+    v = SCHEMA_VERSION
 
-    def add_note(db):  # a v1 → v2 step
-        calls.append("v2")
+    def add_note(db):  # the next step (v → v + 1)
+        calls.append("next")
         if "note" not in {r[1] for r in db.execute("PRAGMA table_info(runs)")}:
             db.execute("ALTER TABLE runs ADD COLUMN note TEXT")
 
-    def broken(db):  # a v2 → v3 step that fails half-way
+    def broken(db):  # a v + 1 → v + 2 step that fails half-way
         db.execute("ALTER TABLE runs ADD COLUMN other TEXT")
         raise RuntimeError("boom")
 
     monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, add_note, broken])
-    with pytest.raises(StoreVersionError, match="from layout version 1 to 3 failed.*boom") as e:
+    with pytest.raises(StoreVersionError, match=f"from layout version {v} to {v + 2} failed.*boom") as e:
         RunStore(p)
     assert str(p) in str(e.value)
-    assert _user_version(p) == 1  # rolled back: no column, no version, the row still there
+    assert _user_version(p) == v  # rolled back: no column, no version, the row still there
     with sqlite3.connect(p) as db:
         assert "note" not in {r[1] for r in db.execute("PRAGMA table_info(runs)")}
         assert db.execute("SELECT name FROM runs").fetchall() == [("kept",)]
-    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS[:2]])
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS[:v + 1]])
     calls.clear()
     with RunStore(p) as s:
-        assert s.migrated_from == 1 and calls == ["v2"]
+        assert s.migrated_from == v and calls == ["next"]
         assert s.list_runs()[0]["name"] == "kept"
-    assert _user_version(p) == 2
+    assert _user_version(p) == v + 1

@@ -133,7 +133,8 @@ class ResultsTable(QWidget):
             j = self.energy_fn(st) if self.energy_fn else None
             vals.append("–" if j is None else f"{j:.3f}")
             vals.append("met" if st.slo_met else "broken: " + "; ".join(st.slo_broken))
-            vals.append(st.stop_reason if st.steady else f"{st.stop_reason}; transient (window < e2e p50)")
+            reason = st.stop_reason + ("; partial level (cut short)" if st.partial else "")
+            vals.append(reason if st.steady else f"{reason}; transient (window < e2e p50)")
             for col, text in enumerate(vals):
                 it = QTableWidgetItem(text)
                 if not st.steady:  # the figures of a start-up transient: say so on the whole row

@@ -85,6 +85,8 @@ def fmt(v, nd: int = 1, scale: float = 1.0) -> str:
 
 #: beside a p99 judged on fewer than app.loadgen.capacity.P99_MIN_REQUESTS requests
 FEW_MARK = "†"
+#: beside a level cut short (app.loadgen.stats.is_partial: stopped, or the ramp's cap)
+PARTIAL_MARK = "~"
 #: what the table's columns count (printed under it)
 TABLE_LEGEND = ("TTFT, TPOT, ITL in ms, e2e in s; reqs: requests sent in the measuring window (the latencies\n"
                 "are theirs), fail: of those; out tok/s: output tokens that arrived in the window; req/s:\n"
@@ -99,17 +101,21 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
     the SLO column (False when the run had no SLO: "ok" would mean nothing)."""
     # deferred: app.cli.common is imported by every command; the capacity module only by those that print levels
     from app.loadgen.capacity import P99_MIN_REQUESTS
+    from app.loadgen.stats import is_partial
 
     head = (f"{'level':>7} {'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'TTFT p99':>8} "
             f"{'TPOT p50':>8} {'TPOT p99':>8} {'ITL p50':>7} {'e2e p99':>8}" + ("  SLO" if slo else ""))
     lines = [head]
-    few_any = unsteady = False
+    few_any = unsteady = partial = False
     for d in levels:
         n_ok = d.get("n_ok")
         few = FEW_MARK if n_ok is not None and n_ok < P99_MIN_REQUESTS else ""
         few_any = few_any or bool(few)
         mark = "*" if d.get("steady") is False else ""
         unsteady = unsteady or bool(mark)
+        if is_partial(d):
+            mark += PARTIAL_MARK
+            partial = True
         level = f"{d['level']:g}" + ("/s" if d.get("mode") == "rate" else "") + mark
         p99 = (lambda v, nd=0: "—" if v is None else fmt(v, nd, 1e3) + few)
         e2e = "—" if d.get("e2e_p99") is None else fmt(d["e2e_p99"], 2) + few
@@ -125,6 +131,9 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
         lines.append(f"{FEW_MARK} p99 from fewer than {P99_MIN_REQUESTS} requests (one or none above it)")
     if unsteady:
         lines.append("* the level's window was shorter than its median request: a start-up transient")
+    if partial:
+        lines.append(f"{PARTIAL_MARK} a partial level: cut short (stopped, or the ramp's time cap); its figures are "
+                     "from the part that ran")
     return "\n".join(lines)
 
 

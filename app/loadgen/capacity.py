@@ -127,8 +127,8 @@ def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
         else:  # the same figure, vectorised (nanpercentile goes row by row)
             p = np.percentile(col[idx], 99, axis=1)
         met &= ~(p > bound)  # a resample with no value for it does not break it
-    if slo.failure_rate is not None:
-        met &= (1.0 - ok[idx].mean(axis=1)) <= slo.failure_rate
+    if slo.failure_bound is not None:
+        met &= (1.0 - ok[idx].mean(axis=1)) <= slo.failure_bound
     return float(met.mean())
 
 
@@ -184,7 +184,7 @@ def _limited_by(st: StepStats | None, slo: SLO) -> str:
     if st is None:
         return "max_level"
     kinds = [b.split(" ", 1)[0].replace("_p99", "").replace("failure_rate", "failures") for b in st.slo_broken]
-    if st.stop_reason == "failure_rate" or (slo.failure_rate is not None and st.failure_rate > slo.failure_rate):
+    if st.stop_reason == "failure_rate" or (slo.failure_bound is not None and st.failure_rate > slo.failure_bound):
         kinds.append("failures")
     return ", ".join(dict.fromkeys(kinds)) or "failures"
 
@@ -195,7 +195,8 @@ def level_met(st: StepStats, slo: SLO) -> bool:
         return False
     if st.stop_reason == "failure_rate":
         return False
-    return slo.failure_rate is None or st.failure_rate <= slo.failure_rate
+    bound = slo.failure_bound
+    return bound is None or st.failure_rate <= bound
 
 
 def fmt_users(x: float, mode: str = "concurrency") -> str:

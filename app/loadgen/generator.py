@@ -7,6 +7,12 @@ thread) — it never writes the run store: :mod:`app.run.controller` records wha
 reports.
 Subscribers: ``on_records(list[RequestRecord])``, ``on_level_start(dict)``,
 ``on_level(StepStats)`` (wall seconds) and ``on_done(RampResult)``.
+
+The process runs in its own process group and ignores SIGINT (a Ctrl-C at the terminal
+is the app's: issue 15, item 9). When it dies in the middle of a level (killed), the
+level is still reported — from the records received so far, with stop reason
+``aborted`` (a partial level, :func:`app.loadgen.stats.is_partial`) — and the ramp ends
+as ``error`` saying how the process ended; only the requests in flight are lost.
 """
 from __future__ import annotations
 
@@ -20,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from app.clock import SessionClock
-from app.helper_process import helper_argv
+from app.helper_process import helper_argv, signal_name
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
-from app.loadgen.stats import Knee, StepStats
+from app.loadgen.stats import Knee, StepStats, compute_step_stats
 from app.loadgen.worker import read_frame
 
 log = logging.getLogger(__name__)
@@ -75,6 +81,7 @@ class LoadGenerator:
         self._reader: threading.Thread | None = None
         self._err_tail: collections.deque[str] = collections.deque(maxlen=40)
         self._lock = threading.Lock()
+        self._open_level: dict | None = None  # the level_start event of the level in progress
 
     # ---- control ---------------------------------------------------------------------
     def start(self) -> "LoadGenerator":
@@ -84,8 +91,9 @@ class LoadGenerator:
         env = dict(os.environ)
         if self.api_key:
             env["DYNO_API_KEY"] = self.api_key
+        # its own process group: a Ctrl-C at the terminal reaches the app, which stops the ramp
         self.proc = subprocess.Popen(helper_argv("app.loadgen.worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env)
+                                     stderr=subprocess.PIPE, env=env, process_group=0)
         msg = json.dumps({"spec": self.spec.model_dump(mode="json"), "t0": self.clock.t0}) + "\n"
         self.proc.stdin.write(msg.encode())
         self.proc.stdin.flush()
@@ -192,8 +200,10 @@ class LoadGenerator:
             if r.status == "running":
                 tail = "\n".join(list(self._err_tail)[-10:])
                 r.status = "error"
-                r.error = r.stop_reason = f"the load generator process ended unexpectedly (exit {rc})" + (
-                    f":\n{tail}" if tail else "")
+                how = (f"was killed (signal {-rc}, {signal_name(-rc)})" if rc is not None and rc < 0
+                       else f"ended unexpectedly (exit {rc})")
+                r.error = r.stop_reason = f"the load generator process {how}" + (f":\n{tail}" if tail else "")
+                self._partial_level()
             if self.on_done:
                 self.on_done(r)
 
@@ -203,9 +213,11 @@ class LoadGenerator:
         if t == "preflight":
             r.model = ev.get("model")
         elif t == "level_start":
+            self._open_level = ev
             if self.on_level_start:
                 self.on_level_start(ev)
         elif t == "level_end":
+            self._open_level = None
             st = StepStats.model_validate(ev["stats"])
             r.steps.append(st)
             if self.on_level:
@@ -214,6 +226,28 @@ class LoadGenerator:
             r.status = ev["status"]
             r.stop_reason = ev["stop_reason"]
             r.knee = Knee.model_validate(ev["knee"]) if ev.get("knee") else None
+
+
+    def _partial_level(self) -> None:
+        """The process died in a level: report it from the records received (a partial
+        level, stop reason ``aborted``; session-clock seconds, its window from the end of
+        the warm-up to the last request received)."""
+        ev, self._open_level = self._open_level, None
+        if ev is None:
+            return
+        idx, t0 = int(ev.get("idx", 0)), float(ev.get("t", 0.0))
+        recs = [x for x in self.result.records if x.level_idx == idx]
+        if not recs:
+            return
+        t1 = max(x.t_end for x in recs)
+        w0 = min(t0 + self.spec.warmup_seconds, t1)
+        st = compute_step_stats(recs, idx=idx, level=float(ev.get("level", recs[0].level)),
+                                mode=ev.get("mode", self.spec.mode), t_start=t0, t_end=t1, window_start=w0,
+                                window_end=t1, slo=self.spec.slo, stop_reason="aborted")
+        self.result.steps.append(st)
+        if self.on_level:
+            self.on_level(st)
+
 
 
 def run_ramp(spec: RampSpec, timeout: float | None = None, **kw) -> RampResult:

@@ -51,6 +51,8 @@ class Ramp:
         self.emit_event = emit_event
         self.t0 = t0
         self.abort = abort or asyncio.Event()
+        #: why the ramp was aborted, when not by the app (a SIGTERM to the process); None: "aborted"
+        self.abort_reason: str | None = None
         self.steps: list[StepStats] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -94,7 +96,7 @@ class Ramp:
                 else:
                     break
                 if self.abort.is_set():
-                    status, reason = "aborted", "aborted"
+                    status, reason = "aborted", self.abort_reason or "aborted"
                     break
                 if self._cap_left() <= 0:
                     status, reason = "stopped", f"max_total_seconds {spec.max_total_seconds:g} s reached"
@@ -105,7 +107,7 @@ class Ramp:
                 self.steps.append(st)
                 self.emit_event({"type": "level_end", "stats": st.model_dump(mode="json")})
                 if st.stop_reason == "aborted":
-                    status, reason = "aborted", "aborted"
+                    status, reason = "aborted", self.abort_reason or "aborted"
                     break
                 if spec.search is not None and st.stop_reason != "total_cap":
                     # a search judges the level and goes on: breaking the SLO is its answer

@@ -32,13 +32,20 @@ def parse_length(text: str) -> Length:
         raise ValueError(f"length {text!r}: write a token count like 512 or a range like 256-1024") from None
 
 
+#: the failure-rate bound of an SLO that sets latency bounds and none for failures
+#: (a fraction): failed requests count against an SLO — a level that failed more than 1 %
+#: of its measured requests does not meet it, however fast the rest were (issue 15, item 11)
+DEFAULT_FAILURE_RATE = 0.01
+
+
 class SLO(BaseModel):
     """Service-level objective; any subset of the three p99 bounds (seconds) and a
     failure-rate bound (fraction of a level's measured requests, 0–1).
 
     Broken at a level when that level's p99 exceeds a bound or its failure rate exceeds
-    ``failure_rate``; a request "meets" the SLO (for goodput) when it succeeded and its
-    own TTFT, TPOT and e2e are within every bound set.
+    :attr:`failure_bound` (``failure_rate``, or :data:`DEFAULT_FAILURE_RATE` when only
+    latency bounds are set); a request "meets" the SLO (for goodput) when it succeeded and
+    its own TTFT, TPOT and e2e are within every bound set.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -49,6 +56,15 @@ class SLO(BaseModel):
 
     def is_empty(self) -> bool:
         return self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None and self.failure_rate is None
+
+    @property
+    def failure_bound(self) -> float | None:
+        """The failure-rate bound a level is judged with (fraction): ``failure_rate`` when
+        set, :data:`DEFAULT_FAILURE_RATE` when the SLO sets latency bounds only, None for
+        an empty SLO (nothing is judged)."""
+        if self.failure_rate is not None:
+            return self.failure_rate
+        return None if self.is_empty() else DEFAULT_FAILURE_RATE
 
 
 class CapacitySearch(BaseModel):

@@ -30,8 +30,23 @@ from app.loadgen.records import RequestRecord
 from app.loadgen.spec import SLO
 
 
+#: stop reasons of a level cut short — stopped by the user, a signal or a dead load generator
+#: (``aborted``), or the ramp's total cap (``total_cap``): its figures come from part of its
+#: planned window (a *partial* level, kept and marked as such; issue 15, item 9)
+PARTIAL_STOPS = ("aborted", "total_cap")
+
+
+def is_partial(st: Any) -> bool:
+    """Whether a level (StepStats, or a mapping with ``stop_reason``) was cut short
+    (:data:`PARTIAL_STOPS`)."""
+    reason = st.get("stop_reason") if isinstance(st, dict) else getattr(st, "stop_reason", None)
+    return reason in PARTIAL_STOPS
+
+
 class StepStats(BaseModel):
-    """Statistics of one level. Times in s (session clock), rates per s, tokens."""
+    """Statistics of one level. Times in s (session clock), rates per s, tokens.
+    ``stop_reason``: ``duration``, ``count``, ``failure_rate``, or one of
+    :data:`PARTIAL_STOPS` (:attr:`partial`)."""
 
     idx: int
     level: float
@@ -72,6 +87,11 @@ class StepStats(BaseModel):
     @property
     def slo_met(self) -> bool:
         return not self.slo_broken
+
+    @property
+    def partial(self) -> bool:
+        """The level was cut short (:func:`is_partial`)."""
+        return is_partial(self)
 
     @property
     def unsteady_reason(self) -> str | None:
@@ -194,8 +214,9 @@ def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
         val = getattr(st, name)
         if bound is not None and val is not None and val > bound:
             out.append(_breach(name, val, bound))
-    if slo.failure_rate is not None and st.n_measured and st.failure_rate > slo.failure_rate:
-        out.append(f"failure_rate {st.failure_rate:.1%} > {slo.failure_rate:.1%}")
+    bound = slo.failure_bound
+    if bound is not None and st.n_measured and st.failure_rate > bound:
+        out.append(f"failure_rate {st.failure_rate:.1%} > {bound:.1%}")
     return out
 
 

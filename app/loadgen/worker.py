@@ -10,8 +10,20 @@ Protocol (parent = :class:`app.loadgen.generator.LoadGenerator`):
   ``("error", message)`` for a fatal error such as a failed pre-flight check.
   Records are always sent before the event that follows them, so an abort loses no
   completed request. Anything else the process prints goes to stderr.
+
+Signals (issue 15, item 9): the process ignores SIGINT — a Ctrl-C at the terminal is the
+app's to handle, and the app stops the ramp through stdin, so the level in progress is
+kept (marked partial) instead of a ``KeyboardInterrupt`` traceback; it is also started in
+its own process group (:class:`app.loadgen.generator.LoadGenerator`), so the terminal's
+SIGINT does not reach it at all. SIGTERM from outside stops the ramp as an abort does,
+with the reason said.
 """
 from __future__ import annotations
+
+import signal
+
+if __name__ == "__main__":  # before the heavier imports below: a Ctrl-C now must not print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 import asyncio
 import json
@@ -49,7 +61,12 @@ def read_frame(f):
     return pickle.loads(data)
 
 
+#: the stop reason of a ramp ended by a SIGTERM from outside the app
+SIGTERM_REASON = "the load generator was sent SIGTERM (not by vLLM Dyno); the ramp stopped"
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app stops the ramp (stdin), not the terminal
     # keep the real stdout for frames; anything printed goes to stderr
     out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
     os.dup2(2, 1)
@@ -137,9 +154,16 @@ async def _amain(spec, t0: float, frames: queue.SimpleQueue) -> None:
             await asyncio.sleep(BATCH_SECONDS)
             flush()
 
+    ramp = Ramp(spec, emit_record, emit_event, t0, abort)
+
+    def on_term() -> None:
+        ramp.abort_reason = ramp.abort_reason or SIGTERM_REASON
+        abort.set()
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
     tick = asyncio.create_task(ticker())
     try:
-        await Ramp(spec, emit_record, emit_event, t0, abort).run()
+        await ramp.run()
     finally:
         tick.cancel()
         flush()

@@ -20,18 +20,31 @@ The engine can also die after the server said ready (the first request kills it:
 says so (``after_ready``), takes its cause from the lines after ``Application startup
 complete.`` and, when no rule knows it, the first exception line of the engine's
 traceback (``engine_runtime_error``).
+
+A server whose process was ended by a signal (the reaper reports it: ``killed_by``) is
+``server_killed``: SIGKILL is what the kernel's out-of-memory killer sends, so the
+kernel's log is searched for its record of one of the server's processes
+(:func:`oom_records`); when that log cannot be read, the diagnosis says so and where to
+look. A line that only warns (vLLM's ulimit warning quotes ``OSError: [Errno 24]``) is
+never taken for the cause.
 """
 from __future__ import annotations
 
 import ast
+import errno
 import math
+import os
 import re
+import shutil
+import signal
+import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from pydantic import ValidationError
 
 from app.config import VLLM_OPTIONS, ServerConfig
+from app.helper_process import signal_name
 from app.planner.checks import CLEANUP_HINT, cpu_kv_space_want, floor2
 from app.planner.gpus import GpuSpec, cpu_device, unknown_gpu
 from app.planner.memory import CPU_DEFAULT_KV_GIB
@@ -655,14 +668,22 @@ def _runtime_cause(lines: list[str], msgs: list[str], start: int) -> int | None:
 
 
 def diagnose(lines: list[str], silent_for_s: float | None = None,
-             after_ready: bool | None = None) -> Diagnosis | None:
+             after_ready: bool | None = None, *, killed_by: int | None = None, pids: Iterable[int] = (),
+             kernel_log: "Callable[[], list[str]] | None" = None) -> Diagnosis | None:
     """Diagnose a vLLM log (lines in order; ANSI colours allowed). ``silent_for_s``:
     how long the server has printed nothing after the last line (a live supervisor
     measures it; for a saved log it is given). ``after_ready``: the server had been
     ready when it failed (the supervisor knows); None = read it from the log (an engine
-    death after ``Application startup complete.``). Returns the most specific problem
-    found (ties: the latest line), or None when nothing known is in the log — never None
-    after ready: an engine death is a problem even when its cause is not in the log."""
+    death after ``Application startup complete.``). ``killed_by``: the signal that ended
+    the server's process (the reaper reports it), then the problem is ``server_killed``
+    whatever the log says; ``pids``: the server's processes, whose out-of-memory kill the
+    kernel's log (``kernel_log``: a callable returning its lines, raising OSError when it
+    cannot be read; default :func:`read_kernel_log`) may record. Returns the most
+    specific problem found (ties: the latest line), or None when nothing known is in the
+    log — never None after ready: an engine death is a problem even when its cause is
+    not in the log."""
+    if killed_by is not None:
+        return killed_diagnosis(killed_by, pids, kernel_log, after_ready=bool(after_ready))
     clean = [strip_ansi(l) for l in lines if l is not None]
     msgs = [_message(l) for l in clean]
     ctx = _context(clean)
@@ -758,3 +779,104 @@ def _evidence(lines: list[str], msgs: list[str], i: int) -> list[str]:
 def diagnose_text(text: str, silent_for_s: float | None = None, after_ready: bool | None = None) -> Diagnosis | None:
     """:func:`diagnose` on a whole log text."""
     return diagnose(text.splitlines(), silent_for_s, after_ready)
+
+
+# ---------------------------------------------------------------------- killed servers
+#: the kernel's records of an out-of-memory kill (linux mm/oom_kill.c, ``__oom_kill_process``:
+#: ``"%s: Killed process %d (%s) total-vm:%lukB, anon-rss:…"`` with "Out of memory" or "Memory
+#: cgroup out of memory"; ``dump_oom_summary``: ``"oom-kill:constraint=…,task=%s,pid=%d,uid=%d"``)
+_OOM_KILLED = re.compile(r"(Out of memory|Memory cgroup out of memory): Killed process (\d+) \(([^)]*)\)")
+_OOM_SUMMARY = re.compile(r"oom-kill:.*\btask=([^,]*),pid=(\d+)")
+#: the kernel log device (printk records, one per read(2); Documentation/ABI/testing/dev-kmsg)
+KMSG = "/dev/kmsg"
+
+
+def read_kernel_log(path: str = KMSG) -> list[str]:
+    """The kernel's log as lines (the text of each record): read from ``path``
+    (``/dev/kmsg``, without blocking) or, where that is not allowed
+    (``kernel.dmesg_restrict``), from ``journalctl -k``. Raises OSError saying why when
+    neither can be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        first = e
+    else:
+        out: list[str] = []
+        try:
+            while True:
+                try:
+                    rec = os.read(fd, 8192)
+                except BlockingIOError:
+                    break
+                except OSError as e:
+                    if e.errno == errno.EPIPE:  # a record was overwritten while reading: go on
+                        continue
+                    raise
+                if not rec:
+                    break
+                text = rec.decode("utf-8", "replace")
+                out.append(text.split(";", 1)[-1].split("\n", 1)[0])
+        finally:
+            os.close(fd)
+        return out
+    jc = shutil.which("journalctl")
+    if jc:
+        try:
+            r = subprocess.run([jc, "-k", "-q", "--no-pager", "-o", "cat", "-n", "20000"], capture_output=True,
+                               text=True, timeout=10)
+            if r.returncode == 0 and r.stdout.strip():
+                return r.stdout.splitlines()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    why = ("only root may read it here (kernel.dmesg_restrict = 1)" if first.errno in (errno.EPERM, errno.EACCES)
+           else first.strerror or str(first))
+    raise OSError(first.errno, f"the kernel's log ({path}, journalctl -k) cannot be read: {why}")
+
+
+def oom_records(lines: Iterable[str], pids: Iterable[int]) -> list[str]:
+    """The kernel's out-of-memory kill records (:data:`_OOM_KILLED`, :data:`_OOM_SUMMARY`)
+    that name one of ``pids``, in log order."""
+    want = {int(p) for p in pids}
+    out = []
+    for line in lines:
+        m = _OOM_KILLED.search(line)
+        pid = int(m.group(2)) if m else None
+        if m is None:
+            m2 = _OOM_SUMMARY.search(line)
+            pid = int(m2.group(2)) if m2 else None
+        if pid is not None and pid in want:
+            out.append(line.strip())
+    return out
+
+
+
+def killed_diagnosis(sig: int, pids: Iterable[int] = (), kernel_log: "Callable[[], list[str]] | None" = None,
+                     after_ready: bool = False) -> Diagnosis:
+    """``server_killed``: the server's process was ended by signal ``sig`` from outside
+    (its log has no cause: a line it printed before is not one). For SIGKILL the kernel's
+    log (``kernel_log``, default :func:`read_kernel_log`) is searched for an
+    out-of-memory kill of one of ``pids``; the evidence is that record, and the
+    explanation says when the log holds none or cannot be read."""
+    pids = sorted({int(p) for p in pids})
+    when = " after it was ready" if after_ready else ""
+    if sig != signal.SIGKILL:
+        return Diagnosis("server_killed", f"the server was ended by signal {sig} ({signal_name(sig)}){when}, from "
+                                          f"outside vLLM Dyno (a user, a service manager); launch it again.",
+                         {}, [], after_ready)
+    head = f"the server was killed (signal 9 — out of memory?){when}"
+    try:
+        records = oom_records((kernel_log or read_kernel_log)(), pids)
+    except OSError as e:
+        where = f"'Killed process {pids[0]}'" if pids else "'Out of memory: Killed process'"
+        return Diagnosis("server_killed",
+                         f"{head}: {e.strerror or e}. Look for {where} in `journalctl -k` or `sudo dmesg`; if it is "
+                         "there, the machine ran out of memory.", {}, [], after_ready)
+    if records:
+        return Diagnosis("server_killed",
+                         f"{head}: yes — the kernel's out-of-memory killer ended it ({records[-1]}). Free memory on "
+                         "this machine, or make the server use less of it (on the CPU build a smaller "
+                         "VLLM_CPU_KVCACHE_SPACE), then launch again.", {}, records, after_ready)
+    return Diagnosis("server_killed",
+                     f"{head}: the kernel's log has no out-of-memory record of its processes"
+                     f"{' (pids ' + ', '.join(map(str, pids)) + ')' if pids else ''}, so something else sent "
+                     "SIGKILL (a user, a service manager, a container limit); launch it again.", {}, [], after_ready)

@@ -392,7 +392,8 @@ class RunController:
         elif st == "failed":
             diag = None
             try:
-                diag = diagnose(sup.log_tail(400), sup.silent_for(), after_ready=sup.was_ready)
+                diag = diagnose(sup.log_tail(400), sup.silent_for(), after_ready=sup.was_ready,
+                                killed_by=sup.server_signal, pids=sup.member_pids)
             except Exception:
                 log.exception("diagnosis failed")
             self._fail(ch.reason, diag)

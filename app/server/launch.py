@@ -30,41 +30,84 @@ def _family(host: str) -> int:
     return socket.AF_INET if socket.AF_INET in fams else fams[0]
 
 
+class PortReservation:
+    """A TCP port held for a server until the server listens on it (issue 15, item 6).
+
+    The socket is bound without ``SO_REUSEADDR`` — so the bind fails while anything else
+    holds the port, listening or merely bound, and a second launch on the same port
+    (another vLLM Dyno, or this one twice) is refused at once — and the flag is set on it
+    after the bind: vLLM binds its port with ``SO_REUSEADDR`` before it loads the model
+    (vllm/entrypoints/launchers/launcher.py ``create_server_socket``, 0.32; the sim's
+    aiohttp site likewise), which Linux allows next to a bound socket that has the flag
+    and does not listen, and it may listen on it later for the same reason. Close it
+    once the server is ready (or gone)."""
+
+    def __init__(self, host: str, port: int | None) -> None:
+        self.host = host
+        fam = _family(host)
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        try:
+            s.bind((host, port or 0))
+        except OSError as e:
+            s.close()
+            if port and e.errno in (errno.EADDRINUSE, errno.EACCES):
+                # deferred: psutil is only needed to name who holds a busy port
+                from app.server.procs import port_holder
+
+                holder = port_holder(port) if e.errno == errno.EADDRINUSE else "(a port below 1024 needs root)"
+                raise LaunchError(
+                    f"port {port} on {host} is already in use by {holder}: choose another --port, or leave it "
+                    "unset to let vLLM Dyno pick a free one") from None
+            raise LaunchError(f"cannot bind {host}:{port or 0}: {e}; give an address of this machine, "
+                              "e.g. 127.0.0.1") from None
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.port: int = s.getsockname()[1]
+        self._sock: socket.socket | None = s
+
+    def close(self) -> None:
+        """Release the port (idempotent)."""
+        s, self._sock = self._sock, None
+        if s is not None:
+            s.close()
+
+    @property
+    def held(self) -> bool:
+        return self._sock is not None
+
+    def __enter__(self) -> "PortReservation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now (the OS picks it); IPv4 or IPv6 as
-    the host is. Raises LaunchError when ``host`` cannot be bound at all."""
-    try:
-        with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            return s.getsockname()[1]
-    except OSError as e:
-        raise LaunchError(f"cannot bind {host}: {e}; give an address of this machine, e.g. 127.0.0.1") from None
+    the host is. Raises LaunchError when ``host`` cannot be bound at all. A launch holds
+    its port instead (:class:`PortReservation`)."""
+    with PortReservation(host, None) as r:
+        return r.port
 
 
 def check_port(host: str, port: int) -> None:
-    """Raise LaunchError naming the port when something already listens on it."""
-    with socket.socket(_family(host), socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            if e.errno in (errno.EADDRINUSE, errno.EACCES):
-                raise LaunchError(
-                    f"port {port} on {host} is already in use (or not allowed): choose "
-                    "another --port, or leave it unset to let vLLM Dyno pick a free one"
-                ) from e
-            raise LaunchError(f"cannot bind {host}:{port}: {e}") from e
+    """Raise LaunchError naming the port and the process holding it when ``port`` is taken
+    (listened on, or bound by a server still loading)."""
+    PortReservation(host, port).close()
 
 
 def prepare(
     config: ServerConfig, engine: str = "vllm", python: str | None = None, sim_args: list[str] | None = None
-) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None]:
-    """Validate and build ``(config_with_port, argv, extra_env, interpreter)``.
+) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None, PortReservation]:
+    """Validate and build ``(config_with_port, argv, extra_env, interpreter, reservation)``.
 
     ``engine``: ``vllm`` (needs an interpreter with vLLM) or ``sim`` (runs
     ``app.sim.server`` with the same options plus ``sim_args``). ``extra_env``: only
     what the server gets on top of the app's own environment (``config.env``,
     ``CUDA_VISIBLE_DEVICES`` …); it is handed to the reaper as data, which applies it to
-    the server alone (app.server.reaper, issue 15 item 1). Raises LaunchError.
+    the server alone (app.server.reaper, issue 15 item 1). ``reservation``: the server's
+    port, held (:class:`PortReservation`) until the caller closes it — when the server
+    listens, or on any failure (this function closes it when it raises). Raises
+    LaunchError.
     """
     interp = None
     if engine == "vllm":
@@ -77,10 +120,17 @@ def prepare(
             interp = inspect_interpreter(resolve_python(python))
         except InterpreterError as e:
             raise LaunchError(str(e)) from e
-    if config.port is None:
-        config = config.model_copy(update={"port": free_port(config.host)})
-    else:
-        check_port(config.host, config.port)
+    reservation = PortReservation(config.host, config.port)
+    try:
+        return _prepared(config.model_copy(update={"port": reservation.port}), engine, interp, sim_args) + (
+            reservation,)
+    except BaseException:
+        reservation.close()
+        raise
+
+
+def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
+              sim_args: list[str] | None) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None]:
     # what the server's environment differs in from the app's
     env = {k: v for k, v in config.to_environ().items() if os.environ.get(k) != v}
 

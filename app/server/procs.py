@@ -10,7 +10,8 @@ from typing import Any
 
 import psutil
 
-from app.server.reaper import OWNER_ENV, owner_alive
+from app.helper_process import marker_alive
+from app.server.reaper import OWNER_ENV
 from app.telemetry.nvml import gpu_memory_by_pid
 
 
@@ -113,7 +114,7 @@ def classify(p: psutil.Process) -> tuple[str, int | None] | None:
     marker = _owner_of(p)
     if marker is None:
         return (UNMANAGED, None) if _is_vllm(cmd, name) else None
-    alive, app_pid = owner_alive(marker)
+    alive, app_pid = marker_alive(marker)
     if alive:
         return OWNED, app_pid if app_pid not in (None, 1) else int(marker.partition(":")[0])
     return ORPHANED, None
@@ -186,3 +187,73 @@ def end_processes(pids: list[int], grace: float = 3.0) -> list[int]:
             pass
     _, alive = psutil.wait_procs(alive, timeout=2)
     return [p.pid for p in alive]
+
+
+# ---------------------------------------------------------------------- ports (issue 15, item 6)
+def port_listeners(port: int) -> list[int | None]:
+    """The pids of the processes listening on TCP ``port`` (any address, IPv4 or IPv6);
+    None for a socket whose process cannot be seen (another user's)."""
+    try:
+        conns = psutil.net_connections("inet")
+    except (psutil.Error, OSError):
+        return []
+    return sorted({c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port},
+                  key=lambda p: -1 if p is None else p)
+
+
+def describe_process(pid: int) -> str:
+    """``pid N (command line, shortened)`` for messages; ``pid N`` when it cannot be read."""
+    try:
+        cmd = " ".join(psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        return f"pid {pid}"
+    return f"pid {pid} ({cmd[:117] + '…' if len(cmd) > 120 else cmd})" if cmd else f"pid {pid}"
+
+
+def _starts_with_port(cmd: list[str], port: int) -> bool:
+    """``--port N`` (or ``--port=N``) among a command's own options — not after ``--``,
+    where a wrapper such as the reaper holds the command it runs."""
+    p = str(port)
+    own = cmd[:cmd.index("--")] if "--" in cmd else cmd
+    return any(a == "--port" and own[i + 1:i + 2] == [p] or a == f"--port={p}" for i, a in enumerate(own))
+
+
+def port_holder(port: int) -> str:
+    """Who holds TCP ``port``, for a message: the listening process (pid and command);
+    else a process started with ``--port N`` (vLLM binds its port before it loads the
+    model and listens only when ready, and such a socket is not listed by the kernel);
+    else a socket of another user's process, or one vLLM Dyno cannot identify."""
+    listeners = port_listeners(port)
+    seen = [p for p in listeners if p is not None]
+    if seen:
+        return " and ".join(describe_process(p) for p in seen)
+    me = os.getpid()
+    starting = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if p.pid != me and _starts_with_port(p.info["cmdline"] or [], port):
+                starting.append(p.pid)
+        except psutil.Error:
+            continue
+    if starting:
+        return " and ".join(describe_process(p) for p in starting) + ", a server that has not started listening yet"
+    if listeners:
+        return "a process of another user (its pid is not visible)"
+    return "a process vLLM Dyno cannot identify (a socket bound without listening, e.g. a server still loading)"
+
+
+def group_listens_on(pgid: int, port: int) -> bool | None:
+    """Whether a process of group ``pgid`` listens on TCP ``port``: True/False, None when
+    nobody visible listens on it (cannot tell)."""
+    listeners = port_listeners(port)
+    if not listeners:
+        return None
+    for pid in listeners:
+        if pid is None:
+            continue
+        try:
+            if os.getpgid(pid) == pgid:
+                return True
+        except (ProcessLookupError, PermissionError):
+            continue
+    return False

@@ -12,20 +12,30 @@ with stdout/stderr inherited (the app reads them directly). Then:
   SIGKILLing whatever is left of the group (orphaned ``VLLM::EngineCore`` etc.).
 
 The reaper prints one line ``DYNO_REAPER server_pid=N`` on stderr before the server's
-output starts, so the app learns the server's pid.
+output starts, so the app learns the server's pid, and ``DYNO_REAPER server_signal=N``
+when the server was ended by signal N (SIGKILL from the kernel's OOM killer, or from a
+user): its exit code alone (128 + N) could be the server's own.
+
+The reaper's own death (issue 15, item 7): the server is started with
+``PR_SET_PDEATHSIG`` = SIGTERM (prctl(2), set in the child before it runs the server), so
+a reaper killed even by SIGKILL ends the server at once — vLLM stops its engine core in
+order on SIGTERM — whether or not the app is still there to finish the job (the
+supervisor SIGKILLs the group after the grace when it is).
 
 Environment (issue 15, items 1 and 5): the reaper runs in the app's own environment.
 With ``--env-stdin`` the first stdin line is a JSON object ``{"env": {NAME: value}}``:
 the server's extra environment (the profile's ``env:``, ``CUDA_VISIBLE_DEVICES`` …),
 applied only to the child it starts — never to the reaper itself, so a loader or
 interpreter variable meant for the server cannot load code into the app's helper.
-The child also gets :data:`OWNER_ENV` = ``<reaper pid>:<reaper start time>`` (start
-time in clock ticks since boot, field 22 of ``/proc/<pid>/stat``), inherited by vLLM's
-engine core and workers; ``vllm-dyno cleanup`` reads it from ``/proc/<pid>/environ`` to
-tell a live session's server from a leftover (:func:`owner_alive`).
+The child also gets :data:`OWNER_ENV` = the reaper's process marker
+(:func:`app.helper_process.process_marker`: ``<reaper pid>:<start ticks>``), inherited by
+vLLM's engine core and workers; ``vllm-dyno cleanup`` reads it from
+``/proc/<pid>/environ`` to tell a live session's server from a leftover
+(:func:`app.helper_process.marker_alive`).
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -34,69 +44,15 @@ import sys
 import threading
 import time
 
+from app.helper_process import process_marker
+
 EOF_GRACE_S = 3.0
+
+#: prctl(2) option: the signal the calling process gets when its parent dies
+PR_SET_PDEATHSIG = 1
 
 #: the server's environment variable that names its owning reaper: ``<pid>:<start ticks>``
 OWNER_ENV = "VLLM_DYNO_OWNER"
-
-
-def _stat_fields(pid: int) -> list[str] | None:
-    """Fields 3… of ``/proc/<pid>/stat`` (after the command name); None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    return raw[raw.rfind(")") + 2:].split()
-
-
-def start_ticks(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot (``/proc/<pid>/stat``
-    field 22, proc(5)); None when the process is gone or there is no /proc."""
-    f = _stat_fields(pid)
-    try:
-        return int(f[19]) if f else None
-    except (IndexError, ValueError):
-        return None
-
-
-def owner_marker(pid: int | None = None) -> str:
-    """The :data:`OWNER_ENV` value for reaper ``pid`` (default: this process)."""
-    pid = os.getpid() if pid is None else pid
-    t = start_ticks(pid)
-    return f"{pid}:{'' if t is None else t}"
-
-
-def owner_alive(marker: str) -> tuple[bool, int | None]:
-    """``(alive, app pid)`` for an :data:`OWNER_ENV` value: alive when process ``pid``
-    exists, is not a zombie and (where /proc tells) started at the recorded tick; the
-    app pid is the reaper's parent (None when unknown). A malformed marker is dead."""
-    pid_s, _, ticks_s = marker.partition(":")
-    try:
-        pid = int(pid_s)
-    except ValueError:
-        return False, None
-    if pid <= 0:
-        return False, None
-    f = _stat_fields(pid)
-    if f is None:
-        if os.path.isdir("/proc"):
-            return False, None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False, None
-        except PermissionError:
-            pass
-        return True, None
-    if f[0] in ("Z", "X"):
-        return False, None
-    if ticks_s and (len(f) < 20 or f[19] != ticks_s):
-        return False, None  # the pid was reused by another process
-    try:
-        return True, int(f[1])
-    except (IndexError, ValueError):
-        return True, None
 
 
 def _read_env_header() -> dict[str, str] | None:
@@ -131,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr, flush=True)
             return 2
         child_env.update(extra)
-    child_env[OWNER_ENV] = owner_marker()
+    child_env[OWNER_ENV] = process_marker()
     # The server must not hold our stdin (the app's lifeline pipe).
     try:
-        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=child_env)
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=child_env, preexec_fn=_death_signal())
     except OSError as e:
         print(f"reaper: cannot start {argv[0]}: {e}", file=sys.stderr, flush=True)
         return 127
@@ -184,7 +140,29 @@ def main(argv: list[str] | None = None) -> int:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    if rc < 0:  # ended by a signal: say which (the app's diagnosis tells an OOM kill from an exit)
+        print(f"DYNO_REAPER server_signal={-rc}", file=sys.stderr, flush=True)
     return rc if rc >= 0 else 128 - rc
+
+
+def _death_signal():
+    """A ``preexec_fn`` that makes the child get SIGTERM when the reaper dies
+    (``prctl(PR_SET_PDEATHSIG, SIGTERM)``, Linux), or None where there is no prctl. The
+    flag survives ``execve`` (not set-user-ID programs); a reaper that died between the
+    fork and the prctl is caught by comparing the parent pid. libc is resolved here, in
+    the parent: the child only calls it (no dlopen between fork and exec)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the reaper is already gone: do not start the server at all
+            os._exit(1)
+
+    return arm
 
 
 def _group_pids(pgid: int) -> list[int]:

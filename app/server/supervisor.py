@@ -11,6 +11,16 @@ failures (:attr:`Supervisor.was_ready` tells the diagnosis). The server is start
 Stop = SIGTERM to the server's main process, a grace period (default 20 s), SIGKILL
 to the group, then a psutil check that no process of the group is left
 (docs/vllm-facts.md, "Shutdown").
+
+Issue 15: the port is held (:class:`app.server.launch.PortReservation`) from the launch
+until the server is ready, and ready means ``/health`` 200 answered by a process of the
+server's own group (the listening socket's owner, psutil) — another process answering
+fails the launch, naming it (item 6). A reaper that dies (killed) took the server with it
+(the server's ``PR_SET_PDEATHSIG``); what is left of the group is SIGKILLed after the
+reaper's grace, before the log readers are waited for, and the failure says the reaper
+was killed (item 7). A server ended by a signal is reported as such (the reaper's
+``server_signal`` line: SIGKILL → "killed (signal 9 — out of memory?)"), and a WARNING
+line of its log is never taken for the cause of an exit (item 11).
 """
 from __future__ import annotations
 
@@ -29,14 +39,20 @@ from typing import Callable
 
 from app.clock import SessionClock
 from app.config import ServerConfig
-from app.helper_process import helper_argv
+from app.helper_process import helper_argv, signal_name
 from app.server import procs
-from app.server.launch import LaunchError, prepare
+from app.server.launch import LaunchError, PortReservation, prepare
 from app.server.logparse import LogParser, strip_ansi
+from app.server.reaper import EOF_GRACE_S
 
 log = logging.getLogger(__name__)
 
-_REAPER_RE = re.compile(r"^DYNO_REAPER server_pid=(\d+)")
+_REAPER_RE = re.compile(r"^DYNO_REAPER server_(pid|signal)=(\d+)")
+#: a vLLM WARNING line (``WARNING 01-02 12:00:00 [file.py:1] …``, maybe after ``(APIServer pid=N) ``):
+#: never the cause of an exit (vLLM's ulimit warning quotes ``OSError: [Errno 24]``)
+_WARNING_RE = re.compile(r"^(?:\(\S+ pid=\d+\) )?WARNING\b")
+#: seconds between snapshots of the server group's pids (:attr:`Supervisor.member_pids`)
+MEMBERS_INTERVAL_S = 2.0
 _ERROR_RE = re.compile(
     r"(error:|Error:|Error\b|Exception:|unrecognized arguments|Unknown quantization|No available memory|out of memory)",
 )
@@ -119,7 +135,14 @@ class Supervisor:
         self.server_pid: int | None = None
         self.pgid: int | None = None
         self.returncode: int | None = None
+        #: the signal that ended the server's main process (the reaper reports it), e.g. 9
+        self.server_signal: int | None = None
+        #: the signal that killed the reaper itself (the server is then ended with it)
+        self.reaper_signal: int | None = None
+        #: every pid seen in the server's group (to find the kernel's OOM record of one)
+        self.member_pids: set[int] = set()
         self.leftovers: list[int] = []
+        self._reservation: PortReservation | None = None
         self._line_subs: list[Callable[[str, str, float], None]] = []
         self._state_subs: list[Callable[[StateChange], None]] = []
         self._proc: subprocess.Popen | None = None
@@ -202,7 +225,8 @@ class Supervisor:
         """Validate, then start the reaper + server. Raises LaunchError on bad input."""
         if self._proc is not None:
             raise LaunchError("this supervisor already started a server; create a new one")
-        self.config, argv, env, self.interpreter = prepare(self.config, self.engine, self.python, self.sim_args)
+        self.config, argv, env, self.interpreter, self._reservation = prepare(
+            self.config, self.engine, self.python, self.sim_args)
         self.argv = argv
         self._set_state(ServerState.STARTING)
         try:
@@ -219,6 +243,7 @@ class Supervisor:
             self._proc.stdin.write(json.dumps({"env": env}).encode() + b"\n")
             self._proc.stdin.flush()
         except OSError as e:
+            self._release_port()
             self._set_state(ServerState.FAILED, f"could not start the server: {e}")
             raise LaunchError(f"could not start the server: {e}") from e
         self.pgid = self._proc.pid  # session leader → its pid is the group id
@@ -238,8 +263,12 @@ class Supervisor:
             self._last_output = time.monotonic()
             if name == "stderr":
                 m = _REAPER_RE.match(text)
-                if m and self.server_pid is None:
-                    self.server_pid = int(m.group(1))
+                if m:
+                    if m.group(1) == "pid" and self.server_pid is None:
+                        self.server_pid = int(m.group(2))
+                        self.member_pids.add(self.server_pid)
+                    elif m.group(1) == "signal":
+                        self.server_signal = int(m.group(2))
                     continue
             with self._lock:
                 self.lines.append((t, name, text))
@@ -257,6 +286,27 @@ class Supervisor:
 
     def _health_ok(self) -> bool:
         return health_status(self.url) == 200
+
+    def _release_port(self) -> None:
+        r, self._reservation = self._reservation, None
+        if r is not None:
+            r.close()
+
+    def _port_taken_by_another(self) -> str | None:
+        """``/health`` answered 200 while starting: is the process listening on the port
+        ours (a member of the server's group)? The failure reason when another process
+        answered (issue 15, item 6), else None — also when no listener can be seen."""
+        assert self.pgid is not None and self.config.port is not None
+        if procs.group_listens_on(self.pgid, self.config.port) is not False:
+            return None
+        port = self.config.port
+        return (f"port {port}: /health was answered by {procs.port_holder(port)}, not by the server this launch "
+                f"started (pid {self.server_pid}): another server listens on port {port}. Stop it, or choose "
+                "another --port (leave it unset to let vLLM Dyno pick a free one)")
+
+    def _snapshot_members(self) -> None:
+        if self.pgid is not None:
+            self.member_pids.update(p.pid for p in procs.group_members(self.pgid))
 
     def _engine_died(self) -> bool:
         """Monitor thread, once ready: True when ``/health`` answers 5xx (the engine is
@@ -284,14 +334,23 @@ class Supervisor:
     def _monitor(self) -> None:
         assert self._proc is not None
         t_start = time.monotonic()
-        next_health = 0.0
+        next_health = next_members = 0.0
         self._health_now = False
         while True:
             rc = self._proc.poll()
             if rc is not None:
                 break
+            if time.monotonic() >= next_members:
+                next_members = time.monotonic() + MEMBERS_INTERVAL_S
+                self._snapshot_members()
             if self.state in (ServerState.STARTING, ServerState.LOADING):
                 if self._health_ok():
+                    taken = self._port_taken_by_another()
+                    if taken:
+                        self._set_state(ServerState.FAILED, taken)
+                        threading.Thread(target=self.stop, daemon=True).start()
+                        continue
+                    self._release_port()  # ours listens on it now
                     self._set_state(ServerState.READY)
                 elif time.monotonic() - t_start > self.startup_timeout:
                     self._set_state(
@@ -308,6 +367,15 @@ class Supervisor:
                 self._health_now = False
                 continue
             time.sleep(self.health_interval if self.state != ServerState.READY else 0.5)
+        self._release_port()
+        if rc < 0 and self.pgid is not None:
+            # the reaper itself was killed (its own exits are codes ≥ 0): the server got SIGTERM
+            # from the kernel (PR_SET_PDEATHSIG, app.server.reaper); what is left of its group
+            # gets the reaper's grace, then SIGKILL — before waiting for the log readers, which
+            # see the end of the output only once the server is gone (issue 15, item 7)
+            self.reaper_signal = -rc
+            if procs.wait_group_gone(self.pgid, EOF_GRACE_S):
+                procs.kill_group(self.pgid)
         for t in self._threads[:2]:
             t.join(timeout=5)
         self.returncode = rc
@@ -322,10 +390,19 @@ class Supervisor:
         self._done.set()
 
     def _exit_reason(self, rc: int) -> str:
+        if self.reaper_signal is not None:
+            return (f"the reaper process (pid {self.pgid}) was killed (signal {self.reaper_signal}): the server it "
+                    "started was stopped with it")
+        if self.server_signal is not None:
+            sig = self.server_signal
+            when = " after it was ready" if self.was_ready else " during startup"
+            if sig == 9:
+                return f"the server was killed (signal 9 — out of memory?){when}"
+            return f"the server was ended by signal {sig} ({signal_name(sig)}){when}, not by vLLM Dyno"
         tail = self.log_tail(200)
         msg = ""
         for line in reversed(tail):
-            if _ERROR_RE.search(line) and not _ACCESS_RE.search(line):
+            if _ERROR_RE.search(line) and not _ACCESS_RE.search(line) and not _WARNING_RE.search(line.strip()):
                 msg = line.strip()
                 break
         if self.was_ready:
@@ -400,3 +477,4 @@ class Supervisor:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+

@@ -101,6 +101,17 @@ class ApiServer:
     async def health(self, request: web.Request) -> web.Response:
         return web.Response(status=503 if self.dead else 200)
 
+    def shutdown(self) -> None:
+        """The server stops (SIGTERM/SIGINT): every request in flight ends at once with an
+        error, as vLLM's do with its default ``--shutdown-timeout`` 0 (its engine aborts
+        them on SIGTERM: vllm/v1/engine/utils.py), so that the HTTP server can close."""
+        for e in self.engines:
+            e.stop()
+        for s in list(self._live):
+            if s.error is None and not s.finished:
+                s.error = "The server is shutting down: the request was aborted."
+                s.event.set()
+
     def _die(self) -> None:
         """The engine dies: every request in flight fails, later ones too."""
         self.dead = True

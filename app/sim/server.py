@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import signal
 import sys
 import time
@@ -138,6 +139,21 @@ def engine_death_lines() -> list[tuple[str, str, str, str]]:
                 "core_client.py:816")])
 
 
+def set_ulimit(target_soft_limit: int = 65535) -> None:
+    """Raise the soft limit of open files as vLLM does before it loads the model, with
+    its warning when the hard limit is lower (vllm/utils/system_utils.py ``set_ulimit``,
+    called by vllm/entrypoints/launchers/launcher.py ``setup_server``, 0.32): the warning
+    is harmless, and a server's log carries it on many machines."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < target_soft_limit:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target_soft_limit, hard))
+        except ValueError as e:
+            vlog.emit(f"Found ulimit of {soft} and failed to automatically increase with error {e}. This can cause "
+                      "fd limit errors like `OSError: [Errno 24] Too many open files`. Consider increasing with "
+                      "ulimit -n", "WARNING", where="system_utils.py:256")
+
+
 def _engine_intro(a: argparse.Namespace, k: float) -> None:
     vlog.emit(f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model='{a.model}', "
               f"tensor_parallel_size={a.tensor_parallel_size or 1}, "
@@ -160,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     vlog.emit(f"vLLM API server version {VLLM_VERSION} (vllm-dyno sim)", where="api_server.py:1896")
     vlog.emit(f"non-default args: {non_default_args(a, parser)}", where="utils.py:328")
+    set_ulimit()
     if unknown:
         vlog.emit(f"sim: ignoring options it does not simulate: {' '.join(unknown)}", "WARNING",
                   where="arg_utils.py:1")
@@ -283,8 +300,8 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     vlog.emit("Application startup complete.", where="on.py:62")
     await stop.wait()
     vlog.emit("Shutting down FastAPI HTTP server.", where="launcher.py:99")
-    for e, task in zip(engines, tasks):
-        e.stop()
+    api.shutdown()
+    for task in tasks:
         task.cancel()
         try:
             await task

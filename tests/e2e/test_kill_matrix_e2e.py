@@ -1,0 +1,88 @@
+"""Issue 15, the kill-order matrix's main cells against the real CPU build of vLLM (the
+tiny local model, the built-in *CPU tiny model* profile through ``vllm-dyno run``), with
+the assertions of tests/test_kill_matrix.py: zero processes left within the grace + 5 s,
+no traceback, the run stored with the right status, a partial level kept, and a SIGKILLed
+app losing no completed record beyond the store's bound. Plus the kill order that left a
+permanent orphan (the reaper, then the app): vLLM's engine core is the process that does
+not notice its parent's death, so only a real vLLM shows that the server's own SIGTERM
+(PR_SET_PDEATHSIG) takes it down.
+
+Launch budget: four real vLLM launches (≈ 1 min each on 2 cores).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from app.server.procs import group_members, wait_group_gone
+from app.server.reaper import EOF_GRACE_S
+from tests.conftest import ROOT
+from tests.test_kill_matrix import run_cell
+
+pytestmark = pytest.mark.e2e
+
+#: the stop grace `vllm-dyno run` gives a vLLM server (SIGTERM → SIGKILL), seconds
+STOP_GRACE_S = 20.0
+
+
+@pytest.mark.parametrize("target, sig", [("app", signal.SIGKILL), ("app", signal.SIGINT), ("server", signal.SIGKILL)],
+                         ids=["app-SIGKILL", "app-SIGINT", "server-SIGKILL"])
+def test_main_cells_mid_ramp_on_the_real_cpu_build(target, sig, tmp_path, tiny_model, vllm_python):
+    args = ["run", "CPU tiny model", "--python", vllm_python, "--levels", "2,4", "--step-seconds", "5"]
+    grace = EOF_GRACE_S if (target, sig) == ("app", signal.SIGKILL) else STOP_GRACE_S
+    cell = run_cell(target, "mid-ramp", sig, tmp_path, args=args, gone_within=grace + 5.0, startup_s=600.0)
+    print(f"{cell.name}: nothing left after {cell.gone_s:.2f} s" + (
+        f"; newest stored completion {cell.lost_s:.3f} s before the kill" if cell.lost_s is not None else ""))
+    assert not cell.problems, cell.name + ":\n  " + "\n  ".join(cell.problems) + "\n--- output ---\n" + cell.output[-4000:]
+    if target == "server":
+        status = next(l for l in cell.output.splitlines() if l.startswith("status: "))
+        # vLLM's own ulimit warning (a hard limit under 65535) is in the log, never the cause
+        assert status == ("status: server_failed — the server was killed (signal 9 — out of memory?) after it was "
+                          "ready"), status
+
+
+OWNER = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {root!r})
+    from pathlib import Path
+    from tests.conftest import tiny_server_config
+    from app.server.supervisor import Supervisor
+    sup = Supervisor(tiny_server_config(Path({model!r})), python={python!r}, startup_timeout=600)
+    sup.start()
+    assert sup.wait_ready(620), sup.failure
+    print(sup.pgid, sup.server_pid, flush=True)
+    time.sleep(600)
+""")
+
+
+def test_the_reaper_then_the_app_killed_leaves_no_vllm_process(tiny_model, vllm_python):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT), model=str(tiny_model),
+                                                                 python=vllm_python)],
+                             stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    pgid = None
+    try:
+        pgid, server = map(int, owner.stdout.readline().split())
+        members = {p.pid: " ".join(p.cmdline()[:2]) for p in group_members(pgid)}
+        assert any(t.startswith("VLLM::") for t in members.values()), members  # the engine core is up
+        os.kill(pgid, signal.SIGKILL)  # the reaper
+        os.kill(owner.pid, signal.SIGKILL)  # then the app
+        owner.wait(10)
+        t0 = time.monotonic()
+        left = wait_group_gone(pgid, STOP_GRACE_S + 5.0)
+        took = time.monotonic() - t0
+        print(f"reaper then app SIGKILLed: the vLLM group ({len(members)} processes) gone after {took:.2f} s")
+        assert left == [], f"left {[(p.pid, members.get(p.pid)) for p in left]} after {took:.1f} s"
+        assert not psutil.pid_exists(server) or psutil.Process(server).status() == psutil.STATUS_ZOMBIE
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(10)
+        if pgid is not None and group_members(pgid):
+            os.killpg(pgid, signal.SIGKILL)
