@@ -124,6 +124,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--requests-per-level", type=_positive_int, help="requests each search level is judged on "
                                                                     "(default 100: a p99)")
     b.add_argument("--resolution", type=float, default=0.10, help="search resolution, a fraction (default 0.10)")
+    b.add_argument("--max-users", type=_positive_int, default=1024,
+                   help="the most users a search probes (default 1024; lower it for a small machine)")
     o = p.add_argument_group("output and state")
     o.add_argument("--json", metavar="FILE", help="write the result as JSON here ('-' for stdout)")
     o.add_argument("--save-profile", metavar="NAME", help="save the recommended flags as a profile")
@@ -220,6 +222,7 @@ def _spec_from_args(a: argparse.Namespace):
                         objective=a.objective, space=space, max_launches=a.max_launches,
                         max_minutes=a.max_minutes / 60 if a.max_minutes else None,
                         requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
+                        max_users=a.max_users,
                         startup_timeout=a.startup_timeout, grace=a.grace)
     except ValueError as e:
         raise BadInput(_first_error(e)) from None

@@ -91,13 +91,14 @@ class TuneSpec(BaseModel):
     max_minutes: Optional[float] = Field(None, gt=0)
     requests_per_level: int = Field(P99_MIN_REQUESTS, ge=1)
     resolution: float = Field(0.10, gt=0, lt=1)
+    max_users: float = Field(1024.0, ge=1, description="the highest level a search probes")
     startup_timeout: float = Field(900.0, gt=0)
     grace: Optional[float] = Field(None, gt=0)
 
     def workload(self) -> Workload:
         """The planner's workload of this tune (its capacity search is the one measured)."""
         return Workload(self.prompt_tokens, self.output_tokens, (1,), self.length_spread, self.seed,
-                        slo=self.slo, search=CapacitySearch(resolution=self.resolution),
+                        slo=self.slo, search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
                         requests_per_level=self.requests_per_level)
 
 
@@ -471,6 +472,14 @@ class Tuner:
         return score(self.spec.objective, r.predicted_users, r.predicted_tps, r.cards, self.board_w, None,
                      self.pricing)
 
+    def _rank(self, r: CandidateResult) -> tuple:
+        """Order of the unmeasured: the predicted score, then (ties within a search's
+        resolution are common) the predicted tokens/s, then the KV cache's room — the
+        configuration with more headroom for longer requests than the mean."""
+        p = self._cands[r.key].plan if r.key in self._cands else None
+        kv = p.kv_cache_tokens * p.dp if p is not None and p.ranks else 0
+        return (self._score(r, False), r.predicted_tps or 0.0, kv)
+
     def best_measured(self) -> CandidateResult | None:
         ms = [r for r in self.state.candidates if r.measured and self._score(r, True) is not None]
         return max(ms, key=lambda r: self._score(r, True)) if ms else None
@@ -492,7 +501,7 @@ class Tuner:
                 and self._score(r, False) is not None]
         if not todo:
             return None, "every candidate predicted to serve users at the SLO was measured"
-        pick = max(todo, key=lambda r: self._score(r, False))
+        pick = max(todo, key=self._rank)
         best = self.best_measured()
         if best is None:
             return pick, ""
@@ -543,8 +552,8 @@ class Tuner:
         self._save(f"launch {rec.n} of ≤ {s.max_launches}: {key} ({purpose})")
         spec = self.workload.search_spec()
         assert spec is not None  # the tune has an SLO
-        spec = spec.model_copy(update={"search": CapacitySearch(start=max(1.0, math.floor(start)),
-                                                                resolution=s.resolution),
+        spec = spec.model_copy(update={"search": CapacitySearch(start=min(s.max_users, max(1.0, math.floor(start))),
+                                                                resolution=s.resolution, max_level=s.max_users),
                                        "step_seconds": SEARCH_STEP_CAP_S})
         plan = self._cands[key].plan if key in self._cands else None
         name = f"tune {self.tune_id} · {purpose} {rec.n}: {key}"
