@@ -28,6 +28,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.fileio import YamlError, load_yaml
+
 LaunchForm = Literal["serve", "api_server"]
 
 #: the kinds of option, each with its argparse type and its form widget:
@@ -62,7 +64,7 @@ def parse_token_count(text: str) -> int:
     mult = {"k": 1000, "m": 1000_000}.get(s[-1:], 1)
     try:
         return int(float(s[:-1] if mult > 1 else s) * mult)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: "inf", "1e400"
         raise argparse.ArgumentTypeError(f"invalid token count {text!r}: use e.g. 8192 or 32k") from None
 
 
@@ -687,7 +689,11 @@ class ServerConfig(BaseModel):
 
     @classmethod
     def from_vllm_config_yaml(cls, text: str, **overrides: Any) -> "ServerConfig":
-        data = yaml.safe_load(text)
+        """A vLLM ``--config`` YAML text (read by app.fileio.load_yaml). Raises ConfigError."""
+        try:
+            data = load_yaml(text)
+        except YamlError as e:
+            raise ConfigError(f"the vLLM config: {e}") from None
         if not isinstance(data, dict):
             raise ConfigError("a vLLM --config file must be a mapping of option: value")
         return cls.from_vllm_config(data, **overrides)
@@ -819,6 +825,9 @@ def config_from_namespace(ns: argparse.Namespace, base: ServerConfig | None = No
             if "=" not in kv:
                 raise ConfigError(f"--env {kv!r}: write KEY=VALUE")
             k, v = kv.split("=", 1)
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k):
+                raise ConfigError(f"--env {kv!r}: {k!r} is not an environment variable name (letters, digits, _; "
+                                  "not starting with a digit)")
             if is_secret_env_name(k):
                 raise ConfigError(
                     f"--env {k}=…: {k} is a secret and the command line is readable by every local user (ps): "
@@ -832,15 +841,21 @@ def config_from_namespace(ns: argparse.Namespace, base: ServerConfig | None = No
             data["extra_args"] = shlex.split(extra)
         except ValueError as e:
             raise ConfigError(f"--extra {extra!r}: {e}") from None
+        first = data["extra_args"][0] if data["extra_args"] else "-"
+        if not first.startswith("-"):  # vLLM would take it for a second model or refuse it
+            raise ConfigError(f"--extra {extra!r}: {first!r} is not an option; write options and their values, "
+                              "e.g. --extra \"--seed 1 --swap-space 4\"")
     if not data.get("model"):
         raise ConfigError("no model: give --model with a model directory or Hugging Face id")
     return ServerConfig(**data)
 
 
 def _scalar(tok: str) -> Any:
+    """An option's value as YAML reads it (``"8"`` → 8, ``"true"`` → True); anything but a
+    plain scalar (or a token the project's YAML loader refuses) stays the string."""
     try:
-        v = yaml.safe_load(tok)
-    except yaml.YAMLError:
+        v = load_yaml(tok)
+    except YamlError:
         return tok
     return v if isinstance(v, (int, float, str, bool)) and v is not None else tok
 

@@ -3,6 +3,10 @@
 ``VLLM_DYNO_HOME`` overrides the whole directory (every test sets it); otherwise
 platformdirs' per-user data dir for ``vllm-dyno``. Layout: ``settings.yaml``,
 ``profiles/``, ``runs.sqlite``, ``calibration/``.
+
+Nothing here creates a folder unless asked (``data_dir(create=True)``): the writers make
+the folders they write into (:func:`app.fileio.write_atomic`, :class:`app.store.RunStore`),
+so a read-only home can still be read (issue 15 item 10).
 """
 from __future__ import annotations
 
@@ -14,8 +18,9 @@ import platformdirs
 APP_NAME = "vllm-dyno"
 
 
-def data_dir(create: bool = True) -> Path:
-    """Return the data directory (``VLLM_DYNO_HOME`` or the platform default)."""
+def data_dir(create: bool = False) -> Path:
+    """Return the data directory (``VLLM_DYNO_HOME`` or the platform default); with
+    ``create`` make it (raises OSError when it cannot be made)."""
     env = os.environ.get("VLLM_DYNO_HOME")
     p = Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
     if create:
@@ -28,9 +33,7 @@ def settings_path() -> Path:
 
 
 def profiles_dir() -> Path:
-    p = data_dir() / "profiles"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return data_dir() / "profiles"
 
 
 def runs_db_path() -> Path:
@@ -38,9 +41,7 @@ def runs_db_path() -> Path:
 
 
 def calibration_dir() -> Path:
-    p = data_dir() / "calibration"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return data_dir() / "calibration"
 
 
 def repo_root() -> Path:

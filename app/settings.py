@@ -13,7 +13,10 @@ fields of :class:`Settings`.
   with ``schema_version: 1`` (only when every key was valid, so nothing is lost).
 - v1: current.
 
-Loading never raises for a broken file. One bad key (wrong type, out of range,
+Loading never raises for a broken file. The file is read by the project's one YAML
+loader (:func:`app.fileio.read_yaml`: size, nesting, alias-expansion and integer limits,
+duplicate keys refused); a file it refuses gives the defaults with a warning naming the
+file, the key and the reason. One bad key (wrong type, out of range,
 unknown) is dropped and its default used; every valid key is kept. Each drop is
 logged as a warning and listed in :attr:`SettingsLoad.dropped` (key, bad value, why,
 fix). A file that cannot be read at all gives defaults. A file from a newer vLLM Dyno
@@ -35,7 +38,7 @@ from typing import Any, Callable
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from app.fileio import write_atomic
+from app.fileio import read_yaml, write_atomic
 from app.paths import settings_path
 
 log = logging.getLogger(__name__)
@@ -237,8 +240,8 @@ def _validate(data: dict[str, Any], name: str, newer: bool) -> tuple[Settings, l
 
 # ---------------------------------------------------------------------- load / save
 def _read_mapping(path: Path) -> dict[str, Any]:
-    """The YAML mapping in ``path``; raises OSError/yaml.YAMLError/ValueError."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    """The YAML mapping in ``path``; raises OSError or ValueError (YamlError: the loader's limits)."""
+    data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -259,8 +262,9 @@ def load_settings_report(path: Path | None = None, *, upgrade_file: bool = True)
     exists = path.exists()
     try:
         data = _read_mapping(path) if exists else {}
-    except (yaml.YAMLError, ValueError, OSError, UnicodeDecodeError) as e:
-        msg = f"{path}: {e}; using defaults (fix or delete the file)"
+    except (ValueError, OSError) as e:  # YamlError names the key, the line and the reason
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        msg = f"{path}: {why}; using the default settings (fix or delete the file)"
         log.warning("settings: %s", msg)
         report.notes.append(msg)
         report.settings = Settings(load_error=msg)
@@ -315,7 +319,7 @@ def save_settings(s: Settings, path: Path | None = None) -> None:
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION, **s.model_dump(exclude={"load_error"})}
     try:
         old = _read_mapping(path) if path.exists() else {}
-    except (yaml.YAMLError, ValueError, OSError, UnicodeDecodeError):
+    except (ValueError, OSError):
         old = {}
     v = old.get("schema_version")
     if isinstance(v, int) and not isinstance(v, bool) and v > SCHEMA_VERSION:

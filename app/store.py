@@ -23,10 +23,28 @@ Layout versions: ``PRAGMA user_version`` (:data:`SCHEMA_VERSION`); an older file
 migrated step by step at open (:data:`MIGRATIONS`), a newer one is refused untouched.
 
 Thread-safe: one connection shared under a lock (``check_same_thread=False``).
+
+A store that cannot be written (issue 15 item 10: a full disk, a read-only home, no
+permission) never ends in a traceback and never drops what it was given:
+
+- opening: a file that cannot be opened for writing is opened read-only (or, when it
+  does not exist and cannot be created, an empty store is used in memory);
+  :attr:`RunStore.read_only` says why, naming the path and the cause;
+- buffered rows (requests, samples, log lines) stay in memory while a commit fails and
+  are committed by a later flush once the disk takes them again; :attr:`RunStore.write_problem`
+  holds the last failure, ``None`` after a commit succeeds;
+- a write that cannot be done now (a run, a level, a summary) raises
+  :class:`StoreWriteError` naming the path and the cause (:func:`storage_cause`), which
+  the run recorder (app.run.record) keeps and retries;
+- reads still work while writes fail; :meth:`RunStore.close` never raises for a full
+  disk (what it could not write is logged with its count).
 """
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
 import sqlite3
 import threading
 import time
@@ -45,6 +63,8 @@ FLUSH_INTERVAL_S = 0.25
 LOSS_BOUND_S = 0.5
 #: the status a run gets when its writer is gone without closing it
 INTERRUPTED = "interrupted"
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------- schema versions
 # ``PRAGMA user_version`` holds the layout version. ``MIGRATIONS[v]`` brings a database
@@ -126,6 +146,65 @@ _V1_INDEXES = (
 
 class StoreVersionError(sqlite3.DatabaseError):
     """The run database cannot be used by this version (newer layout, or a migration failed)."""
+
+
+class StoreWriteError(sqlite3.OperationalError):
+    """The run store cannot be written now: ``path`` and ``cause`` (in words, from
+    :func:`storage_cause`); ``str()`` names both."""
+
+    def __init__(self, path: Path | str, cause: str) -> None:
+        self.path, self.cause = Path(path), cause
+        super().__init__(f"cannot write the run store {path}: {cause}")
+
+
+#: OS error numbers that mean "this storage cannot take the write", in words
+_OS_CAUSES = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "the disk quota is exceeded",
+              errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+              errno.EPERM: "permission denied", errno.EIO: "a disk I/O error"}
+#: SQLite result codes (``sqlite_errorname``, by prefix) and messages that mean the same
+_SQLITE_CAUSES = (("SQLITE_FULL", "database or disk is full", "no space left on the device"),
+                  ("SQLITE_READONLY", "readonly database", "the file cannot be written (read-only)"),
+                  ("SQLITE_CANTOPEN", "unable to open database file", "the file cannot be opened or created there"),
+                  ("SQLITE_IOERR", "disk i/o error", "a disk I/O error"),
+                  ("SQLITE_PERM", "access permission denied", "permission denied"))
+
+
+def storage_cause(path: Path | str, exc: BaseException) -> str | None:
+    """Why ``exc`` (raised writing or opening the store at ``path``) is a storage
+    problem, in words — the file system's own state first (read-only, no space left, no
+    write permission on the folder), then the error's — or None when it is not one (a
+    bug, a locked database: those are raised as they are)."""
+    what = None
+    if isinstance(exc, StoreWriteError):
+        return exc.cause
+    if isinstance(exc, OSError) and exc.errno in _OS_CAUSES:
+        what = _OS_CAUSES[exc.errno]
+    elif isinstance(exc, sqlite3.Error):
+        name = (getattr(exc, "sqlite_errorname", "") or "").upper()
+        text = str(exc).lower()
+        for code, words, cause in _SQLITE_CAUSES:
+            if name.startswith(code) or words in text:
+                what = cause
+                break
+    if what is None:
+        return None
+    folder = Path(path).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        st = os.statvfs(folder)
+        if st.f_flag & os.ST_RDONLY:
+            return f"the file system is read-only ({what})" if "read-only" not in what else what
+        free = st.f_bavail * st.f_frsize
+        if free < 1 << 20 and "space" not in what:
+            return f"no space left on the device ({free // 1024} KiB free; {what})"
+        if "space" in what:
+            return f"{what} ({free // 1024} KiB free)"
+    except OSError:
+        pass
+    if not os.access(folder, os.W_OK) and "permission" not in what:
+        return f"no permission to write in {folder} ({what})"
+    return what
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
@@ -253,14 +332,38 @@ class RunStore:
     :class:`StoreVersionError` (a subclass) when it comes from a newer vLLM Dyno (left
     untouched) or cannot be migrated. An older store is migrated at open (see
     :data:`MIGRATIONS`); ``migrated_from`` is the layout version it had.
+
+    A store that cannot be written (see the module docstring) opens read-only:
+    ``read_only`` is then the reason (path and cause), None otherwise; ``write_problem``
+    is the last failed commit's reason (None once one succeeds).
     """
 
     def __init__(self, path: str | Path | None = None, *, flush_interval: float = FLUSH_INTERVAL_S) -> None:
         if path is None:
             path = runs_db_path()
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self.read_only: str | None = None
+        self.write_problem: str | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = self._open_rw()
+        except (OSError, sqlite3.OperationalError) as e:
+            cause = storage_cause(self.path, e)
+            if cause is None:
+                raise
+            db = self._open_ro(cause)
+        self._db = db
+        # pending writes: table -> list of row tuples
+        self._pending: dict[str, list[tuple]] = {"samples": [], "server_log": [], "requests": []}
+        self._closed = threading.Event()
+        self._flush_interval = flush_interval
+        self._marker = process_marker()
+        self.interrupted_runs: list[int] = [] if self.read_only else self.mark_interrupted()
+        self._flusher = threading.Thread(target=self._flush_loop, name="runstore-flush", daemon=True)
+        self._flusher.start()
+
+    def _open_rw(self) -> sqlite3.Connection:
         db = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None)
         try:
             db.execute("PRAGMA busy_timeout=5000")
@@ -275,15 +378,38 @@ class RunStore:
         except BaseException:
             db.close()
             raise
-        self._db = db
-        # pending writes: table -> list of row tuples
-        self._pending: dict[str, list[tuple]] = {"samples": [], "server_log": [], "requests": []}
-        self._closed = threading.Event()
-        self._flush_interval = flush_interval
-        self._marker = process_marker()
-        self.interrupted_runs: list[int] = self.mark_interrupted()
-        self._flusher = threading.Thread(target=self._flush_loop, name="runstore-flush", daemon=True)
-        self._flusher.start()
+        return db
+
+    def _open_ro(self, cause: str) -> sqlite3.Connection:
+        """The store for reading only: the file read-only (``mode=ro``; ``immutable=1``
+        where its WAL index cannot be created beside it), else an empty store in memory
+        (there is no file and none can be made). Sets :attr:`read_only`."""
+        self._ro_cause = cause
+        self.read_only = f"the run store {self.path} cannot be written: {cause}"
+        log.warning("%s; runs can be read but not recorded", self.read_only)
+        self.migrated_from = None
+        if self.path.is_file():
+            uri = self.path.resolve().as_uri()
+            for query in ("mode=ro", "mode=ro&immutable=1"):
+                try:
+                    db = sqlite3.connect(f"{uri}?{query}", uri=True, check_same_thread=False, isolation_level=None)
+                except sqlite3.Error:
+                    continue
+                try:
+                    v = _user_version(db)
+                    if v > len(MIGRATIONS):
+                        db.close()
+                        raise _newer_error(self.path, v, len(MIGRATIONS))
+                    db.execute("SELECT count(*) FROM runs").fetchone()
+                    self.migrated_from = v
+                    return db
+                except StoreVersionError:
+                    raise
+                except sqlite3.Error:
+                    db.close()
+        db = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+        migrate(db, self.path)
+        return db
 
     # ---- lifecycle -------------------------------------------------------------------
     def __enter__(self) -> "RunStore":
@@ -293,15 +419,26 @@ class RunStore:
         self.close()
 
     def close(self) -> None:
-        """Flush pending writes, stop the flusher and close the connection (idempotent)."""
+        """Flush pending writes, stop the flusher and close the connection (idempotent).
+        Rows that cannot be written now (a full disk) are counted in a warning, not raised."""
         if self._closed.is_set():
             return
         self._closed.set()
         self._flusher.join(timeout=5)
         with self._lock:
-            self._flush_locked()
+            try:
+                self._flush_locked()
+            except StoreWriteError as e:
+                log.warning("%s: %s not saved", e, ", ".join(f"{len(rows)} {t} rows" for t, rows in
+                                                             self._pending.items() if rows))
             self._db.close()
             self._db = None
+
+    @property
+    def pending_rows(self) -> int:
+        """Buffered rows not committed yet (requests, samples, log lines)."""
+        with self._lock:
+            return sum(len(rows) for rows in self._pending.values())
 
     def _flush_loop(self) -> None:
         # a fixed cadence (start to start): a slow commit does not stretch what a kill can lose
@@ -310,16 +447,36 @@ class RunStore:
             nxt = max(nxt + self._flush_interval, time.monotonic())
             try:
                 self.flush()
-            except sqlite3.Error:  # pragma: no cover - disk full etc.; retried next tick
+            except StoreWriteError:  # kept in memory, retried next tick (write_problem says why)
+                pass
+            except sqlite3.Error:  # pragma: no cover - a locked database: retried next tick
                 pass
 
     def flush(self) -> None:
-        """Commit every buffered write now."""
+        """Commit every buffered write now. Raises :class:`StoreWriteError` when the
+        store cannot take them (they stay buffered)."""
         with self._lock:
             if self._db is not None:
                 self._flush_locked()
 
     def _flush_locked(self) -> None:
+        """Commit the buffered rows; a storage failure leaves them buffered and raises
+        :class:`StoreWriteError` (sets :attr:`write_problem`)."""
+        if not any(self._pending.values()):
+            return
+        if self.read_only:
+            raise StoreWriteError(self.path, self._ro_cause)
+        try:
+            self._commit_pending()
+        except (sqlite3.OperationalError, OSError) as e:
+            cause = storage_cause(self.path, e)
+            if cause is None:
+                raise
+            self.write_problem = cause
+            raise StoreWriteError(self.path, cause) from e
+        self.write_problem = None
+
+    def _commit_pending(self) -> None:
         sql = {
             "samples": "INSERT INTO samples(run_id, t, source, name, value) VALUES (?,?,?,?,?)",
             "server_log": "INSERT INTO server_log(run_id, t, stream, line) VALUES (?,?,?,?)",
@@ -334,23 +491,49 @@ class RunStore:
                     self._db.executemany(sql[table], rows)
             self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # SQLite has rolled back itself after SQLITE_FULL
+                self._db.execute("ROLLBACK")
             raise
         for rows in self._pending.values():
             rows.clear()
 
     def _exec(self, sql: str, args: Sequence = ()) -> sqlite3.Cursor:
+        """A read: the buffered rows are committed first when they can be (so a reader
+        sees its own writes); while they cannot, the read still answers."""
+        with self._lock:
+            if self._db is None:
+                raise RuntimeError(f"RunStore({self.path}) is closed")
+            try:
+                self._flush_locked()
+            except StoreWriteError:
+                pass
+            return self._db.execute(sql, args)
+
+    def _write(self, sql: str, args: Sequence = ()) -> sqlite3.Cursor:
+        """A write (after the buffered rows). Raises :class:`StoreWriteError` naming the
+        path and the cause when the store cannot take it (nothing is changed then)."""
         with self._lock:
             if self._db is None:
                 raise RuntimeError(f"RunStore({self.path}) is closed")
             self._flush_locked()
-            return self._db.execute(sql, args)
+            if self.read_only:
+                raise StoreWriteError(self.path, self._ro_cause)
+            try:
+                cur = self._db.execute(sql, args)
+            except (sqlite3.OperationalError, OSError) as e:
+                cause = storage_cause(self.path, e)
+                if cause is None:
+                    raise
+                self.write_problem = cause
+                raise StoreWriteError(self.path, cause) from e
+            self.write_problem = None
+            return cur
 
     # ---- tunes -----------------------------------------------------------------------
     def create_tune(self, name: str, spec: Any, state: Any = None) -> int:
         """Insert a tune (status ``running``) and return its id; ``spec``/``state`` JSON."""
         now = time.time()
-        cur = self._exec("INSERT INTO tunes(created, name, status, spec, state, updated, writer) "
+        cur = self._write("INSERT INTO tunes(created, name, status, spec, state, updated, writer) "
                          "VALUES (?,?,?,?,?,?,?)", (now, name, "running", _dumps(spec), _dumps(state), now, self._marker))
         return int(cur.lastrowid)
 
@@ -363,7 +546,7 @@ class RunStore:
         if state is not None:
             sets.append("state=?")
             vals.append(_dumps(state))
-        self._exec(f"UPDATE tunes SET {', '.join(sets)} WHERE id=?", (*vals, tune_id))
+        self._write(f"UPDATE tunes SET {', '.join(sets)} WHERE id=?", (*vals, tune_id))
         self.flush()
 
     def get_tune(self, tune_id: int) -> dict[str, Any] | None:
@@ -406,11 +589,11 @@ class RunStore:
                     "machine stopped); what it had stored is kept")}
             cols = ", ".join(f"{k}=?" for k in fields)
             vals = [_dumps(v) if k in _RUN_JSON else v for k, v in fields.items()]
-            self._exec(f"UPDATE runs SET {cols} WHERE id=? AND status='running'", (*vals, rid))
+            self._write(f"UPDATE runs SET {cols} WHERE id=? AND status='running'", (*vals, rid))
         tunes = self._exec("SELECT id, writer FROM tunes WHERE status='running'").fetchall()
         for tid, writer in tunes:  # a tune killed with its app resumes like one stopped with Ctrl-C
             if not writer or not marker_alive(writer)[0]:
-                self._exec("UPDATE tunes SET status=? WHERE id=? AND status='running'", (INTERRUPTED, tid))
+                self._write("UPDATE tunes SET status=? WHERE id=? AND status='running'", (INTERRUPTED, tid))
         return [rid for rid, _ in gone]
 
     def create_run(self, name: str = "", engine: str = "", *, config: Any = None, spec: Any = None,
@@ -421,7 +604,7 @@ class RunStore:
         ``clock_wall0``: Unix time of the session clock's zero (pass ``clock.wall0``) so
         stored ``t`` values map to wall time. The run's writer is this process.
         """
-        cur = self._exec(
+        cur = self._write(
             "INSERT INTO runs(created, name, engine, config, spec, plan, capacity, status, clock_wall0, writer)"
             " VALUES (?,?,?,?,?,?,?,?,?,?)",
             (time.time() if created is None else created, name, engine, _dumps(config), _dumps(spec),
@@ -438,7 +621,7 @@ class RunStore:
             return
         cols = ", ".join(f"{k}=?" for k in fields)
         vals = [_dumps(v) if k in _RUN_JSON else v for k, v in fields.items()]
-        self._exec(f"UPDATE runs SET {cols} WHERE id=?", (*vals, run_id))
+        self._write(f"UPDATE runs SET {cols} WHERE id=?", (*vals, run_id))
 
     def finish_run(self, run_id: int, status: str = "done", *, summary: Any = None, capacity: Any = None) -> None:
         """Mark a run finished (``done``, ``failed``, ``aborted`` …) and store its summary."""
@@ -475,12 +658,16 @@ class RunStore:
     def delete_run(self, run_id: int) -> bool:
         """Delete a run and all its rows; returns False when there was no such run."""
         with self._lock:
-            self._flush_locked()
-            self._db.execute("BEGIN")
-            for t in ("levels", "requests", "server_log", "samples"):
-                self._db.execute(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
-            n = self._db.execute("DELETE FROM runs WHERE id=?", (run_id,)).rowcount
-            self._db.execute("COMMIT")
+            self._write("BEGIN")
+            try:
+                for t in ("levels", "requests", "server_log", "samples"):
+                    self._write(f"DELETE FROM {t} WHERE run_id=?", (run_id,))
+                n = self._write("DELETE FROM runs WHERE id=?", (run_id,)).rowcount
+                self._write("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
         return n > 0
 
     # ---- samples & log ---------------------------------------------------------------
@@ -554,7 +741,7 @@ class RunStore:
         cols = ("run_id", "idx", "level", "mode", "t_start", "t_end", "n_measured", *_LEVEL_COLS, "stats")
         vals = (run_id, d["idx"], d["level"], d.get("mode", "concurrency"), d.get("t_start"), d.get("t_end"),
                 d.get("n_measured"), *(d.get(k) for k in _LEVEL_COLS), json.dumps(d, default=str))
-        self._exec(f"INSERT OR REPLACE INTO levels({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
+        self._write(f"INSERT OR REPLACE INTO levels({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
 
     def levels(self, run_id: int) -> list[dict[str, Any]]:
         """The StepStats of a run in level order, as the dicts given to :meth:`add_level`."""

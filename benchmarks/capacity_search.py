@@ -9,9 +9,11 @@ runs, on that server:
   each level judged on ≥ 100 requests sent after every user finished one;
 - **search@plan**: the same search started from the planner's predicted users at the
   SLO (``vllm-dyno ramp --find-capacity --start N``; the window starts there too);
-- **fixed**: levels 1, 2, 4 … 256, each until 100 requests were sent (the same floor),
-  every level run as a grid tool runs them (``vllm bench sweep``: the whole grid), and
-  the same ramp stopped at its first level that breaks the SLO (``fixed→stop``).
+- **fixed**: levels 1, 2, 4 … 256, each judged like a search level (100 requests sent
+  after each user's first, ``settle``), every level run as a grid tool runs them
+  (``vllm bench sweep``: the whole grid), and the same ramp stopped at its first level
+  that breaks the SLO (``fixed→stop``); ``fixed, burst``: the latter with its users'
+  first requests counted (the start-up burst: a plain fixed ramp's default).
 
 Printed per case and way: launches, rig minutes (the levels' rig time, warm-up and
 drain included), wall minutes on this machine, levels run, and the answer — the
@@ -98,8 +100,9 @@ def run_case(name: str) -> list[tuple]:
     ways = {
         "search": RampSpec(**base, search=CapacitySearch()),
         "search@plan": RampSpec(**base, search=CapacitySearch(start=predicted)),
-        "fixed (grid)": RampSpec(**{**base, "slo": SLO()}, levels=FIXED),  # judged afterwards
-        "fixed→stop": RampSpec(**base, levels=FIXED),
+        "fixed (grid)": RampSpec(**{**base, "slo": SLO()}, levels=FIXED, settle=True),  # judged afterwards
+        "fixed→stop": RampSpec(**base, levels=FIXED, settle=True),
+        "fixed, burst": RampSpec(**base, levels=FIXED),
     }
     rows = []
     for way, spec in ways.items():

@@ -45,9 +45,15 @@ from app.profiles.model import HardwareFingerprint  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
 from app.store import RunStore  # noqa: E402
 from app.tuner.space import enumerate_candidates  # noqa: E402
+from app.run.controller import RecordSpec, RunController  # noqa: E402
 from app.tuner.offline import OfflineRig  # noqa: E402
-from app.tuner.tune import Tuner, TuneSpec  # noqa: E402
+from app.tuner.tune import ControllerRig, Tuner, TuneSpec  # noqa: E402
 
+#: the sim's time scale over HTTP: at most MAX_K, and the rig's output tokens/s × k at
+#: most WALL_TOKENS_PER_S (what the sim and the load generator stream on 2 cores,
+#: tests/test_plan_predict.py); below k = 1 a case runs offline only
+MAX_K = 10.0
+WALL_TOKENS_PER_S = 2000.0
 #: searches averaged for the grid's top configurations and the tuner's pick
 REPEATS = 3
 #: grid configurations (by a single search) judged again on REPEATS searches
@@ -82,10 +88,14 @@ def repeated(truth: OfflineRig, cfg: ServerConfig):
 def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
     n, gpu, count, model, quant, wname, pt, ot, slo, seed = case
     cfg = ServerConfig(model=model, served_model_name="m", quantization=quant, max_model_len=8192)
-    sim = ["--sim-gpu", gpu, "--sim-gpu-count", str(count), "--sim-time-scale", "10", "--sim-seed", "1",
-           "--sim-perturb", str(seed)]
-    spec = TuneSpec(engine="sim", config=cfg, sim_args=sim, hardware=HardwareFingerprint(gpu=gpu, count=count),
-                    vllm_version=ma.VLLM_RULES, prompt_tokens=pt, output_tokens=ot, slo=slo)
+
+    def spec_at(k: float) -> TuneSpec:
+        sim = ["--sim-gpu", gpu, "--sim-gpu-count", str(count), "--sim-time-scale", f"{k:g}", "--sim-seed", "1",
+               "--sim-perturb", str(seed)]
+        return TuneSpec(engine="sim", config=cfg, sim_args=sim, hardware=HardwareFingerprint(gpu=gpu, count=count),
+                        vllm_version=ma.VLLM_RULES, prompt_tokens=pt, output_tokens=ot, slo=slo, grace=5)
+
+    spec = spec_at(10)
     truth = OfflineRig(spec, seed)
     # the grid
     t0 = time.monotonic()
@@ -108,18 +118,37 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
         grid[key] = repeated(truth, by_key[key].config)
     best_key = max(top, key=lambda k: grid[k].users)
     best = grid[best_key]
+    # over HTTP the sim must stream the rig's tokens × k on 2 cores
+    k = min(MAX_K, WALL_TOKENS_PER_S / max(1.0, best.output_tps or 1.0))
+    http_ok = k >= 1.0
+    spots = []
+    if spot and http_ok:
+        for key in top[:3]:
+            ctl = RunController(store=store)
+            ramp = spec.workload().search_spec()
+            ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"start": grid[key].users})})
+            m = ControllerRig(spec_at(k), ctl).measure(by_key[key].config, ramp, RecordSpec(name=f"spot {key}"),
+                                                       lambda: None)
+            ctl.close()
+            spots.append((key, grid[key], m.capacity))
     # the tuner
     t0 = time.monotonic()
-    tuner = Tuner(spec, store=store, rig=truth if offline else None)
-    tuner.run()
-    res = tuner.result()
+    res = None
+    if offline or http_ok:
+        tuner = Tuner(spec if offline else spec_at(k), store=store, rig=truth if offline else None)
+        tuner.run()
+        res = tuner.result()
     tune_s = time.monotonic() - t0
+    if res is None:
+        return {"case": case, "skipped": f"HTTP: the rig's {best.output_tps:.0f} tok/s at its capacity is more than "
+                                         f"2 cores stream (k = {k:.2f} < 1): run with --offline", "grid": grid}
+    res["k"] = k if not offline else None
     rec = res["recommendation"] or {}
     pick = rec.get("key")
     pick_true = None
     if pick in by_key:
         pick_true = grid[pick] if pick in top else repeated(truth, by_key[pick].config)
-    return {"case": case, "grid": grid, "grid_n": len(grid), "grid_rig_min": grid_rig / 60, "grid_s": grid_s, "best_key": best_key,
+    return {"case": case, "spots": spots, "grid": grid, "grid_n": len(grid), "grid_rig_min": grid_rig / 60, "grid_s": grid_s, "best_key": best_key,
             "best": best, "pick": pick, "pick_true": pick_true, "tuner": res, "tune_s": tune_s,
             "pruned": sum(c.pruned_because is not None for c in cands), "all": len(cands)}
 
@@ -143,6 +172,12 @@ def main() -> int:
     for case in chosen:
         r = run_case(case, a.offline, a.spot_check, store)
         n, gpu, count, model, quant, wname = case[:6]
+        if r.get("skipped"):
+            print(f"{n:2d} {count}× {gpu:9} {wname:14}  {r['skipped']}")
+            continue
+        for key, off, http in r["spots"]:
+            print(f"{'':5}spot-check {key}: offline {off.users:g} ({off.users_low:g}–{off.users_high:g}), over HTTP "
+                  f"{http.users if http else '—'} ({http.users_low if http else '—'}–{http.users_high if http else '—'})")
         t = r["tuner"]
         grid_of = r["grid"]
         best, pt = r["best"], r["pick_true"]
@@ -153,8 +188,9 @@ def main() -> int:
               f"{t['launches']:14d} {t['rig_seconds'] / 60:13.1f} {frac:9.2f}  "
               f"{best.users:g} ({best.users_low:g}–{best.users_high:g}) {r['best_key']} · "
               f"{pt.users if pt else '—'} ({pt.users_low if pt else '—'}–{pt.users_high if pt else '—'}) {r['pick']}")
-        print(f"{'':5}stop: {t['stop_reason']}; tuner wall {r['tune_s']:.0f} s, grid wall {r['grid_s']:.0f} s; "
-              f"pruned {r['pruned']} of {r['all']}")
+        print(f"{'':5}stop: {t['stop_reason']}; tuner wall {r['tune_s']:.0f} s"
+              f"{'' if t.get('k') is None else ' over HTTP at k = %.2f' % t['k']}, grid wall {r['grid_s']:.0f} s "
+              f"(offline); pruned {r['pruned']} of {r['all']}")
         for c in t["candidates"]:
             if c["measured_users"] is not None or c["failed"]:
                 g = grid_of.get(c["key"])

@@ -93,5 +93,7 @@ def test_cli_diagnose_every_case(tmp_path, capsys):
 
 
 def test_cli_diagnose_missing_file(capsys):
-    assert main(["diagnose", "/nonexistent/vllm.log"]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as ei:  # argparse's error (app.cli.common.input_file): exit 2
+        main(["diagnose", "/nonexistent/vllm.log"])
+    assert ei.value.code == 2
+    assert "argument logfile: /nonexistent/vllm.log: no such file" in capsys.readouterr().err

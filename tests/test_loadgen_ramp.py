@@ -258,4 +258,4 @@ def test_ramp_input_errors_name_the_option():
     assert flag_of(("levels", 0)) == "--levels" and flag_of(()) == "ramp"
     r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", "http://127.0.0.1:9", "--levels", "1",
                         "--step-seconds", "-1", "--no-store"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "--step-seconds: Input should be greater than 0" in r.stderr, r.stderr
+    assert r.returncode == 2 and "argument --step-seconds: -1: give a number of seconds > 0" in r.stderr, r.stderr

@@ -69,8 +69,13 @@ STATE_COLORS = {"idle": "#777", "starting": "#c98a00", "loading": "#c98a00", "re
 
 
 def gui_settings() -> QSettings:
-    """QSettings stored as ``gui.ini`` in the data directory (VLLM_DYNO_HOME honoured)."""
-    return QSettings(str(data_dir() / "gui.ini"), QSettings.IniFormat)
+    """QSettings stored as ``gui.ini`` in the data directory (VLLM_DYNO_HOME honoured;
+    made when it can be — a read-only home keeps the window's state for the session)."""
+    try:
+        d = data_dir(create=True)
+    except OSError:
+        d = data_dir()
+    return QSettings(str(d / "gui.ini"), QSettings.IniFormat)
 
 
 class MainWindow(QMainWindow):
@@ -190,6 +195,8 @@ class MainWindow(QMainWindow):
         self._refresh_profile_list(last or profiles.DEMO_NAME)
         self.load_profile(last or profiles.DEMO_NAME, quiet=True)
         self._update_controls()
+        if self.settings.load_error:  # a bad settings.yaml: the window opens on defaults and says why
+            self.statusBar().showMessage("Settings: " + self.settings.load_error.splitlines()[0], 60000)
         self.dashboard.start()
         self.log_pane.start()
         self._start_probes()

@@ -63,6 +63,9 @@ class _ToQt(RunListener):
     def on_record_failed(self, message: str) -> None:
         on_gui_thread(lambda: self.owner.record_failed.emit(message))
 
+    def on_run_saved(self, run_id: int) -> None:
+        on_gui_thread(lambda: self.owner.run_recorded.emit(run_id))
+
 
 class RunAdapter(QObject):
     """Signals (all delivered on the GUI thread):

@@ -15,6 +15,8 @@ import argparse
 import sys
 from typing import Any
 
+from app.cli.common import run_number
+
 
 class CalibrationInputError(ValueError):
     """A run that cannot calibrate the model; the message names the run and the fix."""
@@ -96,6 +98,10 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
     except (CalibrationInputError, LookupError, ValueError) as e:
         print(f"vllm-dyno calibrate: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # the calibration folder cannot be written (a read-only home, a full disk)
+        print(f"vllm-dyno calibrate: cannot save the fit to {getattr(e, 'filename', None) or 'its file'}: "
+              f"{e.strerror or e}", file=sys.stderr)
+        return 1
     print(f"{fp}: {params.source}")
     print(f"  η_mem {params.eta_mem:.3f}  η_c {params.eta_compute:.3f}  t_cpu {params.t_cpu_s * 1e3:.2f} ms/step  "
           f"{params.t_cpu_seq_s * 1e6:.0f} µs/sequence  {params.t_request_s * 1e3:.1f} ms/request")
@@ -113,6 +119,6 @@ def register(sub) -> None:
                                    "per level before and after, and save the fit for these cards: the "
                                    "planner, the predicted curves and `serve --engine sim --sim-calibrated` "
                                    "use it from then on.")
-    p.add_argument("run_id", type=int, help="a run id (vllm-dyno runs list)")
+    p.add_argument("run_id", type=run_number, help="a run id (vllm-dyno runs list)")
     p.add_argument("--dry-run", action="store_true", help="show the fit, do not save it")
     p.set_defaults(func=cmd_calibrate)

@@ -4,12 +4,17 @@ formatting and the per-level table of ``run`` and ``runs show``."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
+from pathlib import Path
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
-from app.config import ConfigError, ServerConfig, config_from_namespace, exposure_lines, read_secret_file
+from app.config import (VLLM_OPTIONS, ConfigError, ServerConfig, config_from_namespace, exposure_lines,
+                        read_secret_file)
 from app.fileio import write_atomic
 
 
@@ -78,6 +83,15 @@ def write_or_print(text: str, out: str | None) -> None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
+def unsaved_text(problem: str, exported: str | None) -> str:
+    """What to tell about a run the run store could not take (a full disk, a read-only
+    home): ``problem`` names the store's path and the cause; ``exported``: the --json file
+    the results were written to, if any."""
+    where = (f"The results are in {exported} and in the table above" if exported else
+             "The table above is all there is; add --json PATH (on another disk) to export a run")
+    return f"the run is not saved — {problem}. {where}."
+
+
 def fmt(v, nd: int = 1, scale: float = 1.0) -> str:
     """``v × scale`` with ``nd`` decimals; an em dash for None."""
     return "—" if v is None else f"{v * scale:.{nd}f}"
@@ -137,6 +151,21 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
     return "\n".join(lines)
 
 
+#: ServerConfig fields that are not vLLM options → the option that sets them
+_INTERNAL_FLAGS = {"model": "--model", "gpus": "--gpus", "env": "--env", "extra_args": "--extra", "host": "--host",
+                   "port": "--port"}
+
+
+def option_of(loc: tuple) -> str:
+    """The command-line option a ServerConfig validation error is about: the field's
+    vLLM flag (``max_num_seqs`` → ``--max-num-seqs``), ``--gpus``/``--env``/``--extra``,
+    or "the server options" for an error of the whole configuration."""
+    field = str(loc[0]) if loc else ""
+    if field in VLLM_OPTIONS:
+        return VLLM_OPTIONS[field].flag
+    return _INTERNAL_FLAGS.get(field, "the server options")
+
+
 def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) -> ServerConfig:
     """Build a ServerConfig from options added by :func:`app.config.add_server_options`
     (over ``base``, see :func:`app.config.config_from_namespace`); exits with the
@@ -144,10 +173,189 @@ def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) ->
     try:
         return config_from_namespace(a, base)
     except ValidationError as e:
-        msgs = "; ".join(f"{'.'.join(map(str, err['loc'])) or 'config'}: {err['msg']}" for err in e.errors())
+        msgs = "; ".join(f"{option_of(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in e.errors())
         raise BadInput(f"invalid server options: {msgs}") from None
     except ConfigError as e:
         raise BadInput(str(e)) from None
+
+
+# ---------------------------------------------------------------------- argument types
+# The one mechanism for checking a command's own options: an argparse ``type`` from
+# here. argparse then prints ``vllm-dyno CMD: error: argument --OPTION: MESSAGE`` with
+# the usage and exits 2, before anything runs. The server options (``--max-num-seqs`` …)
+# are checked by their ServerConfig field, declared once (:func:`config_from_args`).
+
+def number_type(kind: type = float, *, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False, what: str = "a number",
+                example: str = "1") -> Callable[[str], Any]:
+    """An argparse ``type``: ``kind`` (int or float) within ``low``..``high`` (open ends
+    with ``low_open``/``high_open``); NaN and infinities refused. The error says the
+    value, what is wanted (``what``) and an ``example``."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except (ValueError, OverflowError):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}, e.g. {example}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}: give a finite value, e.g. {example}")
+        below = low is not None and (v < low or (low_open and v == low))
+        above = high is not None and (v > high or (high_open and v == high))
+        if below or above:
+            lo = "" if low is None else f"{'>' if low_open else '≥'} {low:g}"
+            hi = "" if high is None else f"{'<' if high_open else '≤'} {high:g}"
+            raise argparse.ArgumentTypeError(f"{text}: give {what} {' and '.join(x for x in (lo, hi) if x)}, "
+                                             f"e.g. {example}")
+        return v
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+#: a duration in seconds > 0 (``--startup-timeout``, ``--grace``, ``--step-seconds`` …)
+positive_seconds = number_type(float, low=0, low_open=True, what="a number of seconds", example="60")
+#: a duration in seconds ≥ 0 (``--warmup-seconds``, ``--silent-for``)
+seconds = number_type(float, low=0, what="a number of seconds", example="0")
+#: a whole number ≥ 1 (counts of users, requests, cards, tokens)
+positive_int = number_type(int, low=1, what="a whole number", example="8")
+#: a seed: a whole number in 0 .. 2³²−1 (NumPy's range)
+seed_number = number_type(int, low=0, high=2**32 - 1, what="a seed (a whole number)", example="0")
+#: a fraction in 0..1 (failure rates)
+fraction = number_type(float, low=0, high=1, what="a fraction", example="0.05")
+#: a number > 0 (rates, levels, scales, GiB)
+positive_number = number_type(float, low=0, low_open=True, what="a number", example="1")
+#: a number ≥ 0 (prices, GiB held, temperature)
+non_negative = number_type(float, low=0, what="a number", example="0")
+#: a process id or group id (≥ 1)
+process_id = number_type(int, low=1, what="a process id", example="12345")
+#: a run id (``vllm-dyno runs list``)
+run_number = number_type(int, low=1, what="a run id (vllm-dyno runs list)", example="3")
+
+
+def number_list(kind: type = float, *, what: str = "levels", example: str = "1,2,4,8") -> Callable[[str], list]:
+    """An argparse ``type``: comma-separated numbers > 0 (``--levels``, ``--rate``), at least one."""
+    one = number_type(kind, low=0, low_open=True, what="a number" if kind is float else "a whole number",
+                      example=example.split(",")[0])
+
+    def parse(text: str) -> list:
+        parts = [x.strip() for x in str(text).split(",") if x.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"{text!r}: give {what} separated by commas, e.g. {example}")
+        try:
+            return [one(x) for x in parts]
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"{text!r}: {e}; write {what} separated by commas, e.g. {example}") \
+                from None
+
+    parse.__name__ = what
+    return parse
+
+
+def index_list(text: str) -> list[int]:
+    """An argparse ``type``: GPU indices ``0,1,2,3`` (whole numbers ≥ 0, at least one)."""
+    parts = [x.strip() for x in str(text).split(",") if x.strip()]
+    try:
+        out = [int(x) for x in parts]
+    except ValueError:
+        out = []
+    if not parts or not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: write GPU indices separated by commas, e.g. 0,1,2,3")
+    return out
+
+
+def http_url(text: str) -> str:
+    """An argparse ``type``: a server's base URL, ``http(s)://HOST[:PORT]`` (trailing ``/``
+    dropped)."""
+    # deferred: only the commands that take a URL parse one
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(str(text).strip())
+    try:
+        port_ok = u.port is None or 0 < u.port
+    except ValueError:
+        port_ok = False
+    if u.scheme not in ("http", "https") or not u.hostname or not port_ok:
+        raise argparse.ArgumentTypeError(f"{text!r}: write the server's base URL, e.g. http://127.0.0.1:8000")
+    return str(text).strip().rstrip("/")
+
+
+def executable(text: str) -> str:
+    """An argparse ``type``: an interpreter to run (``--python``): an executable file, or
+    a command found on PATH (``python3``)."""
+    # deferred: only the commands with --python look one up
+    import shutil
+
+    p = Path(text).expanduser()
+    if os.sep in text or p.exists():
+        if not p.is_file():
+            raise argparse.ArgumentTypeError(f"{text}: no such file; give the path of a Python with vLLM, "
+                                             "e.g. ~/vllm-env/bin/python")
+        if not os.access(p, os.X_OK):
+            raise argparse.ArgumentTypeError(f"{text}: not executable (chmod +x, or give another interpreter)")
+        return str(p)
+    if shutil.which(text) is None:
+        raise argparse.ArgumentTypeError(f"{text}: not found on PATH; give the interpreter's path")
+    return text
+
+
+def vllm_version(text: str) -> str:
+    """An argparse ``type``: a vLLM version such as ``0.32.0`` (a local part ``+cpu`` allowed)."""
+    if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.+-]*)?", str(text).strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a vLLM version, e.g. 0.32.0")
+    return str(text).strip()
+
+
+def sim_gpu(text: str) -> str:
+    """An argparse ``type``: a card of the sim's GPU catalog (``vllm-dyno plan --list-gpus``)."""
+    # deferred: the catalog is read only when the option is given
+    from app.planner.gpus import UnknownGpuError, lookup_gpu
+
+    try:
+        lookup_gpu(text)
+    except UnknownGpuError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def from_parser(parse: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """An argparse ``type`` from a parser that raises ValueError with the reason
+    (e.g. :func:`app.loadgen.spec.parse_length`)."""
+    def typed(text: str):
+        try:
+            return parse(text)
+        except (ValueError, OverflowError) as e:
+            raise argparse.ArgumentTypeError(str(e) or f"{text!r} is not {what}") from None
+
+    typed.__name__ = what
+    return typed
+
+
+def output_file(text: str) -> str:
+    """An argparse ``type``: a file to write (an export): its folder must exist and be
+    writable, and the path must not be a folder — checked before the command runs, not
+    after a ramp."""
+    p = Path(text).expanduser()
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a folder; give a file name, e.g. {p / 'out.json'}")
+    parent = p.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: the folder {parent} does not exist; create it or give another path")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text}: not writable by this user; give another path")
+    return str(p)
+
+
+def input_file(text: str) -> str:
+    """An argparse ``type``: an existing, readable file (``-`` for stdin is passed through)."""
+    if text == "-":
+        return text
+    p = Path(text).expanduser()
+    if not p.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a folder; give a file")
+    if not os.access(p, os.R_OK):
+        raise argparse.ArgumentTypeError(f"{text}: not readable by this user")
+    return str(p)
 
 
 def perturb_seed(text: str) -> int:
@@ -158,17 +366,6 @@ def perturb_seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a seed: give a whole number such as 7 (0: none)") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"{text}: give a seed ≥ 1 (0: no perturbation)")
-    return v
-
-
-def positive_seconds(text: str) -> float:
-    """argparse type: a duration in seconds > 0 (``--startup-timeout``, ``--grace``)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds, e.g. 60") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds greater than 0, e.g. 60")
     return v
 
 
@@ -225,16 +422,16 @@ def profile_for_launch(a: argparse.Namespace):
 def add_sim_options(p: argparse.ArgumentParser) -> None:
     """The simulated rig's options (``--sim-gpu``, ``--sim-gpu-count`` …) of the
     commands that launch ``--engine sim``."""
-    p.add_argument("--sim-gpu", help="sim: GPU catalog name, e.g. 'RTX 4090'")
-    p.add_argument("--sim-gpu-count", type=int, help="sim: number of GPUs")
-    p.add_argument("--sim-time-scale", type=float, help="sim: run k× faster than the wall clock (tests)")
-    p.add_argument("--sim-seed", type=int)
+    p.add_argument("--sim-gpu", type=sim_gpu, help="sim: GPU catalog name, e.g. 'RTX 4090'")
+    p.add_argument("--sim-gpu-count", type=positive_int, help="sim: number of GPUs")
+    p.add_argument("--sim-time-scale", type=positive_number, help="sim: run k× faster than the wall clock (tests)")
+    p.add_argument("--sim-seed", type=seed_number)
     p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
                    help="sim: a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
                         "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
-    p.add_argument("--sim-engine-dies-at-request", type=int, metavar="N",
+    p.add_argument("--sim-engine-dies-at-request", type=positive_int, metavar="N",
                    help="sim: the engine dies on the N-th request, as vLLM's does on a fatal error after ready")
 
 

@@ -10,7 +10,7 @@ import sys
 
 from pydantic import ValidationError
 
-from app.cli.common import err, fmt
+from app.cli.common import err, fmt, non_negative, output_file, run_number
 
 
 def cmd_compare(a: argparse.Namespace) -> int:
@@ -68,10 +68,11 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     c = sub.add_parser("compare", help="compare two or more runs: scaling efficiency, J/token, cost per Mtok")
-    c.add_argument("ids", type=int, nargs="+", metavar="ID")
-    c.add_argument("--gpu-hour-price", type=float, help="price per GPU-hour (rented cards)")
-    c.add_argument("--kwh-price", type=float, help="electricity price per kWh (owned cards; uses measured power)")
+    c.add_argument("ids", type=run_number, nargs="+", metavar="ID")
+    c.add_argument("--gpu-hour-price", type=non_negative, help="price per GPU-hour (rented cards)")
+    c.add_argument("--kwh-price", type=non_negative,
+                   help="electricity price per kWh (owned cards; uses measured power)")
     c.add_argument("--currency", help="label of the prices (default: Settings, else $)")
-    c.add_argument("--csv", help="write the per-level table as CSV here")
-    c.add_argument("--svg", help="write both overlay charts as SVG here")
+    c.add_argument("--csv", type=output_file, help="write the per-level table as CSV here")
+    c.add_argument("--svg", type=output_file, help="write both overlay charts as SVG here")
     c.set_defaults(func=cmd_compare)

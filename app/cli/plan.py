@@ -6,7 +6,20 @@ import json
 import sys
 from pathlib import Path
 
-from app.cli.common import config_from_args
+from app.cli.common import (
+    BadInput,
+    config_from_args,
+    executable,
+    input_file,
+    non_negative,
+    number_list,
+    positive_int,
+    positive_seconds,
+    run_number,
+    seconds,
+    seed_number,
+    vllm_version,
+)
 
 
 def _counts(text: str) -> list[int]:
@@ -22,16 +35,6 @@ def _counts(text: str) -> list[int]:
             raise argparse.ArgumentTypeError(f"{n}: give at least one card, e.g. --count 4")
         out.append(n)
     return out
-
-
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: write whole numbers separated by commas, e.g. 1,10,30") from None
-    if not levels or min(levels) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: levels are concurrent users ≥ 1, e.g. 1,10,30")
-    return levels
 
 
 class _ListGpus(argparse.Action):
@@ -62,29 +65,31 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--count", type=_counts, action="extend",
                    help="number of cards of a single --gpu (default TP × PP); with --from-run one or more "
                         "counts to predict (--count 4,8 or --count 4 --count 8)")
-    p.add_argument("--from-run", type=int, metavar="ID",
+    p.add_argument("--from-run", type=run_number, metavar="ID",
                    help="what-if: predict run ID's verdict (users at its SLO, output tok/s, scaling, cost per M "
                         "tokens) for the same model on other cards — each --gpu kind × each --count (default: the "
                         "run's own), from its calibration (vllm-dyno calibrate) or the sim's parameters")
-    p.add_argument("--busy-gib", type=float, default=0.0, help="GiB other processes hold on each given card")
-    p.add_argument("--prompt-tokens", type=int, default=512)
-    p.add_argument("--output-tokens", type=int, default=128)
-    p.add_argument("--levels", type=_levels, help="concurrency levels to predict, e.g. 1,10,30")
+    p.add_argument("--busy-gib", type=non_negative, default=0.0, help="GiB other processes hold on each given card")
+    p.add_argument("--prompt-tokens", type=positive_int, default=512)
+    p.add_argument("--output-tokens", type=positive_int, default=128)
+    p.add_argument("--levels", type=number_list(int, what="levels (concurrent users)", example="1,10,30"),
+                   help="concurrency levels to predict, e.g. 1,10,30")
     p.add_argument("--fixed-lengths", action="store_true",
                    help="predict requests of exactly --prompt-tokens/--output-tokens (default: each drawn within "
                         "±25 %% of them, seeded, as vllm-dyno ramp sends them)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the request lengths (as vllm-dyno ramp --seed)")
-    p.add_argument("--warmup-seconds", type=float, default=0.0,
+    p.add_argument("--seed", type=seed_number, default=0,
+                   help="seed of the request lengths (as vllm-dyno ramp --seed)")
+    p.add_argument("--warmup-seconds", type=seconds, default=0.0,
                    help="warm-up of each predicted level, rig s (as vllm-dyno ramp; default 0)")
-    p.add_argument("--step-seconds", type=float, default=20.0,
+    p.add_argument("--step-seconds", type=positive_seconds, default=20.0,
                    help="length of each level of the predicted curve after its warm-up, rig s (default 20)")
-    p.add_argument("--slo-ttft-p99", type=float, metavar="S",
+    p.add_argument("--slo-ttft-p99", type=positive_seconds, metavar="S",
                    help="predict the users at this TTFT p99 bound (s): the capacity search of vllm-dyno ramp "
                         "--find-capacity run on the step-level engine")
-    p.add_argument("--slo-tpot-p99", type=float, metavar="S", help="… TPOT p99 bound (s/token)")
-    p.add_argument("--slo-e2e-p99", type=float, metavar="S", help="… end-to-end p99 bound (s)")
-    p.add_argument("--vllm-version", help="plan for this vLLM version (default: the installed one, else the newest known)")
-    p.add_argument("--python", help="interpreter with vLLM (to read its version)")
+    p.add_argument("--slo-tpot-p99", type=positive_seconds, metavar="S", help="… TPOT p99 bound (s/token)")
+    p.add_argument("--slo-e2e-p99", type=positive_seconds, metavar="S", help="… end-to-end p99 bound (s)")
+    p.add_argument("--vllm-version", type=vllm_version, help="plan for this vLLM version (default: the installed one, else the newest known)")
+    p.add_argument("--python", type=executable, help="interpreter with vLLM (to read its version)")
     p.add_argument("--iommu", choices=("auto", "off", "translated", "passthrough"), default="auto",
                    help="the host's IOMMU, which can make P2P between PCIe cards hang; auto: read this machine's "
                         "(/sys/kernel/iommu_groups) when planning its own cards, else unknown")
@@ -94,8 +99,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
     d = sub.add_parser("diagnose", help="explain a failed vLLM launch from its log, with the fix")
-    d.add_argument("logfile", help="a saved vLLM log ('-' reads stdin)")
-    d.add_argument("--silent-for", type=float, metavar="SECONDS",
+    d.add_argument("logfile", type=input_file, help="a saved vLLM log ('-' reads stdin)")
+    d.add_argument("--silent-for", type=seconds, metavar="SECONDS",
                    help="how long vLLM printed nothing after the last line (NCCL hang after 300 s)")
     d.add_argument("--json", action="store_true")
     d.set_defaults(func=cmd_diagnose)
@@ -114,11 +119,11 @@ def _cards(a: argparse.Namespace, world: int):
         return cards_for(engine="vllm", gpu=a.gpu or None, count=(count or world) if len(a.gpu) == 1 else None,
                          busy_gib=a.busy_gib)
     except NoGpuFound as e:
-        raise SystemExit(f"error: {e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
+        raise BadInput(f"{e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
     except UnknownGpuError as e:
-        raise SystemExit(f"error: --gpu {e.name!r}: {e}") from None
+        raise BadInput(f"--gpu {e.name!r}: {e}") from None
     except ValueError as e:
-        raise SystemExit(f"error: --gpu {e}") from None
+        raise BadInput(f"--gpu {e}") from None
 
 
 def _host(a: argparse.Namespace):
@@ -152,41 +157,27 @@ def list_gpus() -> str:
 
 
 def workload_from_args(a: argparse.Namespace):
-    """The :class:`~app.planner.plan.Workload` of the command line. Raises ValueError
-    naming the option for a bad value."""
+    """The :class:`~app.planner.plan.Workload` of the command line (its values checked
+    by their argparse types, app.cli.common)."""
     # deferred: only this command needs it (vllm-dyno starts light)
-    from pydantic import ValidationError
     from app.loadgen.spec import SLO
     from app.planner.plan import Workload
 
-    for opt, v in (("--prompt-tokens", a.prompt_tokens), ("--output-tokens", a.output_tokens)):
-        if v < 1:
-            raise ValueError(f"{opt} {v}: a request has at least 1 token")
-    if a.warmup_seconds < 0 or not a.step_seconds > 0:
-        raise ValueError(f"--warmup-seconds {a.warmup_seconds:g} / --step-seconds {a.step_seconds:g}: "
-                         "give a warm-up ≥ 0 and a step > 0 (rig seconds)")
-    try:
-        slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
-    except ValidationError:
-        raise ValueError("--slo-ttft-p99/--slo-tpot-p99/--slo-e2e-p99: give bounds > 0 seconds") from None
-    return Workload(a.prompt_tokens, a.output_tokens, a.levels or None, 0.0 if a.fixed_lengths else 0.25, a.seed,
-                    a.warmup_seconds, a.step_seconds, None if slo.is_empty() else slo)
+    slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
+    return Workload(a.prompt_tokens, a.output_tokens, tuple(a.levels) if a.levels else None,
+                    0.0 if a.fixed_lengths else 0.25, a.seed, a.warmup_seconds, a.step_seconds,
+                    None if slo.is_empty() else slo)
 
 
 def cmd_what_if(a: argparse.Namespace) -> int:
     """``plan --from-run ID``: the what-if table (or JSON) of :func:`app.whatif.what_if`."""
     # deferred: only this command needs it (vllm-dyno starts light)
-    from pydantic import ValidationError
     from app.loadgen.spec import SLO
     from app.settings import load_settings
     from app.store import RunStore
     from app.whatif import WhatIfError, what_if
 
-    try:
-        slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
-    except ValidationError:
-        print("error: --slo-ttft-p99/--slo-tpot-p99/--slo-e2e-p99: give bounds > 0 seconds", file=sys.stderr)
-        return 2
+    slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)  # checked by argparse
     targets = [(g, n) for g in (a.gpu or [None]) for n in (a.count or [None])]
     try:
         with RunStore() as store:
@@ -243,11 +234,7 @@ def cmd_diagnose(a: argparse.Namespace) -> int:
     if a.logfile == "-":
         text = sys.stdin.read()
     else:
-        f = Path(a.logfile)
-        if not f.is_file():
-            print(f"error: log file {a.logfile} does not exist: give the path of a saved vLLM log", file=sys.stderr)
-            return 2
-        text = f.read_text(errors="replace")
+        text = Path(a.logfile).read_text(errors="replace")
     d = diagnose(text.splitlines(), a.silent_for)
     if d is None:
         msg = "no known problem in this log"

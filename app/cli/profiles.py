@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.cli.common import err, write_or_print
+from app.cli.common import err, output_file, run_number, write_or_print
 from app.profiles.io import ProfileError
 
 
@@ -89,6 +89,10 @@ def cmd_profiles(a: argparse.Namespace) -> int:
         return err(str(e))
     except (ProfileNotFound, FileExistsError, PermissionError, LookupError, ValueError) as e:
         return err(str(e))
+    except OSError as e:  # the profiles folder cannot be written (a read-only home, a full disk)
+        print(f"vllm-dyno profiles: cannot write {getattr(e, 'filename', None) or 'the profile'}: "
+              f"{e.strerror or e}", file=sys.stderr)
+        return 1
     return err(f"unknown action {a.action}")
 
 
@@ -102,7 +106,7 @@ def register(sub) -> None:
     x.add_argument("name")
     x.add_argument("--format", choices=["cmd", "yaml", "profile"], default="cmd")
     x.add_argument("--program", default="vllm serve", help="cmd: how vLLM is run (default %(default)r)")
-    x.add_argument("-o", "--output", help="write to this file (atomically) instead of stdout")
+    x.add_argument("-o", "--output", type=output_file, help="write to this file (atomically) instead of stdout")
     x = ps.add_parser("import", help="import a profile YAML, a vLLM --config YAML or a `vllm serve` command line")
     x.add_argument("file", help="file, '-' for stdin, or a quoted command line")
     x.add_argument("--name", help="profile name (default: the file's, or the model's)")
@@ -110,7 +114,7 @@ def register(sub) -> None:
     x = ps.add_parser("delete", help="delete a user profile (built-ins are read-only)")
     x.add_argument("name")
     x = ps.add_parser("save-run", help="save a recorded run's settings and results as a profile")
-    x.add_argument("run_id", type=int)
+    x.add_argument("run_id", type=run_number)
     x.add_argument("--name", help="profile name (default: the run's)")
     x.add_argument("--which", choices=["latest", "best"], default="latest",
                    help="best: take the results of the best run recorded for the same profile")

@@ -2,7 +2,8 @@
 
 Prints a live progress line per level, a final table and the knee; stores the run in
 the run store; optional JSON/CSV export. Exit status: 0 ramp completed (or stopped by
-its SLO), 1 the ramp failed (failure-rate stop, generator error), 2 bad input or the
+its SLO), 1 the ramp failed (failure-rate stop, generator error) or could not be saved
+in the run store (a full disk: the table is printed, --json exports it), 2 bad input or the
 pre-flight check failed (unreachable URL, wrong model), 130 interrupted (Ctrl-C; the
 completed records are kept).
 """
@@ -15,7 +16,24 @@ import time
 
 from pydantic import ValidationError
 
-from app.cli.common import add_security_options, apply_api_key_file, level_table
+from app.cli.common import (
+    add_security_options,
+    apply_api_key_file,
+    fraction,
+    from_parser,
+    http_url,
+    input_file,
+    level_table,
+    non_negative,
+    number_list,
+    output_file,
+    positive_int,
+    positive_number,
+    positive_seconds,
+    seconds,
+    seed_number,
+    unsaved_text,
+)
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats
@@ -27,52 +45,57 @@ def register(sub) -> None:
                        description="Ramp load on an OpenAI-compatible server (vLLM) and report throughput, "
                                    "TTFT, TPOT, ITL per level and the knee. The API key, if any, is read from "
                                    "VLLM_API_KEY or OPENAI_API_KEY, or from --api-key-file.")
-    p.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
+    p.add_argument("--url", type=http_url, default="http://127.0.0.1:8000", help="server base URL (default %(default)s)")
     p.add_argument("--model", help="served model name (default: the first one /v1/models lists)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--levels", help="concurrency levels, e.g. 1,2,4,8,16")
-    g.add_argument("--max-level", type=int, help="geometric levels 1,2,4,… up to this")
-    g.add_argument("--rate", help="open-loop mode: Poisson request rates in req/s, e.g. 0.5,1,2,4")
+    g.add_argument("--levels", type=number_list(), help="concurrency levels, e.g. 1,2,4,8,16")
+    g.add_argument("--max-level", type=positive_int, help="geometric levels 1,2,4,… up to this")
+    g.add_argument("--rate", type=number_list(what="request rates (req/s)", example="0.5,1,2,4"),
+                   help="open-loop mode: Poisson request rates in req/s, e.g. 0.5,1,2,4")
     g.add_argument("--find-capacity", action="store_true",
                    help="find the most concurrent users that meet the SLO (--slo-…): probe 1, 2, 4 … then bisect")
     g.add_argument("--find-rate", action="store_true",
                    help="open loop: find the highest Poisson request rate (req/s) that meets the SLO")
-    p.add_argument("--start", type=float, help="capacity search: first level probed (default 1 user, 1 req/s)")
-    p.add_argument("--max-users", type=float, default=1024.0,
+    p.add_argument("--start", type=positive_number,
+                   help="capacity search: first level probed (default 1 user, 1 req/s)")
+    p.add_argument("--max-users", type=positive_number, default=1024.0,
                    help="capacity search: highest level it may probe (default %(default)g)")
-    p.add_argument("--resolution", type=float, default=0.10,
+    p.add_argument("--resolution", type=fraction, default=0.10,
                    help="capacity search: stop within this fraction (default %(default)g) or 1 user / 0.1 req/s")
-    p.add_argument("--repeat", type=int, default=1, help="capacity search: run it N times (mean and spread)")
-    p.add_argument("--min-requests", type=int,
+    p.add_argument("--repeat", type=positive_int, default=1,
+                   help="capacity search: run it N times (mean and spread)")
+    p.add_argument("--min-requests", type=positive_int,
                    help="capacity search: completed requests each level is judged on (default 100: a p99 from "
                         "fewer is marked); --step-seconds is then the time cap (default 600)")
-    p.add_argument("--max-concurrency", type=int, help="rate mode: cap on requests in flight")
-    p.add_argument("--step-seconds", type=float, help="measured seconds per level (default 20 unless "
-                                                      "--requests-per-level is given)")
-    p.add_argument("--requests-per-level", type=int, help="measured requests per level")
-    p.add_argument("--warmup-seconds", type=float, default=0.0, help="seconds per level left out of the statistics")
+    p.add_argument("--max-concurrency", type=positive_int, help="rate mode: cap on requests in flight")
+    p.add_argument("--step-seconds", type=positive_seconds, help="measured seconds per level (default 20 unless "
+                                                                 "--requests-per-level is given)")
+    p.add_argument("--requests-per-level", type=positive_int, help="measured requests per level")
+    p.add_argument("--warmup-seconds", type=seconds, default=0.0,
+                   help="seconds per level left out of the statistics")
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    p.add_argument("--prompt-tokens", default="512",
+    p.add_argument("--prompt-tokens", type=from_parser(parse_length, "a token count"), default="512",
                    help="prompt length in tokens: N (varied ±25 %%, see --fixed-lengths) or LOW-HIGH (default 512)")
-    p.add_argument("--output-tokens", default="128",
+    p.add_argument("--output-tokens", type=from_parser(parse_length, "a token count"), default="128",
                    help="output length in tokens: N (varied ±25 %%) or LOW-HIGH (default 128)")
     p.add_argument("--fixed-lengths", action="store_true",
                    help="send exactly --prompt-tokens/--output-tokens (default: a single number N varies "
                         "uniformly within ±25 %% of N, seeded, so users do not march in lockstep)")
-    p.add_argument("--prompts-file", help="JSONL file, one {\"prompt\": …} or {\"messages\": […]} per line")
+    p.add_argument("--prompts-file", type=input_file, help="JSONL file, one {\"prompt\": …} or {\"messages\": […]} per line")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--request-timeout", type=float, default=300.0, help="seconds (default 300)")
-    p.add_argument("--max-failure-rate", type=float, default=0.5, help="abort when a level's failures pass this fraction")
-    p.add_argument("--max-total-seconds", type=float, help="cap on the whole ramp")
-    p.add_argument("--slo-ttft-p99", type=float, help="stop after a level whose TTFT p99 exceeds this (s)")
-    p.add_argument("--slo-tpot-p99", type=float, help="… TPOT p99 (s/token)")
-    p.add_argument("--slo-e2e-p99", type=float, help="… end-to-end p99 (s)")
-    p.add_argument("--slo-failure-rate", type=float, help="… failure rate, a fraction (0.01 = 1 %%)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", help="write summary + steps as JSON here")
-    p.add_argument("--csv", help="write the steps table as CSV here")
-    p.add_argument("--requests-csv", help="write every request as CSV here")
+    p.add_argument("--temperature", type=non_negative, default=0.0)
+    p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
+    p.add_argument("--max-failure-rate", type=fraction, default=0.5,
+                   help="abort when a level's failures pass this fraction")
+    p.add_argument("--max-total-seconds", type=positive_seconds, help="cap on the whole ramp")
+    p.add_argument("--slo-ttft-p99", type=positive_seconds, help="stop after a level whose TTFT p99 exceeds this (s)")
+    p.add_argument("--slo-tpot-p99", type=positive_seconds, help="… TPOT p99 (s/token)")
+    p.add_argument("--slo-e2e-p99", type=positive_seconds, help="… end-to-end p99 (s)")
+    p.add_argument("--slo-failure-rate", type=fraction, help="… failure rate, a fraction (0.01 = 1 %%)")
+    p.add_argument("--seed", type=seed_number, default=0)
+    p.add_argument("--json", type=output_file, help="write summary + steps as JSON here")
+    p.add_argument("--csv", type=output_file, help="write the steps table as CSV here")
+    p.add_argument("--requests-csv", type=output_file, help="write every request as CSV here")
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
     add_security_options(p, expose=False)
     p.set_defaults(func=run)
@@ -80,15 +103,9 @@ def register(sub) -> None:
 
 def spec_from_args(a: argparse.Namespace) -> RampSpec:
     """Build the RampSpec; raises ValueError/ValidationError with the option named."""
-    def nums(text: str, opt: str) -> list[float]:
-        try:
-            return [float(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(f"{opt} {text!r}: write numbers separated by commas, e.g. 1,2,4,8") from None
-
     kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
                 "endpoint": "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions",
-                "prompt_tokens": parse_length(a.prompt_tokens), "output_tokens": parse_length(a.output_tokens),
+                "prompt_tokens": a.prompt_tokens, "output_tokens": a.output_tokens,
                 "length_spread": 0.0 if a.fixed_lengths else 0.25,
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
                 "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
@@ -121,9 +138,9 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
     if a.prompts_file:
         kw["prompts_file"] = a.prompts_file
     if a.rate:
-        kw.update(mode="rate", levels=nums(a.rate, "--rate"))
+        kw.update(mode="rate", levels=a.rate)
     elif a.levels:
-        kw["levels"] = nums(a.levels, "--levels")
+        kw["levels"] = a.levels
     else:
         kw["max_level"] = a.max_level or 16
     return RampSpec(**kw)
@@ -242,7 +259,8 @@ def run(a: argparse.Namespace) -> int:
         spec = spec_from_args(a)
     except ValidationError as e:
         print("vllm-dyno ramp: invalid ramp:\n" + "\n".join(
-            f"  {flag_of(err['loc'])}: {err['msg']}" for err in e.errors()), file=sys.stderr)
+            f"  {flag_of(err['loc'])}: {err['msg'].removeprefix('Value error, ')}" for err in e.errors()),
+            file=sys.stderr)
         return 2
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
@@ -289,12 +307,15 @@ def run(a: argparse.Namespace) -> int:
     print_result(res, slo=not spec.slo.is_empty())
     if res.run_id is not None:
         print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
+    unsaved = res.unsaved  # the run store could not take the run (a full disk, a read-only home)
+    exported = None
     try:
         # deferred: only this command needs it (vllm-dyno starts light)
         from app.loadgen import export
 
         if a.json:
             export.write_json(a.json, res, spec, time_scale=k)
+            exported = a.json
         if a.csv:
             export.write_steps_csv(a.csv, res.steps)
         if a.requests_csv:
@@ -302,9 +323,12 @@ def run(a: argparse.Namespace) -> int:
     except OSError as e:
         print(f"vllm-dyno ramp: cannot write the export ({e})", file=sys.stderr)
         return 1
+    finally:
+        if unsaved:
+            print(f"vllm-dyno ramp: {unsaved_text(unsaved, exported)}", file=sys.stderr)
     if interrupted:
         return 130
     if not res.ok:
         print(f"vllm-dyno ramp: {res.stop_reason}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if unsaved else 0

@@ -9,17 +9,24 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sqlite3
+import sys
 import threading
 
 from app.cli.common import (
     BadInput,
     add_security_options,
     err,
+    executable,
     fmt,
     level_table,
+    number_list,
+    output_file,
     positive_seconds,
     print_exposure,
     profile_for_launch,
+    run_number,
+    unsaved_text,
     write_or_print,
 )
 from app.config import add_server_options
@@ -79,6 +86,10 @@ def cmd_runs(a: argparse.Namespace) -> int:
                 return 0
     except history.RunNotFound as e:
         return err(str(e))
+    except (OSError, sqlite3.OperationalError) as e:  # an export's file; app.store.StoreWriteError: the
+        # store cannot be written (a full disk, a read-only home), with the path and the cause
+        print(f"vllm-dyno runs: {e}", file=sys.stderr)
+        return 1
     return err(f"unknown action {a.action}")
 
 
@@ -94,10 +105,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         return int(e.code or 2)
     over: dict = {}
     if a.levels:
-        try:
-            over["levels"] = [float(x) for x in a.levels.split(",") if x.strip()]
-        except ValueError:
-            return err(f"--levels {a.levels!r}: write numbers separated by commas, e.g. 1,2,4,8")
+        over["levels"] = a.levels
     if a.step_seconds is not None:
         over["step_seconds"] = a.step_seconds
     if a.max_total_seconds is not None:
@@ -148,7 +156,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, prev_t)
     res = box.get("res")
     if res is None:
-        return err("the session ended without a result (see the log above)")
+        print("vllm-dyno run: the session ended without a result (see the log above)", file=sys.stderr)
+        return 1
     print()
     if res.steps:
         print(level_table([st.model_dump() for st in res.steps], slo=not p.ramp.slo.is_empty()))
@@ -159,18 +168,36 @@ def cmd_run(a: argparse.Namespace) -> int:
         print("\n" + res.verdict.sentence)
     if res.run_id is not None:
         print(f"recorded as run {res.run_id} (vllm-dyno runs show {res.run_id})")
+    code = 0
+    if a.json and res.outcome is not None:
+        # deferred: only this command needs it (vllm-dyno starts light)
+        from app.loadgen import export
+
+        try:
+            export.write_json(a.json, res.outcome, res.outcome_spec, time_scale=res.time_scale)
+            print(f"wrote {a.json}", file=sys.stderr)
+        except OSError as e:
+            print(f"vllm-dyno run: cannot write {a.json}: {e.strerror or e}", file=sys.stderr)
+            code = 1
+    if res.unsaved:
+        print(f"vllm-dyno run: {unsaved_text(res.unsaved, a.json if code == 0 else None)}", file=sys.stderr)
+        code = 1
     if a.save_results and res.run_id is not None and res.steps:
         # deferred: only this command needs it (vllm-dyno starts light)
         from app.history import profile_from_run
         from app.store import RunStore
 
-        with RunStore() as store:
-            saved = profile_from_run(store, res.run_id, p.name)
-        path = ProfileLibrary().save(saved)
-        print(f"results saved with profile {saved.name!r} → {path}")
+        try:
+            with RunStore() as store:
+                saved = profile_from_run(store, res.run_id, p.name)
+            path = ProfileLibrary().save(saved)
+            print(f"results saved with profile {saved.name!r} → {path}")
+        except OSError as e:
+            print(f"vllm-dyno run: cannot save the results into the profile: {e}", file=sys.stderr)
+            code = 1
     if interrupted.is_set():
         return 130
-    return 0 if res.ok else 1
+    return code if res.ok else 1
 
 
 def register(sub) -> None:
@@ -178,14 +205,14 @@ def register(sub) -> None:
     rs = r.add_subparsers(dest="action", required=True)
     rs.add_parser("list", help="recorded runs, newest first")
     x = rs.add_parser("show", help="a run's outcome and per-level table")
-    x.add_argument("id", type=int)
+    x.add_argument("id", type=run_number)
     x = rs.add_parser("export", help="a run as JSON (everything) or CSV (levels or requests)")
-    x.add_argument("id", type=int)
+    x.add_argument("id", type=run_number)
     x.add_argument("--format", choices=["json", "csv"], default="json")
     x.add_argument("--what", choices=["levels", "requests"], default="levels", help="csv: which table")
-    x.add_argument("-o", "--output", help="write to this file instead of stdout")
+    x.add_argument("-o", "--output", type=output_file, help="write to this file instead of stdout")
     x = rs.add_parser("delete", help="delete a run and everything recorded with it")
-    x.add_argument("id", type=int)
+    x.add_argument("id", type=run_number)
     r.set_defaults(func=cmd_runs)
 
 
@@ -193,10 +220,10 @@ def register(sub) -> None:
     x.add_argument("profile", help="profile name (see `profiles list`) or a profile YAML file")
     add_server_options(x, model_required=False)  # override the profile's vLLM options
     add_security_options(x)
-    x.add_argument("--python", help="interpreter with vLLM installed (engine vllm)")
-    x.add_argument("--levels", help="override the ramp's levels, e.g. 1,2,4")
-    x.add_argument("--step-seconds", type=float, help="override the seconds per level")
-    x.add_argument("--max-total-seconds", type=float, help="cap the whole ramp")
+    x.add_argument("--python", type=executable, help="interpreter with vLLM installed (engine vllm)")
+    x.add_argument("--levels", type=number_list(), help="override the ramp's levels, e.g. 1,2,4")
+    x.add_argument("--step-seconds", type=positive_seconds, help="override the seconds per level")
+    x.add_argument("--max-total-seconds", type=positive_seconds, help="cap the whole ramp")
     x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
     x.add_argument("--trust-env", action="store_true",
@@ -204,4 +231,7 @@ def register(sub) -> None:
                         "(LD_PRELOAD, PYTHONPATH, PATH, …; the refusal shows the exact values)")
     x.add_argument("--show-log", action="store_true", help="echo the server's log")
     x.add_argument("--save-results", action="store_true", help="save the results into the profile (user copy)")
+    x.add_argument("--json", type=output_file,
+                   help="also write the results (spec, summary, levels, verdict) as JSON here — e.g. on another "
+                        "disk when the data directory's is full")
     x.set_defaults(func=cmd_run)

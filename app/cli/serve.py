@@ -15,6 +15,7 @@ from app.cli.common import (
     apply_api_key_file,
     config_from_args,
     err,
+    executable,
     positive_seconds,
     print_exposure,
     sim_args_from,
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_server_options(p)
     add_security_options(p)
     p.add_argument("--engine", choices=["vllm", "sim"], default="vllm")
-    p.add_argument("--python", help="interpreter with vLLM installed (default: VLLM_DYNO_VLLM_PYTHON, .venv-vllm, python3)")
+    p.add_argument("--python", type=executable, help="interpreter with vLLM installed (default: VLLM_DYNO_VLLM_PYTHON, .venv-vllm, python3)")
     p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for ready")
     p.add_argument("--grace", type=positive_seconds, default=20.0, help="seconds between SIGTERM and SIGKILL on stop")
     p.add_argument("--quiet-log", action="store_true", help="do not echo the server's log")

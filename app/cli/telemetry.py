@@ -15,19 +15,22 @@ import sys
 import time
 import urllib.parse
 
+from app.cli.common import http_url, index_list, positive_seconds, process_id
+
 GiB = 2**30
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("telemetry", help="live table of GPU, host and server figures")
-    p.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000 (scrapes /metrics)")
-    p.add_argument("--seconds", type=float, help="stop after N seconds (default: until Ctrl-C)")
-    p.add_argument("--refresh", type=float, default=1.0, help="seconds between table prints (default 1)")
-    p.add_argument("--gpus", help="GPU indices to read, e.g. 0,1,2,3 (default: all)")
-    p.add_argument("--sim-url", help="read virtual GPUs from a sim rig's /sim/telemetry instead of NVML")
+    p.add_argument("--url", type=http_url, help="server base URL, e.g. http://127.0.0.1:8000 (scrapes /metrics)")
+    p.add_argument("--seconds", type=positive_seconds, help="stop after N seconds (default: until Ctrl-C)")
+    p.add_argument("--refresh", type=positive_seconds, default=1.0, help="seconds between table prints (default 1)")
+    p.add_argument("--gpus", type=index_list, help="GPU indices to read, e.g. 0,1,2,3 (default: all)")
+    p.add_argument("--sim-url", type=http_url,
+                   help="read virtual GPUs from a sim rig's /sim/telemetry instead of NVML")
     p.add_argument("--no-gpu", action="store_true", help="do not read GPUs")
-    p.add_argument("--pgid", type=int, help="server process group (for its RSS/CPU)")
-    p.add_argument("--pid", type=int, help="server root pid (for its RSS/CPU)")
+    p.add_argument("--pgid", type=process_id, help="server process group (for its RSS/CPU)")
+    p.add_argument("--pid", type=process_id, help="server root pid (for its RSS/CPU)")
     p.set_defaults(func=cmd_telemetry)
 
 
@@ -117,21 +120,7 @@ def cmd_telemetry(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.telemetry.hub import Telemetry, default_gpu_source
 
-    if a.refresh <= 0:
-        print("error: --refresh must be > 0 seconds", file=sys.stderr)
-        return 2
-    if a.seconds is not None and a.seconds <= 0:
-        print("error: --seconds must be > 0", file=sys.stderr)
-        return 2
-    try:
-        gpus = [int(x) for x in a.gpus.split(",") if x.strip()] if a.gpus else None
-    except ValueError:
-        print(f"error: --gpus {a.gpus!r}: write indices like 0,1,2,3", file=sys.stderr)
-        return 2
-    url = a.url.rstrip("/") if a.url else None
-    if url and not url.startswith(("http://", "https://")):
-        print(f"error: --url {a.url!r}: write a URL like http://127.0.0.1:8000", file=sys.stderr)
-        return 2
+    gpus, url = a.gpus, a.url  # checked by their argparse types (app.cli.common)
     root_pid = a.pid if a.pid is not None else (listening_pid(url) if url and a.pgid is None else None)
     src = None if a.no_gpu else default_gpu_source(gpus, a.sim_url, a.pgid)
     tel = Telemetry(gpu_source=src, metrics_url=url, pgid=a.pgid, root_pid=root_pid)

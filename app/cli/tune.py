@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 import threading
+
+import yaml
 
 from app.cli.common import (
     BadInput,
@@ -25,58 +28,57 @@ from app.cli.common import (
     apply_api_key_file,
     config_from_args,
     err,
+    executable,
     fmt,
+    fraction,
+    number_list,
+    number_type,
+    output_file,
+    positive_int,
+    positive_number,
     positive_seconds,
     profile_for_launch,
+    seed_number,
     sim_args_from,
     write_or_print,
 )
-from app.config import add_server_options, exposure_problem
+from app.config import KV_CACHE_DTYPES, ServerConfig, add_server_options, exposure_problem
+from app.fileio import write_atomic
 
 
 def _int_list(name: str):
-    def parse(text: str) -> list[int]:
-        try:
-            vals = [int(x) for x in text.split(",") if x.strip()]
-        except ValueError:
-            vals = []
-        if not vals or any(v < 1 for v in vals):
-            raise argparse.ArgumentTypeError(f"{name} {text!r}: write whole numbers ≥ 1 separated by commas, e.g. 1,2,4")
-        return vals
-    return parse
+    return number_list(int, what=f"{name} values", example="1,2,4")
 
 
-def _str_list(text: str) -> list[str]:
+def _kv_dtypes(text: str) -> list[str]:
     vals = [x.strip() for x in text.split(",") if x.strip()]
-    if not vals:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one or more values separated by commas")
+    bad = [v for v in vals if v not in KV_CACHE_DTYPES]
+    if not vals or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: give kv_cache_dtype values from {', '.join(KV_CACHE_DTYPES)}, "
+                                         "e.g. auto,fp8")
     return vals
 
 
 def _graphs(text: str) -> list[bool]:
-    out = []
-    for v in _str_list(text):
-        if v.lower() not in ("on", "off"):
-            raise argparse.ArgumentTypeError(f"--cuda-graphs {text!r}: write on, off or on,off")
-        out.append(v.lower() == "off")  # enforce_eager
-    return out
+    vals = [x.strip().lower() for x in text.split(",") if x.strip()]
+    if not vals or any(v not in ("on", "off") for v in vals):
+        raise argparse.ArgumentTypeError(f"{text!r}: write on, off or on,off")
+    return [v == "off" for v in vals]  # enforce_eager
 
 
 def _pair(text: str) -> tuple[str, str]:
     if "=" not in text or not text.split("=", 1)[0].strip() or not text.split("=", 1)[1].strip():
-        raise argparse.ArgumentTypeError(f"{text!r}: write LABEL=VALUE, e.g. awq=hugging-quants/…-AWQ-INT4")
+        raise argparse.ArgumentTypeError(f"{text!r}: write NAME=VALUE, e.g. awq=hugging-quants/…-AWQ-INT4")
     k, v = text.split("=", 1)
     return k.strip(), v.strip()
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number ≥ 1")
-    return v
+def _json_out(text: str) -> str:
+    return text if text == "-" else output_file(text)
+
+
+#: a search's resolution: a fraction strictly between 0 and 1
+_resolution = number_type(float, low=0, high=1, low_open=True, high_open=True, what="a fraction", example="0.1")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,20 +89,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_server_options(p, model_required=False)
     add_sim_options(p)
     add_security_options(p)
-    p.add_argument("--python", help="interpreter with vLLM installed (engine vllm)")
+    p.add_argument("--python", type=executable, help="interpreter with vLLM installed (engine vllm)")
     p.add_argument("--trust-env", action="store_true", help="let the profile's env: set variables a shared profile "
                                                             "may not set unconfirmed (see `run --help`)")
     p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for each launch")
     p.add_argument("--grace", type=positive_seconds, help="seconds between SIGTERM and SIGKILL when a launch stops")
     w = p.add_argument_group("workload and SLO (default: the profile's ramp)")
-    w.add_argument("--prompt-tokens", type=_positive_int, help="mean prompt tokens (default 512)")
-    w.add_argument("--output-tokens", type=_positive_int, help="mean output tokens (default 128)")
+    w.add_argument("--prompt-tokens", type=positive_int, help="mean prompt tokens (default 512)")
+    w.add_argument("--output-tokens", type=positive_int, help="mean output tokens (default 128)")
     w.add_argument("--fixed-lengths", action="store_true", help="every request exactly these lengths (default ±25 %%)")
-    w.add_argument("--seed", type=int, help="seed of the request lengths")
+    w.add_argument("--seed", type=seed_number, help="seed of the request lengths")
     w.add_argument("--slo-ttft-p99", type=positive_seconds, help="TTFT p99 bound, s")
     w.add_argument("--slo-tpot-p99", type=positive_seconds, help="TPOT p99 bound, s per token")
     w.add_argument("--slo-e2e-p99", type=positive_seconds, help="end-to-end p99 bound, s")
-    w.add_argument("--slo-failure-rate", type=float, help="failure-rate bound, a fraction (0.01 = 1 %%)")
+    w.add_argument("--slo-failure-rate", type=fraction, help="failure-rate bound, a fraction (0.01 = 1 %%)")
     s = p.add_argument_group("search space (default: everything the planner lets start)")
     s.add_argument("--objective", choices=["users", "throughput", "cost", "energy"], default="users",
                    help="most users at the SLO (default), most tok/s there, lowest $/M tokens or J/token there")
@@ -113,28 +115,28 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the profile's model)")
     s.add_argument("--mnbt", type=_int_list("--mnbt"), help="max_num_batched_tokens values (default: 2048, the "
                                                              "card's default and twice it)")
-    s.add_argument("--kv-cache-dtypes", type=_str_list, help="kv_cache_dtype values (default auto,fp8 on GPUs)")
+    s.add_argument("--kv-cache-dtypes", type=_kv_dtypes, help="kv_cache_dtype values (default auto,fp8 on GPUs)")
     s.add_argument("--cuda-graphs", type=_graphs, help="on, off or on,off (default both on GPUs)")
     s.add_argument("--vary", type=_pair, action="append", default=[], metavar="OPTION=V1,V2",
                    help="any other vLLM option and its values, e.g. block_size=16,32 (repeatable)")
     b = p.add_argument_group("budget and search")
-    b.add_argument("--max-launches", type=_positive_int, default=4, help="launches, the confirming one included "
+    b.add_argument("--max-launches", type=positive_int, default=4, help="launches, the confirming one included "
                                                                          "(default 4)")
-    b.add_argument("--max-minutes", type=positive_seconds, help="stop launching after this many minutes (wall)")
-    b.add_argument("--requests-per-level", type=_positive_int, help="requests each search level is judged on "
+    b.add_argument("--max-minutes", type=positive_number, help="stop launching after this many minutes (wall)")
+    b.add_argument("--requests-per-level", type=positive_int, help="requests each search level is judged on "
                                                                     "(default 100: a p99)")
-    b.add_argument("--resolution", type=float, default=0.10, help="search resolution, a fraction (default 0.10)")
-    b.add_argument("--max-users", type=_positive_int, default=1024,
+    b.add_argument("--resolution", type=_resolution, default=0.10, help="search resolution, a fraction (default 0.10)")
+    b.add_argument("--max-users", type=positive_int, default=1024,
                    help="the most users a search probes (default 1024; lower it for a small machine)")
     o = p.add_argument_group("output and state")
-    o.add_argument("--json", metavar="FILE", help="write the result as JSON here ('-' for stdout)")
+    o.add_argument("--json", type=_json_out, metavar="FILE", help="write the result as JSON here ('-' for stdout)")
     o.add_argument("--save-profile", metavar="NAME", help="save the recommended flags as a profile")
     o.add_argument("--export-command", action="store_true", help="print the recommendation as a `vllm serve` command")
-    o.add_argument("--export-config", metavar="FILE", help="write the recommendation as a vLLM --config YAML")
+    o.add_argument("--export-config", type=output_file, metavar="FILE", help="write the recommendation as a vLLM --config YAML")
     o.add_argument("--dry-run", action="store_true", help="print the space and the predictions; launch nothing")
-    o.add_argument("--resume", type=_positive_int, metavar="ID", help="continue an interrupted tune")
+    o.add_argument("--resume", type=positive_int, metavar="ID", help="continue an interrupted tune")
     o.add_argument("--list", action="store_true", help="list the tunes in the run store")
-    o.add_argument("--show", type=_positive_int, metavar="ID", help="print a tune's result")
+    o.add_argument("--show", type=positive_int, metavar="ID", help="print a tune's result")
     p.set_defaults(func=cmd_tune)
 
 
@@ -220,7 +222,7 @@ def _spec_from_args(a: argparse.Namespace):
                         vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
                         seed=a.seed if a.seed is not None else (ramp.seed if ramp is not None else 0), slo=slo,
                         objective=a.objective, space=space, max_launches=a.max_launches,
-                        max_minutes=a.max_minutes / 60 if a.max_minutes else None,
+                        max_minutes=a.max_minutes,
                         requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
                         max_users=a.max_users,
                         startup_timeout=a.startup_timeout, grace=a.grace)
@@ -314,11 +316,6 @@ def summary_text(res: dict) -> str:
 
 def vllm_serve_command(server: dict) -> str:
     """The recommendation as one ``vllm serve`` line (the app's own argv builder)."""
-    # deferred: only the export needs ServerConfig's argv
-    import shlex
-
-    from app.config import ServerConfig
-
     cfg = ServerConfig(**server)
     return "vllm serve " + shlex.join([cfg.model, *cfg.option_argv(include_port=False)])
 
@@ -432,12 +429,6 @@ def _report(a: argparse.Namespace, res: dict) -> int:
     if a.export_command:
         print(vllm_serve_command(rec["server"]))
     if a.export_config:
-        # deferred: only the export needs these
-        import yaml
-
-        from app.config import ServerConfig
-        from app.fileio import write_atomic
-
         write_atomic(a.export_config, yaml.safe_dump(ServerConfig(**rec["server"]).to_vllm_config(), sort_keys=False))
         print(f"vLLM --config written to {a.export_config}")
     if a.save_profile:
@@ -450,7 +441,6 @@ def save_as_profile(name: str, server: dict, a: argparse.Namespace) -> str:
     """Write the recommendation as a user profile named ``name`` (the starting profile's
     engine, rig and ramp, with the recommended server options)."""
     # deferred: only the save needs the library
-    from app.config import ServerConfig
     from app.profiles import ProfileLibrary
     from app.profiles.model import Profile
 

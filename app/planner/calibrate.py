@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import yaml
 
+from app.fileio import read_yaml, write_atomic
 from app.paths import calibration_dir
 from app.planner.gpus import GpuSpec
 from app.engine.steptime import PerfParams, StepTimeModel, predict_level
@@ -70,12 +71,10 @@ def _path(fingerprint: str) -> Path:
 
 
 def save_calibration(fingerprint: str, params: PerfParams, info: dict | None = None) -> Path:
-    """Write the parameters for ``fingerprint`` (atomically: temp file, then rename)."""
+    """Write the parameters for ``fingerprint`` (atomically: :func:`app.fileio.write_atomic`)."""
     p = _path(fingerprint)
     data = {"schema_version": 1, "fingerprint": fingerprint, "params": params.as_dict(), "info": info or {}}
-    tmp = p.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-    tmp.replace(p)
+    write_atomic(p, yaml.safe_dump(data, sort_keys=False))
     return p
 
 
@@ -85,9 +84,9 @@ def load_calibration(fingerprint: str) -> PerfParams | None:
     if not p.is_file():
         return None
     try:
-        d = yaml.safe_load(p.read_text())["params"]
+        d = read_yaml(p)["params"]
         return PerfParams(**{k: d[k] for k in PerfParams.__dataclass_fields__ if k in d})
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # ValueError: app.fileio.YamlError
         return None
 
 

@@ -25,9 +25,8 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from app.engine.gpu import GIB, GpuSpec
+from app.fileio import load_yaml
 from app.telemetry.nvml import NvmlUnavailable, read_cards
 
 __all__ = ["GIB", "GpuSpec", "UnknownGpuError"]  # GpuSpec and GIB are the engine's device model
@@ -96,7 +95,7 @@ def catalog_rows() -> dict[str, Any]:
     """``data/gpus.yaml`` as written: ``{"sources": {key: reference}, "gpus": [row, …]}``
     (read once from package data)."""
     text = resources.files("app.planner").joinpath("data/gpus.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)
+    return load_yaml(text)
 
 
 @functools.lru_cache(maxsize=1)

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from app.fileio import load_yaml
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1,
                "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1}
@@ -387,7 +387,7 @@ def _key(s: str) -> str:
 @functools.lru_cache(maxsize=1)
 def _catalog() -> list[dict[str, Any]]:
     text = resources.files("app.planner").joinpath("data/models.yaml").read_text(encoding="utf-8")
-    return yaml.safe_load(text)["models"]
+    return load_yaml(text)["models"]
 
 
 def catalog_ids() -> list[str]:

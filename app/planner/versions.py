@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-import yaml
-
+from app.fileio import load_yaml
 from app.server.interpreter import inspect_interpreter, resolve_python
 
 
@@ -29,7 +28,7 @@ def version_tuple(v: str) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=1)
 def _data() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("app.planner").joinpath("data/vllm_versions.yaml").read_text("utf-8"))
+    return load_yaml(resources.files("app.planner").joinpath("data/vllm_versions.yaml").read_text("utf-8"))
 
 
 def known_versions() -> list[str]:

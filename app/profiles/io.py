@@ -2,10 +2,12 @@
 
 Reading never executes anything and never blocks on a bad file:
 
-- at most :data:`MAX_PROFILE_BYTES` are read (a larger file is refused unread);
-- YAML is parsed with a ``yaml.SafeLoader`` that also refuses anchors/aliases (so a
-  "billion laughs" file cannot blow up memory) — tags such as ``!!python/object`` are
-  refused by the safe loader itself;
+- YAML is parsed by the project's one loader, :func:`app.fileio.load_yaml` (a
+  ``yaml.SafeLoader``: tags such as ``!!python/object`` are refused), with
+  :data:`PROFILE_YAML_LIMITS`: at most :data:`MAX_PROFILE_BYTES` (a larger file is
+  refused unread), 64 levels of nesting, integers of at most 40 characters, no duplicate
+  key, and no anchors or aliases at all (a profile never needs them, so a "billion
+  laughs" file is refused at its first ``&``);
 - older ``schema_version`` files are migrated (:func:`migrate`);
 - unknown keys are dropped with a warning (returned, and logged);
 - a bad value raises :class:`ProfileError` naming the file, the key and the reason.
@@ -25,6 +27,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from app.config import ServerConfig
+from app.fileio import YamlError, YamlLimits, load_yaml
+from app.fileio import read_text_limited as read_text_bounded
 from app.fileio import write_atomic  # noqa: F401  (re-exported: profiles are written with it)
 from app.profiles.model import SCHEMA_VERSION, Profile
 
@@ -32,6 +36,8 @@ log = logging.getLogger(__name__)
 
 #: profiles are small (a few KiB); anything above this is not a profile
 MAX_PROFILE_BYTES = 1 << 20
+#: what a profile file may be (app.fileio.YamlLimits); no anchors or aliases
+PROFILE_YAML_LIMITS = YamlLimits(max_bytes=MAX_PROFILE_BYTES, max_aliases=0)
 
 
 class ProfileError(ValueError):
@@ -43,55 +49,24 @@ class ProfileError(ValueError):
         super().__init__(f"{self.file}: " + (f"{key}: " if key else "") + reason)
 
 
-class _NoAliasLoader(yaml.SafeLoader):
-    """SafeLoader that refuses anchors and aliases (profiles never need them)."""
-
-    def compose_node(self, parent, index):  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            ev = self.peek_event()
-            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not allowed in a profile",
-                                              ev.start_mark)
-        node = super().compose_node(parent, index)
-        if node is not None and getattr(node, "anchor", None):
-            raise yaml.composer.ComposerError(None, None, "YAML anchors (&name) are not allowed in a profile",
-                                              node.start_mark)
-        return node
-
-
 def safe_yaml(text: str, label: str) -> Any:
-    """Parse YAML text safely (see module docstring). Raises :class:`ProfileError`."""
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_PROFILE_BYTES:
-        raise ProfileError(label, None, f"larger than {MAX_PROFILE_BYTES // 1024} KiB: not a profile")
+    """Parse profile YAML text within :data:`PROFILE_YAML_LIMITS` (see the module
+    docstring). Raises :class:`ProfileError` naming ``label``, the key and the reason."""
     try:
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.constructor.ConstructorError as e:
-        where = f" (line {e.problem_mark.line + 1})" if e.problem_mark else ""
-        raise ProfileError(label, None, f"YAML tag not allowed{where}: {e.problem}; a profile holds plain "
-                                        "values only, nothing that builds objects") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise ProfileError(label, None, f"broken YAML: {where}{problem}") from None
+        return load_yaml(text, PROFILE_YAML_LIMITS)
+    except YamlError as e:
+        raise ProfileError(label, e.key, e.located) from None
 
 
 def read_text_limited(path: Path) -> str:
-    """Read a UTF-8 file of at most :data:`MAX_PROFILE_BYTES`. Raises ProfileError."""
+    """Read a UTF-8 file of at most :data:`MAX_PROFILE_BYTES` (a larger one unread).
+    Raises :class:`ProfileError` naming the file."""
     try:
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise ProfileError(str(path), None, f"{size / 2**20:.1f} MiB is larger than "
-                                                f"{MAX_PROFILE_BYTES // 1024} KiB: not a profile")
-        with path.open("rb") as f:
-            raw = f.read(MAX_PROFILE_BYTES + 1)
+        return read_text_bounded(path, MAX_PROFILE_BYTES)
+    except YamlError as e:
+        raise ProfileError(str(path), None, e.located) from None
     except OSError as e:
         raise ProfileError(str(path), None, f"cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_PROFILE_BYTES:
-        raise ProfileError(str(path), None, "grew past the size limit while being read: not a profile")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ProfileError(str(path), None, f"not UTF-8 text (byte {e.start}): not a YAML profile") from None
 
 
 # ---------------------------------------------------------------------- migration

@@ -85,6 +85,11 @@ class ProfileLibrary:
             directory = profiles_dir()
         self.directory = Path(directory)
         self.builtin = builtin
+        try:  # where profiles are saved and imported to; a read-only home still lists them
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            log.warning("profiles folder %s cannot be made (%s): profiles can be read but not saved",
+                        self.directory, e.strerror or e)
 
     # ------------------------------------------------------------------ reading
     def builtin_entries(self, errors: list[ProfileError] | None = None) -> list[ProfileEntry]:

@@ -74,6 +74,9 @@ RUNNING_STATES = (State.STARTING, State.LOADING, State.READY, State.STOPPING, St
 #: statuses of a ramp that ran to an orderly end
 OK_STATUSES = ("done", "slo_broken", "stopped")
 
+#: seconds between tries to save a finished run the store refused (a full disk)
+SAVE_RETRY_S = 5.0
+
 
 @dataclass
 class LaunchTarget:
@@ -130,7 +133,10 @@ class RampOutcome:
     ``status``: ``done``, ``slo_broken``, ``failed`` (failure-rate stop), ``stopped``
     (total-duration cap), ``safety`` (thermal stop), ``aborted``, ``server_failed`` or
     ``error`` (nothing ran: ``error`` holds the message). ``stop_reason``: one line for
-    humans. ``run_id``: the recorded run (None when not recorded). ``records``: every
+    humans. ``run_id``: the recorded run (None when not recorded, or not saved yet).
+    ``unsaved``: why the run is not (completely) in the run store yet — a full disk, a
+    read-only home: the path and the cause; the controller saves it when it can
+    (:meth:`RunController.save_pending`). ``records``: every
     request (session-clock seconds, wall). ``capacity``: users at the SLO from the levels
     (a capacity search's answer, or the ramp's levels judged the same way);
     ``verdict``: the one-sentence answer with the rig, flags, cost and limit."""
@@ -148,6 +154,7 @@ class RampOutcome:
     time_scale: float = 1.0
     capacity: Capacity | None = None
     verdict: Verdict | None = None
+    unsaved: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -209,6 +216,11 @@ class RunController:
         self._lock = threading.RLock()
         self._ready = threading.Event()
         self._bg: list[threading.Thread] = []
+        #: finished runs the store could not take yet (a full disk): retried every SAVE_RETRY_S
+        self.unsaved: list[RunRecorder] = []
+        self._outcomes: dict[int, RampOutcome] = {}  # id(recorder) → the outcome that reported it unsaved
+        self._saver: threading.Thread | None = None
+        self._closing = threading.Event()
 
     # ------------------------------------------------------------------ store
     @property
@@ -227,10 +239,55 @@ class RunController:
     def close(self) -> list[int]:
         """:meth:`stop`, then close the run store if this controller opened it."""
         left = self.stop()
+        self._closing.set()
+        if self.unsaved:
+            self.save_pending()
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
         return left
+
+    # ------------------------------------------------------------------ runs not saved yet
+    def _keep_unsaved(self, rec: RunRecorder, outcome: "RampOutcome | None" = None) -> str:
+        """A finished run the store refused (part of): kept, retried in the background
+        (``outcome``'s ``run_id`` is set and ``unsaved`` cleared once it is saved);
+        returns the message for the user (the path, the cause, what happens next)."""
+        with self._lock:
+            if rec not in self.unsaved:
+                self.unsaved.append(rec)
+            if outcome is not None:
+                self._outcomes[id(rec)] = outcome
+            if not self._closing.is_set() and (self._saver is None or not self._saver.is_alive()):
+                self._saver = threading.Thread(target=self._save_loop, name="run-saver", daemon=True)
+                self._saver.start()
+        return (f"{rec.problem}. The results are kept in memory (shown here; export them to another disk if "
+                f"you need them now) and the run is saved as soon as the store can be written again")
+
+    def _save_loop(self) -> None:
+        while self.unsaved and not self._closing.wait(SAVE_RETRY_S):
+            self.save_pending()
+
+    def save_pending(self) -> list[RunRecorder]:
+        """Try to write every finished run the store refused so far; each one saved is
+        announced (``on_run_saved``). Returns those still unsaved."""
+        with self._lock:
+            todo = list(self.unsaved)
+        for rec in todo:
+            try:
+                ok = rec.save_pending()
+            except Exception:
+                log.exception("saving run %s failed", rec.run_id)
+                ok = False
+            if ok:
+                with self._lock:
+                    if rec in self.unsaved:
+                        self.unsaved.remove(rec)
+                    out = self._outcomes.pop(id(rec), None)
+                if out is not None:
+                    out.run_id, out.unsaved = rec.run_id, None
+                self._emit("on_run_saved", rec.run_id)
+        with self._lock:
+            return list(self.unsaved)
 
     # ------------------------------------------------------------------ state
     def _set_state(self, state: State, reason: str = "") -> None:
@@ -583,8 +640,13 @@ class RunController:
                 rec.attach_server(self.supervisor)
             except Exception:
                 log.exception("could not record the server of run %s", rec.run_id)
-        return rec.finish(status, reason, knee, error=error, verdict=outcome.verdict if outcome else None,
-                          users_at_slo=outcome.capacity if outcome else None)
+        closed = rec.finish(status, reason, knee, error=error, verdict=outcome.verdict if outcome else None,
+                            users_at_slo=outcome.capacity if outcome else None)
+        if not rec.saved:
+            if outcome is not None:
+                outcome.unsaved = rec.problem
+            self._emit("on_record_failed", self._keep_unsaved(rec, outcome))
+        return closed
 
     # ------------------------------------------------------------------ ramps
     def start_ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: Any | None = None) -> None:
@@ -715,7 +777,11 @@ class RunController:
                 else:
                     out.summary, out.results = rec.finish(out.status, out.stop_reason, out.knee, error=out.error,
                                                           verdict=out.verdict, users_at_slo=out.capacity)
-                    out.run_id = rec.run_id
+                    if rec.saved:
+                        out.run_id = rec.run_id
+                    else:
+                        out.unsaved = rec.problem
+                        self._emit("on_record_failed", self._keep_unsaved(rec, out))
             except Exception as e:
                 log.exception("could not complete run %s", rec.run_id)
                 self._emit("on_record_failed", f"run {rec.run_id} could not be completed in the store: {e}")

@@ -64,4 +64,8 @@ class RunListener:
         """The ramp ended and is recorded (``outcome.run_id``)."""
 
     def on_record_failed(self, message: str) -> None:
-        """The run could not be (completely) recorded."""
+        """The run could not be (completely) recorded: ``message`` names the store's path
+        and the cause, and what happens next."""
+
+    def on_run_saved(self, run_id: int) -> None:
+        """A run the store refused at first (a full disk) is now saved completely."""

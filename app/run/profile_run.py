@@ -46,7 +46,8 @@ class RunResult:
     ``stopped``, ``safety``, ``aborted``, ``error``) or ``launch_failed`` / ``plan_error`` /
     ``server_failed``; ``reason``: one line for humans (a launch failure with its
     diagnosis); ``run_id``: the recorded run (None when nothing was recorded, i.e.
-    ``plan_error``). Level stats and the knee in rig seconds."""
+    ``plan_error``, or when the store could not take it: ``unsaved`` then names the path
+    and the cause). Level stats and the knee in rig seconds."""
 
     status: str
     reason: str = ""
@@ -60,6 +61,8 @@ class RunResult:
     time_scale: float = 1.0
     verdict: Verdict | None = None
     outcome: RampOutcome | None = None
+    outcome_spec: Any = None  # the RampSpec the ramp ran (rig seconds)
+    unsaved: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -187,6 +190,7 @@ class ProfileRun:
         return rec.run_id if rec is not None else self._run_id
 
     _run_id: int | None = None
+    _rec = None  # the run's recorder (app.run.record.RunRecorder), once opened
 
     def abort(self) -> None:
         """Stop the run as soon as possible (thread-safe, idempotent)."""
@@ -220,10 +224,16 @@ class ProfileRun:
     def run(self) -> RunResult:
         """Plan, launch, wait for ready, ramp, record, stop. Never leaves a process
         running; returns the :class:`RunResult` (errors become its status)."""
+        self._rec = None
         try:
-            return self._run()
+            res = self._run()
         finally:
-            self.controller.close()
+            self.controller.close()  # a last try to save a run the store refused
+        rec = self._rec
+        if rec is not None:
+            res.run_id = rec.run_id if rec.saved else None
+            res.unsaved = None if rec.saved else rec.problem
+        return res
 
     def _run(self) -> RunResult:
         scr = screen_env(self.profile.env, trusted=self.trusted_env, builtin=self.builtin)
@@ -271,7 +281,7 @@ class ProfileRun:
         if self.aborted and res.status not in ("launch_failed",):
             res.status, res.reason = "aborted", res.reason if res.status == "aborted" and res.reason \
                 else "aborted by the user"
-        rec = ctl.run
+        rec = self._rec = ctl.run
         if rec is not None:
             res.hardware, res.time_scale = rec.hardware, rec.time_scale
         closed = ctl.close_run(res.status, res.reason, res.knee, outcome=res.outcome)
@@ -301,8 +311,12 @@ class ProfileRun:
         if self.aborted:
             return
         self._set_phase(Phase.RAMPING)
-        spec = prof.ramp_spec(ctl.url, ctl.api_model, **self.ramp_overrides)
-        out = ctl.ramp(spec, safety=self.safety)
+        spec = res.outcome_spec = prof.ramp_spec(ctl.url, ctl.api_model, **self.ramp_overrides)
+        ctl.start_ramp(spec, safety=self.safety)
+        if self.aborted:  # an abort between the check above and the start found no ramp to stop
+            ctl.abort_ramp("aborted by the user")
+        out = ctl.wait_ramp()
+        assert out is not None
         res.steps, res.knee, res.time_scale = out.steps, out.knee, out.time_scale
         res.status, res.reason = out.status, out.stop_reason
         res.outcome, res.verdict = out, out.verdict

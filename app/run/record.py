@@ -18,6 +18,15 @@ snapshot loses its secret-named ``env`` keys, and a log line or stop reason that
 secret value (the server's or this process's secret-named variables) has it replaced by
 ``<redacted>`` (:func:`app.config.redact_text`).
 
+A store that cannot be written (issue 15 item 10: a full disk, a read-only home) never
+stops a run nor loses what it measured: every write the store refuses
+(:class:`app.store.StoreWriteError`) is kept — the run row, the levels and the fields of
+the run in the recorder, the requests, samples and log lines in the store's buffer (or
+the recorder's, while the run row does not exist yet) — and :meth:`RunRecorder.save_pending`
+writes them all once the store takes them again (the recorder calls it on every level
+and at the end; the controller retries after the end). :attr:`RunRecorder.problem` names
+the path and the cause meanwhile; ``run_id`` is None until the run row exists.
+
 Times: requests, samples and log lines are session-clock seconds (wall); level stats are
 in rig seconds for a sim running ``time_scale``× faster than the wall clock
 (:func:`app.loadgen.stats.to_rig_time`; docs/design.md, "Sim time").
@@ -27,11 +36,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Iterable
+import time
+from typing import Any, Callable, Iterable
 
 from app.config import redact_argv, redact_secrets, redact_text, secret_values
 from app.loadgen.stats import Knee, StepStats, peak_level
 from app.profiles.model import HardwareFingerprint, ResultsSummary
+from app.store import StoreWriteError
 from app.telemetry.store_writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -87,7 +98,9 @@ class RunRecorder:
     Feed it from any thread: :meth:`attach_server` (once the server is known),
     :meth:`set_context` (spec, hardware, time scale), :meth:`add_log_line`,
     :meth:`add_samples`, :meth:`add_records`, :meth:`add_level` (rig-time stats); then
-    :meth:`finish`. After :meth:`finish` the feeds are ignored.
+    :meth:`finish`. After :meth:`finish` the feeds are ignored. None of them raises for a
+    store that cannot be written (module docstring): :attr:`problem`, :attr:`saved` and
+    :meth:`save_pending`.
     """
 
     def __init__(self, store, *, name: str, engine: str, profile_data: dict | None, spec: Any = None,
@@ -108,15 +121,94 @@ class RunRecorder:
                 profile_data.pop("env")
         self._config: dict[str, Any] = {"profile": profile_data} if profile_data is not None else {}
         self.plan = plan
-        self.run_id: int = store.create_run(name, engine, config=self._config or None, spec=spec, plan=plan,
-                                            clock_wall0=clock_wall0)
         self.steps: list[StepStats] = []
         self.by_status: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._open = True
         self._summary: tuple[dict[str, Any], ResultsSummary | None] | None = None
-        self._writer = StoreWriter(store, self.run_id)
         self._log_after = float("-inf")
+        #: why the store does not hold everything yet (path and cause), None when it does
+        self.problem: str | None = None
+        self._create = dict(name=name, engine=engine, spec=spec, plan=plan, clock_wall0=clock_wall0)
+        self._fields: dict[str, Any] = {}  # run columns not written yet
+        self._unsaved_levels: dict[int, StepStats] = {}
+        self._early: dict[str, list] = {"requests": [], "server_log": [], "samples": []}  # before the run row
+        self._next_try = 0.0
+        self.run_id: int | None = None
+        self._writer: StoreWriter | None = None
+        self._try(self._create_row)
+
+    # ------------------------------------------------------------------ the store's refusals
+    def _try(self, write: Callable[[], Any]) -> bool:
+        """Run one store write; a refusal (StoreWriteError) is kept as :attr:`problem`."""
+        try:
+            write()
+            return True
+        except StoreWriteError as e:
+            if self.problem != str(e):
+                log.warning("%s: the run is kept in memory and saved when the store can be written", e)
+            self.problem = str(e)
+            return False
+
+    def _create_row(self) -> None:
+        c = self._create
+        rid = self.store.create_run(c["name"], c["engine"], config=self._config or None, spec=c["spec"],
+                                    plan=c["plan"], clock_wall0=c["clock_wall0"])
+        self.run_id = rid
+        self._writer = StoreWriter(self.store, rid)
+        early, self._early = self._early, {"requests": [], "server_log": [], "samples": []}
+        if early["server_log"]:
+            self.store.add_log_lines(rid, early["server_log"])
+        if early["samples"]:
+            self.store.add_samples(rid, early["samples"])
+        if early["requests"]:
+            self.store.add_requests(rid, early["requests"])
+
+    @property
+    def saved(self) -> bool:
+        """Everything given so far is in the store (committed)."""
+        return (self.run_id is not None and not self._fields and not self._unsaved_levels
+                and self.store.pending_rows == 0)
+
+    def save_pending(self) -> bool:
+        """Write what the store refused so far (the run row, the run's fields, the
+        levels, the buffered rows); True when everything is saved. Never raises for a
+        store that still cannot be written."""
+        with self._lock:
+            if self.run_id is None and not self._try(self._create_row):
+                return False
+            if self._fields:
+                fields = dict(self._fields)
+                if not self._try(lambda: self.store.update_run(self.run_id, **fields)):
+                    return False
+                for k in fields:
+                    if self._fields.get(k) is fields[k]:
+                        self._fields.pop(k)
+            for idx, st in sorted(self._unsaved_levels.items()):
+                if not self._try(lambda st=st: self.store.add_level(self.run_id, st)):
+                    return False
+                self._unsaved_levels.pop(idx, None)
+            if not self._try(self.store.flush):
+                return False
+            self.problem = None
+            return True
+
+    def _maybe_retry(self) -> None:
+        """While something is unsaved, try again at most every 2 s (from a feed)."""
+        if self.problem is not None and time.monotonic() >= self._next_try:
+            self._next_try = time.monotonic() + 2.0
+            self.save_pending()
+
+    def _update(self, **fields: Any) -> None:
+        """Set run columns now, or keep them for :meth:`save_pending`."""
+        with self._lock:
+            self._fields.update(fields)
+            if self.run_id is not None and self.problem is None:
+                pending = dict(self._fields)
+                if self._try(lambda: self.store.update_run(self.run_id, **pending)):
+                    for k in pending:
+                        if self._fields.get(k) is pending[k]:
+                            self._fields.pop(k)
 
     @property
     def open(self) -> bool:
@@ -133,12 +225,12 @@ class RunRecorder:
         server["env"] = redact_secrets(server.get("env"))
         self._config.update(server=server, argv=redact_argv(list(supervisor.argv)))
         self.gpu_count = supervisor.config.world_size
-        self.store.update_run(self.run_id, config=self._config, capacity=supervisor.parser.facts.as_dict())
+        self._update(config=dict(self._config), capacity=supervisor.parser.facts.as_dict())
         lines = list(supervisor.lines.copy())  # deque.copy runs under the GIL: a consistent snapshot
         with self._lock:
             lines = [(t, stream, self._redact(text)) for t, stream, text in lines if t > self._log_after]
             if lines:
-                self.store.add_log_lines(self.run_id, lines)
+                self._add_rows("server_log", lines)
                 self._log_after = lines[-1][0]
 
     def set_context(self, *, spec: Any = None, hardware: HardwareFingerprint | None = None,
@@ -146,7 +238,7 @@ class RunRecorder:
         """Record the ramp spec (rig seconds), the hardware fingerprint, the sim's time
         scale k and the served model name, as they become known."""
         if spec is not None:
-            self.store.update_run(self.run_id, spec=spec)
+            self._update(spec=spec)
         if hardware is not None:
             self.hardware = hardware
         if time_scale is not None:
@@ -158,15 +250,34 @@ class RunRecorder:
     def add_log_line(self, stream: str, text: str, t: float) -> None:
         """A server log line (the supervisor's ``on_line`` signature)."""
         if self._open and t > self._log_after:
-            self.store.add_log_lines(self.run_id, [(t, stream, self._redact(text))])
+            self._add_rows("server_log", [(t, stream, self._redact(text))])
 
     def _redact(self, text: str) -> str:
         return redact_text(text, self._secrets) if self._secrets else text
 
+    def _add_rows(self, table: str, rows: list) -> None:
+        """Buffered rows into the store (which keeps them until a commit succeeds), or
+        into the recorder while the run row does not exist yet."""
+        with self._lock:
+            if self.run_id is None:
+                self._early[table].extend(rows)
+                self._maybe_retry()
+                return
+        if table == "server_log":
+            self.store.add_log_lines(self.run_id, rows)
+        elif table == "requests":
+            self.store.add_requests(self.run_id, rows)
+        else:
+            self.store.add_samples(self.run_id, rows)
+
     def add_samples(self, samples: list) -> None:
         """Telemetry samples ``(t, source, name, value)`` (a sampler subscriber)."""
-        if self._open:
+        if not self._open:
+            return
+        if self._writer is not None:
             self._writer(samples)
+        else:
+            self._add_rows("samples", list(samples))
 
     def add_records(self, records: Iterable[Any]) -> None:
         """Request records (:class:`app.loadgen.records.RequestRecord`)."""
@@ -176,21 +287,29 @@ class RunRecorder:
         with self._lock:
             for r in records:
                 self.by_status[r.status] = self.by_status.get(r.status, 0) + 1
-        self.store.add_requests(self.run_id, records)
+        self._add_rows("requests", records)
 
     def add_level(self, st: StepStats) -> None:
         """Store one level's stats, already in rig seconds (written once per level)."""
         with self._lock:
             self.steps = sorted([s for s in self.steps if s.idx != st.idx] + [st], key=lambda s: s.idx)
-        if self._open:
-            self.store.add_level(self.run_id, st)
+            if not self._open:
+                return
+            self._unsaved_levels[st.idx] = st
+            if self.problem is None and self.run_id is not None:
+                if self._try(lambda: self.store.add_level(self.run_id, st)):
+                    self._unsaved_levels.pop(st.idx, None)
+            else:
+                self._maybe_retry()
 
     # ------------------------------------------------------------------ end
     def finish(self, status: str, reason: str = "", knee: Knee | None = None, *,
                error: str | None = None, verdict: Any = None,
                users_at_slo: Any = None) -> tuple[dict[str, Any], ResultsSummary | None]:
         """Close the run: telemetry flushed, the capacity facts refreshed, the summary
-        written (:func:`run_summary`). Idempotent: a second call returns the first summary."""
+        written (:func:`run_summary`). Idempotent: a second call returns the first summary.
+        When the store cannot take it all, the summary is still returned, :attr:`problem`
+        says why and :meth:`save_pending` writes the rest later."""
         with self._lock:
             if not self._open:
                 assert self._summary is not None
@@ -198,7 +317,8 @@ class RunRecorder:
             self._open = False
             steps = list(self.steps)
             by_status = dict(self.by_status)
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
         capacity = self.supervisor.parser.facts.as_dict() if self.supervisor is not None else None
         reason = self._redact(reason or "")
         error = self._redact(error) if error else error
@@ -206,13 +326,21 @@ class RunRecorder:
                                     time_scale=self.time_scale, hardware=self.hardware, model=self.model,
                                     requests_by_status=by_status, error=error, verdict=verdict,
                                     users_at_slo=users_at_slo)
-        self.store.finish_run(self.run_id, status, summary=self._summary[0], capacity=capacity)
-        self.store.flush()
+        fields: dict[str, Any] = {"status": status, "finished": time.time(), "summary": self._summary[0]}
+        if capacity is not None:
+            fields["capacity"] = capacity
+        with self._lock:
+            self._fields.update(fields)  # store.finish_run's fields, kept until written
+        self.save_pending()
         return self._summary
 
     def discard(self) -> None:
         """Delete the run (nothing ran: e.g. a failed pre-flight check of ``vllm-dyno ramp``)."""
         with self._lock:
             self._open = False
-        self._writer.close()
-        self.store.delete_run(self.run_id)
+            self._fields.clear()
+            self._unsaved_levels.clear()
+        if self._writer is not None:
+            self._writer.close()
+        if self.run_id is not None:
+            self._try(lambda: self.store.delete_run(self.run_id))

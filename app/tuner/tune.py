@@ -261,7 +261,15 @@ class ControllerRig:
                                    rig_seconds=(time.monotonic() - t0) * (ctl.time_scale or 1.0))
             k = ctl.time_scale or 1.0
             start_s = (time.monotonic() - t0) * k
-            out = ctl.ramp(ramp.model_copy(update={"url": ctl.url, "model": ctl.api_model}), record=record)
+            ctl.start_ramp(ramp.model_copy(update={"url": ctl.url, "model": ctl.api_model}), record=record)
+            try:
+                check_abort()  # an abort before the start found no ramp to stop
+            except BaseException:
+                ctl.abort_ramp("the tune was stopped")
+                ctl.wait_ramp()
+                raise
+            out = ctl.wait_ramp()
+            assert out is not None
             check_abort()
             rig_s = start_s + sum(st.t_end - st.t_start for st in out.steps)
             if not out.ok or out.capacity is None:
