@@ -38,7 +38,7 @@ lint: deps
 unit: deps lint
 	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m "not e2e"
 
-bench: deps
+bench: deps vllm model
 	@for b in benchmarks/*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
 
 clean:
