@@ -12,7 +12,9 @@
    every candidate;
 3. go on only while a candidate is predicted to beat the best measured one by more than
    the measurement's spread (half its interval, at least the search's resolution), within
-   the budget (launches, minutes; one launch is kept for step 4);
+   the budget (launches, minutes; one launch is kept for step 4); a candidate predicted at
+   least as good as the best measured but within that spread (a tie the model cannot
+   break) is measured too while spare launches remain;
 4. confirm: launch the best measured candidate with ``max_num_seqs`` set from its
    capacity (:func:`app.tuner.space.recommended_max_num_seqs`) and search again from
    there: the recommendation's users, verdict and flags are those of this launch.
@@ -513,11 +515,18 @@ class Tuner:
         best = self.best_measured()
         if best is None:
             return pick, ""
-        need = self._score(best, True) + self._margin(best)
-        if self._score(pick, False) <= need:
-            return None, (f"converged: no candidate is predicted to beat the best measured ({best.key}: "
-                          f"{best.measured_users:g} users) by more than its spread")
-        return pick, ""
+        have = self._score(best, True)
+        need = have + self._margin(best)
+        if self._score(pick, False) > need:
+            return pick, ""
+        # a tie: predicted at least as good as the best measured, but within its spread —
+        # the model cannot tell them apart, a launch can; measured while the budget's spare
+        # launches last (the confirming launch stays reserved)
+        ties = [r for r in todo if self._score(r, False) >= have]
+        if ties:
+            return max(ties, key=self._rank), ""
+        return None, (f"converged: no candidate is predicted to beat the best measured ({best.key}: "
+                      f"{best.measured_users:g} users) by more than its spread")
 
     def _budget_left(self, reserve: int) -> str | None:
         s = self.spec
