@@ -61,6 +61,7 @@ from widgets.rig_state import RigState
 from widgets.run_adapter import ATTACHED, RunAdapter
 from widgets.settings_dialog import SettingsDialog
 from widgets.tasks import run_in_background
+from widgets.tune_panel import TuneInputs, TunePanel
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,8 @@ class MainWindow(QMainWindow):
         right.addTab(self.curves, "Curves")
         right.addTab(self.results, "Results")
         right.addTab(self.log_pane, "Log")
+        self.tune = TunePanel(self.tune_inputs, lambda: self.controller.core, self.run_store, self.tune_block_reason)
+        right.addTab(self.tune, "Tune")
         self.profile_manager = ProfileManager(self.form_profile, profiles.library)
         self.history = HistoryView(self.run_store, profiles.library)
         self.compare = CompareView(self.run_store)
@@ -179,6 +182,9 @@ class MainWindow(QMainWindow):
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
         self.ramp.shape_changed.connect(self._replan)  # the plan predicts the Ramp tab's ramp and SLO
+        self.tune.started.connect(self._update_controls)
+        self.tune.finished.connect(lambda _res: self._update_controls())
+        self.tune.profile_saved.connect(lambda n: self._refresh_profile_list(self.profile_name))
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
@@ -571,6 +577,8 @@ class MainWindow(QMainWindow):
     def launch_block_reason(self) -> str | None:
         """Why Launch is disabled now (None: it is enabled)."""
         c = self.controller
+        if self.tune.running:
+            return "a tune is running: it launches its own servers (Stop it in the Tune tab)"
         if c.server_running:
             return f"a server is {c.state}: stop it first"
         if self.plan_error and self.plan_error[1]:
@@ -579,6 +587,25 @@ class MainWindow(QMainWindow):
             f = self.plan.primary
             return f"{f.problem}: {f.message}" if f else "the plan found an error"
         return None
+
+    def tune_block_reason(self) -> str | None:
+        """Why a tune cannot start now (None: it can)."""
+        c = self.controller
+        if c.server_running or c.ramp_running:
+            return f"a server of this session is {c.state}: stop it first (the tune launches its own)"
+        return None
+
+    def tune_inputs(self) -> TuneInputs:
+        """The Tune tab's inputs: the Server form's engine, flags and rig, the loaded profile."""
+        self._form_changed()
+        cfg = self.state.config
+        if cfg is None:
+            raise ValueError(self.state.config_error or "the Server form is not complete")
+        eng = self.config.engine_key()
+        if eng == "attach":
+            raise ValueError("a tune launches its own servers: choose the simulated rig or vLLM in the Server tab")
+        return TuneInputs(eng, cfg, self.config.sim_rig(self.sim_time_scale) if eng == "sim" else None,
+                          self.settings.vllm_python, self.current_profile, self.settings.pricing)
 
     def _update_controls(self) -> None:
         c = self.controller
@@ -593,7 +620,7 @@ class MainWindow(QMainWindow):
         self.act_ramp.setToolTip("" if c.ready else "Launch (or attach to) a server first")
         self.act_abort.setEnabled(c.ramp_running)
         self.ramp.set_ready(c.ready, c.ramp_running)
-        self.config.setEnabled(not c.server_running)
+        self.config.setEnabled(not c.server_running and not self.tune.running)
 
     def _show_state(self, state: str, reason: str) -> None:
         color = STATE_COLORS.get(state, "#777")
@@ -663,7 +690,7 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self._show_state(state, reason)
-        if state in ("ready", ATTACHED):
+        if state in ("ready", ATTACHED) and not self.tune.running:  # a tune's launches keep the user's tab
             self.tabs.setCurrentWidget(self.dashboard)
             self.left_tabs.setCurrentWidget(self.ramp)
             self.statusBar().showMessage(f"Server ready at {self.controller.url}", 8000)
@@ -805,7 +832,9 @@ class MainWindow(QMainWindow):
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
-        if getattr(res, "verdict", None) is not None:
+        if self.tune.running:
+            pass  # a tune's search: the Tune tab shows the answer
+        elif getattr(res, "verdict", None) is not None:
             self.tabs.setCurrentWidget(self.results)  # the answer first
         elif res.knee or res.steps:
             self.tabs.setCurrentWidget(self.curves)
@@ -847,6 +876,7 @@ class MainWindow(QMainWindow):
         self.ramp.timer.stop()
         self.planner.stop()
         self.statusBar().clearMessage()  # its timeout is a QTimer
+        self.tune.shutdown()
         left = self.controller.shutdown()
         for t in self.background:
             t.join(0.1)
@@ -858,7 +888,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:
         self.save_state()
-        if self.controller.server_running or self.controller.supervisor is not None:
+        if self.controller.server_running or self.controller.supervisor is not None or self.tune.running:
             self.statusBar().showMessage("Stopping the server…")
             QApplication.processEvents()
         self.shutdown()

@@ -48,6 +48,10 @@ class _ToQt(RunListener):
     def on_launch_failed(self, reason: str, diagnosis) -> None:
         on_gui_thread(lambda: self.owner.launch_failed.emit(reason, diagnosis))
 
+    def on_ramp_started(self, spec) -> None:
+        # any ramp of the controller: the window's own or a tune's
+        on_gui_thread(lambda: self.owner._on_ramp_started(spec))
+
     def on_level_start(self, ev: dict) -> None:
         on_gui_thread(lambda: self.owner.level_started.emit(ev))
 
@@ -219,8 +223,11 @@ class RunAdapter(QObject):
         """Start a ramp (a :class:`app.loadgen.spec.RampSpec` in rig seconds whose url is
         this server's). ``safety``: Settings' SafetyLimits; ``record``: record it as a run."""
         self.core.start_ramp(spec, record=record, safety=safety)
+        self._ramp_open = True  # at once (the button's state); ramp_started follows from the core
+
+    def _on_ramp_started(self, spec) -> None:
         self._ramp_open = True
-        self.ramp_started.emit(self.core.ramp_spec)
+        self.ramp_started.emit(spec)
 
     def _on_ramp_done(self, out: RampOutcome) -> None:
         self._ramp_open = False

@@ -700,13 +700,14 @@ class Tuner:
                 "users": pr.users if pr else None, "users_low": pr.users_low if pr else None,
                 "users_high": pr.users_high if pr else None, "output_tps": pr.output_tps if pr else None}
 
-    def result(self) -> dict[str, Any]:
+    def result(self, state: TuneState | None = None) -> dict[str, Any]:
         """The JSON of ``vllm-dyno tune --json``: ``recommendation`` (``server``, ``users``,
         ``output_tps``, ``sentence``, ``verified`` …), ``runner_up``, ``baseline``,
         ``launches`` (count) with ``launch_log``, ``rig_seconds``, ``wall_seconds``,
         ``candidates`` (``server``, ``predicted_users``, ``measured_users`` or null,
-        ``pruned_because`` or null), ``factors``, ``stop_reason``."""
-        st = self.state
+        ``pruned_because`` or null), ``factors``, ``stop_reason``. ``state``: a snapshot
+        of the state to report (the GUI's, taken with its progress) instead of the live one."""
+        st = state or self.state
         return {
             "tune_id": self.tune_id, "objective": self.spec.objective,
             "slo": self.spec.slo.model_dump(exclude_none=True),
@@ -714,7 +715,8 @@ class Tuner:
             "launches": len(st.launches), "launch_log": [x.model_dump() for x in st.launches],
             "rig_seconds": st.rig_seconds, "wall_seconds": st.wall_seconds, "stop_reason": st.stop_reason,
             "factors": st.factors, "residual": st.residual,
-            "candidates": [{"key": r.key, "server": r.server, "cards": r.cards,
+            "candidates": [{"key": r.key, "server": r.server, "cards": r.cards, "checkpoint": r.checkpoint,
+                            "predicted_tps": r.predicted_tps, "measured_tps": r.measured_tps if r.measured else None,
                             "screen_users": r.screen_users,
                             "first_predicted_users": r.first_predicted_users, "predicted_users": r.predicted_users,
                             "measured_users": r.measured_users if r.measured else None,
