@@ -89,3 +89,36 @@ def test_tune_is_interrupted_and_resumed_against_the_perturbed_sim(tmp_path):
     again = subprocess.run([sys.executable, "-m", "app.cli", "tune", "--resume", "1"], env=env, capture_output=True,
                            text=True, timeout=60)
     assert again.returncode == 2 and "tune 1 is finished" in again.stderr
+
+
+def test_a_tune_killed_mid_launch_leaves_no_process_and_reads_interrupted(tmp_path):
+    """SIGKILL of `vllm-dyno tune` while its server starts: the reaper ends the server
+    (nothing of the tune left within the reaper's grace + 5 s), and the next open of the
+    run store marks the tune whose writer is gone as interrupted, resumable."""
+    from app.server.reaper import EOF_GRACE_S
+
+    home = str(tmp_path / "home")
+    env = dict(os.environ, VLLM_DYNO_HOME=home)
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", *TUNE], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if "launch 1 of ≤ 3" in line:
+                break
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(ours(home)) < 2:  # the reaper and the sim server run
+            time.sleep(0.1)
+        assert len(ours(home)) >= 2, [p.cmdline() for p in ours(home)]
+        proc.kill()
+        proc.wait(10)
+        t0 = time.monotonic()
+        while ours(home) and time.monotonic() - t0 < EOF_GRACE_S + 5:
+            time.sleep(0.1)
+        assert not ours(home), [p.cmdline() for p in ours(home)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+    r = subprocess.run([sys.executable, "-m", "app.cli", "tune", "--list"], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "interrupted" in r.stdout.splitlines()[0], r.stdout + r.stderr

@@ -491,8 +491,12 @@ class Tuner:
         return (self._score(r, False), r.predicted_tps or 0.0, kv)
 
     def best_measured(self) -> CandidateResult | None:
+        """The best measured candidate by the objective's score; among equal scores (a
+        search resolves whole users) the surer one — the higher low end of its interval —
+        then the higher measured tokens/s."""
         ms = [r for r in self.state.candidates if r.measured and self._score(r, True) is not None]
-        return max(ms, key=lambda r: self._score(r, True)) if ms else None
+        return max(ms, key=lambda r: (self._score(r, True), r.measured_low or 0.0, r.measured_tps or 0.0)) \
+            if ms else None
 
     def _margin(self, best: CandidateResult) -> float:
         """How much better (in the objective's score) a prediction must be than ``best``'s
