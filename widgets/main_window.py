@@ -45,6 +45,7 @@ from app.run.controller import LaunchTarget, RecordSpec
 from app.server.procs import end_leftovers, find_leftovers
 from app.settings import load_settings, save_settings
 from app.store import RunStore
+from app.tuner.report import TuneStart
 from app.telemetry.nvml_source import NvmlSource
 from widgets import profiles
 from widgets.compare_view import CompareView
@@ -61,6 +62,7 @@ from widgets.rig_state import RigState
 from widgets.run_adapter import ATTACHED, RunAdapter
 from widgets.settings_dialog import SettingsDialog
 from widgets.tasks import run_in_background
+from widgets.tune_panel import TunePanel
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +122,9 @@ class MainWindow(QMainWindow):
         right.addTab(self.dashboard, "Live")
         right.addTab(self.curves, "Curves")
         right.addTab(self.results, "Results")
+        self.tune = TunePanel(self.tune_start, lambda: self.controller.core, self.run_store,
+                              lambda: self.settings.pricing)
+        right.addTab(self.tune, "Tune")
         right.addTab(self.log_pane, "Log")
         self.profile_manager = ProfileManager(self.form_profile, profiles.library)
         self.history = HistoryView(self.run_store, profiles.library)
@@ -153,7 +158,7 @@ class MainWindow(QMainWindow):
         c.launch_failed.connect(self._on_launch_failed)
         c.leftovers_found.connect(self._on_leftovers)
         c.stopped.connect(self._on_stopped)
-        c.ramp_started.connect(self.ramp.ramp_started)
+        c.ramp_started.connect(self._on_ramp_started)
         c.level_started.connect(self.ramp.level_started)
         c.level_started.connect(self._on_level_started)
         c.level_done.connect(self._on_level_done)
@@ -179,6 +184,8 @@ class MainWindow(QMainWindow):
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
         self.ramp.shape_changed.connect(self._replan)  # the plan predicts the Ramp tab's ramp and SLO
+        self.tune.running_changed.connect(self._on_tune_running)
+        self.tune.profile_saved.connect(self._on_tune_profile_saved)
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
@@ -385,6 +392,10 @@ class MainWindow(QMainWindow):
         self.config.profile.setCurrentText(prof.name)
         self.setWindowTitle(f"vLLM Dyno — {prof.name}")
         self._form_changed()
+        try:
+            self.tune.set_defaults(self.tune_start())
+        except ValueError:
+            pass  # the form does not validate: the Tune tab keeps its values
         return True
 
     def _screen_env(self, prof, builtin: bool, quiet: bool):
@@ -490,6 +501,7 @@ class MainWindow(QMainWindow):
         except ValueError as e:
             self.state.set_config_error(str(e))
         self._replan()
+        self.tune.mark_stale()
 
     def _on_config_changed(self, cfg) -> None:
         """The state's configuration changed (a fix applied): the form shows it."""
@@ -571,6 +583,8 @@ class MainWindow(QMainWindow):
     def launch_block_reason(self) -> str | None:
         """Why Launch is disabled now (None: it is enabled)."""
         c = self.controller
+        if self.tuning:
+            return "a tune is running (Tune tab): stop it first"
         if c.server_running:
             return f"a server is {c.state}: stop it first"
         if self.plan_error and self.plan_error[1]:
@@ -589,11 +603,13 @@ class MainWindow(QMainWindow):
         self.act_launch.setToolTip(reason or ("Attach to the URL" if self.config.engine_key() == "attach"
                                               else "Launch the server as configured"))
         self.act_stop.setEnabled(c.server_running or c.supervisor is not None)
-        self.act_ramp.setEnabled(c.ready and not c.ramp_running)
-        self.act_ramp.setToolTip("" if c.ready else "Launch (or attach to) a server first")
+        self.act_ramp.setEnabled(c.ready and not c.ramp_running and not self.tuning)
+        self.act_ramp.setToolTip("the tune runs its own searches" if self.tuning else
+                                 "" if c.ready else "Launch (or attach to) a server first")
         self.act_abort.setEnabled(c.ramp_running)
-        self.ramp.set_ready(c.ready, c.ramp_running)
-        self.config.setEnabled(not c.server_running)
+        self.act_stop.setEnabled((c.server_running or c.supervisor is not None) and not self.tuning)
+        self.ramp.set_ready(c.ready and not self.tuning, c.ramp_running)
+        self.config.setEnabled(not c.server_running and not self.tuning)
 
     def _show_state(self, state: str, reason: str) -> None:
         color = STATE_COLORS.get(state, "#777")
@@ -663,7 +679,7 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         self._show_state(state, reason)
-        if state in ("ready", ATTACHED):
+        if state in ("ready", ATTACHED) and not self.tuning:
             self.tabs.setCurrentWidget(self.dashboard)
             self.left_tabs.setCurrentWidget(self.ramp)
             self.statusBar().showMessage(f"Server ready at {self.controller.url}", 8000)
@@ -674,7 +690,9 @@ class MainWindow(QMainWindow):
             return
         self.banner.show_failure(reason, diagnosis)
         self.log_pane.pull()  # the lines up to the failure are in the controller's buffer already
-        if diagnosis is not None and diagnosis.evidence:
+        if self.tuning:
+            pass  # the tune goes on with the next candidate; its table says why this one failed
+        elif diagnosis is not None and diagnosis.evidence:
             self.show_evidence(diagnosis.evidence)
         else:
             self.tabs.setCurrentWidget(self.log_pane)
@@ -775,6 +793,13 @@ class MainWindow(QMainWindow):
     def abort_ramp(self) -> None:
         self.controller.abort_ramp()
 
+    def _on_ramp_started(self, spec) -> None:
+        self.ramp.time_scale = self.controller.time_scale
+        if self.tuning:  # a search of the tune: the Ramp, Results and Curves tabs follow it
+            self.results.clear()
+            self.curves.set_measured([])
+        self.ramp.ramp_started(spec)
+
     def _on_level_started(self, ev: dict) -> None:
         spec = self.controller.ramp_spec
         of = "" if spec is None or spec.search is not None else f"/{len(spec.levels)}"  # a search: open-ended
@@ -805,7 +830,9 @@ class MainWindow(QMainWindow):
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
-        if getattr(res, "verdict", None) is not None:
+        if self.tuning:
+            pass  # the Tune tab shows the tune's answer
+        elif getattr(res, "verdict", None) is not None:
             self.tabs.setCurrentWidget(self.results)  # the answer first
         elif res.knee or res.steps:
             self.tabs.setCurrentWidget(self.curves)
@@ -814,6 +841,42 @@ class MainWindow(QMainWindow):
     def _energy_per_token(self, st) -> float | None:
         """J/token of a level, from the run controller (the one definition)."""
         return self.controller.energy(st).j_per_token
+
+    # ------------------------------------------------------------------ tune
+    @property
+    def tuning(self) -> bool:
+        """A tune runs (Tune tab): it owns the controller until it ends."""
+        return self.tune.running
+
+    def tune_start(self) -> TuneStart:
+        """What the Tune tab tunes: the form's engine, flags, simulated rig (with the
+        window's time scale), interpreter, ramp and profile. Raises ValueError naming
+        the field while the form does not validate."""
+        cfg = self.config.build_config()
+        try:
+            prof = self.form_profile(self.profile_name or "tuned")
+        except ValueError:
+            prof = None
+        eng = self.config.engine_key()
+        return TuneStart(engine=eng, config=cfg, sim=self.config.sim_rig(self.sim_time_scale) if eng == "sim" else None,
+                         python=self.settings.vllm_python, ramp=self.ramp.plan_ramp(), profile=prof)
+
+    def _on_tune_running(self, on: bool) -> None:
+        if self._closed:
+            return
+        if on:
+            self.banner.hide()
+            self.log_pane.clear()
+            self.dashboard.reset()
+            self.results.clear()
+        self.run_label.setText("tune: running" if on else "")
+        self._update_controls()
+
+    def _on_tune_profile_saved(self, name: str) -> None:
+        self._refresh_profile_list(self.profile_name)
+        if self.profile_manager._loaded:
+            self.profile_manager.refresh(name)
+        self.statusBar().showMessage(f"Saved the tune's recommendation as profile {name!r} (Profiles tab)", 8000)
 
     # ------------------------------------------------------------------ settings
     def open_settings(self) -> None:
@@ -846,6 +909,7 @@ class MainWindow(QMainWindow):
         self.log_pane.stop()
         self.ramp.timer.stop()
         self.planner.stop()
+        self.tune.shutdown()  # before the controller: a tune would launch its next candidate
         self.statusBar().clearMessage()  # its timeout is a QTimer
         left = self.controller.shutdown()
         for t in self.background:
@@ -858,7 +922,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:
         self.save_state()
-        if self.controller.server_running or self.controller.supervisor is not None:
+        if self.controller.server_running or self.controller.supervisor is not None or self.tuning:
             self.statusBar().showMessage("Stopping the server…")
             QApplication.processEvents()
         self.shutdown()

@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import signal
 import sys
 import threading
-
-import yaml
 
 from app.cli.common import (
     BadInput,
@@ -29,7 +26,6 @@ from app.cli.common import (
     config_from_args,
     err,
     executable,
-    fmt,
     fraction,
     number_list,
     number_type,
@@ -42,8 +38,7 @@ from app.cli.common import (
     sim_args_from,
     write_or_print,
 )
-from app.config import KV_CACHE_DTYPES, ServerConfig, add_server_options, exposure_problem
-from app.fileio import write_atomic
+from app.config import KV_CACHE_DTYPES, add_server_options, exposure_problem
 
 
 def _int_list(name: str):
@@ -144,9 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _spec_from_args(a: argparse.Namespace):
     # deferred: the tuner (planner, controller) only for this command
     from app.loadgen.spec import SLO
-    from app.profiles.model import HardwareFingerprint
-    from app.tuner.space import TuneSpace
-    from app.tuner.tune import TuneSpec
+    from app.profiles.model import SimRig
+    from app.tuner.report import build_spec, local_target, scalar, sim_target, workload_from_ramp
 
     prof = None
     if a.profile:
@@ -163,7 +157,6 @@ def _spec_from_args(a: argparse.Namespace):
     engine = a.engine or (prof.engine if prof is not None and prof.engine in ("vllm", "sim") else "vllm")
     ramp = prof.ramp if prof is not None else None
     sim_args: list[str] = []
-    version = None
     python = a.python
     if engine == "sim":
         rig = prof.sim if prof is not None and prof.sim is not None else None
@@ -175,149 +168,31 @@ def _spec_from_args(a: argparse.Namespace):
         for k, v in (("time_scale", a.sim_time_scale), ("seed", a.sim_seed), ("perturb", a.sim_perturb)):
             if v is not None:
                 over[k] = v
-        # deferred: the profile model only for the sim's rig
-        from app.profiles.model import SimRig
-
         base = rig.model_dump() if rig else {}
-        sim_args = SimRig(**{**base, **over}).argv() + [x for x in sim_args_from(a) if x in
-                                                         ("--sim-calibrated",)]
-        hardware = HardwareFingerprint(gpu=gpu, count=count)
-        from app.sim.model_adapter import VLLM_RULES  # deferred: the sim's rules only for a sim tune
-
-        version = VLLM_RULES
+        sim_args, hardware, version = sim_target(SimRig(**{**base, **over}),
+                                                 calibrated="--sim-calibrated" in sim_args_from(a))
     else:
-        # deferred: the interpreter probe and NVML only for a tune of real cards
-        from app.run.hardware import local_hardware
-        from app.server.interpreter import inspect_interpreter, resolve_python
-
-        python = resolve_python(a.python)
         try:
-            interp = inspect_interpreter(python)
-        except Exception as e:  # no vLLM there: say which interpreter
-            raise BadInput(f"--python {python}: {e}") from None
-        version = interp.version
-        hardware = local_hardware(cfg.gpus, version, interp.is_cpu_build)
+            python, hardware, version = local_target(a.python, cfg.gpus)
+        except ValueError as e:
+            raise BadInput(str(e)) from None
     slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99,
               failure_rate=a.slo_failure_rate)
     if slo.is_empty() and ramp is not None:
         slo = ramp.slo
-    if slo.is_empty():
-        raise BadInput("a tune needs an SLO to judge capacities on: give --slo-ttft-p99 and/or --slo-tpot-p99 "
-                       "(or --slo-e2e-p99, --slo-failure-rate)")
-    def mid(name: str, default: int) -> int:
-        if ramp is None:
-            return default
-        lo, hi = ramp.length_range(name)
-        return (lo + hi) // 2
-
-    pt = a.prompt_tokens or mid("prompt_tokens", 512)
-    ot = a.output_tokens or mid("output_tokens", 128)
-    spread = 0.0 if a.fixed_lengths else (ramp.length_spread if ramp is not None else 0.25)
+    pt, ot, spread, seed = workload_from_ramp(ramp, a.prompt_tokens, a.output_tokens, a.fixed_lengths, a.seed)
     try:
-        space = TuneSpace(tp=a.tp, pp=a.pp, dp=a.dp, checkpoints=dict(a.checkpoint),
-                          max_num_batched_tokens=a.mnbt, kv_cache_dtype=a.kv_cache_dtypes,
-                          enforce_eager=a.cuda_graphs, fewer_cards=a.fewer_cards,
-                          vary={k: [_scalar(x) for x in v.split(",") if x.strip()] for k, v in a.vary})
-        spec = TuneSpec(engine=engine, config=cfg, sim_args=sim_args, hardware=hardware, python=python,
-                        vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
-                        seed=a.seed if a.seed is not None else (ramp.seed if ramp is not None else 0), slo=slo,
-                        objective=a.objective, space=space, max_launches=a.max_launches,
-                        max_minutes=a.max_minutes,
-                        requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
-                        max_users=a.max_users,
-                        startup_timeout=a.startup_timeout, grace=a.grace)
+        return build_spec(
+            engine=engine, config=cfg, hardware=hardware, slo=slo,
+            space=dict(tp=a.tp, pp=a.pp, dp=a.dp, checkpoints=dict(a.checkpoint), max_num_batched_tokens=a.mnbt,
+                       kv_cache_dtype=a.kv_cache_dtypes, enforce_eager=a.cuda_graphs, fewer_cards=a.fewer_cards,
+                       vary={k: [scalar(x) for x in v.split(",") if x.strip()] for k, v in a.vary}),
+            sim_args=sim_args, python=python, vllm_version=version, prompt_tokens=pt, output_tokens=ot,
+            length_spread=spread, seed=seed, objective=a.objective, max_launches=a.max_launches,
+            max_minutes=a.max_minutes, requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
+            max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace)
     except ValueError as e:
-        raise BadInput(_first_error(e)) from None
-    return spec
-
-
-def _first_error(e: ValueError) -> str:
-    errs = getattr(e, "errors", None)
-    if callable(errs):
-        return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errs())
-    return str(e)
-
-
-def _scalar(tok: str):
-    t = tok.strip()
-    if t.lower() in ("true", "on"):
-        return True
-    if t.lower() in ("false", "off"):
-        return False
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    return t
-
-
-# ---------------------------------------------------------------------- printing
-def _users(x) -> str:
-    return "—" if x is None else f"{x:g}"
-
-
-def candidates_table(res: dict, limit: int = 25) -> str:
-    """Candidates: measured first (best first), then the predicted, then the pruned."""
-    rows = res["candidates"]
-    runnable = [c for c in rows if c["pruned_because"] is None]
-    runnable.sort(key=lambda c: (c["measured_users"] is None, -(c["measured_users"] or c["predicted_users"] or 0)))
-    pruned = [c for c in rows if c["pruned_because"] is not None]
-    out = [f"{'configuration':58} {'predicted':>9} {'measured (interval)':>22}   (≈: screened only)"]
-    for c in runnable[:limit]:
-        m = "—" if c["measured_users"] is None else \
-            f"{c['measured_users']:g} ({_users(c['measured_low'])}–{_users(c['measured_high'])})"
-        if c["failed"]:
-            m = "failed: " + c["failed"][:40]
-        pred = _users(c["predicted_users"]) if c["predicted_users"] is not None else \
-            (f"≈{c['screen_users']:g}" if c.get("screen_users") is not None else "—")
-        out.append(f"{c['key'][:58]:58} {pred:>9} {m:>22}")
-    if len(runnable) > limit:
-        out.append(f"… {len(runnable) - limit} more predicted below these")
-    reasons: dict[str, int] = {}
-    for c in pruned:
-        reasons[c["pruned_because"].split(":")[0]] = reasons.get(c["pruned_because"].split(":")[0], 0) + 1
-    if pruned:
-        out.append(f"pruned by the planner: {len(pruned)} ("
-                   + ", ".join(f"{k} ×{n}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])) + ")")
-        for c in pruned[:3]:
-            out.append(f"  {c['key']}: {c['pruned_because'][:150]}")
-    return "\n".join(out)
-
-
-def summary_text(res: dict) -> str:
-    out = []
-    rec = res.get("recommendation")
-    slo = ", ".join(f"{k} ≤ {v:g}" for k, v in res["slo"].items())
-    out.append(f"tune {res['tune_id']}: {res['launches']} launch{'es' if res['launches'] != 1 else ''}, "
-               f"{res['rig_seconds'] / 60:.1f} rig min, {res['wall_seconds'] / 60:.1f} wall min; objective "
-               f"{res['objective']}; SLO {slo}; stopped: {res['stop_reason']}")
-    out.append("")
-    cols = [("recommended", rec), ("runner-up", res.get("runner_up")), ("starting flags", res.get("baseline"))]
-    out.append(f"{'':16} {'users':>7} {'interval':>11} {'out tok/s':>10}  flags")
-    for name, e in cols:
-        if not e:
-            continue
-        tag = "" if e.get("measured") else " (predicted)"
-        iv = f"{_users(e.get('users_low'))}–{_users(e.get('users_high'))}"
-        flags = " ".join(f"{k}={v}" for k, v in (e.get("server") or {}).items() if k not in ("model", "served_model_name", "host"))
-        out.append(f"{name:16} {_users(e.get('users')):>7} {iv:>11} {fmt(e.get('output_tps'), 0):>10}  {flags}{tag}")
-        if e.get("error"):
-            out.append(f"{'':16} {e['error'][:200]}")
-    if rec:
-        out.append("")
-        out.append(("✔ " if rec.get("verified") else "(not confirmed) ") + (rec.get("sentence") or ""))
-        if not rec.get("measured", True):
-            out.append("(predicted only)")
-    else:
-        out.append("no configuration met the SLO: loosen it, or give more cards or a smaller checkpoint")
-    return "\n".join(out)
-
-
-def vllm_serve_command(server: dict) -> str:
-    """The recommendation as one ``vllm serve`` line (the app's own argv builder)."""
-    cfg = ServerConfig(**server)
-    return "vllm serve " + shlex.join([cfg.model, *cfg.option_argv(include_port=False)])
+        raise BadInput(str(e)) from None
 
 
 # ---------------------------------------------------------------------- the command
@@ -325,6 +200,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     # deferred: the tuner and the store only for this command
     from app.settings import load_settings
     from app.store import RunStore
+    from app.tuner.report import candidates_table
     from app.tuner.tune import TuneAborted, Tuner, TuneListener
 
     if a.list or a.show:
@@ -417,6 +293,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
 
 
 def _report(a: argparse.Namespace, res: dict) -> int:
+    # deferred: the tuner's report only for this command
+    from app.tuner.report import (candidates_table, export_config, save_as_profile, summary_text,
+                                  vllm_serve_command)
+
     print()
     print(candidates_table(res))
     print()
@@ -429,33 +309,21 @@ def _report(a: argparse.Namespace, res: dict) -> int:
     if a.export_command:
         print(vllm_serve_command(rec["server"]))
     if a.export_config:
-        write_atomic(a.export_config, yaml.safe_dump(ServerConfig(**rec["server"]).to_vllm_config(), sort_keys=False))
+        export_config(a.export_config, rec["server"])
         print(f"vLLM --config written to {a.export_config}")
     if a.save_profile:
-        path = save_as_profile(a.save_profile, rec["server"], a)
+        base = profile_for_launch(a)[0] if a.profile else None
+        try:
+            path = save_as_profile(a.save_profile, rec["server"], base, engine=a.engine or "vllm")
+        except (ValueError, OSError) as e:
+            return err(f"--save-profile {a.save_profile!r}: {e}")
         print(f"saved as profile {a.save_profile!r}: {path}")
     return 0
 
 
-def save_as_profile(name: str, server: dict, a: argparse.Namespace) -> str:
-    """Write the recommendation as a user profile named ``name`` (the starting profile's
-    engine, rig and ramp, with the recommended server options)."""
-    # deferred: only the save needs the library
-    from app.profiles import ProfileLibrary
-    from app.profiles.model import Profile
-
-    cfg = ServerConfig(**server)
-    base: dict = {}
-    if a.profile:
-        prof, _cfg, _t, _b = profile_for_launch(a)
-        base = prof.model_dump()
-    base.update(name=name, server=cfg.to_vllm_config())
-    base.setdefault("engine", a.engine or "vllm")
-    return str(ProfileLibrary().save(Profile.model_validate(base)))
-
-
 def _print_stored(row: dict) -> int:
     # deferred: only --show needs the state model
+    from app.tuner.report import candidates_table, summary_text
     from app.tuner.tune import TuneState
 
     state = TuneState.model_validate(row["state"] or {})
