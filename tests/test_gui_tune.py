@@ -62,7 +62,7 @@ def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window
     # the table: the predicted first, the pruned last with the reason in its own column
     rows = [[t.table.item(r, c).text() for c in range(t.table.columnCount())] for r in range(t.table.rowCount())]
     assert len(rows) == 80
-    pruned = [r for r in rows if r[4].startswith("weights_do_not_fit")]
+    pruned = [r for r in rows if r[4].startswith("pruned: weights_do_not_fit")]
     assert len(pruned) == 8 and all(r[0].startswith("TP1 PP1 DP8") for r in pruned) and rows[-1] in pruned
     assert rows[0][2] not in ("—", "") and rows[0][3] == "—"
     assert t.pred_pts.data.size > 0 and t.met_pts.data.size == 0  # predicted points only, before a launch

@@ -27,7 +27,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
     QFrame,
-    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -57,7 +56,7 @@ log = logging.getLogger(__name__)
 OBJECTIVE_TEXT = {"users": "most users at the SLO", "throughput": "most output tok/s at the SLO",
                   "cost": "lowest $/M tokens at the SLO", "energy": "lowest J/token at the SLO"}
 #: the candidate table's columns
-COLUMNS = ["Configuration", "Cards", "Predicted users", "Measured users (interval)", "Pruned because / status"]
+COLUMNS = ["Configuration", "Cards", "Predicted users", "Measured users", "Status"]
 CARD_STYLE = ("QFrame#tuneCard { background:#f4f8fc; border:1px solid #9db7d5; border-radius:4px; }"
               "QFrame#tuneCard[rec=\"true\"] { background:#e8f1fb; border:2px solid #2f6db5; }")
 PRUNED_STYLE = "color:#8a1c1c;"
@@ -141,10 +140,9 @@ class TunePanel(QWidget):
         self.space_status = QLabel("Open this tab to plan the space of the form's configuration.")
         self.space_status.setWordWrap(True)
         gv.addWidget(self.space_status)
-        self.space_grid = QGridLayout()
-        self.space_grid.setHorizontalSpacing(6)
-        self.space_grid.setVerticalSpacing(2)
-        gv.addLayout(self.space_grid)
+        self.space_box = QVBoxLayout()
+        self.space_box.setSpacing(2)
+        gv.addLayout(self.space_box)
         row = QHBoxLayout()
         self.checkpoints = QLineEdit()
         self.checkpoints.setPlaceholderText("awq=…-AWQ-INT4, fp8=…-FP8")
@@ -204,7 +202,18 @@ class TunePanel(QWidget):
         f.addRow("Max minutes", self.max_minutes)
         v.addWidget(g)
 
+        v.addStretch(1)
+        sc = QScrollArea()
+        sc.setWidget(w)
+        sc.setWidgetResizable(True)
+        sc.setFrameShape(QFrame.NoFrame)
+        sc.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        outer = QWidget()
+        ov = QVBoxLayout(outer)
+        ov.setContentsMargins(0, 0, 0, 0)
+        ov.addWidget(sc, 1)
         row = QHBoxLayout()
+        row.setContentsMargins(4, 2, 4, 4)
         self.start_btn = QPushButton("Start tune")
         self.start_btn.setToolTip("Launch the best predicted configurations one by one, measure, re-rank, confirm")
         self.start_btn.clicked.connect(self.start_tune)
@@ -214,14 +223,9 @@ class TunePanel(QWidget):
         self.stop_btn.clicked.connect(self.stop_tune)
         row.addWidget(self.start_btn)
         row.addWidget(self.stop_btn)
-        v.addLayout(row)
-        v.addStretch(1)
-        sc = QScrollArea()
-        sc.setWidget(w)
-        sc.setWidgetResizable(True)
-        sc.setFrameShape(QFrame.NoFrame)
-        sc.setMinimumWidth(340)
-        return sc
+        ov.addLayout(row)
+        outer.setMinimumWidth(340)
+        return outer
 
     def _build_right(self) -> QWidget:
         w = QWidget()
@@ -249,7 +253,9 @@ class TunePanel(QWidget):
         self.table.setAlternatingRowColors(True)
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeToContents)
-        hh.setStretchLastSection(True)
+        hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.Stretch)  # the reasons: elided, whole in the tooltip
+        self.table.setTextElideMode(Qt.ElideRight)
+        self.table.setWordWrap(False)
         split.addWidget(self.table)
 
         self.plot = pg.PlotWidget(background="w")
@@ -258,7 +264,9 @@ class TunePanel(QWidget):
         pi.setLabel("bottom", "output tok/s per user")
         pi.setLabel("left", "output tok/s per GPU")
         pi.showGrid(x=True, y=True, alpha=0.25)
-        self.legend = pi.addLegend(offset=(-6, 6), labelTextSize="8pt")
+        # bottom left: slow streams at low throughput per GPU — the corner no configuration reaches
+        self.legend = pi.addLegend(offset=(6, -6), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 230),
+                                   pen=pg.mkPen("#bbb"))
         self.pred_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#7a8ea6", width=1.2), brush=None, symbol="o",
                                            name="predicted (at its users)")
         self.met_pts = pg.ScatterPlotItem(size=8, pen=None, brush=pg.mkBrush("#2f6db5"), symbol="o",
@@ -270,12 +278,17 @@ class TunePanel(QWidget):
                                          symbol="star", name="recommended")
         for it in (self.pred_pts, self.met_pts, self.broke_pts, self.front, self.rec_pt):
             pi.addItem(it)
-        self.slo_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen("#b0413e", width=1.2,
-                                                                               style=Qt.DotLine),
-                                        label="", labelOpts={"position": 0.92, "color": "#b0413e",
-                                                             "anchors": [(0, 0), (0, 0)]})
-        self.slo_line.hide()
-        pi.addItem(self.slo_line)
+        # the SLO's bound: slower streams than 1 / TPOT p99 break it (shaded), named in the legend
+        slo_pen = pg.mkPen("#b0413e", width=1.5, style=Qt.DotLine)
+        self.slo_line = pg.InfiniteLine(angle=90, movable=False, pen=slo_pen)
+        self.slo_shade = pg.LinearRegionItem(orientation="vertical", movable=False,
+                                             brush=pg.mkBrush(176, 65, 62, 22), pen=pg.mkPen(None))
+        self.slo_key = pg.PlotDataItem(pen=slo_pen, name="SLO bound")
+        for it in (self.slo_shade, self.slo_line):
+            it.hide()
+            pi.addItem(it)
+        pi.addItem(self.slo_key)  # no data: only its legend entry (a hidden item's entry is drawn crossed out)
+        self.slo_shade.setZValue(-10)
         split.addWidget(self.plot)
 
         card = QWidget()
@@ -318,7 +331,7 @@ class TunePanel(QWidget):
         row.addStretch(1)
         cv.addLayout(row)
         split.addWidget(card)
-        split.setSizes([230, 330, 260])
+        split.setSizes([210, 310, 300])
         split.setChildrenCollapsible(False)
         v.addWidget(split, 1)
         return w
@@ -448,8 +461,8 @@ class TunePanel(QWidget):
         self._bg("tune-predict", dry, done, failed)
 
     def _clear_space(self) -> None:
-        while self.space_grid.count():
-            it = self.space_grid.takeAt(0)
+        while self.space_box.count():
+            it = self.space_box.takeAt(0)
             if it.widget() is not None:
                 it.widget().deleteLater()
         self.boxes, self.reasons = {}, {}
@@ -461,42 +474,46 @@ class TunePanel(QWidget):
         self._clear_space()
         self.status = report.value_status(cands)
         self.models = {c["checkpoint"]: c["server"].get("model") for c in cands if c.get("checkpoint")}
-        row = 0
         for _name, field, label in report.DIMENSIONS:
             values = self.status.get(field) or {}
             if not values:
                 continue
-            head = QLabel(f"<b>{html.escape(label)}</b>")
-            self.space_grid.addWidget(head, row, 0, 1, 2)
-            row += 1
+            self.space_box.addWidget(QLabel(f"<b>{html.escape(label)}</b>"))
+            line = QWidget()
+            lh = QHBoxLayout(line)
+            lh.setContentsMargins(12, 0, 0, 0)
+            lh.setSpacing(10)
+            self.space_box.addWidget(line)
             self.boxes[field], self.reasons[field] = {}, {}
+            notes = []
             for v, why in values.items():
                 text = report.value_label(field, v)
+                tip = f"{label} = {text}"
                 if field == "checkpoint" and self.models.get(v):
-                    text = f"{v}: {self.models[v]}"
+                    tip = f"{v}: {self.models[v]}"
                 b = QCheckBox(text)
                 b.setObjectName(f"tune_{field}_{v}")
                 if why is None:
                     b.setChecked(old.get(field, {}).get(v, True))
-                    b.setToolTip(f"{label} = {text}: some configuration with it can start")
+                    b.setToolTip(tip + ": some configuration with it can start")
                 else:
                     b.setChecked(False)
                     b.setEnabled(False)
                     font = b.font()
                     font.setStrikeOut(True)
                     b.setFont(font)
-                    b.setToolTip(f"Pruned by the planner: {why}")
-                self.space_grid.addWidget(b, row, 0, Qt.AlignTop)
-                if why is not None:
-                    r = QLabel(html.escape(_short(why)))
-                    r.setWordWrap(True)
-                    r.setStyleSheet(PRUNED_STYLE + " font-size:8pt;")
-                    r.setToolTip(why)
-                    self.space_grid.addWidget(r, row, 1)
-                    self.reasons[field][v] = r
+                    b.setToolTip(f"{tip}: pruned by the planner: {why}")
+                    notes.append((v, text, why))
+                lh.addWidget(b)
                 self.boxes[field][v] = b
-                row += 1
-        self.space_grid.setColumnStretch(1, 1)
+            lh.addStretch(1)
+            for v, text, why in notes:  # the planner's reason under the row, by the value's name
+                r = QLabel(f"✗ {html.escape(text)}: {html.escape(_short(why))}")
+                r.setWordWrap(True)
+                r.setStyleSheet(PRUNED_STYLE + " font-size:8pt; margin-left:12px;")
+                r.setToolTip(why)
+                self.space_box.addWidget(r)
+                self.reasons[field][v] = r
         n = len(cands)
         pruned = sum(c["pruned_because"] is not None for c in cands)
         self.space_status.setText(f"{n} configurations, {n - pruned} can start, {pruned} pruned by the planner. "
@@ -640,9 +657,9 @@ class TunePanel(QWidget):
         rec_key = (res.get("recommendation") or {}).get("key")
         self.table.setRowCount(len(rows))
         for i, c in enumerate(rows):
-            status = c["pruned_because"] or ("recommended" if c["key"] == rec_key else
-                                             ("measured" if c["measured_users"] is not None else
-                                              (c.get("failed") or "")))
+            status = ("pruned: " + c["pruned_because"]) if c["pruned_because"] else (
+                "recommended" if c["key"] == rec_key else
+                ("measured" if c["measured_users"] is not None else ("failed" if c.get("failed") else "")))
             vals = [c["key"], str(c.get("cards") or ""), report.predicted_text(c), report.measured_text(c), status]
             for col, text in enumerate(vals):
                 it = QTableWidgetItem(text)
@@ -674,13 +691,22 @@ class TunePanel(QWidget):
         rp = report.recommended_point(res)
         self.rec_pt.setData(*xy([rp] if rp is not None else []))
         floor = report.slo_per_user_floor(res)
+        pi = self.plot.getPlotItem()
         if floor is not None:
             self.slo_line.setValue(floor)
-            self.slo_line.label.setFormat(f"SLO: TPOT p99 ≤ {1000 / floor:g} ms → ≥ {floor:g} tok/s per user")
-            self.slo_line.show()
+            xs = [p.per_user for p in pts] or [floor * 2]
+            self.slo_shade.setRegion((min(min(xs), floor) * 0.5, floor))
+            name = f"SLO: TPOT p99 ≤ {1000 / floor:g} ms (≥ {floor:g} tok/s per user)"
+            self.legend.removeItem(self.slo_key)
+            self.slo_key.opts["name"] = name
+            self.legend.addItem(self.slo_key, name)
+            for it in (self.slo_line, self.slo_shade):
+                it.show()
         else:
-            self.slo_line.hide()
-        self.plot.getPlotItem().enableAutoRange()
+            self.legend.removeItem(self.slo_key)
+            for it in (self.slo_line, self.slo_shade):
+                it.hide()
+        pi.enableAutoRange()
 
     def _fill_cards(self, res: dict[str, Any]) -> None:
         cols = report.result_columns(res) if res.get("recommendation") else []
@@ -695,7 +721,8 @@ class TunePanel(QWidget):
             rows = "".join(f"<tr><td style='color:#555; padding-right:6px'>{html.escape(k)}</td>"
                            f"<td><b>{html.escape(v)}</b></td></tr>" for k, v in figs if k)
             tag = next((v for k, v in figs if not k), "")
-            flags = html.escape(report.flags_text(e.get("server") or {}))
+            flags = html.escape(report.card_flags(e))
+            lab.setToolTip(report.flags_text(e.get("server") or {}))
             err = f"<br><span style='{PRUNED_STYLE}'>{html.escape(e['error'][:200])}</span>" if e.get("error") else ""
             lab.setText(f"<span style='font-size:11pt; font-weight:600'>{html.escape(title)}</span> "
                         f"<span style='color:#555'>({html.escape(tag)})</span><table>{rows}</table>"

@@ -288,6 +288,36 @@ def flags_text(server: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in (server or {}).items() if k not in ("model", "served_model_name", "host"))
 
 
+#: the flags a tune varies, in the order :func:`flags_brief` lists them
+TUNED_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
+               "kv_cache_dtype", "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
+
+
+def flags_brief(server: dict[str, Any]) -> str:
+    """The flags a tune varies, as ``name value`` pairs joined by `` · `` (vLLM's
+    option names; ``enforce_eager`` False left out: CUDA graphs on is vLLM's default)."""
+    out = []
+    for k in TUNED_FLAGS:
+        v = (server or {}).get(k)
+        if v is None or (k == "enforce_eager" and v is False):
+            continue
+        out.append(f"{k} {str(v).lower() if isinstance(v, bool) else v}")
+    return " · ".join(out)
+
+
+def card_flags(entry: dict[str, Any]) -> str:
+    """A result column's flags in one short line: its candidate's label (``TP4 PP1 DP2 ·
+    awq · kv auto · graphs · mnbt 2048``) with the flags the label leaves out
+    (``max_num_seqs``, ``gpu_memory_utilization``); the starting flags by name
+    (:func:`flags_brief`)."""
+    server = entry.get("server") or {}
+    key = entry.get("key")
+    if not key or key == "starting flags":
+        return flags_brief(server)
+    extra = [f"{k} {server[k]}" for k in ("max_num_seqs", "gpu_memory_utilization") if server.get(k) is not None]
+    return " · ".join([key, *extra])
+
+
 def result_columns(res: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``[(title, entry)]`` of the result side by side: recommended, runner-up, starting
     flags (those present). Each entry: ``server``, ``users`` (at the SLO), ``users_low``/
@@ -300,15 +330,17 @@ def result_columns(res: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def entry_figures(entry: dict[str, Any], cards: int, pricing: Pricing | None = None) -> list[tuple[str, str]]:
     """The verdict's figures of one column: users at the SLO (with the interval), output
-    tok/s, J/token and $/M output tokens (each ``—`` when unknown); ``measured`` or
-    ``predicted``."""
+    tok/s, J/token and — when Settings give a price — $/M output tokens (each ``—`` when
+    unknown); last ``("", "measured[, confirmed]" | "predicted")``."""
     tps, j = entry.get("output_tps"), entry.get("j_per_token")
     rented, energy = cost_per_mtok(tps, cards, j, pricing or Pricing())
     cost = None if rented is None and energy is None else (rented or 0.0) + (energy or 0.0)
     cur = (pricing or Pricing()).currency
     iv = "" if entry.get("users_low") is None else f" ({_users(entry.get('users_low'))}–{_users(entry.get('users_high'))})"
+    priced = pricing is not None and (pricing.gpu_hour is not None or pricing.kwh is not None)
     return [("users at SLO", _users(entry.get("users")) + iv), ("output tok/s", _fmt(tps)),
-            ("J/token", _fmt(j, 2)), (f"{cur}/M tokens", "—" if cost is None else f"{cost:.3g}"),
+            ("J/token", _fmt(j, 2)),
+            *([(f"{cur}/M tokens", "—" if cost is None else f"{cost:.3g}")] if priced else []),
             ("", "measured" + (", confirmed" if entry.get("verified") else "") if entry.get("measured")
              else "predicted")]
 
