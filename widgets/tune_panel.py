@@ -387,21 +387,28 @@ class TunePanel(QWidget):
             out[k.strip()] = v.strip()
         return out
 
-    def _spec(self, start: Any, full_space: bool):
-        """The tune's spec from the form (``full_space``: every value, for the pruning
-        display). Blocking for engine vllm (the interpreter probe); raises ValueError."""
-        sim_args, hw, version, py = report.target_of(start)
+    def form(self, full_space: bool = False) -> dict[str, Any]:
+        """The tab's inputs as :func:`app.tuner.report.build_spec` keywords (read on the
+        GUI thread; ``full_space``: every value, for the pruning display). Raises
+        ValueError naming the input."""
         space: dict[str, Any] = {"checkpoints": self._checkpoints() or None}
         if not full_space:
             space.update(self.selection())
-        pt, ot, spread, seed = report.workload_from_ramp(start.ramp, self.prompt_tokens.value(),
-                                                         self.output_tokens.value())
         mm = self.max_minutes.value()
-        return report.build_spec(
-            engine=start.engine, config=start.config, hardware=hw, slo=self.slo(), space=space, sim_args=sim_args,
-            python=py, vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread, seed=seed,
-            objective=self.objective.currentData(), max_launches=self.max_launches.value(),
-            max_minutes=mm if mm > 0 else None)
+        return dict(slo=self.slo(), space=space, prompt_tokens=self.prompt_tokens.value(),
+                    output_tokens=self.output_tokens.value(), objective=self.objective.currentData(),
+                    max_launches=self.max_launches.value(), max_minutes=mm if mm > 0 else None)
+
+    @staticmethod
+    def _spec(start: Any, form: dict[str, Any]):
+        """The tune's spec of ``start`` and :meth:`form` (any thread; blocking for engine
+        vllm: the interpreter probe). Raises ValueError."""
+        sim_args, hw, version, py = report.target_of(start)
+        f = dict(form)
+        pt, ot, spread, seed = report.workload_from_ramp(start.ramp, f.pop("prompt_tokens"), f.pop("output_tokens"))
+        return report.build_spec(engine=start.engine, config=start.config, hardware=hw, sim_args=sim_args, python=py,
+                                 vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
+                                 seed=seed, **f)
 
     def slo(self) -> SLO:
         t, p = self.slo_ttft.value(), self.slo_tpot.value()
@@ -418,13 +425,17 @@ class TunePanel(QWidget):
         gen = self._gen
         try:
             start = self.start_fn()
+            form = self.form(full_space=True)
         except ValueError as e:
             self.space_status.setText(f"<span style='{PRUNED_STYLE}'>The form: {html.escape(str(e))}</span>")
             return
+        no_slo = form["slo"].is_empty()
+        if no_slo:  # the planner's pruning does not depend on it; a spec needs one (no prediction without)
+            form["slo"] = SLO(ttft_p99=2.0, tpot_p99=0.1)
         self.space_status.setText("Planning the space…")
 
         def plan():
-            spec = self._spec(start, full_space=True)
+            spec = self._spec(start, form)
             return spec, report.space_candidates(spec)
 
         def planned(out) -> None:
@@ -433,7 +444,10 @@ class TunePanel(QWidget):
             spec, cands = out
             self.start = start
             self._show_space(cands)
-            self._predict(gen, spec)
+            if no_slo:
+                self.message.setText("Set TTFT p99 and/or TPOT p99 to see every configuration's predicted users.")
+            else:
+                self._predict(gen, spec)
 
         def failed(e: BaseException) -> None:
             if gen == self._gen:
@@ -544,7 +558,7 @@ class TunePanel(QWidget):
             return
         try:
             start = self.start_fn()
-            self.selection()
+            form = self.form()
         except ValueError as e:
             QMessageBox.warning(self, "Tune", str(e))
             return
@@ -566,7 +580,7 @@ class TunePanel(QWidget):
         listener = _ToQt(self)
 
         def body():
-            spec = self._spec(start, full_space=False)
+            spec = self._spec(start, form)
             tuner = Tuner(spec, controller=self.controller_fn(), store=self.store_fn(), listener=listener,
                           pricing=self.pricing_fn())
             listener.tuner = tuner
