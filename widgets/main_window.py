@@ -1,5 +1,7 @@
 """The main window: menu, toolbar, status bar; the form and the ramp on the left; the
-plan, live dashboard, curves, results and log on the right.
+plan, live dashboard, curves, results, tune and log on the right. A tune (the Tune tab)
+launches through the window's run controller, so the other tabs follow its launches;
+while it runs, Launch, Run ramp and the form wait for it.
 
 Opens without blocking I/O: GPU detection (NVML), the vLLM version probe and the
 catalogs load on background threads and fill the form when they arrive. Geometry is
