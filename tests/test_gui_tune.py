@@ -146,6 +146,7 @@ def test_stop_mid_tune_leaves_no_process(tune_window, qtbot):
     pump(qtbot, lambda: w.controller.state == "ready" and w.controller.core.ramp_running, 60,
          "the first search runs")
     assert _children(), "the sim server is a child of this process"
+    assert w.act_stop.isEnabled() and "tune" in w.act_stop.toolTip()  # the toolbar's Stop stops it too
     t.stop_btn.click()
     pump(qtbot, lambda: not t.running, 60, "the tune stops")
     assert "Stopped" in t.progress.text() and "vllm-dyno tune --resume" in t.progress.text()

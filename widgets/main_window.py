@@ -609,7 +609,8 @@ class MainWindow(QMainWindow):
         self.act_ramp.setToolTip("the tune runs its own searches" if self.tuning else
                                  "" if c.ready else "Launch (or attach to) a server first")
         self.act_abort.setEnabled(c.ramp_running)
-        self.act_stop.setEnabled((c.server_running or c.supervisor is not None) and not self.tuning)
+        self.act_stop.setEnabled(c.server_running or c.supervisor is not None or self.tuning)
+        self.act_stop.setToolTip("Stop the tune and its server" if self.tuning else "Stop the server")
         self.ramp.set_ready(c.ready and not self.tuning, c.ramp_running)
         self.config.setEnabled(not c.server_running and not self.tuning)
 
@@ -674,7 +675,10 @@ class MainWindow(QMainWindow):
         return dataclasses.replace(req, expose=True)
 
     def stop(self) -> None:
-        self.controller.stop()
+        if self.tuning:  # the tune stops its own server (and launches no other)
+            self.tune.stop_tune()
+        else:
+            self.controller.stop()
         self._update_controls()
 
     def _on_state(self, state: str, reason: str) -> None:
