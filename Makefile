@@ -64,4 +64,4 @@ install-desktop:
 screenshot: deps
 	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py resources/screenshots/main-window.png
 	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py --verdict resources/screenshots/verdict.png
-	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py --tune --time-scale 10 resources/screenshots/tune.png
+	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py --tune --time-scale 20 resources/screenshots/tune.png

@@ -6,9 +6,9 @@ data directory; launches the sim through the window, runs the demo profile's ram
 grabs the Live tab while the ramp is in its later levels; stops everything after.
 ``--verdict``: run the demo profile's own ramp to its end instead and grab the Results
 tab, whose first line is the verdict (``resources/screenshots/verdict.png``).
-``--tune``: plan the Tune tab's space for the demo profile, narrow it (TP 2/4, kv auto,
-CUDA graphs on, max_num_batched_tokens 2048), run a three-launch tune and grab the Tune
-tab with its table, Pareto plot and result card (``resources/screenshots/tune.png``).
+``--tune``: instead, a short tune of the demo profile on the Tune tab (TP 8/4/2, kv
+auto, CUDA graphs, max_num_batched_tokens 2048, ``--launches`` launches) and grab the
+tab when it is done (``resources/screenshots/tune.png``).
 """
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verdict", action="store_true",
                     help="instead: run the demo profile's own ramp (its SLO kept) to the end and grab the "
                          "Results tab with the verdict, as a new user sees it")
-    ap.add_argument("--tune", action="store_true",
-                    help="instead: run a short tune of the demo profile and grab the Tune tab")
+    ap.add_argument("--tune", action="store_true", help="instead: a short tune on the Tune tab, grabbed at its end")
+    ap.add_argument("--launches", type=int, default=3, help="the tune's max launches (--tune)")
     ap.add_argument("--time-scale", type=float, default=4.0, help="sim speed-up (rig time is what is shown)")
     ap.add_argument("--at-level", type=int, default=6, help="grab while this level (1-based) runs")
     a = ap.parse_args(argv)
@@ -57,11 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         return cond() if cond else True
 
     try:
-        if a.tune:
-            return _tune(w, a.out, pump)
         if not pump(30, lambda: w.plan is not None and w.act_launch.isEnabled()):
             print(f"screenshot: Launch is not enabled: {w.act_launch.toolTip()}", file=sys.stderr)
             return 1
+        if a.tune:
+            return tune_shot(w, a, pump)
         w.launch()
         if not pump(120, lambda: w.controller.state in ("ready", "failed")) or w.controller.state != "ready":
             print("screenshot: the sim did not become ready:\n" + w.log_pane.text()[-2000:], file=sys.stderr)
@@ -102,33 +102,31 @@ def main(argv: list[str] | None = None) -> int:
             print(f"screenshot: processes left: {left}", file=sys.stderr)
 
 
-def _tune(w, out: str, pump) -> int:
-    """The Tune tab after a short tune of the demo profile (narrowed as a user would)."""
-    pump(30, lambda: w.plan is not None)
+def tune_shot(w, a, pump) -> int:
+    """The Tune tab after a short tune of the demo profile (the space narrowed as a user
+    would, the pruned values still shown with the planner's reasons)."""
     t = w.tune
     w.tabs.setCurrentWidget(t)
-    t.plan_space()
-    if not pump(120, lambda: bool(t.boxes)):
-        print(f"screenshot: the space was not planned: {t.space_summary.text()}", file=sys.stderr)
+    if not pump(120, lambda: t.res is not None and not t.res.get("recommendation") and t.table.rowCount() > 0):
+        print("screenshot: the space was not predicted: " + t.space_status.text(), file=sys.stderr)
         return 1
-    keep = {"tensor_parallel_size": {2, 4}, "kv_cache_dtype": {"auto"}, "cuda_graphs": {True},
-            "max_num_batched_tokens": {2048}}
-    for dim, values in keep.items():
-        for cb, v in t.boxes.get(dim, []):
-            if cb.isEnabled():
-                cb.setChecked(v.value in values)
-    t.max_launches.setValue(3)
-    if not t.start():
-        print(f"screenshot: the tune did not start: {t.phase.text()}", file=sys.stderr)
-        return 1
+    keep = {"tensor_parallel_size": [8, 4, 2], "kv_cache_dtype": ["auto"], "enforce_eager": [False],
+            "max_num_batched_tokens": [2048]}
+    for field, values in keep.items():
+        for v, box in t.boxes[field].items():
+            if box.isEnabled():
+                box.setChecked(v in values)
+    t.max_launches.setValue(a.launches)
+    t.start_tune()
+    pump(1.0)
     pump(1200, lambda: not t.running)
     pump(1.0)
-    if t.result is None:
-        print(f"screenshot: the tune did not finish: {t.phase.text()}", file=sys.stderr)
+    if not (t.res or {}).get("recommendation"):
+        print("screenshot: the tune recommended nothing: " + t.progress.text(), file=sys.stderr)
         return 1
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    w.grab().save(out)
-    print(f"saved {out}: {(t.result.get('recommendation') or {}).get('sentence')}")
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    w.grab().save(a.out)
+    print(f"saved {a.out}: {t.sentence.text()}")
     return 0
 
 

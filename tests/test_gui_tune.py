@@ -1,22 +1,23 @@
-"""The Tune tab (issue 18 item 5) driving the real tuner against the simulated rig through
-the window's run controller: the space planned with the planner's reason next to each
-pruned value; a narrowed two-launch tune fills the candidate table, the Pareto plot and
-the result card; the exports (vllm serve command, --config YAML, a saved profile) are
-valid; Stop mid-launch leaves no process. pytest-qt, offscreen; the demo profile (8× RTX
-4090, Llama-3.1-70B AWQ) on the sim at 10× the wall clock."""
+"""The Tune tab (issue 18, item 5) against the simulated rig: the demo profile's space
+(70B AWQ on 8× RTX 4090) with the planner's reason beside every pruned value; a real
+two-launch tune through the window's run controller that fills the table, draws the
+Pareto points and recommends flags that save as a profile and export as a command and
+a --config file vLLM's option names accept; Stop mid-tune leaves no process.
+pytest-qt, offscreen; the sim runs 20× faster than the wall clock."""
 from __future__ import annotations
 
 import shlex
 
 import psutil
 import pytest
-import yaml
 
-from app.profiles import ProfileLibrary
-from app.tuner.space import server_flags
+from app.config import VLLM_OPTIONS, ServerConfig
+from app.planner.versions import option_accepted
+from app.sim.model_adapter import VLLM_RULES
+from widgets import profiles
 from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
 
-K = 10.0
+K = 20.0
 
 
 @pytest.fixture
@@ -25,114 +26,132 @@ def tune_window(main_window, qtbot):
     w.sim_time_scale = K
     pump(qtbot, lambda: w.plan is not None and not w.planner.busy, 30, "the demo profile is planned")
     w.tabs.setCurrentWidget(w.tune)
+    t = w.tune
+    pump(qtbot, lambda: bool(t.boxes), 30, "the space is planned")
+    pump(qtbot, lambda: t.res is not None and t.table.rowCount() == len(t.res["candidates"]), 90,
+         "the space is predicted")
     return w
 
 
-def _plan_space(w, qtbot):
-    t = w.tune.plan_space()
-    assert t is not None, w.tune.space_summary.text()
-    pump(qtbot, lambda: bool(w.tune.boxes), 60, "the space is planned")
-
-
-def _keep(panel, dim: str, values: set) -> None:
-    for cb, v in panel.boxes[dim]:
-        if cb.isEnabled():
-            cb.setChecked(v.value in values)
+def _narrow(t, **keep) -> None:
+    """Tick only the given values of each dimension (field → values)."""
+    for field, values in keep.items():
+        for v, box in t.boxes[field].items():
+            if box.isEnabled():
+                box.setChecked(v in values)
 
 
 def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
+            and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window, qtbot):
+def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window):
     w = tune_window
-    _plan_space(w, qtbot)
-    panel = w.tune
-    # 70B AWQ is 37 GiB: one RTX 4090 (24 GiB) per replica cannot hold it, so DP 8 (TP1 PP1) cannot start
-    dp8 = next((cb, v) for cb, v in panel.boxes["data_parallel_size"] if v.value == 8)
-    assert not dp8[0].isEnabled() and not dp8[0].isChecked()
-    assert dp8[1].reason.startswith("weights_do_not_fit"), dp8[1].reason
-    labels = [lab.text() for lab in panel.dims_w.findChildren(type(panel.phase))]
-    assert any("pruned: weights_do_not_fit" in t for t in labels), labels
-    assert all(cb.isEnabled() and cb.isChecked() for cb, v in panel.boxes["tensor_parallel_size"])
-    assert "configurations can start" in panel.space_summary.text()
-    # the dry run's predictions: the table has every candidate, the plot the predicted points
-    n = len(panel.dry["candidates"])
-    assert panel.table.rowCount() == n and n >= 24
-    states = [panel.table.item(i, 4).text() for i in range(n)]
-    assert sum(s.startswith("pruned:") for s in states) == 8 and "predicted" in states
-    assert len(panel.pred_scatter.data) > 0 and len(panel.meas_scatter.data) == 0
-    assert panel.slo_line.isVisible() and abs(panel.slo_line.value() - 10.0) < 1e-9  # TPOT 100 ms → 10 tok/s
-    # unticking every value of a dimension is refused with its name
-    _keep(panel, "tensor_parallel_size", set())
-    assert not panel.start()
-    assert "tensor_parallel_size: keep at least one value" in panel.phase.text()
-    assert not panel.running
+    t = w.tune
+    # 8 cards: TP, PP, DP each 1, 2, 4, 8; DP 8 leaves one card per replica: 70B AWQ does not fit on 24 GiB
+    assert sorted(t.boxes["tensor_parallel_size"]) == [1, 2, 4, 8]
+    dp8 = t.boxes["data_parallel_size"][8]
+    assert not dp8.isEnabled() and not dp8.isChecked() and dp8.font().strikeOut()
+    why = t.reasons["data_parallel_size"][8]
+    assert "weights_do_not_fit" in why.text() and why.isVisible()
+    assert "weights_do_not_fit: the weights do not fit" in dp8.toolTip()
+    assert all(b.isEnabled() and b.isChecked() for v, b in t.boxes["data_parallel_size"].items() if v != 8)
+    assert set(t.boxes["kv_cache_dtype"]) == {"auto", "fp8"} and set(t.boxes["enforce_eager"]) == {False, True}
+    assert "80 configurations" in t.space_status.text() and "8 pruned" in t.space_status.text()
+    # the table: the predicted first, the pruned last with the reason in its own column
+    rows = [[t.table.item(r, c).text() for c in range(t.table.columnCount())] for r in range(t.table.rowCount())]
+    assert len(rows) == 80
+    pruned = [r for r in rows if r[4].startswith("pruned: weights_do_not_fit")]
+    assert len(pruned) == 8 and all(r[0].startswith("TP1 PP1 DP8") for r in pruned) and rows[-1] in pruned
+    assert rows[0][2] not in ("—", "") and rows[0][3] == "—"
+    assert t.pred_pts.data.size > 0 and t.met_pts.data.size == 0  # predicted points only, before a launch
+    assert t.slo_line.isVisible() and t.slo_line.value() == pytest.approx(10.0)  # TPOT p99 ≤ 100 ms
+    assert not t.save_btn.isEnabled() and not t.copy_btn.isEnabled()  # nothing recommended yet
+    # nothing ticked in a dimension: refused by name
+    for b in t.boxes["kv_cache_dtype"].values():
+        b.setChecked(False)
+    with pytest.raises(ValueError, match="kv_cache_dtype: tick at least one value"):
+        t.selection()
 
 
-def test_a_two_launch_tune_fills_the_tab_and_exports_valid_flags(tune_window, qtbot, tmp_path):
+def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot, tmp_path):
     w = tune_window
-    _plan_space(w, qtbot)
-    panel = w.tune
-    _keep(panel, "tensor_parallel_size", {2, 4})
-    _keep(panel, "kv_cache_dtype", {"auto"})
-    _keep(panel, "cuda_graphs", {True})
-    _keep(panel, "max_num_batched_tokens", {2048})
-    panel.max_launches.setValue(2)
-    assert panel.start(), panel.phase.text()
-    assert not w.act_launch.isEnabled() and "a tune is running" in w.act_launch.toolTip()
-    pump(qtbot, lambda: w.controller.state in ("loading", "ready"), 60, "the tune's first server starts")
-    assert panel.progress.value() == 1 and "launch 1" in panel.phase.text()
-    pump(qtbot, lambda: not panel.running and panel.result is not None, 300, "the tune finishes")
-    res = panel.result
-    rec = res["recommendation"]
-    assert rec is not None and rec["measured"] and rec["users"] >= 4, panel.phase.text()
-    assert res["launches"] == 2 and panel.progress.value() == 2
-    keys = {c["key"] for c in res["candidates"] if c["pruned_because"] is None}
-    assert keys and all(k.startswith(("TP2", "TP4")) and "kv auto" in k and "mnbt 2048" in k for k in keys)
-    # the table: the recommendation first, in bold, with its measured interval
-    assert panel.table.item(0, 0).text() == rec["key"] and panel.table.item(0, 4).text() == "recommended"
-    assert "(" in panel.table.item(0, 2).text() and panel.table.item(0, 0).font().bold()
-    # the Pareto plot: the measured point and the star on it
-    assert len(panel.meas_scatter.data) >= 1 and len(panel.rec_scatter.data) == 1
-    x, y = panel.rec_scatter.data[0]["x"], panel.rec_scatter.data[0]["y"]
-    assert x == pytest.approx(rec["output_tps"] / rec["users"], rel=0.35) and y > 0
-    # the card: the verdict sentence and the three columns
-    assert w.tabs.currentWidget() is w.tune  # the tune's launches and searches kept the user's tab
-    assert panel.card.isVisible()
-    text = panel.card.toPlainText()
-    assert "8× RTX 4090 (sim) serves" in text and "recommended" in text and "starting flags" in text
-    # exports
-    cmd = panel.copy_command()
+    t = w.tune
+    _narrow(t, tensor_parallel_size=[8, 4, 2], kv_cache_dtype=["auto"], enforce_eager=[False],
+            max_num_batched_tokens=[2048])
+    assert t.selection() == {"tp": [2, 4, 8], "kv_cache_dtype": ["auto"], "enforce_eager": [False],
+                             "max_num_batched_tokens": [2048]}
+    t.max_launches.setValue(2)
+    t.start_btn.click()
+    assert t.running and not t.start_btn.isEnabled() and t.stop_btn.isEnabled()
+    assert not w.act_launch.isEnabled() and "a tune is running" in w.launch_block_reason()
+    pump(qtbot, lambda: w.controller.state == "ready", 60, "the first candidate is up")
+    assert w.tabs.currentWidget() is t  # the tune does not pull the window to the Live tab
+    pump(qtbot, lambda: "launch 1 of ≤ 2" in t.progress.text(), 10, "the progress line")
+    pump(qtbot, lambda: not t.running, 150, "the tune ends")
+    res = t.res
+    assert res["launches"] == 2 and res["recommendation"] is not None, t.progress.text()
+    assert "done" in t.progress.text()
+    rows = [[t.table.item(r, c).text() for c in range(t.table.columnCount())] for r in range(t.table.rowCount())]
+    assert len(rows) == 6 and rows[0][4] == "recommended" and rows[0][3] != "—"
+    assert sum(r[3] != "—" for r in rows) == 1  # one measured, one confirmed: the rest predicted
+    assert t.met_pts.data.size >= 1 and t.rec_pt.data.size == 1 and t.pred_pts.data.size == 5
+    assert len(t.front.xData) >= 1
+    cards = [lab.text() for fr, lab in t.card_labels if fr.isVisible()]
+    assert cards[0].startswith("<span") and "Recommended" in cards[0] and "Runner-up" in cards[1]
+    assert "Starting flags" in cards[2] and "users at SLO" in cards[0]
+    assert "serves" in t.sentence.text() and "users" in t.sentence.text()
+    # the live plots followed the launches
+    w.tabs.setCurrentWidget(w.dashboard)
+    w.dashboard.refresh(force=True)
+    assert any(w.dashboard.plots_with_data().values())
+    assert w.run_store().get_tune(res["tune_id"])["status"] == "done"
+
+    server = res["recommendation"]["server"]
+    assert t.save_btn.isEnabled() and t.copy_btn.isEnabled() and t.export_btn.isEnabled()
+    t.save_profile("tuned demo")
+    prof = profiles.library().entry("tuned demo").profile
+    assert prof.engine == "sim" and prof.sim.gpu == "RTX 4090" and prof.sim.count == 8
+    saved, want = prof.server_config(resolve=False).model_dump(), ServerConfig(**server).model_dump()
+    # the recommended flags, with the starting profile's environment and cards
+    assert {k: v for k, v in saved.items() if v != want[k]} == {"env": {"NCCL_P2P_DISABLE": "1"},
+                                                                 "gpus": list(range(8))}, want
+    assert prof.ramp.slo.tpot_p99 == pytest.approx(0.1)
+    assert "tuned demo" in profiles.list_profiles()
+
+    cmd = t.serve_command()
     argv = shlex.split(cmd)
-    assert argv[:3] == ["vllm", "serve", rec["server"]["model"]]
-    assert f"--tensor-parallel-size={rec['server']['tensor_parallel_size']}" in argv or \
-        str(rec["server"]["tensor_parallel_size"]) == argv[argv.index("--tensor-parallel-size") + 1]
-    path = panel.export_config(str(tmp_path / "cfg.yaml"))
-    cfg = yaml.safe_load(open(path))
-    assert cfg["tensor-parallel-size"] == rec["server"]["tensor_parallel_size"]
-    assert cfg["max-num-seqs"] == rec["server"]["max_num_seqs"]
-    panel.save_profile("tuned demo")
-    prof = ProfileLibrary().get("tuned demo")
-    assert prof.engine == "sim" and prof.sim is not None and prof.sim.count == 8
-    saved = server_flags(prof.server_config())
-    assert {k: saved.get(k) for k in rec["server"]} == rec["server"]
-    # the runs of the tune are in History, the window is free again
-    pump(qtbot, lambda: w.act_launch.isEnabled(), 30, "Launch is enabled again")
-    assert w.controller.supervisor is None and not _children()
+    assert argv[:3] == ["vllm", "serve", server["model"]]
+    flags = {s.flag: s for s in VLLM_OPTIONS.values()} | {"--no-" + s.key: s for s in VLLM_OPTIONS.values()}
+    used = [a for a in argv[3:] if a.startswith("--")]
+    assert used and all(a in flags and option_accepted(flags[a], VLLM_RULES) for a in used), used
+    assert ServerConfig.from_command_line(cmd) == ServerConfig(**server)
+    t.copy_command()
+    from PySide6.QtGui import QGuiApplication
+
+    assert QGuiApplication.clipboard().text() == cmd
+    out = tmp_path / "tuned.yaml"
+    t.export_config(str(out))
+    assert ServerConfig.from_vllm_config_yaml(out.read_text()) == ServerConfig(**server)
 
 
-def test_stop_mid_launch_leaves_no_process_and_saves_the_tune(tune_window, qtbot):
+def test_stop_mid_tune_leaves_no_process(tune_window, qtbot):
     w = tune_window
-    panel = w.tune
-    panel.max_launches.setValue(2)
-    assert panel.start(), panel.phase.text()  # the whole default space (no dry run first)
-    pump(qtbot, lambda: w.controller.state in ("loading", "ready") and bool(_children()), 90,
-         "the tune's first server starts")
-    panel.stop()
-    pump(qtbot, lambda: not panel.running, 60, "the tune stops")
-    assert "vllm-dyno tune --resume" in panel.phase.text(), panel.phase.text()
-    pump(qtbot, lambda: not _children(), 10, "no child process is left")
-    assert panel.start_btn.isEnabled() and not panel.stop_btn.isEnabled()
-    row = w.run_store().get_tune(panel.tuner.tune_id)
-    assert row["status"] == "interrupted"
+    t = w.tune
+    _narrow(t, tensor_parallel_size=[8, 4], kv_cache_dtype=["auto"], enforce_eager=[False],
+            max_num_batched_tokens=[2048])
+    t.max_launches.setValue(3)
+    t.start_btn.click()
+    pump(qtbot, lambda: w.controller.state == "ready" and w.controller.core.ramp_running, 60,
+         "the first search runs")
+    assert _children(), "the sim server is a child of this process"
+    assert w.act_stop.isEnabled() and "tune" in w.act_stop.toolTip()  # the toolbar's Stop stops it too
+    t.stop_btn.click()
+    pump(qtbot, lambda: not t.running, 60, "the tune stops")
+    assert "Stopped" in t.progress.text() and "vllm-dyno tune --resume" in t.progress.text()
+    assert t.start_btn.isEnabled() and not t.stop_btn.isEnabled()
+    pump(qtbot, lambda: not _children(), 15, "no child process is left")
+    tid = int(t.progress.text().rsplit(" ", 1)[1])
+    assert w.run_store().get_tune(tid)["status"] == "interrupted"
+    assert w.act_launch.isEnabled()

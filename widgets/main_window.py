@@ -1,5 +1,7 @@
 """The main window: menu, toolbar, status bar; the form and the ramp on the left; the
-plan, live dashboard, curves, results and log on the right.
+plan, live dashboard, curves, results, tune and log on the right. A tune (the Tune tab)
+launches through the window's run controller, so the other tabs follow its launches;
+while it runs, Launch, Run ramp and the form wait for it.
 
 Opens without blocking I/O: GPU detection (NVML), the vLLM version probe and the
 catalogs load on background threads and fill the form when they arrive. Geometry is
@@ -45,6 +47,7 @@ from app.run.controller import LaunchTarget, RecordSpec
 from app.server.procs import end_leftovers, find_leftovers
 from app.settings import load_settings, save_settings
 from app.store import RunStore
+from app.tuner.report import TuneStart
 from app.telemetry.nvml_source import NvmlSource
 from widgets import profiles
 from widgets.compare_view import CompareView
@@ -61,7 +64,7 @@ from widgets.rig_state import RigState
 from widgets.run_adapter import ATTACHED, RunAdapter
 from widgets.settings_dialog import SettingsDialog
 from widgets.tasks import run_in_background
-from widgets.tune_panel import TuneInputs, TunePanel
+from widgets.tune_panel import TunePanel
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +124,10 @@ class MainWindow(QMainWindow):
         right.addTab(self.dashboard, "Live")
         right.addTab(self.curves, "Curves")
         right.addTab(self.results, "Results")
-        right.addTab(self.log_pane, "Log")
-        self.tune = TunePanel(self.tune_inputs, lambda: self.controller.core, self.run_store, self.tune_block_reason)
+        self.tune = TunePanel(self.tune_start, lambda: self.controller.core, self.run_store,
+                              lambda: self.settings.pricing)
         right.addTab(self.tune, "Tune")
+        right.addTab(self.log_pane, "Log")
         self.profile_manager = ProfileManager(self.form_profile, profiles.library)
         self.history = HistoryView(self.run_store, profiles.library)
         self.compare = CompareView(self.run_store)
@@ -156,7 +160,7 @@ class MainWindow(QMainWindow):
         c.launch_failed.connect(self._on_launch_failed)
         c.leftovers_found.connect(self._on_leftovers)
         c.stopped.connect(self._on_stopped)
-        c.ramp_started.connect(self.ramp.ramp_started)
+        c.ramp_started.connect(self._on_ramp_started)
         c.level_started.connect(self.ramp.level_started)
         c.level_started.connect(self._on_level_started)
         c.level_done.connect(self._on_level_done)
@@ -182,9 +186,8 @@ class MainWindow(QMainWindow):
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
         self.ramp.shape_changed.connect(self._replan)  # the plan predicts the Ramp tab's ramp and SLO
-        self.tune.started.connect(self._update_controls)
-        self.tune.finished.connect(lambda _res: self._update_controls())
-        self.tune.profile_saved.connect(lambda n: self._refresh_profile_list(self.profile_name))
+        self.tune.running_changed.connect(self._on_tune_running)
+        self.tune.profile_saved.connect(self._on_tune_profile_saved)
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
@@ -391,6 +394,10 @@ class MainWindow(QMainWindow):
         self.config.profile.setCurrentText(prof.name)
         self.setWindowTitle(f"vLLM Dyno — {prof.name}")
         self._form_changed()
+        try:
+            self.tune.set_defaults(self.tune_start())
+        except ValueError:
+            pass  # the form does not validate: the Tune tab keeps its values
         return True
 
     def _screen_env(self, prof, builtin: bool, quiet: bool):
@@ -496,6 +503,7 @@ class MainWindow(QMainWindow):
         except ValueError as e:
             self.state.set_config_error(str(e))
         self._replan()
+        self.tune.mark_stale()
 
     def _on_config_changed(self, cfg) -> None:
         """The state's configuration changed (a fix applied): the form shows it."""
@@ -577,8 +585,8 @@ class MainWindow(QMainWindow):
     def launch_block_reason(self) -> str | None:
         """Why Launch is disabled now (None: it is enabled)."""
         c = self.controller
-        if self.tune.running:
-            return "a tune is running: it launches its own servers (Stop it in the Tune tab)"
+        if self.tuning:
+            return "a tune is running (Tune tab): stop it first"
         if c.server_running:
             return f"a server is {c.state}: stop it first"
         if self.plan_error and self.plan_error[1]:
@@ -587,25 +595,6 @@ class MainWindow(QMainWindow):
             f = self.plan.primary
             return f"{f.problem}: {f.message}" if f else "the plan found an error"
         return None
-
-    def tune_block_reason(self) -> str | None:
-        """Why a tune cannot start now (None: it can)."""
-        c = self.controller
-        if c.server_running or c.ramp_running:
-            return f"a server of this session is {c.state}: stop it first (the tune launches its own)"
-        return None
-
-    def tune_inputs(self) -> TuneInputs:
-        """The Tune tab's inputs: the Server form's engine, flags and rig, the loaded profile."""
-        self._form_changed()
-        cfg = self.state.config
-        if cfg is None:
-            raise ValueError(self.state.config_error or "the Server form is not complete")
-        eng = self.config.engine_key()
-        if eng == "attach":
-            raise ValueError("a tune launches its own servers: choose the simulated rig or vLLM in the Server tab")
-        return TuneInputs(eng, cfg, self.config.sim_rig(self.sim_time_scale) if eng == "sim" else None,
-                          self.settings.vllm_python, self.current_profile, self.settings.pricing)
 
     def _update_controls(self) -> None:
         c = self.controller
@@ -616,11 +605,14 @@ class MainWindow(QMainWindow):
         self.act_launch.setToolTip(reason or ("Attach to the URL" if self.config.engine_key() == "attach"
                                               else "Launch the server as configured"))
         self.act_stop.setEnabled(c.server_running or c.supervisor is not None)
-        self.act_ramp.setEnabled(c.ready and not c.ramp_running)
-        self.act_ramp.setToolTip("" if c.ready else "Launch (or attach to) a server first")
+        self.act_ramp.setEnabled(c.ready and not c.ramp_running and not self.tuning)
+        self.act_ramp.setToolTip("the tune runs its own searches" if self.tuning else
+                                 "" if c.ready else "Launch (or attach to) a server first")
         self.act_abort.setEnabled(c.ramp_running)
-        self.ramp.set_ready(c.ready, c.ramp_running)
-        self.config.setEnabled(not c.server_running and not self.tune.running)
+        self.act_stop.setEnabled(c.server_running or c.supervisor is not None or self.tuning)
+        self.act_stop.setToolTip("Stop the tune and its server" if self.tuning else "Stop the server")
+        self.ramp.set_ready(c.ready and not self.tuning, c.ramp_running)
+        self.config.setEnabled(not c.server_running and not self.tuning)
 
     def _show_state(self, state: str, reason: str) -> None:
         color = STATE_COLORS.get(state, "#777")
@@ -683,14 +675,17 @@ class MainWindow(QMainWindow):
         return dataclasses.replace(req, expose=True)
 
     def stop(self) -> None:
-        self.controller.stop()
+        if self.tuning:  # the tune stops its own server (and launches no other)
+            self.tune.stop_tune()
+        else:
+            self.controller.stop()
         self._update_controls()
 
     def _on_state(self, state: str, reason: str) -> None:
         if self._closed:
             return
         self._show_state(state, reason)
-        if state in ("ready", ATTACHED) and not self.tune.running:  # a tune's launches keep the user's tab
+        if state in ("ready", ATTACHED) and not self.tuning:
             self.tabs.setCurrentWidget(self.dashboard)
             self.left_tabs.setCurrentWidget(self.ramp)
             self.statusBar().showMessage(f"Server ready at {self.controller.url}", 8000)
@@ -701,7 +696,9 @@ class MainWindow(QMainWindow):
             return
         self.banner.show_failure(reason, diagnosis)
         self.log_pane.pull()  # the lines up to the failure are in the controller's buffer already
-        if diagnosis is not None and diagnosis.evidence:
+        if self.tuning:
+            pass  # the tune goes on with the next candidate; its table says why this one failed
+        elif diagnosis is not None and diagnosis.evidence:
             self.show_evidence(diagnosis.evidence)
         else:
             self.tabs.setCurrentWidget(self.log_pane)
@@ -802,6 +799,13 @@ class MainWindow(QMainWindow):
     def abort_ramp(self) -> None:
         self.controller.abort_ramp()
 
+    def _on_ramp_started(self, spec) -> None:
+        self.ramp.time_scale = self.controller.time_scale
+        if self.tuning:  # a search of the tune: the Ramp, Results and Curves tabs follow it
+            self.results.clear()
+            self.curves.set_measured([])
+        self.ramp.ramp_started(spec)
+
     def _on_level_started(self, ev: dict) -> None:
         spec = self.controller.ramp_spec
         of = "" if spec is None or spec.search is not None else f"/{len(spec.levels)}"  # a search: open-ended
@@ -832,8 +836,8 @@ class MainWindow(QMainWindow):
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)
-        if self.tune.running:
-            pass  # a tune's search: the Tune tab shows the answer
+        if self.tuning:
+            pass  # the Tune tab shows the tune's answer
         elif getattr(res, "verdict", None) is not None:
             self.tabs.setCurrentWidget(self.results)  # the answer first
         elif res.knee or res.steps:
@@ -843,6 +847,42 @@ class MainWindow(QMainWindow):
     def _energy_per_token(self, st) -> float | None:
         """J/token of a level, from the run controller (the one definition)."""
         return self.controller.energy(st).j_per_token
+
+    # ------------------------------------------------------------------ tune
+    @property
+    def tuning(self) -> bool:
+        """A tune runs (Tune tab): it owns the controller until it ends."""
+        return self.tune.running
+
+    def tune_start(self) -> TuneStart:
+        """What the Tune tab tunes: the form's engine, flags, simulated rig (with the
+        window's time scale), interpreter, ramp and profile. Raises ValueError naming
+        the field while the form does not validate."""
+        cfg = self.config.build_config()
+        try:
+            prof = self.form_profile(self.profile_name or "tuned")
+        except ValueError:
+            prof = None
+        eng = self.config.engine_key()
+        return TuneStart(engine=eng, config=cfg, sim=self.config.sim_rig(self.sim_time_scale) if eng == "sim" else None,
+                         python=self.settings.vllm_python, ramp=self.ramp.plan_ramp(), profile=prof)
+
+    def _on_tune_running(self, on: bool) -> None:
+        if self._closed:
+            return
+        if on:
+            self.banner.hide()
+            self.log_pane.clear()
+            self.dashboard.reset()
+            self.results.clear()
+        self.run_label.setText("tune: running" if on else "")
+        self._update_controls()
+
+    def _on_tune_profile_saved(self, name: str) -> None:
+        self._refresh_profile_list(self.profile_name)
+        if self.profile_manager._loaded:
+            self.profile_manager.refresh(name)
+        self.statusBar().showMessage(f"Saved the tune's recommendation as profile {name!r} (Profiles tab)", 8000)
 
     # ------------------------------------------------------------------ settings
     def open_settings(self) -> None:
@@ -875,8 +915,8 @@ class MainWindow(QMainWindow):
         self.log_pane.stop()
         self.ramp.timer.stop()
         self.planner.stop()
+        self.tune.shutdown()  # before the controller: a tune would launch its next candidate
         self.statusBar().clearMessage()  # its timeout is a QTimer
-        self.tune.shutdown()
         left = self.controller.shutdown()
         for t in self.background:
             t.join(0.1)
@@ -888,7 +928,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:
         self.save_state()
-        if self.controller.server_running or self.controller.supervisor is not None or self.tune.running:
+        if self.controller.server_running or self.controller.supervisor is not None or self.tuning:
             self.statusBar().showMessage("Stopping the server…")
             QApplication.processEvents()
         self.shutdown()

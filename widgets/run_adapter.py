@@ -49,8 +49,7 @@ class _ToQt(RunListener):
         on_gui_thread(lambda: self.owner.launch_failed.emit(reason, diagnosis))
 
     def on_ramp_started(self, spec) -> None:
-        # any ramp of the controller: the window's own or a tune's
-        on_gui_thread(lambda: self.owner._on_ramp_started(spec))
+        on_gui_thread(lambda: self.owner._on_core_ramp_started(spec))
 
     def on_level_start(self, ev: dict) -> None:
         on_gui_thread(lambda: self.owner.level_started.emit(ev))
@@ -76,7 +75,8 @@ class RunAdapter(QObject):
 
     ``state_changed(state, reason)``; ``launch_failed(reason, Diagnosis|None)``;
     ``leftovers_found(list[LeftoverProcess], LaunchTarget)`` (launch paused);
-    ``stopped(list[int])`` leftover pids after a stop; ``ramp_started(RampSpec)``;
+    ``stopped(list[int])`` leftover pids after a stop; ``ramp_started(RampSpec)`` (a ramp
+    of :meth:`run_ramp`, or one the core started for the tuner);
     ``level_started(dict)``; ``level_done(StepStats)`` (rig seconds);
     ``ramp_finished(RampOutcome)`` (``run_id`` set when recorded); ``run_recorded(int)``
     once its run is complete in the run store; ``record_failed(str)``; ``safety_stop(str)``.
@@ -223,11 +223,14 @@ class RunAdapter(QObject):
         """Start a ramp (a :class:`app.loadgen.spec.RampSpec` in rig seconds whose url is
         this server's). ``safety``: Settings' SafetyLimits; ``record``: record it as a run."""
         self.core.start_ramp(spec, record=record, safety=safety)
-        self._ramp_open = True  # at once (the button's state); ramp_started follows from the core
-
-    def _on_ramp_started(self, spec) -> None:
         self._ramp_open = True
-        self.ramp_started.emit(spec)
+        self.ramp_started.emit(self.core.ramp_spec)
+
+    def _on_core_ramp_started(self, spec) -> None:
+        """A ramp the core started for someone else (the tuner's searches): announced as
+        ``ramp_started`` too (:meth:`run_ramp` announces its own)."""
+        if not self._ramp_open:
+            self.ramp_started.emit(spec)
 
     def _on_ramp_done(self, out: RampOutcome) -> None:
         self._ramp_open = False

@@ -1,30 +1,32 @@
-"""The Tune tab (issue 18): the search space as check boxes with the planner's reason next
-to every pruned value, the SLO, workload, objective and budget, Start/Stop; live progress,
-the candidate table, the Pareto plot with the SLO boundary, and the result card with its
-exports.
+"""The Tune tab (issue 18, item 5): the search space as check boxes with the planner's
+reason next to every pruned value, the SLO, workload, objective and budget, Start /
+Stop; live progress, the candidates filling in, the Pareto plot, the result card and
+the exports.
 
-Presentation only: the tune is :class:`app.tuner.tune.Tuner` launching through the main
-window's run controller (so the Live plots, the Log and the run store see every launch);
-the space's values, the Pareto points and the exports are :mod:`app.tuner.report`'s. The
-blocking calls (the dry run, the tune) run on background threads; progress arrives as a
-Qt signal on the GUI thread.
+Presentation only: the space, the pruning, the spec, the tune, the Pareto points, the
+progress line and the exports are :mod:`app.tuner` (:mod:`app.tuner.report`). The tune
+runs on a background thread through the window's run controller (so the Live tab
+follows every launch); its progress (:class:`app.tuner.tune.TuneListener`) comes back
+as a Qt signal on the GUI thread.
 """
 from __future__ import annotations
 
 import html
+import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import pyqtgraph as pg
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -39,270 +41,300 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
-    QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
-from app.fileio import write_atomic
 from app.loadgen.spec import SLO
-from app.tuner.report import (
-    DIMENSION_TITLES,
-    NOTHING_MET,
-    DimensionValue,
-    dimension_values,
-    flags_text,
-    fmt_users,
-    measured_text,
-    narrowed_space,
-    ordered_candidates,
-    pareto_front,
-    pareto_points,
-    predicted_text,
-    result_columns,
-    save_as_profile,
-    slo_per_user_floor,
-    tune_rig,
-    vllm_config_yaml,
-    vllm_serve_command,
-)
-from app.tuner.space import TuneSpace
-from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener, TuneSpec, TuneState
-from widgets.tasks import on_gui_thread, run_in_background
+from app.tuner import report
+from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
+from widgets.tasks import run_in_background
 
+log = logging.getLogger(__name__)
+
+#: the objective's words in the combo box
+OBJECTIVE_TEXT = {"users": "most users at the SLO", "throughput": "most output tok/s at the SLO",
+                  "cost": "lowest $/M tokens at the SLO", "energy": "lowest J/token at the SLO"}
 #: the candidate table's columns
-COLUMNS = ("configuration", "predicted users", "measured users (interval)", "out tok/s", "state")
-PRUNED_STYLE = "color:#8a4b08"
-CARD_STYLE = ("#tunecard { background:#e8f1fb; border:1px solid #2f6db5; border-radius:4px; padding:6px; "
-              "color:#102a43; }")
+COLUMNS = ["Configuration", "Cards", "Predicted users", "Measured users", "Status"]
+CARD_STYLE = ("QFrame#tuneCard { background:#f4f8fc; border:1px solid #9db7d5; border-radius:4px; }"
+              "QFrame#tuneCard[rec=\"true\"] { background:#e8f1fb; border:2px solid #2f6db5; }")
+PRUNED_STYLE = "color:#8a1c1c;"
 
 
-class TuneInputs:
-    """What the main window gives a tune: the engine (``sim`` or ``vllm``), the starting
-    ServerConfig, the sim rig (SimRig or None), the vLLM interpreter, the loaded profile
-    (the base of a saved one) and the pricing (Settings)."""
+class _ToQt(TuneListener):
+    """The tuner's progress (its thread) → the panel's signal (GUI thread), with the
+    result dict computed on the tuner's thread."""
 
-    def __init__(self, engine: str, config, sim=None, python: Optional[str] = None, profile=None,
-                 pricing=None, startup_timeout: Optional[float] = None) -> None:
-        self.engine, self.config, self.sim, self.python = engine, config, sim, python
-        self.profile, self.pricing, self.startup_timeout = profile, pricing, startup_timeout
+    def __init__(self, panel: "TunePanel") -> None:
+        self.panel = panel
+        self.tuner: Tuner | None = None
 
-
-class _Progress(QObject):
-    """Tuner callbacks (its thread) → a signal on the GUI thread."""
-
-    progress = Signal(object, str)
-
-
-class _Listener(TuneListener):
-    def __init__(self, relay: _Progress) -> None:
-        self.relay = relay
-
-    def on_progress(self, state: TuneState, message: str) -> None:
-        snap = state.model_copy(deep=True)
-        on_gui_thread(lambda: self.relay.progress.emit(snap, message))
+    def on_progress(self, state, message: str) -> None:
+        if self.tuner is None:
+            return
+        res = self.tuner.result()
+        self.panel.progressed.emit(res, message)
 
 
 class TunePanel(QWidget):
-    """The Tune tab. ``inputs_fn()`` → :class:`TuneInputs` (raises ValueError naming what
-    the form lacks); ``controller_fn()`` → the main window's RunController (None: the
-    tuner's own); ``store_fn()`` → the run store; ``busy_fn()`` → a reason a tune cannot
-    start now (a server or ramp of the session running) or None.
+    """``start_fn() → app.tuner.report.TuneStart`` (the window's forms; raises ValueError
+    naming the field), ``controller_fn()`` the window's :class:`app.run.controller.RunController`,
+    ``store_fn()`` the run store, ``pricing_fn()`` Settings' prices.
 
-    Signals: ``started()``, ``finished(dict)`` (the result, or ``{}`` when stopped or
-    failed), ``profile_saved(str)``."""
+    Signals: ``running_changed(bool)`` when a tune starts or ends; ``progressed(dict,
+    str)`` (internal: the tuner's result so far and its message); ``profile_saved(str)``."""
 
-    started = Signal()
-    finished = Signal(dict)
+    running_changed = Signal(bool)
+    progressed = Signal(object, str)
     profile_saved = Signal(str)
 
-    def __init__(self, inputs_fn: Callable[[], TuneInputs], controller_fn: Callable[[], Any],
-                 store_fn: Callable[[], Any], busy_fn: Callable[[], Optional[str]] = lambda: None) -> None:
-        super().__init__()
-        self.inputs_fn, self.controller_fn, self.store_fn, self.busy_fn = inputs_fn, controller_fn, store_fn, busy_fn
-        self.tuner: Optional[Tuner] = None
-        self.thread: Optional[threading.Thread] = None
-        self.dry: Optional[dict] = None  # the dry run the check boxes show
-        self.dry_spec: Optional[TuneSpec] = None
-        self.result: Optional[dict] = None
-        self.inputs: Optional[TuneInputs] = None
-        self.boxes: dict[str, list[tuple[QCheckBox, DimensionValue]]] = {}
-        self._t0 = 0.0
-        self._last_state: Optional[TuneState] = None
-        self._relay = _Progress()
-        self._relay.progress.connect(self._on_progress)
-        self._build()
+    def __init__(self, start_fn: Callable[[], Any], controller_fn: Callable[[], Any], store_fn: Callable[[], Any],
+                 pricing_fn: Callable[[], Any] | None = None, now_fn: Callable[[], float] = time.monotonic,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.start_fn, self.controller_fn, self.store_fn = start_fn, controller_fn, store_fn
+        self.pricing_fn = pricing_fn or (lambda: None)
+        self.now_fn = now_fn
+        self.tuner: Tuner | None = None
+        self.thread: threading.Thread | None = None
+        self.res: dict[str, Any] | None = None  # the tune's (or the dry run's) result shown
+        self.start: Any = None  # the TuneStart the result belongs to
+        self.status: dict[str, dict[Any, str | None]] = {}
+        self.boxes: dict[str, dict[Any, QCheckBox]] = {}
+        self.reasons: dict[str, dict[Any, QLabel]] = {}
+        self.models: dict[str, str] = {}  # checkpoint label → model id
+        self.clock: report.ProgressClock | None = None
+        self._stop_asked = False
+        self._stale = True
+        self._gen = 0  # population generation: a late answer of an older one is dropped
+        self.background: list[threading.Thread] = []
+        self.progressed.connect(self._on_progress, Qt.QueuedConnection)
+
+        split = QSplitter(Qt.Horizontal, self)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(2, 2, 2, 2)
+        outer.addWidget(split)
+        split.addWidget(self._build_left())
+        split.addWidget(self._build_right())
+        split.setStretchFactor(0, 0)
+        split.setStretchFactor(1, 1)
+        split.setSizes([390, 760])
+        self.splitter = split
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000)
+        self.timer.timeout.connect(self._tick)
+        self.replan_timer = QTimer(self)  # form edits come in bursts: plan once they settle
+        self.replan_timer.setSingleShot(True)
+        self.replan_timer.setInterval(800)
+        self.replan_timer.timeout.connect(self.refresh_space)
         self._set_running(False)
 
-    # ------------------------------------------------------------------ layout
-    def _build(self) -> None:
-        outer = QHBoxLayout(self)
-        outer.setContentsMargins(4, 4, 4, 4)
-        split = QSplitter(Qt.Horizontal)
-        outer.addWidget(split)
+    # ------------------------------------------------------------------ building
+    def _build_left(self) -> QWidget:
+        w = QWidget()
+        v = QVBoxLayout(w)
+        v.setContentsMargins(4, 4, 4, 4)
+        g = QGroupBox("Search space (the planner prunes what cannot start)")
+        gv = QVBoxLayout(g)
+        self.space_status = QLabel("Open this tab to plan the space of the form's configuration.")
+        self.space_status.setWordWrap(True)
+        gv.addWidget(self.space_status)
+        self.space_box = QVBoxLayout()
+        self.space_box.setSpacing(2)
+        gv.addLayout(self.space_box)
+        row = QHBoxLayout()
+        self.checkpoints = QLineEdit()
+        self.checkpoints.setPlaceholderText("awq=…-AWQ-INT4, fp8=…-FP8")
+        self.checkpoints.setToolTip("Other checkpoints of the model, one per quantization (QUANT=MODEL, comma "
+                                    "separated); empty: the form's model only")
+        self.checkpoints.editingFinished.connect(self.refresh_space)
+        row.addWidget(QLabel("Checkpoints"))
+        row.addWidget(self.checkpoints, 1)
+        gv.addLayout(row)
+        self.refresh_btn = QPushButton("Re-plan the space")
+        self.refresh_btn.setToolTip("Enumerate the space of the form's configuration again and predict it")
+        self.refresh_btn.clicked.connect(self.refresh_space)
+        gv.addWidget(self.refresh_btn)
+        v.addWidget(g)
 
-        # ---- left: inputs
-        form_w = QWidget()
-        fl = QVBoxLayout(form_w)
-        goal = QGroupBox("Goal")
-        gf = QFormLayout(goal)
-        self.slo_ttft = QDoubleSpinBox(decimals=2, minimum=0.0, maximum=600.0, singleStep=0.1, value=2.0)
-        self.slo_ttft.setSuffix(" s")
+        g = QGroupBox("SLO, workload, objective, budget")
+        f = QFormLayout(g)
+        self.slo_ttft = QDoubleSpinBox()
+        self.slo_ttft.setRange(0, 600000)
+        self.slo_ttft.setDecimals(0)
+        self.slo_ttft.setSuffix(" ms")
         self.slo_ttft.setSpecialValueText("none")
-        self.slo_ttft.setToolTip("Time to first token, 99th percentile, that every level must meet (0: no TTFT SLO)")
-        self.slo_tpot = QDoubleSpinBox(decimals=0, minimum=0.0, maximum=60000.0, singleStep=10.0, value=100.0)
+        self.slo_ttft.setToolTip("TTFT p99 bound (0: none)")
+        f.addRow("TTFT p99 ≤", self.slo_ttft)
+        self.slo_tpot = QDoubleSpinBox()
+        self.slo_tpot.setRange(0, 60000)
+        self.slo_tpot.setDecimals(0)
         self.slo_tpot.setSuffix(" ms")
         self.slo_tpot.setSpecialValueText("none")
-        self.slo_tpot.setToolTip("Time per output token, 99th percentile (0: no TPOT SLO)")
-        self.prompt_tokens = QSpinBox(minimum=1, maximum=1_000_000, value=512)
-        self.output_tokens = QSpinBox(minimum=1, maximum=1_000_000, value=128)
-        for w in (self.prompt_tokens, self.output_tokens):
-            w.setSuffix(" tokens")
-            w.setToolTip("The mean; each request's length is drawn within ±25 % (seeded)")
+        self.slo_tpot.setToolTip("TPOT p99 bound, per output token (0: none)")
+        f.addRow("TPOT p99 ≤", self.slo_tpot)
+        self.prompt_tokens = QSpinBox()
+        self.prompt_tokens.setRange(1, 1_000_000)
+        self.prompt_tokens.setValue(report.DEFAULT_PROMPT_TOKENS)
+        self.prompt_tokens.setSuffix(" tokens")
+        f.addRow("Prompt", self.prompt_tokens)
+        self.output_tokens = QSpinBox()
+        self.output_tokens.setRange(1, 1_000_000)
+        self.output_tokens.setValue(report.DEFAULT_OUTPUT_TOKENS)
+        self.output_tokens.setSuffix(" tokens")
+        f.addRow("Output", self.output_tokens)
         self.objective = QComboBox()
-        labels = {"users": "most users at the SLO", "throughput": "most output tok/s at the SLO",
-                  "cost": "lowest $ per M tokens at the SLO", "energy": "lowest J/token at the SLO"}
         for o in OBJECTIVES:
-            self.objective.addItem(labels[o], o)
-        self.max_launches = QSpinBox(minimum=1, maximum=100, value=4)
-        self.max_launches.setToolTip("Server launches in all, the confirming launch of the recommendation included")
-        self.max_minutes = QSpinBox(minimum=0, maximum=10_000, value=0)
+            self.objective.addItem(OBJECTIVE_TEXT[o], o)
+        f.addRow("Objective", self.objective)
+        self.max_launches = QSpinBox()
+        self.max_launches.setRange(1, 100)
+        self.max_launches.setValue(4)
+        self.max_launches.setToolTip("Server launches, the confirming one included")
+        f.addRow("Max launches", self.max_launches)
+        self.max_minutes = QDoubleSpinBox()
+        self.max_minutes.setRange(0, 10000)
+        self.max_minutes.setDecimals(0)
         self.max_minutes.setSuffix(" min")
         self.max_minutes.setSpecialValueText("no limit")
-        gf.addRow("TTFT p99 ≤", self.slo_ttft)
-        gf.addRow("TPOT p99 ≤", self.slo_tpot)
-        gf.addRow("Prompt", self.prompt_tokens)
-        gf.addRow("Output", self.output_tokens)
-        gf.addRow("Objective", self.objective)
-        gf.addRow("Max launches", self.max_launches)
-        gf.addRow("Max time", self.max_minutes)
-        fl.addWidget(goal)
+        self.max_minutes.setToolTip("Stop launching after this many minutes of wall time (0: no limit)")
+        f.addRow("Max minutes", self.max_minutes)
+        v.addWidget(g)
 
-        space = QGroupBox("Search space")
-        sv = QVBoxLayout(space)
-        self.checkpoints = QLineEdit()
-        self.checkpoints.setPlaceholderText("more checkpoints: fp8=org/Model-FP8, gptq=org/Model-GPTQ")
-        self.checkpoints.setToolTip("One checkpoint per quantization (label=model id), besides the profile's model")
-        sv.addWidget(self.checkpoints)
+        v.addStretch(1)
+        sc = QScrollArea()
+        sc.setWidget(w)
+        sc.setWidgetResizable(True)
+        sc.setFrameShape(QFrame.NoFrame)
+        sc.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        outer = QWidget()
+        ov = QVBoxLayout(outer)
+        ov.setContentsMargins(0, 0, 0, 0)
+        ov.addWidget(sc, 1)
         row = QHBoxLayout()
-        self.plan_btn = QPushButton("Plan the space")
-        self.plan_btn.setToolTip("Enumerate the configurations of these cards; the planner prunes what cannot "
-                                 "start and says why, and predicts the rest")
-        self.plan_btn.clicked.connect(self.plan_space)
-        row.addWidget(self.plan_btn)
-        self.space_summary = QLabel("")
-        self.space_summary.setWordWrap(True)
-        row.addWidget(self.space_summary, 1)
-        sv.addLayout(row)
-        self.dims_w = QWidget()
-        self.dims_l = QVBoxLayout(self.dims_w)
-        self.dims_l.setContentsMargins(0, 0, 0, 0)
-        sv.addWidget(self.dims_w)
-        fl.addWidget(space)
-
-        btns = QHBoxLayout()
+        row.setContentsMargins(4, 2, 4, 4)
         self.start_btn = QPushButton("Start tune")
-        self.start_btn.clicked.connect(self.start)
+        self.start_btn.setToolTip("Launch the best predicted configurations one by one, measure, re-rank, confirm")
+        self.start_btn.clicked.connect(self.start_tune)
         self.stop_btn = QPushButton("Stop")
-        self.stop_btn.setToolTip("Stop the tune: the server is stopped and the tune saved "
-                                 "(`vllm-dyno tune --resume ID` continues it)")
-        self.stop_btn.clicked.connect(self.stop)
-        btns.addWidget(self.start_btn)
-        btns.addWidget(self.stop_btn)
-        fl.addLayout(btns)
-        fl.addStretch(1)
-        scroll = QScrollArea()
-        scroll.setWidgetResizable(True)
-        scroll.setWidget(form_w)
-        scroll.setMinimumWidth(330)
-        split.addWidget(scroll)
+        self.stop_btn.setToolTip("Stop the tune: the running search is aborted and the server stopped; the tune is "
+                                 "saved (resume with `vllm-dyno tune --resume ID`)")
+        self.stop_btn.clicked.connect(self.stop_tune)
+        row.addWidget(self.start_btn)
+        row.addWidget(self.stop_btn)
+        ov.addLayout(row)
+        outer.setMinimumWidth(340)
+        return outer
 
-        # ---- right: progress, candidates, Pareto, result
-        right = QWidget()
-        rl = QVBoxLayout(right)
-        rl.setContentsMargins(0, 0, 0, 0)
-        prow = QHBoxLayout()
-        self.progress = QProgressBar()
-        self.progress.setFormat("launch %v of ≤ %m")
-        self.progress.setValue(0)
-        prow.addWidget(self.progress)
-        self.elapsed = QLabel("")
-        prow.addWidget(self.elapsed)
-        rl.addLayout(prow)
-        self.phase = QLabel("Plan the space, set the SLO and start: the tuner launches the best predicted "
-                            "configuration, measures its capacity, re-predicts the rest and stops when "
-                            "nothing is predicted to beat it.")
-        self.phase.setWordWrap(True)
-        rl.addWidget(self.phase)
+    def _build_right(self) -> QWidget:
+        w = QWidget()
+        v = QVBoxLayout(w)
+        v.setContentsMargins(4, 4, 4, 4)
+        self.progress = QLabel("No tune yet.")
+        self.progress.setWordWrap(True)
+        self.progress.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.progress.setStyleSheet("font-weight:600;")
+        v.addWidget(self.progress)
+        self.bar = QProgressBar()
+        self.bar.setFormat("launch %v of ≤ %m")
+        self.bar.setMaximumHeight(16)
+        self.message = QLabel("")
+        self.message.setWordWrap(True)
+        self.message.setStyleSheet("color:#444;")
+        v.addWidget(self.bar)
+        v.addWidget(self.message)
 
-        vsplit = QSplitter(Qt.Vertical)
+        split = QSplitter(Qt.Vertical)
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
-        self.table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.table.setAlternatingRowColors(True)
         hh = self.table.horizontalHeader()
-        hh.setSectionResizeMode(0, QHeaderView.Stretch)
-        for i in range(1, len(COLUMNS)):
-            hh.setSectionResizeMode(i, QHeaderView.ResizeToContents)
-        vsplit.addWidget(self.table)
+        hh.setSectionResizeMode(QHeaderView.ResizeToContents)
+        hh.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.Stretch)  # the reasons: elided, whole in the tooltip
+        self.table.setTextElideMode(Qt.ElideRight)
+        self.table.setWordWrap(False)
+        split.addWidget(self.table)
 
-        bottom = QSplitter(Qt.Horizontal)
         self.plot = pg.PlotWidget(background="w")
-        self.plot.setTitle("Pareto front at the SLO", color="#102a43")
-        self.plot.setLabel("bottom", "output tok/s per user")
-        self.plot.setLabel("left", "output tok/s per GPU")
-        self.plot.showGrid(x=True, y=True, alpha=0.3)
-        # top right: beyond the Pareto front (nothing serves more per user and per GPU at once)
-        self.legend = self.plot.addLegend(offset=(-10, 10), brush=pg.mkBrush(255, 255, 255, 210),
-                                          pen=pg.mkPen("#cbd2d9"))
-        self.pred_scatter = pg.ScatterPlotItem(pen=pg.mkPen("#9aa5b1"), brush=pg.mkBrush(0, 0, 0, 0), size=8,
-                                               name="predicted")
-        self.meas_scatter = pg.ScatterPlotItem(pen=pg.mkPen("#2f6db5"), brush=pg.mkBrush("#2f6db5"), size=10,
-                                               name="measured")
-        self.rec_scatter = pg.ScatterPlotItem(pen=pg.mkPen("#1a7f37", width=2), brush=pg.mkBrush("#1a7f37"),
-                                              size=16, symbol="star", name="recommended")
-        self.front = pg.PlotDataItem(pen=pg.mkPen("#2f6db5", width=1, style=Qt.DashLine), name="Pareto front")
-        for it in (self.front, self.pred_scatter, self.meas_scatter, self.rec_scatter):
-            self.plot.addItem(it)
-        self.slo_line = pg.InfiniteLine(angle=90, pen=pg.mkPen("#c0392b", width=1.5, style=Qt.DashLine),
-                                        label="", labelOpts={"position": 0.92, "color": "#c0392b"})
-        self.plot.addItem(self.slo_line)
-        self.slo_line.hide()
-        self.plot.setMinimumWidth(360)
-        bottom.addWidget(self.plot)
+        pi = self.plot.getPlotItem()
+        pi.setTitle("Pareto: output tok/s per user vs per GPU", size="10pt")
+        pi.setLabel("bottom", "output tok/s per user")
+        pi.setLabel("left", "output tok/s per GPU")
+        pi.showGrid(x=True, y=True, alpha=0.25)
+        # bottom left: slow streams at low throughput per GPU — the corner no configuration reaches
+        self.legend = pi.addLegend(offset=(6, -6), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 230),
+                                   pen=pg.mkPen("#bbb"))
+        self.pred_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#7a8ea6", width=1.2), brush=None, symbol="o",
+                                           name="predicted (at its users)")
+        self.met_pts = pg.ScatterPlotItem(size=8, pen=None, brush=pg.mkBrush("#2f6db5"), symbol="o",
+                                          name="measured, SLO met")
+        self.broke_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#b0413e", width=1.5), brush=None, symbol="x",
+                                            name="measured, SLO broken")
+        self.front = pg.PlotDataItem(pen=pg.mkPen("#2f6db5", width=1.5, style=Qt.DashLine), name="Pareto front")
+        self.rec_pt = pg.ScatterPlotItem(size=18, pen=pg.mkPen("#7a4a00", width=1.5), brush=pg.mkBrush("#f0a202"),
+                                         symbol="star", name="recommended")
+        for it in (self.pred_pts, self.met_pts, self.broke_pts, self.front, self.rec_pt):
+            pi.addItem(it)
+        # the SLO's bound: slower streams than 1 / TPOT p99 break it (shaded), named in the legend
+        slo_pen = pg.mkPen("#b0413e", width=1.5, style=Qt.DotLine)
+        self.slo_line = pg.InfiniteLine(angle=90, movable=False, pen=slo_pen)
+        self.slo_shade = pg.LinearRegionItem(orientation="vertical", movable=False,
+                                             brush=pg.mkBrush(176, 65, 62, 22), pen=pg.mkPen(None))
+        self.slo_key = pg.PlotDataItem(pen=slo_pen, name="SLO bound")
+        for it in (self.slo_shade, self.slo_line):
+            it.hide()
+            pi.addItem(it)
+        pi.addItem(self.slo_key)  # no data: only its legend entry (a hidden item's entry is drawn crossed out)
+        self.slo_shade.setZValue(-10)
+        split.addWidget(self.plot)
 
-        card_w = QWidget()
-        cl = QVBoxLayout(card_w)
-        cl.setContentsMargins(0, 0, 0, 0)
-        self.card = QTextBrowser()  # wraps the sentence and the table to the width it gets
-        self.card.setObjectName("tunecard")
-        self.card.setStyleSheet(CARD_STYLE)
-        self.card.setOpenLinks(False)
-        self.card.hide()
-        cl.addWidget(self.card, 1)
-        ex = QHBoxLayout()
+        card = QWidget()
+        cv = QVBoxLayout(card)
+        cv.setContentsMargins(0, 0, 0, 0)
+        self.cards_row = QHBoxLayout()
+        self.card_labels: list[tuple[QFrame, QLabel]] = []
+        for i in range(3):
+            fr = QFrame()
+            fr.setObjectName("tuneCard")
+            fr.setProperty("rec", "true" if i == 0 else "false")
+            fr.setStyleSheet(CARD_STYLE)
+            fl = QVBoxLayout(fr)
+            fl.setContentsMargins(6, 4, 6, 4)
+            lab = QLabel()
+            lab.setWordWrap(True)
+            lab.setTextFormat(Qt.RichText)
+            lab.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            lab.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+            fl.addWidget(lab)
+            fr.hide()
+            self.cards_row.addWidget(fr, 1)
+            self.card_labels.append((fr, lab))
+        cv.addLayout(self.cards_row)
+        self.sentence = QLabel("")
+        self.sentence.setWordWrap(True)
+        self.sentence.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        cv.addWidget(self.sentence)
+        row = QHBoxLayout()
         self.save_btn = QPushButton("Save as profile…")
-        self.save_btn.clicked.connect(self._save_profile_dialog)
-        self.copy_btn = QPushButton("Copy vllm serve")
-        self.copy_btn.setToolTip("Copy the recommendation as a `vllm serve` command")
+        self.save_btn.setToolTip("Save the recommended flags as a profile (this profile's rig and ramp)")
+        self.save_btn.clicked.connect(self.save_profile_dialog)
+        self.copy_btn = QPushButton("Copy vllm serve command")
         self.copy_btn.clicked.connect(self.copy_command)
-        self.yaml_btn = QPushButton("Export --config…")
-        self.yaml_btn.setToolTip("Write the recommendation as a vLLM --config YAML file")
-        self.yaml_btn.clicked.connect(self._export_dialog)
-        for b in (self.save_btn, self.copy_btn, self.yaml_btn):
-            ex.addWidget(b)
-        cl.addLayout(ex)
-        bottom.addWidget(card_w)
-        bottom.setSizes([470, 560])
-        vsplit.addWidget(bottom)
-        vsplit.setSizes([210, 430])
-        rl.addWidget(vsplit, 1)
-        split.addWidget(right)
-        split.setStretchFactor(0, 0)
-        split.setStretchFactor(1, 1)
-        split.setSizes([360, 900])
-        self._set_exports(False)
+        self.export_btn = QPushButton("Export --config YAML…")
+        self.export_btn.setToolTip("Write the recommended flags as a vLLM --config file")
+        self.export_btn.clicked.connect(self.export_dialog)
+        for b in (self.save_btn, self.copy_btn, self.export_btn):
+            row.addWidget(b)
+        row.addStretch(1)
+        cv.addLayout(row)
+        split.addWidget(card)
+        split.setSizes([210, 310, 300])
+        split.setChildrenCollapsible(False)
+        v.addWidget(split, 1)
+        return w
 
     # ------------------------------------------------------------------ state
     @property
@@ -311,365 +343,466 @@ class TunePanel(QWidget):
 
     def _set_running(self, on: bool) -> None:
         self.start_btn.setEnabled(not on)
-        self.plan_btn.setEnabled(not on)
         self.stop_btn.setEnabled(on)
-        for w in (self.slo_ttft, self.slo_tpot, self.prompt_tokens, self.output_tokens, self.objective,
-                  self.max_launches, self.max_minutes, self.checkpoints, self.dims_w):
-            w.setEnabled(not on)
+        self.refresh_btn.setEnabled(not on)
+        self.checkpoints.setEnabled(not on)
+        rec = (self.res or {}).get("recommendation") if not on else None
+        for b in (self.save_btn, self.copy_btn, self.export_btn):
+            b.setEnabled(rec is not None)
+        if on:
+            self.timer.start()
+        else:
+            self.timer.stop()
 
-    def _set_exports(self, on: bool) -> None:
-        for b in (self.save_btn, self.copy_btn, self.yaml_btn):
-            b.setEnabled(on)
+    def mark_stale(self) -> None:
+        """The form changed: the space is planned again when the tab is shown (not while a
+        tune runs: it tunes the configuration it started with)."""
+        self._stale = True
+        if self.isVisible() and not self.running:
+            self.replan_timer.start()
 
-    def slo(self) -> SLO:
-        return SLO(ttft_p99=self.slo_ttft.value() or None,
-                   tpot_p99=(self.slo_tpot.value() / 1000.0) or None)
+    def showEvent(self, ev) -> None:
+        super().showEvent(ev)
+        if self._stale and not self.running:
+            self.refresh_space()
 
+    def set_defaults(self, start: Any) -> None:
+        """The SLO and lengths of ``start``'s ramp (a profile loaded) as the defaults."""
+        pt, ot, _spread, _seed = report.workload_from_ramp(start.ramp)
+        self.prompt_tokens.setValue(pt)
+        self.output_tokens.setValue(ot)
+        slo = start.ramp.slo if start.ramp is not None else SLO()
+        self.slo_ttft.setValue((slo.ttft_p99 or 0) * 1000)
+        self.slo_tpot.setValue((slo.tpot_p99 or 0) * 1000)
+
+    # ------------------------------------------------------------------ the space
     def _checkpoints(self) -> dict[str, str]:
-        out = {}
-        for part in self.checkpoints.text().replace(";", ",").split(","):
+        out: dict[str, str] = {}
+        for part in self.checkpoints.text().split(","):
             if not part.strip():
                 continue
             if "=" not in part:
-                raise ValueError(f"checkpoint {part.strip()!r}: write label=model id, e.g. fp8=org/Model-FP8")
-            k, v = (x.strip() for x in part.split("=", 1))
-            if not k or not v:
-                raise ValueError(f"checkpoint {part.strip()!r}: write label=model id, e.g. fp8=org/Model-FP8")
-            out[k] = v
+                raise ValueError(f"checkpoint {part.strip()!r}: write QUANT=MODEL, e.g. awq=…-AWQ-INT4")
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
         return out
 
-    def _chosen(self) -> dict[str, list[Any]]:
-        """The kept values of every dimension whose check boxes are shown (only those
-        the user unticked narrow the space)."""
-        out = {}
-        for dim, boxes in self.boxes.items():
-            kept = [v.value for b, v in boxes if b.isChecked() and b.isEnabled()]
-            runnable = [v.value for _b, v in boxes if v.reason is None]
-            if sorted(map(str, kept)) != sorted(map(str, runnable)):
-                out[dim] = kept
-        return out
+    def form(self, full_space: bool = False) -> dict[str, Any]:
+        """The tab's inputs as :func:`app.tuner.report.build_spec` keywords (read on the
+        GUI thread; ``full_space``: every value, for the pruning display). Raises
+        ValueError naming the input."""
+        space: dict[str, Any] = {"checkpoints": self._checkpoints() or None}
+        if not full_space:
+            space.update(self.selection())
+        mm = self.max_minutes.value()
+        return dict(slo=self.slo(), space=space, prompt_tokens=self.prompt_tokens.value(),
+                    output_tokens=self.output_tokens.value(), objective=self.objective.currentData(),
+                    max_launches=self.max_launches.value(), max_minutes=mm if mm > 0 else None)
 
-    def build_spec(self, inputs: TuneInputs, narrowed: bool = True) -> TuneSpec:
-        """The TuneSpec of the form (blocking: the rig's probe). Raises ValueError naming
-        the input."""
-        slo = self.slo()
-        if slo.is_empty():
-            raise ValueError("a tune needs an SLO: set TTFT p99 and/or TPOT p99")
-        if inputs.config is None:
-            raise ValueError("the Server form is not complete")
-        sim_args, hw, version, python = tune_rig(inputs.engine, inputs.config, inputs.sim, inputs.python)
-        space = TuneSpace(checkpoints=self._checkpoints())
-        if narrowed and self.dry is not None and self.boxes:
-            space = narrowed_space(space, self._chosen(), self.dry)
-        extra = {"startup_timeout": inputs.startup_timeout} if inputs.startup_timeout else {}
-        return TuneSpec(engine=inputs.engine, config=inputs.config, sim_args=sim_args, hardware=hw, python=python,
-                        vllm_version=version, prompt_tokens=self.prompt_tokens.value(),
-                        output_tokens=self.output_tokens.value(), slo=slo, objective=self.objective.currentData(),
-                        space=space, max_launches=self.max_launches.value(),
-                        max_minutes=self.max_minutes.value() or None, **extra)
+    @staticmethod
+    def _spec(start: Any, form: dict[str, Any]):
+        """The tune's spec of ``start`` and :meth:`form` (any thread; blocking for engine
+        vllm: the interpreter probe). Raises ValueError."""
+        sim_args, hw, version, py = report.target_of(start)
+        f = dict(form)
+        pt, ot, spread, seed = report.workload_from_ramp(start.ramp, f.pop("prompt_tokens"), f.pop("output_tokens"))
+        return report.build_spec(engine=start.engine, config=start.config, hardware=hw, sim_args=sim_args, python=py,
+                                 vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
+                                 seed=seed, **f)
 
-    # ------------------------------------------------------------------ the space
-    def plan_space(self) -> threading.Thread | None:
-        """Dry run in the background: the check boxes, the table and the predicted points."""
+    def slo(self) -> SLO:
+        t, p = self.slo_ttft.value(), self.slo_tpot.value()
+        return SLO(ttft_p99=t / 1000 if t > 0 else None, tpot_p99=p / 1000 if p > 0 else None)
+
+    def refresh_space(self) -> None:
+        """Plan the space of the form's configuration in the background: first the
+        planner's pruning (check boxes), then the predictions (the table, the plot)."""
+        if self.running:
+            return
+        self.replan_timer.stop()
+        self._stale = False
+        self._gen += 1
+        gen = self._gen
         try:
-            inputs = self.inputs_fn()
+            start = self.start_fn()
+            form = self.form(full_space=True)
         except ValueError as e:
-            self.space_summary.setText(f"<span style='{PRUNED_STYLE}'>{html.escape(str(e))}</span>")
-            return None
-        self.plan_btn.setEnabled(False)
-        self.space_summary.setText("planning every configuration…")
+            self.space_status.setText(f"<span style='{PRUNED_STYLE}'>The form: {html.escape(str(e))}</span>")
+            return
+        no_slo = form["slo"].is_empty()
+        if no_slo:  # the planner's pruning does not depend on it; a spec needs one (no prediction without)
+            form["slo"] = SLO(ttft_p99=2.0, tpot_p99=0.1)
+        self.space_status.setText("Planning the space…")
 
-        def work():
-            spec = self.build_spec(inputs, narrowed=False)
-            return spec, Tuner(spec, store=self.store_fn(), pricing=inputs.pricing).dry_run()
+        def plan():
+            spec = self._spec(start, form)
+            return spec, report.space_candidates(spec)
 
-        def done(out) -> None:
-            self.plan_btn.setEnabled(not self.running)
-            self.dry_spec, self.dry = out
-            self._show_space(self.dry)
-            self._show_result(self.dry, final=False)
+        def planned(out) -> None:
+            if gen != self._gen:
+                return
+            spec, cands = out
+            self.start = start
+            self._show_space(cands)
+            if no_slo:
+                self.message.setText("Set TTFT p99 and/or TPOT p99 to see every configuration's predicted users.")
+            else:
+                self._predict(gen, spec)
 
         def failed(e: BaseException) -> None:
-            self.plan_btn.setEnabled(not self.running)
-            self.space_summary.setText(f"<span style='{PRUNED_STYLE}'>{html.escape(str(e))}</span>")
+            if gen == self._gen:
+                self.space_status.setText(f"<span style='{PRUNED_STYLE}'>{html.escape(str(e))}</span>")
+                self._clear_space()
 
-        return run_in_background("tune-plan", work, done, failed)
+        self._bg("tune-space", plan, planned, failed)
 
-    def _show_space(self, res: dict) -> None:
-        while self.dims_l.count():
-            it = self.dims_l.takeAt(0)
+    def _predict(self, gen: int, spec) -> None:
+        self.message.setText("Predicting every configuration (the step-level engine)…")
+
+        def dry():
+            return Tuner(spec, controller=self.controller_fn(), store=self.store_fn()).dry_run()
+
+        def done(res) -> None:
+            if gen != self._gen or self.running:
+                return
+            self.message.setText("Predicted (no launch yet): Start measures the best of them.")
+            self.show_result(res)
+
+        def failed(e: BaseException) -> None:
+            if gen == self._gen and not self.running:
+                self.message.setText(f"No prediction: {e}")
+
+        self._bg("tune-predict", dry, done, failed)
+
+    def _clear_space(self) -> None:
+        while self.space_box.count():
+            it = self.space_box.takeAt(0)
             if it.widget() is not None:
                 it.widget().deleteLater()
-        self.boxes = {}
-        n = len(res["candidates"])
-        pruned = sum(c["pruned_because"] is not None for c in res["candidates"])
-        self.space_summary.setText(f"{n - pruned} of {n} configurations can start")
-        for dim, vals in dimension_values(res).items():
-            if len(vals) < 2 and all(v.reason is None for v in vals):
-                continue  # one value, nothing to choose
-            box = QGroupBox(DIMENSION_TITLES.get(dim, dim))
-            bl = QVBoxLayout(box)
-            bl.setSpacing(2)
-            bl.setContentsMargins(6, 4, 6, 4)
-            items = []
-            for v in vals:
-                cb = QCheckBox(v.label)
-                line = QHBoxLayout()
-                line.addWidget(cb)
-                if v.reason is not None:
-                    cb.setChecked(False)
-                    cb.setEnabled(False)
-                    why = QLabel(f"<span style='{PRUNED_STYLE}'>pruned: {html.escape(v.reason[:90])}</span>")
-                    why.setWordWrap(True)
-                    why.setToolTip(v.reason)
-                    cb.setToolTip(v.reason)
-                    line.addWidget(why, 1)
+        self.boxes, self.reasons = {}, {}
+
+    def _show_space(self, cands: list[dict[str, Any]]) -> None:
+        """One row per dimension, a check box per value; a pruned value unchecked,
+        disabled, struck through, with the planner's reason beside it (and as its tooltip)."""
+        old = {f: {v: b.isChecked() for v, b in bs.items()} for f, bs in self.boxes.items()}
+        self._clear_space()
+        self.status = report.value_status(cands)
+        self.models = {c["checkpoint"]: c["server"].get("model") for c in cands if c.get("checkpoint")}
+        for _name, field, label in report.DIMENSIONS:
+            values = self.status.get(field) or {}
+            if not values:
+                continue
+            self.space_box.addWidget(QLabel(f"<b>{html.escape(label)}</b>"))
+            line = QWidget()
+            lh = QHBoxLayout(line)
+            lh.setContentsMargins(12, 0, 0, 0)
+            lh.setSpacing(10)
+            self.space_box.addWidget(line)
+            self.boxes[field], self.reasons[field] = {}, {}
+            notes = []
+            for v, why in values.items():
+                text = report.value_label(field, v)
+                tip = f"{label} = {text}"
+                if field == "checkpoint" and self.models.get(v):
+                    tip = f"{v}: {self.models[v]}"
+                b = QCheckBox(text)
+                b.setObjectName(f"tune_{field}_{v}")
+                if why is None:
+                    b.setChecked(old.get(field, {}).get(v, True))
+                    b.setToolTip(tip + ": some configuration with it can start")
                 else:
-                    cb.setChecked(True)
-                    if v.pruned:
-                        note = QLabel(f"<span style='color:#52606d'>{v.pruned} of {v.candidates} pruned</span>")
-                        reasons = sorted({c["pruned_because"] for c in res["candidates"]
-                                          if c["pruned_because"] is not None})
-                        note.setToolTip("\n".join(r[:200] for r in reasons[:5]))
-                        line.addWidget(note, 1)
-                    else:
-                        line.addStretch(1)
-                bl.addLayout(line)
-                items.append((cb, v))
-            self.boxes[dim] = items
-            self.dims_l.addWidget(box)
+                    b.setChecked(False)
+                    b.setEnabled(False)
+                    font = b.font()
+                    font.setStrikeOut(True)
+                    b.setFont(font)
+                    b.setToolTip(f"{tip}: pruned by the planner: {why}")
+                    notes.append((v, text, why))
+                lh.addWidget(b)
+                self.boxes[field][v] = b
+            lh.addStretch(1)
+            for v, text, why in notes:  # the planner's reason under the row, by the value's name
+                r = QLabel(f"✗ {html.escape(text)}: {html.escape(_short(why))}")
+                r.setWordWrap(True)
+                r.setStyleSheet(PRUNED_STYLE + " font-size:8pt; margin-left:12px;")
+                r.setToolTip(why)
+                self.space_box.addWidget(r)
+                self.reasons[field][v] = r
+        n = len(cands)
+        pruned = sum(c["pruned_because"] is not None for c in cands)
+        self.space_status.setText(f"{n} configurations, {n - pruned} can start, {pruned} pruned by the planner. "
+                                  "Untick what you do not want tried.")
 
-    # ------------------------------------------------------------------ running
-    def start(self) -> bool:
-        """Start a tune (returns False with the reason shown when it cannot)."""
+    def selection(self) -> dict[str, Any]:
+        """The ticked values as TuneSpace fields (None: every value of the dimension).
+        Raises ValueError naming a dimension with nothing ticked."""
+        out: dict[str, Any] = {}
+        names = {field: name for name, field, _ in report.DIMENSIONS}
+        for field, boxes in self.boxes.items():
+            if not boxes:
+                continue
+            on = [v for v, b in boxes.items() if b.isChecked()]
+            if not on:
+                raise ValueError(f"{field}: tick at least one value")
+            if len(on) == sum(b.isEnabled() for b in boxes.values()):
+                continue  # every value that can start: the dimension's default (the pruned stay pruned)
+            if field == "checkpoint":
+                out["checkpoints"] = {k: self.models[k] for k in on if k in self.models}
+            else:
+                out[names[field]] = on
+        return out
+
+    # ------------------------------------------------------------------ the tune
+    def start_tune(self) -> None:
         if self.running:
-            return False
-        busy = self.busy_fn()
-        if busy:
-            self.phase.setText(f"<span style='{PRUNED_STYLE}'>Cannot start: {html.escape(busy)}</span>")
-            return False
+            return
         try:
-            self.inputs = inputs = self.inputs_fn()
-            spec = self.build_spec(inputs)
+            start = self.start_fn()
+            form = self.form()
         except ValueError as e:
-            self.phase.setText(f"<span style='{PRUNED_STYLE}'>Cannot start: {html.escape(str(e))}</span>")
-            return False
-        self.result = None
-        self._set_exports(False)
-        self.card.hide()
-        self.tuner = Tuner(spec, controller=self.controller_fn(), store=self.store_fn(), listener=_Listener(self._relay),
-                           pricing=inputs.pricing)
-        self.progress.setMaximum(spec.max_launches)
-        self.progress.setValue(0)
-        self._t0 = time.monotonic()
+            QMessageBox.warning(self, "Tune", str(e))
+            return
+        if self.slo().is_empty():
+            QMessageBox.warning(self, "Tune", "A tune needs an SLO to judge capacities on: set TTFT p99 and/or "
+                                              "TPOT p99.")
+            return
+        self._gen += 1  # a prediction still running is not shown over the tune
+        self._stop_asked = False
+        self.start = start
+        self.res = None
+        self.clock = report.ProgressClock(self.max_launches.value(), self.max_minutes.value() or None, self.now_fn())
+        self.bar.setRange(0, self.max_launches.value())
+        self.bar.setValue(0)
+        self.message.setText("")
+        self.sentence.setText("")
+        for fr, _ in self.card_labels:
+            fr.hide()
+        listener = _ToQt(self)
+
+        def body():
+            spec = self._spec(start, form)
+            tuner = Tuner(spec, controller=self.controller_fn(), store=self.store_fn(), listener=listener,
+                          pricing=self.pricing_fn())
+            listener.tuner = tuner
+            self.tuner = tuner
+            if self._stop_asked:
+                raise TuneAborted("the tune was stopped before it started")
+            tuner.run()
+            return tuner.result()
+
+        self.thread = self._bg("tune", body, self._finished, self._failed)
         self._set_running(True)
-        self.phase.setText("planning every configuration…")
-        tuner = self.tuner
+        self.running_changed.emit(True)
+        self._tick()
 
-        def body() -> None:
-            try:
-                tuner.run()
-                res = tuner.result()
-                on_gui_thread(lambda: self._on_finished(res, None))
-            except TuneAborted:
-                on_gui_thread(lambda: self._on_finished(None, f"stopped — the tune is saved: "
-                                                              f"vllm-dyno tune --resume {tuner.tune_id}"))
-            except BaseException as e:  # shown in the tab, never raised on the worker
-                on_gui_thread(lambda e=e: self._on_finished(None, str(e) or type(e).__name__))
-
-        self.thread = threading.Thread(target=body, name="dyno-gui-tune", daemon=True)
-        self.thread.start()
-        self.started.emit()
-        return True
-
-    def stop(self) -> None:
-        """Stop the tune (its server is stopped; the state is saved, resumable)."""
-        if self.tuner is not None and self.running:
-            self.phase.setText("stopping: the server is being stopped; the tune is saved")
-            self.stop_btn.setEnabled(False)
-            self.tuner.abort()
-
-    def shutdown(self, timeout: float = 30.0) -> None:
-        """Blocking stop (window close, tests)."""
-        if self.tuner is not None and self.running:
-            self.tuner.abort()
-        if self.thread is not None:
-            self.thread.join(timeout)
-
-    def _on_progress(self, state: TuneState, message: str) -> None:
-        self._last_state = state
-        done = sum(1 for x in state.launches if x.status != "running")
-        cur = next((x for x in state.launches if x.status == "running"), None)
-        self.progress.setValue(len(state.launches))
-        el = time.monotonic() - self._t0
-        eta = ""
-        if done and self.tuner is not None:
-            per = sum(x.wall_seconds or 0 for x in state.launches if x.status != "running") / done
-            left = max(0, self.tuner.spec.max_launches - len(state.launches)) + (1 if cur else 0)
-            eta = f" · ETA ≤ {per * left / 60:.1f} min (at most {left} more launch{'es' if left != 1 else ''})"
-        self.elapsed.setText(f"elapsed {el / 60:.1f} min{eta}")
-        phase = f"launch {cur.n}: {cur.purpose} {cur.key}" if cur else state.phase
-        self.phase.setText(f"<b>{html.escape(phase)}</b> — {html.escape(message)}")
+    def stop_tune(self) -> None:
+        """Abort the tune: the running search stops, the server is stopped (on the tune's
+        thread); the tune is saved as interrupted."""
+        self._stop_asked = True
         if self.tuner is not None:
-            try:
-                self._show_result(self.tuner.result(state), final=False)
-            except Exception:  # a partial state: the table waits for the next
-                pass
+            self.tuner.abort()
+        self.progress.setText("Stopping: the server is being stopped…")
 
-    def _on_finished(self, res: Optional[dict], error: Optional[str]) -> None:
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """Stop a running tune and wait for its thread (the window closes)."""
+        self.timer.stop()
+        self.replan_timer.stop()
+        self._gen += 1
+        if self.running:
+            self.stop_tune()
+        deadline = time.monotonic() + timeout
+        for t in [self.thread, *self.background]:
+            if t is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
+
+    def _bg(self, name: str, fn, on_done, on_error) -> threading.Thread:
+        t = run_in_background(name, fn, on_done, on_error)
+        self.background = [x for x in self.background if x.is_alive()] + [t]
+        return t
+
+    def _on_progress(self, res: dict[str, Any], message: str) -> None:
+        if self.clock is not None:
+            self.clock.update(res, message, self.now_fn())
+            self.bar.setValue(self.clock.launch())
+        self.message.setText(html.escape(message))
+        self.show_result(res, final=False)
+        self._tick()
+
+    def _tick(self) -> None:
+        if self.clock is not None and self.running:
+            self.progress.setText(self.clock.text(self.now_fn()))
+
+    def _finished(self, res: dict[str, Any]) -> None:
+        self.tuner = None
+        self.thread = None
+        self.show_result(res, final=True)
+        rec = res.get("recommendation")
+        self.progress.setText(f"Tune {res.get('tune_id')} done: {res['launches']} launch"
+                              f"{'es' if res['launches'] != 1 else ''}, {res['wall_seconds'] / 60:.1f} min; "
+                              f"stopped: {res.get('stop_reason')}")
+        if rec is None:
+            self.sentence.setText(report.no_recommendation_text())
         self._set_running(False)
-        if res is not None:
-            self.result = res
-            self.progress.setValue(res["launches"])
-            self.elapsed.setText(f"took {(time.monotonic() - self._t0) / 60:.1f} min")
-            self.phase.setText(f"<b>done</b> in {res['launches']} launch{'es' if res['launches'] != 1 else ''}, "
-                               f"{res['rig_seconds'] / 60:.1f} rig min — {html.escape(res['stop_reason'] or '')}")
-            self._show_result(res, final=True)
-            self._set_exports(res.get("recommendation") is not None)
-            self.finished.emit(res)
-        else:
-            self.phase.setText(f"<span style='{PRUNED_STYLE}'>{html.escape(error or 'stopped')}</span>")
-            self.finished.emit({})
+        self.running_changed.emit(False)
 
-    # ------------------------------------------------------------------ showing
-    def _show_result(self, res: dict, final: bool) -> None:
-        runnable, pruned = ordered_candidates(res)
-        rows = runnable + pruned
+    def _failed(self, e: BaseException) -> None:
+        tid = self.tuner.tune_id if self.tuner is not None else None
+        self.tuner = None
+        self.thread = None
+        if isinstance(e, TuneAborted):
+            self.progress.setText("Stopped." + (f" Resume with: vllm-dyno tune --resume {tid}" if tid else ""))
+        else:
+            self.progress.setText(f"<span style='{PRUNED_STYLE}'>The tune failed: {html.escape(str(e))}</span>")
+        self._set_running(False)
+        self.running_changed.emit(False)
+
+    # ------------------------------------------------------------------ showing a result
+    def show_result(self, res: dict[str, Any], final: bool = True) -> None:
+        """The candidates, the Pareto plot and (with a recommendation) the result card."""
+        self.res = res
+        self._fill_table(res)
+        self._fill_plot(res)
+        self._fill_cards(res)
+        if final:
+            self._set_running(self.running)
+
+    def _fill_table(self, res: dict[str, Any]) -> None:
+        rows = report.ordered_candidates(res)
         rec_key = (res.get("recommendation") or {}).get("key")
         self.table.setRowCount(len(rows))
         for i, c in enumerate(rows):
-            state = ("pruned: " + c["pruned_because"][:120] if c["pruned_because"] else
-                     "failed" if c.get("failed") else
-                     ("recommended" if c["key"] == rec_key else "measured") if c["measured_users"] is not None
-                     else "predicted")
-            tps = c.get("measured_tps") if c["measured_users"] is not None else c.get("predicted_tps")
-            vals = (c["key"], "" if c["pruned_because"] else predicted_text(c),
-                    "" if c["pruned_because"] else measured_text(c), "" if tps is None else f"{tps:,.0f}", state)
-            for j, v in enumerate(vals):
-                it = QTableWidgetItem(v)
-                if c["pruned_because"]:
-                    it.setForeground(Qt.gray)
+            status = ("pruned: " + c["pruned_because"]) if c["pruned_because"] else (
+                "recommended" if c["key"] == rec_key else
+                ("measured" if c["measured_users"] is not None else ("failed" if c.get("failed") else "")))
+            vals = [c["key"], str(c.get("cards") or ""), report.predicted_text(c), report.measured_text(c), status]
+            for col, text in enumerate(vals):
+                it = QTableWidgetItem(text)
+                if c["pruned_because"] is not None:
+                    it.setForeground(QColor("#8a1c1c"))
                     it.setToolTip(c["pruned_because"])
+                    if col == 0:
+                        f = it.font()
+                        f.setStrikeOut(True)
+                        it.setFont(f)
                 elif c["key"] == rec_key:
                     f = it.font()
                     f.setBold(True)
                     it.setFont(f)
-                if j in (1, 2, 3):
+                if col in (1, 2, 3):
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-                self.table.setItem(i, j, it)
-        self._plot(res)
-        if final or res.get("recommendation"):
-            self._card(res)
+                self.table.setItem(i, col, it)
 
-    def _plot(self, res: dict) -> None:
-        pts = pareto_points(res)
-        pred = [p for p in pts if not p.measured]
-        meas = [p for p in pts if p.measured]
-        rec = [p for p in pts if p.role == "recommended"]
-        self.pred_scatter.setData([p.per_user for p in pred], [p.per_gpu for p in pred],
-                                  data=[p.key for p in pred], tip=None)
-        self.meas_scatter.setData([p.per_user for p in meas], [p.per_gpu for p in meas], tip=None)
-        self.rec_scatter.setData([p.per_user for p in rec], [p.per_gpu for p in rec], tip=None)
-        front = pareto_front(meas or pred)
-        self.front.setData([p.per_user for p in front], [p.per_gpu for p in front])
-        if pts:  # room above and to the right for the legend, and the SLO line in view
-            xs = [p.per_user for p in pts] + ([slo_per_user_floor(res.get("slo") or {})] if
-                                              slo_per_user_floor(res.get("slo") or {}) else [])
-            ys = [p.per_gpu for p in pts]
-            x0, x1, y1 = min(xs), max(xs), max(ys)
-            self.plot.setXRange(x0 - 0.05 * (x1 - x0 or 1), x1 + 0.45 * (x1 - x0 or 1), padding=0)
-            self.plot.setYRange(0, y1 * 1.35, padding=0)
-        floor = slo_per_user_floor(res.get("slo") or {})
+    def _fill_plot(self, res: dict[str, Any]) -> None:
+        pts = report.pareto_points(res)
+
+        def xy(ps):
+            return [p.per_user for p in ps], [p.per_gpu for p in ps]
+
+        self.pred_pts.setData(*xy([p for p in pts if not p.measured]))
+        self.met_pts.setData(*xy([p for p in pts if p.measured and p.slo_met]))
+        self.broke_pts.setData(*xy([p for p in pts if p.measured and not p.slo_met]))
+        self.front.setData(*xy(report.pareto_front(pts)))
+        rp = report.recommended_point(res)
+        self.rec_pt.setData(*xy([rp] if rp is not None else []))
+        floor = report.slo_per_user_floor(res)
+        pi = self.plot.getPlotItem()
         if floor is not None:
-            self.slo_line.show()
             self.slo_line.setValue(floor)
-            self.slo_line.label.setFormat(f"TPOT SLO: ≥ {floor:.0f} tok/s per user")
+            xs = [p.per_user for p in pts] or [floor * 2]
+            self.slo_shade.setRegion((min(min(xs), floor) * 0.5, floor))
+            name = f"SLO: TPOT p99 ≤ {1000 / floor:g} ms (≥ {floor:g} tok/s per user)"
+            self.legend.removeItem(self.slo_key)
+            self.slo_key.opts["name"] = name
+            self.legend.addItem(self.slo_key, name)
+            for it in (self.slo_line, self.slo_shade):
+                it.show()
         else:
-            self.slo_line.hide()
+            self.legend.removeItem(self.slo_key)
+            for it in (self.slo_line, self.slo_shade):
+                it.hide()
+        pi.enableAutoRange()
 
-    def _card(self, res: dict) -> None:
-        cols = result_columns(res)
+    def _fill_cards(self, res: dict[str, Any]) -> None:
+        cols = report.result_columns(res) if res.get("recommendation") else []
+        cards_of = {c["key"]: c.get("cards") or 1 for c in res["candidates"]}
+        default_cards = max(cards_of.values(), default=1)
+        for i, (fr, lab) in enumerate(self.card_labels):
+            if i >= len(cols):
+                fr.hide()
+                continue
+            title, e = cols[i]
+            figs = report.entry_figures(e, cards_of.get(e.get("key"), default_cards), self.pricing_fn())
+            rows = "".join(f"<tr><td style='color:#555; padding-right:6px'>{html.escape(k)}</td>"
+                           f"<td><b>{html.escape(v)}</b></td></tr>" for k, v in figs if k)
+            tag = next((v for k, v in figs if not k), "")
+            flags = html.escape(report.card_flags(e))
+            lab.setToolTip(report.flags_text(e.get("server") or {}))
+            err = f"<br><span style='{PRUNED_STYLE}'>{html.escape(e['error'][:200])}</span>" if e.get("error") else ""
+            lab.setText(f"<span style='font-size:11pt; font-weight:600'>{html.escape(title)}</span> "
+                        f"<span style='color:#555'>({html.escape(tag)})</span><table>{rows}</table>"
+                        f"<span style='font-size:8pt; color:#333'>{flags}</span>{err}")
+            fr.show()
         rec = res.get("recommendation")
-        head = "<tr><th></th>" + "".join(f"<th align='left'>{html.escape(n)}</th>" for n, _ in cols) + "</tr>"
-
-        def row(name: str, fn) -> str:
-            return f"<tr><td><b>{name}</b></td>" + "".join(f"<td>{fn(e)}</td>" for _, e in cols) + "</tr>"
-
-        def users(e: dict) -> str:
-            u = fmt_users(e.get("users"))
-            iv = f" ({fmt_users(e.get('users_low'))}–{fmt_users(e.get('users_high'))})" \
-                if e.get("users_low") is not None else ""
-            return u + iv + ("" if e.get("measured") else " <i>predicted</i>")
-
-        ref = (cols[0][1].get("server") or {}) if cols else {}
-
-        def flags(e: dict) -> str:
-            srv = e.get("server") or {}
-            own = srv if srv is ref else {k: v for k, v in srv.items() if ref.get(k) != v}
-            text = flags_text(own) if own else "the same flags"
-            if srv is not ref and any(k not in srv for k in ref if k not in ("model", "served_model_name", "host")):
-                unset = [k for k in ref if k not in srv and k not in ("model", "served_model_name", "host")]
-                text += (" " if own else "; ") + " ".join(f"{k}=default" for k in unset)
-            out = html.escape(text.replace(" ", "\n")).replace("\n", "<br>")
-            if e.get("error"):
-                out += f"<br><span style='{PRUNED_STYLE}'>{html.escape(e['error'][:160])}</span>"
-            return out
-
-        body = head + row("users at SLO", users) + \
-            row("out tok/s", lambda e: "—" if e.get("output_tps") is None else f"{e['output_tps']:,.0f}") + \
-            row("flags", flags)
-        if len(cols) > 1:
-            body += f"<tr><td></td><td colspan='{len(cols)}'><i>other columns: only the flags that differ from " \
-                    f"the {html.escape(cols[0][0])}</i></td></tr>"
-        sentence = (("✔ " if rec.get("verified") else "(not confirmed) ") + (rec.get("sentence") or "")) if rec \
-            else NOTHING_MET
-        self.card.setHtml(f"<p>{html.escape(sentence)}</p><table cellspacing='4'>{body}</table>")
-        self.card.show()
+        if rec:
+            mark = "✔ " if rec.get("verified") else "(not confirmed) "
+            self.sentence.setText(mark + (rec.get("sentence") or ""))
 
     # ------------------------------------------------------------------ exports
-    def _server(self) -> dict:
-        rec = (self.result or {}).get("recommendation")
-        if not rec:
-            raise ValueError("no recommendation yet: run a tune first")
-        return rec["server"]
+    def recommended_server(self) -> dict[str, Any] | None:
+        rec = (self.res or {}).get("recommendation")
+        return rec.get("server") if rec else None
 
-    def command(self) -> str:
-        """The recommendation as a ``vllm serve`` command."""
-        return vllm_serve_command(self._server())
+    def serve_command(self) -> str | None:
+        server = self.recommended_server()
+        return report.vllm_serve_command(server) if server else None
 
-    def copy_command(self) -> str:
-        cmd = self.command()
-        QGuiApplication.clipboard().setText(cmd)
-        self.phase.setText(f"copied: <code>{html.escape(cmd)}</code>")
-        return cmd
+    def copy_command(self) -> None:
+        cmd = self.serve_command()
+        if cmd:
+            QGuiApplication.clipboard().setText(cmd)
+            self.message.setText("Copied: " + html.escape(cmd))
 
-    def export_config(self, path: str) -> str:
-        """Write the recommendation as a vLLM ``--config`` YAML file at ``path``."""
-        write_atomic(path, vllm_config_yaml(self._server()))
-        return path
+    def export_config(self, path: str) -> None:
+        server = self.recommended_server()
+        if server is None:
+            raise ValueError("no recommendation to export yet")
+        report.export_config(path, server)
+
+    def export_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Export --config YAML", "vllm-config.yaml", "YAML (*.yaml *.yml)")
+        if not path:
+            return
+        try:
+            self.export_config(path)
+        except (ValueError, OSError) as e:
+            QMessageBox.warning(self, "Export", f"Cannot write {path}: {e}")
+            return
+        self.message.setText(f"Wrote {html.escape(path)} (vllm serve --config {html.escape(path)})")
 
     def save_profile(self, name: str) -> str:
-        """Save the recommendation as a user profile ``name`` (on the starting profile)."""
-        inputs = self.inputs
-        path = save_as_profile(name, self._server(), inputs.profile if inputs else None,
-                               inputs.engine if inputs else "vllm")
+        """Save the recommendation as profile ``name`` (the starting profile's rig and
+        ramp); returns the path. Raises ValueError / OSError."""
+        server = self.recommended_server()
+        if server is None:
+            raise ValueError("no recommendation to save yet")
+        base = self.start.profile if self.start is not None else None
+        path = report.save_as_profile(name, server, base, engine=self.start.engine if self.start else "vllm")
         self.profile_saved.emit(name)
         return path
 
-    def _export_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Export vLLM --config", "vllm-config.yaml", "YAML (*.yaml *.yml)")
-        if path:
-            try:
-                self.export_config(path)
-                self.phase.setText(f"vLLM --config written to {html.escape(path)}")
-            except (OSError, ValueError) as e:
-                QMessageBox.warning(self, "Export --config", f"{path}: {e}")
+    def save_profile_dialog(self) -> None:
+        base = self.start.profile.name if self.start is not None and self.start.profile is not None else "profile"
+        name, ok = QInputDialog.getText(self, "Save as profile", "Profile name:", text=f"{base} (tuned)")
+        if not ok or not name.strip():
+            return
+        try:
+            path = self.save_profile(name.strip())
+        except (ValueError, OSError) as e:
+            QMessageBox.warning(self, "Save as profile", f"Cannot save the profile: {e}")
+            return
+        self.message.setText(f"Saved as profile {html.escape(name.strip())!r}: {html.escape(path)}")
 
-    def _save_profile_dialog(self) -> None:
-        name, ok = QInputDialog.getText(self, "Save as profile", "Profile name:", text="tuned")
-        if ok and name.strip():
-            try:
-                path = self.save_profile(name.strip())
-                self.phase.setText(f"saved as profile {html.escape(name.strip())!s}: {html.escape(path)}")
-            except (OSError, ValueError) as e:
-                QMessageBox.warning(self, "Save as profile", str(e))
+
+def _short(why: str, n: int = 110) -> str:
+    """The planner's reason cut to one readable line (the tooltip has it whole)."""
+    return why if len(why) <= n else why[: n - 1].rstrip() + "…"

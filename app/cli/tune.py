@@ -39,16 +39,6 @@ from app.cli.common import (
     write_or_print,
 )
 from app.config import KV_CACHE_DTYPES, add_server_options, exposure_problem
-from app.profiles.model import SimRig
-from app.fileio import write_atomic
-from app.tuner.report import (
-    candidates_table,
-    save_as_profile,
-    summary_text,
-    tune_rig,
-    vllm_config_yaml,
-    vllm_serve_command,
-)
 
 
 def _int_list(name: str):
@@ -149,8 +139,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _spec_from_args(a: argparse.Namespace):
     # deferred: the tuner (planner, controller) only for this command
     from app.loadgen.spec import SLO
-    from app.tuner.space import TuneSpace
-    from app.tuner.tune import TuneSpec
+    from app.profiles.model import SimRig
+    from app.tuner.report import build_spec, local_target, scalar, sim_target, workload_from_ramp
 
     prof = None
     if a.profile:
@@ -166,7 +156,8 @@ def _spec_from_args(a: argparse.Namespace):
         apply_api_key_file(a)
     engine = a.engine or (prof.engine if prof is not None and prof.engine in ("vllm", "sim") else "vllm")
     ramp = prof.ramp if prof is not None else None
-    sim = None
+    sim_args: list[str] = []
+    python = a.python
     if engine == "sim":
         rig = prof.sim if prof is not None and prof.sim is not None else None
         gpu = a.sim_gpu or (rig.gpu if rig else None)
@@ -177,65 +168,31 @@ def _spec_from_args(a: argparse.Namespace):
         for k, v in (("time_scale", a.sim_time_scale), ("seed", a.sim_seed), ("perturb", a.sim_perturb)):
             if v is not None:
                 over[k] = v
-        sim = SimRig(**{**(rig.model_dump() if rig else {}), **over})
-    try:
-        sim_args, hardware, version, python = tune_rig(engine, cfg, sim, a.python)
-    except ValueError as e:
-        raise BadInput(f"--python: {e}" if engine == "vllm" else str(e)) from None
-    sim_args += [x for x in sim_args_from(a) if x in ("--sim-calibrated",)]
+        base = rig.model_dump() if rig else {}
+        sim_args, hardware, version = sim_target(SimRig(**{**base, **over}),
+                                                 calibrated="--sim-calibrated" in sim_args_from(a))
+    else:
+        try:
+            python, hardware, version = local_target(a.python, cfg.gpus)
+        except ValueError as e:
+            raise BadInput(str(e)) from None
     slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99,
               failure_rate=a.slo_failure_rate)
     if slo.is_empty() and ramp is not None:
         slo = ramp.slo
-    if slo.is_empty():
-        raise BadInput("a tune needs an SLO to judge capacities on: give --slo-ttft-p99 and/or --slo-tpot-p99 "
-                       "(or --slo-e2e-p99, --slo-failure-rate)")
-    def mid(name: str, default: int) -> int:
-        if ramp is None:
-            return default
-        lo, hi = ramp.length_range(name)
-        return (lo + hi) // 2
-
-    pt = a.prompt_tokens or mid("prompt_tokens", 512)
-    ot = a.output_tokens or mid("output_tokens", 128)
-    spread = 0.0 if a.fixed_lengths else (ramp.length_spread if ramp is not None else 0.25)
+    pt, ot, spread, seed = workload_from_ramp(ramp, a.prompt_tokens, a.output_tokens, a.fixed_lengths, a.seed)
     try:
-        space = TuneSpace(tp=a.tp, pp=a.pp, dp=a.dp, checkpoints=dict(a.checkpoint),
-                          max_num_batched_tokens=a.mnbt, kv_cache_dtype=a.kv_cache_dtypes,
-                          enforce_eager=a.cuda_graphs, fewer_cards=a.fewer_cards,
-                          vary={k: [_scalar(x) for x in v.split(",") if x.strip()] for k, v in a.vary})
-        spec = TuneSpec(engine=engine, config=cfg, sim_args=sim_args, hardware=hardware, python=python,
-                        vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
-                        seed=a.seed if a.seed is not None else (ramp.seed if ramp is not None else 0), slo=slo,
-                        objective=a.objective, space=space, max_launches=a.max_launches,
-                        max_minutes=a.max_minutes,
-                        requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
-                        max_users=a.max_users,
-                        startup_timeout=a.startup_timeout, grace=a.grace)
+        return build_spec(
+            engine=engine, config=cfg, hardware=hardware, slo=slo,
+            space=dict(tp=a.tp, pp=a.pp, dp=a.dp, checkpoints=dict(a.checkpoint), max_num_batched_tokens=a.mnbt,
+                       kv_cache_dtype=a.kv_cache_dtypes, enforce_eager=a.cuda_graphs, fewer_cards=a.fewer_cards,
+                       vary={k: [scalar(x) for x in v.split(",") if x.strip()] for k, v in a.vary}),
+            sim_args=sim_args, python=python, vllm_version=version, prompt_tokens=pt, output_tokens=ot,
+            length_spread=spread, seed=seed, objective=a.objective, max_launches=a.max_launches,
+            max_minutes=a.max_minutes, requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
+            max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace)
     except ValueError as e:
-        raise BadInput(_first_error(e)) from None
-    return spec
-
-
-def _first_error(e: ValueError) -> str:
-    errs = getattr(e, "errors", None)
-    if callable(errs):
-        return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errs())
-    return str(e)
-
-
-def _scalar(tok: str):
-    t = tok.strip()
-    if t.lower() in ("true", "on"):
-        return True
-    if t.lower() in ("false", "off"):
-        return False
-    for conv in (int, float):
-        try:
-            return conv(t)
-        except ValueError:
-            pass
-    return t
+        raise BadInput(str(e)) from None
 
 
 # ---------------------------------------------------------------------- the command
@@ -243,6 +200,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
     # deferred: the tuner and the store only for this command
     from app.settings import load_settings
     from app.store import RunStore
+    from app.tuner.report import candidates_table
     from app.tuner.tune import TuneAborted, Tuner, TuneListener
 
     if a.list or a.show:
@@ -335,6 +293,10 @@ def cmd_tune(a: argparse.Namespace) -> int:
 
 
 def _report(a: argparse.Namespace, res: dict) -> int:
+    # deferred: the tuner's report only for this command
+    from app.tuner.report import (candidates_table, export_config, save_as_profile, summary_text,
+                                  vllm_serve_command)
+
     print()
     print(candidates_table(res))
     print()
@@ -347,22 +309,21 @@ def _report(a: argparse.Namespace, res: dict) -> int:
     if a.export_command:
         print(vllm_serve_command(rec["server"]))
     if a.export_config:
-        write_atomic(a.export_config, vllm_config_yaml(rec["server"]))
+        export_config(a.export_config, rec["server"])
         print(f"vLLM --config written to {a.export_config}")
     if a.save_profile:
-        path = _save_profile(a.save_profile, rec["server"], a)
+        base = profile_for_launch(a)[0] if a.profile else None
+        try:
+            path = save_as_profile(a.save_profile, rec["server"], base, engine=a.engine or "vllm")
+        except (ValueError, OSError) as e:
+            return err(f"--save-profile {a.save_profile!r}: {e}")
         print(f"saved as profile {a.save_profile!r}: {path}")
     return 0
 
 
-def _save_profile(name: str, server: dict, a: argparse.Namespace) -> str:
-    """The recommendation as a user profile on the starting profile (engine, rig, ramp)."""
-    base = profile_for_launch(a)[0] if a.profile else None
-    return save_as_profile(name, server, base, a.engine or "vllm")
-
-
 def _print_stored(row: dict) -> int:
     # deferred: only --show needs the state model
+    from app.tuner.report import candidates_table, summary_text
     from app.tuner.tune import TuneState
 
     state = TuneState.model_validate(row["state"] or {})

@@ -1,131 +1,352 @@
-"""What a tune gives the user, for the CLI (``vllm-dyno tune``) and the GUI's Tune tab alike.
+"""A tune for people: building its spec, reading its result, exporting its flags.
 
-One place for: the rig a tune runs on (:func:`tune_rig`), the text tables
-(:func:`candidates_table`, :func:`summary_text`), the search space as values per
-dimension with the planner's reason for each pruned value (:func:`dimension_values`),
-the Pareto points (:func:`pareto_points`), and the exports of a recommendation: the
-``vllm serve`` command (:func:`vllm_serve_command`), vLLM's ``--config`` YAML
-(:func:`vllm_config_yaml`) and a saved profile (:func:`save_as_profile`).
+Qt-free; shared by ``vllm-dyno tune`` (:mod:`app.cli.tune`) and the window's Tune tab
+(``widgets.tune_panel``), so both say and write the same things:
 
-``res`` everywhere is :meth:`app.tuner.tune.Tuner.result` (the JSON of ``--json``).
+- the spec: the rig of a tune (:func:`sim_target`, :func:`local_target`), its workload
+  from a profile's ramp (:func:`workload_from_ramp`) and :func:`build_spec` (a
+  :class:`~app.tuner.tune.TuneSpec`, errors as one ValueError naming the field);
+- the search space as check boxes: each value of each dimension, pruned (with the
+  planner's reason) when every configuration with it is (:func:`value_status`);
+- the result (:meth:`app.tuner.tune.Tuner.result`'s dict, ``res`` below): the
+  candidates in the order shown (:func:`ordered_candidates`, :func:`candidates_table`),
+  the summary (:func:`summary_text`), the recommended / runner-up / starting flags
+  side by side (:func:`result_columns`), the Pareto points (:func:`pareto_points`:
+  output tok/s per user vs output tok/s per GPU, as ``vllm bench sweep plot_pareto``
+  draws them) and the progress of a running tune (:class:`ProgressClock`: launch k of
+  ≤ n, phase, elapsed, ETA);
+- the exports of a recommendation's ``server`` flags (ServerConfig field names):
+  :func:`vllm_serve_command`, :func:`vllm_config_yaml` / :func:`export_config`
+  (vLLM's ``--config`` file) and :func:`save_as_profile`.
 """
 from __future__ import annotations
 
+import math
 import shlex
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import yaml
 
 from app.config import ServerConfig
-from app.profiles import ProfileLibrary
+from app.fileio import write_atomic
+from app.loadgen.spec import SLO, RampSpec
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
-from app.tuner.space import TuneSpace
+from app.settings import Pricing
+from app.telemetry.derived import cost_per_mtok
+from app.tuner.space import TuneSpace, enumerate_candidates
+from app.tuner.tune import TuneSpec
 
-#: the dimensions of the space (:class:`app.tuner.space.TuneSpace`'s), as the Tune tab shows them
-DIMENSIONS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "checkpoint",
-              "kv_cache_dtype", "cuda_graphs", "max_num_batched_tokens")
-DIMENSION_TITLES = {"tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
-                    "data_parallel_size": "data_parallel_size", "checkpoint": "checkpoint (quantization)",
-                    "kv_cache_dtype": "kv_cache_dtype", "cuda_graphs": "CUDA graphs (enforce_eager off)",
-                    "max_num_batched_tokens": "max_num_batched_tokens"}
+#: what a workload is when neither the user nor a profile's ramp says (tokens)
+DEFAULT_PROMPT_TOKENS = 512
+DEFAULT_OUTPUT_TOKENS = 128
+DEFAULT_SPREAD = 0.25
 
 
-# ---------------------------------------------------------------------- the rig
-def tune_rig(engine: str, cfg: ServerConfig, sim: Optional[SimRig], python: Optional[str]
-             ) -> tuple[list[str], HardwareFingerprint, Optional[str], Optional[str]]:
-    """The rig of a tune: ``(sim_args, hardware, vllm_version, python)``.
+# ---------------------------------------------------------------------- the spec
+def sim_target(rig: SimRig, calibrated: bool = False) -> tuple[list[str], HardwareFingerprint, str]:
+    """The simulated rig ``rig`` as a tune's ``(sim_args, hardware, vllm_version)``:
+    the sim's options (``--sim-calibrated`` when ``calibrated``), the cards the planner
+    sees and the vLLM rules the sim follows."""
+    # deferred: the sim's rules only for a sim tune
+    from app.sim.model_adapter import VLLM_RULES
 
-    ``engine`` ``sim``: the simulated rig ``sim`` (its ``argv``; the sim follows the
-    newest vLLM's rules); ``vllm``: this machine's selected cards (NVML) or the CPU
-    build, with the interpreter's vLLM version (``python``: the vLLM interpreter, None:
-    the default one). Blocking (an interpreter probe); raises ValueError naming what is
-    missing."""
-    if engine == "sim":
-        if sim is None or not sim.gpu or not sim.count:
-            raise ValueError("a tune on the simulated rig needs its cards: the GPU and how many")
-        # deferred: the sim's rules only for a sim tune
-        from app.sim.model_adapter import VLLM_RULES
+    args = rig.argv() + (["--sim-calibrated"] if calibrated else [])
+    return args, HardwareFingerprint(gpu=rig.gpu, count=rig.count), VLLM_RULES
 
-        return sim.argv(), HardwareFingerprint(gpu=sim.gpu, count=sim.count), VLLM_RULES, python
-    if engine != "vllm":
-        raise ValueError(f"engine {engine!r}: a tune launches its own servers (sim or vllm), it cannot attach")
+
+def local_target(python: str | None, gpus: list[int] | None) -> tuple[str, HardwareFingerprint, str | None]:
+    """This machine's cards as a tune's ``(python, hardware, vllm_version)``: the
+    interpreter with vLLM (``python`` or the default one), NVML's cards (``gpus``: the
+    selected CUDA indices; ``CPU`` for the CPU build). Blocking (a subprocess, NVML).
+    Raises ValueError naming the interpreter when it has no vLLM."""
     # deferred: the interpreter probe and NVML only for a tune of real cards
     from app.run.hardware import local_hardware
     from app.server.interpreter import inspect_interpreter, resolve_python
 
-    python = resolve_python(python)
+    py = resolve_python(python)
     try:
-        interp = inspect_interpreter(python)
+        interp = inspect_interpreter(py)
     except Exception as e:  # no vLLM there: say which interpreter
-        raise ValueError(f"the vLLM interpreter {python}: {e}") from None
-    return [], local_hardware(cfg.gpus, interp.version, interp.is_cpu_build), interp.version, python
+        raise ValueError(f"--python {py}: {e}") from None
+    return py, local_hardware(gpus, interp.version, interp.is_cpu_build), interp.version
 
 
-# ---------------------------------------------------------------------- text
-def fmt_users(x: Any) -> str:
+@dataclass(frozen=True)
+class TuneStart:
+    """What a tune starts from (the window's forms, a profile): ``engine`` ``sim`` or
+    ``vllm``, ``config`` the starting flags, ``sim`` the simulated rig (engine sim),
+    ``python`` the interpreter with vLLM (engine vllm; None: the default), ``ramp`` the
+    profile's ramp (its lengths and SLO the defaults), ``profile`` the profile a saved
+    recommendation is based on."""
+
+    engine: str
+    config: ServerConfig
+    sim: Optional[SimRig] = None
+    python: Optional[str] = None
+    ramp: Optional[RampSpec] = None
+    profile: Optional[Profile] = None
+
+
+def target_of(start: TuneStart) -> tuple[list[str], HardwareFingerprint, str | None, str | None]:
+    """``(sim_args, hardware, vllm_version, python)`` of ``start``'s rig (blocking for
+    engine vllm: :func:`local_target`). Raises ValueError in words."""
+    if start.engine == "sim":
+        args, hw, version = sim_target(start.sim or SimRig())
+        return args, hw, version, None
+    if start.engine != "vllm":
+        raise ValueError(f"engine {start.engine}: a tune launches its servers (sim or vllm), it cannot attach")
+    py, hw, version = local_target(start.python, start.config.gpus)
+    return [], hw, version, py
+
+
+def space_candidates(spec: TuneSpec) -> list[dict[str, Any]]:
+    """Every configuration of ``spec``'s space with the planner's verdict, without a
+    prediction (fast: the planner only) — :meth:`Candidate.as_dict` each; the same
+    enumeration the tune runs. Raises ValueError naming the input."""
+    cands = enumerate_candidates(spec.config, spec.hardware.planner_cards(), spec.space, spec.workload(),
+                                 spec.vllm_version, fewer_cards=spec.objective in ("cost", "energy"))
+    return [c.as_dict() for c in cands]
+
+
+def workload_from_ramp(ramp: RampSpec | None, prompt_tokens: int | None = None, output_tokens: int | None = None,
+                       fixed_lengths: bool = False, seed: int | None = None) -> tuple[int, int, float, int]:
+    """``(prompt_tokens, output_tokens, length_spread, seed)`` of a tune: the given
+    lengths, else the middle of the profile ramp's ranges, else 512/128 tokens; the
+    spread (±, a fraction) 0 with ``fixed_lengths``, else the ramp's, else 0.25."""
+    def mid(name: str, given: int | None, default: int) -> int:
+        if given:
+            return given
+        if ramp is None:
+            return default
+        lo, hi = ramp.length_range(name)
+        return (lo + hi) // 2
+
+    pt = mid("prompt_tokens", prompt_tokens, DEFAULT_PROMPT_TOKENS)
+    ot = mid("output_tokens", output_tokens, DEFAULT_OUTPUT_TOKENS)
+    spread = 0.0 if fixed_lengths else (ramp.length_spread if ramp is not None else DEFAULT_SPREAD)
+    return pt, ot, spread, seed if seed is not None else (ramp.seed if ramp is not None else 0)
+
+
+def first_error(e: ValueError) -> str:
+    """A pydantic ValidationError as ``field: message; …`` (any other error as is)."""
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        return "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in errs())
+    return str(e)
+
+
+def scalar(tok: str) -> Any:
+    """A value the user typed for a vLLM option: true/on, false/off, an int, a float,
+    else the text."""
+    t = tok.strip()
+    if t.lower() in ("true", "on"):
+        return True
+    if t.lower() in ("false", "off"):
+        return False
+    for conv in (int, float):
+        try:
+            return conv(t)
+        except ValueError:
+            pass
+    return t
+
+
+def build_spec(*, engine: str, config: ServerConfig, hardware: HardwareFingerprint, slo: SLO,
+               space: dict[str, Any] | None = None, **kw: Any) -> TuneSpec:
+    """The :class:`TuneSpec` of a tune: ``space`` the :class:`TuneSpace` fields (None
+    values: the dimension's default), every other keyword a TuneSpec field
+    (``prompt_tokens``, ``objective``, ``max_launches``, ``max_minutes`` …). Raises
+    ValueError naming the field (one line) for an empty SLO or a bad value."""
+    if slo.is_empty():
+        raise ValueError("a tune needs an SLO to judge capacities on: give --slo-ttft-p99 and/or --slo-tpot-p99 "
+                         "(or --slo-e2e-p99, --slo-failure-rate)")
+    try:
+        sp = TuneSpace(**{k: v for k, v in (space or {}).items() if v is not None})
+        return TuneSpec(engine=engine, config=config, hardware=hardware, slo=slo, space=sp,
+                        **{k: v for k, v in kw.items() if v is not None})
+    except ValueError as e:
+        raise ValueError(first_error(e)) from None
+
+
+# ---------------------------------------------------------------------- the space as check boxes
+#: the dimensions shown as check boxes: (name, the ServerConfig field or "checkpoint", label)
+DIMENSIONS: tuple[tuple[str, str, str], ...] = (
+    ("tp", "tensor_parallel_size", "tensor_parallel_size"),
+    ("pp", "pipeline_parallel_size", "pipeline_parallel_size"),
+    ("dp", "data_parallel_size", "data_parallel_size"),
+    ("checkpoints", "checkpoint", "checkpoint (quantization)"),
+    ("kv_cache_dtype", "kv_cache_dtype", "kv_cache_dtype"),
+    ("enforce_eager", "enforce_eager", "CUDA graphs"),
+    ("max_num_batched_tokens", "max_num_batched_tokens", "max_num_batched_tokens"),
+)
+
+
+def _value(c: dict[str, Any], field: str) -> Any:
+    if field == "checkpoint":
+        return c.get("checkpoint") or c["server"].get("model")
+    v = c["server"].get(field)
+    if field in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size") and v is None:
+        return 1
+    return v
+
+
+def value_label(field: str, v: Any) -> str:
+    """A dimension's value as shown: CUDA graphs ``on``/``off`` (``enforce_eager`` is
+    their opposite), the rest as vLLM writes it."""
+    if field == "enforce_eager":
+        return "off (eager)" if v else "on"
+    return str(v)
+
+
+def value_status(candidates: list[dict[str, Any]]) -> dict[str, dict[Any, Optional[str]]]:
+    """Per dimension (:data:`DIMENSIONS`' field) and value present among ``candidates``
+    (``res["candidates"]`` or :meth:`Candidate.as_dict`), None when some configuration
+    with that value can start, else why not: the planner's reason most of them share
+    (``weights_do_not_fit: …``), with how many were pruned. A dimension whose values
+    are all alike (the CPU build's kv_cache_dtype) still lists its one value."""
+    out: dict[str, dict[Any, Optional[str]]] = {}
+    for _, field, _ in DIMENSIONS:
+        groups: dict[Any, list[dict]] = {}
+        for c in candidates:
+            groups.setdefault(_value(c, field), []).append(c)
+        st: dict[Any, Optional[str]] = {}
+        for v, cs in groups.items():
+            if v is None:
+                continue
+            if any(c.get("pruned_because") is None for c in cs):
+                st[v] = None
+                continue
+            reasons: dict[str, int] = {}
+            for c in cs:
+                reasons[c["pruned_because"]] = reasons.get(c["pruned_because"], 0) + 1
+            top = max(reasons.items(), key=lambda x: x[1])[0]
+            st[v] = top if len(cs) == 1 else f"all {len(cs)} configurations pruned — {top}"
+        out[field] = dict(sorted(st.items(), key=lambda x: (str(type(x[0])), x[0])))
+    return out
+
+
+# ---------------------------------------------------------------------- the candidates
+def _users(x: Any) -> str:
     return "—" if x is None else f"{x:g}"
 
 
-def _fmt(x: Any, digits: int) -> str:
-    return "—" if x is None else f"{x:.{digits}f}"
+def _fmt(x: float | None, digits: int = 0) -> str:
+    return "—" if x is None else f"{x:,.{digits}f}"
 
 
-def measured_text(c: dict) -> str:
-    """A candidate's measurement: ``users (low–high)``, ``failed: …`` or ``—``."""
-    if c.get("failed"):
-        return "failed: " + c["failed"][:40]
-    if c.get("measured_users") is None:
-        return "—"
-    return f"{c['measured_users']:g} ({fmt_users(c.get('measured_low'))}–{fmt_users(c.get('measured_high'))})"
+def ordered_candidates(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """The candidates as shown: measured first (best first), then the predicted (best
+    first, the screened-only after), then the pruned."""
+    rows = res["candidates"]
+    runnable = [c for c in rows if c["pruned_because"] is None]
+    runnable.sort(key=lambda c: (c["measured_users"] is None, c["predicted_users"] is None,
+                                 -(c["measured_users"] or c["predicted_users"] or c.get("screen_users") or 0)))
+    return runnable + [c for c in rows if c["pruned_because"] is not None]
 
 
-def predicted_text(c: dict) -> str:
-    """A candidate's prediction: the step engine's users, ``≈N`` screened only, or ``—``."""
-    if c.get("predicted_users") is not None:
-        return fmt_users(c["predicted_users"])
+def predicted_text(c: dict[str, Any]) -> str:
+    """A candidate's predicted users (``≈N``: screened only, the engine did not run)."""
+    if c["predicted_users"] is not None:
+        return _users(c["predicted_users"])
     return f"≈{c['screen_users']:g}" if c.get("screen_users") is not None else "—"
 
 
-def ordered_candidates(res: dict) -> tuple[list[dict], list[dict]]:
-    """``(runnable, pruned)``: measured first (best first), then the predicted (best first)."""
-    rows = res["candidates"]
+def measured_text(c: dict[str, Any]) -> str:
+    """A candidate's measured users with the search's interval, why its launch failed,
+    or ``—``."""
+    if c.get("failed"):
+        return "failed: " + c["failed"][:60]
+    if c["measured_users"] is None:
+        return "—"
+    return f"{c['measured_users']:g} ({_users(c.get('measured_low'))}–{_users(c.get('measured_high'))})"
+
+
+def candidates_table(res: dict[str, Any], limit: int = 25) -> str:
+    """Candidates as text: measured first (best first), then the predicted, then the pruned."""
+    rows = ordered_candidates(res)
     runnable = [c for c in rows if c["pruned_because"] is None]
-    runnable.sort(key=lambda c: (c["measured_users"] is None, -(c["measured_users"] or c["predicted_users"] or 0)))
-    return runnable, [c for c in rows if c["pruned_because"] is not None]
-
-
-def candidates_table(res: dict, limit: int = 25) -> str:
-    """Candidates: measured first (best first), then the predicted, then the pruned."""
-    runnable, pruned = ordered_candidates(res)
+    pruned = [c for c in rows if c["pruned_because"] is not None]
     out = [f"{'configuration':58} {'predicted':>9} {'measured (interval)':>22}   (≈: screened only)"]
     for c in runnable[:limit]:
-        out.append(f"{c['key'][:58]:58} {predicted_text(c):>9} {measured_text(c):>22}")
+        out.append(f"{c['key'][:58]:58} {predicted_text(c):>9} {measured_text(c)[:40]:>22}")
     if len(runnable) > limit:
         out.append(f"… {len(runnable) - limit} more predicted below these")
-    reasons = Counter(c["pruned_because"].split(":")[0] for c in pruned)
+    reasons: dict[str, int] = {}
+    for c in pruned:
+        reasons[c["pruned_because"].split(":")[0]] = reasons.get(c["pruned_because"].split(":")[0], 0) + 1
     if pruned:
         out.append(f"pruned by the planner: {len(pruned)} ("
-                   + ", ".join(f"{k} ×{n}" for k, n in reasons.most_common()) + ")")
+                   + ", ".join(f"{k} ×{n}" for k, n in sorted(reasons.items(), key=lambda x: -x[1])) + ")")
         for c in pruned[:3]:
             out.append(f"  {c['key']}: {c['pruned_because'][:150]}")
     return "\n".join(out)
 
 
-def flags_text(server: dict | None) -> str:
-    """The flags of a ``server`` mapping, without the model and the bind address."""
+def flags_text(server: dict[str, Any]) -> str:
+    """``name=value …`` of the flags a configuration sets (model, name and host left out)."""
     return " ".join(f"{k}={v}" for k, v in (server or {}).items() if k not in ("model", "served_model_name", "host"))
 
 
-def result_columns(res: dict) -> list[tuple[str, dict]]:
-    """The result card's columns: recommended, runner-up, starting flags (those present)."""
-    cols = [("recommended", res.get("recommendation")), ("runner-up", res.get("runner_up")),
-            ("starting flags", res.get("baseline"))]
-    return [(n, e) for n, e in cols if e]
+#: the flags a tune varies, in the order :func:`flags_brief` lists them
+TUNED_FLAGS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
+               "kv_cache_dtype", "enforce_eager", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization")
 
 
-def summary_text(res: dict) -> str:
+def flags_brief(server: dict[str, Any]) -> str:
+    """The flags a tune varies, as ``name value`` pairs joined by `` · `` (vLLM's
+    option names; ``enforce_eager`` False left out: CUDA graphs on is vLLM's default)."""
+    out = []
+    for k in TUNED_FLAGS:
+        v = (server or {}).get(k)
+        if v is None or (k == "enforce_eager" and v is False):
+            continue
+        out.append(f"{k} {str(v).lower() if isinstance(v, bool) else v}")
+    return " · ".join(out)
+
+
+def card_flags(entry: dict[str, Any]) -> str:
+    """A result column's flags in one short line: its candidate's label (``TP4 PP1 DP2 ·
+    awq · kv auto · graphs · mnbt 2048``) with the flags the label leaves out
+    (``max_num_seqs``, ``gpu_memory_utilization``); the starting flags by name
+    (:func:`flags_brief`)."""
+    server = entry.get("server") or {}
+    key = entry.get("key")
+    if not key or key == "starting flags":
+        return flags_brief(server)
+    extra = [f"{k} {server[k]}" for k in ("max_num_seqs", "gpu_memory_utilization") if server.get(k) is not None]
+    return " · ".join([key, *extra])
+
+
+def result_columns(res: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``[(title, entry)]`` of the result side by side: recommended, runner-up, starting
+    flags (those present). Each entry: ``server``, ``users`` (at the SLO), ``users_low``/
+    ``users_high``, ``output_tps`` (output tok/s there), ``measured``, ``sentence`` or
+    ``error`` (see :meth:`app.tuner.tune.Tuner.result`)."""
+    cols = [("Recommended", res.get("recommendation")), ("Runner-up", res.get("runner_up")),
+            ("Starting flags", res.get("baseline"))]
+    return [(t, e) for t, e in cols if e]
+
+
+def entry_figures(entry: dict[str, Any], cards: int, pricing: Pricing | None = None) -> list[tuple[str, str]]:
+    """The verdict's figures of one column: users at the SLO (with the interval), output
+    tok/s, J/token and — when Settings give a price — $/M output tokens (each ``—`` when
+    unknown); last ``("", "measured[, confirmed]" | "predicted")``."""
+    tps, j = entry.get("output_tps"), entry.get("j_per_token")
+    rented, energy = cost_per_mtok(tps, cards, j, pricing or Pricing())
+    cost = None if rented is None and energy is None else (rented or 0.0) + (energy or 0.0)
+    cur = (pricing or Pricing()).currency
+    iv = "" if entry.get("users_low") is None else f" ({_users(entry.get('users_low'))}–{_users(entry.get('users_high'))})"
+    priced = pricing is not None and (pricing.gpu_hour is not None or pricing.kwh is not None)
+    return [("users at SLO", _users(entry.get("users")) + iv), ("output tok/s", _fmt(tps)),
+            ("J/token", _fmt(j, 2)),
+            *([(f"{cur}/M tokens", "—" if cost is None else f"{cost:.3g}")] if priced else []),
+            ("", "measured" + (", confirmed" if entry.get("verified") else "") if entry.get("measured")
+             else "predicted")]
+
+
+def summary_text(res: dict[str, Any]) -> str:
+    """The result in words: the tune's cost, the three columns, the recommendation's sentence."""
     out = []
     rec = res.get("recommendation")
     slo = ", ".join(f"{k} ≤ {v:g}" for k, v in res["slo"].items())
@@ -136,9 +357,9 @@ def summary_text(res: dict) -> str:
     out.append(f"{'':16} {'users':>7} {'interval':>11} {'out tok/s':>10}  flags")
     for name, e in result_columns(res):
         tag = "" if e.get("measured") else " (predicted)"
-        iv = f"{fmt_users(e.get('users_low'))}–{fmt_users(e.get('users_high'))}"
-        out.append(f"{name:16} {fmt_users(e.get('users')):>7} {iv:>11} {_fmt(e.get('output_tps'), 0):>10}  "
-                   f"{flags_text(e.get('server'))}{tag}")
+        iv = f"{_users(e.get('users_low'))}–{_users(e.get('users_high'))}"
+        out.append(f"{name.lower():16} {_users(e.get('users')):>7} {iv:>11} {_fmt(e.get('output_tps')):>10}  "
+                   f"{flags_text(e.get('server') or {})}{tag}")
         if e.get("error"):
             out.append(f"{'':16} {e['error'][:200]}")
     if rec:
@@ -147,167 +368,167 @@ def summary_text(res: dict) -> str:
         if not rec.get("measured", True):
             out.append("(predicted only)")
     else:
-        out.append(NOTHING_MET)
+        out.append(no_recommendation_text())
     return "\n".join(out)
 
 
-NOTHING_MET = "no configuration met the SLO: loosen it, or give more cards or a smaller checkpoint"
+def no_recommendation_text() -> str:
+    return "no configuration met the SLO: loosen it, or give more cards or a smaller checkpoint"
 
 
-# ---------------------------------------------------------------------- the space
-@dataclass
-class DimensionValue:
-    """One value of one dimension of the space: ``label`` as shown, ``candidates`` with
-    it, ``pruned`` of them, and ``reason`` — the planner's most common reason when every
-    candidate with this value is pruned (the value cannot start), else None."""
-
-    dimension: str
-    value: Any
-    label: str
-    candidates: int
-    pruned: int
-    reason: Optional[str]
-
-
-def candidate_value(c: dict, dimension: str) -> tuple[Any, str]:
-    """``(value, label)`` of candidate ``c`` (a ``res["candidates"]`` row) in ``dimension``."""
-    s = c.get("server") or {}
-    if dimension in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-        v = s.get(dimension) or 1
-        return v, str(v)
-    if dimension == "checkpoint":
-        v = c.get("checkpoint") or s.get("quantization") or "bf16"
-        return v, f"{v} ({s.get('model', '')})"
-    if dimension == "kv_cache_dtype":
-        v = s.get("kv_cache_dtype") or "auto"
-        return v, str(v)
-    if dimension == "cuda_graphs":
-        v = not bool(s.get("enforce_eager"))
-        return v, "on" if v else "off (enforce_eager)"
-    v = s.get(dimension)
-    return v, "default" if v is None else str(v)
-
-
-def dimension_values(res: dict) -> dict[str, list[DimensionValue]]:
-    """The space as check boxes: for each dimension of :data:`DIMENSIONS` that has a value
-    in ``res["candidates"]``, its values (sorted) with how many candidates carry each, how
-    many the planner pruned, and — for a value every candidate of which was pruned — the
-    planner's reason (the commonest among them)."""
-    out: dict[str, list[DimensionValue]] = {}
-    for dim in DIMENSIONS:
-        groups: dict[Any, list[dict]] = {}
-        labels: dict[Any, str] = {}
-        for c in res["candidates"]:
-            v, label = candidate_value(c, dim)
-            groups.setdefault(v, []).append(c)
-            labels[v] = label
-        vals = []
-        for v in sorted(groups, key=lambda x: (str(type(x)), x if x is not None else 0)):
-            cs = groups[v]
-            pr = [c["pruned_because"] for c in cs if c["pruned_because"] is not None]
-            reason = Counter(pr).most_common(1)[0][0] if pr and len(pr) == len(cs) else None
-            vals.append(DimensionValue(dim, v, labels[v], len(cs), len(pr), reason))
-        out[dim] = vals
-    return out
-
-
-def narrowed_space(base: TuneSpace, chosen: dict[str, list[Any]], res: dict) -> TuneSpace:
-    """``base`` narrowed to the values the user kept: ``chosen`` maps a dimension of
-    :data:`DIMENSIONS` to its kept values (as :func:`candidate_value` gives them); a
-    dimension not in ``chosen`` keeps ``base``'s. ``res``: the dry run the values came
-    from (a kept checkpoint's model id). Raises ValueError naming a dimension left empty."""
-    upd: dict[str, Any] = {}
-    for dim, vals in chosen.items():
-        if not vals:
-            raise ValueError(f"{DIMENSION_TITLES.get(dim, dim)}: keep at least one value")
-        if dim == "tensor_parallel_size":
-            upd["tp"] = list(vals)
-        elif dim == "pipeline_parallel_size":
-            upd["pp"] = list(vals)
-        elif dim == "data_parallel_size":
-            upd["dp"] = list(vals)
-        elif dim == "kv_cache_dtype":
-            upd["kv_cache_dtype"] = list(vals)
-        elif dim == "cuda_graphs":
-            upd["enforce_eager"] = [not v for v in vals]
-        elif dim == "max_num_batched_tokens":
-            upd["max_num_batched_tokens"] = [int(v) for v in vals if v is not None] or None
-        elif dim == "checkpoint":
-            ids = {}
-            for c in res["candidates"]:
-                label = candidate_value(c, "checkpoint")[0]
-                if label in vals:
-                    ids[label] = (c.get("server") or {}).get("model")
-            upd["checkpoints"] = {k: v for k, v in ids.items() if v}
-    return TuneSpace.model_validate({**base.model_dump(), **upd})
-
-
-# ---------------------------------------------------------------------- Pareto
-@dataclass
+# ---------------------------------------------------------------------- the Pareto plot
+@dataclass(frozen=True)
 class ParetoPoint:
-    """A candidate on the Pareto plot of ``vllm bench sweep plot_pareto``: ``per_user``
-    output tok/s per user (x) and ``per_gpu`` output tok/s per card (y), at its users at
-    the SLO; ``measured`` (else predicted); ``role``: recommended, runner-up or ''."""
+    """One point of the Pareto plot: ``key`` the configuration, ``users`` the
+    concurrency, ``per_user`` output tok/s per user (x), ``per_gpu`` output tok/s per
+    GPU (y); ``measured`` (a level of its capacity search) or predicted (at its
+    predicted users); ``slo_met`` (at or below the capacity the search found)."""
 
     key: str
     users: float
     per_user: float
     per_gpu: float
     measured: bool
-    role: str = ""
+    slo_met: bool
 
 
-def pareto_points(res: dict) -> list[ParetoPoint]:
-    """Every candidate with a capacity (measured, else predicted) and tokens/s."""
-    rec = (res.get("recommendation") or {}).get("key")
-    ru = (res.get("runner_up") or {}).get("key")
-    out = []
+def pareto_points(res: dict[str, Any]) -> list[ParetoPoint]:
+    """Every level each measured candidate's search ran, and each unmeasured runnable
+    candidate at its predicted users (output tok/s ÷ users, ÷ cards)."""
+    out: list[ParetoPoint] = []
     for c in res["candidates"]:
-        if c["pruned_because"] is not None or c.get("failed"):
+        if c["pruned_because"] is not None:
             continue
-        measured = c.get("measured_users") is not None
-        users = c["measured_users"] if measured else c.get("predicted_users")
-        tps = c.get("measured_tps") if measured else c.get("predicted_tps")
-        if not users or not tps:
-            continue
-        role = "recommended" if c["key"] == rec else "runner-up" if c["key"] == ru else ""
-        out.append(ParetoPoint(c["key"], users, tps / users, tps / max(1, c.get("cards") or 1), measured, role))
+        cards = max(1, int(c.get("cards") or 1))
+        if c["measured_users"] is not None and c.get("levels"):
+            for lv in c["levels"]:
+                n, tps = float(lv["concurrency"]), float(lv["output_tps"])
+                if n > 0 and tps > 0:
+                    out.append(ParetoPoint(c["key"], n, tps / n, tps / cards, True, n <= c["measured_users"]))
+        elif c["measured_users"] is None and c.get("predicted_users") and c.get("predicted_tps"):
+            n, tps = float(c["predicted_users"]), float(c["predicted_tps"])
+            out.append(ParetoPoint(c["key"], n, tps / n, tps / cards, False, True))
     return out
 
 
 def pareto_front(points: list[ParetoPoint]) -> list[ParetoPoint]:
-    """The points no other point beats on both axes, by ``per_user`` ascending."""
-    front = [p for p in points if not any(q.per_user >= p.per_user and q.per_gpu >= p.per_gpu
-                                          and (q.per_user > p.per_user or q.per_gpu > p.per_gpu) for q in points)]
+    """The measured points at the SLO that no other one beats on both axes, by
+    output tok/s per user (the line ``plot_pareto`` draws)."""
+    pts = sorted((p for p in points if p.measured and p.slo_met), key=lambda p: (-p.per_user, -p.per_gpu))
+    front: list[ParetoPoint] = []
+    best_y = -math.inf
+    for p in pts:
+        if p.per_gpu > best_y:
+            front.append(p)
+            best_y = p.per_gpu
     return sorted(front, key=lambda p: p.per_user)
 
 
-def slo_per_user_floor(slo: dict) -> Optional[float]:
-    """The SLO's boundary on the Pareto plot's x axis: a TPOT p99 of T seconds means a
-    user reads at least 1/T output tok/s (TPOT is the time per output token), None
-    without a TPOT SLO."""
-    t = slo.get("tpot_p99")
-    return 1.0 / t if t else None
+def slo_per_user_floor(res: dict[str, Any]) -> float | None:
+    """The SLO's boundary on the x axis: output tok/s per user ≥ 1 ÷ TPOT p99 bound
+    (a stream slower than that breaks the TPOT bound); None without a TPOT bound."""
+    tpot = (res.get("slo") or {}).get("tpot_p99")
+    return 1.0 / tpot if tpot else None
+
+
+def recommended_point(res: dict[str, Any]) -> ParetoPoint | None:
+    """The recommendation at its users at the SLO (None without one)."""
+    rec = res.get("recommendation")
+    if not rec or not rec.get("users") or not rec.get("output_tps"):
+        return None
+    cards = next((c.get("cards") for c in res["candidates"] if c["key"] == rec.get("key")), None) or 1
+    n, tps = float(rec["users"]), float(rec["output_tps"])
+    return ParetoPoint(rec.get("key", ""), n, tps / n, tps / max(1, int(cards)), bool(rec.get("measured")), True)
+
+
+# ---------------------------------------------------------------------- progress
+def _clock_text(s: float) -> str:
+    s = max(0, int(round(s)))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class ProgressClock:
+    """The progress line of a running tune: fed each ``res`` as it comes
+    (:meth:`update`, with the wall time ``now`` in s), it says "launch k of ≤ n", the
+    phase, the elapsed wall time and an ETA — an upper bound: the remaining launches at
+    the mean wall time of those done (the tune may converge sooner), within
+    ``max_minutes``; unknown before a launch has finished."""
+
+    def __init__(self, max_launches: int, max_minutes: float | None, started: float) -> None:
+        self.max_launches = max_launches
+        self.max_minutes = max_minutes
+        self.started = started
+        self.res: dict[str, Any] | None = None
+        self.message = "preparing: the planner prunes and predicts"
+        self._launch_started: float | None = None
+        self._running_n: int | None = None
+
+    def update(self, res: dict[str, Any], message: str, now: float) -> None:
+        self.res, self.message = res, message
+        log = res.get("launch_log") or []
+        run = next((x for x in reversed(log) if x["status"] == "running"), None)
+        if run is not None and run["n"] != self._running_n:
+            self._running_n, self._launch_started = run["n"], now
+        elif run is None:
+            self._running_n = self._launch_started = None
+
+    def launch(self) -> int:
+        return len((self.res or {}).get("launch_log") or [])
+
+    def eta(self, now: float) -> float | None:
+        log = [x for x in (self.res or {}).get("launch_log") or [] if x["status"] != "running"]
+        if not log:
+            return None
+        mean = sum(x["wall_seconds"] for x in log) / len(log)
+        left = max(0, self.max_launches - len(log))
+        cur = (now - self._launch_started) if self._launch_started is not None else 0.0
+        eta = max(0.0, mean * left - min(cur, mean))
+        if self.max_minutes is not None:
+            eta = min(eta, max(0.0, self.max_minutes * 60 - (now - self.started)) + mean)
+        return eta
+
+    def text(self, now: float) -> str:
+        """``launch 1 of ≤ 4 · measuring TP4 … · elapsed 1:05 · ETA ≤ 3:20``."""
+        k = self.launch()
+        phase = {"measure": "measuring", "confirm": "confirming", "done": "done"}.get(
+            (self.res or {}).get("phase", ""), "preparing")
+        run = next((x for x in reversed((self.res or {}).get("launch_log") or []) if x["status"] == "running"), None)
+        what = f"{phase} {run['key']}" if run is not None else phase
+        eta = self.eta(now)
+        parts = [f"launch {k} of ≤ {self.max_launches}" if k else f"no launch yet (≤ {self.max_launches})", what,
+                 f"elapsed {_clock_text(now - self.started)}",
+                 "ETA after the first launch" if eta is None else f"ETA ≤ {_clock_text(eta)}"]
+        return " · ".join(parts)
 
 
 # ---------------------------------------------------------------------- exports
-def vllm_serve_command(server: dict) -> str:
+def vllm_serve_command(server: dict[str, Any]) -> str:
     """The recommendation as one ``vllm serve`` line (the app's own argv builder)."""
     cfg = ServerConfig(**server)
     return "vllm serve " + shlex.join([cfg.model, *cfg.option_argv(include_port=False)])
 
 
-def vllm_config_yaml(server: dict) -> str:
-    """The recommendation as vLLM's ``--config`` YAML (option names as vLLM reads them)."""
+def vllm_config_yaml(server: dict[str, Any]) -> str:
+    """The recommendation as vLLM's ``--config`` YAML (its option names as keys)."""
     return yaml.safe_dump(ServerConfig(**server).to_vllm_config(), sort_keys=False)
 
 
-def save_as_profile(name: str, server: dict, base: Optional[Profile] = None, engine: str = "vllm",
-                    library: Optional[ProfileLibrary] = None) -> str:
-    """Write the recommendation as a user profile named ``name``: ``base``'s engine, rig and
-    ramp (the starting profile) with the recommended server options. Returns its path."""
+def export_config(path: str, server: dict[str, Any]) -> None:
+    """Write :func:`vllm_config_yaml` to ``path`` atomically (OSError when it cannot)."""
+    write_atomic(path, vllm_config_yaml(server))
+
+
+def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None, engine: str = "vllm",
+                    library: Any = None) -> str:
+    """Save the recommendation as the user profile ``name``: ``base``'s engine, rig, ramp
+    and env (the profile the tune started from) with the recommended server options —
+    its recorded results dropped (they were measured with other flags); without a base,
+    ``engine`` and the flags alone. Returns the file's path; raises ValueError (a bad
+    name) or OSError (the disk)."""
+    # deferred: only the save needs the library
+    from app.profiles import ProfileLibrary
+
     cfg = ServerConfig(**server)
-    data: dict = base.model_dump() if base is not None else {}
-    data.update(name=name, server=cfg.to_vllm_config())
-    data.setdefault("engine", engine)
-    return str((library or ProfileLibrary()).save(Profile.model_validate(data)))
+    d: dict[str, Any] = base.model_dump() if base is not None else {"engine": engine}
+    d.update(name=name, server=cfg.to_vllm_config(), results=None)
+    return str((library or ProfileLibrary()).save(Profile.model_validate(d)))

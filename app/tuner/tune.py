@@ -709,8 +709,10 @@ class Tuner:
         ``output_tps``, ``sentence``, ``verified`` …), ``runner_up``, ``baseline``,
         ``launches`` (count) with ``launch_log``, ``rig_seconds``, ``wall_seconds``,
         ``candidates`` (``server``, ``predicted_users``, ``measured_users`` or null,
-        ``pruned_because`` or null), ``factors``, ``stop_reason``. ``state``: a snapshot
-        of the state to report (the GUI's, taken with its progress) instead of the live one."""
+        ``pruned_because`` or null; ``predicted_tps``/``measured_tps`` output tok/s,
+        ``levels``: the measured levels as :class:`app.planner.calibrate.MeasuredLevel`
+        fields), ``factors``, ``stop_reason``, ``phase`` (measure → confirm → done).
+        ``state``: a snapshot of the state to report instead of the live one."""
         st = state or self.state
         return {
             "tune_id": self.tune_id, "objective": self.spec.objective,
@@ -718,14 +720,17 @@ class Tuner:
             "recommendation": st.recommendation, "runner_up": st.runner_up, "baseline": st.baseline,
             "launches": len(st.launches), "launch_log": [x.model_dump() for x in st.launches],
             "rig_seconds": st.rig_seconds, "wall_seconds": st.wall_seconds, "stop_reason": st.stop_reason,
-            "factors": st.factors, "residual": st.residual,
+            "factors": st.factors, "residual": st.residual, "phase": st.phase,
             "candidates": [{"key": r.key, "server": r.server, "cards": r.cards, "checkpoint": r.checkpoint,
-                            "predicted_tps": r.predicted_tps, "measured_tps": r.measured_tps if r.measured else None,
                             "screen_users": r.screen_users,
                             "first_predicted_users": r.first_predicted_users, "predicted_users": r.predicted_users,
+                            "predicted_tps": r.predicted_tps,
                             "measured_users": r.measured_users if r.measured else None,
                             "measured_low": r.measured_low if r.measured else None,
                             "measured_high": r.measured_high if r.measured else None,
+                            "measured_tps": r.measured_tps if r.measured else None,
+                            "j_per_token": r.j_per_token if r.measured else None,
+                            "levels": list(r.levels) if r.measured else [],
                             "failed": r.failed, "pruned_because": r.pruned_because, "run_id": r.run_id}
                            for r in st.candidates],
         }
