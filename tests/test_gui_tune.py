@@ -46,7 +46,7 @@ def _children() -> list[psutil.Process]:
             and p.status() != psutil.STATUS_ZOMBIE]
 
 
-def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window):
+def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window, qtbot):
     w = tune_window
     t = w.tune
     # 8 cards: TP, PP, DP each 1, 2, 4, 8; DP 8 leaves one card per replica: 70B AWQ does not fit on 24 GiB
@@ -68,6 +68,16 @@ def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window
     assert t.pred_pts.data.size > 0 and t.met_pts.data.size == 0  # predicted points only, before a launch
     assert t.slo_line.isVisible() and t.slo_line.value() == pytest.approx(10.0)  # TPOT p99 ≤ 100 ms
     assert not t.save_btn.isEnabled() and not t.copy_btn.isEnabled()  # nothing recommended yet
+    assert t.start_btn.isEnabled()
+    # the window's own server runs: the tune (which launches its own) waits for it
+    w.act_launch.trigger()
+    pump(qtbot, lambda: w.controller.state == "ready", 60, "the window's server is up")
+    assert not t.start_btn.isEnabled() and "stop it first" in t.start_btn.toolTip()
+    t.start_tune()
+    assert not t.running and "Cannot start: a server of this session is ready" in t.progress.text()
+    w.act_stop.trigger()
+    pump(qtbot, lambda: w.controller.state == "stopped", 60, "the window's server stops")
+    assert t.start_btn.isEnabled()
     # nothing ticked in a dimension: refused by name
     for b in t.boxes["kv_cache_dtype"].values():
         b.setChecked(False)

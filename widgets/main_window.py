@@ -125,7 +125,7 @@ class MainWindow(QMainWindow):
         right.addTab(self.curves, "Curves")
         right.addTab(self.results, "Results")
         self.tune = TunePanel(self.tune_start, lambda: self.controller.core, self.run_store,
-                              lambda: self.settings.pricing)
+                              lambda: self.settings.pricing, block_fn=self.tune_block_reason)
         right.addTab(self.tune, "Tune")
         right.addTab(self.log_pane, "Log")
         self.profile_manager = ProfileManager(self.form_profile, profiles.library)
@@ -613,6 +613,7 @@ class MainWindow(QMainWindow):
         self.act_stop.setToolTip("Stop the tune and its server" if self.tuning else "Stop the server")
         self.ramp.set_ready(c.ready and not self.tuning, c.ramp_running)
         self.config.setEnabled(not c.server_running and not self.tuning)
+        self.tune.set_blocked(self.tune_block_reason())
 
     def _show_state(self, state: str, reason: str) -> None:
         color = STATE_COLORS.get(state, "#777")
@@ -853,6 +854,13 @@ class MainWindow(QMainWindow):
     def tuning(self) -> bool:
         """A tune runs (Tune tab): it owns the controller until it ends."""
         return self.tune.running
+
+    def tune_block_reason(self) -> str | None:
+        """Why a tune cannot start now (None: it can): it launches its own servers."""
+        c = self.controller
+        if not self.tuning and (c.server_running or c.ramp_running):
+            return f"a server of this session is {c.state}: stop it first (the tune launches its own)"
+        return None
 
     def tune_start(self) -> TuneStart:
         """What the Tune tab tunes: the form's engine, flags, simulated rig (with the

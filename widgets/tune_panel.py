@@ -60,6 +60,7 @@ COLUMNS = ["Configuration", "Cards", "Predicted users", "Measured users", "Statu
 CARD_STYLE = ("QFrame#tuneCard { background:#f4f8fc; border:1px solid #9db7d5; border-radius:4px; }"
               "QFrame#tuneCard[rec=\"true\"] { background:#e8f1fb; border:2px solid #2f6db5; }")
 PRUNED_STYLE = "color:#8a1c1c;"
+START_TIP = "Launch the best predicted configurations one by one, measure, re-rank, confirm"
 
 
 class _ToQt(TuneListener):
@@ -91,8 +92,10 @@ class TunePanel(QWidget):
 
     def __init__(self, start_fn: Callable[[], Any], controller_fn: Callable[[], Any], store_fn: Callable[[], Any],
                  pricing_fn: Callable[[], Any] | None = None, now_fn: Callable[[], float] = time.monotonic,
-                 parent: QWidget | None = None) -> None:
+                 block_fn: Callable[[], str | None] | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.block_fn = block_fn or (lambda: None)  # why a tune cannot start now (the window's server runs)
+        self._blocked: str | None = None  # what set_blocked last said
         self.start_fn, self.controller_fn, self.store_fn = start_fn, controller_fn, store_fn
         self.pricing_fn = pricing_fn or (lambda: None)
         self.now_fn = now_fn
@@ -215,7 +218,7 @@ class TunePanel(QWidget):
         row = QHBoxLayout()
         row.setContentsMargins(4, 2, 4, 4)
         self.start_btn = QPushButton("Start tune")
-        self.start_btn.setToolTip("Launch the best predicted configurations one by one, measure, re-rank, confirm")
+        self.start_btn.setToolTip(START_TIP)
         self.start_btn.clicked.connect(self.start_tune)
         self.stop_btn = QPushButton("Stop")
         self.stop_btn.setToolTip("Stop the tune: the running search is aborted and the server stopped; the tune is "
@@ -341,8 +344,14 @@ class TunePanel(QWidget):
     def running(self) -> bool:
         return self.thread is not None and self.thread.is_alive()
 
+    def set_blocked(self, reason: str | None) -> None:
+        """Start is disabled, with ``reason`` as its tooltip, while a tune cannot start."""
+        self._blocked = reason
+        self.start_btn.setEnabled(reason is None and not self.running)
+        self.start_btn.setToolTip(reason or START_TIP)
+
     def _set_running(self, on: bool) -> None:
-        self.start_btn.setEnabled(not on)
+        self.start_btn.setEnabled(not on and self._blocked is None)
         self.stop_btn.setEnabled(on)
         self.refresh_btn.setEnabled(not on)
         self.checkpoints.setEnabled(not on)
@@ -555,6 +564,10 @@ class TunePanel(QWidget):
     # ------------------------------------------------------------------ the tune
     def start_tune(self) -> None:
         if self.running:
+            return
+        why = self.block_fn()
+        if why:
+            self.progress.setText(f"<span style='{PRUNED_STYLE}'>Cannot start: {html.escape(why)}</span>")
             return
         try:
             start = self.start_fn()
