@@ -368,3 +368,72 @@ def test_ramp_cli_reports_rig_seconds_against_a_time_scaled_sim(tmp_path):
         assert abs(doc["steps"][0]["tpot_p50"] * 1e3 - tpot_p50_ms) < 0.05 * tpot_p50_ms, doc["steps"][0]
     finally:
         assert sup.stop() == []
+
+
+def test_sigint_under_closed_loop_load_stops_the_sim_at_once():
+    """The sim stopped by SIGINT (or SIGTERM) while closed-loop users re-send the moment
+    an answer comes — each request the shutdown ends brings the next one at once — exits
+    within a second or two, as vLLM's API server with ``--shutdown-timeout`` 0 does. A
+    request that arrived after the stop used to be queued on the stopped engine, and
+    aiohttp waited up to its 60 s shutdown timeout for it (the kill matrix's
+    server × mid-ramp × SIGINT cell on 2 loaded cores: the app still stopping at 8 s)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [sys.executable, "-m", "app.sim.server", "--model", CFG.model, *CFG.option_argv(), "--port", str(port),
+            *sim_args(k=K)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    started = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "Application startup complete" in line:
+                started.set()
+    threading.Thread(target=read, daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    answered = {"ok": 0, "refused": 0}
+
+    async def user(s: aiohttp.ClientSession, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                async with s.post(url + "/v1/completions", json={"model": "llama70", "prompt": "go " * 64,
+                                                                  "max_tokens": 256, "stream": True}) as r:
+                    await r.read()
+                    answered["ok" if r.status == 200 else "refused"] += 1
+            except aiohttp.ClientError:
+                answered["refused"] += 1
+                await asyncio.sleep(0.001)
+
+    async def drive() -> float:
+        stop = asyncio.Event()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+            users = [asyncio.create_task(user(s, stop)) for _ in range(48)]
+            await asyncio.sleep(1.5)  # every user has a stream in flight
+            t0 = time.monotonic()
+            os.kill(proc.pid, signal.SIGINT)
+            while proc.poll() is None and time.monotonic() - t0 < 20:
+                await asyncio.sleep(0.02)
+            gone = time.monotonic() - t0
+            stop.set()
+            await asyncio.gather(*users, return_exceptions=True)
+            return gone
+
+    try:
+        assert started.wait(60), "".join(lines[-20:])
+        gone = asyncio.run(drive())
+        assert proc.poll() == 0, f"exit {proc.poll()}\n" + "".join(lines[-20:])
+        assert gone < 3.0, f"the sim took {gone:.1f} s to stop under load"
+        assert answered["refused"] > 0  # the users did re-send into the shutdown
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(5)

@@ -44,6 +44,8 @@ WORDS = ("the", "rig", "runs", "fast", "and", "every", "card", "keeps", "its", "
 CHAT_MESSAGE_OVERHEAD = 4  # role header tokens per message (Llama-3 template ≈ 4–5)
 #: EngineDeadError's message (vllm/v1/engine/exceptions.py, 0.10–0.33), what a request gets once the engine died
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+#: what a generation request that arrives while the sim stops gets (503)
+SHUTTING_DOWN_MESSAGE = "The server is shutting down."
 
 
 def count_tokens(text: str) -> int:
@@ -76,6 +78,7 @@ class ApiServer:
         self.on_engine_death = on_engine_death
         self.requests = 0  # generation requests taken
         self.dead = False
+        self.stopping = False  # set by shutdown(): a request that comes in later is refused at once
         self._live: set[Stream] = set()
 
     def app(self) -> web.Application:
@@ -104,7 +107,12 @@ class ApiServer:
     def shutdown(self) -> None:
         """The server stops (SIGTERM/SIGINT): every request in flight ends at once with an
         error, as vLLM's do with its default ``--shutdown-timeout`` 0 (its engine aborts
-        them on SIGTERM: vllm/v1/engine/utils.py), so that the HTTP server can close."""
+        them on SIGTERM: vllm/v1/engine/utils.py), so that the HTTP server can close. A
+        generation request that arrives later (a closed-loop user re-sending before the
+        listening socket is closed, or one still in its HTTP/tokenization time) gets 503 at
+        once: the stopped engines would never serve it, and the HTTP server would wait for
+        it until its shutdown timeout."""
+        self.stopping = True
         for e in self.engines:
             e.stop()
         for s in list(self._live):
@@ -237,6 +245,8 @@ class ApiServer:
             await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
         if self.dead:
             return _error(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
+        if self.stopping:  # no await from here to the stream's registration in _live
+            return _error(503, SHUTTING_DOWN_MESSAGE, "ServiceUnavailableError")
         eng = self.route()
         s = eng.submit(plen, mt, bool(body.get("ignore_eos", False)))
         self.requests += 1

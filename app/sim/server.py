@@ -269,7 +269,10 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
         info["perf"] = steps.params.as_dict()
     api = ApiServer(engines, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
                     die_at_request=a.sim_engine_dies_at_request, balancer=balancer)
-    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False)
+    # shutdown_timeout: how long the HTTP server waits for handlers still running once it
+    # stops; api.shutdown() ends every request in flight and refuses later ones, so this is a
+    # bound, not a wait (aiohttp's default, 60 s, outlasts the reaper's grace)
+    runner = web.AppRunner(api.app(), access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True)
     try:
