@@ -82,7 +82,10 @@ def test_find_capacity_through_the_window(sim_window, qtbot):
     requests, and the answer is the first thing shown — the verdict above Results."""
     w = sim_window
     w.sim_time_scale = 20.0
+    strip = w.first_run  # a new user's first start: the three steps, none done
+    assert strip.isVisible() and not strip.done
     _launch_ready(w, qtbot)
+    assert strip.done == {"launch"} and "✓" in strip.labels["launch"].text()
     w.ramp.levels.setText("64")
     w.ramp.find.setChecked(True)
     w.ramp.slo_ttft.setValue(2000)
@@ -100,6 +103,10 @@ def test_find_capacity_through_the_window(sim_window, qtbot):
     assert all(s.n_ok >= 100 for s in steps), [(s.level, s.n_ok) for s in steps]
     assert w.tabs.currentWidget() is w.results and w.results.verdict.isVisible()
     assert f"{max(met):g} users at your SLO" in w.results.verdict.text()
+    # the verdict read: every step ticked, and the strip goes away for good
+    assert strip.done == {"launch", "ramp", "verdict"} and strip.isVisible()
+    pump(qtbot, lambda: not strip.isVisible(), 10, "the first-run strip hides after its last step")
+    assert str(w.qsettings.value("onboarding/done")).lower() == "true"
     assert w.ramp.levels_list == [s.level for s in steps]  # the probes, as they came
     _stop(w, qtbot)
     w.ramp.find.setChecked(False)

@@ -18,10 +18,12 @@ from widgets import profiles
 from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
 
 K = 20.0
-#: the two long tune tests failed in a whole fresh-clone `make test` (2 cores: no level met the SLO at
-#: 20×, and the sim outlived the 15 s wait) while passing alone; until fixed they run outside CI
-LONG_ON_CI = pytest.mark.skipif(__import__("os").environ.get("CI") == "true",
-                                reason="fails under the full suite's load on 2 cores (see the module's note)")
+#: the two-launch tune's SLO: looser than the demo profile's (TTFT p99 ≤ 2 s, TPOT p99 ≤ 100 ms), as
+#: on 2 loaded cores a 100 ms hiccup of the wall clock is 2 s of the rig's at 20× — under the whole
+#: suite no level met the profile's SLO. (The stop test's other failure there, the sim outliving the
+#: 15 s wait, was the sim's: a request arriving while it stopped was queued on the stopped engine;
+#: tests/test_sim_server.py::test_sigint_under_closed_loop_load_stops_the_sim_at_once.)
+TUNE_SLO_MS = {"ttft": 6000.0, "tpot": 150.0}
 
 
 @pytest.fixture
@@ -89,10 +91,11 @@ def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window
         t.selection()
 
 
-@LONG_ON_CI
 def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot, tmp_path):
     w = tune_window
     t = w.tune
+    t.slo_ttft.setValue(TUNE_SLO_MS["ttft"])
+    t.slo_tpot.setValue(TUNE_SLO_MS["tpot"])
     _narrow(t, tensor_parallel_size=[8, 4, 2], kv_cache_dtype=["auto"], enforce_eager=[False],
             max_num_batched_tokens=[2048])
     assert t.selection() == {"tp": [2, 4, 8], "kv_cache_dtype": ["auto"], "enforce_eager": [False],
@@ -132,7 +135,7 @@ def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot
     # the recommended flags, with the starting profile's environment and cards
     assert {k: v for k, v in saved.items() if v != want[k]} == {"env": {"NCCL_P2P_DISABLE": "1"},
                                                                  "gpus": list(range(8))}, want
-    assert prof.ramp.slo.tpot_p99 == pytest.approx(0.1)
+    assert prof.ramp.slo.tpot_p99 == pytest.approx(TUNE_SLO_MS["tpot"] / 1000)
     assert "tuned demo" in profiles.list_profiles()
 
     cmd = t.serve_command()
@@ -151,7 +154,6 @@ def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot
     assert ServerConfig.from_vllm_config_yaml(out.read_text()) == ServerConfig(**server)
 
 
-@LONG_ON_CI
 def test_stop_mid_tune_leaves_no_process(tune_window, qtbot):
     w = tune_window
     t = w.tune

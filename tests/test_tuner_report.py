@@ -110,6 +110,17 @@ def test_the_exports_are_what_vllm_accepts_and_the_profile_loads(tmp_path):
     assert path.endswith(".yaml") and prof.engine == "sim" and prof.sim.count == 8 and prof.env == base.env
     assert prof.server_config(resolve=False) == ServerConfig(**server).model_copy(update={"env": base.env})
     assert report.save_as_profile("bare", server, library=lib) and lib.entry("bare").profile.engine == "vllm"
+    # the saved profile's ramp judges what the flags were tuned for: the tune's SLO and request shape
+    from types import SimpleNamespace
+
+    from app.loadgen.spec import SLO
+
+    tuned = SimpleNamespace(slo=SLO(ttft_p99=3.0, tpot_p99=0.05), prompt_tokens=2048, output_tokens=256,
+                            length_spread=0.25)
+    report.save_as_profile("for its slo", server, base, library=lib, ramp=report.tune_ramp_fields(tuned))
+    ramp = lib.entry("for its slo").profile.ramp
+    assert ramp.slo == SLO(ttft_p99=3.0, tpot_p99=0.05) and (ramp.prompt_tokens, ramp.output_tokens) == (2048, 256)
+    assert lib.entry("tuned").profile.ramp.slo == base.ramp.slo  # without: the base's ramp
     with pytest.raises(ValueError):
         report.save_as_profile("bad/name", server, library=lib)
 

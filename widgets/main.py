@@ -14,6 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QApplication
 
 from widgets.main_window import MainWindow
+from widgets.platform_check import PlatformProblem, check_platform
 
 
 def create_app(argv: list[str] | None = None):
@@ -39,7 +40,14 @@ def create_app(argv: list[str] | None = None):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Open the main window and run the event loop; returns the exit code."""
+    """Open the main window and run the event loop; returns the exit code (1 with the
+    missing packages named when Qt's platform cannot open a window here:
+    :mod:`widgets.platform_check`)."""
+    try:
+        check_platform()
+    except PlatformProblem as e:
+        print(e, file=sys.stderr)
+        return 1
     shot = os.environ.get("VLLM_DYNO_SMOKE")
     if shot:
         from widgets.smoke import run_smoke  # deferred: widgets.smoke imports this module (create_app)
@@ -50,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
 
     win = MainWindow()
     win.show()
-    win.statusBar().showMessage(f"Ready in {time.perf_counter() - t0:.2f} s", 4000)
+    # the window's own start, not a server's (none runs yet)
+    win.statusBar().showMessage(f"Window ready in {time.perf_counter() - t0:.2f} s — no server is running: "
+                                "Launch starts one", 6000)
     return int(app.exec())
 
 

@@ -18,7 +18,7 @@ from importlib import resources
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QAction, QIcon, QKeySequence, QPixmap
+from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence, QPixmap
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
@@ -54,6 +54,7 @@ from widgets.compare_view import CompareView
 from widgets.config_panel import ConfigPanel
 from widgets.dashboard import Dashboard
 from widgets.diagnosis_banner import DiagnosisBanner
+from widgets.first_run import FirstRunStrip
 from widgets.history_view import HistoryView
 from widgets.log_pane import LogPane
 from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
@@ -70,6 +71,16 @@ log = logging.getLogger(__name__)
 
 STATE_COLORS = {"idle": "#777", "starting": "#c98a00", "loading": "#c98a00", "ready": "#1e7b34",
                 "attached": "#1e7b34", "stopping": "#c98a00", "stopped": "#777", "failed": "#a61b1b"}
+
+
+#: the window's size on a screen large enough for it, px; at most SCREEN_SHARE of a smaller one
+PREFERRED_SIZE = (1600, 1000)
+SCREEN_SHARE = 0.94
+
+
+def _truthy(v) -> bool:
+    """A QSettings value read back from gui.ini (``true`` is read as the string "true")."""
+    return v is True or str(v).lower() in ("true", "1")
 
 
 def gui_settings() -> QSettings:
@@ -149,7 +160,14 @@ class MainWindow(QMainWindow):
         split.setStretchFactor(1, 1)
         split.setSizes([430, 1100])
         self.splitter = split
-        self.setCentralWidget(split)
+        self.first_run = FirstRunStrip()
+        central = QWidget()
+        cv = QVBoxLayout(central)
+        cv.setContentsMargins(4, 4, 4, 0)
+        cv.setSpacing(4)
+        cv.addWidget(self.first_run)
+        cv.addWidget(split, 1)
+        self.setCentralWidget(central)
 
         self._build_actions()
         self._build_status_bar()
@@ -191,14 +209,14 @@ class MainWindow(QMainWindow):
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
-        if restore:
-            geo = self.qsettings.value("geometry")
-            if geo is not None:
-                self.restoreGeometry(geo)
-            else:
-                self.resize(1600, 1000)
+        geo = self.qsettings.value("geometry") if restore else None
+        if geo is None or not self.restoreGeometry(geo):
+            self.fit_to_screen()
         else:
-            self.resize(1600, 1000)
+            self.fit_to_screen(keep_smaller=True)  # saved on a larger screen than this one
+        if _truthy(self.qsettings.value("onboarding/done")):
+            self.first_run.hide()
+        self.first_run.finished.connect(lambda: self.qsettings.setValue("onboarding/done", True))
         last = self.settings.last_profile if restore else None
         self._first_run = last is None
         self._refresh_profile_list(last or profiles.DEMO_NAME)
@@ -682,10 +700,35 @@ class MainWindow(QMainWindow):
             self.controller.stop()
         self._update_controls()
 
+    def fit_to_screen(self, keep_smaller: bool = False) -> None:
+        """Size the window to :data:`PREFERRED_SIZE`, at most :data:`SCREEN_SHARE` of the
+        available area of its screen (a 1280×800 laptop screen gets a window that ends
+        above its panel, status bar in view), centred there. ``keep_smaller``: only shrink
+        a restored geometry that does not fit, and bring it back on screen."""
+        scr = self.screen() or QGuiApplication.primaryScreen()
+        if scr is None or QGuiApplication.platformName() == "offscreen":
+            self.resize(*PREFERRED_SIZE)  # no real screen (offscreen: 800×800 of nothing): the preferred size
+            return
+        avail = scr.availableGeometry()
+        w = min(PREFERRED_SIZE[0] if not keep_smaller else self.width(), int(avail.width() * SCREEN_SHARE))
+        h = min(PREFERRED_SIZE[1] if not keep_smaller else self.height(), int(avail.height() * SCREEN_SHARE))
+        frame = self.frameGeometry()
+        if keep_smaller and w == self.width() and h == self.height() and avail.contains(frame):
+            return
+        hint = self.minimumSizeHint()  # the layout's minimum (enforced at show): centred on what it will be
+        w, h = max(w, hint.width()), max(h, hint.height())
+        self.resize(w, h)
+        # the frame (title bar and borders) is known only once the window manager has it: allow for it
+        fw, fh = max(0, frame.width() - self.width()), max(0, frame.height() - self.height())
+        w, h = w + fw, h + fh
+        self.move(avail.x() + max(0, (avail.width() - w) // 2), avail.y() + max(0, (avail.height() - h) // 2))
+
     def _on_state(self, state: str, reason: str) -> None:
         if self._closed:
             return
         self._show_state(state, reason)
+        if state in ("ready", ATTACHED):
+            self.first_run.mark("launch")
         if state in ("ready", ATTACHED) and not self.tuning:
             self.tabs.setCurrentWidget(self.dashboard)
             self.left_tabs.setCurrentWidget(self.ramp)
@@ -801,6 +844,7 @@ class MainWindow(QMainWindow):
         self.controller.abort_ramp()
 
     def _on_ramp_started(self, spec) -> None:
+        self.first_run.mark("ramp")
         self.ramp.time_scale = self.controller.time_scale
         if self.tuning:  # a search of the tune: the Ramp, Results and Curves tabs follow it
             self.results.clear()
@@ -841,6 +885,7 @@ class MainWindow(QMainWindow):
             pass  # the Tune tab shows the tune's answer
         elif getattr(res, "verdict", None) is not None:
             self.tabs.setCurrentWidget(self.results)  # the answer first
+            self.first_run.mark("verdict")
         elif res.knee or res.steps:
             self.tabs.setCurrentWidget(self.curves)
         self._update_controls()
@@ -884,6 +929,8 @@ class MainWindow(QMainWindow):
             self.dashboard.reset()
             self.results.clear()
         self.run_label.setText("tune: running" if on else "")
+        if not on and (self.tune.res or {}).get("recommendation"):
+            self.first_run.mark("verdict")  # the tune's result card: a verdict with its flags
         self._update_controls()
 
     def _on_tune_profile_saved(self, name: str) -> None:
@@ -922,6 +969,7 @@ class MainWindow(QMainWindow):
         self.dashboard.stop()
         self.log_pane.stop()
         self.ramp.timer.stop()
+        self.first_run.settle()
         self.planner.stop()
         self.tune.shutdown()  # before the controller: a tune would launch its next candidate
         self.statusBar().clearMessage()  # its timeout is a QTimer

@@ -98,6 +98,9 @@ def _run(shot: Path, argv: list[str] | None) -> int:
     wait_until(win.isVisible, 10, "the window is shown", deadline)
     QApplication.processEvents()
     _say(f"window shown {process_age():.2f} s after process start")
+    fg, avail = win.frameGeometry(), win.screen().availableGeometry()
+    _say(f"window {fg.width()}x{fg.height()} at {fg.x()},{fg.y()} on a {avail.width()}x{avail.height()} screen "
+         f"at {avail.x()},{avail.y()} ({QApplication.platformName()})")
     status, pgid = 1, None
     try:
         if win.config.engine_key() != "sim":

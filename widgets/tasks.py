@@ -45,8 +45,13 @@ def relay() -> _Relay:
 
 
 def on_gui_thread(fn: Callable[[], None]) -> None:
-    """Queue ``fn()`` to run on the GUI thread (callable from any thread)."""
-    relay().call.emit(fn)
+    """Queue ``fn()`` to run on the GUI thread (callable from any thread). Once the
+    application is gone (a worker finishing after the window closed and Qt deleted the
+    relay) there is no GUI to run it on: it is dropped."""
+    try:
+        relay().call.emit(fn)
+    except RuntimeError as e:  # "Signal source has been deleted": the app is quitting
+        log.debug("GUI gone, a background result dropped: %s", e)
 
 
 def run_in_background(name: str, fn: Callable[[], Any], on_done: Callable[[Any], None] | None = None,

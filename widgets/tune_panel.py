@@ -100,6 +100,7 @@ class TunePanel(QWidget):
         self.pricing_fn = pricing_fn or (lambda: None)
         self.now_fn = now_fn
         self.tuner: Tuner | None = None
+        self.tuned_spec: Any = None  # the TuneSpec of the last tune started
         self.thread: threading.Thread | None = None
         self.res: dict[str, Any] | None = None  # the tune's (or the dry run's) result shown
         self.start: Any = None  # the TuneStart the result belongs to
@@ -598,6 +599,7 @@ class TunePanel(QWidget):
                           pricing=self.pricing_fn())
             listener.tuner = tuner
             self.tuner = tuner
+            self.tuned_spec = spec  # what the recommendation was judged on (Save as profile)
             if self._stop_asked:
                 raise TuneAborted("the tune was stopped before it started")
             tuner.run()
@@ -799,7 +801,9 @@ class TunePanel(QWidget):
         if server is None:
             raise ValueError("no recommendation to save yet")
         base = self.start.profile if self.start is not None else None
-        path = report.save_as_profile(name, server, base, engine=self.start.engine if self.start else "vllm")
+        ramp = report.tune_ramp_fields(self.tuned_spec) if self.tuned_spec is not None else None
+        path = report.save_as_profile(name, server, base, engine=self.start.engine if self.start else "vllm",
+                                      ramp=ramp)
         self.profile_saved.emit(name)
         return path
 

@@ -17,6 +17,7 @@ import json
 import signal
 import sys
 import threading
+from typing import Any
 
 from app.cli.common import (
     BadInput,
@@ -287,15 +288,15 @@ def cmd_tune(a: argparse.Namespace) -> int:
         if e is not None:
             raise e
         res = tuner.result()
-        return _report(a, res)
+        return _report(a, res, tuner.spec)
     finally:
         store.close()
 
 
-def _report(a: argparse.Namespace, res: dict) -> int:
+def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     # deferred: the tuner's report only for this command
     from app.tuner.report import (candidates_table, export_config, save_as_profile, summary_text,
-                                  vllm_serve_command)
+                                  tune_ramp_fields, vllm_serve_command)
 
     print()
     print(candidates_table(res))
@@ -314,7 +315,8 @@ def _report(a: argparse.Namespace, res: dict) -> int:
     if a.save_profile:
         base = profile_for_launch(a)[0] if a.profile else None
         try:
-            path = save_as_profile(a.save_profile, rec["server"], base, engine=a.engine or "vllm")
+            path = save_as_profile(a.save_profile, rec["server"], base, engine=a.engine or "vllm",
+                                   ramp=tune_ramp_fields(spec))
         except (ValueError, OSError) as e:
             return err(f"--save-profile {a.save_profile!r}: {e}")
         print(f"saved as profile {a.save_profile!r}: {path}")

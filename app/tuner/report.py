@@ -518,17 +518,28 @@ def export_config(path: str, server: dict[str, Any]) -> None:
     write_atomic(path, vllm_config_yaml(server))
 
 
+def tune_ramp_fields(spec: Any) -> dict[str, Any]:
+    """What a tune (a :class:`app.tuner.tune.TuneSpec`) judged its candidates on, as
+    RampSpec fields: the SLO and the request shape."""
+    return {"slo": spec.slo.model_dump(exclude_none=True), "prompt_tokens": spec.prompt_tokens,
+            "output_tokens": spec.output_tokens, "length_spread": spec.length_spread}
+
+
 def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None, engine: str = "vllm",
-                    library: Any = None) -> str:
+                    library: Any = None, ramp: dict[str, Any] | None = None) -> str:
     """Save the recommendation as the user profile ``name``: ``base``'s engine, rig, ramp
     and env (the profile the tune started from) with the recommended server options —
     its recorded results dropped (they were measured with other flags); without a base,
-    ``engine`` and the flags alone. Returns the file's path; raises ValueError (a bad
-    name) or OSError (the disk)."""
+    ``engine`` and the flags alone. ``ramp``: RampSpec fields the tune judged on (its SLO
+    and request shape: :func:`tune_ramp_fields`) in place of the base's, so that a ramp of
+    the saved profile judges what the flags were tuned for. Returns the file's path;
+    raises ValueError (a bad name) or OSError (the disk)."""
     # deferred: only the save needs the library
     from app.profiles import ProfileLibrary
 
     cfg = ServerConfig(**server)
     d: dict[str, Any] = base.model_dump() if base is not None else {"engine": engine}
     d.update(name=name, server=cfg.to_vllm_config(), results=None)
+    if ramp:
+        d["ramp"] = {**(d.get("ramp") or {}), **ramp}
     return str((library or ProfileLibrary()).save(Profile.model_validate(d)))
