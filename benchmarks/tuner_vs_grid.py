@@ -110,9 +110,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
         sim = ["--sim-gpu", gpu, "--sim-gpu-count", str(count), "--sim-time-scale", f"{k:g}", "--sim-seed", "1",
                "--sim-perturb", str(seed)]
         return TuneSpec(engine="sim", config=cfg, sim_args=sim, hardware=HardwareFingerprint(gpu=gpu, count=count),
-                        vllm_version=ma.VLLM_RULES, prompt_tokens=pt, output_tokens=ot, slo=slo, grace=5,
-                        requests_per_level=int(__import__("os").environ.get("RPL", "100")),
-                        resolution=float(__import__("os").environ.get("RES", "0.1")))
+                        vllm_version=ma.VLLM_RULES, prompt_tokens=pt, output_tokens=ot, slo=slo, grace=5)
 
     spec = spec_at(10)
     truth = OfflineRig(spec, seed)

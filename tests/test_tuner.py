@@ -226,3 +226,15 @@ def test_an_unreachable_slo_gives_no_recommendation(tmp_path):
         res = t.result()
     assert res["recommendation"] is None and res["launches"] <= 2
     assert all(c["measured_users"] in (None, 0) or math.isfinite(c["measured_users"]) for c in res["candidates"])
+
+
+def test_the_tune_commands_resolution_default_is_the_tuners():
+    """`vllm-dyno tune --help` states the default the spec gets without --resolution."""
+    from app.cli import build_parser
+    from app.tuner.tune import TUNE_RESOLUTION, TuneSpec
+
+    p = build_parser()
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction").choices["tune"]
+    act = next(a for a in sub._actions if "--resolution" in a.option_strings)
+    assert act.default is None and f"default {TUNE_RESOLUTION:g}," in act.help
+    assert TuneSpec.model_fields["resolution"].default == TUNE_RESOLUTION == 0.05

@@ -121,7 +121,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--max-minutes", type=positive_number, help="stop launching after this many minutes (wall)")
     b.add_argument("--requests-per-level", type=positive_int, help="requests each search level is judged on "
                                                                     "(default 100: a p99)")
-    b.add_argument("--resolution", type=_resolution, default=0.10, help="search resolution, a fraction (default 0.10)")
+    b.add_argument("--resolution", type=_resolution, default=None,
+                   help="search resolution, a fraction of the users (default 0.05, app.tuner.tune.TUNE_RESOLUTION: "
+                        "finer than a lone search's 0.1, as candidates a few per cent apart are compared)")
     b.add_argument("--max-users", type=positive_int, default=1024,
                    help="the most users a search probes (default 1024; lower it for a small machine)")
     o = p.add_argument_group("output and state")

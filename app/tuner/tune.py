@@ -64,6 +64,14 @@ Objective = Literal["users", "throughput", "cost", "energy"]
 OBJECTIVES = ("users", "throughput", "cost", "energy")
 
 
+#: the tune's search resolution (a fraction of the users): finer than a lone capacity
+#: search's 10 % (app.loadgen.spec.CapacitySearch), as the tuner compares candidates a few
+#: per cent apart — at 10 % three configurations 8 % apart (49, 50 and 53 users) all
+#: measured "50" and the pick was left to chance (benchmarks/tuner_vs_grid.py, case 3:
+#: 0.93 of the grid's best at 10 %, 1.00 at 5 %); it costs about one more level a search
+TUNE_RESOLUTION = 0.05
+
+
 class TuneSpec(BaseModel):
     """What to tune. ``engine`` ``vllm`` (this machine's cards or the CPU build) or
     ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
@@ -71,7 +79,7 @@ class TuneSpec(BaseModel):
     (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
     ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
     budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
-    the search: ``requests_per_level`` (p99 floor), ``resolution``."""
+    the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -92,7 +100,7 @@ class TuneSpec(BaseModel):
     max_launches: int = Field(4, ge=1, le=100)
     max_minutes: Optional[float] = Field(None, gt=0)
     requests_per_level: int = Field(P99_MIN_REQUESTS, ge=1)
-    resolution: float = Field(0.10, gt=0, lt=1)
+    resolution: float = Field(TUNE_RESOLUTION, gt=0, lt=1)
     max_users: float = Field(1024.0, ge=1, description="the highest level a search probes")
     startup_timeout: float = Field(900.0, gt=0)
     grace: Optional[float] = Field(None, gt=0)
