@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -32,6 +33,7 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -46,9 +48,25 @@ FALLBACK_QUANT = list(QUANTIZATION_METHODS)
 GIB = 2**30
 
 
+class OptSpinBox(QSpinBox):
+    """A spin box whose lowest value shows "default" (not set: vLLM's default). A typed
+    0 is refused with a tooltip saying why — it used to turn into "default" silently,
+    and vLLM takes none of these options as 0; stepping below 1 (or typing "default")
+    is how to unset it."""
+
+    def validate(self, text: str, pos: int):
+        t = text.strip()
+        if t and t.isdigit() and int(t) == 0:
+            QToolTip.showText(self.mapToGlobal(self.rect().bottomLeft()),
+                              "0 is not a value here: vLLM takes 1 or more. Step below 1 (↓) or type "
+                              "\"default\" for vLLM's default.", self)
+            return QValidator.Invalid, text, pos
+        return super().validate(text, pos)
+
+
 def _opt_spin(maximum: int, step: int = 1) -> QSpinBox:
     """A spin box whose 0 means "not set" (vLLM's default)."""
-    s = QSpinBox()
+    s = OptSpinBox()
     s.setRange(0, maximum)
     s.setSingleStep(step)
     s.setSpecialValueText("default")
@@ -510,6 +528,7 @@ class ConfigPanel(QScrollArea):
         self.env = QPlainTextEdit()
         self.env.setPlaceholderText("NAME=value, one a line (VLLM_API_KEY goes here, never in options)")
         self.env.setFixedHeight(64)
+        self.env.setTabChangesFocus(True)  # Tab moves on, as in every other field (a tab character broke a plan)
         f.addRow("Options", self.extra)
         f.addRow("Environment", self.env)
         v.addWidget(xg)

@@ -109,6 +109,8 @@ class MainWindow(QMainWindow):
         self.background: list = []
         self._first_run = True
         self._closed = False
+        self._saved_snapshot: Any = None  # the forms as the loaded profile (see _mark_saved)
+        self._snapshot_taken = False
         self.controller = RunAdapter(self, store_fn=self.run_store)
         self.current_profile = None  # app.profiles.Profile loaded into the form
         self.profile_name = profiles.DEMO_NAME
@@ -196,7 +198,7 @@ class MainWindow(QMainWindow):
         self.state.plan_changed.connect(self._on_plan_changed)
         self.state.config_changed.connect(self._on_config_changed)
         self.config.changed.connect(self._form_changed)
-        self.config.profile_selected.connect(self.load_profile)
+        self.config.profile_selected.connect(self.switch_profile)
         self.config.save_profile_requested.connect(self.save_profile_dialog)
         self.plan_panel.apply_fix.connect(self.apply_fix)
         self.banner.apply_fix.connect(self.apply_fix)
@@ -204,6 +206,7 @@ class MainWindow(QMainWindow):
         self.ramp.run_requested.connect(self.run_ramp)
         self.ramp.abort_requested.connect(self.abort_ramp)
         self.ramp.shape_changed.connect(self._replan)  # the plan predicts the Ramp tab's ramp and SLO
+        self.ramp.shape_changed.connect(self._update_modified)
         self.tune.running_changed.connect(self._on_tune_running)
         self.tune.profile_saved.connect(self._on_tune_profile_saved)
 
@@ -410,13 +413,77 @@ class MainWindow(QMainWindow):
         if self.config.profile.findText(prof.name) < 0:
             self._refresh_profile_list(prof.name)
         self.config.profile.setCurrentText(prof.name)
-        self.setWindowTitle(f"vLLM Dyno — {prof.name}")
         self._form_changed()
+        self._mark_saved()
         try:
             self.tune.set_defaults(self.tune_start())
         except ValueError:
             pass  # the form does not validate: the Tune tab keeps its values
         return True
+
+    # ------------------------------------------------------------------ unsaved edits
+    def _form_snapshot(self) -> Any:
+        """The forms as the loaded profile would be saved (its results and notes aside);
+        None while a field does not validate."""
+        try:
+            p = self.form_profile(self.profile_name or "profile")
+        except ValueError:
+            return None
+        return p.model_dump(mode="json", exclude={"results", "notes", "description", "hardware"})
+
+    def _mark_saved(self) -> None:
+        """The forms now hold the loaded (or just saved) profile: not modified."""
+        self._saved_snapshot = self._form_snapshot()
+        self._snapshot_taken = True
+        self.setWindowTitle(f"vLLM Dyno — {self.profile_name}[*]")  # [*]: Qt's modified marker
+        self.setWindowModified(False)
+
+    def is_modified(self) -> bool:
+        """Whether the forms differ from the loaded profile (a field that does not
+        validate counts as an edit)."""
+        return self._snapshot_taken and self._form_snapshot() != self._saved_snapshot
+
+    def _update_modified(self, *_: Any) -> None:
+        if not self._closed:
+            self.setWindowModified(self.is_modified())
+
+    def _ask(self, title: str, text: str, buttons, default):
+        """A question to the user (tests answer it by patching this method)."""
+        return QMessageBox.question(self, title, text, buttons, default)
+
+    def switch_profile(self, name: str) -> bool:
+        """Load profile ``name`` from the profile box; with unsaved edits to the loaded
+        one, ask first: Save (then switch), Discard (switch), Cancel (stay, the box shows
+        the loaded profile again). Returns whether it switched."""
+        if name == self.profile_name and not self.is_modified():
+            return False
+        if self.is_modified():
+            ans = self._ask("Unsaved edits", f"The form has edits that are not saved to profile "
+                            f"{self.profile_name!r}. Switching to {name!r} discards them.",
+                            QMessageBox.Save | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Cancel)
+            if ans == QMessageBox.Cancel:
+                self.config.profile.setCurrentText(self.profile_name)
+                return False
+            if ans == QMessageBox.Save:
+                self.save_profile_dialog()
+                if self.is_modified():  # the save was cancelled or failed: stay
+                    self.config.profile.setCurrentText(self.profile_name)
+                    return False
+        return self.load_profile(name)
+
+    def close_question(self) -> str | None:
+        """What closing now would end or lose, in words (None: nothing)."""
+        c = self.controller
+        what = []
+        if self.tuning:
+            what.append("a tune is running (it is saved and can be resumed)")
+        elif c.ramp_running:
+            what.append("a ramp is running (the level in progress is kept as partial)")
+        if c.server_running or c.supervisor is not None:
+            what.append(f"the server is {c.state} and will be stopped")
+        if self.is_modified():
+            what.append(f"the form has edits not saved to profile {self.profile_name!r}")
+        return "; ".join(what) if what else None
 
     def _screen_env(self, prof, builtin: bool, quiet: bool):
         """``prof`` with the ``env:`` keys the user allows (app.profiles.env_policy): keys a
@@ -469,7 +536,7 @@ class MainWindow(QMainWindow):
         self._refresh_profile_list(prof.name)
         if self.profile_manager._loaded:
             self.profile_manager.refresh(prof.name)
-        self.setWindowTitle(f"vLLM Dyno — {prof.name}")
+        self._mark_saved()
         self.statusBar().showMessage(f"Saved {path}", 5000)
 
     def _on_profile_saved_from_run(self, name: str) -> None:
@@ -522,6 +589,7 @@ class MainWindow(QMainWindow):
             self.state.set_config_error(str(e))
         self._replan()
         self.tune.mark_stale()
+        self._update_modified()
 
     def _on_config_changed(self, cfg) -> None:
         """The state's configuration changed (a fix applied): the form shows it."""
@@ -983,6 +1051,11 @@ class MainWindow(QMainWindow):
         return left
 
     def closeEvent(self, ev) -> None:
+        why = None if self._closed else self.close_question()
+        if why is not None and self._ask("Close vLLM Dyno", f"Close the window? {why[0].upper() + why[1:]}.",
+                                         QMessageBox.Close | QMessageBox.Cancel, QMessageBox.Cancel) != QMessageBox.Close:
+            ev.ignore()
+            return
         self.save_state()
         if self.controller.server_running or self.controller.supervisor is not None or self.tuning:
             self.statusBar().showMessage("Stopping the server…")
