@@ -84,6 +84,9 @@ def test_tab_leaves_the_environment_box_and_zero_is_refused(main_window, qtbot):
     box.lineEdit().selectAll()
     qtbot.keyClicks(box, "0")
     assert box.lineEdit().text() == "32"  # refused: the text stays
+    from PySide6.QtWidgets import QToolTip
+
+    QToolTip.hideText()  # the reason, shown beside the box while it has the focus
     box.lineEdit().selectAll()
     qtbot.keyClicks(box, "64")
     box.interpretText()

@@ -57,9 +57,10 @@ class OptSpinBox(QSpinBox):
     def validate(self, text: str, pos: int):
         t = text.strip()
         if t and t.isdigit() and int(t) == 0:
-            QToolTip.showText(self.mapToGlobal(self.rect().bottomLeft()),
-                              "0 is not a value here: vLLM takes 1 or more. Step below 1 (↓) or type "
-                              "\"default\" for vLLM's default.", self)
+            if self.hasFocus():  # the user typing it (not a programmatic check of the text)
+                QToolTip.showText(self.mapToGlobal(self.rect().bottomLeft()),
+                                  "0 is not a value here: vLLM takes 1 or more. Step below 1 (↓) or type "
+                                  "\"default\" for vLLM's default.", self)
             return QValidator.Invalid, text, pos
         return super().validate(text, pos)
 

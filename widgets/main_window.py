@@ -775,7 +775,8 @@ class MainWindow(QMainWindow):
         a restored geometry that does not fit, and bring it back on screen."""
         scr = self.screen() or QGuiApplication.primaryScreen()
         if scr is None or QGuiApplication.platformName() == "offscreen":
-            self.resize(*PREFERRED_SIZE)  # no real screen (offscreen: 800×800 of nothing): the preferred size
+            if not keep_smaller:  # no real screen (offscreen: 800×800 of nothing): the preferred size
+                self.resize(*PREFERRED_SIZE)
             return
         avail = scr.availableGeometry()
         w = min(PREFERRED_SIZE[0] if not keep_smaller else self.width(), int(avail.width() * SCREEN_SHARE))
