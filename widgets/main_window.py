@@ -455,9 +455,10 @@ class MainWindow(QMainWindow):
         """Load profile ``name`` from the profile box; with unsaved edits to the loaded
         one, ask first: Save (then switch), Discard (switch), Cancel (stay, the box shows
         the loaded profile again). Returns whether it switched."""
-        if name == self.profile_name and not self.is_modified():
+        modified = self.is_modified()
+        if name == self.profile_name and not modified:
             return False
-        if self.is_modified():
+        if modified:
             ans = self._ask("Unsaved edits", f"The form has edits that are not saved to profile "
                             f"{self.profile_name!r}. Switching to {name!r} discards them.",
                             QMessageBox.Save | QMessageBox.Discard | QMessageBox.Cancel, QMessageBox.Cancel)
