@@ -27,6 +27,7 @@ def test_the_strip_shows_once_and_stays_dismissed(main_window, qtbot):
     finally:
         again.shutdown()
         again.close()
+        again.deleteLater()
 
 
 def test_closing_while_it_waits_to_hide_counts_it_done(main_window, qtbot):

@@ -11,6 +11,7 @@ import logging
 import threading
 from typing import Any, Callable
 
+import shiboken6
 from PySide6.QtCore import QObject, Qt, Signal
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,20 @@ def on_gui_thread(fn: Callable[[], None]) -> None:
         log.debug("GUI gone, a background result dropped: %s", e)
 
 
+def _receiver_alive(cb: Callable) -> bool:
+    """False when ``cb`` is a bound method of a Qt object whose C++ side is deleted (a
+    window closed and deleted while its worker ran): calling it would touch freed memory."""
+    owner = getattr(cb, "__self__", None)
+    return not isinstance(owner, QObject) or shiboken6.isValid(owner)
+
+
+def _deliver(cb: Callable, arg: Any) -> None:
+    if _receiver_alive(cb):
+        cb(arg)
+    else:
+        log.debug("receiver of a background result is gone: dropped")
+
+
 def run_in_background(name: str, fn: Callable[[], Any], on_done: Callable[[Any], None] | None = None,
                       on_error: Callable[[BaseException], None] | None = None) -> threading.Thread:
     """Run ``fn()`` on a daemon thread; ``on_done(result)`` or ``on_error(exc)`` then run on
@@ -65,12 +80,12 @@ def run_in_background(name: str, fn: Callable[[], Any], on_done: Callable[[Any],
             res = fn()
         except BaseException as e:  # delivered to the GUI, never raised on the worker
             if on_error is not None:
-                on_gui_thread(lambda e=e: on_error(e))
+                on_gui_thread(lambda e=e: _deliver(on_error, e))
             else:
                 log.error("background task %s failed: %s", name, e, exc_info=e)
             return
         if on_done is not None:
-            on_gui_thread(lambda: on_done(res))
+            on_gui_thread(lambda: _deliver(on_done, res))
 
     t = threading.Thread(target=work, name=f"dyno-gui-{name}", daemon=True)
     t.start()
