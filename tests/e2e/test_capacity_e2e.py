@@ -3,7 +3,7 @@ the capacity's level met the SLO, the next probed level broke it, and every p99 
 rests on ≥ 100 requests (issue 17).
 
 The SLO is set from the server's own TTFT p99 at its batch limit (8 users, measured
-first): beyond 8 users requests wait for a free sequence slot, so TTFT grows by a whole
+first; twice it, at least 0.2 s): beyond 8 users requests wait for a free sequence slot, so TTFT grows by a whole
 request's time and the SLO breaks there — whatever this machine's speed is."""
 from __future__ import annotations
 
@@ -31,7 +31,9 @@ def test_find_capacity_on_the_cpu_build(vllm_server, tmp_path):
         ctl.stop()
     assert probe.status == "done", probe.stop_reason
     ttft8 = probe.steps[0].ttft_p99
-    slo = max(0.15, 1.6 * ttft8)
+    # 2× the p99 at the batch limit, at least 0.2 s: one slow request among the 100 of a
+    # level under the limit (2 shared cores) stays under it, the queueing beyond 8 does not
+    slo = max(0.2, 2.0 * ttft8)
     out = tmp_path / "cap.json"
     r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", url, "--model", "tiny", "--find-capacity",
                         "--start", "4", "--max-users", "32", "--slo-ttft-p99", f"{slo:.3f}", "--prompt-tokens", "16",
@@ -49,5 +51,5 @@ def test_find_capacity_on_the_cpu_build(vllm_server, tmp_path):
     assert cap["ttft_p99"] <= slo and cap["limited_by"] == "ttft"
     verdict = json.loads(out.read_text())["verdict"]
     assert verdict["sentence"] in r.stdout and verdict["users"] == cap["users"]
-    print(f"SLO TTFT p99 ≤ {slo:.3f} s (1.6 × {ttft8:.3f} s at 8 users): capacity {cap['users']:g} users, "
+    print(f"SLO TTFT p99 ≤ {slo:.3f} s (2 × {ttft8:.3f} s at 8 users): capacity {cap['users']:g} users, "
           f"next probed {nxt:g} broke it; levels {[(lv['users'], lv['met'], lv['requests']) for lv in levels]}")
