@@ -247,8 +247,18 @@ def _migrate_1_to_2(db: sqlite3.Connection) -> None:
                "updated REAL, writer TEXT)")
 
 
+def _migrate_2_to_3(db: sqlite3.Connection) -> None:
+    """v2 → v3: the ``launches`` table (issue 19, item 3) — one row per launch that
+    became ready: the configuration's key (:func:`app.run.launch_timing.launch_key`),
+    the engine, the seconds to ready and each phase's start (JSON ``{phase: s}``), so
+    the next launch of the same configuration can say how long it has left."""
+    db.execute("CREATE TABLE IF NOT EXISTS launches (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL NOT NULL, "
+               "key TEXT NOT NULL, engine TEXT NOT NULL DEFAULT '', ready_s REAL NOT NULL, phases TEXT)")
+    db.execute("CREATE INDEX IF NOT EXISTS launches_key ON launches(key, id)")
+
+
 #: ``MIGRATIONS[v]`` upgrades a store from version v to v+1 (called inside a transaction)
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1, _migrate_1_to_2]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1, _migrate_1_to_2, _migrate_2_to_3]
 #: the layout version this app writes (``PRAGMA user_version``)
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -565,6 +575,20 @@ class RunStore:
         cur = self._exec("SELECT id, created, name, status, updated FROM tunes ORDER BY id DESC")
         names = [c[0] for c in cur.description]
         return [dict(zip(names, r)) for r in cur.fetchall()]
+
+    # ---- launches --------------------------------------------------------------------
+    def add_launch(self, key: str, engine: str, ready_s: float, phases: dict[str, float]) -> None:
+        """A launch of the configuration ``key`` became ready after ``ready_s`` s;
+        ``phases``: phase → its start, seconds after the launch began."""
+        self._write("INSERT INTO launches(created, key, engine, ready_s, phases) VALUES (?,?,?,?,?)",
+                    (time.time(), key, engine, float(ready_s), _dumps(phases)))
+
+    def launches(self, key: str, limit: int = 5) -> list[dict[str, Any]]:
+        """The last ``limit`` ready launches of ``key``, newest first: ``created``,
+        ``engine``, ``ready_s``, ``phases`` (decoded)."""
+        cur = self._exec("SELECT created, engine, ready_s, phases FROM launches WHERE key=? ORDER BY id DESC LIMIT ?",
+                         (key, int(limit)))
+        return [{"created": c, "engine": e, "ready_s": r, "phases": _loads(ph) or {}} for c, e, r, ph in cur.fetchall()]
 
     # ---- runs ------------------------------------------------------------------------
     def mark_interrupted(self) -> list[int]:

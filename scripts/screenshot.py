@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead: run the demo profile's own ramp (its SLO kept) to the end and grab the "
                          "Results tab with the verdict, as a new user sees it")
     ap.add_argument("--tune", action="store_true", help="instead: a short tune on the Tune tab, grabbed at its end")
+    ap.add_argument("--launching", action="store_true",
+                    help="instead: launch the sim, stop it, launch it again and grab the window while the second "
+                         "launch loads (the status bar's phase and time left)")
     ap.add_argument("--launches", type=int, default=3, help="the tune's max launches (--tune)")
     ap.add_argument("--time-scale", type=float, default=4.0, help="sim speed-up (rig time is what is shown)")
     ap.add_argument("--at-level", type=int, default=6, help="grab while this level (1-based) runs")
@@ -62,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         if a.tune:
             return tune_shot(w, a, pump)
+        if a.launching:
+            return launching_shot(w, a, pump)
         w.launch()
         if not pump(120, lambda: w.controller.state in ("ready", "failed")) or w.controller.state != "ready":
             print("screenshot: the sim did not become ready:\n" + w.log_pane.text()[-2000:], file=sys.stderr)
@@ -100,6 +105,24 @@ def main(argv: list[str] | None = None) -> int:
         w.close()
         if left:
             print(f"screenshot: processes left: {left}", file=sys.stderr)
+
+
+def launching_shot(w, a, pump) -> int:
+    """The second launch of the demo profile, grabbed while it loads its weights."""
+    w.launch()
+    if not pump(120, lambda: w.controller.state == "ready"):
+        print("screenshot: the sim did not become ready:\n" + w.log_pane.text()[-2000:], file=sys.stderr)
+        return 1
+    w.stop()
+    pump(60, lambda: w.controller.state == "stopped" and w.controller.supervisor is None)
+    w.launch()
+    pump(60, lambda: "left" in w.launch_label.text() and w.launch_label.isVisible()
+         and "loading weights" in w.launch_label.text())
+    pump(1.2)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    w.grab().save(a.out)
+    print(f"saved {a.out}: {w.launch_label.text()}")
+    return 0
 
 
 def tune_shot(w, a, pump) -> int:

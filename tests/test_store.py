@@ -159,7 +159,7 @@ def test_new_store_writes_user_version(tmp_path):
     p = tmp_path / "r.sqlite"
     with RunStore(p) as s:
         assert s.migrated_from == 0
-    assert _user_version(p) == SCHEMA_VERSION == len(store_mod.MIGRATIONS) == 2
+    assert _user_version(p) == SCHEMA_VERSION == len(store_mod.MIGRATIONS) == 3
     with RunStore(p) as s:
         assert s.migrated_from == SCHEMA_VERSION  # nothing to do the second time
 

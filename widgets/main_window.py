@@ -17,7 +17,7 @@ import threading
 from importlib import resources
 from typing import Any
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence, QPixmap
 from PySide6.QtWidgets import (
     QApplication,
@@ -298,7 +298,14 @@ class MainWindow(QMainWindow):
         self.run_bar.setMaximumWidth(160)
         self.run_bar.setFormat("%v/%m levels")
         self.run_bar.hide()
+        self.launch_label = QLabel()  # the launch's phase, elapsed and expected time left
+        self.launch_label.setObjectName("launchProgress")
+        self.launch_label.hide()
+        self.launch_timer = QTimer(self)
+        self.launch_timer.setInterval(1000)
+        self.launch_timer.timeout.connect(self._show_launch_progress)
         sb.addPermanentWidget(self.state_label)
+        sb.addPermanentWidget(self.launch_label)
         sb.addPermanentWidget(self.gpus_label)
         sb.addPermanentWidget(self.run_label)
         sb.addPermanentWidget(self.run_bar)
@@ -707,6 +714,25 @@ class MainWindow(QMainWindow):
         eng = {"vllm": "vLLM", "sim": "sim", "attach": "attach"}.get(self.config.engine_key(), "")
         self.state_label.setText(f"<span style='color:{color}'>●</span> {eng}: <b>{state}</b>")
         self.state_label.setToolTip(reason or state)
+        if state in ("starting", "loading") and not self._closed:
+            if not self.launch_timer.isActive():
+                self.launch_timer.start()
+            self._show_launch_progress()
+        else:
+            self.launch_timer.stop()
+            self.launch_label.hide()
+
+    def _show_launch_progress(self) -> None:
+        """The status bar during a launch: the phase the log reached, the seconds so far
+        and, after an earlier launch of this configuration, about how long is left."""
+        p = self.controller.launch_progress() if hasattr(self, "controller") else None
+        if p is None:
+            self.launch_label.hide()
+            return
+        self.launch_label.setText(p.text())
+        done = ", ".join(f"{label} at {s:.0f} s" for _, label, s in p.phases) or "no phase in the log yet"
+        self.launch_label.setToolTip(f"Phases so far (from the server's log): {done}")
+        self.launch_label.show()
 
     # ------------------------------------------------------------------ launch / stop
     def build_request(self) -> LaunchTarget:
@@ -1039,6 +1065,7 @@ class MainWindow(QMainWindow):
         self.dashboard.stop()
         self.log_pane.stop()
         self.ramp.timer.stop()
+        self.launch_timer.stop()
         self.first_run.settle()
         self.planner.stop()
         self.tune.shutdown()  # before the controller: a tune would launch its next candidate

@@ -151,6 +151,11 @@ class RunAdapter(QObject):
         """True from Run ramp until ``ramp_finished`` was delivered on the GUI thread."""
         return self._ramp_open
 
+    def launch_progress(self):
+        """The launch's phase, elapsed and expected seconds left (the core's; cheap: it
+        reads what the log said), or None without a launched server."""
+        return self.core.launch_progress()
+
     def energy(self, st):
         """Power and J/token of a level (the core's one definition)."""
         return self.core.energy(st)

@@ -72,6 +72,10 @@ class _Printer(RunListener):
         if state in (State.STOPPED, State.IDLE):
             self.done.set()
 
+    def on_launch_phase(self, progress) -> None:
+        if progress.phase != "ready":  # the ready state is printed next
+            print(f"[{self.ctl.clock.now():8.2f} s] launch: {progress.text()}", flush=True)
+
     def on_launch_defaults(self, defaults) -> None:
         for line in defaults.lines():
             print(line, flush=True)

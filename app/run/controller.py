@@ -50,6 +50,7 @@ from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
 from app.run.launch_defaults import cpu_build_defaults
+from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
 from app.run.record import RunRecorder
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
@@ -221,6 +222,11 @@ class RunController:
         self._outcomes: dict[int, RampOutcome] = {}  # id(recorder) → the outcome that reported it unsaved
         self._saver: threading.Thread | None = None
         self._closing = threading.Event()
+        #: the launch's configuration key and the earlier launches' phase starts
+        #: (:mod:`app.run.launch_timing`; None: no earlier launch of it)
+        self.launch_key: str | None = None
+        self.launch_expected: dict[str, float] | None = None
+        self._phase_seen: str | None = None
 
     # ------------------------------------------------------------------ store
     @property
@@ -387,6 +393,7 @@ class RunController:
                     return left
             target = self.launch_defaults(target)
             self.target = target
+            self._load_launch_history(target)
             exposed = None if target.expose else exposure_problem(target.config.host)
             if exposed:  # binding beyond loopback needs the user's word (--expose, the window's dialog)
                 raise LaunchError(exposed)
@@ -427,6 +434,43 @@ class RunController:
         if rec is not None:
             rec.add_log_line(stream, text, t)
         self._emit("on_line", stream, text, t)
+        sup = self.supervisor
+        if sup is not None and sup.parser.facts.phase != self._phase_seen:
+            self._phase_seen = sup.parser.facts.phase
+            p = self.launch_progress()
+            if p is not None:
+                self._emit("on_launch_phase", p)
+
+    # ------------------------------------------------------------------ launch timing
+    def _load_launch_history(self, target: LaunchTarget) -> None:
+        """The earlier ready launches of this configuration, for the expected time left
+        (a store that cannot be read only means no estimate)."""
+        self._phase_seen = None
+        self.launch_key = launch_key(target.engine, target.config, target.sim_args, target.python)
+        try:
+            self.launch_expected = expected_phases(self.store.launches(self.launch_key, HISTORY))
+        except Exception as e:  # the estimate is a help: a store problem must not stop a launch
+            log.debug("no launch history: %s", e)
+            self.launch_expected = None
+
+    def _save_launch_timing(self, sup: Supervisor) -> None:
+        """The launch became ready: keep its phase times for the next launch of it."""
+        if self.launch_key is None or sup.started_t is None or self.target is None:
+            return
+        ready_s = max(0.0, self.clock.now() - sup.started_t)
+        try:
+            self.store.add_launch(self.launch_key, self.target.engine, ready_s, sup.launch_phases())
+        except Exception as e:  # a full or read-only store: the next launch has no estimate, nothing else
+            log.info("launch time not kept: %s", e)
+
+    def launch_progress(self) -> LaunchProgress | None:
+        """Where the launch is (phase from the log, elapsed s, expected s left after an
+        earlier launch of the same configuration); None without a launched server."""
+        sup = self.supervisor
+        if sup is None or sup.started_t is None:
+            return None
+        f = sup.parser.facts
+        return progress(f.phase, dict(f.phase_times), sup.started_t, self.clock.now(), self.launch_expected)
 
     def _on_server_state(self, sup: Supervisor, ch) -> None:
         """Supervisor thread: follow the server's states."""
@@ -441,6 +485,7 @@ class RunController:
                 self.time_scale = time_scale_of(self.sim_info)
             self.client.time_scale = self.time_scale
             self._start_telemetry(sup, at_ready=True)
+            self._save_launch_timing(sup)
             rec = self.run
             if rec is not None:
                 self._attach_run(rec)

@@ -42,6 +42,10 @@ class RunListener:
         user did not set (``defaults.chosen``, ``defaults.notes``; what to print:
         ``defaults.lines()``)."""
 
+    def on_launch_phase(self, progress: Any) -> None:
+        """The launch entered a new phase (from the server's log):
+        :class:`app.run.launch_timing.LaunchProgress` — phase, elapsed s, expected s left."""
+
     def on_launch_failed(self, reason: str, diagnosis: Diagnosis | None) -> None:
         """The server failed (to start, or after it was ready), with the diagnosis."""
 

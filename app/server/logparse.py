@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
@@ -56,6 +56,10 @@ class CapacityFacts:
     ready: bool = False
     last_stats: EngineStats | None = None
     stats_lines: int = 0
+    #: the launch phase the log has reached (a key of :data:`LAUNCH_PHASES`), or None
+    phase: str | None = None
+    #: phase key → the ``t`` of the line that began it (the caller's clock, seconds)
+    phase_times: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -87,6 +91,45 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+#: The phases of a launch, in order: (key, what the server is doing, the lines that begin
+#: it). Each pattern is a log line vLLM prints when it enters the phase (vLLM 0.32.0 file
+#: given; the same wording since 0.10 unless noted); a later phase's line also ends the
+#: earlier ones (a phase a version does not print is skipped, never waited for).
+LAUNCH_PHASES: tuple[tuple[str, str, tuple[re.Pattern[str], ...]], ...] = (
+    # v1/engine/core.py: "Initializing a V1 LLM engine (v%s) with config: %s"
+    ("engine", "starting the engine", (re.compile(r"Initializing a V\d LLM engine"),)),
+    # v1/worker/gpu_model_runner.py, v1/worker/cpu_model_runner.py: "Starting to load model %s..."
+    ("weights", "loading weights", (re.compile(r"Starting to load model\b"),)),
+    # gpu_model_runner.py "Model loading took %s GiB memory and %.6f seconds" ends the load;
+    # then torch.compile (compilation/backends.py "Dynamo bytecode transform time",
+    # "Compiling a graph for …", "Directly load the compiled graph(s)…"; compilation/
+    # monitor.py "torch.compile took %.2f s in total") inside the memory profile run
+    # (utils/mem_utils.py "Memory profiling takes %.2f seconds", 0.10/0.11)
+    ("profile", "compiling and profiling memory",
+     (re.compile(r"Model loading took "), re.compile(r"Dynamo bytecode transform time"),
+      re.compile(r"Compiling a graph for "), re.compile(r"Directly load the compiled graph"),
+      re.compile(r"torch\.compile t(?:ook|akes) "), re.compile(r"Memory profiling takes "))),
+    # v1/worker/gpu_worker.py "Available KV cache memory: %s GiB"; v1/core/kv_cache_utils.py
+    # "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build)
+    ("kv_cache", "allocating the KV cache",
+     (re.compile(r"Available KV cache memory: "), re.compile(r"\b(?:GPU|CPU) KV cache size: "))),
+    # gpu_model_runner.py: tqdm "Capturing CUDA graphs (…)" (0.10: "Capturing CUDA graph
+    # shapes"); cpu_model_runner.py: "Warming up model for the compilation..."
+    ("graphs", "capturing CUDA graphs / warming up",
+     (re.compile(r"Capturing CUDA graph"), re.compile(r"Warming up model\b"))),
+    # v1/engine/core.py "init engine (profile, create kv cache, warmup model) took …";
+    # entrypoints/launchers/api_server/entry.py "Starting vLLM server on %s" (0.32;
+    # "Starting vLLM API server %d on %s" in 0.10/0.11 entrypoints/openai/api_server.py)
+    ("api", "starting the API server",
+     (re.compile(r"init engine \(profile, create kv cache, warmup model\) took"),
+      re.compile(r"Starting vLLM (?:API )?server\b"))),
+    # uvicorn: "Application startup complete."
+    ("ready", "ready", (re.compile(r"Application startup complete\."),)),
+)
+PHASE_KEYS = tuple(k for k, _, _ in LAUNCH_PHASES)
+PHASE_LABELS = {k: label for k, label, _ in LAUNCH_PHASES}
+
+
 class LogParser:
     """Feed lines one by one; :attr:`facts` accumulates. ``feed`` returns the kinds matched
     (e.g. ``["kv_tokens", "max_conc"]``) so callers can react (readiness, stats)."""
@@ -94,10 +137,13 @@ class LogParser:
     def __init__(self) -> None:
         self.facts = CapacityFacts()
 
-    def feed(self, raw: str) -> list[str]:
+    def feed(self, raw: str, t: float | None = None) -> list[str]:
+        """Parse one line; ``t`` (any clock, seconds) dates a launch phase it begins."""
         line = strip_ansi(raw)
         hits: list[str] = []
         f = self.facts
+        if not f.ready:
+            self._phase(line, t)
         for kind, rx in _PATTERNS:
             m = rx.search(line)
             if not m:
@@ -138,6 +184,17 @@ class LogParser:
                 f.stats_lines += 1
             hits.append(kind)
         return hits
+
+    def _phase(self, line: str, t: float | None) -> None:
+        f = self.facts
+        at = -1 if f.phase is None else PHASE_KEYS.index(f.phase)
+        for i in range(len(LAUNCH_PHASES) - 1, at, -1):  # the latest phase the line begins
+            key, _, rxs = LAUNCH_PHASES[i]
+            if any(rx.search(line) for rx in rxs):
+                f.phase = key
+                if t is not None:
+                    f.phase_times.setdefault(key, t)
+                return
 
     def feed_text(self, text: str) -> CapacityFacts:
         for line in text.splitlines():

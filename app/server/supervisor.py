@@ -129,6 +129,8 @@ class Supervisor:
         self.clock = clock or SessionClock()
         self.lines: collections.deque[tuple[float, str, str]] = collections.deque(maxlen=log_capacity)
         self.parser = LogParser()
+        #: session-clock seconds at :meth:`start` (the launch's phases are timed from it)
+        self.started_t: float | None = None
         self.history: list[StateChange] = []
         self.interpreter = None
         self.argv: list[str] = []
@@ -198,6 +200,13 @@ class Supervisor:
         """Seconds since the server last printed anything (for the NCCL-hang diagnosis)."""
         return time.monotonic() - self._last_output
 
+    def launch_phases(self) -> dict[str, float]:
+        """Each launch phase reached so far (:data:`app.server.logparse.LAUNCH_PHASES`)
+        → its start, seconds after :meth:`start`."""
+        if self.started_t is None:
+            return {}
+        return {k: max(0.0, t - self.started_t) for k, t in dict(self.parser.facts.phase_times).items()}
+
     def log_tail(self, n: int = 50) -> list[str]:
         with self._lock:
             return [l for _, _, l in list(self.lines)[-n:]]
@@ -228,6 +237,7 @@ class Supervisor:
         self.config, argv, env, self.interpreter, self._reservation = prepare(
             self.config, self.engine, self.python, self.sim_args)
         self.argv = argv
+        self.started_t = self.clock.now()
         self._set_state(ServerState.STARTING)
         try:
             # the reaper runs in the app's environment; the server's extra environment
@@ -274,7 +284,7 @@ class Supervisor:
                 self.lines.append((t, name, text))
             if self.state == ServerState.STARTING:
                 self._set_state(ServerState.LOADING)
-            kinds = self.parser.feed(text)
+            kinds = self.parser.feed(text, t)
             if "ready" in kinds:
                 self._health_now = True
             for cb in list(self._line_subs):

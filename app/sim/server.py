@@ -163,6 +163,11 @@ def _engine_intro(a: argparse.Namespace, k: float) -> None:
               f"x{a.sim_gpu_count}, sim_time_scale={k}", process="EngineCore_DP0", where="core.py:74")
 
 
+def _load_start(a: argparse.Namespace) -> None:
+    """vLLM's line as the workers begin to load the weights (v1/worker/gpu_model_runner.py)."""
+    vlog.emit(f"Starting to load model {a.model}...", process="EngineCore_DP0", where="gpu_model_runner.py:1")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the sim server until SIGTERM/SIGINT; returns the exit code (1 = refused config)."""
     parser = build_parser()
@@ -191,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(r.text, r.where, r.process, r.wrapped, r.core)
         _engine_intro(a, k)
         if r.after_load:  # memory refusals come after the weights are loaded and the profile run
+            _load_start(a)
             time.sleep(min(r.load_s / k, 30.0))
             vlog.emit(f"Model loading took {r.weights_gib:.4f} GiB and {r.load_s:.6f} seconds",
                       process="EngineCore_DP0", where="gpu_model_runner.py:2")
@@ -207,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     # ---- load: rig seconds scaled by k
     if plan.tp * plan.pp > 1:
         vlog.emit("vLLM is using nccl==2.27.3", process="Worker_TP0", where="pynccl.py:70")
+    _load_start(a)
     time.sleep(plan.load_s / k)
     for core in cores:
         vlog.emit(f"Model loading took {plan.weights_bytes / ma.GIB:.4f} GiB and {plan.load_s:.6f} seconds",
@@ -221,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     graphs_s = 0.0
     if not a.enforce_eager:
         graphs_s = 8.0
+        vlog.emit("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)", process="EngineCore_DP0",
+                  where="gpu_model_runner.py:4")
         time.sleep(graphs_s / k)
         for core in cores:
             vlog.emit(f"Graph capturing finished in {graphs_s:.0f} secs, took "

@@ -43,6 +43,18 @@ def test_shared_server_capacity_and_completion(vllm_server):
     assert len(group_members(vllm_server.pgid)) >= 2  # API server + engine core (+ reaper)
 
 
+def test_the_cpu_builds_launch_passes_through_its_phases_in_order(vllm_server):
+    """Issue 19, item 3: the phases the CPU build's log (vLLM 0.32.0) shows — it prints no
+    "Model loading took" and no CUDA graphs; its warm-up stands for the graphs."""
+    ph = vllm_server.launch_phases()
+    need = ["engine", "weights", "kv_cache", "graphs", "api", "ready"]
+    assert set(need) <= set(ph), ph
+    times = [ph[k] for k in need]
+    assert times == sorted(times) and times[-1] > 0, ph
+    ready_at = next(c.t for c in vllm_server.history if c.state == ServerState.READY)
+    assert ph["ready"] <= ready_at - vllm_server.started_t + 1.0
+
+
 def test_cli_serve_ready_then_ctrl_c(tiny_model, vllm_python, tmp_path):
     cmd = [sys.executable, "-m", "app.cli", "serve", "--model", str(tiny_model), "--max-num-seqs", "8",
            "--python", vllm_python, "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--quiet-log"]
@@ -58,6 +70,7 @@ def test_cli_serve_ready_then_ctrl_c(tiny_model, vllm_python, tmp_path):
             assert time.monotonic() < deadline, "".join(out)
         text = "".join(out)
         assert "state: ready" in text and "CPU KV cache size: 1,048,576 tokens" in text, text
+        assert "launch: loading weights" in text and "launch: starting the API server" in text, text
         # the server group: the reaper is the child of the CLI process and leads the group
         kids = psutil.Process(p.pid).children()
         pgid = os.getpgid(kids[0].pid)
