@@ -213,8 +213,11 @@ def test_form_rows_are_generated_from_the_option_declarations(gui_guard, qtbot):
             ("Precision and memory", "")]
     it = iter(rows)
     assert all(row in it for row in look), f"the form's rows changed order or labels: {rows}"
+    import html
     for f, ed in panel.options.items():
-        assert ed.widget.toolTip().startswith(f"{f}: {VLLM_OPTIONS[f].help}"), f
+        tip = ed.widget.toolTip()
+        assert f"<td><b>{f}</b>: {html.escape(VLLM_OPTIONS[f].help, quote=False)}" in tip, (f, tip)
+        assert f"vllm serve {VLLM_OPTIONS[f].flag}" in tip, f
     assert panel.options["enforce_eager"].widget.text() == "enforce eager (no CUDA graphs)"
     panel.set_engine("sim", "RTX 4090", 8)  # 8 cards: TP 2 × PP 2 are offered
     cfg = ServerConfig(model="meta-llama/Meta-Llama-3-70B-Instruct", **ALL_OPTIONS)
@@ -268,3 +271,28 @@ def test_gpu_table_says_what_the_used_memory_holds(gui_guard, qtbot):
     assert t.item(0, 2).text() == "1.0 / 24.0 GiB" and "0.50 GiB reserved by the driver" in t.item(0, 2).toolTip()
     assert t.item(1, 2).text() == "1.5 / 24.0 GiB (incl. reserved)"
     assert "NVML memory info v2 is not available (function not found)" in t.item(1, 2).toolTip()
+
+
+def test_option_tooltips_teach_the_default_for_this_vllm_and_the_planners_advice(main_window, qtbot):
+    """Issue 19, item 5: once planned, every option's tooltip adds vLLM's default for the
+    version and cards of the plan, and the planner's advice where it has some (a fix it
+    proposes for the option, the plan's figures that depend on it)."""
+    w = main_window
+    pump(qtbot, _plan_settled(w), 20, "the demo profile is planned")
+    for f, ed in w.config.options.items():
+        assert "<b>Default</b>:" in ed.widget.toolTip(), f
+    seqs = w.config.options["max_num_seqs"].widget.toolTip()
+    # the demo rig: 8 × RTX 4090 (24 GiB) in the sim, which plans with vLLM 0.32's rules
+    assert "<b>Default</b>: 256 (vLLM 0.32" in seqs and "RTX 4090 24 GiB" in seqs, seqs
+    assert "Planner" in seqs and "concurrent users at the Ramp tab" in seqs and "per engine, limited by" in seqs
+    util = w.config.options["gpu_memory_utilization"].widget.toolTip()
+    assert "<b>Default</b>: 0.92" in util and "the KV cache holds" in util, util
+    # a max_model_len that does not fit: the advice names the fix the Plan tab offers
+    cfg = w.state.config.model_copy(update={"model": "meta-llama/Llama-3.1-8B-Instruct", "max_model_len": None,
+                                            "tensor_parallel_size": 1, "gpu_memory_utilization": 0.5})
+    w.config.set_config(cfg)
+    pump(qtbot, lambda: w.plan is not None and "context_exceeds_kv_cache" in w.plan.problems()
+         and not w.planner.busy, 30, "the plan says the context does not fit")
+    tip = w.config.options["max_model_len"].widget.toolTip()
+    fix = w.plan.fix["max_model_len"]
+    assert "131,072 tokens (the model's max_position_embeddings)" in tip and f"Fix: max_model_len {fix:,}" in tip, tip

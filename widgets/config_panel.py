@@ -9,6 +9,8 @@ cards and the model's heads (from the plan).
 """
 from __future__ import annotations
 
+import html
+
 import shlex
 from typing import Any
 
@@ -75,13 +77,20 @@ def _opt_spin(maximum: int, step: int = 1) -> QSpinBox:
     return s
 
 
+def _esc(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
 class OptionEditor:
     """One generated form row for a vLLM option, built from its :class:`VllmOption`.
 
     ``widget``: the value widget; ``row``: what the form shows (the widget, or a layout
     around it); ``label``: the row's label. ``value()`` is the field's value (None: not
     set, vLLM's default), ``set_value()`` shows one, ``connect()`` calls a slot on edits.
-    The tooltip is the option's help text.
+    The tooltip teaches (issue 19, item 5): the option's name and flag, what it does
+    with its unit (the declaration's help), then — once the planner has run — vLLM's
+    default for the installed version on the selected cards and the planner's advice
+    (:func:`app.planner.option_help.option_notes`).
     """
 
     def __init__(self, field: str, spec: VllmOption) -> None:
@@ -89,10 +98,26 @@ class OptionEditor:
         self.label = spec.label or field
         self.widget: QWidget = self._make()
         self.row: QWidget | QHBoxLayout = self.widget
+        self.extra = ""  # where the choices come from (the quantization list)
+        self.note: Any = None  # an OptionNote of the current plan
         self.widget.setToolTip(self.tooltip())
 
     def tooltip(self, note: str = "") -> str:
-        return f"{self.field}: {self.spec.help}" + (f" ({note})" if note else "")
+        note = note or self.extra
+        head = f"{self.field}: {self.spec.help}" + (f" ({note})" if note else "")
+        parts = [f"<b>{_esc(self.field)}</b>: {_esc(head[len(self.field) + 2:])}",
+                 f"<span style='color:#666'>vllm serve {_esc(self.spec.flag)}</span>"]
+        if self.note is not None:
+            parts.append(f"<b>Default</b>: {_esc(self.note.default)}")
+            if self.note.advice:
+                parts.append("<b>Planner</b>:<br>" + "<br>".join("• " + _esc(a) for a in self.note.advice))
+        # a table of a set width: Qt wraps a rich-text tooltip narrowly otherwise
+        return "<qt><table width='460'><tr><td>" + "<br>".join(parts) + "</td></tr></table></qt>"
+
+    def set_note(self, note: Any) -> None:
+        """Show ``note`` (an :class:`app.planner.option_help.OptionNote`, or None)."""
+        self.note = note
+        self.widget.setToolTip(self.tooltip())
 
     def _make(self) -> QWidget:
         raise NotImplementedError
@@ -578,7 +603,13 @@ class ConfigPanel(QScrollArea):
         self.quant.blockSignals(True)
         ed.set_choices(methods)
         self.quant.blockSignals(False)
-        self.quant.setToolTip(ed.tooltip(source))
+        ed.extra = source
+        self.quant.setToolTip(ed.tooltip())
+
+    def set_option_notes(self, notes: dict[str, Any]) -> None:
+        """Each option's default and advice from the current plan (None: no plan)."""
+        for f, ed in self.options.items():
+            ed.set_note((notes or {}).get(f))
 
     def set_model_shape(self, heads: int | None, kv_heads: int | None, layers: int | None) -> None:
         """The model's attention heads, KV heads and layers (None: unknown → all sizes)."""

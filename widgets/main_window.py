@@ -41,6 +41,7 @@ from app.paths import data_dir
 from app.planner.gpus import catalog_names
 from app.profiles.env_policy import screen_env
 from app.planner.models import catalog_ids
+from app.planner.option_help import option_notes
 from app.planner.plan import apply_fix
 from app.planner.versions import installed_version, rules_for
 from app.run.controller import LaunchTarget, RecordSpec
@@ -64,6 +65,7 @@ from widgets.results import CurvesView, ResultsTable
 from widgets.rig_state import RigState
 from widgets.run_adapter import ATTACHED, RunAdapter
 from widgets.settings_dialog import SettingsDialog
+from widgets.help_dialog import PAGES, HelpDialog, page_html, shortcuts_html
 from widgets.tasks import run_in_background
 from widgets.tune_panel import TunePanel
 
@@ -256,7 +258,7 @@ class MainWindow(QMainWindow):
         self.act_refresh_gpus = QAction(st.standardIcon(QStyle.SP_BrowserReload), "Re&detect GPUs", self)
         self.act_refresh_gpus.triggered.connect(self._start_gpu_probe)
         act_quit = QAction("&Quit", self)
-        act_quit.setShortcut(QKeySequence.Quit)
+        act_quit.setShortcut(QKeySequence.Quit if not QKeySequence(QKeySequence.Quit).isEmpty() else QKeySequence("Ctrl+Q"))
         act_quit.triggered.connect(self.close)
         mb = self.menuBar()
         m = mb.addMenu("&File")
@@ -280,6 +282,16 @@ class MainWindow(QMainWindow):
             a.triggered.connect(lambda _=False, i=i: self.tabs.setCurrentIndex(i))
             m.addAction(a)
         m = mb.addMenu("&Help")
+        self.help_dialogs: dict[str, HelpDialog] = {}
+        for name, text, keys in (("quick_start", "&Quick start", QKeySequence.HelpContents),
+                                 ("concepts", "&Concepts: TTFT, TPOT, ITL, goodput, knee", None),
+                                 ("shortcuts", "&Keyboard shortcuts", None)):
+            a = QAction(text, self)
+            if keys is not None:
+                a.setShortcut(QKeySequence(keys))
+            a.triggered.connect(lambda _=False, n=name: self.show_help(n))
+            m.addAction(a)
+        m.addSeparator()
         a = QAction("&About vLLM Dyno", self)
         a.triggered.connect(self._about)
         m.addAction(a)
@@ -310,6 +322,19 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.run_label)
         sb.addPermanentWidget(self.run_bar)
         self._show_state("idle", "")
+
+    def show_help(self, name: str) -> HelpDialog:
+        """Open (or raise) a Help page: ``quick_start``, ``concepts`` or ``shortcuts``."""
+        dlg = self.help_dialogs.get(name)
+        if dlg is None:
+            if name == "shortcuts":
+                dlg = HelpDialog("Keyboard shortcuts", shortcuts_html(self), self)
+            else:
+                dlg = HelpDialog(PAGES[name][0], page_html(name), self)
+            self.help_dialogs[name] = dlg
+        dlg.show()
+        dlg.raise_()
+        return dlg
 
     def _about(self) -> None:
         QMessageBox.about(self, "About vLLM Dyno",
@@ -645,6 +670,7 @@ class MainWindow(QMainWindow):
         if p is not None:
             m = p.model
             self.config.set_model_shape(m.heads, m.kv_heads, m.layers)
+            self.config.set_option_notes(option_notes(p))
             self.plan_panel.show_plan(p)
             self.curves.set_prediction(p.curve)
         else:
@@ -654,6 +680,7 @@ class MainWindow(QMainWindow):
                     self.plan_panel.show_message(f"Form: {msg}", "error")
                 else:
                     self.config.set_model_shape(None, None, None)
+                    self.config.set_option_notes({})
                     self.plan_panel.show_message(f"No plan: {msg}", "none")
             else:
                 self.plan_panel.show_message(st.message or "")
@@ -1066,6 +1093,8 @@ class MainWindow(QMainWindow):
         self.log_pane.stop()
         self.ramp.timer.stop()
         self.launch_timer.stop()
+        for d in self.help_dialogs.values():
+            d.close()
         self.first_run.settle()
         self.planner.stop()
         self.tune.shutdown()  # before the controller: a tune would launch its next candidate

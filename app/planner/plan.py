@@ -278,8 +278,8 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
     dtype = _resolve_dtype(cfg, model, cards, rules, q)
     dbytes = DTYPE_BYTES.get(dtype, 2)
     smallest = min(cards, key=lambda g: g.memory_gib)
-    seqs, batched = rules.batch_defaults(smallest.memory_gib, smallest.name)
     cpu = any(g.kind == "cpu" for g in cards)
+    seqs, batched = rules.batch_defaults(smallest.memory_gib, smallest.name, tp * pp if cpu else 0)
     part_err = None
     try:
         part = pp_partition(model.layers, pp, cfg.env.get("VLLM_PP_LAYER_PARTITION"))

@@ -51,9 +51,13 @@ class VllmRules:
     def default_utilization(self) -> float:
         return float(self.data["gpu_memory_utilization"])
 
-    def batch_defaults(self, memory_gib: float, gpu_name: str = "") -> tuple[int, int]:
+    def batch_defaults(self, memory_gib: float, gpu_name: str = "", cpu_world: int = 0) -> tuple[int, int]:
         """(max_num_seqs, max_num_batched_tokens) vLLM picks when unset, for a card of
-        ``memory_gib`` (GiB) named ``gpu_name``."""
+        ``memory_gib`` (GiB) named ``gpu_name``; ``cpu_world``: on the CPU build, its TP × PP
+        (0: a GPU) — the CPU defaults scale with it, where this version's data has them."""
+        cpu = self.data.get("cpu_batch_defaults")
+        if cpu_world and cpu:
+            return int(cpu["max_num_seqs"]) * cpu_world, int(cpu["max_num_batched_tokens"]) * cpu_world
         for row in self.data["batch_defaults"]:
             if memory_gib >= row["min_gib"] and not any(n.lower() in gpu_name.lower() for n in row.get("not", [])):
                 return int(row["max_num_seqs"]), int(row["max_num_batched_tokens"])
