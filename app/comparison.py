@@ -14,6 +14,12 @@ TTFT p99 vs throughput) and a table per run and level with
   10⁶; owned = electricity price per kWh × power (kW) ÷ (tps × 3600) × 10⁶ (1 kWh =
   3.6 MJ).
 
+What differs between the runs (:func:`run_settings`, :func:`settings_diff`): the model,
+the rig (engine, cards, vLLM version), the ``vllm serve`` flags and the request shape.
+Runs of different models, request shapes, or CPU and GPU builds are not comparable
+(:func:`comparability`): the comparison then says why and prints no scaling efficiency
+(a 0.02 "efficiency" between a tiny model on a CPU and a 70B on eight GPUs means nothing).
+
 Export: :meth:`Comparison.to_csv` and :meth:`Comparison.to_svg` (a dependency-free
 vector chart for headless use); the GUI renders the same :meth:`Comparison.curves` to
 PNG with pyqtgraph's exporter.
@@ -47,6 +53,7 @@ class RunSeries:
     j_per_token: dict[int, float | None] = field(default_factory=dict)  # level idx → J/token
     users_at_slo: float | None = None  # the run's verdict (app.run.verdict), when it had an SLO
     verdict: str | None = None
+    settings: dict[str, dict[str, str]] = field(default_factory=dict)  # run_settings(run)
 
     def peak(self) -> dict[str, Any] | None:
         """The peak level (:func:`app.loadgen.stats.peak_level`, the one definition)."""
@@ -95,6 +102,88 @@ def gpus_of_run(run: dict[str, Any]) -> int:
     return n
 
 
+#: the sections of :func:`run_settings`, in the order a diff shows them
+SETTING_SECTIONS = ("model", "rig", "flags", "request shape")
+#: server fields shown elsewhere (model) or not a setting of the measurement (where it listens)
+_NOT_FLAGS = {"model", "host", "port"}
+#: ramp spec fields that make the request shape
+_SHAPE_KEYS = ("prompt_tokens", "output_tokens", "shape", "endpoint", "prompts_file", "ignore_eos")
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (list, tuple)):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def run_settings(run: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """What a run measured, by :data:`SETTING_SECTIONS`, as text: the model; the rig
+    (engine, cards × count, card memory, vLLM version); the ``vllm serve`` flags that
+    were set (``env`` variables as ``env NAME``); the request shape of its ramp spec."""
+    cfg = run.get("config") or {}
+    prof = cfg.get("profile") or {}
+    server = {k.replace("-", "_"): v for k, v in (cfg.get("server") or prof.get("server") or {}).items()}
+    summ = run.get("summary") or {}
+    hw = summ.get("hardware") or prof.get("hardware") or {}
+    spec = run.get("spec") or {}
+    model = server.get("model") or summ.get("model") or ""
+    rig: dict[str, str] = {"engine": str(run.get("engine") or "")}
+    if hw.get("gpu"):
+        rig["cards"] = f"{hw.get('count', 1)}× {hw['gpu']}"
+    if hw.get("memory_gib"):
+        rig["card memory"] = f"{float(hw['memory_gib']):.0f} GiB"
+    if hw.get("vllm_version"):
+        rig["vLLM"] = str(hw["vllm_version"])
+    flags = {k: _text(v) for k, v in server.items() if k not in _NOT_FLAGS and k != "env" and v not in (None, "", [], {})}
+    for k, v in sorted((server.get("env") or {}).items()):
+        flags[f"env {k}"] = _text(v)
+    shape = {k: _text(spec[k]) for k in _SHAPE_KEYS if spec.get(k) not in (None, "")}
+    return {"model": {"model": str(model)} if model else {}, "rig": rig, "flags": flags, "request shape": shape}
+
+
+def settings_diff(settings: Sequence[dict[str, dict[str, str]]]) -> list[tuple[str, str, list[str]]]:
+    """The settings that differ between runs: (section, key, value per run — "—" where
+    a run has none), by section in :data:`SETTING_SECTIONS` order."""
+    out = []
+    for sec in SETTING_SECTIONS:
+        keys: list[str] = []
+        for s in settings:
+            keys += [k for k in s.get(sec, {}) if k not in keys]
+        for k in keys:
+            vals = [s.get(sec, {}).get(k, "—") for s in settings]
+            if len(set(vals)) > 1:
+                out.append((sec, k, vals))
+    return out
+
+
+def comparability(series: Sequence["RunSeries"]) -> list[str]:
+    """Why these runs' throughputs cannot be set against each other (empty: they can):
+    different models, different request shapes, or the CPU build beside GPUs. A run that
+    did not record a setting (an attached server's model, say) is not held against it."""
+    why = []
+
+    def differ(sec: str, key: str) -> list[str] | None:
+        vals = [s.settings.get(sec, {}).get(key, "—") for s in series]
+        return vals if len({v for v in vals if v != "—"}) > 1 else None
+
+    def listing(vals: list[str]) -> str:
+        return ", ".join(f"{v} ({s.label.split(' ')[0]})" for s, v in zip(series, vals))
+
+    if (m := differ("model", "model")) is not None:
+        why.append(f"different models: {listing(m)}")
+    for key in ("prompt_tokens", "output_tokens", "shape", "prompts_file", "endpoint"):
+        if (v := differ("request shape", key)) is not None:
+            why.append(f"different request shapes ({key}): {listing(v)}")
+            break
+    cpu = ["CPU" in s.settings["rig"]["cards"] for s in series if "cards" in s.settings.get("rig", {})]
+    if any(cpu) and not all(cpu):
+        why.append("the CPU build beside GPUs: "
+                   + listing([s.settings.get("rig", {}).get("cards", "?") for s in series]))
+    return why
+
+
 def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = None) -> list[RunSeries]:
     """The runs to compare. ``gpus`` overrides a run's GPU count (run id → cards).
     Raises :class:`app.history.RunNotFound`."""
@@ -106,7 +195,7 @@ def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = Non
         n = (gpus or {}).get(rid) or gpus_of_run(r)
         v = s.get("verdict") or {}
         rs = RunSeries(rid, f"#{rid} {r['name']}", n, r["levels"], r["status"], k, users_at_slo=v.get("users"),
-                       verdict=v.get("sentence"))
+                       verdict=v.get("sentence"), settings=run_settings(r))
         power = power_series(store.samples(rid, name="power_w"))
         for d in rs.levels:
             w0, w1 = d.get("window_start"), d.get("window_end")
@@ -127,6 +216,14 @@ class Comparison:
     pricing: Pricing = field(default_factory=Pricing)
     baseline: int = 0
     rows: list[CompareRow] = field(default_factory=list)
+    #: why the runs are not comparable (:func:`comparability`; empty: they are)
+    warnings: list[str] = field(default_factory=list)
+    #: what differs between the runs (:func:`settings_diff`)
+    diff: list[tuple[str, str, list[str]]] = field(default_factory=list)
+
+    @property
+    def comparable(self) -> bool:
+        return not self.warnings
 
     def curves(self) -> dict[str, list[tuple[str, list[float], list[float]]]]:
         """Overlay data: ``throughput`` → (label, concurrency levels, output tokens/s);
@@ -150,7 +247,7 @@ class Comparison:
             if p is None:
                 continue
             row = _row(s, p, self.pricing, None)
-            if bp is not None and bp.get("output_tps"):
+            if bp is not None and bp.get("output_tps") and self.comparable:
                 row.scaling_efficiency = (row.output_tps / bp["output_tps"]) / (s.gpus / base.gpus)
             out.append(row)
         return out
@@ -188,12 +285,13 @@ def compare(series: Sequence[RunSeries], pricing: Pricing | None = None, baselin
         baseline = min(range(len(series)), key=lambda i: (series[i].gpus, i))
     base = series[baseline]
     base_tps = {d["level"]: d.get("output_tps") or 0.0 for d in base.levels}
-    cmp = Comparison(series, pricing or Pricing(), baseline)
+    cmp = Comparison(series, pricing or Pricing(), baseline, warnings=comparability(series),
+                     diff=settings_diff([s.settings for s in series]))
     for s in series:
         for d in sorted(s.levels, key=lambda x: x["level"]):
             b = base_tps.get(d["level"])
             tps = d.get("output_tps") or 0.0
-            eff = (tps / b) / (s.gpus / base.gpus) if b else None
+            eff = (tps / b) / (s.gpus / base.gpus) if b and cmp.comparable else None
             cmp.rows.append(_row(s, d, cmp.pricing, eff))
     return cmp
 

@@ -205,3 +205,61 @@ def test_cli_profiles(tmp_path, capsys, dyno_home):
     assert "built-in" in capsys.readouterr().err
     assert main(["profiles", "show", "nope"]) == 2
     assert main(["profiles", "delete", "from cmd"]) == 0
+
+
+# ---------------------------------------------------------------------- issue 19, item 6
+def _shaped_run(store, name, model, hw, prompt=512, output=128, server=None):
+    rid = store.create_run(name, "vllm", config={"server": {"model": model, **(server or {})}},
+                           spec={"prompt_tokens": prompt, "output_tokens": output, "shape": "uniform ±25 %",
+                                 "endpoint": "/v1/completions", "levels": [1, 8]})
+    for i, (lv, tps) in enumerate([(1, 50.0), (8, 300.0)]):
+        store.add_level(rid, _level(i, lv, tps, 0.05, 20.0 * i))
+    store.finish_run(rid, "done", summary={"status": "done", "gpu_count": hw["count"], "hardware": hw})
+    return rid
+
+
+def test_what_differs_model_rig_flags_and_shape(store):
+    a = _shaped_run(store, "a", "m", {"gpu": "RTX 4090", "count": 4, "vllm_version": "0.32.0"},
+                    server={"tensor_parallel_size": 4, "max_num_batched_tokens": 2048})
+    b = _shaped_run(store, "b", "m", {"gpu": "RTX 4090", "count": 4, "vllm_version": "0.32.0"},
+                    server={"tensor_parallel_size": 4, "max_num_batched_tokens": 8192, "kv_cache_dtype": "fp8",
+                            "env": {"NCCL_P2P_DISABLE": "1"}})
+    cmp = compare_runs(store, [a, b])
+    assert cmp.comparable and cmp.warnings == []
+    assert cmp.diff == [("flags", "max_num_batched_tokens", ["2048", "8192"]), ("flags", "kv_cache_dtype", ["—", "fp8"]),
+                        ("flags", "env NCCL_P2P_DISABLE", ["—", "1"])]
+    assert any(r.scaling_efficiency is not None for r in cmp.rows)
+
+
+@pytest.mark.parametrize("change,why", [
+    (dict(model="other"), "different models: m (#1), other (#2)"),
+    (dict(prompt=1024), "different request shapes (prompt_tokens): 512 (#1), 1024 (#2)"),
+    (dict(hw={"gpu": "CPU", "count": 1}), "the CPU build beside GPUs: 4× RTX 4090 (#1), 1× CPU (#2)"),
+])
+def test_runs_that_are_not_comparable_say_why_and_show_no_scaling(store, change, why, capsys):
+    a = _shaped_run(store, "a", "m", {"gpu": "RTX 4090", "count": 4})
+    kw = dict(model="m", hw={"gpu": "RTX 4090", "count": 4}) | change
+    b = _shaped_run(store, "b", kw.pop("model"), kw.pop("hw"), **kw)
+    store.flush()
+    cmp = compare_runs(store, [a, b])
+    assert not cmp.comparable and cmp.warnings == [why]
+    assert all(r.scaling_efficiency is None for r in cmp.rows + cmp.peak_rows())
+    assert main(["compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: not comparable — {why}; no scaling efficiency is shown" in out
+    assert "what differs:" in out
+
+
+def test_a_runs_name_says_what_differs_from_its_profile():
+    from app.profiles.model import Profile, variant_name
+
+    base = Profile(name="demo", engine="sim", server={"model": "m", "max-num-batched-tokens": 2048},
+                   env={"NCCL_P2P_DISABLE": "1"})
+    assert variant_name("demo", base, base) == "demo"
+    assert variant_name("demo", None, base) == "demo"
+    one = base.model_copy(update={"server": {"model": "m", "max-num-batched-tokens": 8192}})
+    assert variant_name("demo", base, one) == "demo · max_num_batched_tokens 8192"
+    many = base.model_copy(update={"server": {"model": "m", "kv-cache-dtype": "fp8", "max-num-seqs": 64},
+                                   "env": {}, "ramp": base.ramp.model_copy(update={"prompt_tokens": 1024})})
+    assert variant_name("demo", base, many) == ("demo · kv_cache_dtype fp8, max_num_seqs 64, "
+                                                "max_num_batched_tokens default, +2 more")

@@ -105,3 +105,43 @@ def test_history_view_lists_opens_and_deletes(gui_guard, qtbot, store, tmp_path)
     v.delete([r4])
     assert v.run_ids() == [r8] and v.open_run is None and v.results.table.rowCount() == 0
     v.close()
+
+
+def test_compare_view_shows_what_differs_and_warns_when_runs_are_not_comparable(gui_guard, qtbot, store, tmp_path):
+    """Issue 19, item 6: the diff table (model, rig, flags, request shape) and, for a tiny
+    model on the CPU build beside a 70B on GPUs, "not comparable" instead of an efficiency."""
+    from widgets.compare_view import CompareView
+
+    def run(name, model, hw, server, prompt):
+        rid = store.create_run(name, "vllm", config={"server": {"model": model, **server}},
+                               spec={"prompt_tokens": prompt, "output_tokens": 128}, clock_wall0=0.0)
+        store.add_level(rid, {"idx": 0, "level": 8, "t_start": 0.0, "t_end": 9.0, "window_start": 0.0,
+                              "window_end": 8.0, "window_s": 8.0, "n_measured": 20, "n_ok": 20, "output_tps": 300.0,
+                              "ttft_p99": 0.2, "tpot_p99": 0.02, "failure_rate": 0.0})
+        store.finish_run(rid, "done", summary={"gpu_count": hw["count"], "hardware": hw})
+        return rid
+
+    gpu = run("70B on 8 cards", "meta-llama/Llama-3.1-70B-Instruct", {"gpu": "RTX 4090", "count": 8},
+              {"tensor_parallel_size": 8}, 512)
+    cpu = run("tiny on the CPU", "./build/tiny-llama", {"gpu": "CPU", "count": 1}, {"max_num_seqs": 8}, 32)
+    v = CompareView(lambda: store)
+    qtbot.addWidget(v)
+    v.resize(1200, 900)
+    v.show()
+    pump(qtbot, lambda: v._loaded, 5, "runs listed when shown")
+    v.set_runs([gpu, cpu])
+    c = v.comparison
+    assert not c.comparable and len(c.warnings) == 3, c.warnings
+    text = v.message.text()
+    assert "not comparable" in text and "different models" in text and "no scaling efficiency" in text
+    assert all(r.scaling_efficiency is None for r in c.rows)
+    cells = {(v.diff_table.item(i, 0).text(), v.diff_table.item(i, 1).text()): [
+        v.diff_table.item(i, j).text() for j in range(2, v.diff_table.columnCount())]
+        for i in range(v.diff_table.rowCount())}
+    assert cells[("model", "model")] == ["meta-llama/Llama-3.1-70B-Instruct", "./build/tiny-llama"]
+    assert cells[("rig", "cards")] == ["8× RTX 4090", "1× CPU"]
+    assert cells[("flags", "tensor_parallel_size")] == ["8", "—"] and cells[("request shape", "prompt_tokens")] == [
+        "512", "32"]
+    qtbot.wait(100)  # the layout settles (the message grew by a line per warning)
+    assert v.message.height() > 3 * v.message.fontMetrics().height()
+    v.grab().save(str(tmp_path / "compare-not-comparable.png"))

@@ -151,6 +151,14 @@ class CompareView(QWidget):
         self.legend = a.addLegend(offset=(6, 6), labelTextSize="9pt")
         self.lat_legend = b.addLegend(offset=(-6, -6), labelTextSize="9pt")
         split.addWidget(self.glw)
+        # what differs between the runs: model, rig, flags, request shape (app.comparison.settings_diff)
+        self.diff_table = QTableWidget(0, 0)
+        self.diff_table.setObjectName("compareDiff")
+        self.diff_table.verticalHeader().setVisible(False)
+        self.diff_table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.diff_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.diff_table.setWordWrap(False)
+        split.addWidget(self.diff_table)
         self.table = QTableWidget(0, 0)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
@@ -160,7 +168,7 @@ class CompareView(QWidget):
         self.table.setWordWrap(False)
         split.addWidget(self.table)
         split.addWidget(self._build_whatif())
-        split.setSizes([420, 300, 200])
+        split.setSizes([400, 130, 260, 180])
         cv.addWidget(split, 1)
         v.addWidget(self.canvas, 1)
         self._loaded = False
@@ -355,9 +363,29 @@ class CompareView(QWidget):
         else:
             self.message.setText("Tick two or more runs (or select them in History and press Compare selected).")
         self._draw()
+        self._fill_diff()
         self._fill_table()
         self._update_buttons()
         self.compared.emit(self.comparison)
+
+    def _fill_diff(self) -> None:
+        """One row per setting that differs; one column per run."""
+        t = self.diff_table
+        c = self.comparison
+        t.clear()
+        if c is None:
+            t.setRowCount(0)
+            t.setColumnCount(0)
+            return
+        t.setColumnCount(2 + len(c.series))
+        t.setHorizontalHeaderLabels(["What differs", "setting"] + [s.label for s in c.series])
+        rows = c.diff or [("—", "the runs' settings are the same", [""] * len(c.series))]
+        t.setRowCount(len(rows))
+        for i, (sec, key, vals) in enumerate(rows):
+            for j, text in enumerate([sec, key] + list(vals)):
+                it = QTableWidgetItem(text)
+                it.setToolTip(text)
+                t.setItem(i, j, it)
 
     def _draw(self) -> None:
         for p in (self.tput_plot, self.lat_plot):
@@ -384,9 +412,16 @@ class CompareView(QWidget):
             prices.append(f"{pr.currency}{pr.gpu_hour:g}/GPU-hour")
         if pr.kwh is not None:
             prices.append(f"{pr.currency}{pr.kwh:g}/kWh")
+        if c.warnings:  # not comparable: say why instead of a meaningless efficiency
+            head = (f"<b>{len(c.series)} runs</b> · <span style='color:#b35900'><b>not comparable</b> — no "
+                    "scaling efficiency is shown:" + "".join(f"<br>• {html.escape(w)}" for w in c.warnings)
+                    + "</span>")
+        else:
+            head = (f"<b>{len(c.series)} runs</b> · scaling efficiency vs <b>{base.label}</b> ({base.gpus} GPU"
+                    f"{'s' if base.gpus != 1 else ''}) at the same level: (tok/s ÷ baseline tok/s) ÷ "
+                    "(GPUs ÷ baseline GPUs)")
         self.message.setText(
-            f"<b>{len(c.series)} runs</b> · scaling efficiency vs <b>{base.label}</b> ({base.gpus} GPU"
-            f"{'s' if base.gpus != 1 else ''}) at the same level: (tok/s ÷ baseline tok/s) ÷ (GPUs ÷ baseline GPUs)"
+            head
             + (" · prices: " + ", ".join(prices) if prices else " · enter a price per GPU-hour or per kWh for the "
                                                                  "cost per million output tokens")
             + "".join(f"<br><b>{html.escape(sr.label)}</b>: {html.escape(sr.verdict)}" for sr in c.series

@@ -40,6 +40,7 @@ from app.loadgen.spec import parse_length
 from app.paths import data_dir
 from app.planner.gpus import catalog_names
 from app.profiles.env_policy import screen_env
+from app.profiles.model import variant_name
 from app.planner.models import catalog_ids
 from app.planner.option_help import option_notes
 from app.planner.plan import apply_fix
@@ -112,6 +113,7 @@ class MainWindow(QMainWindow):
         self._first_run = True
         self._closed = False
         self._saved_snapshot: Any = None  # the forms as the loaded profile (see _mark_saved)
+        self._base_profile: Any = None  # the loaded profile itself
         self._snapshot_taken = False
         self.controller = RunAdapter(self, store_fn=self.run_store)
         self.current_profile = None  # app.profiles.Profile loaded into the form
@@ -466,6 +468,10 @@ class MainWindow(QMainWindow):
     def _mark_saved(self) -> None:
         """The forms now hold the loaded (or just saved) profile: not modified."""
         self._saved_snapshot = self._form_snapshot()
+        try:  # what a run's name is told apart from (variant_name)
+            self._base_profile = self.form_profile(self.profile_name or "profile")
+        except ValueError:
+            self._base_profile = None
         self._snapshot_taken = True
         self.setWindowTitle(f"vLLM Dyno — {self.profile_name}[*]")  # [*]: Qt's modified marker
         self.setWindowModified(False)
@@ -961,7 +967,8 @@ class MainWindow(QMainWindow):
                 plan = self.plan.as_dict()
             except Exception:
                 log.exception("plan.as_dict failed")
-        return RecordSpec(profile=prof, plan=plan)
+        # the run's name says what differs from the loaded profile ("demo · max_num_seqs 64")
+        return RecordSpec(profile=prof, plan=plan, name=variant_name(prof.name, self._base_profile, prof))
 
     def abort_ramp(self) -> None:
         self.controller.abort_ramp()

@@ -42,6 +42,13 @@ def cmd_compare(a: argparse.Namespace) -> int:
     for sr in cmp.series:
         if not sr.levels:
             print(f"note: {sr.label} has no completed level (status {sr.status}): it has no rows below")
+    for w in cmp.warnings:
+        print(f"warning: not comparable — {w}; no scaling efficiency is shown")
+    if cmp.diff:
+        print("\nwhat differs:")
+        ids = [sr.label.split(" ")[0] for sr in cmp.series]
+        for sec, key, vals in cmp.diff:
+            print(f"  {sec:<13} {key:<28} " + "   ".join(f"{i} {v}" for i, v in zip(ids, vals)))
     head = (f"{'run':<28} {'GPUs':>4} {'level':>6} {'tok/s':>9} {'tok/s/GPU':>9} {'TTFT p99':>9} {'scaling':>8} "
             f"{'power W':>8} {'J/tok':>7} {cur + '/Mtok rent':>12} {cur + '/Mtok power':>13}")
     for title, rows in (("per level", cmp.rows), ("at each run's best level", cmp.peak_rows())):

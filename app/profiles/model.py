@@ -448,3 +448,41 @@ class Profile(BaseModel):
         if self.notes:
             d["notes"] = self.notes
         return d
+
+
+def variant_name(name: str, base: "Profile | None", profile: "Profile", limit: int = 3) -> str:
+    """A run's name that says what differs from the profile it was loaded from (issue 19,
+    item 6): ``"demo · max_num_batched_tokens 8192, kv_cache_dtype fp8"`` — the
+    ``vllm serve`` options (underscored), ``env NAME``, the engine, the sim rig, the
+    cards, then the request shape (``prompt_tokens 1024``), at most ``limit`` named and
+    ``+N more``; ``name`` alone when nothing differs or there is no ``base``."""
+    if base is None:
+        return name
+    changes: list[str] = []
+
+    def norm(d: dict[str, Any]) -> dict[str, Any]:
+        return {k.replace("-", "_"): v for k, v in d.items()}
+
+    a, b = norm(base.server), norm(profile.server)
+    for k in list(dict.fromkeys([*b, *a])):
+        if a.get(k) != b.get(k):
+            changes.append(f"{k} {b[k]}" if b.get(k) not in (None, "") else f"{k} default")
+    for k in sorted(set(base.env) | set(profile.env)):
+        if base.env.get(k) != profile.env.get(k):
+            changes.append(f"env {k}" + (f"={profile.env[k]}" if k in profile.env else " unset"))
+    if base.engine != profile.engine:
+        changes.append(f"engine {profile.engine}")
+    rig = (lambda p: (p.sim.gpu, p.sim.count) if p.sim is not None else None)
+    if profile.engine == "sim" and rig(base) != rig(profile) and profile.sim is not None:
+        changes.append(f"rig {profile.sim.count}× {profile.sim.gpu}")
+    if base.gpus != profile.gpus:
+        changes.append(f"gpus {profile.gpus if profile.gpus is not None else 'all'}")
+    ra, rb = base.ramp.model_dump(), profile.ramp.model_dump()
+    for k in ("prompt_tokens", "output_tokens", "prompts_file", "endpoint", "levels"):
+        if ra.get(k) != rb.get(k):
+            v = rb.get(k)
+            changes.append(f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}")
+    if not changes:
+        return name
+    shown = changes[:limit] + ([f"+{len(changes) - limit} more"] if len(changes) > limit else [])
+    return f"{name} · {', '.join(shown)}"
