@@ -169,3 +169,20 @@ def test_latency_range_holds_in_half_decades(dash):
     req(18.0, 4.0)  # a 4 s TTFT (ends at 23 s, its window closes at 24.5 s): the range grows
     dash.feed(26.0)
     assert vb.viewRange()[1][1] >= np.log10(4000)
+
+
+def test_live_throughput_is_smoothed_over_a_window_the_legend_names(dash):
+    """Issue 19, item 7: bursty 2 s bins (0 ↔ 290 tok/s) and their 10 s trailing mean,
+    which stays near the rate; the legend names both windows."""
+    import numpy as np
+
+    from app.loadgen.live import trailing_mean
+
+    bins = np.array([0.0, 290.0] * 10)
+    m = trailing_mean(bins, 5)
+    assert m[0] == 0.0 and m[1] == 145.0  # shorter windows at the start
+    assert np.all(np.abs(m[5:] - 145.0) <= 29.0)  # 116 or 174: a fifth of the swing
+    assert list(trailing_mean(np.array([1.0, 2.0, 3.0]), 1)) == [1.0, 2.0, 3.0]
+    assert len(trailing_mean(np.zeros(0), 5)) == 0
+    names = [label.text for _, label in dash.legends["throughput"].items]
+    assert "output tok/s, 2 s bins" in names and "output tok/s, 10 s trailing mean" in names, names

@@ -130,6 +130,11 @@ def test_history_compare_and_profile_from_run(sim_window, qtbot, tmp_path, dyno_
     w.tabs.setCurrentWidget(h)
     pump(qtbot, lambda: h._loaded, 5, "the history view reads the store when shown")
     assert h.run_ids()[:2] == [r4, r8]  # newest first
+    from PySide6.QtCore import Qt
+    hh = h.table.horizontalHeader()
+    assert (hh.sortIndicatorSection(), hh.sortIndicatorOrder()) == (0, Qt.DescendingOrder)  # the arrow matches
+    names = {rid: h.table.item(r, 2).text() for r, rid in enumerate(h.run_ids())}
+    assert "tensor_parallel_size 4" in names[r4] and "rig 4× RTX 4090" in names[r4], names  # what differs
     run = h.open(r8)
     assert run["id"] == r8 and h.results.table.rowCount() == 3
     assert len(h.curves.meas_tput.xData) == 3 and len(h.curves.meas_lat.xData) == 3

@@ -130,6 +130,7 @@ def test_failed_launch_shows_diagnosis_and_apply_fix_relaunches(sim_window, qtbo
     pump(qtbot, lambda: w.controller.state == "failed" and w.banner.isVisible(), 60, "the diagnosis banner")
     assert "max_model_len_exceeds_model" in w.banner.title.text()
     assert "User-specified max_model_len" in w.banner.evidence.text()
+    assert not w.act_stop.isEnabled()  # issue 19, item 7: nothing is left to stop
     btn = w.banner.findChild(QPushButton, "applyDiagnosisFix")
     assert btn.isVisible()
     btn.click()

@@ -20,6 +20,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGraphicsItem
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from app.loadgen.live import BIN_S, SMOOTH_S
 from widgets.axes import PlainLogAxis, nice_step, place_line
 
 GIB = 2**30
@@ -108,7 +109,11 @@ class Dashboard(QWidget):
                                                    brush=pg.mkBrush(255, 255, 255, 210))
                         for k in ("throughput", "latency", "vram", "requests")}
         tp = self.plots["throughput"]
-        self.tps_curve = tp.plot([], [], pen=pg.mkPen("#1f77b4", width=2), name="output tok/s (client)")
+        # the 2 s bins swing with the chunks' bursts: shown faint, their trailing mean drawn over them
+        self.tps_curve = tp.plot([], [], pen=pg.mkPen((31, 119, 180, 90), width=1),
+                                 name=f"output tok/s, {BIN_S:g} s bins")
+        self.tps_mean_curve = tp.plot([], [], pen=pg.mkPen("#1f77b4", width=2.5),
+                                      name=f"output tok/s, {SMOOTH_S:g} s trailing mean")
         self.level_axis = _TwinAxis(tp, "concurrency")
         self.level_curve = pg.PlotCurveItem(pen=pg.mkPen("#888", width=1.5,
                                                                                    style=Qt.DashLine))
@@ -197,7 +202,7 @@ class Dashboard(QWidget):
             self.plots[key].vb.enableAutoRange(axis=pg.ViewBox.YAxis)
         self._lat_n = -1
         self._levels_key = None
-        for c in [self.tps_curve, self.vram_total, *self.lat_curves.values(), *self.req_curves.values()]:
+        for c in [self.tps_curve, self.tps_mean_curve, self.vram_total, *self.lat_curves.values(), *self.req_curves.values()]:
             c.setData([], [])
         self.level_curve.clear()
         self.kv_curve.setData([], [])
@@ -404,6 +409,7 @@ class Dashboard(QWidget):
         if len(snap.tps_t) != len(self.tps_curve.xData if self.tps_curve.xData is not None else []):
             self._seen_t(snap.tps_t)
             self.tps_curve.setData(snap.tps_t, snap.tps)
+            self.tps_mean_curve.setData(snap.tps_t, snap.tps_mean)
             self._note_y("throughput", "tps", snap.tps)
             self._fit_y("throughput", floor_zero=True, from_zero=True)
         if snap.levels.size:

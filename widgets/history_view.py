@@ -88,6 +88,7 @@ class HistoryView(QWidget):
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeToContents)
         hh.setSectionResizeMode(2, QHeaderView.Stretch)
+        hh.setSortIndicator(0, Qt.DescendingOrder)  # newest first, and the arrow says so (issue 19, item 7)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.itemDoubleClicked.connect(lambda *_: self._on_open())
         split.addWidget(self.table)

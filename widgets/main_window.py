@@ -731,12 +731,13 @@ class MainWindow(QMainWindow):
         self.act_launch.setText("&Connect" if self.config.engine_key() == "attach" else "&Launch")
         self.act_launch.setToolTip(reason or ("Attach to the URL" if self.config.engine_key() == "attach"
                                               else "Launch the server as configured"))
-        self.act_stop.setEnabled(c.server_running or c.supervisor is not None)
         self.act_ramp.setEnabled(c.ready and not c.ramp_running and not self.tuning)
         self.act_ramp.setToolTip("the tune runs its own searches" if self.tuning else
                                  "" if c.ready else "Launch (or attach to) a server first")
         self.act_abort.setEnabled(c.ramp_running)
-        self.act_stop.setEnabled(c.server_running or c.supervisor is not None or self.tuning)
+        # after a failed launch the supervisor ends the server's group itself: nothing to stop
+        self.act_stop.setEnabled((c.server_running or c.supervisor is not None) and c.state != "failed"
+                                 or self.tuning)
         self.act_stop.setToolTip("Stop the tune and its server" if self.tuning else "Stop the server")
         self.ramp.set_ready(c.ready and not self.tuning, c.ramp_running)
         self.config.setEnabled(not c.server_running and not self.tuning)

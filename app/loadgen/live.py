@@ -7,6 +7,9 @@ thread. Nothing here emits a Qt signal per request.
 - Output throughput: output chunks binned by arrival time into ``bin_s`` bins (session
   clock s), each chunk weighted by its request's output tokens ÷ chunks (as
   app.loadgen.stats does), ÷ ``bin_s`` → tokens/s. Only complete bins are shown.
+  ``tps_mean``: the trailing mean over ``smooth_s`` (the last ``smooth_s ÷ bin_s`` bins;
+  fewer at the start) — streamed chunks arrive in bursts, so single bins swing between
+  0 and twice the rate; the plot names the window.
 - Latency: TTFT and TPOT of successful requests grouped by completion time into
   ``window_s`` windows; p50/p99 per window (``numpy.percentile``, linear, as vllm bench).
 - Concurrency: the ramp's level starts as a step series.
@@ -35,13 +38,19 @@ class Snapshot:
     n_records: int = 0
     n_failed: int = 0
     boundaries: list[tuple[float, float]] = field(default_factory=list)  # (t, level)
+    tps_mean: np.ndarray = field(default_factory=lambda: np.zeros(0))  # trailing mean of tps over smooth_s
+
+
+#: the throughput bin and the trailing mean over it, s (the Live tab's legend names both)
+BIN_S = 2.0
+SMOOTH_S = 10.0
 
 
 class ClientSeries:
     """Thread-safe accumulator; ``bin_s`` throughput bin, ``window_s`` latency window (s)."""
 
-    def __init__(self, bin_s: float = 2.0, window_s: float = 2.0, lag_s: float = 0.5) -> None:
-        self.bin_s, self.window_s, self.lag_s = bin_s, window_s, lag_s
+    def __init__(self, bin_s: float = BIN_S, window_s: float = 2.0, lag_s: float = 0.5, smooth_s: float = SMOOTH_S) -> None:
+        self.bin_s, self.window_s, self.lag_s, self.smooth_s = bin_s, window_s, lag_s, smooth_s
         self.time_scale = 1.0  # sim k: throughput ÷ k and latencies × k (rig time)
         self._lock = threading.Lock()
         self.reset()
@@ -134,4 +143,15 @@ class ClientSeries:
             edges, levels = np.zeros(0), np.zeros(0)
         k = self.time_scale
         return Snapshot(tps_t, tps, lat[:, 0], lat[:, 1] * k, lat[:, 2] * k, lat[:, 3] * k, lat[:, 4] * k, edges, levels,
-                        self.n_records, self.n_failed, lv)
+                        self.n_records, self.n_failed, lv, trailing_mean(tps, max(1, round(self.smooth_s / self.bin_s))))
+
+
+def trailing_mean(x: np.ndarray, n: int) -> np.ndarray:
+    """``out[i]`` = mean of ``x[max(0, i−n+1)] … x[i]`` (a trailing window of ``n``
+    samples, shorter at the start)."""
+    if len(x) == 0:
+        return np.zeros(0)
+    c = np.cumsum(np.concatenate([[0.0], np.asarray(x, dtype=np.float64)]))
+    i = np.arange(1, len(x) + 1)
+    lo = np.maximum(0, i - n)
+    return (c[i] - c[lo]) / (i - lo)
