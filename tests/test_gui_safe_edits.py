@@ -94,3 +94,23 @@ def test_tab_leaves_the_environment_box_and_zero_is_refused(main_window, qtbot):
     box.setValue(1)
     qtbot.keyClick(box, Qt.Key_Down)  # stepping below 1 is how to unset it
     assert box.text() == "default" and w.config.build_config().max_num_seqs is None
+
+
+def test_another_profile_or_engine_starts_from_clean_views(main_window, qtbot):
+    """Issue 19, item 7: the last session's ramp progress, results and plots go when the
+    user loads another profile or picks another engine (nothing runs meanwhile)."""
+    from app.loadgen.stats import StepStats
+
+    w = main_window
+    w.ramp.progress.setText("<b>Ramp done</b>: 5 levels")
+    w.results.add_step(StepStats(idx=0, level=4.0, t_start=0.0, t_end=10.0, window_start=1.0, window_end=10.0, window_s=9.0, n_ok=5, output_tps=100.0))
+    w.run_label.setText("ramp: done")
+    assert w.results.table.rowCount() == 1
+    w.config.set_engine("vllm", "RTX 4090", 8)  # another engine
+    assert w.results.table.rowCount() == 0 and w.ramp.progress.text() == "" and w.run_label.text() == ""
+    w.results.add_step(StepStats(idx=0, level=4.0, t_start=0.0, t_end=10.0, window_start=1.0, window_end=10.0, window_s=9.0, n_ok=5, output_tps=100.0))
+    w.ramp.progress.setText("<b>Ramp done</b>")
+    w._ask = lambda *a, **k: QMessageBox.Discard  # unsaved edits (the engine): discard them
+    assert w.switch_profile(w.config.profile.itemText(0) if w.config.profile.itemText(0) != w.profile_name
+                            else w.config.profile.itemText(1))
+    assert w.results.table.rowCount() == 0 and w.ramp.progress.text() == ""

@@ -444,6 +444,7 @@ class MainWindow(QMainWindow):
             return False
         self.current_profile = prof
         self.profile_name = prof.name
+        self.reset_session_views()
         if self.config.profile.findText(prof.name) < 0:
             self._refresh_profile_list(prof.name)
         self.config.profile.setCurrentText(prof.name)
@@ -488,6 +489,18 @@ class MainWindow(QMainWindow):
     def _ask(self, title: str, text: str, buttons, default):
         """A question to the user (tests answer it by patching this method)."""
         return QMessageBox.question(self, title, text, buttons, default)
+
+    def reset_session_views(self) -> None:
+        """Another profile or engine: the last session's ramp progress, plots, results and
+        run label go (not while a server or a tune runs: those are still this session's)."""
+        if self.controller.server_running or self.tuning or self.controller.ramp_running:
+            return
+        self.ramp.reset_progress()
+        self.dashboard.reset()
+        self.results.clear()
+        self.curves.set_measured([])
+        self.run_label.setText("")
+        self.run_bar.hide()
 
     def switch_profile(self, name: str) -> bool:
         """Load profile ``name`` from the profile box; with unsaved edits to the loaded
@@ -622,6 +635,10 @@ class MainWindow(QMainWindow):
         """The form changed: its configuration into the state, then a new plan."""
         if self._closed:
             return
+        eng = self.config.engine_key()
+        if eng != getattr(self, "_engine_shown", eng):  # another engine: a new session's views
+            self.reset_session_views()
+        self._engine_shown = eng
         try:
             self.state.set_config(self.config.build_config())
         except ValueError as e:

@@ -262,6 +262,17 @@ class RampPanel(QWidget):
         return d
 
     # ------------------------------------------------------------------ progress
+    def reset_progress(self) -> None:
+        """Forget the last ramp's progress (another profile or engine: a new session)."""
+        self.timer.stop()
+        self.levels_list, self.done, self.level_ev = [], {}, None
+        if hasattr(self, "spec"):
+            del self.spec
+        self.level_bar.setValue(0)
+        self.total_bar.setRange(0, 1)
+        self.total_bar.setValue(0)
+        self.progress.setText("")
+
     def ramp_started(self, spec) -> None:
         self.levels_list = list(spec.levels)
         self.spec = spec

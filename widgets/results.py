@@ -100,6 +100,7 @@ class ResultsTable(QWidget):
     def clear(self) -> None:
         self.steps = []
         self.table.setRowCount(0)
+        self.table.horizontalScrollBar().setValue(0)  # the next run's table starts at its first column
         self.set_verdict(None)
 
     def set_verdict(self, verdict: Any) -> None:
