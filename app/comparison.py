@@ -263,7 +263,7 @@ class Comparison:
 
     def to_svg(self, width: int = 960, height: int = 420) -> str:
         """Both overlays side by side as an SVG document (no plotting library)."""
-        return _svg(self.curves(), width, height)
+        return curves_svg(self.curves(), width, height)
 
 
 def _row(s: RunSeries, d: dict[str, Any], pricing: Pricing, eff: float | None) -> CompareRow:
@@ -348,7 +348,9 @@ def _panel(x0: float, y0: float, w: float, h: float, title: str, xl: str, yl: st
     return out
 
 
-def _svg(curves: dict, width: int, height: int) -> str:
+def curves_svg(curves: dict, width: int = 960, height: int = 420) -> str:
+    """:meth:`Comparison.curves` (one run or several) as an SVG document: throughput vs
+    concurrency (log2 x) and TTFT p99 vs throughput side by side, no plotting library."""
     pw, ph = (width - 180) / 2, height - 110
     body = _panel(70, 40, pw, ph, "Output throughput vs concurrency", "concurrency", "output tokens/s",
                   curves["throughput"], True)

@@ -186,3 +186,25 @@ def test_live_throughput_is_smoothed_over_a_window_the_legend_names(dash):
     assert len(trailing_mean(np.zeros(0), 5)) == 0
     names = [label.text for _, label in dash.legends["throughput"].items]
     assert "output tok/s, 2 s bins" in names and "output tok/s, 10 s trailing mean" in names, names
+
+
+def test_any_live_plot_saves_as_png_or_svg(dash, tmp_path):
+    tmp_path = tmp_path / "out"
+    tmp_path.mkdir()
+    """Issue 19, item 8: pyqtgraph's exporters behind the plots' Export…, from code."""
+    import xml.etree.ElementTree as ET
+
+    import pytest
+
+    for t in (5.0, 10.0, 15.0):
+        dash.feed(t)
+    svg = dash.export_plot("temperature" if "temperature" in dash.plots else "throughput", tmp_path / "plot.svg")
+    root = ET.parse(svg).getroot()
+    assert root.tag.endswith("svg") and ("<path" in svg.read_text() or "<polyline" in svg.read_text())
+    png = dash.export_plot("throughput", tmp_path / "plot.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="give a .png or .svg"):
+        dash.export_plot("throughput", tmp_path / "plot.jpg")
+    with pytest.raises(OSError, match="cannot write"):
+        dash.export_plot("throughput", tmp_path / "no-such-dir" / "plot.png")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "plot.svg"]  # no temporary left

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import QGraphicsItem
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.loadgen.live import BIN_S, SMOOTH_S
+from widgets.plot_export import export_plot
 from widgets.axes import PlainLogAxis, nice_step, place_line
 
 GIB = 2**30
@@ -181,6 +183,11 @@ class Dashboard(QWidget):
 
     def stop(self) -> None:
         self.timer.stop()
+
+    def export_plot(self, key: str, path) -> "Path":
+        """Save the plot ``key`` (throughput, latency, vram, …) as PNG or SVG
+        (:func:`widgets.plot_export.export_plot`; its right-click menu does the same)."""
+        return export_plot(self.plots[key], path)
 
     def reset(self) -> None:
         """Forget everything drawn (a new launch)."""

@@ -32,6 +32,7 @@ from app import history
 from app.comparison import load_series
 from app.fileio import write_atomic
 from app.loadgen.stats import Knee, StepStats
+from app.report import run_report
 from widgets.button_bar import button_bar
 from widgets.results import CurvesView, ResultsTable
 
@@ -75,6 +76,8 @@ class HistoryView(QWidget):
                                ("export_json", "Export JSON…", "Everything about the run: levels, requests, "
                                                                "telemetry, server log"),
                                ("export_csv", "Export CSV…", "The run's per-level table"),
+                               ("export_html", "Export report…", "One self-contained HTML file: the verdict, the "
+                                "flags (vllm serve and --config YAML), rig, levels, curves and telemetry"),
                                ("delete", "Delete", "Delete the selected runs and everything recorded with them")))
         v.addLayout(bar)
         split = QSplitter(Qt.Vertical)
@@ -171,7 +174,7 @@ class HistoryView(QWidget):
 
     def _update_buttons(self) -> None:
         n = len(self.selected_ids())
-        for key in ("open", "save_profile", "export_json", "export_csv"):
+        for key in ("open", "save_profile", "export_json", "export_csv", "export_html"):
             self.buttons[key].setEnabled(n == 1)
         self.buttons["delete"].setEnabled(n >= 1)
         self.buttons["compare"].setEnabled(n >= 2)
@@ -225,6 +228,10 @@ class HistoryView(QWidget):
 
     def export_csv(self, run_id: int, path: str | Path) -> None:
         write_atomic(Path(path), history.levels_csv(self.store_fn(), run_id))
+
+    def export_html(self, run_id: int, path: str | Path) -> None:
+        """The run's HTML report (:func:`app.report.run_report`, as `runs export --format html`)."""
+        write_atomic(Path(path), run_report(self.store_fn(), run_id))
 
     def save_as_profile(self, run_id: int, name: str):
         """The run's settings + results as a profile ``name`` (saved; never overwrites)."""
@@ -282,6 +289,14 @@ class HistoryView(QWidget):
         path, _ = QFileDialog.getSaveFileName(self, "Export run as CSV", f"run-{rid}.csv", "CSV (*.csv)")
         if path:
             self._run("Export CSV", lambda: self.export_csv(rid, path))
+
+    def _on_export_html(self) -> None:
+        rid = self._one()
+        if rid is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(self, "Export the run's report", f"run-{rid}.html", "HTML (*.html)")
+        if path:
+            self._run("Export report", lambda: self.export_html(rid, path))
 
     def _on_save_profile(self) -> None:
         rid = self._one()

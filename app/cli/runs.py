@@ -72,7 +72,13 @@ def cmd_runs(a: argparse.Namespace) -> int:
                     print("\n" + s["verdict"]["sentence"])
                 return 0
             if a.action == "export":
-                if a.format == "json":
+                if a.format == "html":
+                    # deferred: only this command needs it (vllm-dyno starts light)
+                    from app.report import run_report
+
+                    history.get_run(store, a.id)  # RunNotFound, named, before rendering
+                    text = run_report(store, a.id)
+                elif a.format == "json":
                     text = json.dumps(history.export_json(store, a.id), indent=1, default=str)
                 elif a.what == "requests":
                     text = history.requests_csv(store, a.id)
@@ -206,9 +212,10 @@ def register(sub) -> None:
     rs.add_parser("list", help="recorded runs, newest first")
     x = rs.add_parser("show", help="a run's outcome and per-level table")
     x.add_argument("id", type=run_number)
-    x = rs.add_parser("export", help="a run as JSON (everything) or CSV (levels or requests)")
+    x = rs.add_parser("export", help="a run as JSON (everything), CSV (levels or requests) or one self-contained "
+                                     "HTML report (verdict, flags, rig, levels, curves, telemetry)")
     x.add_argument("id", type=run_number)
-    x.add_argument("--format", choices=["json", "csv"], default="json")
+    x.add_argument("--format", choices=["json", "csv", "html"], default="json")
     x.add_argument("--what", choices=["levels", "requests"], default="levels", help="csv: which table")
     x.add_argument("-o", "--output", type=output_file, help="write to this file instead of stdout")
     x = rs.add_parser("delete", help="delete a run and everything recorded with it")

@@ -1,0 +1,102 @@
+"""A run as one self-contained HTML file (issue 19, item 8): the verdict, the flags as a
+``vllm serve`` command and as ``--config`` YAML, the rig and versions, the per-level
+table, the curves as inline SVG (:func:`app.comparison.curves_svg`, the same drawing as
+``vllm-dyno compare --svg``) and a telemetry summary — no script, no external file, so it
+opens offline in any browser and can be mailed or attached to an issue.
+
+Rendered with Jinja2 (autoescaped; the SVG is the project's own, escaped where it holds
+text). Every figure comes from the run store (:func:`app.history.get_run`,
+``store.samples``): the report shows what ``vllm-dyno runs show ID`` shows.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from app import __version__
+from app.comparison import Comparison, curves_svg, load_series, run_settings
+from app.config import ServerConfig
+
+_env = Environment(loader=PackageLoader("app.report", "templates"), autoescape=select_autoescape(["html", "j2"]),
+                   trim_blocks=True, lstrip_blocks=True)
+
+#: the per-level table: (heading, level-dict key, scale, format); ms for TTFT/TPOT/ITL, s for e2e
+LEVEL_COLUMNS = (("level", "level", 1, "{:g}"), ("requests", "n_measured", 1, "{:d}"),
+                 ("failures", "failure_rate", 100, "{:.1f} %"), ("out tok/s", "output_tps", 1, "{:,.1f}"),
+                 ("req/s", "rps", 1, "{:.2f}"), ("goodput req/s", "goodput_rps", 1, "{:.2f}"),
+                 ("TTFT p50 ms", "ttft_p50", 1000, "{:,.0f}"), ("TTFT p99 ms", "ttft_p99", 1000, "{:,.0f}"),
+                 ("TPOT p50 ms", "tpot_p50", 1000, "{:.1f}"), ("TPOT p99 ms", "tpot_p99", 1000, "{:.1f}"),
+                 ("ITL p50 ms", "itl_p50", 1000, "{:.1f}"), ("e2e p99 s", "e2e_p99", 1, "{:.2f}"))
+#: telemetry series summarised (name → what, unit)
+TELEMETRY = {"power_w": ("power", "W"), "temp_gpu_c": ("GPU temperature", "°C"), "mem_used_gib": ("memory used", "GiB"),
+             "util_gpu_pct": ("GPU utilisation", "%"), "kv_cache_usage_pct": ("KV cache usage", "%"),
+             "running": ("running requests", ""), "waiting": ("waiting requests", "")}
+
+
+def _cell(d: dict[str, Any], key: str, scale: float, fmt: str) -> str:
+    v = d.get(key)
+    if v is None:
+        return "–"
+    try:
+        return fmt.format(int(v) if fmt == "{:d}" else v * scale)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _server_config(run: dict[str, Any]) -> ServerConfig | None:
+    cfg = run.get("config") or {}
+    server = cfg.get("server")
+    try:
+        if server:
+            return ServerConfig.model_validate(server)
+        prof = (cfg.get("profile") or {}).get("server")
+        return ServerConfig.from_vllm_config(prof) if prof else None
+    except Exception:  # an old or hand-written run: the report says there is no config
+        return None
+
+
+def telemetry_summary(samples: list[tuple[float, str, str, float | None]]) -> list[dict[str, Any]]:
+    """Per (source, series) of :data:`TELEMETRY`: samples, mean and max (rows sorted by
+    series, then source)."""
+    groups: dict[tuple[str, str], list[float]] = {}
+    for _, source, name, value in samples:
+        if name in TELEMETRY and value is not None:
+            groups.setdefault((name, source), []).append(float(value))
+    out = []
+    for (name, source), vals in sorted(groups.items()):
+        what, unit = TELEMETRY[name]
+        out.append({"series": what, "source": source, "unit": unit, "n": len(vals),
+                    "mean": statistics.fmean(vals), "max": max(vals)})
+    return out
+
+
+def run_report(store, run_id: int) -> str:
+    """The HTML report of run ``run_id``. Raises :class:`app.history.RunNotFound`."""
+    series = load_series(store, [run_id])[0]
+    run = store.get_run(run_id)
+    run["levels"] = series.levels
+    summ = run.get("summary") or {}
+    cfg = _server_config(run)
+    levels = sorted(series.levels, key=lambda d: (d.get("idx", 0)))
+    slo = ((run.get("spec") or {}).get("slo") or {})
+    rows = []
+    for d in levels:
+        broken = d.get("slo_broken") or []
+        rows.append({"cells": [_cell(d, k, sc, f) for _, k, sc, f in LEVEL_COLUMNS],
+                     "slo": ("broken: " + ", ".join(map(str, broken))) if broken else ("met" if any(
+                         v is not None for v in slo.values()) else "")})
+    settings = run_settings(run)
+    return _env.get_template("run.html.j2").render(
+        run=run, summary=summ, verdict=(summ.get("verdict") or {}).get("sentence"),
+        created=time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created") or 0)),
+        command=cfg.shell_command() if cfg else None, config_yaml=cfg.to_vllm_config_yaml() if cfg else None,
+        settings=settings, headings=[h for h, *_ in LEVEL_COLUMNS], rows=rows,
+        slo={k: (f"{v * 100:g} %" if k == "failure_rate" else f"{v:g} s") for k, v in slo.items()
+             if isinstance(v, (int, float))},
+        svg=curves_svg(Comparison([series]).curves(), 960, 400) if levels else None,
+        telemetry=telemetry_summary(store.samples(run_id)), knee=summ.get("knee"),
+        capacity=run.get("capacity") or {}, version=__version__,
+        generated=time.strftime("%Y-%m-%d %H:%M", time.localtime()))
