@@ -96,6 +96,8 @@ def test_first_start_on_a_1280x800_screen_fits_with_the_first_steps(tmp_path):
     assert out["first_run_visible"] and "Launch" in out["first_run_text"][0] and "verdict" in out["first_run_text"][2]
     assert out["grabbed"] and shot.stat().st_size > 10_000
     assert not any(c in r.stderr for c in CRASH), r.stderr[-3000:]
+    # issue 19, item 9: no legend covers more than a quarter of its plot
+    assert out["legends"] and all(v <= 0.25 for v in out["legends"].values()), out["legends"]
 
 
 def test_the_real_entry_point_runs_the_window_on_xcb(tmp_path):
@@ -112,3 +114,25 @@ def test_the_real_entry_point_runs_the_window_on_xcb(tmp_path):
     assert "on a 1920x1080 screen" in line  # a screen larger than the window: the preferred 1600×1000
     assert "window 1600x1000" in line, line
     assert shot.stat().st_size > 10_000
+
+
+def test_a_2560x1440_screen_at_2x_scaling_fits_with_legends_a_quarter_at_most(tmp_path):
+    """Issue 19, item 9: a 2560×1440 screen with 2× scaling (QT_SCALE_FACTOR=2: 1280×720
+    logical pixels) — the window fits, its status bar is in view, and every legend of the
+    Live and Curves tabs covers at most a quarter of its plot."""
+    shot, live = tmp_path / "screen.png", tmp_path / "live.png"
+    with xvfb(2560, 1440) as display:
+        r = subprocess.run([sys.executable, str(ROOT / "tests" / "gui_xcb_probe.py"), str(shot), str(live)],
+                           env=_env(DISPLAY=display, QT_QPA_PLATFORM="xcb", QT_SCALE_FACTOR="2",
+                                    VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT)),
+                           capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["dpr"] == 2.0 and out["screen"][2:] == [1280, 720], out
+    sx, sy, sw, sh = out["screen"]
+    x, y, w, h = out["frame"]
+    assert sx <= x and sy <= y and x + w <= sx + sw and y + h <= sy + sh, out
+    bx, by, bw, bh = out["status_bar"]
+    assert by + bh <= sy + sh, out
+    assert len(out["legends"]) >= 5 and all(v <= 0.25 for v in out["legends"].values()), out["legends"]
+    assert live.stat().st_size > 50_000  # 2560 px wide

@@ -49,3 +49,64 @@ def place_line(line: pg.InfiniteLine, value: float, text: str) -> None:
     line.setValue(value)
     if line.label is not None:
         line.label.setFormat(text.replace("{", "{{").replace("}", "}}"))
+
+
+#: the most of its plot's area a legend may cover (issue 19, item 9)
+LEGEND_SHARE = 0.25
+#: the label sizes a legend tries, largest first, before it gives up its place
+LEGEND_SIZES = ("8pt", "7pt", "6pt")
+
+
+def legend_share(plot, legend) -> float:
+    """The part of ``plot``'s view box (a pyqtgraph PlotItem) that ``legend`` covers."""
+    area = plot.vb.sceneBoundingRect()
+    r = legend.sceneBoundingRect().intersected(area)
+    return r.width() * r.height() / max(1.0, area.width() * area.height())
+
+
+class LegendFit:
+    """Keeps a pyqtgraph legend within ``share`` of its plot's view box (issue 19, item 9).
+
+    Label sizes take effect only once Qt has laid the legend out again, so the fit is
+    measured, not predicted: :meth:`reset` (the view box changed size) goes back to the
+    largest form — ``columns`` columns at the first of :data:`LEGEND_SIZES` — and each
+    :meth:`step` (the dashboard's redraw tick) measures the legend as drawn and, while it
+    covers more than ``share``, takes the next smaller form: smaller labels, then all
+    entries in one row, then hidden (a plot smaller than its legend shows the data)."""
+
+    def __init__(self, plot, legend, share: float = LEGEND_SHARE, columns: int = 1) -> None:
+        self.plot, self.legend, self.share = plot, legend, share
+        self.forms = [(columns, s) for s in LEGEND_SIZES]
+        self.idx = 0
+        plot.vb.sigResized.connect(lambda *_: self.reset())
+
+    def _apply(self) -> None:
+        leg = self.legend
+        if self.idx >= len(self.forms) + len(LEGEND_SIZES):
+            leg.hide()
+            return
+        cols, size = (self.forms[self.idx] if self.idx < len(self.forms)
+                      else (max(1, len(leg.items)), LEGEND_SIZES[self.idx - len(self.forms)]))
+        leg.show()
+        if leg.columnCount != cols:
+            leg.setColumnCount(cols)
+        if leg.labelTextSize() != size:
+            leg.setLabelTextSize(size)  # sets the labels' size attribute only: render them again
+            for _, label in leg.items:
+                label.setText(label.text)
+
+    def reset(self) -> None:
+        self.idx = 0
+        self._apply()
+
+    def step(self) -> bool:
+        """One measurement; True when the legend now fits (or has nothing to show)."""
+        if not self.legend.items or not self.legend.isVisible():
+            return True
+        self.legend.layout.activate()  # the labels' new sizes into the legend's layout …
+        self.legend.updateSize()  # … and the legend's own size from it
+        if legend_share(self.plot, self.legend) <= self.share:
+            return True
+        self.idx += 1
+        self._apply()
+        return False

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.loadgen.live import BIN_S, SMOOTH_S
 from widgets.plot_export import export_plot
-from widgets.axes import PlainLogAxis, nice_step, place_line
+from widgets.axes import LegendFit, PlainLogAxis, nice_step, place_line
 
 GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -110,17 +110,19 @@ class Dashboard(QWidget):
                                                    ("throughput", "latency", "requests") else 3,
                                                    brush=pg.mkBrush(255, 255, 255, 210))
                         for k in ("throughput", "latency", "vram", "requests")}
+        self.legend_fits = {k: LegendFit(self.plots[k], leg, columns=leg.columnCount)
+                            for k, leg in self.legends.items()}
         tp = self.plots["throughput"]
         # the 2 s bins swing with the chunks' bursts: shown faint, their trailing mean drawn over them
         self.tps_curve = tp.plot([], [], pen=pg.mkPen((31, 119, 180, 90), width=1),
-                                 name=f"output tok/s, {BIN_S:g} s bins")
+                                 name=f"{BIN_S:g} s bins")
         self.tps_mean_curve = tp.plot([], [], pen=pg.mkPen("#1f77b4", width=2.5),
-                                      name=f"output tok/s, {SMOOTH_S:g} s trailing mean")
+                                      name=f"{SMOOTH_S:g} s trailing mean")
         self.level_axis = _TwinAxis(tp, "concurrency")
         self.level_curve = pg.PlotCurveItem(pen=pg.mkPen("#888", width=1.5,
                                                                                    style=Qt.DashLine))
         self.level_axis.vb.addItem(self.level_curve)
-        self.legends["throughput"].addItem(self.level_curve, "concurrency level (right)")
+        # the dashed level line is named by its axis ("concurrency", right): no legend row for it
         lp = self.plots["latency"]
         lp.setLogMode(y=True)
         self.lat_curves = {
@@ -184,6 +186,11 @@ class Dashboard(QWidget):
     def stop(self) -> None:
         self.timer.stop()
 
+    def fit_legends(self) -> dict[str, bool]:
+        """One step of each legend's fit (:class:`widgets.axes.LegendFit`); True per plot
+        whose legend is within a quarter of it."""
+        return {k: f.step() for k, f in self.legend_fits.items()}
+
     def export_plot(self, key: str, path) -> "Path":
         """Save the plot ``key`` (throughput, latency, vram, …) as PNG or SVG
         (:func:`widgets.plot_export.export_plot`; its right-click menu does the same)."""
@@ -229,6 +236,7 @@ class Dashboard(QWidget):
         if not force and not self.isVisible():
             return
         t0 = time.perf_counter()
+        self.fit_legends()  # measured as drawn: one step per frame until each fits
         if force:
             self._draw_telemetry(self.bank_fn(), None)
         else:
