@@ -208,3 +208,14 @@ def test_any_live_plot_saves_as_png_or_svg(dash, tmp_path):
     with pytest.raises(OSError, match="cannot write"):
         dash.export_plot("throughput", tmp_path / "no-such-dir" / "plot.png")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "plot.svg"]  # no temporary left
+
+
+def test_both_columns_of_the_live_tab_show_one_time_range(dash, qtbot):
+    """Issue 19, item 7: every plot, left column and right, spans the same seconds."""
+    for t in (5.0, 20.0, 35.0):
+        dash.feed(t)
+    qtbot.wait(50)
+    ranges = {k: p.vb.viewRange()[0] for k, p in dash.plots.items()}
+    lo, hi = ranges["throughput"]
+    assert all(abs(a - lo) < 1e-6 * max(1.0, hi) and abs(b - hi) < 1e-6 * max(1.0, hi) for a, b in ranges.values()), \
+        ranges

@@ -40,6 +40,10 @@ def gpu_color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
+#: the width of a plot's right axis, px (fixed: see _TwinAxis)
+TWIN_AXIS_WIDTH = 52
+
+
 class _TwinAxis:
     """A second y axis (right) sharing the plot's x axis."""
 
@@ -51,7 +55,7 @@ class _TwinAxis:
         plot.getAxis("right").setLabel(label)
         # a fixed width, as the left axes have: an axis that grows with its tick labels
         # ("0.5" → "250") re-lays out the whole grid and re-renders every axis
-        plot.getAxis("right").setWidth(52)
+        plot.getAxis("right").setWidth(TWIN_AXIS_WIDTH)
         self.vb.setXLink(plot)
         self.plot = plot
         plot.vb.sigResized.connect(self._sync)
@@ -138,6 +142,16 @@ class Dashboard(QWidget):
         self.kv_curve = pg.PlotCurveItem([], [], pen=pg.mkPen("#000", width=1.5, style=Qt.DotLine))
         self.kv_axis.vb.addItem(self.kv_curve)
         self.legends["vram"].addItem(self.kv_curve, "KV cache % (right)")
+        # the left column's plots line their views up by screen position (pyqtgraph links
+        # overlapping views pixel by pixel): a plot there without a second axis gets an empty
+        # one of the same width, so every plot of both columns shows one time range
+        for i, p in enumerate(self.plots.values()):
+            if i % 2 == 0 and not p.getAxis("right").isVisible():
+                p.showAxis("right")
+                ax = p.getAxis("right")
+                ax.setWidth(TWIN_AXIS_WIDTH)
+                ax.setStyle(showValues=False)
+                ax.setTicks([[], []])
         self.slowdown_line = pg.InfiniteLine(angle=0, pen=pg.mkPen("#d62728", style=Qt.DashLine),
                                              label="slowdown {value:.0f} °C",
                                              labelOpts={"position": 0.1, "color": "#d62728"})
