@@ -38,7 +38,7 @@ WORDINGS = [
     ("graphs", "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  10%|#         | 7/67 [00:01<00:09]\r"
                "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  20%|##        | 14/67 [00:02<00:08]"),
     ("graphs", "Capturing CUDA graph shapes: 100%|##########| 67/67 [00:20<00:00,  3.2it/s]"),  # 0.10
-    ("graphs", P.format("cpu_model_runner.py:87") + "Warming up model for the compilation..."),
+    ("profile", P.format("cpu_model_runner.py:87") + "Warming up model for the compilation..."),  # CPU build
     ("api", P.format("core.py:403") + "init engine (profile, create kv cache, warmup model) took 31.20 s"),
     ("api", P.format("core.py:386") + "init engine (profile, create kv cache, warmup model) took 31.20 seconds"),
     ("api", "(APIServer pid=4320) INFO 12-02 10:00:40 [entry.py:140] Starting vLLM server on http://127.0.0.1:8000"),

@@ -478,7 +478,7 @@ def variant_name(name: str, base: "Profile | None", profile: "Profile", limit: i
     if base.gpus != profile.gpus:
         changes.append(f"gpus {profile.gpus if profile.gpus is not None else 'all'}")
     ra, rb = base.ramp.model_dump(), profile.ramp.model_dump()
-    for k in ("prompt_tokens", "output_tokens", "prompts_file", "endpoint", "levels"):
+    for k in ("prompt_tokens", "output_tokens", "prompts_file", "endpoint"):  # the request shape, not the levels
         if ra.get(k) != rb.get(k):
             v = rb.get(k)
             changes.append(f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}")

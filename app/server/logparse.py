@@ -105,18 +105,21 @@ LAUNCH_PHASES: tuple[tuple[str, str, tuple[re.Pattern[str], ...]], ...] = (
     # "Compiling a graph for …", "Directly load the compiled graph(s)…"; compilation/
     # monitor.py "torch.compile took %.2f s in total") inside the memory profile run
     # (utils/mem_utils.py "Memory profiling takes %.2f seconds", 0.10/0.11)
+    # — and on the CPU build cpu_model_runner.py "Warming up model for the compilation...",
+    # printed before its KV cache is sized (it compiles there; it captures no CUDA graphs)
     ("profile", "compiling and profiling memory",
      (re.compile(r"Model loading took "), re.compile(r"Dynamo bytecode transform time"),
       re.compile(r"Compiling a graph for "), re.compile(r"Directly load the compiled graph"),
-      re.compile(r"torch\.compile t(?:ook|akes) "), re.compile(r"Memory profiling takes "))),
+      re.compile(r"torch\.compile t(?:ook|akes) "), re.compile(r"Memory profiling takes "),
+      re.compile(r"Warming up model for the compilation"))),
     # v1/worker/gpu_worker.py "Available KV cache memory: %s GiB"; v1/core/kv_cache_utils.py
     # "GPU KV cache size: N tokens" ("CPU KV cache size" on the CPU build)
     ("kv_cache", "allocating the KV cache",
      (re.compile(r"Available KV cache memory: "), re.compile(r"\b(?:GPU|CPU) KV cache size: "))),
     # gpu_model_runner.py: tqdm "Capturing CUDA graphs (…)" (0.10: "Capturing CUDA graph
-    # shapes"); cpu_model_runner.py: "Warming up model for the compilation..."
-    ("graphs", "capturing CUDA graphs / warming up",
-     (re.compile(r"Capturing CUDA graph"), re.compile(r"Warming up model\b"))),
+    # shapes"), after the KV cache is allocated
+    ("graphs", "capturing CUDA graphs",
+     (re.compile(r"Capturing CUDA graph"),)),
     # v1/engine/core.py "init engine (profile, create kv cache, warmup model) took …";
     # entrypoints/launchers/api_server/entry.py "Starting vLLM server on %s" (0.32;
     # "Starting vLLM API server %d on %s" in 0.10/0.11 entrypoints/openai/api_server.py)
