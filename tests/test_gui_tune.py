@@ -47,9 +47,17 @@ def _narrow(t, **keep) -> None:
                 box.setChecked(v in values)
 
 
-def _children() -> list[psutil.Process]:
-    return [p for p in psutil.Process().children(recursive=True) if p.is_running()
-            and p.status() != psutil.STATUS_ZOMBIE]
+def _children(before: set[int] = frozenset()) -> list[psutil.Process]:
+    """Live children of this process, less ``before`` (those of other tests: the shared
+    CPU vLLM of the e2e tests lives for the whole session)."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window, qtbot):
@@ -160,16 +168,17 @@ def test_stop_mid_tune_leaves_no_process(tune_window, qtbot):
     _narrow(t, tensor_parallel_size=[8, 4], kv_cache_dtype=["auto"], enforce_eager=[False],
             max_num_batched_tokens=[2048])
     t.max_launches.setValue(3)
+    before = {p.pid for p in _children()}
     t.start_btn.click()
     pump(qtbot, lambda: w.controller.state == "ready" and w.controller.core.ramp_running, 60,
          "the first search runs")
-    assert _children(), "the sim server is a child of this process"
+    assert _children(before), "the sim server is a child of this process"
     assert w.act_stop.isEnabled() and "tune" in w.act_stop.toolTip()  # the toolbar's Stop stops it too
     t.stop_btn.click()
     pump(qtbot, lambda: not t.running, 60, "the tune stops")
     assert "Stopped" in t.progress.text() and "vllm-dyno tune --resume" in t.progress.text()
     assert t.start_btn.isEnabled() and not t.stop_btn.isEnabled()
-    pump(qtbot, lambda: not _children(), 15, "no child process is left")
+    pump(qtbot, lambda: not _children(before), 15, "no child process of the tune is left")
     tid = int(t.progress.text().rsplit(" ", 1)[1])
     assert w.run_store().get_tune(tid)["status"] == "interrupted"
     assert w.act_launch.isEnabled()
