@@ -123,3 +123,65 @@ def test_the_report_renders_offline_in_chromium_with_the_stores_numbers(recorded
     shot = tmp_path / "report.png"
     s = _chromium("--screenshot=" + str(shot), "--window-size=1200,1800", "--hide-scrollbars", html_path.as_uri())
     assert s.returncode == 0 and shot.stat().st_size > 20_000, s.stderr[-2000:]
+
+
+def _level(idx, level, tps, ttft):
+    return {"idx": idx, "level": level, "mode": "concurrency", "t_start": 10.0 * idx, "t_end": 10.0 * idx + 9,
+            "window_start": 10.0 * idx, "window_end": 10.0 * idx + 8, "window_s": 8.0, "n_measured": 40, "n_ok": 40,
+            "output_tps": tps, "rps": tps / 100, "ttft_p99": ttft, "tpot_p99": 0.02, "failure_rate": 0.0,
+            "slo_broken": []}
+
+
+def test_a_comparison_report_says_what_differs_and_why_it_is_not_comparable(tmp_path, dyno_home):
+    with RunStore() as store:
+        ids = []
+        for name, model, hw, tps in (("70B on 8 cards", "meta-llama/Llama-3.1-70B-Instruct",
+                                      {"gpu": "RTX 4090", "count": 8}, (100.0, 700.0)),
+                                     ("tiny on the CPU", "./build/tiny-llama", {"gpu": "CPU", "count": 1}, (300.0, 900.0))):
+            rid = store.create_run(name, "vllm", config={"server": {"model": model}},
+                                   spec={"prompt_tokens": 512, "output_tokens": 128})
+            for i, (lv, t) in enumerate(zip((1, 8), tps)):
+                store.add_level(rid, _level(i, lv, t, 0.1 * (i + 1)))
+            store.finish_run(rid, "done", summary={"gpu_count": hw["count"], "hardware": hw})
+            ids.append(rid)
+        store.flush()
+    out = tmp_path / "cmp.html"
+    r = subprocess.run([sys.executable, "-m", "app.cli", "compare", *map(str, ids), "--html", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "<script" not in out.read_text().lower()
+    page = _chromium("--dump-dom", out.as_uri()).stdout
+    assert "Not comparable" in page and "different models" in page and "the CPU build beside GPUs" in page
+    diff = _Table("diff")
+    diff.feed(page)
+    assert ["rig", "cards", "8× RTX 4090", "1× CPU"] in diff.rows, diff.rows
+    levels = _Table("levels")
+    levels.feed(page)
+    assert len(levels.rows) == 5 and all(row[7] == "–" for row in levels.rows[1:])  # no scaling efficiency
+    assert [row[3] for row in levels.rows[1:]] == ["100.0", "700.0", "300.0", "900.0"]
+
+
+def test_a_tune_report_shows_the_recommendation_and_every_candidate(tmp_path, dyno_home):
+    from app.tuner.offline import OfflineRig
+    from app.tuner.tune import Tuner
+    from tests.test_tuner import SMALL, spec_of
+
+    spec = spec_of(SMALL)
+    with RunStore() as store:
+        t = Tuner(spec, store=store, rig=OfflineRig(spec, 103))
+        t.run()
+        res = t.result()
+    out = tmp_path / "tune.html"
+    r = subprocess.run([sys.executable, "-m", "app.cli", "tune", "--show", str(t.tune_id), "--html", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    page = _chromium("--dump-dom", out.as_uri()).stdout
+    rec = res["recommendation"]
+    assert f"Tune {t.tune_id}" in page and "Recommended" in page and "vllm serve " in page
+    assert f"{rec['users']:g} users ({rec['users_low']:g}–{rec['users_high']:g})" in page
+    cands = _Table("candidates")
+    cands.feed(page)
+    assert len(cands.rows) - 1 == len(res["candidates"])
+    assert {row[0] for row in cands.rows[1:]} == {c["key"] for c in res["candidates"]}
+    measured = {c["key"]: c["measured_users"] for c in res["candidates"] if c["measured_users"] is not None}
+    assert measured and all(float(row[2]) == measured[row[0]] for row in cands.rows[1:] if row[0] in measured)

@@ -70,6 +70,13 @@ def cmd_compare(a: argparse.Namespace) -> int:
 
         write_atomic(a.svg, cmp.to_svg())
         print(f"wrote {a.svg}", file=sys.stderr)
+    if a.html:
+        # deferred: only this command needs it (vllm-dyno starts light)
+        from app.profiles.io import write_atomic
+        from app.report import compare_report
+
+        write_atomic(a.html, compare_report(cmp))
+        print(f"wrote {a.html}", file=sys.stderr)
     return 0
 
 
@@ -82,4 +89,5 @@ def register(sub) -> None:
     c.add_argument("--currency", help="label of the prices (default: Settings, else $)")
     c.add_argument("--csv", type=output_file, help="write the per-level table as CSV here")
     c.add_argument("--svg", type=output_file, help="write both overlay charts as SVG here")
+    c.add_argument("--html", type=output_file, help="write the comparison as one self-contained HTML report here")
     c.set_defaults(func=cmd_compare)

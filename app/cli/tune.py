@@ -128,6 +128,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the most users a search probes (default 1024; lower it for a small machine)")
     o = p.add_argument_group("output and state")
     o.add_argument("--json", type=_json_out, metavar="FILE", help="write the result as JSON here ('-' for stdout)")
+    o.add_argument("--html", type=output_file, metavar="FILE",
+                   help="write the result as one self-contained HTML report here (with --show ID: a stored tune's)")
     o.add_argument("--save-profile", metavar="NAME", help="save the recommended flags as a profile")
     o.add_argument("--export-command", action="store_true", help="print the recommendation as a `vllm serve` command")
     o.add_argument("--export-config", type=output_file, metavar="FILE", help="write the recommendation as a vLLM --config YAML")
@@ -218,7 +220,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
             row = store.get_tune(a.show)
             if row is None:
                 return err(f"--show {a.show}: no such tune (see `vllm-dyno tune --list`)")
-            return _print_stored(row)
+            return _print_stored(row, a.html)
     try:
         store = RunStore()
     except Exception as e:
@@ -306,6 +308,8 @@ def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     print(summary_text(res))
     if a.json:
         write_or_print(json.dumps(res, indent=2, default=str), None if a.json == "-" else a.json)
+    if a.html:
+        _write_html(a.html, res)
     rec = res.get("recommendation")
     if rec is None:
         return 1
@@ -325,7 +329,26 @@ def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     return 0
 
 
-def _print_stored(row: dict) -> int:
+def _write_html(path: str, res: dict, name: str = "") -> None:
+    """The tune's HTML report (app.report.tune_report) with its flags as commands."""
+    # deferred: only --html needs them
+    from app.profiles.io import write_atomic
+    from app.report import tune_report
+    from app.tuner.report import vllm_serve_command
+
+    commands = {}
+    for key in ("recommendation", "runner_up", "baseline"):
+        entry = res.get(key) or {}
+        try:
+            if entry.get("server"):
+                commands[key] = vllm_serve_command(entry["server"])
+        except Exception:  # a server mapping that is not a ServerConfig: the card has no command
+            pass
+    write_atomic(path, tune_report(res, commands, name))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def _print_stored(row: dict, html: str | None = None) -> int:
     # deferred: only --show needs the state model
     from app.tuner.report import candidates_table, summary_text
     from app.tuner.tune import TuneState
@@ -344,4 +367,6 @@ def _print_stored(row: dict) -> int:
     print(candidates_table(res))
     print()
     print(summary_text(res))
+    if html:
+        _write_html(html, res, row["name"])
     return 0

@@ -1,10 +1,18 @@
-"""A run as one self-contained HTML file (issue 19, item 8): the verdict, the flags as a
+"""A run, a comparison or a tune as one self-contained HTML file (issue 19, item 8).
+
+A run (:func:`run_report`): the verdict, the flags as a
 ``vllm serve`` command and as ``--config`` YAML, the rig and versions, the per-level
 table, the curves as inline SVG (:func:`app.comparison.curves_svg`, the same drawing as
 ``vllm-dyno compare --svg``) and a telemetry summary — no script, no external file, so it
 opens offline in any browser and can be mailed or attached to an issue.
 
-Rendered with Jinja2 (autoescaped; the SVG is the project's own, escaped where it holds
+A comparison (:func:`compare_report`): the not-comparable warnings, what differs, each
+run's verdict, the best levels, the overlaid curves and every level. A tune
+(:func:`tune_report`, from ``vllm-dyno tune --json``'s result): the recommendation, the
+runner-up and the starting flags with their commands, and every candidate predicted and
+measured.
+
+Rendered with Jinja2 (autoescaped, one base template; the SVG is the project's own, escaped where it holds
 text). Every figure comes from the run store (:func:`app.history.get_run`,
 ``store.samples``): the report shows what ``vllm-dyno runs show ID`` shows.
 """
@@ -17,11 +25,12 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from app import __version__
-from app.comparison import Comparison, curves_svg, load_series, run_settings
+from app.comparison import Comparison, CompareRow, curves_svg, load_series, run_settings
 from app.config import ServerConfig
 
 _env = Environment(loader=PackageLoader("app.report", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
+_env.filters["g"] = lambda v: "–" if v is None else (f"{v:g}" if isinstance(v, (int, float)) else str(v))
 
 #: the per-level table: (heading, level-dict key, scale, format); ms for TTFT/TPOT/ITL, s for e2e
 LEVEL_COLUMNS = (("level", "level", 1, "{:g}"), ("requests", "n_measured", 1, "{:d}"),
@@ -100,3 +109,48 @@ def run_report(store, run_id: int) -> str:
         telemetry=telemetry_summary(store.samples(run_id)), knee=summ.get("knee"),
         capacity=run.get("capacity") or {}, version=__version__,
         generated=time.strftime("%Y-%m-%d %H:%M", time.localtime()))
+
+
+#: the comparison tables: (heading, CompareRow attribute, format)
+COMPARE_COLUMNS = (("run", "label", "{}"), ("GPUs", "gpus", "{:d}"), ("level", "level", "{:g}"),
+                   ("out tok/s", "output_tps", "{:,.1f}"), ("tok/s per GPU", "tps_per_gpu", "{:,.1f}"),
+                   ("TTFT p99 ms", "ttft_p99", "{:,.0f}"), ("TPOT p99 ms", "tpot_p99", "{:.1f}"),
+                   ("scaling", "scaling_efficiency", "{:.2f}"), ("power W", "power_w", "{:,.0f}"),
+                   ("J/token", "j_per_token", "{:.3f}"), ("per M tok (rent)", "cost_per_mtok_rented", "{:.3f}"),
+                   ("per M tok (power)", "cost_per_mtok_energy", "{:.4f}"))
+
+
+def _compare_cells(r: CompareRow) -> list[str]:
+    out = []
+    for _, attr, fmt in COMPARE_COLUMNS:
+        v = getattr(r, attr)
+        if v is None:
+            out.append("–")
+        elif attr in ("ttft_p99", "tpot_p99"):
+            out.append(fmt.format(v * 1000))
+        else:
+            out.append(fmt.format(v))
+    return out
+
+
+def compare_report(cmp: Comparison) -> str:
+    """The HTML report of a :class:`app.comparison.Comparison` (as ``vllm-dyno compare``
+    prints it, with the curves)."""
+    labels = [s.label for s in cmp.series]
+    return _env.get_template("compare.html.j2").render(
+        ids=", ".join(lab.split(" ")[0] for lab in labels), labels=labels, warnings=cmp.warnings, diff=cmp.diff,
+        baseline=cmp.series[cmp.baseline].label, verdicts=[(s.label, s.verdict) for s in cmp.series if s.verdict],
+        headings=[h for h, _, _ in COMPARE_COLUMNS], peaks=[_compare_cells(r) for r in cmp.peak_rows()],
+        rows=[_compare_cells(r) for r in cmp.rows], svg=curves_svg(cmp.curves(), 960, 400), version=__version__,
+        generated=time.strftime("%Y-%m-%d %H:%M", time.localtime()))
+
+
+def tune_report(res: dict[str, Any], commands: dict[str, str] | None = None, name: str = "") -> str:
+    """The HTML report of a tune's result (``vllm-dyno tune --json``'s mapping);
+    ``commands``: the ``vllm serve`` line of ``recommendation``, ``runner_up`` and
+    ``baseline`` where known."""
+    commands = commands or {}
+    cards = [(title, res.get(key), commands.get(key)) for title, key in
+             (("Recommended", "recommendation"), ("Runner-up", "runner_up"), ("Your starting flags", "baseline"))]
+    return _env.get_template("tune.html.j2").render(res=res, cards=cards, name=name, version=__version__,
+                                                    generated=time.strftime("%Y-%m-%d %H:%M", time.localtime()))
