@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QTimer
 
 
 def log2(values) -> np.ndarray:
@@ -55,6 +56,8 @@ def place_line(line: pg.InfiniteLine, value: float, text: str) -> None:
 LEGEND_SHARE = 0.25
 #: the label sizes a legend tries, largest first, before it gives up its place
 LEGEND_SIZES = ("8pt", "7pt", "6pt")
+#: ms between a self-driven legend's fitting steps (Qt lays the legend out in between)
+LEGEND_STEP_MS = 40
 
 
 def legend_share(plot, legend) -> float:
@@ -74,10 +77,13 @@ class LegendFit:
     covers more than ``share``, takes the next smaller form: smaller labels, then all
     entries in one row, then hidden (a plot smaller than its legend shows the data)."""
 
-    def __init__(self, plot, legend, share: float = LEGEND_SHARE, columns: int = 1) -> None:
+    def __init__(self, plot, legend, share: float = LEGEND_SHARE, columns: int = 1, drive: bool = False) -> None:
         self.plot, self.legend, self.share = plot, legend, share
         self.forms = [(columns, s) for s in LEGEND_SIZES]
         self.idx = 0
+        #: ``drive``: step itself (a short timer chain after each reset) instead of
+        #: waiting for the owner's redraw ticks
+        self.drive = drive
         plot.vb.sigResized.connect(lambda *_: self.reset())
 
     def _apply(self) -> None:
@@ -94,10 +100,19 @@ class LegendFit:
             leg.setLabelTextSize(size)  # sets the labels' size attribute only: render them again
             for _, label in leg.items:
                 label.setText(label.text)
+                label.updateGeometry()  # its size hint follows the smaller text
+            leg.layout.invalidate()
 
     def reset(self) -> None:
+        """Back to the largest form (the plot or the entries changed)."""
         self.idx = 0
         self._apply()
+        if self.drive:
+            QTimer.singleShot(LEGEND_STEP_MS, self.legend, self._drive)
+
+    def _drive(self) -> None:
+        if not self.step():
+            QTimer.singleShot(LEGEND_STEP_MS, self.legend, self._drive)
 
     def step(self) -> bool:
         """One measurement; True when the legend now fits (or has nothing to show)."""

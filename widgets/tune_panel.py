@@ -48,6 +48,7 @@ from PySide6.QtWidgets import (
 from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
+from widgets.axes import LegendFit
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -271,12 +272,15 @@ class TunePanel(QWidget):
         # bottom left: slow streams at low throughput per GPU — the corner no configuration reaches
         self.legend = pi.addLegend(offset=(6, -6), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 230),
                                    pen=pg.mkPen("#bbb"))
+        # short names keep the key within a quarter of the plot (issue 19, item 9); it shrinks
+        # its labels (then hides) when the plot is smaller than that (widgets.axes.LegendFit)
+        self.legend_fit = LegendFit(pi, self.legend, drive=True)
         self.pred_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#7a8ea6", width=1.2), brush=None, symbol="o",
-                                           name="predicted (at its users)")
+                                           name="predicted")
         self.met_pts = pg.ScatterPlotItem(size=8, pen=None, brush=pg.mkBrush("#2f6db5"), symbol="o",
-                                          name="measured, SLO met")
+                                          name="measured, met SLO")
         self.broke_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#b0413e", width=1.5), brush=None, symbol="x",
-                                            name="measured, SLO broken")
+                                            name="measured, broke SLO")
         self.front = pg.PlotDataItem(pen=pg.mkPen("#2f6db5", width=1.5, style=Qt.DashLine), name="Pareto front")
         self.rec_pt = pg.ScatterPlotItem(size=18, pen=pg.mkPen("#7a4a00", width=1.5), brush=pg.mkBrush("#f0a202"),
                                          symbol="star", name="recommended")
@@ -725,7 +729,7 @@ class TunePanel(QWidget):
             self.slo_line.setValue(floor)
             xs = [p.per_user for p in pts] or [floor * 2]
             self.slo_shade.setRegion((min(min(xs), floor) * 0.5, floor))
-            name = f"SLO: TPOT p99 ≤ {1000 / floor:g} ms (≥ {floor:g} tok/s per user)"
+            name = f"TPOT p99 ≤ {1000 / floor:g} ms"
             self.legend.removeItem(self.slo_key)
             self.slo_key.opts["name"] = name
             self.legend.addItem(self.slo_key, name)
@@ -736,6 +740,7 @@ class TunePanel(QWidget):
             for it in (self.slo_line, self.slo_shade):
                 it.hide()
         pi.enableAutoRange()
+        self.legend_fit.reset()  # its entries changed
 
     def _fill_cards(self, res: dict[str, Any]) -> None:
         cols = report.result_columns(res) if res.get("recommendation") else []
