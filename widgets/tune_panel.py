@@ -347,7 +347,9 @@ class TunePanel(QWidget):
     # ------------------------------------------------------------------ state
     @property
     def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        """A tune runs until its end has been shown here: its thread may have finished
+        while its result (or its TuneAborted) still waits on the GUI thread's queue."""
+        return self.thread is not None and (self.thread.is_alive() or self.tuner is not None)
 
     def set_blocked(self, reason: str | None) -> None:
         """Start is disabled, with ``reason`` as its tooltip, while a tune cannot start."""
