@@ -148,6 +148,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("compare", "--kwh-price"): ["-1", "inf"],
     ("compare", "--csv"): ["/nonexistent/dir/c.csv"],
     ("compare", "--svg"): ["/"],
+    ("compare", "--html"): ["/nonexistent/dir/c.html", "/"],
     ("profiles show", "name"): ["no such profile"],
     ("profiles export", "name"): ["no such profile"],
     ("profiles export", "--format"): ["pdf"],
@@ -191,6 +192,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("tune", "--max-users"): ["abc", "0"],
     ("tune", "--json"): ["/nonexistent/dir/t.json", "/"],
     ("tune", "--export-config"): ["/nonexistent/dir/c.yaml"],
+    ("tune", "--html"): ["/nonexistent/dir/t.html", "/"],
     ("tune", "--resume"): ["abc", "0", "999"],
     ("tune", "--show"): ["abc", "0", "999"],
 }
