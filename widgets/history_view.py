@@ -274,29 +274,23 @@ class HistoryView(QWidget):
                                         + " and everything recorded with them?") == QMessageBox.Yes:
             self._run("Delete runs", lambda: self.delete(ids))
 
-    def _on_export_json(self) -> None:
+    def _export(self, title: str, suffix: str, kind: str, write) -> None:
+        """Ask where to save the selected run as ``kind`` (``*.suffix``), then ``write(rid, path)``."""
         rid = self._one()
         if rid is None:
             return
-        path, _ = QFileDialog.getSaveFileName(self, "Export run as JSON", f"run-{rid}.json", "JSON (*.json)")
+        path, _ = QFileDialog.getSaveFileName(self, title, f"run-{rid}.{suffix}", f"{kind} (*.{suffix})")
         if path:
-            self._run("Export JSON", lambda: self.export_json(rid, path))
+            self._run(title, lambda: write(rid, path))
+
+    def _on_export_json(self) -> None:
+        self._export("Export run as JSON", "json", "JSON", self.export_json)
 
     def _on_export_csv(self) -> None:
-        rid = self._one()
-        if rid is None:
-            return
-        path, _ = QFileDialog.getSaveFileName(self, "Export run as CSV", f"run-{rid}.csv", "CSV (*.csv)")
-        if path:
-            self._run("Export CSV", lambda: self.export_csv(rid, path))
+        self._export("Export run as CSV", "csv", "CSV", self.export_csv)
 
     def _on_export_html(self) -> None:
-        rid = self._one()
-        if rid is None:
-            return
-        path, _ = QFileDialog.getSaveFileName(self, "Export the run's report", f"run-{rid}.html", "HTML (*.html)")
-        if path:
-            self._run("Export report", lambda: self.export_html(rid, path))
+        self._export("Export the run's report", "html", "HTML", self.export_html)
 
     def _on_save_profile(self) -> None:
         rid = self._one()
