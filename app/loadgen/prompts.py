@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import random
 
-from app.loadgen.datasets import Dataset, Entry, output_of
+from app.loadgen.datasets import Dataset, Entry, length_histogram, output_of
 from app.loadgen.spec import RampSpec
 
 _WORDS = (
@@ -100,6 +100,19 @@ def planned_lengths(spec: RampSpec, n: int | None = None) -> list[tuple[int, int
     if n is None:
         n = min(20_000, max(2_000, len(s.dataset.entries))) if s.dataset is not None else 2_000
     return [s.next() for _ in range(n)]
+
+
+def dataset_lengths(spec: RampSpec) -> dict | None:
+    """The lengths a dataset ramp sends, stored with its run and exported with its result:
+    ``{"source", "format", "entries", "skipped", "truncated", "prompt", "output"}`` —
+    ``prompt``/``output`` the histograms of :func:`planned_lengths`
+    (:func:`app.loadgen.datasets.length_histogram`: n, mean, p50, p90, max, edges,
+    counts; tokens). None without a dataset."""
+    ds = spec.dataset()
+    if ds is None:
+        return None
+    return {"source": str(spec.prompts_file), "format": ds.format, "entries": len(ds.entries),
+            "skipped": ds.skipped, "truncated": ds.truncated, **length_histogram(planned_lengths(spec))}
 
 
 def needs_calibration(spec: RampSpec) -> bool:
