@@ -7,7 +7,8 @@ never downloaded). Formats (``RampSpec.prompts_format``; None → detected):
 - ``sharegpt``: JSON (a list) or JSONL of ``{"conversations": [{"from": "human",
   "value": …}, {"from": "gpt", "value": …}, …]}``: the first human turn is the prompt,
   the turn after it (gpt/assistant/chatgpt/bard/model) the answer — as vLLM's
-  ``ShareGPTDataset`` (vllm/benchmarks/datasets.py) takes the first two turns.
+  ``ShareGPTDataset`` (vllm/benchmarks/datasets/datasets.py in 0.32, line ~1372: turns 0
+  and 1 of conversations with at least two) takes the first two turns.
   Conversations without a human turn are skipped (counted in :attr:`Dataset.skipped`);
 - ``chat``: OpenAI chat JSONL ``{"messages": [{"role", "content"}, …]}``: a last
   ``assistant`` message is the answer, the messages before it the prompt;
@@ -406,7 +407,8 @@ SHAREGPT_MEAN_OUTPUT = 337.99
 #: histograms show (our choice of shape; the paper gives the means)
 SIGMA_PROMPT = 1.0
 SIGMA_OUTPUT = 0.8
-#: vLLM's ShareGPT pruning (vllm/benchmarks/datasets.py ``is_valid_sequence``: min_len 4,
+#: vLLM's ShareGPT pruning (vllm/benchmarks/datasets/datasets.py ``is_valid_sequence`` in 0.32;
+#: vllm/benchmarks/datasets.py and benchmarks/benchmark_serving.py before: min_len 4,
 #: max_prompt_len 1024, max_total_len 2048), applied to the draws by rejection
 MIN_LEN, MAX_PROMPT_LEN, MAX_TOTAL_LEN = 4, 1024, 2048
 BUILTIN_SIZE = 1000
