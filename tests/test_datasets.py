@@ -329,3 +329,19 @@ def test_the_json_export_and_the_run_store_keep_the_histograms(tmp_path, dyno_ho
         rec.set_context(lengths=dataset_lengths(spec))
         rec.finish("done")
         assert store.get_run(rec.run_id)["config"]["lengths"] == json.loads(json.dumps(lengths))
+
+
+def test_the_plans_workload_carries_the_dataset(tmp_path):
+    """The plan of a dataset ramp (app.planner.plan.Workload.from_ramp) predicts with the
+    dataset: its ramp and search specs keep the prompts file, and its lengths for the KV
+    cache's concurrency are the dataset requests' means."""
+    from app.planner.plan import Workload
+
+    f = tmp_path / "sg.jsonl"
+    f.write_text("".join(json.dumps(sharegpt(p, o)) + "\n" for p, o in ((10, 100), (30, 300))))
+    spec = RampSpec(levels=[1, 2], prompts_file=f, output_cap=200, slo={"ttft_p99": 1.0})
+    w = Workload.from_ramp(spec)
+    assert (w.prompt_tokens, w.output_tokens) == (20, 150)
+    for s in (w.ramp_spec([1, 2]), w.search_spec()):
+        assert str(s.prompts_file) == str(f) and s.output_cap == 200
+        assert sorted(planned_lengths(s, 2)) == [(10, 100), (30, 200)]
