@@ -345,3 +345,18 @@ def test_the_plans_workload_carries_the_dataset(tmp_path):
     for s in (w.ramp_spec([1, 2]), w.search_spec()):
         assert str(s.prompts_file) == str(f) and s.output_cap == 200
         assert sorted(planned_lengths(s, 2)) == [(10, 100), (30, 200)]
+
+
+def test_a_dataset_request_is_cut_to_the_servers_context():
+    """The runner passes /v1/models' max_model_len: a long-tail request's max_tokens is cut
+    so the prompt (estimate + 10 % + 16) and output fit; the others are sent as drawn."""
+    from app.loadgen.prompts import fit_context
+
+    assert fit_context(100, 50, 2048) == 50
+    assert fit_context(1000, 1048, 2048) == 2048 - 1100 - 16
+    assert fit_context(3000, 10, 2048) == 1  # the prompt alone is too long: the server says so
+    spec = RampSpec(levels=[1], prompts_file="builtin:chat")
+    fac = RequestFactory(spec, "m", max_model_len=512)
+    for _ in range(300):
+        _, est, mx = fac.next()
+        assert mx == 1 or est * 1.1 + 16 + mx <= 512 + 1

@@ -12,6 +12,7 @@ TTFT).
 from __future__ import annotations
 
 import json
+import math
 import random
 
 from app.loadgen.datasets import Dataset, Entry, length_histogram, output_of
@@ -115,6 +116,22 @@ def dataset_lengths(spec: RampSpec) -> dict | None:
             "skipped": ds.skipped, "truncated": ds.truncated, **length_histogram(planned_lengths(spec))}
 
 
+#: what :func:`fit_context` leaves for the estimate's error and a chat template: 10 % of
+#: the prompt and 16 tokens (a word is 1–1.5 tokens of the usual vocabularies; Llama 3's
+#: chat template adds about 10 tokens a message)
+CONTEXT_MARGIN = (0.10, 16)
+
+
+def fit_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> int:
+    """``max_tokens`` of a dataset request cut so that the prompt (estimated tokens, plus
+    :data:`CONTEXT_MARGIN`) and the output fit the server's ``max_model_len`` (from
+    ``/v1/models``), at least 1: a dataset's long tail (ShareGPT's, the built-in's) may
+    exceed a small model's context, which vLLM answers with HTTP 400. The planner does
+    not cut (it sizes the plan's own max_model_len)."""
+    room = max_model_len - math.ceil(prompt_tokens * (1 + CONTEXT_MARGIN[0])) - CONTEXT_MARGIN[1]
+    return max(1, min(max_tokens, room))
+
+
 def needs_calibration(spec: RampSpec) -> bool:
     """Whether the ramp sends synthetic words (no dataset, or a built-in one), whose
     count the runner scales by the model's measured tokens per word."""
@@ -130,8 +147,9 @@ class RequestFactory:
     """
 
     def __init__(self, spec: RampSpec, model: str, seed: int | None = None,
-                 tokens_per_word: float | None = None) -> None:
+                 tokens_per_word: float | None = None, max_model_len: int | None = None) -> None:
         self.spec = spec
+        self.max_model_len = max_model_len
         self.tokens_per_word = tokens_per_word if tokens_per_word and tokens_per_word > 0 else 1.0
         self.model = model
         self.rng = random.Random(spec.seed if seed is None else seed)  # the prompts' words
@@ -143,6 +161,8 @@ class RequestFactory:
 
     def next(self) -> tuple[bytes, int, int]:
         entry, n, max_tokens = self.lengths.next_entry()
+        if entry is not None and self.max_model_len:
+            max_tokens = fit_context(n, max_tokens, self.max_model_len)
         prompt = self._words(n) if entry is None or entry.prompt is None else entry.prompt
         body: dict = {"model": self.model, "stream": True, "max_tokens": max_tokens,
                       "temperature": self.spec.temperature, "stream_options": {"include_usage": True}}

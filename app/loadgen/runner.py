@@ -77,7 +77,9 @@ class Ramp:
                              "connector_limit": connector.limit, "tokens_per_word": tpw,
                              "t": self.rel(time.monotonic())})
             self.url = spec.url + spec.endpoint
-            self.factory = RequestFactory(spec, model, tokens_per_word=tpw)
+            mml = entry.get("max_model_len")
+            self.factory = RequestFactory(spec, model, tokens_per_word=tpw,
+                                          max_model_len=mml if isinstance(mml, int) and mml > 0 else None)
             self.req_timeout = aiohttp.ClientTimeout(total=spec.request_timeout, sock_connect=min(10.0, spec.request_timeout))
             self.ramp_start = time.monotonic()
             status, reason = "done", "all levels done"
