@@ -360,3 +360,11 @@ def test_a_dataset_request_is_cut_to_the_servers_context():
     for _ in range(300):
         _, est, mx = fac.next()
         assert mx == 1 or est * 1.1 + 16 + mx <= 512 + 1
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    f = tmp_path / "bom.json"
+    f.write_bytes("\ufeff".encode() + json.dumps([sharegpt(3, 4)]).encode())
+    g = tmp_path / "bom.jsonl"
+    g.write_bytes("\ufeff".encode() + b'{"prompt": "a b"}\n')
+    assert load_dataset(f).entries[0].answer_tokens == 4 and load_dataset(g).entries[0].prompt == "a b"

@@ -84,7 +84,8 @@ class RampPanel(QWidget):
         self.prompt = QLineEdit("512")
         self.prompt.setToolTip("Prompt tokens: a count (512) or a uniform range (256-1024)")
         self.output = QLineEdit("128")
-        self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on")
+        self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on. With a "
+                               "prompts file whose records carry answers the answers' lengths are sent instead")
         f.addRow("Prompt tokens", self.prompt)
         f.addRow("Output tokens", self.output)
         self.vary = QCheckBox("Vary single lengths ±25 %")

@@ -53,7 +53,7 @@ FORMATS = ("sharegpt", "chat", "prompt", "csv", "parquet")
 #: the most entries read from a dataset (a ramp sends far fewer; 20,000 draws give its
 #: length distribution's percentiles to about 1 %)
 MAX_ENTRIES = 20_000
-#: the most bytes read from a JSON/JSONL/CSV file (64 MiB)
+#: the most read from a JSON/JSONL/CSV file (64 Mi characters of its text, about 64 MiB)
 MAX_BYTES = 64 << 20
 #: text columns detected in CSV/Parquet, in this order (case-insensitive)
 TEXT_COLUMNS = ("prompt", "text", "question", "instruction", "input")
@@ -202,7 +202,7 @@ def _record_kind(obj: object, fmt: str | None, src: object, where: str) -> str:
 def _json_records(path: Path, budget: list[int]) -> Iterator[tuple[str, object]]:
     """``(where, record)`` of a JSON list (``item N``) or JSONL file (``line N``), streamed;
     stops when ``budget[0]`` bytes were read (sets it to -1)."""
-    with path.open("r", encoding="utf-8", errors="strict") as f:
+    with path.open("r", encoding="utf-8-sig", errors="strict") as f:  # -sig: a byte-order mark is skipped
         head = f.read(1)
         while head and head.isspace():
             head = f.read(1)
