@@ -107,7 +107,8 @@ SETTING_SECTIONS = ("model", "rig", "flags", "request shape")
 #: server fields shown elsewhere (model) or not a setting of the measurement (where it listens)
 _NOT_FLAGS = {"model", "host", "port"}
 #: ramp spec fields that make the request shape
-_SHAPE_KEYS = ("prompt_tokens", "output_tokens", "shape", "endpoint", "prompts_file", "ignore_eos")
+_SHAPE_KEYS = ("prompt_tokens", "output_tokens", "shape", "endpoint", "prompts_file", "prompts_format", "output_cap",
+               "ignore_eos")
 
 
 def _text(v: Any) -> str:

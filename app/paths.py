@@ -47,3 +47,14 @@ def calibration_dir() -> Path:
 def repo_root() -> Path:
     """The checkout root (used only for dev conveniences such as `.venv-vllm`)."""
     return Path(__file__).resolve().parent.parent
+
+
+def hf_cache_dirs() -> list[Path]:
+    """Where the Hugging Face hub cache may be (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
+    out = []
+    if os.environ.get("HF_HUB_CACHE"):
+        out.append(Path(os.environ["HF_HUB_CACHE"]))
+    if os.environ.get("HF_HOME"):
+        out.append(Path(os.environ["HF_HOME"]) / "hub")
+    out.append(Path.home() / ".cache" / "huggingface" / "hub")
+    return out

@@ -109,7 +109,9 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("ramp", "--endpoint"): ["embeddings"],
     ("ramp", "--prompt-tokens"): ["abc", "0", "-5", "10-5"],
     ("ramp", "--output-tokens"): ["abc", "0"],
-    ("ramp", "--prompts-file"): ["/nonexistent/prompts.jsonl"],
+    ("ramp", "--prompts-file"): ["/nonexistent/prompts.jsonl", "builtin:nope", "hf:nobody/no-such-dataset"],
+    ("ramp", "--prompts-format"): ["yaml"],
+    ("ramp", "--prompts-column"): ["text"],  # without a --prompts-file
     ("ramp", "--temperature"): ["abc", "-1", "nan"],
     ("ramp", "--request-timeout"): ["abc", "0"],
     ("ramp", "--max-failure-rate"): ["abc", "-0.1", "2"],

@@ -1117,6 +1117,7 @@ class MainWindow(QMainWindow):
         self.dashboard.stop()
         self.log_pane.stop()
         self.ramp.timer.stop()
+        self.ramp.lengths_timer.stop()
         self.launch_timer.stop()
         for d in self.help_dialogs.values():
             d.close()

@@ -22,7 +22,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import CapacitySearch, RampSpec, parse_length
+from widgets.length_histogram import LengthHistogram
 
 
 def parse_levels(text: str) -> dict[str, Any]:
@@ -82,7 +84,8 @@ class RampPanel(QWidget):
         self.prompt = QLineEdit("512")
         self.prompt.setToolTip("Prompt tokens: a count (512) or a uniform range (256-1024)")
         self.output = QLineEdit("128")
-        self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on")
+        self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on. With a "
+                               "prompts file whose records carry answers the answers' lengths are sent instead")
         f.addRow("Prompt tokens", self.prompt)
         f.addRow("Output tokens", self.output)
         self.vary = QCheckBox("Vary single lengths ±25 %")
@@ -92,13 +95,27 @@ class RampPanel(QWidget):
         f.addRow("", self.vary)
         prow = QHBoxLayout()
         self.prompts_file = QLineEdit()
-        self.prompts_file.setPlaceholderText("optional JSONL: {\"prompt\": …} or {\"messages\": […]} a line")
+        self.prompts_file.setPlaceholderText("optional dataset: JSON(L), CSV, Parquet, builtin:chat, hf:OWNER/NAME")
+        self.prompts_file.setToolTip(
+            "A dataset, sampled with the seed: ShareGPT JSON/JSONL (\"conversations\"), OpenAI chat JSONL "
+            "(\"messages\"), {\"prompt\": …} JSONL, CSV or Parquet with a prompt/text/question column; "
+            "builtin:chat (synthetic, ShareGPT's lengths); hf:OWNER/NAME from the Hugging Face cache (never "
+            "downloaded). Output lengths come from the dataset's answers; without answers from Output tokens.")
         b = QPushButton("…")
         b.setFixedWidth(28)
         b.clicked.connect(self._browse)
         prow.addWidget(self.prompts_file, 1)
         prow.addWidget(b)
         f.addRow("Prompts file", prow)
+        self.lengths_view = LengthHistogram()
+        f.addRow(self.lengths_view)
+        #: a profile's dataset options the form has no field for (prompts_format, prompts_column, output_cap)
+        self.dataset_extra: dict[str, Any] = {}
+        self.lengths_timer = QTimer(self)
+        self.lengths_timer.setSingleShot(True)
+        self.lengths_timer.setInterval(300)
+        self.lengths_timer.timeout.connect(self._dataset_changed)
+        self.prompts_file.textChanged.connect(self.lengths_timer.start)
         self.endpoint = QComboBox()
         self.endpoint.addItems(["/v1/completions", "/v1/chat/completions"])
         f.addRow("Endpoint", self.endpoint)
@@ -159,9 +176,30 @@ class RampPanel(QWidget):
         self.timer.timeout.connect(self._tick)
 
     def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Prompts file", "", "JSON lines (*.jsonl *.json);;All files (*)")
+        path, _ = QFileDialog.getOpenFileName(self, "Prompts file", "", "Datasets (*.jsonl *.json *.csv *.tsv *.parquet)"
+                                              ";;All files (*)")
         if path:
             self.prompts_file.setText(path)
+
+    def _dataset_changed(self) -> None:
+        """A prompts file typed or chosen: its length histograms (or why it cannot be
+        read) under the field, and the plan re-predicted with its lengths."""
+        self.update_lengths()
+        self.shape_changed.emit()
+
+    def update_lengths(self) -> None:
+        """Show the lengths the form's dataset ramp sends (hidden without a prompts file)."""
+        text = self.prompts_file.text().strip()
+        if not text:
+            self.lengths_view.clear()
+            return
+        try:
+            spec = self.build_spec("http://127.0.0.1:8000", None)
+            lengths = dataset_lengths(spec)
+        except ValueError as e:
+            self.lengths_view.show_error(str(e).replace("Value error, ", ""))
+            return
+        self.lengths_view.show_lengths(lengths, spec.prompts_name or text)
 
     def set_safety(self, safety) -> None:
         if safety.enabled:
@@ -199,6 +237,7 @@ class RampPanel(QWidget):
                   length_spread=0.25 if self.vary.isChecked() else 0.0)
         if self.prompts_file.text().strip():
             kw["prompts_file"] = self.prompts_file.text().strip()
+            kw.update(self.dataset_extra)
         if "search" in kw:
             kw["step_seconds"] = max(kw["step_seconds"], SEARCH_MIN_CAP_S)
         try:
@@ -240,6 +279,8 @@ class RampPanel(QWidget):
             self.endpoint.addItem(ep)
         self.endpoint.setCurrentText(ep)
         pf = ramp.get("prompts_file")
+        self.dataset_extra = {k: ramp[k] for k in ("prompts_format", "prompts_column", "output_cap")
+                              if ramp.get(k) is not None}
         self.prompts_file.setText(str(pf) if pf else "")
 
     def to_profile(self) -> dict[str, Any]:
@@ -259,6 +300,7 @@ class RampPanel(QWidget):
         d["endpoint"] = self.endpoint.currentText()
         if self.prompts_file.text().strip():
             d["prompts_file"] = self.prompts_file.text().strip()
+            d.update(self.dataset_extra)
         return d
 
     # ------------------------------------------------------------------ progress

@@ -35,6 +35,8 @@ from app.cli.common import (
     unsaved_text,
 )
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
+from app.loadgen.datasets import BUILTIN, FORMATS, HF, DatasetError, load_dataset, summary_text, text_histogram
+from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats
 from app.run.events import RunListener
@@ -76,12 +78,19 @@ def register(sub) -> None:
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--prompt-tokens", type=from_parser(parse_length, "a token count"), default="512",
                    help="prompt length in tokens: N (varied ±25 %%, see --fixed-lengths) or LOW-HIGH (default 512)")
-    p.add_argument("--output-tokens", type=from_parser(parse_length, "a token count"), default="128",
-                   help="output length in tokens: N (varied ±25 %%) or LOW-HIGH (default 128)")
+    p.add_argument("--output-tokens", type=from_parser(parse_length, "a token count"),
+                   help="output length in tokens: N (varied ±25 %%) or LOW-HIGH (default 128); with a "
+                        "--prompts-file whose records carry answers: the cap on the answers' lengths")
     p.add_argument("--fixed-lengths", action="store_true",
                    help="send exactly --prompt-tokens/--output-tokens (default: a single number N varies "
                         "uniformly within ±25 %% of N, seeded, so users do not march in lockstep)")
-    p.add_argument("--prompts-file", type=input_file, help="JSONL file, one {\"prompt\": …} or {\"messages\": […]} per line")
+    p.add_argument("--prompts-file", type=dataset_source,
+                   help="a dataset, sampled with --seed: ShareGPT JSON/JSONL, OpenAI chat JSONL ({\"messages\"}), "
+                        "{\"prompt\": …} JSONL, CSV or Parquet; builtin:chat (synthetic, ShareGPT's lengths); "
+                        "hf:OWNER/NAME[/FILE] from the Hugging Face cache (never downloaded). max_tokens comes "
+                        "from the answers when the records have them")
+    p.add_argument("--prompts-format", choices=FORMATS, help="the --prompts-file format (default: detected)")
+    p.add_argument("--prompts-column", help="CSV/Parquet: the text column (default: prompt, text or question)")
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=non_negative, default=0.0)
     p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
@@ -101,17 +110,36 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def dataset_source(text: str) -> str:
+    """argparse type of ``--prompts-file``: ``builtin:NAME`` and ``hf:OWNER/NAME`` as
+    given (checked when the dataset is read), otherwise an existing readable file."""
+    if text.startswith((BUILTIN, HF)):
+        return text
+    return input_file(text)
+
+
 def spec_from_args(a: argparse.Namespace) -> RampSpec:
     """Build the RampSpec; raises ValueError/ValidationError with the option named."""
     kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
                 "endpoint": "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions",
-                "prompt_tokens": a.prompt_tokens, "output_tokens": a.output_tokens,
+                "prompt_tokens": a.prompt_tokens, "output_tokens": 128 if a.output_tokens is None else a.output_tokens,
                 "length_spread": 0.0 if a.fixed_lengths else 0.25,
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
                 "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
                         "failure_rate": a.slo_failure_rate},
                 "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency}
+    if a.prompts_file:
+        try:  # read here so that the message names the option (the spec reads it again, from the cache)
+            load_dataset(a.prompts_file, a.prompts_format, a.prompts_column)
+        except DatasetError as e:
+            raise ValueError(f"--prompts-file: {e}") from None
+        kw.update(prompts_file=a.prompts_file, prompts_format=a.prompts_format, prompts_column=a.prompts_column)
+        if a.output_tokens is not None:  # a cap on the answers' lengths (and the draw for records without one)
+            ot = a.output_tokens
+            kw["output_cap"] = ot[1] if isinstance(ot, tuple) else ot
+    elif a.prompts_format or a.prompts_column:
+        raise ValueError("--prompts-format/--prompts-column describe a --prompts-file: give one")
     search = a.find_capacity or a.find_rate
     if not search:
         for opt, val, default in (("--start", a.start, None), ("--repeat", a.repeat, 1),
@@ -135,8 +163,6 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
         kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else 20.0
     else:
         kw["step_seconds"] = None
-    if a.prompts_file:
-        kw["prompts_file"] = a.prompts_file
     if a.rate:
         kw.update(mode="rate", levels=a.rate)
     elif a.levels:
@@ -144,6 +170,18 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
     else:
         kw["max_level"] = a.max_level or 16
     return RampSpec(**kw)
+
+
+def dataset_text(spec: RampSpec) -> str:
+    """The lengths a dataset ramp will send, before it runs: the summary (mean, p50, p90,
+    max) and a compact histogram of the prompt and output tokens."""
+    h = dataset_lengths(spec)
+    ds = spec.dataset()
+    head = (f"dataset {spec.prompts_name}: {h['entries']} entries ({h['format']})"
+            + (f", {h['skipped']} records without a prompt skipped" if h["skipped"] else "")
+            + (f"; {ds.note}" if ds.note else "") + f"; the first {h['prompt']['n']} requests:")
+    return "\n".join([head, summary_text(h), "prompt tokens:", text_histogram(h["prompt"], rows=8),
+                      "output tokens:", text_histogram(h["output"], rows=8)])
 
 
 def _ms(v: float | None) -> str:
@@ -288,6 +326,8 @@ def run(a: argparse.Namespace) -> int:
             levels = ", ".join(f"{x:g}" for x in spec.levels)
             print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
         print(f"requests: {spec.shape}")
+        if spec.prompts_file is not None:
+            print(dataset_text(spec))
         record = None if a.no_store else RecordSpec(name=f"ramp {spec.url}")
         try:
             ctl.start_ramp(spec, record=record, safety=safety)

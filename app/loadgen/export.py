@@ -13,6 +13,7 @@ from typing import Iterable
 
 from app.fileio import write_atomic
 from app.loadgen.generator import RampResult
+from app.loadgen.prompts import dataset_lengths
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, peak_level
@@ -39,12 +40,23 @@ def summary(result: RampResult) -> dict:
             "requests": len(result.records), "requests_by_status": by_status}
 
 
+def _lengths(spec: RampSpec | None) -> dict | None:
+    """A dataset ramp's length histograms (:func:`app.loadgen.prompts.dataset_lengths`);
+    None without a dataset, or when it can no longer be read."""
+    try:
+        return dataset_lengths(spec) if spec is not None else None
+    except ValueError:
+        return None
+
+
 def to_json(result: RampResult, spec: RampSpec | None = None, time_scale: float = 1.0) -> dict:
-    """``{"spec", "summary", "steps"}`` and, when the run controller computed them,
+    """``{"spec", "summary", "steps"}`` (``summary.lengths``: a dataset ramp's prompt and
+    output length histograms, :func:`app.loadgen.prompts.dataset_lengths`) and, when the run controller computed them,
     ``"capacity"`` (users at the SLO) and ``"verdict"``, ready for json.dump (times in s). ``time_scale``:
     the sim's k when the steps are in rig seconds (``summary.time_scale``; 1 otherwise)."""
     out = {"spec": spec.model_dump(mode="json") if spec else None,
-           "summary": {**summary(result), "time_scale": time_scale, "shape": spec.shape if spec else None},
+           "summary": {**summary(result), "time_scale": time_scale, "shape": spec.shape if spec else None,
+                       "lengths": _lengths(spec)},
            "steps": [s.model_dump(mode="json") for s in result.steps]}
     capacity = getattr(result, "capacity", None)
     if capacity is not None:  # users at the SLO (app.loadgen.capacity.Capacity)

@@ -1,4 +1,5 @@
-"""Request bodies for a ramp: synthetic prompts of about N tokens, or prompts from JSONL.
+"""Request bodies for a ramp: synthetic prompts of about N tokens, or a dataset's requests
+(``RampSpec.prompts_file``, read by :mod:`app.loadgen.datasets`).
 
 Synthetic prompts are words drawn at random from common English words that are one
 token each in the usual BPE vocabularies (Llama, Qwen, Mistral, GPT). Where the server
@@ -11,9 +12,11 @@ TTFT).
 from __future__ import annotations
 
 import json
+import math
 import random
 
-from app.loadgen.spec import RampSpec, load_prompts
+from app.loadgen.datasets import Dataset, Entry, length_histogram, output_of
+from app.loadgen.spec import RampSpec
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her they this have had not are but "
@@ -51,20 +54,89 @@ class LengthSampler:
     i-th call of :meth:`next` draws the prompt length, then ``max_tokens``, each
     uniformly from its :meth:`RampSpec.length_range` (inclusive, tokens), from
     ``random.Random(seed)`` (``spec.seed`` unless given). One sampler serves a whole
-    ramp, level after level."""
+    ramp, level after level.
 
-    def __init__(self, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int = 0) -> None:
+    With a dataset (``RampSpec.prompts_file``) the requests are its entries, sampled
+    with the same generator: each pass over the dataset in a fresh random order (every
+    entry once a pass, so a ramp's lengths follow the dataset's); the prompt length is
+    the entry's (estimated, :func:`app.loadgen.datasets.estimate_tokens`) and
+    ``max_tokens`` its answer's length capped at ``output_cap``
+    (:func:`app.loadgen.datasets.output_of`), or, for an entry without an answer, drawn
+    from the ``output_tokens`` range as above."""
+
+    def __init__(self, prompt_range: tuple[int, int], output_range: tuple[int, int], seed: int = 0,
+                 dataset: Dataset | None = None, output_cap: int | None = None) -> None:
         self.prompt_range, self.output_range = prompt_range, output_range
         self.rng = random.Random(seed)
+        self.dataset, self.output_cap = dataset, output_cap
+        self._order: list[int] = []
 
     @classmethod
     def of(cls, spec: RampSpec, seed: int | None = None) -> "LengthSampler":
         return cls(spec.length_range("prompt_tokens"), spec.length_range("output_tokens"),
-                   spec.seed if seed is None else seed)
+                   spec.seed if seed is None else seed, spec.dataset(), spec.output_cap)
+
+    def next_entry(self) -> tuple[Entry | None, int, int]:
+        """(the dataset's entry or None, prompt tokens, max_tokens) of the next request."""
+        if self.dataset is None:
+            return None, _draw(self.rng, self.prompt_range), _draw(self.rng, self.output_range)
+        if not self._order:
+            self._order = list(range(len(self.dataset.entries)))
+            self.rng.shuffle(self._order)
+        e = self.dataset.entries[self._order.pop()]
+        out = output_of(e, self.output_cap)
+        return e, e.prompt_tokens, _draw(self.rng, self.output_range) if out is None else out
 
     def next(self) -> tuple[int, int]:
         """(prompt tokens, max_tokens) of the next request."""
-        return _draw(self.rng, self.prompt_range), _draw(self.rng, self.output_range)
+        return self.next_entry()[1:]
+
+
+def planned_lengths(spec: RampSpec, n: int | None = None) -> list[tuple[int, int]]:
+    """(prompt tokens, max_tokens) of the first ``n`` requests ``spec`` sends
+    (:class:`LengthSampler`, the ramp's seed): the lengths shown and stored before a
+    run (:func:`app.loadgen.datasets.length_histogram`). ``n`` None: the dataset's size
+    within 2,000–20,000 (a dataset of up to 20,000 entries once each), 2,000 without one."""
+    s = LengthSampler.of(spec)
+    if n is None:
+        n = min(20_000, max(2_000, len(s.dataset.entries))) if s.dataset is not None else 2_000
+    return [s.next() for _ in range(n)]
+
+
+def dataset_lengths(spec: RampSpec) -> dict | None:
+    """The lengths a dataset ramp sends, stored with its run and exported with its result:
+    ``{"source", "format", "entries", "skipped", "truncated", "prompt", "output"}`` —
+    ``prompt``/``output`` the histograms of :func:`planned_lengths`
+    (:func:`app.loadgen.datasets.length_histogram`: n, mean, p50, p90, max, edges,
+    counts; tokens). None without a dataset."""
+    ds = spec.dataset()
+    if ds is None:
+        return None
+    return {"source": str(spec.prompts_file), "format": ds.format, "entries": len(ds.entries),
+            "skipped": ds.skipped, "truncated": ds.truncated, **length_histogram(planned_lengths(spec))}
+
+
+#: what :func:`fit_context` leaves for the estimate's error and a chat template: 10 % of
+#: the prompt and 16 tokens (a word is 1–1.5 tokens of the usual vocabularies; Llama 3's
+#: chat template adds about 10 tokens a message)
+CONTEXT_MARGIN = (0.10, 16)
+
+
+def fit_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> int:
+    """``max_tokens`` of a dataset request cut so that the prompt (estimated tokens, plus
+    :data:`CONTEXT_MARGIN`) and the output fit the server's ``max_model_len`` (from
+    ``/v1/models``), at least 1: a dataset's long tail (ShareGPT's, the built-in's) may
+    exceed a small model's context, which vLLM answers with HTTP 400. The planner does
+    not cut (it sizes the plan's own max_model_len)."""
+    room = max_model_len - math.ceil(prompt_tokens * (1 + CONTEXT_MARGIN[0])) - CONTEXT_MARGIN[1]
+    return max(1, min(max_tokens, room))
+
+
+def needs_calibration(spec: RampSpec) -> bool:
+    """Whether the ramp sends synthetic words (no dataset, or a built-in one), whose
+    count the runner scales by the model's measured tokens per word."""
+    ds = spec.dataset()
+    return ds is None or ds.synthetic
 
 
 class RequestFactory:
@@ -75,31 +147,23 @@ class RequestFactory:
     """
 
     def __init__(self, spec: RampSpec, model: str, seed: int | None = None,
-                 tokens_per_word: float | None = None) -> None:
+                 tokens_per_word: float | None = None, max_model_len: int | None = None) -> None:
         self.spec = spec
+        self.max_model_len = max_model_len
         self.tokens_per_word = tokens_per_word if tokens_per_word and tokens_per_word > 0 else 1.0
         self.model = model
         self.rng = random.Random(spec.seed if seed is None else seed)  # the prompts' words
         self.lengths = LengthSampler.of(spec, seed)
-        self.file_prompts = load_prompts(spec.prompts_file) if spec.prompts_file else None
-        self._i = 0
 
-    def _prompt(self, n: int) -> tuple[object, int]:
-        """(prompt string or messages list, estimated prompt tokens) for a drawn length
-        of ``n`` tokens (a prompts file's own prompts instead)."""
-        if self.file_prompts:
-            p = self.file_prompts[self._i % len(self.file_prompts)]
-            self._i += 1
-            if "messages" in p:
-                text = " ".join(str(m.get("content", "")) for m in p["messages"] if isinstance(m, dict))
-                return p["messages"], max(1, len(text.split()))
-            return p["prompt"], max(1, len(p["prompt"].split()))
-        words = self.rng.choices(_WORDS, k=max(1, round(n / self.tokens_per_word)))
-        return " ".join(words), n
+    def _words(self, n: int) -> str:
+        """A synthetic prompt of about ``n`` of the model's tokens."""
+        return " ".join(self.rng.choices(_WORDS, k=max(1, round(n / self.tokens_per_word))))
 
     def next(self) -> tuple[bytes, int, int]:
-        n, max_tokens = self.lengths.next()
-        prompt, est = self._prompt(n)
+        entry, n, max_tokens = self.lengths.next_entry()
+        if entry is not None and self.max_model_len:
+            max_tokens = fit_context(n, max_tokens, self.max_model_len)
+        prompt = self._words(n) if entry is None or entry.prompt is None else entry.prompt
         body: dict = {"model": self.model, "stream": True, "max_tokens": max_tokens,
                       "temperature": self.spec.temperature, "stream_options": {"include_usage": True}}
         if self.spec.ignore_eos:
@@ -110,4 +174,4 @@ class RequestFactory:
             if isinstance(prompt, list):  # messages given but completions endpoint: flatten
                 prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
             body["prompt"] = prompt
-        return json.dumps(body).encode(), est, max_tokens
+        return json.dumps(body).encode(), n, max_tokens

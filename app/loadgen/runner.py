@@ -20,7 +20,7 @@ import aiohttp
 
 from app.loadgen.capacity import level_met, search_levels
 from app.loadgen.client import preflight, stream_request, tokens_per_word
-from app.loadgen.prompts import RequestFactory, calibration_sample
+from app.loadgen.prompts import RequestFactory, calibration_sample, needs_calibration
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, compute_step_stats, find_knee, level_window, slo_stop_reason
@@ -71,13 +71,15 @@ class Ramp:
             self.session = session
             model, entry = await preflight(session, spec.url, spec.model, headers)
             tpw = None
-            if not spec.prompts_file:
+            if needs_calibration(spec):  # synthetic words: scaled to the model's tokens
                 tpw = await tokens_per_word(session, spec.url, model, calibration_sample(), headers)
             self.emit_event({"type": "preflight", "model": model, "max_model_len": entry.get("max_model_len"),
                              "connector_limit": connector.limit, "tokens_per_word": tpw,
                              "t": self.rel(time.monotonic())})
             self.url = spec.url + spec.endpoint
-            self.factory = RequestFactory(spec, model, tokens_per_word=tpw)
+            mml = entry.get("max_model_len")
+            self.factory = RequestFactory(spec, model, tokens_per_word=tpw,
+                                          max_model_len=mml if isinstance(mml, int) and mml > 0 else None)
             self.req_timeout = aiohttp.ClientTimeout(total=spec.request_timeout, sock_connect=min(10.0, spec.request_timeout))
             self.ramp_start = time.monotonic()
             status, reason = "done", "all levels done"

@@ -5,11 +5,12 @@ Units: seconds for every time, tokens for lengths, requests/s for rates, fractio
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.loadgen.datasets import FORMATS, load_dataset
 
 Length = Union[int, tuple[int, int]]
 """A token length: fixed ``n`` or a uniform range ``(lo, hi)`` inclusive."""
@@ -130,7 +131,13 @@ class RampSpec(BaseModel):
     length_spread: float = Field(0.25, ge=0, lt=1, description=(
         "a single-number length is drawn uniformly within ±this fraction of it (0: fixed); "
         "a LOW-HIGH range is used as given"))
-    prompts_file: Optional[Path] = Field(None, description="JSONL, one {\"prompt\": …} or {\"messages\": […]} a line")
+    prompts_file: Optional[Path] = Field(None, description=(
+        "a dataset (app.loadgen.datasets): a ShareGPT/chat/{\"prompt\": …} JSON(L), CSV or Parquet file, "
+        "builtin:chat, or hf:OWNER/NAME from the Hugging Face cache; sampled with the seed"))
+    prompts_format: Optional[Literal[FORMATS]] = Field(None, description="the dataset's format; None → detected")
+    prompts_column: Optional[str] = Field(None, min_length=1, description="CSV/Parquet: the text column")
+    output_cap: Optional[int] = Field(None, ge=1, description=(
+        "a dataset with answers: max_tokens is the answer's length, at most this (None: uncapped)"))
     ignore_eos: bool = True
     temperature: float = Field(0.0, ge=0)
     request_timeout: float = Field(300.0, gt=0)
@@ -196,8 +203,25 @@ class RampSpec(BaseModel):
         if self.step_seconds is None and self.requests_per_level is None:
             raise ValueError("set step_seconds and/or requests_per_level: a level needs an end")
         if self.prompts_file is not None:
-            load_prompts(self.prompts_file)  # raises with the line number
+            self.dataset()  # raises naming the file, the line and the fix
+        elif self.prompts_format is not None or self.prompts_column is not None:
+            raise ValueError("prompts_format/prompts_column describe a prompts_file: give one")
         return self
+
+    def dataset(self):
+        """The :class:`app.loadgen.datasets.Dataset` of ``prompts_file`` (cached), None
+        without one. Raises DatasetError (a ValueError) for a bad file."""
+        if self.prompts_file is None:
+            return None
+        return load_dataset(self.prompts_file, self.prompts_format, self.prompts_column)
+
+    @property
+    def prompts_name(self) -> str | None:
+        """``prompts_file`` as the user wrote it (``builtin:chat``, ``hf:…``) or a file's name."""
+        if self.prompts_file is None:
+            return None
+        s = str(self.prompts_file)
+        return s if s.startswith(("builtin:", "hf:")) else Path(s).name
 
     @property
     def settles(self) -> bool:
@@ -238,7 +262,15 @@ class RampSpec(BaseModel):
         fixed = all(lo == hi for lo, hi in (self.length_range("prompt_tokens"), self.length_range("output_tokens")))
         how = "fixed" if fixed else f"uniform, seed {self.seed}"
         if self.prompts_file is not None:
-            return f"prompts from {Path(self.prompts_file).name}, output {one('output_tokens')} tokens ({how})"
+            try:
+                answers = self.dataset().has_answers
+            except ValueError:
+                answers = False
+            if answers:  # app.loadgen.prompts.LengthSampler: the answers' lengths, capped
+                cap = f" (≤ {self.output_cap} tokens)" if self.output_cap is not None else ""
+                return f"prompts from {self.prompts_name}, output from its answers{cap} (sampled, seed {self.seed})"
+            return (f"prompts from {self.prompts_name} (sampled, seed {self.seed}), "
+                    f"output {one('output_tokens')} tokens ({how})")
         return f"prompt {one('prompt_tokens')}, output {one('output_tokens')} tokens ({how})"
 
     @property
@@ -301,29 +333,3 @@ def spec_to_wall(spec: RampSpec, k: float, *, durations: bool = True) -> RampSpe
             if getattr(spec, f) is not None:
                 upd[f] = getattr(spec, f) / k
     return spec.model_copy(update=upd)
-
-
-def load_prompts(path: Path | str) -> list[dict]:
-    """Read a JSONL prompts file: list of ``{"prompt": str}`` or ``{"messages": list}``.
-
-    Raises ValueError naming the file and line for a bad line or an empty file.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"prompts_file {p}: no such file")
-    out = []
-    with p.open(encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"prompts_file {p} line {i}: not JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not (isinstance(obj.get("prompt"), str)
-                                                 or isinstance(obj.get("messages"), list)):
-                raise ValueError(f"prompts_file {p} line {i}: write {{\"prompt\": \"…\"}} or {{\"messages\": [...]}}")
-            out.append(obj)
-    if not out:
-        raise ValueError(f"prompts_file {p}: no prompts in it")
-    return out

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from app.fileio import load_yaml
+from app.paths import hf_cache_dirs
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1,
                "fp8_e4m3": 1, "fp8_e5m2": 1, "fp8_inc": 1, "fp8_ds_mla": 1, "int8": 1}
@@ -344,17 +345,6 @@ class ModelArch:
         arch = cls.from_config(json.loads(f.read_text()), name=p.name, source=f"config.json at {p}")
         arch.checkpoint_files = json_files_beside(f)
         return arch
-
-
-def hf_cache_dirs() -> list[Path]:
-    """Where the Hugging Face hub cache may be (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub)."""
-    out = []
-    if os.environ.get("HF_HUB_CACHE"):
-        out.append(Path(os.environ["HF_HUB_CACHE"]))
-    if os.environ.get("HF_HOME"):
-        out.append(Path(os.environ["HF_HOME"]) / "hub")
-    out.append(Path.home() / ".cache" / "huggingface" / "hub")
-    return out
 
 
 def find_in_hf_cache(model_id: str) -> Path | None:

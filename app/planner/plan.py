@@ -18,6 +18,7 @@ from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
 from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepTimeModel, default_levels,
                                  default_params, predict_level)
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
+from app.loadgen.prompts import planned_lengths
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
 from app.planner.calibrate import hardware_fingerprint, load_calibration
@@ -41,7 +42,10 @@ class Workload:
     search like ``vllm-dyno ramp --find-capacity``: ``search`` (None: its defaults),
     ≥ ``requests_per_level`` measured requests a level, ``search_cap_s`` its time cap,
     the same warm-up. ``settle``: RampSpec.settle (None: a search's levels settle, the
-    curve's do not)."""
+    curve's do not). ``prompts_file`` (with ``prompts_format``, ``prompts_column``,
+    ``output_cap``): the ramp's dataset — the predicted requests are its entries
+    (app.loadgen.prompts.LengthSampler), and ``prompt_tokens``/``output_tokens`` the mean
+    lengths of the requests it sends (for the concurrency the KV cache holds)."""
 
     prompt_tokens: int = 512
     output_tokens: int = 128
@@ -55,6 +59,10 @@ class Workload:
     requests_per_level: int = P99_MIN_REQUESTS
     search_cap_s: float = SEARCH_STEP_CAP_S
     settle: bool | None = None
+    prompts_file: str | None = None
+    prompts_format: str | None = None
+    prompts_column: str | None = None
+    output_cap: int | None = None
 
     @classmethod
     def from_ramp(cls, spec: RampSpec) -> "Workload":
@@ -74,13 +82,21 @@ class Workload:
         if spec.search is not None:  # its step is the search's cap; the curve keeps 20 s levels
             kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
                   "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
+        if spec.prompts_file is not None:  # the dataset's requests; their mean lengths for the KV cache
+            kw.update(prompts_file=str(spec.prompts_file), prompts_format=spec.prompts_format,
+                      prompts_column=spec.prompts_column, output_cap=spec.output_cap)
+            lengths = planned_lengths(spec)
+            pt = max(1, round(sum(p for p, _ in lengths) / len(lengths)))
+            ot = max(1, round(sum(o for _, o in lengths) / len(lengths)))
         return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
                    slo=None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
 
     def _spec(self, **kw: Any) -> RampSpec:
+        data = {k: getattr(self, k) for k in ("prompts_file", "prompts_format", "prompts_column", "output_cap")
+                if getattr(self, k) is not None}
         return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                         length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
-                        slo=self.slo or SLO(), settle=self.settle, **kw)
+                        slo=self.slo or SLO(), settle=self.settle, **data, **kw)
 
     def ramp_spec(self, levels: list[int]) -> RampSpec:
         """The fixed ramp the predicted curve imitates (every level runs: no SLO stop)."""

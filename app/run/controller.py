@@ -42,6 +42,7 @@ from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
 from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
+from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import spec_to_wall
 from app.loadgen.capacity import Capacity, capacity_of
 from app.loadgen.spec import CapacitySearch
@@ -768,6 +769,12 @@ class RunController:
                     self._emit("on_record_failed", f"the ramp is not recorded: {e}")
             elif self.run is not None:
                 self.run.set_context(spec=spec)
+            rec = self._recorder()
+            if rec is not None and spec.prompts_file is not None:
+                try:  # the dataset's lengths with the run (config["lengths"]); the spec was validated with it
+                    rec.set_context(lengths=dataset_lengths(spec))
+                except ValueError:
+                    log.exception("the dataset's lengths are not recorded")
             api_key = self.target.config.env.get("VLLM_API_KEY") if self.target is not None else None
 
             def on_records(recs: list) -> None:

@@ -234,11 +234,17 @@ class RunRecorder:
                 self._log_after = lines[-1][0]
 
     def set_context(self, *, spec: Any = None, hardware: HardwareFingerprint | None = None,
-                    time_scale: float | None = None, model: str | None = None) -> None:
+                    time_scale: float | None = None, model: str | None = None,
+                    lengths: dict | None = None) -> None:
         """Record the ramp spec (rig seconds), the hardware fingerprint, the sim's time
-        scale k and the served model name, as they become known."""
+        scale k and the served model name, as they become known; ``lengths``: a dataset
+        ramp's length histograms (:func:`app.loadgen.prompts.dataset_lengths`), kept in
+        the run's ``config`` as ``config["lengths"]``."""
         if spec is not None:
             self._update(spec=spec)
+        if lengths is not None:
+            self._config["lengths"] = lengths
+            self._update(config=dict(self._config))
         if hardware is not None:
             self.hardware = hardware
         if time_scale is not None:
