@@ -1,0 +1,81 @@
+"""``vllm-dyno agent`` and ``vllm-dyno hosts check``: the hosts of a rig (issue 21).
+
+``agent`` is what the app starts on each host over SSH: it speaks the line protocol of
+app.hosts.protocol on its stdin/stdout (not for people). ``hosts check DEST …`` starts
+the agent on each destination (``user@host[:port]``, or ``localhost``) the way a launch
+will, and prints what it reports: version, cards or CPU cores, the clock offset with its
+bound and the round trip; ``--seconds N`` also watches its telemetry for N seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from app.cli.common import err, index_list, positive_seconds
+from app.hosts.spec import Host, hosts_from
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agent", help="the per-host agent the app starts over SSH (line-delimited JSON on stdin/stdout)")
+    p.add_argument("--gpus", type=index_list, help="GPU indices this agent reports and samples (default: all)")
+    p.set_defaults(func=cmd_agent)
+    h = sub.add_parser("hosts", help="check the hosts of a rig: start the agent on each over SSH")
+    hs = h.add_subparsers(dest="hosts_command", required=True)
+    c = hs.add_parser("check", help="start the agent on each host and print its hello and clock offset")
+    c.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port] or localhost")
+    c.add_argument("--dyno", default="vllm-dyno", help="the command that runs vllm-dyno on the hosts")
+    c.add_argument("--known-hosts", help="known-hosts file (default: ~/.ssh/known_hosts)")
+    c.add_argument("--identity", action="append", help="private key file (default: your SSH agent and ~/.ssh)")
+    c.add_argument("--seconds", type=positive_seconds, help="also watch each host's telemetry this long")
+    c.set_defaults(func=cmd_hosts_check)
+
+
+def cmd_agent(a: argparse.Namespace) -> int:
+    # deferred: the agent's modules (supervisor, samplers) load only for this command
+    from app.hosts.agent import main
+
+    return main(a.gpus)
+
+
+def cmd_hosts_check(a: argparse.Namespace) -> int:
+    try:
+        hosts = hosts_from([{"ssh": d, "dyno": a.dyno} for d in a.destinations])
+    except ValueError as e:
+        return err(str(e))
+    # deferred: asyncssh loads only when a host is reached
+    from app.hosts.link import HostError, SshOptions
+
+    opts = SshOptions(known_hosts=a.known_hosts, client_keys=tuple(a.identity) if a.identity else None)
+    try:
+        return asyncio.run(_check(hosts, opts, a.seconds))
+    except HostError as e:
+        return err(str(e))
+
+
+async def _check(hosts: list[Host], opts, seconds: float | None) -> int:
+    # deferred: as in cmd_hosts_check
+    from app.hosts.link import AgentLink
+
+    for h in hosts:
+        link = await AgentLink.open(h, ssh=opts)
+        try:
+            hello = link.hello
+            cards = ", ".join(f"{c['index']}: {c['name']}" for c in hello.get("cards") or []) or \
+                f"no GPU ({hello.get('nvml')}); CPU {hello['cpu']['cores']} cores, " \
+                f"{hello['cpu']['memory_available_gib']:.1f}/{hello['cpu']['memory_total_gib']:.1f} GiB available"
+            print(f"{h.label()}: vllm-dyno {hello['version']} on {hello['hostname']} (agent pid {hello['pid']})")
+            print(f"  cards: {cards}")
+            print(f"  {link.offset.describe()}")
+            if seconds:
+                got: list = []
+                link.subscribe(got.extend)
+                await link.watch()
+                await asyncio.sleep(seconds)
+                names = sorted({f"{s.source}.{s.name}" for s in got})
+                print(f"  telemetry: {len(got)} samples in {seconds:g} s ({', '.join(names[:6])}"
+                      f"{' …' if len(names) > 6 else ''})")
+        finally:
+            await link.close()
+    sys.stdout.flush()
+    return 0
