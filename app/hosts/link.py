@@ -432,6 +432,8 @@ class AgentLink:
         """Drop the channel at once (as a lost network or a killed app would): the agent
         sees its input end and stops its server; killed meanwhile, its reaper does."""
         self.channel.abort()
+        if self.connection is None:  # a local agent: reap it (its pipes close with it)
+            await self._exit_status(5.0)
         await self._finish()
 
     async def _finish(self) -> None:

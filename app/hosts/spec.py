@@ -39,6 +39,27 @@ _USER_RE = re.compile(r"[A-Za-z0-9._][A-Za-z0-9._-]{0,63}")
 _LABEL_RE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 
 
+def secret_key_problem(key: Any) -> str | None:
+    """Why a hosts entry may not have the key ``key`` (None: it may): a password,
+    passphrase, private key or token is never stored in a profile."""
+    if SECRET_KEY_RE.search(str(key)):
+        return ("a host never keeps a password, passphrase or key in a profile; SSH authenticates with your keys — "
+                "load them in your SSH agent (ssh-add) or name them in ~/.ssh/config (IdentityFile)")
+    return None
+
+
+def hosts_secret_problem(data: Any) -> tuple[str, str] | None:
+    """The first key of a ``hosts:`` value that would hold a secret, as ``(key path,
+    why)`` (``hosts[0].password``), None when there is none. Checked before unknown keys
+    are dropped, so that a password is refused, never just left out."""
+    for i, item in enumerate(data if isinstance(data, list) else ()):
+        for k in item if isinstance(item, dict) else ():
+            why = secret_key_problem(k)
+            if why:
+                return f"hosts[{i}].{k}", why
+    return None
+
+
 class DestinationError(ValueError):
     """An SSH destination that cannot be parsed; the message names it and the form."""
 
@@ -113,10 +134,9 @@ class Host(BaseModel):
             return {"ssh": data}
         if isinstance(data, dict):
             for k in data:
-                if SECRET_KEY_RE.search(str(k)):
-                    raise ValueError(f"{k}: a host never keeps a password, passphrase or key in a profile; "
-                                     "SSH authenticates with your keys — load them in your SSH agent (ssh-add) "
-                                     "or name them in ~/.ssh/config (IdentityFile)")
+                why = secret_key_problem(k)
+                if why:
+                    raise ValueError(f"{k}: {why}")
         return data
 
     @field_validator("ssh")
@@ -199,6 +219,9 @@ def hosts_from(data: Any) -> list[Host]:
     if not isinstance(data, list):
         raise ValueError("hosts: a list of hosts, each a mapping with ssh: user@host[:port]")
     out = []
+    secret = hosts_secret_problem(data)
+    if secret:
+        raise ValueError(f"{secret[0]}: {secret[1]}")
     for i, item in enumerate(data):
         try:
             out.append(item if isinstance(item, Host) else Host.model_validate(item))

@@ -1,0 +1,200 @@
+"""A rig of two hosts on one machine (issue 21): two network namespaces with an SSH server
+each (tests/netns.py), the app reaching them through asyncssh with a generated key and
+known-hosts file. The agent's hello and version check, telemetry on the session clock
+with a measured clock offset, a simulated rig launched on one host and reached at its
+private address, the channel killed → the agent and its server gone, and the SSH errors
+(unknown host key, refused key, nothing listening, a name that does not resolve).
+
+Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
+offset, channel kill → no process left) are printed (``pytest -s``).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+import urllib.request
+
+import asyncssh
+import psutil
+import pytest
+
+from app import __version__
+from app.clock import SessionClock
+from app.config import ServerConfig
+from app.hosts.link import AgentLink, HostError, SshOptions
+from app.hosts.spec import Host
+from app.server.reaper import EOF_GRACE_S
+from app.telemetry.series import Sample
+from tests import netns
+
+pytestmark = pytest.mark.multinode
+
+ROOT = netns.ROOT
+DYNO = f"{sys.executable} -m app.cli"  # the same package on every "host" (one checkout, cwd = ROOT)
+
+
+@pytest.fixture(scope="module")
+def bed():
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    b = netns.Bed.make(2)
+    try:
+        yield b
+    finally:
+        b.close()
+    assert not any(h.ns in os.popen("ip netns list").read() for h in b.hosts)
+
+
+def _opts(bed, **kw) -> SshOptions:
+    d = dict(known_hosts=str(bed.known_hosts), client_keys=(str(bed.client_key),), use_agent=False,
+             connect_timeout=10.0, config=())
+    d.update(kw)
+    return SshOptions(**d)
+
+
+def _run(coro, timeout: float = 180.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def _left(pids: list[int], pgid: int | None) -> list[int]:
+    """Of ``pids`` and the members of group ``pgid``, those still running (not zombies)."""
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if p.pid in pids or (pgid is not None and os.getpgid(p.pid) == pgid):
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+def test_two_hosts_hello_clock_and_telemetry(bed):
+    async def go():
+        clock = SessionClock()  # the session's one clock, shared by every host's link
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=_opts(bed))
+                 for h in bed.hosts]
+        try:
+            got: list[Sample] = []
+            for link, h in zip(links, bed.hosts):
+                assert link.hello["version"] == __version__
+                assert h.pids() and link.hello["pid"] in h.pids()  # the agent runs in that host's namespace
+                off = link.offset
+                print(f"\n{h.destination}: {off.describe()}")
+                assert off.exchanges == 8 and off.rtt_s < 0.05
+                assert abs(off.offset_s) <= off.bound_s + 1e-4  # one kernel: the true offset is 0
+                link.subscribe(got.extend)
+            before = clock.now()
+            for link in links:
+                await link.watch(interval=0.25)
+            await asyncio.sleep(1.5)
+            after = clock.now()
+            for h in bed.hosts:
+                mine = [s for s in got if s.source == f"{h.address}/host"]
+                assert {s.name for s in mine} >= {"cpu_pct", "memory_used_bytes", "memory_available_bytes"}
+                assert all(before - 0.01 <= s.t <= after + 0.01 for s in mine), (before, after, sorted(s.t for s in mine))
+            # round trip of one request through SSH and the agent, for the record
+            t = time.perf_counter()
+            for _ in range(20):
+                await links[0].request("ping", t0=0.0)
+            print(f"request round trip over SSH: {(time.perf_counter() - t) / 20 * 1e3:.2f} ms (mean of 20)")
+        finally:
+            for link in links:
+                await link.close()
+    _run(go())
+
+
+def test_other_version_refused_naming_both(bed):
+    h = bed.hosts[1]
+    fake = f"{sys.executable} {ROOT / 'tests' / 'fake_agent.py'} --version 0.0.1"
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=h.destination, dyno=fake), ssh=_opts(bed))
+        return str(e.value)
+    msg = _run(go())
+    assert h.destination in msg and "vllm-dyno 0.0.1" in msg and f"vllm-dyno {__version__}" in msg
+
+
+def test_sim_on_a_host_reached_at_its_address_and_gone_with_the_channel(bed):
+    """The agent launches the simulated rig on host 0, bound to its private address; the
+    app reaches it there; the SSH connection dropped → the agent sees EOF, stops the
+    server, exits: no process of it or of the server's group is left within the grace."""
+    h = bed.hosts[0]
+
+    async def go():
+        link = await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed))
+        try:
+            cfg = ServerConfig(model="Llama-3-8B", host=h.address)
+            with pytest.raises(HostError, match="confirm"):  # beyond loopback only when confirmed
+                await link.launch(cfg, engine="sim")
+            launched = await link.launch(cfg, engine="sim", expose=True,
+                                         sim_args=["--sim-gpu", "RTX 4090", "--sim-gpu-count", "1"])
+            ready = await link.wait_state("ready", "failed", timeout=120)
+            assert ready["state"] == "ready", list(link.log_lines)[-20:]
+            assert launched["url"] == f"http://{h.address}:{launched['port']}"
+            with urllib.request.urlopen(launched["url"] + "/v1/models", timeout=10) as r:  # from the root namespace
+                assert b"Llama-3-8B" in r.read()
+            assert link.log_lines and all(t >= 0 for t, _, _ in link.log_lines)
+            pgid, server, agent = launched["pgid"], ready["server_pid"], link.agent_pid
+            assert server in h.pids() and pgid in h.pids()
+            t = time.monotonic()
+            await link.abort()  # the channel killed
+            while _left([agent, server], pgid) and time.monotonic() - t < 20:
+                await asyncio.sleep(0.02)
+            took = time.monotonic() - t
+        except BaseException:
+            await link.abort()
+            raise
+        left = _left([agent, server], pgid)
+        print(f"\nchannel killed → agent and server gone in {took:.2f} s (grace {EOF_GRACE_S:.0f} s)")
+        assert not left, f"still running after {took:.1f} s: {left}"
+        assert took < EOF_GRACE_S + 3.0
+        assert [p for p in h.pids() if p != h.server.pid and psutil.Process(p).ppid() != 0
+                and "ssh_server" not in " ".join(psutil.Process(p).cmdline())] == []
+    _run(go())
+
+
+def test_unknown_host_key_refused_saying_how_to_accept(bed, tmp_path):
+    h = bed.hosts[0]
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed, known_hosts=str(empty)))
+        return str(e.value)
+    msg = _run(go())
+    assert msg.startswith(f"host {h.destination}: its host key is not in {empty}")
+    assert f"ssh-keyscan -p {h.port} {h.address}" in msg and f"ssh -p {h.port} root@{h.address}" in msg
+
+
+def test_refused_key_says_keys_only(bed, tmp_path):
+    h = bed.hosts[0]
+    other = tmp_path / "id_other"
+    asyncssh.generate_private_key("ssh-ed25519").write_private_key(str(other))
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed, client_keys=(str(other),)))
+        return str(e.value)
+    msg = _run(go())
+    assert h.destination in msg and "refused every key" in msg and "ssh-add" in msg
+
+
+@pytest.mark.parametrize("dest, says", [("root@{addr}:2299", "cannot connect to {addr} port 2299"),
+                                        ("root@nohost.invalid", "cannot connect to nohost.invalid port 22")])
+def test_bad_destination_names_the_host(bed, dest, says):
+    addr = bed.hosts[0].address
+    dest, says = dest.format(addr=addr), says.format(addr=addr)
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=dest, dyno=DYNO), ssh=_opts(bed, connect_timeout=5.0))
+        return str(e.value)
+    msg = _run(go())
+    assert msg.startswith(f"host {dest}: ") and says in msg and "hosts[].ssh" in msg
