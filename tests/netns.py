@@ -11,6 +11,7 @@ and is safe to call after a partial setup or a failed test.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -32,9 +33,7 @@ def unavailable() -> str | None:
     """Why the bed cannot be made here (None: it can)."""
     if os.geteuid() != 0:
         return "network namespaces need root (ip netns); the multinode tests run as root, as CI does"
-    try:
-        import asyncssh  # noqa: F401  (the bed's SSH server)
-    except ImportError:
+    if importlib.util.find_spec("asyncssh") is None:  # the bed's SSH server
         return "asyncssh is not installed (make deps)"
     probe = f"dyno-probe-{os.getpid()}"
     try:

@@ -39,6 +39,8 @@ BASE: dict[str, list[str]] = {
     "profiles import": [],
     "profiles delete": [],
     "profiles save-run": [],
+    "agent": [],
+    "hosts check": ["localhost"],
     "tune": ["--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--model", "Llama-3-8B",
              "--slo-ttft-p99", "2", "--dry-run"],
 }
@@ -64,6 +66,12 @@ SERVER_BAD: dict[str, list[str]] = {
 
 #: (subcommand, option) → bad values; positionals by their dest
 BAD: dict[tuple[str, str], list[str]] = {
+    ("agent", "--gpus"): ["abc", "-1"],
+    ("hosts check", "destinations"): ["u@h:99999", "u@bad_host!"],
+    ("hosts check", "--dyno"): ["", "'unclosed"],
+    ("hosts check", "--known-hosts"): ["/nonexistent/known_hosts"],
+    ("hosts check", "--identity"): ["/nonexistent/id_ed25519"],
+    ("hosts check", "--seconds"): ["abc", "0"],
     ("serve", "--startup-timeout"): ["-5", "0", "abc", "nan", "inf"],
     ("serve", "--grace"): ["-1", "0", "abc"],
     ("serve", "--sim-gpu"): ["No Such GPU"],
@@ -246,6 +254,8 @@ NAMED = {
     ("tune", "--vary"): "vary|--vary",
     ("tune", "--resume"): "tune|--resume",
     ("tune", "--show"): "tune|--show",
+    ("hosts check", "destinations"): "SSH destination|destinations",
+    ("hosts check", "--dyno"): "dyno",
 }
 
 

@@ -12,7 +12,7 @@ import argparse
 import asyncio
 import sys
 
-from app.cli.common import err, index_list, positive_seconds
+from app.cli.common import err, index_list, input_file, positive_seconds
 from app.hosts.spec import Host, hosts_from
 
 
@@ -25,8 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = hs.add_parser("check", help="start the agent on each host and print its hello and clock offset")
     c.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port] or localhost")
     c.add_argument("--dyno", default="vllm-dyno", help="the command that runs vllm-dyno on the hosts")
-    c.add_argument("--known-hosts", help="known-hosts file (default: ~/.ssh/known_hosts)")
-    c.add_argument("--identity", action="append", help="private key file (default: your SSH agent and ~/.ssh)")
+    c.add_argument("--known-hosts", type=input_file, help="known-hosts file (default: ~/.ssh/known_hosts)")
+    c.add_argument("--identity", type=input_file, action="append",
+                   help="private key file (default: your SSH agent and ~/.ssh)")
     c.add_argument("--seconds", type=positive_seconds, help="also watch each host's telemetry this long")
     c.set_defaults(func=cmd_hosts_check)
 
