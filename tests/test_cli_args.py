@@ -41,6 +41,7 @@ BASE: dict[str, list[str]] = {
     "profiles save-run": [],
     "agent": [],
     "hosts check": ["localhost"],
+    "hosts plan": ["a@h1", "b@h2", "--model", "/m", "--pipeline-parallel-size", "2"],
     "tune": ["--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--model", "Llama-3-8B",
              "--slo-ttft-p99", "2", "--dry-run"],
 }
@@ -72,6 +73,12 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("hosts check", "--known-hosts"): ["/nonexistent/known_hosts"],
     ("hosts check", "--identity"): ["/nonexistent/id_ed25519"],
     ("hosts check", "--seconds"): ["abc", "0"],
+    ("hosts plan", "destinations"): ["u@h:99999"],
+    ("hosts plan", "--model"): [""],
+    ("hosts plan", "--tensor-parallel-size"): ["abc", "0"],
+    ("hosts plan", "--pipeline-parallel-size"): ["abc", "0", "3"],
+    ("hosts plan", "--data-parallel-size"): ["abc", "0", "3"],
+    ("hosts plan", "--gpus-per-host"): ["abc", "0"],
     ("serve", "--startup-timeout"): ["-5", "0", "abc", "nan", "inf"],
     ("serve", "--grace"): ["-1", "0", "abc"],
     ("serve", "--sim-gpu"): ["No Such GPU"],
@@ -256,6 +263,11 @@ NAMED = {
     ("tune", "--show"): "tune|--show",
     ("hosts check", "destinations"): "SSH destination|destinations",
     ("hosts check", "--dyno"): "dyno",
+    ("hosts plan", "destinations"): "SSH destination|destinations",
+    ("hosts plan", "--model"): "model",
+    ("hosts plan", "--tensor-parallel-size"): "--tensor-parallel-size|tensor_parallel_size",
+    ("hosts plan", "--pipeline-parallel-size"): "--pipeline-parallel-size|pipeline_parallel_size",
+    ("hosts plan", "--data-parallel-size"): "--data-parallel-size|data_parallel_size",
 }
 
 

@@ -16,6 +16,7 @@ import pytest
 from app import __version__
 from app.config import ServerConfig
 from app.hosts.link import AgentLink, HostError
+from app.hosts.plan import PlanError, mp_plan, render
 from app.hosts.protocol import (ClockSample, ProtocolError, best_offset, clock_sample, decode, encode,
                                 samples_from_wire, samples_to_wire)
 from app.hosts.spec import Host, hosts_from, parse_destination
@@ -206,3 +207,84 @@ def test_local_agent_launches_the_sim_and_its_server_dies_with_the_agent():
         return took
     took = _run(go())
     assert took < 10
+
+
+# ---- the launch plan (mp backend) ---------------------------------------------------------
+
+VLLM_PYTHON = os.path.join(ROOT, ".venv-vllm", "bin", "python")
+
+
+def _four(gpus=1):
+    return hosts_from([{"ssh": f"dyno@10.0.0.{11 + i}", "gpus": gpus} for i in range(4)])
+
+
+def test_plan_pipeline_over_four_hosts():
+    plan = mp_plan(_four(), ServerConfig(model="/models/llama-70b", pipeline_parallel_size=4))
+    assert [c.role for c in plan] == ["head", "headless", "headless", "headless"]
+    for r, c in enumerate(plan):
+        argv = c.config.option_argv()
+        i = argv.index("--node-rank")
+        assert argv[i + 1] == str(r) and argv[argv.index("--nnodes") + 1] == "4"
+        assert argv[argv.index("--master-addr") + 1] == "10.0.0.11" and "--master-port" in argv
+        assert ("--headless" in argv) == (r > 0) and c.config.distributed_executor_backend == "mp"
+        assert c.config.gpus == [0]
+    assert plan[0].config.host == "10.0.0.11"  # the head's API server on the address the app reaches
+    assert "CUDA_VISIBLE_DEVICES=0 vllm serve /models/llama-70b" in render(plan)
+    assert plan[1].ssh_line().startswith("ssh dyno@10.0.0.12 -- 'CUDA_VISIBLE_DEVICES=0 vllm serve")
+
+
+def test_plan_data_parallel_replicas_over_hosts():
+    plan = mp_plan(_four(2)[:2], ServerConfig(model="/m", tensor_parallel_size=2, data_parallel_size=2))
+    head, other = (c.config.option_argv() for c in plan)
+    for argv in (head, other):
+        assert argv[argv.index("--data-parallel-size-local") + 1] == "1"
+        assert argv[argv.index("--data-parallel-address") + 1] == "10.0.0.11"
+        assert argv[argv.index("--data-parallel-rpc-port") + 1] == "13345"
+    assert "--headless" not in head and "--data-parallel-start-rank" not in head
+    assert "--headless" in other and other[other.index("--data-parallel-start-rank") + 1] == "1"
+
+
+@pytest.mark.parametrize("n, cfg, says", [
+    (4, dict(pipeline_parallel_size=3), "cannot be split evenly over 4 hosts"),
+    (2, dict(tensor_parallel_size=2), "would span hosts"),
+    (4, dict(data_parallel_size=2), "cannot be spread evenly over 4 hosts"),
+    (1, dict(pipeline_parallel_size=2), "at least two hosts"),
+    (2, dict(pipeline_parallel_size=4), "has 1 card(s) selected"),
+])
+def test_plan_refuses_what_does_not_fit(n, cfg, says):
+    with pytest.raises(PlanError) as e:
+        mp_plan(_four()[:n], ServerConfig(model="/m", **cfg))
+    assert says in str(e.value)
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
+def test_plan_commands_parse_with_the_installed_vllm():
+    """Every command of both layouts is accepted by the installed vLLM's own ``vllm serve``
+    parser (vllm/entrypoints/cli/serve.py ``subparser_init`` → make_arg_parser, 0.32.0),
+    and its values arrive as the plan meant them."""
+    import json
+    import subprocess
+
+    cmds = [c.config.option_argv() for c in mp_plan(_four(), ServerConfig(model="/m", pipeline_parallel_size=4))]
+    cmds += [c.config.option_argv() for c in mp_plan(_four(2)[:2], ServerConfig(model="/m", data_parallel_size=4))]
+    code = (
+        "import json, sys\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "p = make_arg_parser(FlexibleArgumentParser())\n"
+        "out = []\n"
+        "for argv in json.loads(sys.stdin.read()):\n"
+        "    a = p.parse_args(['/m'] + argv)\n"
+        "    out.append({k: getattr(a, k, None) for k in ('nnodes', 'node_rank', 'master_addr', 'master_port',\n"
+        "        'headless', 'data_parallel_size', 'data_parallel_size_local', 'data_parallel_start_rank',\n"
+        "        'data_parallel_address', 'data_parallel_rpc_port', 'distributed_executor_backend')})\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([VLLM_PYTHON, "-c", code], input=json.dumps(cmds), capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [g["node_rank"] for g in got[:4]] == [0, 1, 2, 3] and {g["nnodes"] for g in got[:4]} == {4}
+    assert [g["headless"] for g in got] == [False, True, True, True, False, True]
+    assert {g["master_addr"] for g in got[:4]} == {"10.0.0.11"} and got[0]["distributed_executor_backend"] == "mp"
+    assert [g["data_parallel_start_rank"] for g in got[4:]] == [None, 2]
+    assert {g["data_parallel_size_local"] for g in got[4:]} == {2} and got[5]["data_parallel_rpc_port"] == 13345

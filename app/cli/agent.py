@@ -1,7 +1,8 @@
 """``vllm-dyno agent`` and ``vllm-dyno hosts check``: the hosts of a rig (issue 21).
 
 ``agent`` is what the app starts on each host over SSH: it speaks the line protocol of
-app.hosts.protocol on its stdin/stdout (not for people). ``hosts check DEST …`` starts
+app.hosts.protocol on its stdin/stdout (not for people). ``hosts plan DEST … --model M`` prints
+the per-host ``vllm serve`` commands of a layout (app.hosts.plan). ``hosts check DEST …`` starts
 the agent on each destination (``user@host[:port]``, or ``localhost``) the way a launch
 will, and prints what it reports: version, cards or CPU cores, the clock offset with its
 bound and the round trip; ``--seconds N`` also watches its telemetry for N seconds.
@@ -12,8 +13,11 @@ import argparse
 import asyncio
 import sys
 
-from app.cli.common import err, index_list, input_file, positive_seconds
+from app.cli.common import err, index_list, input_file, number_type, positive_seconds
 from app.hosts.spec import Host, hosts_from
+
+
+count = number_type(int, low=1, what="a whole number", example="2")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,6 +34,36 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="private key file (default: your SSH agent and ~/.ssh)")
     c.add_argument("--seconds", type=positive_seconds, help="also watch each host's telemetry this long")
     c.set_defaults(func=cmd_hosts_check)
+    pl = hs.add_parser("plan", help="the per-host vllm serve commands (mp backend) for a layout over the hosts")
+    pl.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port]; the first is the head")
+    pl.add_argument("--model", required=True, help="the model directory or Hugging Face id (the same on every host)")
+    pl.add_argument("--tensor-parallel-size", type=count, default=1, help="TP: ranks per pipeline stage")
+    pl.add_argument("--pipeline-parallel-size", type=count, default=1, help="PP: stages (across hosts)")
+    pl.add_argument("--data-parallel-size", type=count, default=1, help="DP: replicas (spread over the hosts)")
+    pl.add_argument("--gpus-per-host", type=count, help="cards to use on each host (the first N; default: all)")
+    pl.add_argument("--ssh", action="store_true", help="print each command as an ssh line run from here")
+    pl.set_defaults(func=cmd_hosts_plan)
+
+
+def cmd_hosts_plan(a: argparse.Namespace) -> int:
+    # deferred: the plan's modules load only for this command
+    from app.config import ServerConfig
+    from app.hosts.plan import PlanError, mp_plan, render
+
+    if not a.model.strip():
+        return err("--model is empty: give the model directory or Hugging Face id (the same path on every host)")
+    try:
+        hosts = hosts_from([{"ssh": d, "gpus": a.gpus_per_host} for d in a.destinations])
+        sizes = {"tensor_parallel_size": a.tensor_parallel_size, "pipeline_parallel_size": a.pipeline_parallel_size,
+                 "data_parallel_size": a.data_parallel_size}
+        cfg = ServerConfig(model=a.model, **{k: v for k, v in sizes.items() if v > 1})  # 1: vLLM's default
+        plan = mp_plan(hosts, cfg)
+    except PlanError as e:
+        return err(f"the layout does not fit: {e}")
+    except ValueError as e:
+        return err(str(e))
+    print("\n".join(c.ssh_line() for c in plan) if a.ssh else render(plan))
+    return 0
 
 
 def cmd_agent(a: argparse.Namespace) -> int:
