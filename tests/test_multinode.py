@@ -80,6 +80,7 @@ def test_two_hosts_hello_clock_and_telemetry(bed):
                  for h in bed.hosts]
         try:
             got: list[Sample] = []
+            lags: list[float] = []  # a batch's arrival − its stamp, session s: the agent path's delay
             for link, h in zip(links, bed.hosts):
                 assert link.hello["version"] == __version__
                 assert h.pids() and link.hello["pid"] in h.pids()  # the agent runs in that host's namespace
@@ -88,6 +89,7 @@ def test_two_hosts_hello_clock_and_telemetry(bed):
                 assert off.exchanges == 8 and off.rtt_s < 0.05
                 assert abs(off.offset_s) <= off.bound_s + 1e-4  # one kernel: the true offset is 0
                 link.subscribe(got.extend)
+                link.subscribe(lambda batch: lags.append(clock.now() - max(x.t for x in batch)))
             before = clock.now()
             for link in links:
                 await link.watch(interval=0.25)
@@ -97,6 +99,10 @@ def test_two_hosts_hello_clock_and_telemetry(bed):
                 mine = [s for s in got if s.source == f"{h.address}/host"]
                 assert {s.name for s in mine} >= {"cpu_pct", "memory_used_bytes", "memory_available_bytes"}
                 assert all(before - 0.01 <= s.t <= after + 0.01 for s in mine), (before, after, sorted(s.t for s in mine))
+            lags.sort()
+            print(f"telemetry delay through the agent (arrival − stamp): median {lags[len(lags) // 2] * 1e3:.2f} ms, "
+                  f"max {lags[-1] * 1e3:.2f} ms over {len(lags)} batches")
+            assert lags[0] > -0.002 and lags[len(lags) // 2] < 0.1
             # round trip of one request through SSH and the agent, for the record
             t = time.perf_counter()
             for _ in range(20):
@@ -198,3 +204,18 @@ def test_bad_destination_names_the_host(bed, dest, says):
         return str(e.value)
     msg = _run(go())
     assert msg.startswith(f"host {dest}: ") and says in msg and "hosts[].ssh" in msg
+
+
+def test_hosts_check_command_over_ssh(bed):
+    """``vllm-dyno hosts check`` against both hosts: the hello, the clock offset, telemetry."""
+    import subprocess
+
+    dests = [h.destination for h in bed.hosts]
+    r = subprocess.run([sys.executable, "-m", "app.cli", "hosts", "check", *dests, "--dyno", DYNO,
+                        "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key), "--seconds", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, SSH_AUTH_SOCK=""))
+    assert r.returncode == 0, r.stderr
+    for d in dests:
+        assert f"{d}: vllm-dyno {__version__}" in r.stdout
+    assert r.stdout.count("clock offset") == 2 and r.stdout.count("telemetry: ") == 2
+    print("\n" + r.stdout)
