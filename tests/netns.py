@@ -55,6 +55,11 @@ class NsHost:
     address: str
     port: int = SSH_PORT
     server: subprocess.Popen | None = None
+    veth: str = ""  # its veth end on the bridge (root namespace)
+
+    def set_link(self, up: bool) -> None:
+        """Cut the host off the network (its veth end down) or bring it back."""
+        _ip("link", "set", self.veth, "up" if up else "down")
 
     @property
     def destination(self) -> str:
@@ -120,7 +125,7 @@ class Bed:
         h = NsHost(ns, f"10.77.{self.subnet}.{i + 2}")
         _ip("netns", "add", ns)
         self.hosts.append(h)
-        veth = f"dyv{self.tag}{i}"
+        veth = h.veth = f"dyv{self.tag}{i}"
         _ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         _ip("link", "set", veth, "master", self.bridge)
         _ip("link", "set", veth, "up")
@@ -158,6 +163,8 @@ class Bed:
             deadline = time.monotonic() + 5
             while h.pids() and time.monotonic() < deadline:
                 time.sleep(0.05)
+            if h.veth:  # the pair goes with its namespace only once nothing holds that (a socket
+                _ip("link", "del", h.veth, check=False)  # of a cut-off host can): delete it here
             _ip("netns", "del", h.ns, check=False)
         if self.bridge:
             _ip("link", "del", self.bridge, check=False)

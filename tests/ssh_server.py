@@ -5,7 +5,9 @@ It accepts public-key authentication only (the keys of ``--authorized-keys``), r
 exec request as ``/bin/sh -c COMMAND`` in ``--cwd`` with the server's environment, and
 pumps the channel to the command's stdin/stdout/stderr as OpenSSH's sshd does without a
 terminal: when the channel closes or the connection is lost, the command's stdin is
-closed (the command sees EOF; it is not signalled). Prints ``listening HOST PORT`` on
+closed (the command sees EOF; it is not signalled). A client that stops answering
+keepalives (1 s × 2, as sshd's ClientAliveInterval/ClientAliveCountMax) counts as gone.
+Prints ``listening HOST PORT`` on
 stdout once it accepts connections.
 """
 from __future__ import annotations
@@ -82,7 +84,8 @@ async def main(argv: list[str]) -> None:
     a = p.parse_args(argv)
     server = await asyncssh.create_server(Server, a.listen, a.port, server_host_keys=[a.host_key],
                                           authorized_client_keys=a.authorized_keys, password_auth=False,
-                                          kbdint_auth=False, process_factory=handler(a.cwd), encoding=None)
+                                          kbdint_auth=False, process_factory=handler(a.cwd), encoding=None,
+                                          keepalive_interval=1.0, keepalive_count_max=2)
     print(f"listening {a.listen} {a.port}", flush=True)
     async with server:
         await asyncio.Event().wait()

@@ -46,6 +46,8 @@ def bed():
     finally:
         b.close()
     assert not any(h.ns in os.popen("ip netns list").read() for h in b.hosts)
+    links = os.popen("ip -o link").read()
+    assert b.bridge not in links and not any(h.veth + "@" in links for h in b.hosts)
 
 
 def _opts(bed, **kw) -> SshOptions:
@@ -219,3 +221,50 @@ def test_hosts_check_command_over_ssh(bed):
         assert f"{d}: vllm-dyno {__version__}" in r.stdout
     assert r.stdout.count("clock offset") == 2 and r.stdout.count("telemetry: ") == 2
     print("\n" + r.stdout)
+
+
+def test_a_host_that_drops_is_named_and_cleans_up_after_itself(bed):
+    """Issue 21 item 4's groundwork: host 1 cut off the network (its veth down) while its
+    agent runs a simulated rig → the app's link reports it lost, naming the host, within
+    its keepalives (0.5 s × 2); on the host, the SSH server's keepalives (1 s × 2) end the
+    channel, the agent sees EOF and ends its server. Host 0's agent SIGKILLed → its link is
+    reported lost at once."""
+    h0, h1 = bed.hosts
+
+    async def go():
+        opts = _opts(bed, keepalive_s=0.5, keepalive_count=2)
+        clock = SessionClock()
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=opts) for h in bed.hosts]
+        lost: dict[str, tuple[str, float]] = {}
+        for link in links:
+            link.on_lost(lambda host, why: lost.setdefault(host, (why, time.monotonic())))
+        try:
+            launched = await links[1].launch(ServerConfig(model="Llama-3-8B", host=h1.address), engine="sim",
+                                             expose=True, sim_args=["--sim-gpu-count", "1"])
+            ready = await links[1].wait_state("ready", "failed", timeout=120)
+            assert ready["state"] == "ready"
+            pgid, server, agent1 = launched["pgid"], ready["server_pid"], links[1].agent_pid
+            t = time.monotonic()
+            h1.set_link(False)
+            while h1.destination not in lost and time.monotonic() - t < 10:
+                await asyncio.sleep(0.02)
+            noticed = time.monotonic() - t
+            while _left([agent1, server], pgid) and time.monotonic() - t < 20:
+                await asyncio.sleep(0.05)
+            cleaned = time.monotonic() - t
+            assert h1.destination in lost, "the dropped host was not reported"
+            assert not _left([agent1, server], pgid), "the dropped host's agent or server is still running"
+            print(f"\nhost dropped → reported lost in {noticed:.2f} s ({lost[h1.destination][0]}); "
+                  f"its agent and server gone in {cleaned:.2f} s")
+            assert noticed < 3.0 and cleaned < 2.0 + 2.0 + 3.0 + 3.0  # keepalives + the agent's stop
+            t = time.monotonic()
+            os.kill(links[0].agent_pid, 9)
+            while h0.destination not in lost and time.monotonic() - t < 5:
+                await asyncio.sleep(0.01)
+            assert h0.destination in lost and links[0].lost
+            print(f"agent killed → its link reported lost in {time.monotonic() - t:.3f} s")
+        finally:
+            h1.set_link(True)
+            for link in links:
+                await link.abort()
+    _run(go())

@@ -61,18 +61,21 @@ class SshOptions:
     user's ``~/.ssh/known_hosts``); ``client_keys``: private key files (None: the SSH
     agent, ``~/.ssh/config``'s IdentityFile and the default ``~/.ssh/id_*``);
     ``use_agent``: ask the SSH agent (``SSH_AUTH_SOCK``); ``config``: ssh_config files
-    (None: ``~/.ssh/config``); ``connect_timeout``: seconds."""
+    (None: ``~/.ssh/config``); ``connect_timeout``: seconds; ``keepalive_s`` ×
+    ``keepalive_count``: seconds between keepalives and how many may go unanswered."""
 
     known_hosts: Optional[str] = None
     client_keys: Optional[tuple[str, ...]] = None
     use_agent: bool = True
     config: Optional[tuple[str, ...]] = None
     connect_timeout: float = 15.0
+    keepalive_s: float = KEEPALIVE_S
+    keepalive_count: int = KEEPALIVE_COUNT
 
     def connect_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"password_auth": False, "kbdint_auth": False,
                               "connect_timeout": self.connect_timeout,
-                              "keepalive_interval": KEEPALIVE_S, "keepalive_count_max": KEEPALIVE_COUNT}
+                              "keepalive_interval": self.keepalive_s, "keepalive_count_max": self.keepalive_count}
         if self.known_hosts is not None:
             kw["known_hosts"] = self.known_hosts
         if self.client_keys is not None:
@@ -195,6 +198,10 @@ class AgentLink:
     _subs: list[Subscriber] = field(default_factory=list)
     _log_subs: list[Callable[[str, str, float], None]] = field(default_factory=list)
     _state_subs: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    _lost_subs: list[Callable[[str, str], None]] = field(default_factory=list)
+    #: why the link ended when it was not closed on purpose (None while up or after close)
+    lost: Optional[str] = None
+    _closing: bool = False
     _pending: dict[int, _Pending] = field(default_factory=dict)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     _tasks: list[asyncio.Task] = field(default_factory=list)
@@ -296,6 +303,14 @@ class AgentLink:
             if not p.fut.done():
                 p.fut.set_exception(HostError(self.host.label(), why + (f": {tail}" if tail else "")))
         self._pending.clear()
+        if not self._closing:
+            self.lost = why
+            log.warning("host %s: %s", self.host.label(), why)
+            for cb in list(self._lost_subs):
+                try:
+                    cb(self.host.label(), why)
+                except Exception:  # a subscriber must not break the link's teardown
+                    log.exception("lost-host subscriber failed")
 
     @property
     def shift(self) -> float:
@@ -340,6 +355,11 @@ class AgentLink:
 
     def on_state(self, cb: Callable[[dict[str, Any]], None]) -> None:
         self._state_subs.append(cb)
+
+    def on_lost(self, cb: Callable[[str, str], None]) -> None:
+        """``cb(host, why)`` once when the link ends without :meth:`close` or
+        :meth:`abort`: the agent died, or the host dropped (no keepalive answered)."""
+        self._lost_subs.append(cb)
 
     # ------------------------------------------------------------------ requests
     async def send(self, msg: dict[str, Any]) -> None:
@@ -416,6 +436,7 @@ class AgentLink:
 
     async def close(self, timeout: float = 30.0) -> None:
         """Say bye (the agent stops its server and exits), then close the connection."""
+        self._closing = True
         if not self.closed:
             try:
                 await self.request("bye", timeout=timeout)
@@ -431,6 +452,7 @@ class AgentLink:
     async def abort(self) -> None:
         """Drop the channel at once (as a lost network or a killed app would): the agent
         sees its input end and stops its server; killed meanwhile, its reaper does."""
+        self._closing = True
         self.channel.abort()
         if self.connection is None:  # a local agent: reap it (its pipes close with it)
             await self._exit_status(5.0)
