@@ -17,11 +17,12 @@ from app import __version__
 from app.config import ServerConfig
 from app.hosts.link import AgentLink, HostError
 from app.hosts.plan import PlanError, mp_plan, render
+from app.hosts.rig import Rig
 from app.hosts.protocol import (ClockSample, ProtocolError, best_offset, clock_sample, decode, encode,
                                 samples_from_wire, samples_to_wire)
 from app.hosts.spec import Host, hosts_from, parse_destination
 from app.profiles.io import ProfileError, parse_profile
-from app.telemetry.series import Sample
+from app.telemetry.series import Sample, SeriesBank
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -288,3 +289,18 @@ def test_plan_commands_parse_with_the_installed_vllm():
     assert {g["master_addr"] for g in got[:4]} == {"10.0.0.11"} and got[0]["distributed_executor_backend"] == "mp"
     assert [g["data_parallel_start_rank"] for g in got[4:]] == [None, 2]
     assert {g["data_parallel_size_local"] for g in got[4:]} == {2} and got[5]["data_parallel_rpc_port"] == 13345
+
+
+def test_rig_for_thread_callers_feeds_a_series_bank():
+    """:class:`app.hosts.rig.Rig`: the blocking face of the links, its samples into the
+    same SeriesBank the live plots read."""
+    bank = SeriesBank()
+    with Rig([Host()]) as rig:
+        rig.subscribe(bank)
+        rig.open()
+        assert list(rig.offsets) == ["localhost"] and rig.offsets["localhost"].exchanges == 8
+        assert rig.watch(interval=0.2)[0]["op"] == "watching"
+        time.sleep(1.0)
+        assert ("host", "cpu_pct") in bank.keys()
+        pid = rig.links[0].agent_pid
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -24,9 +24,10 @@ from app import __version__
 from app.clock import SessionClock
 from app.config import ServerConfig
 from app.hosts.link import AgentLink, HostError, SshOptions
+from app.hosts.rig import Rig
 from app.hosts.spec import Host
 from app.server.reaper import EOF_GRACE_S
-from app.telemetry.series import Sample
+from app.telemetry.series import Sample, SeriesBank
 from tests import netns
 
 pytestmark = pytest.mark.multinode
@@ -268,3 +269,28 @@ def test_a_host_that_drops_is_named_and_cleans_up_after_itself(bed):
             for link in links:
                 await link.abort()
     _run(go())
+
+
+def test_rig_opens_every_host_at_once_and_a_bad_one_closes_the_rest(bed):
+    good = [Host(ssh=h.destination, dyno=DYNO) for h in bed.hosts]
+    bank = SeriesBank()
+    t = time.monotonic()
+    with Rig(good, ssh=_opts(bed)) as rig:
+        rig.subscribe(bank)
+        rig.open()
+        opened = time.monotonic() - t
+        rig.watch(interval=0.25)
+        time.sleep(1.0)
+        assert {k for k in bank.keys() if k[1] == "cpu_pct"} == {(f"{h.address}/host", "cpu_pct") for h in bed.hosts}
+        assert all(o is not None and abs(o.offset_s) <= o.bound_s + 1e-4 for o in rig.offsets.values())
+    print(f"\nrig of 2 hosts opened in {opened:.2f} s (both agents at once)")
+    bad = Host(ssh=f"root@{bed.hosts[0].address}:2299", dyno=DYNO)
+    rig = Rig([*good, bad], ssh=_opts(bed, connect_timeout=5.0))
+    try:
+        with pytest.raises(HostError, match=f"host {bad.ssh}: cannot connect"):
+            rig.open()
+    finally:
+        rig.close()
+    time.sleep(0.5)
+    for h in bed.hosts:  # the agents that did start were closed again
+        assert not [p for p in h.pids() if "app.cli agent" in " ".join(psutil.Process(p).cmdline())]
