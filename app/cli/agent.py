@@ -5,7 +5,10 @@ app.hosts.protocol on its stdin/stdout (not for people). ``hosts plan DEST … -
 the per-host ``vllm serve`` commands of a layout (app.hosts.plan). ``hosts check DEST …`` starts
 the agent on each destination (``user@host[:port]``, or ``localhost``) the way a launch
 will, and prints what it reports: version, cards or CPU cores, the clock offset with its
-bound and the round trip; ``--seconds N`` also watches its telemetry for N seconds.
+bound and the round trip, its vLLM, ``/dev/shm`` and interface; ``--seconds N`` also
+watches its telemetry for N seconds. With several hosts it checks that they can run one
+server together (app.hosts.checks; ``--model`` a path that must be on each); exit 1 when
+they cannot.
 """
 from __future__ import annotations
 
@@ -33,6 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--identity", type=input_file, action="append",
                    help="private key file (default: your SSH agent and ~/.ssh)")
     c.add_argument("--seconds", type=positive_seconds, help="also watch each host's telemetry this long")
+    c.add_argument("--python", help="the vLLM interpreter on the hosts (default: found there)")
+    c.add_argument("--model", help="a model path that must exist on every host (checked there)")
     c.set_defaults(func=cmd_hosts_check)
     pl = hs.add_parser("plan", help="the per-host vllm serve commands (mp backend) for a layout over the hosts")
     pl.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port]; the first is the head")
@@ -75,7 +80,7 @@ def cmd_agent(a: argparse.Namespace) -> int:
 
 def cmd_hosts_check(a: argparse.Namespace) -> int:
     try:
-        hosts = hosts_from([{"ssh": d, "dyno": a.dyno} for d in a.destinations])
+        hosts = hosts_from([{"ssh": d, "dyno": a.dyno, "python": a.python} for d in a.destinations])
     except ValueError as e:
         return err(str(e))
     # deferred: asyncssh loads only when a host is reached
@@ -83,15 +88,17 @@ def cmd_hosts_check(a: argparse.Namespace) -> int:
 
     opts = SshOptions(known_hosts=a.known_hosts, client_keys=tuple(a.identity) if a.identity else None)
     try:
-        return asyncio.run(_check(hosts, opts, a.seconds))
+        return asyncio.run(_check(hosts, opts, a.seconds, a.model))
     except HostError as e:
         return err(str(e))
 
 
-async def _check(hosts: list[Host], opts, seconds: float | None) -> int:
+async def _check(hosts: list[Host], opts, seconds: float | None, model: str | None) -> int:
     # deferred: as in cmd_hosts_check
+    from app.hosts.checks import rig_findings, socket_interfaces
     from app.hosts.link import AgentLink
 
+    probes = []
     for h in hosts:
         link = await AgentLink.open(h, ssh=opts)
         try:
@@ -102,6 +109,15 @@ async def _check(hosts: list[Host], opts, seconds: float | None) -> int:
             print(f"{h.label()}: vllm-dyno {hello['version']} on {hello['hostname']} (agent pid {hello['pid']})")
             print(f"  cards: {cards}")
             print(f"  {link.offset.describe()}")
+            p = await link.probe(model)
+            probes.append(p)
+            v = p["vllm"]
+            shm = f"{p['shm']['total_bytes'] / 2**30:.1f} GiB" if p.get("shm") else "none"
+            m = p.get("model")
+            there = "" if not m else f"; model {m['path']}: " + ("there" if m["exists"] else "NOT THERE")
+            print("  vLLM: " + (v["error"] if "error" in v else f"{v['distribution']} {v['version']} "
+                                 f"({v['launch_form']} form, {v['python']})") +
+                  f"; /dev/shm {shm}; interface for {h.reach}: {socket_interfaces([h], [p])[h.label()] or 'none'}{there}")
             if seconds:
                 got: list = []
                 link.subscribe(got.extend)
@@ -112,5 +128,10 @@ async def _check(hosts: list[Host], opts, seconds: float | None) -> int:
                       f"{' …' if len(names) > 6 else ''})")
         finally:
             await link.close()
+    found = rig_findings(hosts, probes) if len(hosts) > 1 else []
+    for f in found:
+        print(f)
+    if len(hosts) > 1 and not found:
+        print("the hosts can run one server together (one vLLM version, the model, /dev/shm, interfaces)")
     sys.stdout.flush()
-    return 0
+    return 1 if any(f.level == "error" for f in found) else 0

@@ -19,6 +19,7 @@ its stderr so that nothing else can write into the protocol.
 """
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import signal
@@ -28,11 +29,14 @@ import threading
 import time
 from typing import Any, BinaryIO
 
+import psutil
+
 from app import __version__
 from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
 from app.hosts.protocol import PROTOCOL, ProtocolError, decode, encode, samples_to_wire
 from app.planner.cards import host_cores, node_memory
+from app.server.interpreter import InterpreterError, inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
 from app.server.reaper import EOF_GRACE_S
 from app.server.supervisor import StateChange, Supervisor
@@ -79,6 +83,37 @@ def host_facts(indices: list[int] | None = None) -> dict[str, Any]:
     return {"cards": cards, "nvml": why,
             "cpu": {"cores": host_cores(), "memory_total_gib": round(mem.total_gib, 3),
                     "memory_available_gib": round(mem.available_gib, 3), "node": mem.node}}
+
+
+def probe(python: str | None, model: str | None) -> dict[str, Any]:
+    """What a launch plan checks on this host: ``vllm`` (the interpreter's vLLM: python,
+    version, distribution, launch form — or ``error``, app.server.interpreter), ``shm``
+    (``/dev/shm`` total and free bytes, None without it), ``interfaces`` (name → its
+    non-loopback addresses, psutil), ``model`` (``path`` and ``exists`` for a local path;
+    None for a Hugging Face id, which is not looked up)."""
+    try:
+        vi = inspect_interpreter(resolve_python(python))
+        vllm: dict[str, Any] = {"python": vi.python, "version": vi.version, "distribution": vi.distribution,
+                                "launch_form": vi.launch_form}
+    except InterpreterError as e:
+        vllm = {"error": str(e)}
+    try:
+        st = os.statvfs("/dev/shm")
+        shm: dict[str, int] | None = {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}
+    except OSError:
+        shm = None
+    ifaces: dict[str, list[str]] = {}
+    for name, addrs in psutil.net_if_addrs().items():
+        ips = [a.address.split("%", 1)[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
+        ips = [ip for ip in ips if not ipaddress.ip_address(ip).is_loopback]
+        if ips:
+            ifaces[name] = ips
+    found = None
+    if model:
+        path = os.path.expanduser(model)
+        if os.path.isabs(path) or path.startswith("."):
+            found = {"path": path, "exists": os.path.isdir(path)}
+    return {"vllm": vllm, "shm": shm, "interfaces": ifaces, "model": found}
 
 
 class Agent:
@@ -146,6 +181,8 @@ class Agent:
         try:
             if op == "ping":
                 self.send({**reply, "op": "pong", "t0": msg.get("t0"), "t1": t1, "t2": self.clock.now()})
+            elif op == "probe":
+                self.send({**reply, "op": "probed", **probe(msg.get("python"), msg.get("model"))})
             elif op == "watch":
                 self.send({**reply, "op": "watching", **self.watch(float(msg.get("interval", 1.0)),
                                                                   float(msg.get("gpu_interval", 0.5)))})

@@ -401,6 +401,11 @@ class AgentLink:
         self.offset = best_offset(out)
         return self.offset
 
+    async def probe(self, model: str | None = None) -> dict[str, Any]:
+        """What a launch plan checks on the host (app.hosts.agent.probe): its vLLM (with the
+        host's ``python``), ``/dev/shm``, interfaces, and whether ``model`` is there."""
+        return await self.request("probe", python=self.host.python, model=model, timeout=90.0)
+
     async def watch(self, interval: float = 1.0, gpu_interval: float = 0.5) -> dict[str, Any]:
         """Start the host's telemetry (host every ``interval`` s, cards every
         ``gpu_interval`` s where NVML works there)."""

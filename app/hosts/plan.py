@@ -73,10 +73,13 @@ def _cards(h: Host) -> int | None:
 
 
 def mp_plan(hosts: list[Host], config: ServerConfig, *, master_port: int = MASTER_PORT,
-            dp_rpc_port: int = DP_RPC_PORT) -> list[HostCommand]:
+            dp_rpc_port: int = DP_RPC_PORT, interfaces: dict[str, str | None] | None = None) -> list[HostCommand]:
     """Per-host commands for ``config`` (its TP, PP, DP) over ``hosts`` (the first is the
-    head). Raises :class:`PlanError` for a layout vLLM would refuse or that does not fit
-    the hosts' cards (where ``gpus`` says how many)."""
+    head). ``interfaces``: destination → the interface NCCL and Gloo use there
+    (app.hosts.checks.socket_interfaces), set as ``NCCL_SOCKET_IFNAME`` and
+    ``GLOO_SOCKET_IFNAME`` in that host's environment. Raises :class:`PlanError` for a
+    layout vLLM would refuse or that does not fit the hosts' cards (where ``gpus`` says
+    how many)."""
     if len(hosts) < 2:
         raise PlanError("a multi-host plan needs at least two hosts (hosts: in the profile, or --hosts)")
     n = len(hosts)
@@ -101,7 +104,7 @@ def mp_plan(hosts: list[Host], config: ServerConfig, *, master_port: int = MASTE
         for r, h in enumerate(hosts):
             extra = ["--nnodes", str(n), "--node-rank", str(r), "--master-addr", addr, "--master-port",
                      str(master_port)] + (["--headless"] if r else [])
-            out.append(_command(h, r, config, extra, head=(r == 0), backend="mp"))
+            out.append(_command(h, r, config, extra, head=(r == 0), backend="mp", interfaces=interfaces))
         return out
     if dp % n:
         raise PlanError(f"data_parallel_size {dp} replicas cannot be spread evenly over {n} hosts; use a multiple "
@@ -113,7 +116,7 @@ def mp_plan(hosts: list[Host], config: ServerConfig, *, master_port: int = MASTE
                  "--data-parallel-rpc-port", str(dp_rpc_port)]
         if i:
             extra += ["--headless", "--data-parallel-start-rank", str(i * local_dp)]
-        out.append(_command(h, i * local_dp, config, extra, head=(i == 0), backend=None))
+        out.append(_command(h, i * local_dp, config, extra, head=(i == 0), backend=None, interfaces=interfaces))
     return out
 
 
@@ -126,8 +129,11 @@ def _check_cards(hosts: list[Host], need: int, what: str) -> None:
 
 
 def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head: bool,
-             backend: str | None) -> HostCommand:
+             backend: str | None, interfaces: dict[str, str | None] | None) -> HostCommand:
     upd: dict = {"gpus": h.gpu_indices(), "extra_args": list(config.extra_args) + extra}
+    name = (interfaces or {}).get(h.label())
+    if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
+        upd["env"] = {**config.env, "NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name}
     if backend:
         upd["distributed_executor_backend"] = backend
     if head:

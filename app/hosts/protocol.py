@@ -18,7 +18,8 @@ Agent → app, unasked:
 - ``state``: ``state``, ``t``, ``reason`` — the server's state (app.server.supervisor).
 
 App → agent (reply op in brackets): ``ping`` {``t0``} (``pong`` {``t0``, ``t1``,
-``t2``}), ``watch`` {``interval``, ``gpu_interval``} (``watching`` {``gpu``}),
+``t2``}), ``probe`` {``python``, ``model``} (``probed`` {``vllm``, ``shm``,
+``interfaces``, ``model``}), ``watch`` {``interval``, ``gpu_interval``} (``watching`` {``gpu``}),
 ``launch`` {``engine``, ``config``, ``python``, ``sim_args``, ``expose``}
 (``launched`` {``pid``, ``pgid``, ``port``, ``url``, ``argv``}), ``stop`` {``grace``}
 (``stopped`` {``leftovers``}), ``bye`` (``bye``; the agent then stops its server and
