@@ -350,3 +350,17 @@ def test_local_agent_probe():
         assert "does not exist" in p["vllm"]["error"]
     assert p["shm"]["total_bytes"] > 0 and p["model"]["path"].endswith("tiny-llama")
     assert p["model"]["exists"] == os.path.isdir(os.path.join(ROOT, "build", "tiny-llama"))
+
+
+def test_clock_offset_kept_up_to_date():
+    async def go():
+        link = await AgentLink.open(Host())
+        try:
+            link.keep_clock(0.3)
+            await asyncio.sleep(1.5)
+            return list(link.offsets), link.drift_ppm
+        finally:
+            await link.close()
+    offsets, drift = _run(go())
+    assert len(offsets) >= 4 and [t for t, _ in offsets] == sorted(t for t, _ in offsets)
+    assert drift is not None and abs(drift) < 1000  # one kernel, one clock: noise only (bound ~0.1 ms over ~1 s)

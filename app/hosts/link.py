@@ -43,6 +43,8 @@ KEEPALIVE_S = 5.0
 KEEPALIVE_COUNT = 3
 #: pings of one clock-offset measurement
 CLOCK_PINGS = 8
+#: seconds between two measurements of a host's clock offset (:meth:`AgentLink.keep_clock`)
+CLOCK_INTERVAL_S = 60.0
 #: how long a request waits for its reply, s (a stop waits its grace on top)
 REQUEST_TIMEOUT_S = 30.0
 
@@ -195,6 +197,8 @@ class AgentLink:
     log_lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=5000))
     states: list[dict[str, Any]] = field(default_factory=list)
     stderr_tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=50))
+    #: every offset measured, ``(session s, ClockOffset)``: the drift between two clocks
+    offsets: list[tuple[float, ClockOffset]] = field(default_factory=list)
     _subs: list[Subscriber] = field(default_factory=list)
     _log_subs: list[Callable[[str, str, float], None]] = field(default_factory=list)
     _state_subs: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
@@ -399,7 +403,30 @@ class AgentLink:
             t3 = loop_clock.t0 + loop_clock.now()
             out.append(clock_sample(t0, float(reply["t1"]), float(reply["t2"]), t3))
         self.offset = best_offset(out)
+        self.offsets.append((self.clock.now(), self.offset))
         return self.offset
+
+    def keep_clock(self, interval: float = CLOCK_INTERVAL_S) -> None:
+        """Measure the offset again every ``interval`` s while the link is up (monotonic
+        clocks of two machines drift apart: 50 ppm is 0.18 s an hour); samples use the
+        newest. Stopped by :meth:`close` and :meth:`abort`."""
+        async def loop() -> None:
+            while not self.closed:
+                await asyncio.sleep(interval)
+                try:
+                    await self.measure_clock()
+                except HostError:
+                    return
+        self._tasks.append(asyncio.ensure_future(loop()))
+
+    @property
+    def drift_ppm(self) -> float | None:
+        """The agent's clock rate against the app's from the first and the newest offset,
+        parts per million (None before two measurements 1 s apart)."""
+        if len(self.offsets) < 2 or self.offsets[-1][0] - self.offsets[0][0] < 1.0:
+            return None
+        (ta, a), (tb, b) = self.offsets[0], self.offsets[-1]
+        return (b.offset_s - a.offset_s) / (tb - ta) * 1e6
 
     async def probe(self, model: str | None = None) -> dict[str, Any]:
         """What a launch plan checks on the host (app.hosts.agent.probe): its vLLM (with the

@@ -63,6 +63,7 @@ class Rig:
             raise err
         self.links = ok
         for link in ok:
+            self._loop.call_soon_threadsafe(link.keep_clock)  # the offset measured again every minute
             for cb in self._subs:
                 link.subscribe(cb)
             for lcb in self._lost:
