@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 TINY_MODEL := build/tiny-llama
 
-.PHONY: run test lint deps vllm model system unit e2e clean bench package package-test install-desktop icons screenshot
+.PHONY: run test lint deps vllm model system unit e2e test-multinode clean bench package package-test install-desktop icons screenshot
 
 $(VENV)/.dyno-ok: pyproject.toml
 	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: deps vllm model lint
 lint: deps
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pyflakes app widgets
+
+# the rig of two hosts as network namespaces (needs root; part of `make test` too)
+test-multinode: deps
+	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m multinode
 
 unit: deps lint
 	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m "not e2e"

@@ -9,7 +9,8 @@ pkgs=(libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts
       libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-shape0
       libxcb-xinerama0 libxcb-xkb1 libxcb-randr0 libxcb-xfixes0 libxcb-sync1 libxcb-shm0 libx11-xcb1
       libxkbcommon-x11-0 xvfb
-      chromium)  # the HTML report test renders the report in headless Chromium (tests/test_report_html.py)
+      chromium  # the HTML report test renders the report in headless Chromium (tests/test_report_html.py)
+      iproute2)  # `ip netns`: the multi-host test bed (tests/netns.py)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -39,6 +39,9 @@ BASE: dict[str, list[str]] = {
     "profiles import": [],
     "profiles delete": [],
     "profiles save-run": [],
+    "agent": [],
+    "hosts check": ["localhost"],
+    "hosts plan": ["a@h1", "b@h2", "--model", "/m", "--pipeline-parallel-size", "2"],
     "tune": ["--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--model", "Llama-3-8B",
              "--slo-ttft-p99", "2", "--dry-run"],
 }
@@ -64,6 +67,18 @@ SERVER_BAD: dict[str, list[str]] = {
 
 #: (subcommand, option) → bad values; positionals by their dest
 BAD: dict[tuple[str, str], list[str]] = {
+    ("agent", "--gpus"): ["abc", "-1"],
+    ("hosts check", "destinations"): ["u@h:99999", "u@bad_host!"],
+    ("hosts check", "--dyno"): ["", "'unclosed"],
+    ("hosts check", "--known-hosts"): ["/nonexistent/known_hosts"],
+    ("hosts check", "--identity"): ["/nonexistent/id_ed25519"],
+    ("hosts check", "--seconds"): ["abc", "0"],
+    ("hosts plan", "destinations"): ["u@h:99999"],
+    ("hosts plan", "--model"): [""],
+    ("hosts plan", "--tensor-parallel-size"): ["abc", "0"],
+    ("hosts plan", "--pipeline-parallel-size"): ["abc", "0", "3"],
+    ("hosts plan", "--data-parallel-size"): ["abc", "0", "3"],
+    ("hosts plan", "--gpus-per-host"): ["abc", "0"],
     ("serve", "--startup-timeout"): ["-5", "0", "abc", "nan", "inf"],
     ("serve", "--grace"): ["-1", "0", "abc"],
     ("serve", "--sim-gpu"): ["No Such GPU"],
@@ -221,6 +236,8 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("profiles export", "--program"): "how the user runs vLLM",
     ("profiles import", "--name"): "any name",
     ("profiles save-run", "--name"): "any name",
+    ("hosts check", "--python"): "a path on the hosts, checked there (the probe's vLLM finding)",
+    ("hosts check", "--model"): "a path on the hosts, checked there (the probe's model finding)",
 }
 #: where the subcommand needs no base: ``plan``'s api-key-file is not an option of plan
 NOT_OPTIONS = {("plan", "--api-key-file")}
@@ -248,6 +265,13 @@ NAMED = {
     ("tune", "--vary"): "vary|--vary",
     ("tune", "--resume"): "tune|--resume",
     ("tune", "--show"): "tune|--show",
+    ("hosts check", "destinations"): "SSH destination|destinations",
+    ("hosts check", "--dyno"): "dyno",
+    ("hosts plan", "destinations"): "SSH destination|destinations",
+    ("hosts plan", "--model"): "model",
+    ("hosts plan", "--tensor-parallel-size"): "--tensor-parallel-size|tensor_parallel_size",
+    ("hosts plan", "--pipeline-parallel-size"): "--pipeline-parallel-size|pipeline_parallel_size",
+    ("hosts plan", "--data-parallel-size"): "--data-parallel-size|data_parallel_size",
 }
 
 

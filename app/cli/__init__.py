@@ -2,7 +2,7 @@
 
 The one composition root: it imports ``widgets`` lazily, only for the GUI. Each
 command family is one module of this package (``serve``, ``plan``, ``calibrate``,
-``ramp``, ``telemetry``, ``runs``, ``compare``, ``profiles``, ``tune``) with a
+``ramp``, ``telemetry``, ``runs``, ``compare``, ``profiles``, ``tune``, ``agent``) with a
 ``register(subparsers)`` function; the package is the top layer of ``app`` (see the
 import-linter contracts in pyproject.toml) and its modules do not import each other
 (``common`` aside).
@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "app.cli.compare",
     "app.cli.profiles",
     "app.cli.tune",
+    "app.cli.agent",
 ]
 
 

@@ -30,6 +30,7 @@ from app.config import ServerConfig
 from app.fileio import YamlError, YamlLimits, load_yaml
 from app.fileio import read_text_limited as read_text_bounded
 from app.fileio import write_atomic  # noqa: F401  (re-exported: profiles are written with it)
+from app.hosts.spec import hosts_secret_problem
 from app.profiles.model import SCHEMA_VERSION, Profile
 
 log = logging.getLogger(__name__)
@@ -171,6 +172,9 @@ def profile_from_data(data: Any, label: str, warnings: list[str] | None = None) 
         raise ProfileError(label, f"config.{_error_key(err)}", err["msg"]) from None
     except ValueError as e:
         raise ProfileError(label, "schema_version", str(e)) from None
+    secret = hosts_secret_problem(data.get("hosts"))  # refused, not dropped as unknown (issue 21)
+    if secret:
+        raise ProfileError(label, *secret)
     data = drop_unknown(data, Profile, "", warnings)
     srv = data.get("server")
     if isinstance(srv, dict) and any(str(k).lstrip("-").replace("_", "-") == "port" for k in srv):

