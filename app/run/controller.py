@@ -42,6 +42,7 @@ from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
 from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
+from app.loadgen.server_stats import with_notes
 from app.loadgen.spec import spec_to_wall
 from app.loadgen.capacity import Capacity, capacity_of
 from app.loadgen.spec import CapacitySearch
@@ -782,7 +783,7 @@ class RunController:
                 self._emit("on_level_start", ev)
 
             def on_level(st: StepStats) -> None:
-                rig = to_rig_time(st, k)
+                rig = with_notes(to_rig_time(st, k), k)  # client vs server compared in rig seconds
                 with r.lock:
                     r.steps = sorted([s for s in r.steps if s.idx != rig.idx] + [rig], key=lambda s: s.idx)
                 rr = self._recorder()

@@ -1,0 +1,73 @@
+"""The server's own figures per level against the simulated rig over real HTTP, time-scaled
+(issue 20, item 6): the load generator reads the sim's ``/metrics`` at the edges of each
+level's window; the sim's histograms are in rig seconds, the client's figures become rig
+seconds in the run controller (docs/design.md, "Sim time"), and the two must agree within
+the histogram's bucket resolution; the level's ``server`` object reaches the run store,
+the JSON export and the CLI's table."""
+from __future__ import annotations
+
+import json
+
+from app.cli.common import server_table
+from app.config import ServerConfig
+from app.loadgen import export
+from app.loadgen.spec import RampSpec
+from app.run.controller import LaunchTarget, RecordSpec, RunController
+from app.store import RunStore
+
+K = 8.0
+RIG = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "1", "--sim-time-scale", str(K), "--sim-seed", "3"]
+CFG = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", max_num_seqs=4, max_model_len=4096)
+
+
+def _within(client: float, bucket: list[float], k: float) -> bool:
+    """``client`` (rig s) lies in the server's bucket, widened by the client's own HTTP
+    overhead: a few wall milliseconds, × k in rig seconds."""
+    return bucket[0] - 0.005 * k <= client <= bucket[1] + 0.005 * k
+
+
+def test_sim_levels_carry_the_servers_figures_in_rig_seconds(tmp_path):
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store)
+        try:
+            assert ctl.launch(LaunchTarget("sim", CFG, sim_args=RIG, telemetry=False)) == []
+            assert ctl.wait_ready(60), ctl.failure_text
+            assert ctl.time_scale == K
+            # level 8 is twice max_num_seqs: half the users queue in the engine
+            spec = RampSpec(url=ctl.url, model="q7", levels=[1, 8], step_seconds=24, warmup_seconds=2,
+                            prompt_tokens=512, output_tokens=64)
+            out = ctl.ramp(spec, record=RecordSpec(name="server figures"), timeout=120)
+        finally:
+            ctl.close()
+        assert out.status == "done", out.stop_reason
+        one, eight = out.steps
+        for st in out.steps:
+            sv = st.server
+            assert sv is not None, st
+            assert sv.prefix_cache_reset is None  # the sim offers no POST /reset_prefix_cache
+            assert sv.ttft_count > 0 and sv.itl_count > 0 and sv.queue_count > 0
+            # like with like: both in rig seconds (the client's wall figures × k)
+            assert _within(st.ttft_p50, sv.resolution["ttft_p50"], K), (st.ttft_p50, sv.resolution, sv.ttft_p50)
+            assert _within(st.itl_p50, sv.resolution["itl_p50"], K), (st.itl_p50, sv.resolution, sv.itl_p50)
+            assert abs(st.ttft_mean - sv.ttft_mean) < 0.1 * sv.ttft_mean + 0.005 * K
+            # tokens counted by the server's rule over the same instants agree within a few steps' tokens
+            assert abs(sv.client_output_tokens - sv.generation_tokens) <= 0.05 * sv.generation_tokens + 8, sv
+            assert abs(sv.client_prompt_tokens - sv.prompt_tokens) <= 0.05 * sv.prompt_tokens + 512 * 2, sv
+            assert sv.notes and any(n.startswith("TTFT:") for n in sv.notes)
+            assert 20 < sv.scrape_end - sv.scrape_start < 26  # rig seconds: the 24 s window
+        # 8 users on 4 slots: queueing is most of the server's TTFT; 1 user does not queue
+        assert eight.server.queue_mean > 0.5 * eight.server.ttft_mean
+        assert any(n.startswith("queueing:") for n in eight.server.notes), eight.server.notes
+        assert one.server.queue_mean < 0.5 * one.server.ttft_mean
+        stored = store.levels(out.run_id)
+        assert [d["server"]["ttft_count"] for d in stored] == [one.server.ttft_count, eight.server.ttft_count]
+        assert stored[1]["server"]["notes"] == eight.server.notes
+    export.write_json(tmp_path / "r.json", out, spec, time_scale=K)
+    steps = json.loads((tmp_path / "r.json").read_text())["steps"]
+    for d in steps:
+        assert {"prefix_cache_hit_rate", "spec_decode_acceptance_rate", "ttft_p50", "itl_p50",
+                "queue_p99"} <= set(d["server"])
+        assert d["server"]["spec_decode_acceptance_rate"] is None  # not speculating
+        assert d["ttft_p50"] is not None  # the client's figures keep their keys at the level's top
+    table = server_table(steps)
+    assert "TTFT p50 c/s" in table and "‡" in table
