@@ -70,4 +70,4 @@ def test_sim_levels_carry_the_servers_figures_in_rig_seconds(tmp_path):
         assert d["server"]["spec_decode_acceptance_rate"] is None  # not speculating
         assert d["ttft_p50"] is not None  # the client's figures keep their keys at the level's top
     table = server_table(steps)
-    assert "TTFT p50 c/s" in table and "‡" in table
+    assert "TTFT p50 ms c/s" in table and "‡" in table

@@ -314,9 +314,10 @@ def server_summary(levels: Sequence[Any]) -> list[str]:
 #: marks a server-side percentile: interpolated inside a histogram bucket, only as fine as it
 BUCKET_MARK = "‡"
 #: the server table's columns (:func:`server_rows`)
-SERVER_COLUMNS = ("level", "cache reset", "prefix hit", "spec accept", "accept len", "TTFT p50 c/s",
-                  "TTFT p99 c/s", "ITL p50 c/s", "TPOT p50 c/s", "queue p99", "out tok c/s", "prompt tok c/s")
-SERVER_LEGEND = ("c/s: the client's figure / the server's own (its /metrics over the same window); ms; "
+SERVER_COLUMNS = ("Level", "Cache reset", "Prefix hit", "Spec accept", "Accept len", "TTFT p50 ms c/s",
+                  "TTFT p99 ms c/s", "ITL p50 ms c/s", "TPOT p50 ms c/s", "Queue p99 ms", "Out tok c/s",
+                  "Prompt tok c/s")
+SERVER_LEGEND = ("c/s: the client's figure / the server's own (its /metrics over the same window); "
                  f"{BUCKET_MARK} a percentile from the server's histogram buckets, only as fine as the bucket it "
                  "falls in (e.g. vLLM's TTFT buckets 100–250 ms); prefix hit: Δhits ÷ Δqueries; spec accept: "
                  "Δaccepted ÷ Δdraft tokens; accept len: 1 + Δaccepted ÷ Δdrafts; tokens: client (usage) / server "
