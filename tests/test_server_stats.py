@@ -272,3 +272,23 @@ def test_rig_time_scales_only_the_scrape_instants():
     assert st.ttft_p50 == pytest.approx(0.2)  # client: wall × k
     assert st.server.ttft_mean == pytest.approx(0.2)  # server: already rig seconds
     assert (st.server.scrape_start, st.server.scrape_end) == (4.0, 12.0)
+
+
+def test_explain_says_a_sims_overhead_is_wall_time_times_k():
+    x = VllmExposition()
+    before = x.snap()
+    for _ in range(10):
+        x.ttft.observe(0.5)
+    sv = server_window(before, x.snap(), scrape_start=1, scrape_end=9)
+    (line,) = [n for n in explain(_level(ttft_mean=0.54, server=sv), k=8) if n.startswith("TTFT")]
+    assert "by 40 ms" in line and "a sim 8× faster: 5 ms of wall time" in line
+
+
+def test_summary_names_the_levels_whose_reset_failed():
+    x = VllmExposition()
+    before = x.snap()
+    x.prefix(100, 50)
+    sv = server_window(before, x.snap(), scrape_start=0, scrape_end=1, prefix_cache_reset=True)
+    levels = [_level(server=sv), _level(idx=1, level=8, server=sv.model_copy(update={"prefix_cache_reset": False}))]
+    (msg,) = server_summary(levels)
+    assert msg.startswith("the prefix cache reset failed before level(s) 8")

@@ -220,6 +220,9 @@ class Ramp:
         recs: list[RequestRecord] = []
         self.in_flight = self.max_in_flight = 0
         reset = await self._reset_prefix_cache()
+        if reset is False:  # 0.32 refuses while blocks are held (a cancelled request's): once more
+            await asyncio.sleep(0.5)
+            reset = await self._reset_prefix_cache()
         t_level = time.monotonic()
         step = spec.step_seconds if spec.step_seconds is not None else math.inf
         # a closed-loop level settles once each user has finished one request: the first

@@ -304,10 +304,15 @@ def server_summary(levels: Sequence[Any]) -> list[str]:
         return ["the server exports no Prometheus /metrics (not vLLM?): the levels have no server-side figures"]
     out = []
     cached = any((s or {}).get("prefix_cache_queries") for s in servers)
-    if cached and not all((s or {}).get("prefix_cache_reset") for s in servers if s is not None):
+    if cached and any(s is not None and s.get("prefix_cache_reset") is None for s in servers):
         out.append("the prefix cache was not reset between levels: the server does not offer POST "
                    "/reset_prefix_cache (vLLM serves it with VLLM_SERVER_DEV_MODE=1), so a level may hit "
                    "what the level before it cached")
+    failed = [f"{_get(x, 'level'):g}" for x, s in zip(levels, servers)
+              if s is not None and s.get("prefix_cache_reset") is False]
+    if failed:
+        out.append(f"the prefix cache reset failed before level(s) {', '.join(failed)} (the server still held "
+                   f"blocks): those levels may hit what the level before them cached")
     return out
 
 
