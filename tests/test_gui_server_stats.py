@@ -12,7 +12,7 @@ from tests.test_server_stats import VllmExposition
 from widgets.results import ResultsTable
 
 
-def _level(idx: int, level: float, server: bool = True) -> StepStats:
+def _level(idx: int, level: float, server: bool = True, **kw) -> StepStats:
     sv = None
     if server:
         x = VllmExposition()
@@ -27,7 +27,7 @@ def _level(idx: int, level: float, server: bool = True) -> StepStats:
         sv.client_output_tokens, sv.client_prompt_tokens = 640, 0
     return StepStats(idx=idx, level=level, t_start=0, t_end=12, window_start=1, window_end=11, window_s=10,
                      n_measured=20, n_ok=20, ttft_p50=0.162, ttft_p99=0.2, ttft_mean=0.165, itl_p50=0.03,
-                     itl_mean=0.03, server=sv)
+                     itl_mean=0.03, server=sv, **kw)
 
 
 def test_results_show_client_vs_server_per_level(qtbot):
@@ -52,13 +52,17 @@ def test_results_show_client_vs_server_per_level(qtbot):
     t.selectRow(0)
     assert "Level 2" in w.server_notes.text()
     w.clear()
-    assert w.server_table.isHidden() and w.server_notes.isHidden()
+    assert w.server_table.isHidden() and w.server_notes.isHidden() and w.server_label.isHidden()
 
 
 def test_results_say_once_that_the_server_has_no_metrics(qtbot):
+    """Said once, with the reason; a stored run from before server figures says nothing."""
     w = ResultsTable()
     qtbot.addWidget(w)
     w.show()
-    w.add_step(_level(0, 1, server=False))
+    w.add_step(_level(0, 1, server=False, server_problem="GET /metrics: HTTP 404"))
     assert w.server_table.isHidden()
-    assert "exports no Prometheus /metrics" in w.server_notes.text()
+    assert "/metrics did not answer (GET /metrics: HTTP 404" in w.server_notes.text()
+    w.clear()
+    w.add_step(_level(0, 1, server=False))  # a run recorded before levels had server figures: nothing to say
+    assert w.server_table.isHidden() and w.server_notes.isHidden() and w.server_label.isHidden()

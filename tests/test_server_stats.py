@@ -252,8 +252,10 @@ def test_explain_prefill_and_token_gaps():
 
 
 def test_summary_says_once_what_is_missing():
-    assert server_summary([_level(), _level(idx=1)]) == [
-        "the server exports no Prometheus /metrics (not vLLM?): the levels have no server-side figures"]
+    assert server_summary([_level(), _level(idx=1)]) == []  # not asked: a run from before server figures
+    assert server_summary([_level(server_problem="GET /metrics: HTTP 404"), _level(idx=1)]) == [
+        "the server's /metrics did not answer (GET /metrics: HTTP 404; not vLLM?): the levels have no "
+        "server-side figures"]
     x = VllmExposition()
     before = x.snap()
     x.prefix(100, 50)

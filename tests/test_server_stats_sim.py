@@ -110,5 +110,7 @@ def test_a_server_without_metrics_has_no_server_figures_and_says_so():
                                 warmup_seconds=0.3, prompt_tokens=16, output_tokens=8), timeout=60)
     assert res.status == "done", res.stop_reason
     assert [st.server for st in res.steps] == [None, None] and all(st.n_ok for st in res.steps)
+    assert [st.server_problem for st in res.steps] == ["GET /metrics: HTTP 404"] * 2
     assert server_summary(res.steps) == [
-        "the server exports no Prometheus /metrics (not vLLM?): the levels have no server-side figures"]
+        "the server's /metrics did not answer (GET /metrics: HTTP 404; not vLLM?): the levels have no "
+        "server-side figures"]

@@ -191,8 +191,8 @@ class ResultsTable(QWidget):
             h += sum(self.server_table.rowHeight(i) for i in range(min(len(rows), 6)))
             self.server_table.setFixedHeight(h + (self.server_table.horizontalScrollBar().sizeHint().height()))
         self.server_table.setVisible(bool(rows))
-        self.server_label.setVisible(bool(self.steps))
         self._show_notes()
+        self.server_label.setVisible(bool(rows) or not self.server_notes.isHidden())
 
     def _show_notes(self) -> None:
         with_server = [st for st in self.steps if getattr(st, "server", None) is not None]

@@ -200,11 +200,12 @@ class Ramp:
         except asyncio.CancelledError:
             return
         if a is None or b is None:
+            st.server_problem = self.metrics_problem or "GET /metrics failed"
             return
         try:
             before, after = await asyncio.to_thread(lambda: (parse_metrics(a[1]), parse_metrics(b[1])))
         except MetricsParseError as e:
-            self.metrics_problem = str(e)
+            st.server_problem = self.metrics_problem = f"GET /metrics: {e}"
             return
         sv = server_window(before, after, scrape_start=a[0], scrape_end=b[0], prefix_cache_reset=reset)
         sv.client_prompt_tokens, sv.client_output_tokens = client_tokens(recs, a[0], b[0])

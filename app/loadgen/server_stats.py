@@ -303,7 +303,11 @@ def server_summary(levels: Sequence[Any]) -> list[str]:
     servers = [_get(x, "server") for x in levels]
     servers = [s if isinstance(s, dict) or s is None else s.model_dump() for s in servers]
     if all(s is None for s in servers):
-        return ["the server exports no Prometheus /metrics (not vLLM?): the levels have no server-side figures"]
+        problems = [p for p in (_get(x, "server_problem") for x in levels) if p]
+        if not problems:  # not asked (a run recorded before the levels had server figures, aborted levels)
+            return []
+        return [f"the server's /metrics did not answer ({problems[0]}; not vLLM?): the levels have no "
+                f"server-side figures"]
     out = []
     cached = any((s or {}).get("prefix_cache_queries") for s in servers)
     if cached and any(s is not None and s.get("prefix_cache_reset") is None for s in servers):

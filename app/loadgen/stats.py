@@ -87,6 +87,8 @@ class StepStats(BaseModel):
     #: the server's own figures over the window from its /metrics (app.loadgen.server_stats);
     #: None when it has none (not vLLM) or the level was aborted
     server: Optional[ServerStats] = None
+    #: why ``server`` is None when /metrics was asked for and did not answer (e.g. "GET /metrics: HTTP 404")
+    server_problem: Optional[str] = None
 
     @property
     def slo_met(self) -> bool:
