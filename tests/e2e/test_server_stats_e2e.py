@@ -95,6 +95,7 @@ def test_dev_mode_server_resets_the_prefix_cache_before_each_level(tiny_model, v
             ctl.close()
     assert res.status == "done", res.stop_reason
     for st in res.steps:
+        print(f"dev mode, level {st.level:g}: {st.server.model_dump(exclude={'resolution'}) if st.server else None}")
         _check_level(st)
         assert st.server.prefix_cache_reset is True
     assert server_summary(res.steps) == []
