@@ -164,7 +164,7 @@ class Ramp:
                     self.metrics_problem = f"GET /metrics: HTTP {resp.status}" + ("" if resp.status != 200
                                                                                  else ", no vllm: series")
                     return None
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
             self.metrics_problem = f"GET /metrics: {type(e).__name__}: {e}"
             return None
         self.metrics_ok = True
@@ -180,12 +180,12 @@ class Ramp:
             async with self.session.post(self.spec.url + "/reset_prefix_cache",
                                          timeout=aiohttp.ClientTimeout(total=SERVER_HTTP_TIMEOUT_S)) as resp:
                 body = await resp.text()
-                if resp.status in (404, 405, 501):
+                if resp.status in (401, 403, 404, 405, 501):  # not there (no dev mode), or not for us
                     self.reset_ok = False
                     return None
                 if resp.status != 200:
                     return False
-        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
             return None
         self.reset_ok = True
         return '"success":false' not in body.replace(" ", "")
@@ -197,18 +197,18 @@ class Ramp:
         try:
             a = await first if first is not None else None
             b = await last if last is not None else None
-        except asyncio.CancelledError:
-            return
-        if a is None or b is None:
-            st.server_problem = self.metrics_problem or "GET /metrics failed"
-            return
-        try:
+            if a is None or b is None:
+                st.server_problem = self.metrics_problem or "GET /metrics failed"
+                return
             before, after = await asyncio.to_thread(lambda: (parse_metrics(a[1]), parse_metrics(b[1])))
+            sv = server_window(before, after, scrape_start=a[0], scrape_end=b[0], prefix_cache_reset=reset)
+            sv.client_prompt_tokens, sv.client_output_tokens = client_tokens(recs, a[0], b[0])
         except MetricsParseError as e:
             st.server_problem = self.metrics_problem = f"GET /metrics: {e}"
             return
-        sv = server_window(before, after, scrape_start=a[0], scrape_end=b[0], prefix_cache_reset=reset)
-        sv.client_prompt_tokens, sv.client_output_tokens = client_tokens(recs, a[0], b[0])
+        except Exception as e:  # the level's own figures must never be lost to the server's
+            st.server_problem = f"server figures: {type(e).__name__}: {e}"
+            return
         st.server = sv  # its notes (explain) are written in rig seconds, by whoever converts the level
 
     def _cap_left(self) -> float:
