@@ -170,6 +170,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     print()
     if res.steps:
         print(level_table([st.model_dump() for st in res.steps], slo=not p.ramp.slo.is_empty()))
+        server = server_table([st.model_dump() for st in res.steps])
+        if server:
+            print("\nthe server's own figures (/metrics):\n" + server)
     if res.knee:
         print(res.knee.describe())
     print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))
