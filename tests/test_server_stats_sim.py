@@ -114,3 +114,28 @@ def test_a_server_without_metrics_has_no_server_figures_and_says_so():
     assert server_summary(res.steps) == [
         "the server's /metrics did not answer (GET /metrics: HTTP 404; not vLLM?): the levels have no "
         "server-side figures"]
+
+
+def test_attached_before_the_sim_answered_still_measures_in_rig_seconds():
+    """``vllm-dyno ramp`` attached while the sim was still starting (``/sim/info`` refused):
+    the ramp asks again, so its levels are in rig seconds and agree with the server's."""
+    from app.server.launch import free_port
+
+    port = free_port()
+    ctl, rig = RunController(), RunController()
+    try:
+        ctl.launch(LaunchTarget("attach", ServerConfig(model="q7"), attach_url=f"http://127.0.0.1:{port}",
+                                telemetry=False))
+        assert ctl.time_scale == 1.0  # nothing answered yet
+        assert rig.launch(LaunchTarget("sim", CFG.model_copy(update={"port": port}), sim_args=RIG,
+                                       telemetry=False)) == []
+        assert rig.wait_ready(60), rig.failure_text
+        out = ctl.ramp(RampSpec(url=ctl.url, model="q7", levels=[2], step_seconds=12, warmup_seconds=1,
+                                prompt_tokens=128, output_tokens=32), timeout=120)
+    finally:
+        ctl.close()
+        rig.close()
+    assert out.status == "done", out.stop_reason
+    assert ctl.time_scale == K and out.time_scale == K
+    st = out.steps[0]
+    assert _within(st.ttft_p50, st.server.resolution["ttft_p50"], K), (st.ttft_p50, st.server.resolution)

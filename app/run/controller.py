@@ -703,6 +703,14 @@ class RunController:
         no thermal stop, the spec's own failure-rate limit). Progress through the
         listener; the end through ``on_ramp_done`` and :meth:`wait_ramp`."""
 
+        if self.target is not None and self.target.engine == "attach" and not self.sim_info:
+            # attached while the server was still starting (/sim/info did not answer then): a sim
+            # found only now must not be measured at k = 1 (every rig figure, and its server
+            # figures against the client's, would be off by k)
+            info = sim_info(self.url)
+            if info:
+                self.sim_info = info
+                self.time_scale = self.client.time_scale = time_scale_of(info)
         with self._lock:
             if self.ramp_running:
                 raise RuntimeError("a ramp is already running; abort it first")
