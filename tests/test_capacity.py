@@ -189,6 +189,10 @@ def test_find_capacity_on_the_simulated_rig(tmp_path):
     for key in ("users", "users_low", "users_high", "output_tps", "ttft_p99", "tpot_p99", "requests", "limited_by",
                 "sentence", "levels"):
         assert key in cap
+    # every probed level carries the server's own figures over its window (issue 20, item 6)
+    steps = json.loads(out.read_text())["steps"]
+    assert steps and all(s["server"] and s["server"]["ttft_count"] > 0 for s in steps)
+    assert "the server's own figures (/metrics):" in r.stdout
 
 
 def test_cli_refuses_a_search_without_an_slo():

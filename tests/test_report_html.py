@@ -116,6 +116,10 @@ def test_the_report_renders_offline_in_chromium_with_the_stores_numbers(recorded
         assert float(row[3].replace(",", "")) == pytest.approx(lv["output_tps"], abs=0.051)
         assert float(row[7].replace(",", "")) == pytest.approx(lv["ttft_p99"] * 1000, abs=0.51)
         assert row[-1] in ("met", "") or row[-1].startswith("broken")
+    srv = _Table("server")  # client vs server, from the sim's /metrics over each level's window
+    srv.feed(page)
+    assert srv.rows[0][:2] == ["Level", "Cache reset"] and len(srv.rows) == 1 + len(levels)
+    assert all("‡" in r[5] for r in srv.rows[1:]) and "Level 4</b>: TTFT:" in page
     tel = _Table("telemetry")
     tel.feed(page)
     assert any(r[0] == "power" for r in tel.rows[1:]), tel.rows  # the rig's cards were sampled

@@ -1,5 +1,6 @@
 """The results table (one row per ramp level: StepStats, failure rate, J/token; copyable
-as tab-separated text) and the curves view (throughput vs concurrency and TTFT p99 vs
+as tab-separated text; below it the server's own figures per level from its /metrics,
+the client's beside them, and the gap in words) and the curves view (throughput vs concurrency and TTFT p99 vs
 throughput; measurement, the plan's prediction overlaid, the knee marked)."""
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
 from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
 
@@ -96,10 +98,32 @@ class ResultsTable(QWidget):
         v.addWidget(self.table, 1)
         sc = QShortcut(QKeySequence.Copy, self.table)
         sc.activated.connect(self.copy_selection)
+        # the server's own figures (StepStats.server): client / server per level, the gap in words
+        self.server_label = QLabel("<b>Client vs server</b> — the server's own figures from its /metrics over "
+                                   "each level's window")
+        self.server_table = QTableWidget(0, len(SERVER_COLUMNS))
+        self.server_table.setHorizontalHeaderLabels(list(SERVER_COLUMNS))
+        self.server_table.verticalHeader().setVisible(False)
+        self.server_table.setEditTriggers(QTableWidget.NoEditTriggers)
+        self.server_table.setSelectionBehavior(QTableWidget.SelectRows)
+        self.server_table.setAlternatingRowColors(True)
+        self.server_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
+        self.server_table.horizontalHeader().setStretchLastSection(False)
+        self.server_table.setToolTip(SERVER_LEGEND)
+        self.server_table.itemSelectionChanged.connect(self._show_notes)
+        self.server_notes = QLabel()
+        self.server_notes.setWordWrap(True)
+        self.server_notes.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        for w in (self.server_label, self.server_table, self.server_notes):
+            w.hide()
+            v.addWidget(w)
 
     def clear(self) -> None:
         self.steps = []
         self.table.setRowCount(0)
+        self.server_table.setRowCount(0)
+        for w in (self.server_label, self.server_table, self.server_notes):
+            w.hide()
         self.table.horizontalScrollBar().setValue(0)  # the next run's table starts at its first column
         self.set_verdict(None)
 
@@ -147,6 +171,42 @@ class ResultsTable(QWidget):
                 if col == len(COLUMNS) + 1 and not st.slo_met:
                     it.setForeground(Qt.red)
                 self.table.setItem(row, col, it)
+        self._fill_server()
+
+    def _fill_server(self) -> None:
+        """The server table: one row per level with server figures, each row's tooltip
+        the gap in words; under it the notes of the selected level (else the last)."""
+        with_server = [st for st in self.steps if getattr(st, "server", None) is not None]
+        rows = server_rows(with_server)
+        self.server_table.setRowCount(len(rows))
+        for r, (st, vals) in enumerate(zip(with_server, rows)):
+            tip = "\n".join(st.server.notes or explain(st))
+            for c, text in enumerate(vals):
+                it = QTableWidgetItem(text)
+                it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
+                it.setToolTip(tip)
+                self.server_table.setItem(r, c, it)
+        if rows:  # as tall as its rows (up to 6; then it scrolls)
+            h = self.server_table.horizontalHeader().height() + 2 * self.server_table.frameWidth()
+            h += sum(self.server_table.rowHeight(i) for i in range(min(len(rows), 6)))
+            self.server_table.setFixedHeight(h + (self.server_table.horizontalScrollBar().sizeHint().height()))
+        self.server_table.setVisible(bool(rows))
+        self._show_notes()
+        self.server_label.setVisible(bool(rows) or not self.server_notes.isHidden())
+
+    def _show_notes(self) -> None:
+        with_server = [st for st in self.steps if getattr(st, "server", None) is not None]
+        said = server_summary(self.steps) if self.steps else []
+        sel = sorted({i.row() for i in self.server_table.selectedIndexes()})
+        st = with_server[sel[0]] if sel and sel[0] < len(with_server) else (with_server[-1] if with_server else None)
+        parts = []
+        if st is not None:
+            lvl = f"{st.level:g}" + ("/s" if st.mode == "rate" else "")
+            parts.append(f"<b>Level {lvl}</b>: " + "<br>".join(html.escape(n) for n in (st.server.notes or explain(st))))
+            parts.append(f"<span style='color:#555'>{html.escape(SERVER_LEGEND)}</span>")
+        parts += [f"<span style='color:#8a5a00'>{html.escape(x)}</span>" for x in said]
+        self.server_notes.setText("<br>".join(parts))
+        self.server_notes.setVisible(bool(parts))
 
     def to_tsv(self, rows: list[int] | None = None) -> str:
         rows = range(self.table.rowCount()) if rows is None else rows

@@ -8,6 +8,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, Callable
 
@@ -148,6 +149,25 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
     if partial:
         lines.append(f"{PARTIAL_MARK} a partial level: cut short (stopped, or the ramp's time cap); its figures are "
                      "from the part that ran")
+    return "\n".join(lines)
+
+
+def server_table(levels: list[dict]) -> str:
+    """The server's own figures per level beside the client's
+    (:func:`app.loadgen.server_stats.server_rows`), its legend and what to say once
+    (:func:`app.loadgen.server_stats.server_summary`); "" when no level has them and
+    nothing needs saying."""
+    # deferred: only the commands that print levels need it
+    from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, server_rows, server_summary
+
+    rows = server_rows(levels)
+    lines = []
+    if rows:
+        w = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(SERVER_COLUMNS)]
+        lines.append("  ".join(c.rjust(w[i]) for i, c in enumerate(SERVER_COLUMNS)))
+        lines += ["  ".join(v.rjust(w[i]) for i, v in enumerate(r)) for r in rows]
+        lines.append(textwrap.fill(SERVER_LEGEND, 100))
+    lines += server_summary(levels)
     return "\n".join(lines)
 
 

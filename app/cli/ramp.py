@@ -24,6 +24,7 @@ from app.cli.common import (
     http_url,
     input_file,
     level_table,
+    server_table,
     non_negative,
     number_list,
     output_file,
@@ -250,6 +251,12 @@ def print_result(res, out=None, *, slo: bool = True) -> None:
         for st in res.steps:
             if not st.steady:
                 out.write(f"* {st.unsteady_reason}\n")
+        server = server_table([st.model_dump() for st in res.steps])
+        if server:
+            out.write("\nthe server's own figures (/metrics):\n" + server + "\n")
+        last = next((st for st in reversed(res.steps) if st.server is not None and st.server.notes), None)
+        if last is not None:
+            out.write(f"level {_fmt_level(last)}, client vs server: " + "; ".join(last.server.notes) + "\n")
     out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
     verdict = getattr(res, "verdict", None)

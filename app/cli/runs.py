@@ -26,6 +26,7 @@ from app.cli.common import (
     print_exposure,
     profile_for_launch,
     run_number,
+    server_table,
     unsaved_text,
     write_or_print,
 )
@@ -65,6 +66,8 @@ def cmd_runs(a: argparse.Namespace) -> int:
                           f"{cap.get('max_concurrency')}")
                 slo = ((r.get("spec") or {}).get("slo") or {})
                 print(level_table(r["levels"], slo=any(v is not None for v in slo.values())))
+                if any(d.get("server") for d in r["levels"]):  # runs before issue 20 have no server figures
+                    print(server_table(r["levels"]))
                 knee = s.get("knee")
                 if knee:
                     print(f"knee at {knee['level']:g}")
@@ -167,6 +170,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     print()
     if res.steps:
         print(level_table([st.model_dump() for st in res.steps], slo=not p.ramp.slo.is_empty()))
+        server = server_table([st.model_dump() for st in res.steps])
+        if server:
+            print("\nthe server's own figures (/metrics):\n" + server)
     if res.knee:
         print(res.knee.describe())
     print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))

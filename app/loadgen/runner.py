@@ -6,6 +6,13 @@ and ``emit_event(dict)`` for ``preflight``, ``level_start``, ``level_end`` (with
 level's StepStats as a dict) and ``done``. One :class:`aiohttp.ClientSession` serves the
 whole ramp; its connector allows at least the largest level at once (aiohttp's
 default of 100 would silently cap concurrency).
+
+Each level also reads the server's ``/metrics`` at the start and the end of its
+measuring window (the exact instants: only this process knows them) and carries the
+server's figures over it as ``StepStats.server`` (:mod:`app.loadgen.server_stats`);
+before each level it resets the server's prefix cache (``POST /reset_prefix_cache``,
+vLLM with ``VLLM_SERVER_DEV_MODE=1``) when the server offers it, so a level does not
+hit what the level before it cached.
 """
 from __future__ import annotations
 
@@ -22,12 +29,16 @@ from app.loadgen.capacity import level_met, search_levels
 from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample, needs_calibration
 from app.loadgen.records import RequestRecord
+from app.loadgen.server_stats import client_tokens, server_window
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, compute_step_stats, find_knee, level_window, slo_stop_reason
+from app.telemetry.metrics_parse import MetricsParseError, parse_metrics
 
 #: pause after a failed request before a closed-loop slot retries (a dead server
 #: refuses connections in microseconds; without it a slot would spin)
 FAIL_BACKOFF_S = 0.02
+#: seconds one /metrics reading or prefix-cache reset may take
+SERVER_HTTP_TIMEOUT_S = 5.0
 
 
 def auth_headers() -> dict:
@@ -56,6 +67,11 @@ class Ramp:
         self.steps: list[StepStats] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        #: whether the server serves /metrics (None: not tried yet) and why not
+        self.metrics_ok: bool | None = None
+        self.metrics_problem: str | None = None
+        #: whether the server offers POST /reset_prefix_cache (None: not tried yet)
+        self.reset_ok: bool | None = None
 
     def rel(self, t: float) -> float:
         return t - self.t0
@@ -132,6 +148,71 @@ class Ramp:
         self.emit_event(done)
         return done
 
+    async def _scrape(self, at: float | None = None) -> tuple[float, str] | None:
+        """``(session-clock instant, text)`` of one ``/metrics`` reading taken at monotonic
+        time ``at`` (now when None or past); the instant is the middle of the request.
+        None when the server has no ``/metrics`` (remembered: not asked again)."""
+        if at is not None and at > time.monotonic():
+            await asyncio.sleep(at - time.monotonic())
+        if self.metrics_ok is False:
+            return None
+        t_a = time.monotonic()
+        try:
+            async with self.session.get(self.spec.url + "/metrics",
+                                        timeout=aiohttp.ClientTimeout(total=SERVER_HTTP_TIMEOUT_S)) as resp:
+                text = await resp.text()
+                if resp.status != 200 or "vllm:" not in text:
+                    self.metrics_ok = False
+                    self.metrics_problem = f"GET /metrics: HTTP {resp.status}" + ("" if resp.status != 200
+                                                                                 else ", no vllm: series")
+                    return None
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError) as e:
+            self.metrics_problem = f"GET /metrics: {type(e).__name__}: {e}"
+            return None
+        self.metrics_ok = True
+        return self.rel((t_a + time.monotonic()) / 2), text
+
+    async def _reset_prefix_cache(self) -> bool | None:
+        """``POST /reset_prefix_cache`` (vLLM dev mode; docs/vllm-facts.md): True when the
+        server reset it, False when it answered that it could not (0.32+: ``{"success":
+        false}`` while blocks are held), None when it does not offer it (remembered)."""
+        if self.reset_ok is False or self.metrics_ok is False:
+            return None
+        try:
+            async with self.session.post(self.spec.url + "/reset_prefix_cache",
+                                         timeout=aiohttp.ClientTimeout(total=SERVER_HTTP_TIMEOUT_S)) as resp:
+                body = await resp.text()
+                if resp.status in (401, 403, 404, 405, 501):  # not there (no dev mode), or not for us
+                    self.reset_ok = False
+                    return None
+                if resp.status != 200:
+                    return False
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError, ValueError):
+            return None
+        self.reset_ok = True
+        return '"success":false' not in body.replace(" ", "")
+
+    async def _server_stats(self, st: StepStats, first: "asyncio.Task | None", last: "asyncio.Task | None",
+                            recs: list[RequestRecord], reset: bool | None) -> None:
+        """Attach the server's figures over the window to ``st`` (``first``/``last``: the
+        two :meth:`_scrape` tasks); leaves ``st.server`` None when either reading failed."""
+        try:
+            a = await first if first is not None else None
+            b = await last if last is not None else None
+            if a is None or b is None:
+                st.server_problem = self.metrics_problem or "GET /metrics failed"
+                return
+            before, after = await asyncio.to_thread(lambda: (parse_metrics(a[1]), parse_metrics(b[1])))
+            sv = server_window(before, after, scrape_start=a[0], scrape_end=b[0], prefix_cache_reset=reset)
+            sv.client_prompt_tokens, sv.client_output_tokens = client_tokens(recs, a[0], b[0])
+        except MetricsParseError as e:
+            st.server_problem = self.metrics_problem = f"GET /metrics: {e}"
+            return
+        except Exception as e:  # the level's own figures must never be lost to the server's
+            st.server_problem = f"server figures: {type(e).__name__}: {e}"
+            return
+        st.server = sv  # its notes (explain) are written in rig seconds, by whoever converts the level
+
     def _cap_left(self) -> float:
         if self.spec.max_total_seconds is None:
             return math.inf
@@ -141,6 +222,10 @@ class Ramp:
         spec = self.spec
         recs: list[RequestRecord] = []
         self.in_flight = self.max_in_flight = 0
+        reset = await self._reset_prefix_cache()
+        if reset is False:  # 0.32 refuses while blocks are held (a cancelled request's): once more
+            await asyncio.sleep(0.5)
+            reset = await self._reset_prefix_cache()
         t_level = time.monotonic()
         step = spec.step_seconds if spec.step_seconds is not None else math.inf
         # a closed-loop level settles once each user has finished one request: the first
@@ -149,10 +234,12 @@ class Ramp:
         settle_n = int(level) if spec.settles and spec.mode == "concurrency" else 0
         settled = asyncio.Event()
         win = {"w0": t_level + spec.warmup_seconds}
+        scrapes: dict[str, asyncio.Task] = {}  # the /metrics readings at the window's edges
         if settle_n:
             win["w0"] = math.inf
         else:
             settled.set()
+            scrapes["first"] = asyncio.create_task(self._scrape(win["w0"]))
         win["deadline"] = win["w0"] + step
         cap = self.ramp_start + spec.max_total_seconds if spec.max_total_seconds else math.inf
         stop = asyncio.Event()
@@ -163,6 +250,7 @@ class Ramp:
             win["w0"] = max(now, t_level + spec.warmup_seconds)
             win["deadline"] = win["w0"] + step
             settled.set()
+            scrapes["first"] = asyncio.create_task(self._scrape(win["w0"]))
         quota = spec.level_quota(level)
         self.emit_event({"type": "level_start", "idx": idx, "level": level, "mode": spec.mode,
                          "t": self.rel(t_level), "settles": bool(settle_n)})
@@ -275,6 +363,10 @@ class Ramp:
         elif state["reason"] is None:
             state["reason"] = "total_cap" if cap <= deadline and t_stop >= cap else "duration"
         stop.set()
+        if "first" in scrapes and not scrapes["first"].done() and win["w0"] > time.monotonic():
+            scrapes.pop("first").cancel()  # stopped before its window began: no window to read
+        if state["reason"] != "count" and state["reason"] != "aborted" and "first" in scrapes:
+            scrapes["last"] = asyncio.create_task(self._scrape())
         if spec.mode == "rate":
             arr_task.cancel()
             await asyncio.gather(arr_task, return_exceptions=True)
@@ -301,8 +393,20 @@ class Ramp:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         t_end = time.monotonic()
+        if state["reason"] == "aborted":
+            for t in scrapes.values():
+                t.cancel()
+            scrapes.clear()
+        elif state["reason"] == "count" and "first" in scrapes:
+            scrapes["last"] = asyncio.create_task(self._scrape())
 
         w0, w1 = level_window(state["reason"], w0, deadline, t_stop, state["last_measured_end"])
-        return compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=self.rel(t_level),
-                                  t_end=self.rel(t_end), window_start=self.rel(w0), window_end=self.rel(w1),
-                                  slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"])
+        st = compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=self.rel(t_level),
+                                t_end=self.rel(t_end), window_start=self.rel(w0), window_end=self.rel(w1),
+                                slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"])
+        if "last" in scrapes:
+            await self._server_stats(st, scrapes.get("first"), scrapes["last"], recs, reset)
+        else:
+            for t in scrapes.values():
+                t.cancel()
+        return st

@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from app.loadgen.records import RequestRecord
+from app.loadgen.server_stats import ServerStats
 from app.loadgen.spec import SLO
 
 
@@ -83,6 +84,11 @@ class StepStats(BaseModel):
     slo_broken: list[str] = []
     steady: bool = True
     repeat: int = 0  # a capacity search's repeat that probed this level
+    #: the server's own figures over the window from its /metrics (app.loadgen.server_stats);
+    #: None when it has none (not vLLM) or the level was aborted
+    server: Optional[ServerStats] = None
+    #: why ``server`` is None when /metrics was asked for and did not answer (e.g. "GET /metrics: HTTP 404")
+    server_problem: Optional[str] = None
 
     @property
     def slo_met(self) -> bool:
@@ -325,6 +331,9 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
         return st
     upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
     upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
+    if st.server is not None:  # its figures are the server's own (rig) seconds; only the scrape instants are wall
+        upd["server"] = st.server.model_copy(update={"scrape_start": st.server.scrape_start * k,
+                                                     "scrape_end": st.server.scrape_end * k})
     if st.mode == "rate":  # the level is a request rate: per wall second → per rig second
         upd["level"] = st.level / k
     if st.slo_broken:  # "ttft_p99 0.757 s > 0.5 s" (wall) → "ttft_p99 3.03 s > 2 s" (rig)

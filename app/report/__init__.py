@@ -27,6 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from app import __version__
 from app.comparison import Comparison, CompareRow, curves_svg, load_series, run_settings
 from app.config import ServerConfig
+from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 
 _env = Environment(loader=PackageLoader("app.report", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -98,7 +99,12 @@ def run_report(store, run_id: int) -> str:
                      "slo": ("broken: " + ", ".join(map(str, broken))) if broken else ("met" if any(
                          v is not None for v in slo.values()) else "")})
     settings = run_settings(run)
+    with_server = [d for d in levels if d.get("server")]
+    server = {"headings": SERVER_COLUMNS, "rows": server_rows(with_server), "legend": SERVER_LEGEND,
+              "notes": [(f"{d['level']:g}", d["server"].get("notes") or explain(d)) for d in with_server],
+              "said": server_summary(levels)}
     return _env.get_template("run.html.j2").render(
+        server=server,
         run=run, summary=summ, verdict=(summ.get("verdict") or {}).get("sentence"),
         created=time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created") or 0)),
         command=cfg.shell_command() if cfg else None, config_yaml=cfg.to_vllm_config_yaml() if cfg else None,

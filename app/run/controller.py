@@ -43,6 +43,7 @@ from app.config import ServerConfig, exposure_problem
 from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
 from app.loadgen.prompts import dataset_lengths
+from app.loadgen.server_stats import with_notes
 from app.loadgen.spec import spec_to_wall
 from app.loadgen.capacity import Capacity, capacity_of
 from app.loadgen.spec import CapacitySearch
@@ -703,6 +704,14 @@ class RunController:
         no thermal stop, the spec's own failure-rate limit). Progress through the
         listener; the end through ``on_ramp_done`` and :meth:`wait_ramp`."""
 
+        if self.target is not None and self.target.engine == "attach" and not self.sim_info:
+            # attached while the server was still starting (/sim/info did not answer then): a sim
+            # found only now must not be measured at k = 1 (every rig figure, and its server
+            # figures against the client's, would be off by k)
+            info = sim_info(self.url)
+            if info:
+                self.sim_info = info
+                self.time_scale = self.client.time_scale = time_scale_of(info)
         with self._lock:
             if self.ramp_running:
                 raise RuntimeError("a ramp is already running; abort it first")
@@ -789,7 +798,7 @@ class RunController:
                 self._emit("on_level_start", ev)
 
             def on_level(st: StepStats) -> None:
-                rig = to_rig_time(st, k)
+                rig = with_notes(to_rig_time(st, k), k)  # client vs server compared in rig seconds
                 with r.lock:
                     r.steps = sorted([s for s in r.steps if s.idx != rig.idx] + [rig], key=lambda s: s.idx)
                 rr = self._recorder()

@@ -7,8 +7,14 @@ epoch seconds of a counter's creation, not data: they are dropped.
 
 Renamed metrics (docs/vllm-facts.md, "/metrics"): ``kv_cache_usage_perc`` was
 ``gpu_cache_usage_perc`` (≤ 0.11); ``inter_token_latency_seconds`` was
-``time_per_output_token_seconds``. Lookups by the new name fall back to the old one
-(never both summed: newer vLLMs may export both with different meanings).
+``time_per_output_token_seconds``; ``prefix_cache_queries``/``prefix_cache_hits`` were
+``gpu_prefix_cache_queries``/``gpu_prefix_cache_hits`` (renamed in 0.9.2: 0.10 exports
+both, 0.11 the old ones only with ``--show-hidden-metrics-for-version=0.10``, 0.12+ the
+new ones only; vllm/v1/metrics/loggers.py). Lookups by the new name fall back to the old
+one (never both summed: newer vLLMs may export both with different meanings).
+
+Counters with a ``position`` label (``vllm:spec_decode_num_accepted_tokens_per_pos``) are
+summed like the others and also kept per position (:meth:`MetricsSnapshot.counter_by_position`).
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ PREFIX = "vllm:"
 FALLBACKS: dict[str, tuple[str, ...]] = {
     "kv_cache_usage_perc": ("gpu_cache_usage_perc",),
     "inter_token_latency_seconds": ("time_per_output_token_seconds",),
+    "prefix_cache_queries_total": ("gpu_prefix_cache_queries_total",),
+    "prefix_cache_hits_total": ("gpu_prefix_cache_hits_total",),
 }
 
 
@@ -54,6 +62,8 @@ class EngineMetrics:
     gauges: dict[str, float] = field(default_factory=dict)
     counters: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, Histogram] = field(default_factory=dict)
+    #: counter name → ``position`` label → value (counters with a ``position`` label only)
+    by_position: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -109,6 +119,17 @@ class MetricsSnapshot:
     def counter(self, name: str) -> float | None:
         v = self.counter_by_engine(name)
         return sum(v.values()) if v else None
+
+    def counter_by_position(self, name: str) -> dict[int, float]:
+        """``position`` label → counter value summed over engines (``name`` with or
+        without ``_total``); {} when not exported."""
+        if not name.endswith("_total"):
+            name += "_total"
+        out: dict[int, float] = {}
+        for m in self.engines.values():
+            for pos, v in m.by_position.get(name, {}).items():
+                out[pos] = out.get(pos, 0.0) + v
+        return out
 
     # ---- histograms
     def histogram(self, name: str, engine: str | None = None) -> Histogram | None:
@@ -179,6 +200,10 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                         m.histograms.setdefault(base[:-4], Histogram()).sum += value
                 elif kind == "counter" or (kind == "unknown" and base.endswith("_total")):
                     m.counters[base] = m.counters.get(base, 0.0) + value
+                    if "position" in labels:
+                        per = m.by_position.setdefault(base, {})
+                        pos = int(labels["position"])
+                        per[pos] = per.get(pos, 0.0) + value
                 elif kind in ("gauge", "unknown"):
                     m.gauges[base] = m.gauges.get(base, 0.0) + value
                 # summaries, info, stateset: not used
@@ -220,6 +245,23 @@ def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> floa
     if in_bucket <= 0:
         return end
     return start + (end - start) * (rank - below) / in_bucket
+
+
+def quantile_bucket(q: float, buckets: Sequence[tuple[float, float]]) -> tuple[float, float] | None:
+    """The bucket ``(lower, upper)`` bound, in the histogram's unit, that
+    :func:`histogram_quantile` interpolates quantile ``q`` inside: the quantile is only
+    known to lie in it (the interpolation assumes observations spread evenly across
+    it). A rank in the +Inf bucket gives ``(largest finite bound, inf)``. None when
+    :func:`histogram_quantile` is None."""
+    if histogram_quantile(q, buckets) is None:
+        return None
+    counts, run = [], 0.0
+    for _, c in buckets:
+        run = max(run, c)
+        counts.append(run)
+    rank = q * counts[-1]
+    b = next(i for i, c in enumerate(counts) if c >= rank)
+    return (0.0 if b == 0 else buckets[b - 1][0]), buckets[b][0]
 
 
 def histogram_delta(cur: Histogram, prev: Histogram | None) -> Histogram:
