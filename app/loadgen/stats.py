@@ -24,8 +24,10 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   waited; ``n_held``: the ones still waiting when the level stopped sending (never sent).
   A level is *short* (``rate_short``) when it achieved less than
   :data:`app.loadgen.arrivals.SHORT_FRACTION` of the offered rate: ``server`` when the
-  cap delayed or held requests (the server did not finish them as fast as they came) or
-  when fewer completed than were sent beyond what filling the pipeline explains,
+  cap delayed or held requests (the server did not finish them as fast as they came) or,
+  the rate achieved, when fewer completed in the window than were sent by more than 5 %
+  and what filling the pipeline explains (the achieved rate × the mean e2e of the first
+  quarter of its requests, less the warm-up and any drain inside the window),
   ``client`` when the load generator sent fewer than were drawn with the cap idle (it
   sent late), ``draw`` when it sent what the seeded draw gave and the draw itself came
   out low (too short a window for the rate: not a shortfall of either side).
@@ -145,6 +147,9 @@ def rate_note(st: Any) -> str | None:
         if get("n_delayed") or get("n_held"):
             return (f"{head}: the server did not keep up — the max_concurrency cap was full (delayed "
                     f"{get('n_delayed') or 0} requests, held back {get('n_held') or 0})")
+        if get("achieved_rps") >= SHORT_FRACTION * get("offered_rps"):
+            return (f"sent {get('achieved_rps'):.3g} req/s as offered ({get('offered_rps'):.3g}) but completed "
+                    f"{get('rps') or 0:.3g}: the server did not keep up (requests queued)")
         return f"{head}: the server did not keep up — completed {get('rps') or 0:.3g} req/s"
     if why == "client":
         return (f"{head}: the load generator did not keep up — it sent {get('n_measured')} of the "
@@ -155,7 +160,7 @@ def rate_note(st: Any) -> str | None:
 
 def open_loop_figures(records: Sequence[RequestRecord], level: float, w0: float, w1: float, send_end: float | None,
                       arrivals: Sequence[tuple[float, float | None, bool]], rps: float,
-                      e2e_mean: float | None, warmup_s: float) -> dict[str, Any]:
+                      warmup_s: float) -> dict[str, Any]:
     """The open-loop fields of a rate level (the module's definitions): ``arrivals``
     are ``(scheduled, sent or None, waited at the cap)`` per arrival, session-clock s;
     ``send_end`` when the level stopped sending (None: ``w1``)."""
@@ -175,12 +180,21 @@ def open_loop_figures(records: Sequence[RequestRecord], level: float, w0: float,
             short = "client"
         else:
             short = "draw"
-    elif e2e_mean is not None:
-        # completions short of the sends beyond the pipeline's filling (a level without a
-        # warm-up as long as its requests completes nothing in its first e2e seconds)
-        fill = achieved * max(0.0, e2e_mean - warmup_s) / max(w1 - w0, 1e-3)
-        if rps < SHORT_FRACTION * achieved - fill:
-            short = "server"
+    else:
+        # completions short of the sends beyond the pipeline's filling: a level without a
+        # warm-up as long as its requests completes nothing in its first e2e seconds. The
+        # e2e of the first quarter of its requests (by send time) is the fill's length — a
+        # server that falls behind queues the later ones longer and longer
+        ok = sorted((r for r in records if r.ok and r.e2e is not None and w0 <= r.t_start <= s1),
+                    key=lambda r: r.t_start)
+        if ok:
+            early = ok[:max(1, len(ok) // 4)]
+            e2e_early = sum(r.e2e for r in early) / len(early)
+            # in requests: a window that goes on past the sending (a count-limited level's
+            # drain) sees those sent last complete too
+            fill = achieved * max(0.0, e2e_early - warmup_s - (w1 - s1))
+            if rps * max(w1 - w0, 1e-3) < SHORT_FRACTION * sent - fill:
+                short = "server"
     return {"offered_rps": level, "achieved_rps": achieved, "n_scheduled": n_sched, "n_delayed": delayed,
             "n_held": held, "rate_short": short}
 
@@ -265,8 +279,7 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
     )
     if mode == "rate":
         arr = arrivals if arrivals is not None else [(r.t_start, r.t_start, False) for r in records]
-        for k, v in open_loop_figures(records, level, w0, w1, send_end, arr, st.rps, st.e2e_mean,
-                                      w0 - t_start).items():
+        for k, v in open_loop_figures(records, level, w0, w1, send_end, arr, st.rps, w0 - t_start).items():
             setattr(st, k, v)
     st.slo_broken = slo_breaches(st, slo)
     # a window shorter than the median request measures how the level started, not how it runs
