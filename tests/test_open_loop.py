@@ -4,6 +4,7 @@ the achieved vs offered rate of a rate level, and the cap's delayed / held reque
 against a scripted streaming server and the simulated rig over real HTTP."""
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -17,6 +18,8 @@ from app.loadgen.generator import run_ramp
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import compute_step_stats, rate_note, to_rig_time
+from app.planner.predict import EngineLimits, predict_ramp
+from app.sim import model_adapter as ma
 from tests.loadgen_server import Script, ScriptedServer
 
 
@@ -119,6 +122,36 @@ def test_open_loop_figures_and_why_a_level_is_short():
     assert SHORT_FRACTION == 0.95
 
 
+def _rig():
+    sp = ma.plan_rig(ma_cfg(), "RTX 4090", 8)
+    return ma.StepModel(sp).model, EngineLimits(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens)
+
+
+def ma_cfg():
+    from tests.test_sim_server import CFG  # the sim tests' rig: Llama-3-70B AWQ, TP 8 on 8× RTX 4090
+
+    return CFG
+
+
+def test_the_planner_predicts_rate_levels_with_the_same_arrivals():
+    """The offline engine runs a rate level on the load generator's arrivals: what it
+    sends in the window is what the rule draws (no cap); with a cap of one request in
+    flight the arrivals wait and the level is short — the server's side."""
+    model, lim = _rig()
+    spec = RampSpec(mode="rate", levels=[0.5, 2.0], step_seconds=60.0, warmup_seconds=5.0, prompt_tokens=512,
+                    output_tokens=64, burstiness=0.5, seed=3)
+    pr = predict_ramp(model, lim, spec)
+    for st in pr.steps:
+        drawn = [t for t in itertools.takewhile(lambda t: t <= st.window_end,
+                                                arrival_times(st.level, 0.5, 3, st.idx)) if t >= st.window_start]
+        assert st.mode == "rate" and st.offered_rps == st.level and st.n_scheduled == len(drawn) == st.n_measured
+        assert st.n_delayed == st.n_held == 0
+    capped = predict_ramp(model, lim, spec.model_copy(update={"max_concurrency": 1}))
+    st = capped.steps[1]
+    print(f"\ncap 1 at 2 req/s: sent {st.achieved_rps:.2f}/s, delayed {st.n_delayed}, held {st.n_held}")
+    assert st.rate_short == "server" and st.n_delayed > 0 and st.n_held > 0 and st.achieved_rps < 1.5
+
+
 def _spec(url: str, **kw) -> RampSpec:
     base = dict(url=url, model="scripted", mode="rate", step_seconds=2.0, prompt_tokens=8, output_tokens=10,
                 length_spread=0)
@@ -171,6 +204,17 @@ def test_two_rate_levels_against_the_sim_achieve_what_is_offered():
     finally:
         stop_and_check(sup)
     assert res.status == "done", res.stop_reason
+    # the planner predicts the same ramp (rig seconds, rig req/s) with the same arrivals
+    sp = ma.plan_rig(CFG, "RTX 4090", 8)
+    pred = predict_ramp(ma.StepModel(sp).model, EngineLimits(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens),
+                        RampSpec(mode="rate", levels=[1.0, 2.0], step_seconds=60.0, warmup_seconds=5.0,
+                                 prompt_tokens=64, output_tokens=16, burstiness=4.0))
+    for st, p in zip(res.steps, pred.steps):
+        rig = to_rig_time(st, 10.0)
+        print(f"\nrig {p.level:g} req/s: measured sent {rig.achieved_rps:.3f}/s, TTFT p50 {rig.ttft_p50:.3f} s; "
+              f"predicted sent {p.achieved_rps:.3f}/s ({p.n_scheduled} drawn), TTFT p50 {p.ttft_p50:.3f} s")
+        assert abs(p.n_scheduled - st.n_scheduled) <= 1 and p.rate_short == st.rate_short
+        assert p.achieved_rps == pytest.approx(rig.achieved_rps, rel=0.05)
     for st in res.steps:
         print(f"\nlevel {st.level:g} req/s: sent {st.achieved_rps:.2f}/s ({st.n_measured} of {st.n_scheduled} drawn), "
               f"completed {st.rps:.2f}/s, TTFT p50 {st.ttft_p50 * 1e3:.0f} ms")
