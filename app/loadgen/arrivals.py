@@ -5,13 +5,15 @@ the planner's prediction of the same level (:mod:`app.planner.predict`, on the o
 engine), as :class:`app.loadgen.prompts.LengthSampler` is one rule for the lengths.
 
 The gaps between arrivals are drawn as ``vllm bench serve --burstiness`` draws them
-(vllm/benchmarks/serve.py ``get_request``, vLLM 0.32.0; the same rule since the option
-came in, v0.6.x): gamma-distributed with shape ``burstiness`` and scale
-``1 / (rate · burstiness)`` — mean ``1 / rate`` s, coefficient of variation
-``1 / sqrt(burstiness)``. ``burstiness`` 1 is a Poisson process (exponential gaps);
-below 1 the arrivals come in bursts, above 1 they are more evenly spaced. vLLM then
-rescales a fixed request count's gaps so that they last exactly ``count / rate``; a ramp
-level here lasts a time, not a count, so the draws are used as they come.
+(vllm/benchmarks/serve.py ``get_request``, read in vLLM 0.32.0, the installed CPU
+build; older releases kept it in benchmarks/benchmark_serving.py): gamma-distributed with
+shape ``burstiness`` and scale ``1 / (rate · burstiness)`` (``np.random.gamma``) — mean
+``1 / rate`` s, coefficient of variation ``1 / sqrt(burstiness)``. ``burstiness`` 1 is a
+Poisson process (exponential gaps); below 1 the arrivals come in bursts, above 1 they are
+more evenly spaced (vLLM's ``inf`` — gaps of exactly ``1 / rate`` — is not accepted
+here: a large finite value such as 1000, CV 0.03, comes as close). vLLM then rescales a
+fixed request count's gaps so that they last exactly ``count / rate``; a ramp level here
+lasts a time, not a count, so the draws are used as they come.
 
 Units: requests/s for rates, seconds for times. Seeded: level ``idx`` of a ramp with
 ``seed`` draws from ``random.Random(seed · 1000003 + idx)`` (the load generator's
