@@ -222,3 +222,23 @@ def test_two_rate_levels_against_the_sim_achieve_what_is_offered():
         assert st.achieved_rps == pytest.approx(st.level, rel=0.2)
         assert st.n_measured == st.n_scheduled and st.rate_short in (None, "draw")
         assert st.rps == pytest.approx(st.achieved_rps, rel=0.2)
+
+
+def test_a_profiles_rate_ramp_round_trips(tmp_path):
+    """A profile's ramp keeps its open-loop fields through YAML (mode, rates, burstiness,
+    the cap), and `vllm-dyno run --rate … --burstiness …` overrides build a rate ramp."""
+    from app.profiles.io import read_profile, write_profile
+    from app.profiles.model import Profile
+
+    p = Profile(name="open", engine="sim", server={"model": "Llama-3-70B"},
+                ramp={"mode": "rate", "levels": [0.5, 1, 2], "burstiness": 0.5, "max_concurrency": 32,
+                      "step_seconds": 30})
+    write_profile(tmp_path / "open.yaml", p)
+    text = (tmp_path / "open.yaml").read_text()
+    assert "burstiness: 0.5" in text and "mode: rate" in text
+    q = read_profile(tmp_path / "open.yaml")
+    assert (q.ramp.mode, q.ramp.levels, q.ramp.burstiness, q.ramp.max_concurrency) == ("rate", [0.5, 1, 2], 0.5, 32)
+    closed = Profile(name="c", engine="sim", server={"model": "Llama-3-70B"}, ramp={"max_level": 8})
+    spec = closed.ramp_spec("http://127.0.0.1:1", None, mode="rate", levels=[1.0, 4.0], max_level=None, search=None,
+                            burstiness=2.0)
+    assert (spec.mode, spec.levels, spec.burstiness) == ("rate", [1.0, 4.0], 2.0)
