@@ -242,3 +242,30 @@ def test_a_profiles_rate_ramp_round_trips(tmp_path):
     spec = closed.ramp_spec("http://127.0.0.1:1", None, mode="rate", levels=[1.0, 4.0], max_level=None, search=None,
                             burstiness=2.0)
     assert (spec.mode, spec.levels, spec.burstiness) == ("rate", [1.0, 4.0], 2.0)
+
+
+def test_the_run_store_csv_and_report_keep_the_open_loop_figures(tmp_path):
+    """A rate level in the real SQLite run store: `runs show`'s table (sent/s and the
+    reason it is short), the levels CSV and the HTML report carry the achieved rate."""
+    from app.cli.common import level_table
+    from app.history import levels_csv
+    from app.report import run_report
+    from app.store import RunStore
+
+    sched = [i * 0.25 for i in range(40)]
+    arr = [(t, None if i >= 32 else t, i >= 30) for i, t in enumerate(sched)]
+    st = _stats([_rec(a[1]) for a in arr if a[1] is not None], arr)
+    store = RunStore(tmp_path / "runs.db")
+    rid = store.create_run("open loop", "sim", spec=RampSpec(mode="rate", levels=[4.0]).model_dump(mode="json"))
+    store.add_level(rid, st)
+    store.finish_run(rid, "done")
+    (lv,) = store.levels(rid)
+    assert (lv["offered_rps"], lv["achieved_rps"], lv["n_delayed"], lv["n_held"], lv["rate_short"]) == \
+        (4.0, st.achieved_rps, 10, 8, "server")
+    table = level_table([lv])
+    assert "sent/s" in table and f"{st.achieved_rps:.2f}!" in table and "held back 8" in table
+    head, row = levels_csv(store, rid).splitlines()[:2]
+    assert head.endswith("offered_rps,achieved_rps,n_scheduled,n_delayed,n_held,rate_short")
+    assert row.endswith(f"4.0,{st.achieved_rps},40,10,8,server")
+    html = run_report(store, rid)
+    assert "sent req/s" in html and "offered req/s" in html and f"{st.achieved_rps:.2f}" in html
