@@ -213,4 +213,7 @@ def test_rate_ramp_through_the_window_shows_offered_vs_achieved(sim_window, qtbo
     _shot(w, "results-rate.png", tmp_path)
     w.tabs.setCurrentWidget(w.curves)
     _shot(w, "curves-rate.png", tmp_path)
+    w.tabs.setCurrentWidget(w.dashboard)
+    w.dashboard.refresh(force=True)
+    _shot(w, "live-rate.png", tmp_path)
     _stop(w, qtbot)
