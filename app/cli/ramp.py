@@ -202,7 +202,7 @@ class _Progress:
             fails = ", ".join(f"{k} {v}" for k, v in sorted(st.failures.items()))
             self.out.write(f"  level {_fmt_level(st)}: {st.output_tps:.1f} out tok/s, TTFT p99 {_ms(st.ttft_p99)} ms, "
                            f"TPOT p50 {_ms(st.tpot_p50)} ms, {st.n_measured} requests"
-                           + (f", sent {st.achieved_rps:.2f}/s" + (" (short)" if st.rate_short else "")
+                           + (f", sent {st.achieved_rps:.2f}/s" + (f" (short: {st.rate_short})" if st.rate_short else "")
                               if st.achieved_rps is not None else "")
                            + (f", failures: {fails}" if fails else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
                            + "\n")
