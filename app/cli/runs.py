@@ -134,8 +134,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             print_exposure(cfg, sup.config.port)
 
     def on_level(st) -> None:
+        sent = ("" if st.achieved_rps is None else f", sent {st.achieved_rps:.2f} of {st.level:g} req/s"
+                + (f" (short: {st.rate_short})" if st.rate_short else ""))
         print(f"  level {st.level:g}: {st.output_tps:.1f} out tok/s, TTFT p99 "
-              f"{fmt(st.ttft_p99, 0, 1e3)} ms, failures {st.failure_rate * 100:.1f}%", flush=True)
+              f"{fmt(st.ttft_p99, 0, 1e3)} ms, failures {st.failure_rate * 100:.1f}%{sent}", flush=True)
 
     def on_line(stream: str, text: str, t: float) -> None:
         if a.show_log:
