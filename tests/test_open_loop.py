@@ -13,14 +13,21 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from app.cli.common import level_table
+from app.history import levels_csv
 from app.loadgen.arrivals import SHORT_FRACTION, arrival_gap, arrival_times, level_rng
 from app.loadgen.generator import run_ramp
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import compute_step_stats, rate_note, to_rig_time
 from app.planner.predict import EngineLimits, predict_ramp
+from app.profiles.io import read_profile, write_profile
+from app.profiles.model import Profile
+from app.report import run_report
 from app.sim import model_adapter as ma
+from app.store import RunStore
 from tests.loadgen_server import Script, ScriptedServer
+from tests.test_sim_server import CFG, sim_args, start, stop_and_check
 
 
 def _gaps(rate: float, b: float, n: int = 40000, seed: int = 3) -> list[float]:
@@ -123,14 +130,8 @@ def test_open_loop_figures_and_why_a_level_is_short():
 
 
 def _rig():
-    sp = ma.plan_rig(ma_cfg(), "RTX 4090", 8)
+    sp = ma.plan_rig(CFG, "RTX 4090", 8)  # the sim tests' rig: Llama-3-70B AWQ, TP 8, 8× RTX 4090
     return ma.StepModel(sp).model, EngineLimits(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens)
-
-
-def ma_cfg():
-    from tests.test_sim_server import CFG  # the sim tests' rig: Llama-3-70B AWQ, TP 8 on 8× RTX 4090
-
-    return CFG
 
 
 def test_the_planner_predicts_rate_levels_with_the_same_arrivals():
@@ -194,7 +195,6 @@ def test_two_rate_levels_against_the_sim_achieve_what_is_offered():
     (wall; 1 and 2 rig req/s) of short requests, burstiness 4 (CV 0.5: about ±7 % on the
     ~60–120 arrivals of a 6 s level): each level achieves its offered rate within 20 %,
     completes about as many as it sent, and is not marked short by the client or server."""
-    from tests.test_sim_server import CFG, sim_args, start, stop_and_check
 
     sup = start(CFG, sim_args(k=10.0))
     try:
@@ -227,9 +227,6 @@ def test_two_rate_levels_against_the_sim_achieve_what_is_offered():
 def test_a_profiles_rate_ramp_round_trips(tmp_path):
     """A profile's ramp keeps its open-loop fields through YAML (mode, rates, burstiness,
     the cap), and `vllm-dyno run --rate … --burstiness …` overrides build a rate ramp."""
-    from app.profiles.io import read_profile, write_profile
-    from app.profiles.model import Profile
-
     p = Profile(name="open", engine="sim", server={"model": "Llama-3-70B"},
                 ramp={"mode": "rate", "levels": [0.5, 1, 2], "burstiness": 0.5, "max_concurrency": 32,
                       "step_seconds": 30})
@@ -247,11 +244,6 @@ def test_a_profiles_rate_ramp_round_trips(tmp_path):
 def test_the_run_store_csv_and_report_keep_the_open_loop_figures(tmp_path):
     """A rate level in the real SQLite run store: `runs show`'s table (sent/s and the
     reason it is short), the levels CSV and the HTML report carry the achieved rate."""
-    from app.cli.common import level_table
-    from app.history import levels_csv
-    from app.report import run_report
-    from app.store import RunStore
-
     sched = [i * 0.25 for i in range(40)]
     arr = [(t, None if i >= 32 else t, i >= 30) for i, t in enumerate(sched)]
     st = _stats([_rec(a[1]) for a in arr if a[1] is not None], arr)
