@@ -19,7 +19,8 @@ from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 #: level columns of the CSV export and the ``runs show`` table
 LEVEL_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
                  "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
-                 "failure_rate", "window_s", "stop_reason"]
+                 "failure_rate", "window_s", "stop_reason", "offered_rps", "achieved_rps", "n_scheduled", "n_delayed",
+                 "n_held", "rate_short"]
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
                    "tokens_source", "status", "error", "n_chunks"]
 

@@ -7,6 +7,8 @@ rig time, so a 10 s step takes 1 s of wall time.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 from PySide6.QtWidgets import QPushButton
 
@@ -158,4 +160,60 @@ def test_abort_mid_ramp_keeps_completed_levels(sim_window, qtbot):
     assert [s.level for s in done][:2] == [1, 2] and len(w.results.steps) < 6
     assert all(s.n_ok > 0 for s in done)
     assert w.controller.state == "ready" and w.act_ramp.isEnabled()
+    _stop(w, qtbot)
+
+
+def _shot(widget, name: str, tmp_path) -> None:
+    """Save ``widget`` as a PNG under ``DYNO_SHOT_DIR`` (or the test's tmp_path), to look at."""
+    out = os.environ.get("DYNO_SHOT_DIR") or str(tmp_path)
+    os.makedirs(out, exist_ok=True)
+    assert widget.grab().save(os.path.join(out, name))
+
+
+def test_rate_ramp_through_the_window_shows_offered_vs_achieved(sim_window, qtbot, tmp_path):
+    """Open loop through the window (issue 20, item 5): the Ramp tab set to request rate,
+    1 and 2 rig req/s; the Results table shows each level's offered vs sent rate, Curves
+    and the Live level axis are in req/s. Screenshots under DYNO_SHOT_DIR when set."""
+    w = sim_window
+    w.left_tabs.setCurrentWidget(w.ramp)
+    _launch_ready(w, qtbot)
+    rp = w.ramp
+    rp.set_mode("rate")
+    rp.levels.setText("1,2")
+    rp.step.setValue(30)
+    rp.warmup.setValue(2)
+    rp.output.setText("64")
+    rp.slo_ttft.setValue(0)
+    rp.slo_tpot.setValue(0)
+    rp.burstiness.setValue(1.0)
+    w.left_tabs.setCurrentWidget(rp)
+    _shot(w, "ramp-tab-rate.png", tmp_path)
+    w.act_ramp.trigger()
+    pump(qtbot, lambda: w.controller.ramp_running, 10, "the ramp starts")
+    pump(qtbot, lambda: len(w.results.steps) >= 1 or not w.controller.ramp_running, 60, "the first level ends")
+    assert "req/s" in w.run_label.text() or not w.controller.ramp_running, w.run_label.text()
+    pump(qtbot, lambda: not w.controller.ramp_running, 90, "the ramp ends")
+    assert "ramp: done" in w.run_label.text(), w.run_label.text()
+    steps = w.results.steps
+    assert [s.level for s in steps] == [1, 2] and all(s.mode == "rate" for s in steps)
+    for s in steps:  # rig req/s: the offered rate is the level, the achieved one near it (Poisson, ~30–60 arrivals)
+        assert s.offered_rps == s.level and abs(s.achieved_rps - s.offered_rps) <= 0.35 * s.offered_rps, s
+        assert s.n_delayed == 0 and s.n_held == 0
+    tsv = w.results.to_tsv().splitlines()
+    head = tsv[0].split("\t")
+    assert head[:3] == ["Level (offered)", "Sent req/s", "Cap delayed / held"], head
+    rows = [r.split("\t") for r in tsv[1:]]
+    assert [r[0] for r in rows] == ["1 req/s", "2 req/s"]
+    assert [float(r[1].split()[0]) for r in rows] == [round(s.achieved_rps, 2) for s in steps]
+    # the Curves tab plots against the offered rate, without the plan's closed-loop curve
+    assert w.curves.tput_plot.getAxis("bottom").labelText == "offered request rate (req/s)"
+    assert not w.curves.pred_tput.isVisible()
+    assert w.dashboard.plots["throughput"].getAxis("right").labelText == "offered req/s"
+    w.tabs.setCurrentWidget(w.results)
+    _shot(w, "results-rate.png", tmp_path)
+    w.tabs.setCurrentWidget(w.curves)
+    _shot(w, "curves-rate.png", tmp_path)
+    w.tabs.setCurrentWidget(w.dashboard)
+    w.dashboard.refresh(force=True)
+    _shot(w, "live-rate.png", tmp_path)
     _stop(w, qtbot)

@@ -66,6 +66,10 @@ class _TwinAxis:
         self.vb.linkedViewChanged(self.plot.vb, self.vb.XAxis)
 
 
+#: the throughput plot's right axis, by RampSpec.mode: what the dashed level step line is
+LEVEL_AXIS_LABELS = {"concurrency": "concurrency", "rate": "offered req/s"}
+
+
 class Dashboard(QWidget):
     """``bank_fn()`` returns the current SeriesBank, ``client_fn()`` the ClientSeries,
     ``now_fn()`` session seconds. :meth:`start` / :meth:`stop` the redraw timer."""
@@ -122,7 +126,7 @@ class Dashboard(QWidget):
                                  name=f"{BIN_S:g} s bins")
         self.tps_mean_curve = tp.plot([], [], pen=pg.mkPen("#1f77b4", width=2.5),
                                       name=f"{SMOOTH_S:g} s trailing mean")
-        self.level_axis = _TwinAxis(tp, "concurrency")
+        self.level_axis = _TwinAxis(tp, LEVEL_AXIS_LABELS["concurrency"])
         self.level_curve = pg.PlotCurveItem(pen=pg.mkPen("#888", width=1.5,
                                                                                    style=Qt.DashLine))
         self.level_axis.vb.addItem(self.level_curve)
@@ -204,6 +208,11 @@ class Dashboard(QWidget):
         """One step of each legend's fit (:class:`widgets.axes.LegendFit`); True per plot
         whose legend is within a quarter of it."""
         return {k: f.step() for k, f in self.legend_fits.items()}
+
+    def set_level_unit(self, mode: str) -> None:
+        """Name the dashed level step line's axis for a ramp of ``mode`` (RampSpec.mode):
+        users kept in flight, or the offered request rate."""
+        self.plots["throughput"].getAxis("right").setLabel(LEVEL_AXIS_LABELS.get(mode, mode))
 
     def export_plot(self, key: str, path) -> "Path":
         """Save the plot ``key`` (throughput, latency, vram, …) as PNG or SVG

@@ -998,11 +998,13 @@ class MainWindow(QMainWindow):
             self.results.clear()
             self.curves.set_measured([])
         self.ramp.ramp_started(spec)
+        self.dashboard.set_level_unit(spec.mode)
 
     def _on_level_started(self, ev: dict) -> None:
         spec = self.controller.ramp_spec
         of = "" if spec is None or spec.search is not None else f"/{len(spec.levels)}"  # a search: open-ended
-        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}{of} (concurrency {ev.get('level', 0):g})")
+        what = "rate {:g} req/s" if ev.get("mode") == "rate" else "concurrency {:g}"
+        self.run_label.setText(f"ramp: level {ev.get('idx', 0) + 1}{of} ({what.format(ev.get('level', 0))})")
 
     def _on_level_done(self, st) -> None:
         self.ramp.level_done(st)

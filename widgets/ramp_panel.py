@@ -1,4 +1,5 @@
-"""The ramp form (levels, step, warm-up, request shape or prompts file, SLO) with
+"""The ramp form (closed loop in users or open loop in req/s with burstiness and a
+concurrency cap; levels, step, warm-up, request shape or prompts file, SLO) with
 **Run ramp / Abort** and progress per level. Builds an :class:`app.loadgen.spec.RampSpec`."""
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -27,19 +29,27 @@ from app.loadgen.spec import CapacitySearch, RampSpec, parse_length
 from widgets.length_histogram import LengthHistogram
 
 
-def parse_levels(text: str) -> dict[str, Any]:
+def parse_levels(text: str, mode: str = "concurrency") -> dict[str, Any]:
     """``"1,2,4,8"`` → ``{"levels": [1, 2, 4, 8]}``; ``"64"`` → ``{"max_level": 64}`` (1, 2, 4 … 64);
-    ``"64,"`` → ``{"levels": [64]}`` (one level). Raises ValueError naming the text."""
+    ``"64,"`` → ``{"levels": [64]}`` (one level). ``mode`` ``rate``: request rates in
+    req/s, the same forms (a single rate that is not a whole number is one level:
+    ``"2.5"`` → ``{"levels": [2.5]}``). Raises ValueError naming the text."""
+    what = ("request rates (req/s) like 0.5,1,2,4 or one maximum like 16" if mode == "rate"
+            else "concurrency levels like 1,2,4,8,16 or one maximum like 64")
     parts = [p for p in text.replace(";", ",").replace(" ", ",").split(",") if p]
     try:
         nums = [float(p) for p in parts]
     except ValueError:
-        raise ValueError(f"levels {text!r}: write concurrency levels like 1,2,4,8,16 or one maximum like 64") from None
+        raise ValueError(f"levels {text!r}: write {what}") from None
     if not nums:
-        raise ValueError("levels: give at least one level, e.g. 1,2,4,8,16")
-    if len(nums) == 1 and nums[0] > 1 and "," not in text:
+        raise ValueError(f"levels: give at least one level: {what}")
+    if len(nums) == 1 and nums[0] > 1 and "," not in text and nums[0] == int(nums[0]):
         return {"max_level": int(nums[0])}
     return {"levels": nums}
+
+
+#: the Traffic choices: (label, RampSpec.mode)
+TRAFFIC = (("Closed loop (users)", "concurrency"), ("Open loop (request rate)", "rate"))
 
 
 #: Find capacity: the request floor of a level and the least time cap, rig seconds
@@ -61,14 +71,38 @@ class RampPanel(QWidget):
         v = QVBoxLayout(self)
         g = QGroupBox("Ramp")
         f = QFormLayout(g)
+        self.traffic = QComboBox()
+        self.traffic.setObjectName("traffic")
+        for label, mode in TRAFFIC:
+            self.traffic.addItem(label, mode)
+        self.traffic.setToolTip("Closed loop: each level keeps N requests in flight (a user sends its next request "
+                                "when the last one ends). Open loop: requests arrive at a rate (req/s) whether or "
+                                "not the server keeps up, as real traffic does (vllm bench serve --request-rate)")
+        f.addRow("Traffic", self.traffic)
         self.levels = QLineEdit("1,2,4,8,16,32,64")
-        self.levels.setToolTip("Concurrency levels (requests kept in flight), or one maximum N for 1, 2, 4 … N")
-        f.addRow("Levels", self.levels)
-        self.find = QCheckBox("Find capacity (search, ≥ 100 requests a level)")
-        self.find.setToolTip("Probe 1, 2, 4 … users up to the Levels' maximum until the SLO breaks, then bisect to "
-                             "10 % or one user. Each level is judged on at least 100 requests sent after each user "
-                             "finished one; the step duration is its time cap (at least "
-                             f"{SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
+        self.levels_label = QLabel("Levels (users)")
+        f.addRow(self.levels_label, self.levels)
+        self.burstiness = QDoubleSpinBox()
+        self.burstiness.setObjectName("burstiness")
+        self.burstiness.setRange(0.05, 100)
+        self.burstiness.setDecimals(2)
+        self.burstiness.setSingleStep(0.25)
+        self.burstiness.setValue(1.0)
+        self.burstiness.setToolTip("Gamma shape of the gaps between arrivals, as vllm bench serve --burstiness: "
+                                   "1 = Poisson; below 1 requests come in bursts, above 1 more evenly spaced "
+                                   "(the mean rate stays the level's)")
+        self.burstiness_label = QLabel("Burstiness")
+        f.addRow(self.burstiness_label, self.burstiness)
+        self.max_conc = QSpinBox()
+        self.max_conc.setObjectName("maxConcurrency")
+        self.max_conc.setRange(0, 100000)
+        self.max_conc.setSpecialValueText("no cap")
+        self.max_conc.setToolTip("At most this many requests in flight (vllm bench serve --max-concurrency); an "
+                                 "arrival that finds them all busy waits for one to end. The Results table counts "
+                                 "the requests the cap delayed and held back")
+        self.max_conc_label = QLabel("Max concurrency")
+        f.addRow(self.max_conc_label, self.max_conc)
+        self.find = QCheckBox()
         f.addRow("", self.find)
         self.step = QDoubleSpinBox()
         self.step.setRange(1, 3600)
@@ -162,9 +196,11 @@ class RampPanel(QWidget):
         v.addWidget(self.total_bar)
         v.addWidget(self.progress)
         v.addStretch(1)
+        self.traffic.currentIndexChanged.connect(self._mode_changed)
+        self._mode_changed()
         for w in (self.levels, self.prompt, self.output):
             w.textChanged.connect(self.shape_changed)
-        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot):
+        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot, self.burstiness, self.max_conc):
             w.valueChanged.connect(self.shape_changed)
         self.vary.toggled.connect(self.shape_changed)
         self.level_ev: dict | None = None
@@ -174,6 +210,42 @@ class RampPanel(QWidget):
         self.timer = QTimer(self)
         self.timer.setInterval(250)
         self.timer.timeout.connect(self._tick)
+
+    @property
+    def mode(self) -> str:
+        """The RampSpec mode the form builds: ``concurrency`` or ``rate``."""
+        return self.traffic.currentData()
+
+    def set_mode(self, mode: str) -> None:
+        self.traffic.setCurrentIndex(max(0, self.traffic.findData(mode)))
+
+    def _mode_changed(self, *_: Any) -> None:
+        """Closed loop ↔ open loop: the levels' unit, the open-loop fields, the search's words."""
+        rate = self.mode == "rate"
+        self.levels_label.setText("Levels (req/s)" if rate else "Levels (users)")
+        self.levels.setToolTip("Request rates in req/s (e.g. 0.5,1,2,4), or one maximum R for 1, 2, 4 … R" if rate
+                               else "Concurrency levels (requests kept in flight), or one maximum N for 1, 2, 4 … N")
+        for w in (self.burstiness, self.burstiness_label, self.max_conc, self.max_conc_label):
+            w.setVisible(rate)
+        if rate:
+            self.find.setText("Find max rate at SLO (search)")
+            self.find.setToolTip("Probe 1, 2, 4 … req/s up to the Levels' maximum until the SLO breaks, then bisect "
+                                 "to 10 % or 0.1 req/s. Each level is judged on at least 100 requests; the step "
+                                 f"duration is its time cap (at least {SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
+        else:
+            self.find.setText("Find capacity (search, ≥ 100 requests a level)")
+            self.find.setToolTip("Probe 1, 2, 4 … users up to the Levels' maximum until the SLO breaks, then bisect "
+                                 "to 10 % or one user. Each level is judged on at least 100 requests sent after each "
+                                 "user finished one; the step duration is its time cap (at least "
+                                 f"{SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
+        self.shape_changed.emit()
+
+    def _open_loop(self) -> dict[str, Any]:
+        """The open-loop fields of the form (empty in closed loop)."""
+        if self.mode != "rate":
+            return {}
+        return {"mode": "rate", "burstiness": round(self.burstiness.value(), 2),
+                "max_concurrency": self.max_conc.value() or None}
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Prompts file", "", "Datasets (*.jsonl *.json *.csv *.tsv *.parquet)"
@@ -219,7 +291,8 @@ class RampPanel(QWidget):
         names the field). The safety limits are applied by the run controller."""
 
 
-        kw: dict[str, Any] = parse_levels(self.levels.text())
+        kw: dict[str, Any] = parse_levels(self.levels.text(), self.mode)
+        kw.update(self._open_loop())
         slo = {}
         if self.slo_ttft.value() > 0:
             slo["ttft_p99"] = self.slo_ttft.value() / 1000
@@ -230,7 +303,8 @@ class RampPanel(QWidget):
                 raise ValueError("Find capacity needs an SLO to judge levels on: set TTFT p99 and/or TPOT p99")
             top = kw.pop("max_level", None) or max(kw.pop("levels"))
             kw.pop("levels", None)
-            kw.update(search=CapacitySearch(max_level=int(top)), requests_per_level=SEARCH_MIN_REQUESTS)
+            top = top if self.mode == "rate" else int(top)
+            kw.update(search=CapacitySearch(max_level=top), requests_per_level=SEARCH_MIN_REQUESTS)
         kw.update(url=url, model=model or None, endpoint=self.endpoint.currentText(), step_seconds=self.step.value(),
                   warmup_seconds=self.warmup.value(), prompt_tokens=parse_length(self.prompt.text()),
                   output_tokens=parse_length(self.output.text()), slo=slo,
@@ -255,6 +329,9 @@ class RampPanel(QWidget):
             return None
 
     def set_from_profile(self, ramp: dict[str, Any]) -> None:
+        self.set_mode(ramp.get("mode") or "concurrency")
+        self.burstiness.setValue(float(ramp.get("burstiness") or 1.0))
+        self.max_conc.setValue(int(ramp.get("max_concurrency") or 0))
         if "levels" in ramp:
             self.levels.setText(",".join(f"{x:g}" for x in ramp["levels"]))
         elif "max_level" in ramp:
@@ -284,7 +361,8 @@ class RampPanel(QWidget):
         self.prompts_file.setText(str(pf) if pf else "")
 
     def to_profile(self) -> dict[str, Any]:
-        d: dict[str, Any] = dict(parse_levels(self.levels.text()))
+        d: dict[str, Any] = dict(parse_levels(self.levels.text(), self.mode))
+        d.update(self._open_loop())
         d.update(step_seconds=self.step.value(), warmup_seconds=self.warmup.value())
         for key, w in (("prompt_tokens", self.prompt), ("output_tokens", self.output)):
             val = parse_length(w.text())
@@ -295,7 +373,8 @@ class RampPanel(QWidget):
         if self.find.isChecked():
             top = d.pop("max_level", None) or max(d.pop("levels"))
             d.pop("levels", None)
-            d.update(search={"max_level": int(top)}, requests_per_level=SEARCH_MIN_REQUESTS,
+            d.update(search={"max_level": top if self.mode == "rate" else int(top)},
+                     requests_per_level=SEARCH_MIN_REQUESTS,
                      step_seconds=max(d["step_seconds"], SEARCH_MIN_CAP_S))
         d["endpoint"] = self.endpoint.currentText()
         if self.prompts_file.text().strip():
@@ -365,7 +444,9 @@ class RampPanel(QWidget):
         if self.level_ev and cur is not None and cur not in self.done:
             el = self.now_fn() - self.level_ev.get("t", 0)
             of = "" if getattr(self.spec, "search", None) is not None else f"/{len(self.levels_list)}"
-            text += f"<br>level {cur + 1}{of} (concurrency {self.level_ev.get('level', 0):g}): {el:.0f} s"
+            lv = self.level_ev.get("level", 0)
+            what = f"rate {lv:g} req/s" if self.level_ev.get("mode") == "rate" else f"concurrency {lv:g}"
+            text += f"<br>level {cur + 1}{of} ({what}): {el:.0f} s"
         if tail:
             text += "<br>" + tail
         self.progress.setText(text)

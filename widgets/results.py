@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.loadgen.arrivals import SHORT_FRACTION
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
 from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
@@ -40,9 +41,34 @@ def _s(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}"
 
 
+def _sent(s: Any) -> str:
+    """A rate level's achieved (sent) rate, marked when it fell short of the offered one."""
+    a = getattr(s, "achieved_rps", None)
+    if a is None:
+        return "–"
+    why = getattr(s, "rate_short", None)
+    if not why:
+        return f"{a:.2f}"
+    if a >= SHORT_FRACTION * s.offered_rps:  # sent as offered, completed fewer: requests queued up
+        return f"{a:.2f} ⚠ server behind"
+    return f"{a:.2f} ⚠ short ({why})"
+
+
+def _cap(s: Any) -> str:
+    """Requests the max_concurrency cap delayed / held back (never sent), a rate level."""
+    if getattr(s, "achieved_rps", None) is None:
+        return "–"
+    return f"{s.n_delayed} / {s.n_held}"
+
+
+#: the open-loop columns, shown when a level is a request rate (the Level column is then its offered rate)
+RATE_COLUMNS = ("Sent req/s", "Cap delayed / held")
+
 #: (header, StepStats → text)
 COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
-    ("Level", lambda s: f"{s.level:g}"),
+    ("Level", lambda s: f"{s.level:g}" + (" req/s" if s.mode == "rate" else "")),
+    ("Sent req/s", _sent),
+    ("Cap delayed / held", _cap),
     ("Requests", lambda s: str(s.n_measured)),
     ("OK", lambda s: str(s.n_ok)),
     ("Out tok/s", lambda s: f"{s.output_tps:,.0f}"),
@@ -153,6 +179,10 @@ class ResultsTable(QWidget):
 
     def _fill(self) -> None:
         self.table.setRowCount(len(self.steps))
+        rate = any(getattr(st, "mode", "") == "rate" for st in self.steps)
+        for name in RATE_COLUMNS:
+            self.table.setColumnHidden(self.headers.index(name), not rate)
+        self.table.horizontalHeaderItem(0).setText("Level (offered)" if rate else "Level")
         for row, st in enumerate(self.steps):
             vals = [fn(st) for _, fn in COLUMNS]
             j = self.energy_fn(st) if self.energy_fn else None
@@ -170,6 +200,9 @@ class ResultsTable(QWidget):
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 if col == len(COLUMNS) + 1 and not st.slo_met:
                     it.setForeground(Qt.red)
+                if col == 1 and getattr(st, "rate_short", None):  # achieved < 95 % of offered: say why
+                    it.setForeground(Qt.red if st.rate_short != "draw" else Qt.darkYellow)
+                    it.setToolTip(st.rate_note)
                 self.table.setItem(row, col, it)
         self._fill_server()
 
@@ -210,10 +243,11 @@ class ResultsTable(QWidget):
 
     def to_tsv(self, rows: list[int] | None = None) -> str:
         rows = range(self.table.rowCount()) if rows is None else rows
-        out = ["\t".join(self.headers)]
+        cols = [c for c in range(self.table.columnCount()) if not self.table.isColumnHidden(c)]
+        out = ["\t".join(self.table.horizontalHeaderItem(c).text() for c in cols)]
         for r in rows:
             out.append("\t".join((self.table.item(r, c).text() if self.table.item(r, c) else "")
-                                 for c in range(self.table.columnCount())))
+                                 for c in cols))
         return "\n".join(out)
 
     def copy_selection(self) -> None:
@@ -267,6 +301,8 @@ class CurvesView(QWidget):
                                  name="knee")
         self.knee_line.hide()
         self.pred_knee_line.hide()
+        self.rate = False  # the x axis: concurrency (closed loop) or the offered rate (open loop)
+        self._has_prediction = False
         self._legend_entries = {self.pred_tput: (a, "predicted (plan)"), self.pred_lat: (b, "predicted (plan)"),
                                 self.knee_point: (b, "knee")}
         for item in self._legend_entries:
@@ -281,10 +317,29 @@ class CurvesView(QWidget):
         elif not show and listed:
             plot.legend.removeItem(item)
 
+    def _set_axis(self, rate: bool) -> None:
+        """Closed loop: throughput against concurrent requests, with the plan's predicted
+        (closed-loop) curve; open loop: against the offered request rate (req/s), without it
+        — the plan predicts users, not rates."""
+        if rate == self.rate:
+            return
+        self.rate = rate
+        a = self.tput_plot
+        a.setTitle("Throughput vs request rate" if rate else "Throughput vs concurrency", size="10pt")
+        a.setLabel("bottom", "offered request rate (req/s)" if rate else "concurrent requests")
+        for item in (self.pred_tput, self.pred_lat):
+            item.setVisible(not rate)
+            self._show_in_legend(item, not rate and self._has_prediction)
+        if rate:
+            self.pred_knee_line.hide()
+        elif self._has_prediction:
+            self.pred_knee_line.show()
+
     def set_prediction(self, curve: Any | None) -> None:
-        """``curve``: app.engine.steptime.Curve or None."""
-        self._show_in_legend(self.pred_tput, curve is not None)
-        self._show_in_legend(self.pred_lat, curve is not None)
+        """``curve``: app.engine.steptime.Curve or None (drawn while the ramp is closed loop)."""
+        self._has_prediction = curve is not None
+        self._show_in_legend(self.pred_tput, curve is not None and not self.rate)
+        self._show_in_legend(self.pred_lat, curve is not None and not self.rate)
         if curve is None:
             self.pred_tput.setData([], [])
             self.pred_lat.setData([], [])
@@ -295,11 +350,15 @@ class CurvesView(QWidget):
         lat = [p for p in curve.points if p.ttft_p99_s is not None]  # the p99, as measured
         self.pred_lat.setData([p.output_tps for p in lat], [p.ttft_p99_s * 1000 for p in lat])
         place_line(self.pred_knee_line, math.log2(max(1, curve.knee)), f"predicted knee {curve.knee}")
+        if self.rate:  # kept for when the ramp is closed loop again
+            self.pred_knee_line.hide()
 
     def set_measured(self, steps: list[Any], knee: Any | None = None, spec: Any | None = None) -> None:
         """``steps``: StepStats list; ``knee``: app.loadgen.stats.Knee or None; ``spec``:
         the ramp's RampSpec, whose knee rule (``knee_gain``, ``knee_ttft_ratio``) is quoted
         while no knee is found (the spec's defaults without one)."""
+        rate = any(getattr(s, "mode", "") == "rate" for s in steps) or (spec is not None and spec.mode == "rate")
+        self._set_axis(rate)
         ok = sorted((s for s in steps if s.n_ok and s.output_tps > 0), key=lambda s: s.level)
         self.meas_tput.setData(log2([s.level for s in ok]), [s.output_tps for s in ok])
         lat = [s for s in ok if s.ttft_p99]
@@ -308,7 +367,8 @@ class CurvesView(QWidget):
         if knee is not None:
             place_line(self.knee_line, math.log2(knee.level), f"knee {knee.level:g}")
             self.knee_point.setData([knee.output_tps], [knee.ttft_p99 * 1000])
-            self.knee_label.setText(f"<b>Knee at {knee.level:g} concurrent requests</b> — going from "
+            unit = "req/s" if rate else "concurrent requests"
+            self.knee_label.setText(f"<b>Knee at {knee.level:g} {unit}</b> — going from "
                                     f"{knee.level:g} to {knee.next_level:g} gains {knee.gain_per_doubling:.0%} "
                                     f"throughput per doubling ({knee.output_tps:,.0f} → {knee.next_output_tps:,.0f} "
                                     f"tok/s) while TTFT p99 grows {knee.ttft_ratio:.1f}× ({knee.ttft_p99 * 1e3:,.0f}"

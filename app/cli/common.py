@@ -116,12 +116,16 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
     the SLO column (False when the run had no SLO: "ok" would mean nothing)."""
     # deferred: app.cli.common is imported by every command; the capacity module only by those that print levels
     from app.loadgen.capacity import P99_MIN_REQUESTS
-    from app.loadgen.stats import is_partial
+    from app.loadgen.stats import is_partial, rate_note
 
-    head = (f"{'level':>7} {'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'TTFT p99':>8} "
+    # open loop: the rate each level achieved (sent ÷ its sending time) beside the offered one (its level)
+    rate = any(d.get("mode") == "rate" for d in levels)
+    head = (f"{'level':>7} " + (f"{'sent/s':>7} " if rate else "")
+            + f"{'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'TTFT p99':>8} "
             f"{'TPOT p50':>8} {'TPOT p99':>8} {'ITL p50':>7} {'e2e p99':>8}" + ("  SLO" if slo else ""))
     lines = [head]
     few_any = unsteady = partial = False
+    notes = []
     for d in levels:
         n_ok = d.get("n_ok")
         few = FEW_MARK if n_ok is not None and n_ok < P99_MIN_REQUESTS else ""
@@ -134,7 +138,14 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
         level = f"{d['level']:g}" + ("/s" if d.get("mode") == "rate" else "") + mark
         p99 = (lambda v, nd=0: "—" if v is None else fmt(v, nd, 1e3) + few)
         e2e = "—" if d.get("e2e_p99") is None else fmt(d["e2e_p99"], 2) + few
-        row = (f"{level:>7} {d.get('n_measured', '—'):>5} {(d.get('failure_rate') or 0) * 100:>4.0f}% "
+        sent = ""
+        if rate:
+            a = d.get("achieved_rps")
+            sent = ("—" if a is None else f"{a:.2f}" + ("!" if d.get("rate_short") else "")).rjust(7) + " "
+            note = rate_note(d)
+            if note:
+                notes.append(f"! level {d['level']:g}/s: {note}")
+        row = (f"{level:>7} {sent}{d.get('n_measured', '—'):>5} {(d.get('failure_rate') or 0) * 100:>4.0f}% "
                f"{fmt(d.get('output_tps')):>9} {fmt(d.get('rps'), 2):>6} {fmt(d.get('ttft_p50'), 0, 1e3):>8} "
                f"{p99(d.get('ttft_p99')):>8} {fmt(d.get('tpot_p50'), 1, 1e3):>8} {p99(d.get('tpot_p99'), 1):>8} "
                f"{fmt(d.get('itl_p50'), 1, 1e3):>7} {e2e:>8}")
@@ -142,6 +153,10 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
             row += "  " + ("broken: " + "; ".join(d["slo_broken"]) if d.get("slo_broken") else "met")
         lines.append(row)
     lines.append(TABLE_LEGEND)
+    if rate:
+        lines.append("level N/s: offered request rate; sent/s: the rate achieved (requests sent ÷ the seconds the "
+                     "level sent for)")
+    lines.extend(notes)
     if few_any:
         lines.append(f"{FEW_MARK} p99 from fewer than {P99_MIN_REQUESTS} requests (one or none above it)")
     if unsteady:

@@ -54,11 +54,11 @@ def register(sub) -> None:
     g.add_argument("--levels", type=number_list(), help="concurrency levels, e.g. 1,2,4,8,16")
     g.add_argument("--max-level", type=positive_int, help="geometric levels 1,2,4,… up to this")
     g.add_argument("--rate", type=number_list(what="request rates (req/s)", example="0.5,1,2,4"),
-                   help="open-loop mode: Poisson request rates in req/s, e.g. 0.5,1,2,4")
+                   help="open-loop mode: request rates in req/s, e.g. 0.5,1,2,4 (Poisson arrivals; see --burstiness)")
     g.add_argument("--find-capacity", action="store_true",
                    help="find the most concurrent users that meet the SLO (--slo-…): probe 1, 2, 4 … then bisect")
     g.add_argument("--find-rate", action="store_true",
-                   help="open loop: find the highest Poisson request rate (req/s) that meets the SLO")
+                   help="open loop: find the highest request rate (req/s) that meets the SLO")
     p.add_argument("--start", type=positive_number,
                    help="capacity search: first level probed (default 1 user, 1 req/s)")
     p.add_argument("--max-users", type=positive_number, default=1024.0,
@@ -71,6 +71,9 @@ def register(sub) -> None:
                    help="capacity search: completed requests each level is judged on (default 100: a p99 from "
                         "fewer is marked); --step-seconds is then the time cap (default 600)")
     p.add_argument("--max-concurrency", type=positive_int, help="rate mode: cap on requests in flight")
+    p.add_argument("--burstiness", type=positive_number, default=1.0,
+                   help="rate mode: gamma shape of the gaps between arrivals, as vllm bench serve --burstiness "
+                        "(default 1 = Poisson; < 1 burstier, > 1 more uniform)")
     p.add_argument("--step-seconds", type=positive_seconds, help="measured seconds per level (default 20 unless "
                                                                  "--requests-per-level is given)")
     p.add_argument("--requests-per-level", type=positive_int, help="measured requests per level")
@@ -129,7 +132,8 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
                         "failure_rate": a.slo_failure_rate},
-                "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency}
+                "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency,
+                "burstiness": a.burstiness}
     if a.prompts_file:
         try:  # read here so that the message names the option (the spec reads it again, from the cache)
             load_dataset(a.prompts_file, a.prompts_format, a.prompts_column)
@@ -237,6 +241,8 @@ class _Progress:
             fails = ", ".join(f"{k} {v}" for k, v in sorted(st.failures.items()))
             self.out.write(f"  level {_fmt_level(st)}: {st.output_tps:.1f} out tok/s, TTFT p99 {_ms(st.ttft_p99)} ms, "
                            f"TPOT p50 {_ms(st.tpot_p50)} ms, {st.n_measured} requests"
+                           + (f", sent {st.achieved_rps:.2f}/s" + (f" (short: {st.rate_short})" if st.rate_short else "")
+                              if st.achieved_rps is not None else "")
                            + (f", failures: {fails}" if fails else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
                            + "\n")
             self.out.flush()
@@ -332,6 +338,9 @@ def run(a: argparse.Namespace) -> int:
         else:
             levels = ", ".join(f"{x:g}" for x in spec.levels)
             print(f"ramp {spec.mode} levels [{levels}] against {spec.url}{spec.endpoint}")
+        if spec.mode == "rate":
+            print(f"open loop: {'Poisson' if spec.burstiness == 1 else f'gamma (burstiness {spec.burstiness:g})'} "
+                  "arrivals" + (f", at most {spec.max_concurrency} in flight" if spec.max_concurrency else ""))
         print(f"requests: {spec.shape}")
         if spec.prompts_file is not None:
             print(dataset_text(spec))

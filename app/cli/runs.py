@@ -22,6 +22,7 @@ from app.cli.common import (
     level_table,
     number_list,
     output_file,
+    positive_number,
     positive_seconds,
     print_exposure,
     profile_for_launch,
@@ -115,6 +116,10 @@ def cmd_run(a: argparse.Namespace) -> int:
     over: dict = {}
     if a.levels:
         over["levels"] = a.levels
+    if a.rate:  # open loop: request rates in req/s instead of the profile's users
+        over.update(mode="rate", levels=a.rate, max_level=None, search=None)
+    if a.burstiness is not None:
+        over["burstiness"] = a.burstiness
     if a.step_seconds is not None:
         over["step_seconds"] = a.step_seconds
     if a.max_total_seconds is not None:
@@ -132,8 +137,10 @@ def cmd_run(a: argparse.Namespace) -> int:
             print_exposure(cfg, sup.config.port)
 
     def on_level(st) -> None:
+        sent = ("" if st.achieved_rps is None else f", sent {st.achieved_rps:.2f} of {st.level:g} req/s"
+                + (f" (short: {st.rate_short})" if st.rate_short else ""))
         print(f"  level {st.level:g}: {st.output_tps:.1f} out tok/s, TTFT p99 "
-              f"{fmt(st.ttft_p99, 0, 1e3)} ms, failures {st.failure_rate * 100:.1f}%", flush=True)
+              f"{fmt(st.ttft_p99, 0, 1e3)} ms, failures {st.failure_rate * 100:.1f}%{sent}", flush=True)
 
     def on_line(stream: str, text: str, t: float) -> None:
         if a.show_log:
@@ -234,7 +241,13 @@ def register(sub) -> None:
     add_server_options(x, model_required=False)  # override the profile's vLLM options
     add_security_options(x)
     x.add_argument("--python", type=executable, help="interpreter with vLLM installed (engine vllm)")
-    x.add_argument("--levels", type=number_list(), help="override the ramp's levels, e.g. 1,2,4")
+    g = x.add_mutually_exclusive_group()
+    g.add_argument("--levels", type=number_list(), help="override the ramp's levels, e.g. 1,2,4")
+    g.add_argument("--rate", type=number_list(what="request rates (req/s)", example="0.5,1,2,4"),
+                   help="run open-loop request rates in req/s instead of the profile's levels, e.g. 0.5,1,2,4")
+    x.add_argument("--burstiness", type=positive_number,
+                   help="rate levels: gamma shape of the arrival gaps, as vllm bench serve --burstiness "
+                        "(1 = Poisson; < 1 burstier, > 1 more uniform)")
     x.add_argument("--step-seconds", type=positive_seconds, help="override the seconds per level")
     x.add_argument("--max-total-seconds", type=positive_seconds, help="cap the whole ramp")
     x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 from app.engine.balance import DpBalancer
 from app.engine.scheduler import Request, Scheduler
@@ -62,7 +62,8 @@ class LevelRun:
     level stopped sending; ``t_end``: when its last request ended; ``reason``: why it
     stopped sending — ``count`` (the quota of counted requests was sent) or
     ``duration`` (``step_s`` after the warm-up passed); ``deadline``: when it would have
-    stopped by time; ``preemptions``: over the level."""
+    stopped by time; ``preemptions``: over the level; ``arrivals``: an open-loop level's
+    arrivals (empty for a closed-loop one)."""
 
     users: int
     flights: list[Flight]
@@ -72,6 +73,8 @@ class LevelRun:
     t_end: float
     reason: str
     preemptions: int
+    #: open loop: every arrival as (scheduled, sent or None, waited at the cap), rig s
+    arrivals: list[tuple[float, float | None, bool]] = field(default_factory=list)
 
     @property
     def last_counted_end(self) -> float | None:
@@ -94,7 +97,8 @@ class _Engine:
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
               step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
-              engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0) -> LevelRun:
+              engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0,
+              send_times: Iterator[float] | None = None, max_concurrency: int | None = None) -> LevelRun:
     """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
     ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
     order they are sent; user u sends its first at u·``send_gap_s``. The warm-up ends at
@@ -102,10 +106,18 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     ``warmup_s``; if they have not by ``warmup_s + step_s``, at ``warmup_s``) — the load
     generator's ``settle``. The level stops sending once ``quota`` requests were sent after
     the warm-up (None: no quota) or ``step_s`` after it (None: no time limit), then
-    drains. Raises ValueError when neither ends the level."""
+    drains. Raises ValueError when neither ends the level.
+
+    Open loop (``send_times``, increasing rig s from the level's start; ``users`` is then
+    ignored): a request arrives at each time — counted against the quota and the
+    deadline then, as the load generator's arrivals are — and is sent at once, or, with
+    ``max_concurrency`` requests in flight, when one of them ends (the generator's
+    semaphore); an arrival still waiting when the level stops sending is never sent.
+    ``LevelRun.arrivals`` lists them."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
-    if users < 1 or engines < 1:
+    open_loop = send_times is not None
+    if (users < 1 and not open_loop) or engines < 1:
         raise ValueError(f"users {users}, engines {engines}: need at least 1 of each")
     engs = [_Engine(make_scheduler()) for _ in range(engines)]
     balancer = DpBalancer(engines)
@@ -120,40 +132,78 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         st.update(settled=True, w0=max(now, warmup_s))
         st["deadline"] = st["w0"] + step
 
-    def send(uid: int, t: float) -> None:
-        """User ``uid`` wants to send at ``t`` (``may_issue`` of the load generator)."""
+    def may_issue(t: float) -> bool:
+        """Account for one more request at ``t`` (``may_issue`` of the load generator)."""
         if st["stopped"]:
-            return
+            return False
         if not st["settled"] and t >= warmup_s + step:  # it did not settle in time: the warm-up stands
             settle(warmup_s)
         if t >= st["deadline"]:
             st.update(stopped=True, reason="duration", t_stop=st["deadline"])
-            return
+            return False
         if quota is not None and t >= st["w0"]:
             if st["issued"] >= quota:
                 st.update(stopped=True, reason="count", t_stop=t)
-                return
+                return False
             st["issued"] += 1
+        return True
+
+    def send(uid: int, t: float) -> None:
+        """User ``uid`` wants to send at ``t``."""
+        if may_issue(t):
+            issue(uid, t)
+
+    def issue(uid: int, t: float) -> None:
         p, o = lengths()
         st["n"] += 1
         arrive = t + request_overhead_s
         f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), ended)
         f.req.sink = f
         flights.append(f)
+        st["in_flight"] += 1
         heapq.heappush(arrivals, (arrive, st["n"], f))
 
     def ended(f: Flight, t: float) -> None:
-        """``f`` ended at ``t``: its engine is told, it counts (settling), then its user's next."""
+        """``f`` ended at ``t``: its engine is told, it counts (settling), then its user's next
+        (open loop: the next arrival waiting at the cap, unless the level stopped sending)."""
         balancer.finished(f.engine)
         st["done"] += 1
+        st["in_flight"] -= 1
         if not st["settled"] and st["done"] >= settle_n:
             settle(t)
-        send(f.user, t)
+        if not open_loop:
+            send(f.user, t)
+        elif waiting:
+            if st["stopped"] or t >= st["deadline"]:
+                waiting.clear()  # held back: never sent
+            else:
+                entry = waiting.pop(0)
+                entry[1] = t
+                issue(-1, t)
+
+    waiting: list[list] = []  # open loop: arrivals waiting at the cap, [scheduled, sent, waited]
+    opened: list[list] = []  # open loop: every arrival
+    st["in_flight"] = 0
+    times = iter(send_times) if open_loop else iter(())
+    next_at = next(times, math.inf) if open_loop else math.inf
+
+    def arrive_at(t: float) -> None:
+        """Open loop: the request scheduled at ``t`` arrives."""
+        if not may_issue(t):
+            return
+        entry = [t, None, False]
+        opened.append(entry)
+        if max_concurrency is not None and st["in_flight"] >= max_concurrency:
+            entry[2] = True
+            waiting.append(entry)
+        else:
+            entry[1] = t
+            issue(-1, t)
 
     def counts() -> list[tuple[int, int, float]]:
         return [(len(e.sched.waiting), len(e.sched.running), e.sched.kv_usage) for e in engs]
 
-    for u in range(users):
+    for u in range(0 if open_loop else users):
         send(u, u * send_gap_s)
     t_end = 0.0
     while True:
@@ -163,6 +213,10 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         for e in engs:
             if e.step is not None and e.t < t:
                 t = e.t
+        if next_at < t and not st["stopped"]:  # open loop: the next request is sent (or waits)
+            arrive_at(next_at)
+            next_at = next(times, math.inf)
+            continue
         if t == math.inf:
             break
         woken = []
@@ -189,7 +243,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     if not st["stopped"]:  # every user's requests ended before the level did (cannot send more)
         st.update(stopped=True, reason="duration", t_stop=min(st["deadline"], t_end))
     return LevelRun(users, flights, st["w0"], st["deadline"], st["t_stop"], t_end, st["reason"],
-                    sum(e.sched.num_preemptions for e in engs))
+                    sum(e.sched.num_preemptions for e in engs), [tuple(a) for a in opened])
 
 
 @dataclass

@@ -21,7 +21,8 @@ from app.loadgen.stats import StepStats, peak_level
 STEP_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
                 "ttft_p50", "ttft_p90", "ttft_p99", "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "itl_p50",
                 "itl_p99", "e2e_p50", "e2e_p99", "failure_rate", "failures", "max_in_flight", "window_s",
-                "stop_reason", "slo_broken"]
+                "stop_reason", "slo_broken", "offered_rps", "achieved_rps", "n_scheduled", "n_delayed", "n_held",
+                "rate_short"]
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "tpot", "e2e", "prompt_tokens", "output_tokens",
                    "tokens_source", "status", "error", "n_chunks"]
 

@@ -1,4 +1,5 @@
-"""The ramp itself, in asyncio: closed-loop concurrency levels or open-loop Poisson rates.
+"""The ramp itself, in asyncio: closed-loop concurrency levels or open-loop request rates
+(Poisson, or gamma with a burstiness: :mod:`app.loadgen.arrivals`).
 
 This runs inside the load-generator process (:mod:`app.loadgen.worker`); it reports
 through two plain callables: ``emit_record(RequestRecord)`` for every finished request
@@ -19,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import random
 import time
 from typing import Callable
 
 import aiohttp
 
+from app.loadgen.arrivals import arrival_times
 from app.loadgen.capacity import level_met, search_levels
 from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample, needs_calibration
@@ -293,6 +294,7 @@ class Ramp:
             return rec
 
         tasks: set[asyncio.Task] = set()
+        sched: list[list] = []  # a rate level's arrivals: [scheduled, sent or None, waited at the cap]
         if spec.mode == "concurrency":
             async def slot() -> None:
                 while may_issue():
@@ -305,25 +307,30 @@ class Ramp:
         else:
             sem = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
 
-            async def capped() -> None:
+            async def capped(entry: list) -> None:
+                """Send one arrival; ``entry`` = [scheduled, sent, waited at the cap] (session s)."""
                 if sem is None:
+                    entry[1] = self.rel(time.monotonic())
                     await one()
                 else:
+                    entry[2] = sem.locked()  # the cap is full: this arrival waits for a slot
                     async with sem:
                         if not stop.is_set():
+                            entry[1] = self.rel(time.monotonic())
                             await one()
 
             async def arrivals() -> None:
-                rng = random.Random(spec.seed * 1000003 + idx)
-                nxt = time.monotonic()
-                while True:
-                    nxt += rng.expovariate(level)
+                start = time.monotonic()
+                for at in arrival_times(level, spec.burstiness, spec.seed, idx):
+                    nxt = start + at
                     delay = nxt - time.monotonic()
                     if delay > 0:
                         await asyncio.sleep(delay)
                     if not may_issue():
                         return
-                    t = asyncio.create_task(capped())
+                    entry = [self.rel(nxt), None, False]
+                    sched.append(entry)
+                    t = asyncio.create_task(capped(entry))
                     tasks.add(t)
                     t.add_done_callback(tasks.discard)
 
@@ -403,7 +410,9 @@ class Ramp:
         w0, w1 = level_window(state["reason"], w0, deadline, t_stop, state["last_measured_end"])
         st = compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=self.rel(t_level),
                                 t_end=self.rel(t_end), window_start=self.rel(w0), window_end=self.rel(w1),
-                                slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"])
+                                slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"],
+                                arrivals=[tuple(e) for e in sched] if spec.mode == "rate" else None,
+                                send_end=self.rel(t_stop))
         if "last" in scrapes:
             await self._server_stats(st, scrapes.get("first"), scrapes["last"], recs, reset)
         else:

@@ -93,8 +93,10 @@ class RampSpec(BaseModel):
 
     Levels: ``levels`` (explicit) or ``max_level`` (geometric 1, 2, 4 … up to it, with
     ``max_level`` itself last). In ``concurrency`` mode a level is the number of
-    requests kept in flight (closed loop, integer ≥ 1); in ``rate`` mode it is a
-    Poisson arrival rate in requests/s (> 0), optionally capped at ``max_concurrency``.
+    requests kept in flight (closed loop, integer ≥ 1); in ``rate`` mode it is an
+    arrival rate in requests/s (> 0), optionally capped at ``max_concurrency``: requests
+    arrive with gamma-distributed gaps of shape ``burstiness`` (1: a Poisson process; the
+    rule of ``vllm bench serve --burstiness``, :mod:`app.loadgen.arrivals`).
 
     Each level runs ``warmup_seconds`` (excluded from statistics) and then until
     ``step_seconds`` have passed and/or ``requests_per_level`` measured requests were
@@ -123,6 +125,9 @@ class RampSpec(BaseModel):
     levels: Optional[list[float]] = None
     max_level: Optional[int] = Field(None, ge=1)
     max_concurrency: Optional[int] = Field(None, ge=1, description="rate mode: cap on requests in flight")
+    burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description=(
+        "rate mode: gamma shape of the gaps between arrivals, as vllm bench serve --burstiness "
+        "(1 = Poisson; < 1 burstier, > 1 more uniform; app.loadgen.arrivals)"))
     step_seconds: Optional[float] = Field(20.0, gt=0)
     requests_per_level: Optional[int] = Field(None, ge=1)
     warmup_seconds: float = Field(0.0, ge=0)
@@ -200,6 +205,9 @@ class RampSpec(BaseModel):
                 raise ValueError(f"level {x}: a concurrency level is a whole number ≥ 1")
             if self.mode == "rate" and not x > 0:
                 raise ValueError(f"level {x}: a rate level is a request rate > 0 req/s")
+        if self.mode == "concurrency" and self.burstiness != 1.0:
+            raise ValueError(f"burstiness {self.burstiness:g}: it shapes request-rate arrivals; give request rates "
+                             "(mode: rate, --rate) or leave burstiness at 1")
         if self.step_seconds is None and self.requests_per_level is None:
             raise ValueError("set step_seconds and/or requests_per_level: a level needs an end")
         if self.prompts_file is not None:

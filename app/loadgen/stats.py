@@ -16,6 +16,21 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   sent in the window; requests/s = successful requests ending in the window ÷
   ``window_s``; goodput = those that also met every SLO bound ÷ ``window_s``.
 - Failure rate = failed ÷ all measured requests; failures are counted by status.
+- Open loop (a request-rate level, issue 20): ``offered_rps`` = the level's rate;
+  ``achieved_rps`` = measured requests ÷ the time the window spent sending (to the level's
+  end of sending: a count-limited level's window goes on while it drains); ``rps`` is the
+  completed rate. ``n_scheduled``: arrivals the seeded draw placed in that time;
+  ``n_delayed``: of those, the ones that found the ``max_concurrency`` cap full and
+  waited; ``n_held``: the ones still waiting when the level stopped sending (never sent).
+  A level is *short* (``rate_short``) when it achieved less than
+  :data:`app.loadgen.arrivals.SHORT_FRACTION` of the offered rate: ``server`` when the
+  cap delayed or held requests (the server did not finish them as fast as they came) or,
+  the rate achieved, when fewer completed in the window than were sent by more than 5 %
+  and what filling the pipeline explains (the achieved rate × the mean e2e of the first
+  quarter of its requests, less the warm-up and any drain inside the window),
+  ``client`` when the load generator sent fewer than were drawn with the cap idle (it
+  sent late), ``draw`` when it sent what the seeded draw gave and the draw itself came
+  out low (too short a window for the rate: not a shortfall of either side).
 """
 from __future__ import annotations
 
@@ -26,6 +41,7 @@ from typing import Any, Iterable, Optional, Sequence
 import numpy as np
 from pydantic import BaseModel
 
+from app.loadgen.arrivals import SHORT_FRACTION
 from app.loadgen.records import RequestRecord
 from app.loadgen.server_stats import ServerStats
 from app.loadgen.spec import SLO
@@ -89,6 +105,20 @@ class StepStats(BaseModel):
     server: Optional[ServerStats] = None
     #: why ``server`` is None when /metrics was asked for and did not answer (e.g. "GET /metrics: HTTP 404")
     server_problem: Optional[str] = None
+    # open loop (mode "rate"; None / 0 for a closed-loop level): see the module's definitions
+    offered_rps: Optional[float] = None
+    achieved_rps: Optional[float] = None
+    n_scheduled: Optional[int] = None
+    n_delayed: int = 0
+    n_held: int = 0
+    rate_short: Optional[str] = None  # "server", "client" or "draw"
+
+    @property
+    def rate_note(self) -> str | None:
+        """Why a rate level fell short of its offered rate, in words (None when it did not):
+        e.g. ``achieved 3.1 of 4 req/s offered: the server did not keep up (the
+        max_concurrency cap delayed 40 requests, held back 12)``."""
+        return rate_note(self)
 
     @property
     def slo_met(self) -> bool:
@@ -110,6 +140,69 @@ class StepStats(BaseModel):
         return (f"level {self.level:g}: the {self.window_s:.3g} s window is shorter than its median request "
                 f"(e2e p50 {self.e2e_p50:.3g} s) — a start-up transient, not a steady state; use a step of at "
                 f"least {3 * (self.e2e_p50 or 0):.3g} s or a warm-up of {self.e2e_p50:.3g} s")
+
+
+def rate_note(st: Any) -> str | None:
+    """:attr:`StepStats.rate_note` of a StepStats or its stored dict."""
+    get = (lambda k: st.get(k)) if isinstance(st, dict) else (lambda k: getattr(st, k, None))
+    why = get("rate_short")
+    if not why or get("offered_rps") is None or get("achieved_rps") is None:
+        return None
+    head = f"achieved {get('achieved_rps'):.3g} of {get('offered_rps'):.3g} req/s offered"
+    if why == "server":
+        if get("n_delayed") or get("n_held"):
+            return (f"{head}: the server did not keep up — the max_concurrency cap was full (delayed "
+                    f"{get('n_delayed') or 0} requests, held back {get('n_held') or 0})")
+        if get("achieved_rps") >= SHORT_FRACTION * get("offered_rps"):
+            return (f"sent {get('achieved_rps'):.3g} req/s as offered ({get('offered_rps'):.3g}) but completed "
+                    f"{get('rps') or 0:.3g}: the server did not keep up (requests queued)")
+        return f"{head}: the server did not keep up — completed {get('rps') or 0:.3g} req/s"
+    if why == "client":
+        return (f"{head}: the load generator did not keep up — it sent {get('n_measured')} of the "
+                f"{get('n_scheduled')} requests drawn (its CPU is busy; fewer rates or a second client)")
+    return (f"{head}: the seeded draw gave {get('n_scheduled')} arrivals in the window (not a shortfall of the client "
+            f"or the server: a longer step evens it out)")
+
+
+def open_loop_figures(records: Sequence[RequestRecord], level: float, w0: float, w1: float, send_end: float | None,
+                      arrivals: Sequence[tuple[float, float | None, bool]], rps: float,
+                      warmup_s: float) -> dict[str, Any]:
+    """The open-loop fields of a rate level (the module's definitions): ``arrivals``
+    are ``(scheduled, sent or None, waited at the cap)`` per arrival, session-clock s;
+    ``send_end`` when the level stopped sending (None: ``w1``)."""
+    s1 = min(w1, send_end) if send_end is not None else w1
+    span = max(s1 - w0, 1e-3)
+    sent = sum(1 for r in records if w0 <= r.t_start <= s1)
+    inside = [a for a in arrivals if w0 <= a[0] <= s1]
+    n_sched = len(inside)
+    delayed = sum(1 for a in inside if a[2])
+    held = sum(1 for a in inside if a[1] is None)
+    achieved = sent / span
+    short = None
+    if achieved < SHORT_FRACTION * level:
+        if delayed or held:
+            short = "server"
+        elif sent < SHORT_FRACTION * n_sched:
+            short = "client"
+        else:
+            short = "draw"
+    else:
+        # completions short of the sends beyond the pipeline's filling: a level without a
+        # warm-up as long as its requests completes nothing in its first e2e seconds. The
+        # e2e of the first quarter of its requests (by send time) is the fill's length — a
+        # server that falls behind queues the later ones longer and longer
+        ok = sorted((r for r in records if r.ok and r.e2e is not None and w0 <= r.t_start <= s1),
+                    key=lambda r: r.t_start)
+        if ok:
+            early = ok[:max(1, len(ok) // 4)]
+            e2e_early = sum(r.e2e for r in early) / len(early)
+            # in requests: a window that goes on past the sending (a count-limited level's
+            # drain) sees those sent last complete too
+            fill = achieved * max(0.0, e2e_early - warmup_s - (w1 - s1))
+            if rps * max(w1 - w0, 1e-3) < SHORT_FRACTION * sent - fill:
+                short = "server"
+    return {"offered_rps": level, "achieved_rps": achieved, "n_scheduled": n_sched, "n_delayed": delayed,
+            "n_held": held, "rate_short": short}
 
 
 def _pct(a: np.ndarray, q: float) -> Optional[float]:
@@ -138,11 +231,17 @@ def meets_slo(r: RequestRecord, slo: SLO) -> bool:
 def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: float, mode: str,
                        t_start: float, t_end: float, window_start: float, window_end: float,
                        slo: SLO | None = None, max_in_flight: int = 0,
-                       stop_reason: str = "duration") -> StepStats:
+                       stop_reason: str = "duration",
+                       arrivals: Sequence[tuple[float, float | None, bool]] | None = None,
+                       send_end: float | None = None) -> StepStats:
     """StepStats of one level from its records (all of the level's, warm-up included).
 
     Times are session-clock seconds. A window shorter than 1 ms is widened to 1 ms
-    (a degenerate level must not divide by zero).
+    (a degenerate level must not divide by zero). A rate level (``mode`` ``rate``) also
+    gets its open-loop figures (:func:`open_loop_figures`) from ``arrivals`` (each
+    ``(scheduled, sent or None, waited at the max_concurrency cap)``; None: every
+    measured request was scheduled when sent, none waited) and ``send_end`` (when it
+    stopped sending; None: the window's end).
     """
     slo = slo or SLO()
     w0, w1 = window_start, window_end
@@ -184,6 +283,10 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
         failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
     )
+    if mode == "rate":
+        arr = arrivals if arrivals is not None else [(r.t_start, r.t_start, False) for r in records]
+        for k, v in open_loop_figures(records, level, w0, w1, send_end, arr, st.rps, w0 - t_start).items():
+            setattr(st, k, v)
     st.slo_broken = slo_breaches(st, slo)
     # a window shorter than the median request measures how the level started, not how it runs
     st.steady = not (st.e2e_p50 is not None and st.e2e_p50 > ws)
@@ -298,6 +401,8 @@ _TIME_FIELDS = ("t_start", "t_end", "window_start", "window_end", "window_s", "t
                 "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
                 "e2e_p50", "e2e_p99", "e2e_mean")
 _RATE_FIELDS = ("output_tps", "total_tps", "rps", "goodput_rps")
+#: open-loop rate fields (None for a closed-loop level): per second, ÷ k in rig time
+_OPEN_RATE_FIELDS = ("offered_rps", "achieved_rps")
 
 
 #: a level whose failure rate reaches this does not count as a peak (a fraction)
@@ -336,6 +441,7 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
                                                      "scrape_end": st.server.scrape_end * k})
     if st.mode == "rate":  # the level is a request rate: per wall second → per rig second
         upd["level"] = st.level / k
+        upd.update({f: getattr(st, f) / k for f in _OPEN_RATE_FIELDS if getattr(st, f) is not None})
     if st.slo_broken:  # "ttft_p99 0.757 s > 0.5 s" (wall) → "ttft_p99 3.03 s > 2 s" (rig)
         msgs = []
         for m in st.slo_broken:

@@ -68,7 +68,9 @@ class Workload:
     def from_ramp(cls, spec: RampSpec) -> "Workload":
         """The workload of a ramp: its lengths (a LOW-HIGH range as its middle ± half its
         width), seed, warm-up, step, concurrency levels and SLO; a capacity search's own
-        search, request floor and cap (its curve: the default levels of 20 s)."""
+        search, request floor and cap (its curve: the default levels of 20 s). A request-rate
+        ramp (``mode: rate``) gives its lengths, seed and SLO: the plan's curve and users
+        at SLO stay closed-loop."""
         def mid_spread(name: str) -> tuple[int, float]:
             lo, hi = spec.length_range(name)
             if not isinstance(getattr(spec, name), tuple):
@@ -79,7 +81,8 @@ class Workload:
         (pt, ps), (ot, os_) = mid_spread("prompt_tokens"), mid_spread("output_tokens")
         levels = tuple(int(x) for x in spec.levels) if spec.mode == "concurrency" and spec.levels else None
         kw: dict[str, Any] = {"step_s": spec.step_seconds or 20.0}
-        if spec.search is not None:  # its step is the search's cap; the curve keeps 20 s levels
+        if spec.search is not None and spec.mode == "concurrency":  # its step is the search's cap; the curve
+            # keeps 20 s levels (a request-rate search is not the users at SLO the plan predicts)
             kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
                   "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
         if spec.prompts_file is not None:  # the dataset's requests; their mean lengths for the KV cache

@@ -11,7 +11,9 @@ share one engine and one set of rules (issue 17 item 4):
 - the requests: :class:`app.loadgen.prompts.LengthSampler` of the ramp — the ±25 % spread
   (or the fixed lengths, or the LOW-HIGH range) drawn with the ramp's seed in the order
   the requests are sent, one sampler for the whole ramp, as the load generator draws them;
-- the arrival pattern and the level's shape: N closed-loop users starting together
+- the arrival pattern and the level's shape: a request-rate level's arrivals drawn by
+  :func:`app.loadgen.arrivals.arrival_times` (the generator's own rule and seed, capped
+  at ``max_concurrency``); N closed-loop users starting together
   (their first requests :data:`SEND_GAP_S` apart, as the generator sends them), the
   ramp's warm-up (until each user has finished a request where the ramp settles, as a
   search does: ``RampSpec.settles``), ``RampSpec.level_quota`` measured requests or ``step_seconds``,
@@ -37,6 +39,7 @@ import numpy as np
 from app.engine.offline import LevelRun, run_level
 from app.engine.scheduler import BLOCK, Scheduler
 from app.engine.steptime import StepTimeModel
+from app.loadgen.arrivals import arrival_times
 from app.loadgen.capacity import Capacity, capacity_of, level_met, search_levels
 from app.loadgen.prompts import LengthSampler
 from app.loadgen.records import RequestRecord
@@ -98,28 +101,45 @@ def level_records(run: LevelRun, idx: int, level: float) -> list[RequestRecord]:
 
 def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, level: float, idx: int,
                   sampler: LengthSampler) -> tuple[StepStats, list[RequestRecord]]:
-    """One closed-loop level of ``spec`` on the engine: its StepStats (rig s; t_start 0)
-    and its requests (``t_start`` from the level's start)."""
-    users = int(level)
+    """One level of ``spec`` on the engine: its StepStats (rig s; t_start 0) and its
+    requests (``t_start`` from the level's start). A closed-loop level runs ``level``
+    users; a request-rate level (``mode: rate``) sends at the load generator's own
+    arrival times (:func:`app.loadgen.arrivals.arrival_times`: the rate, burstiness,
+    seed and level index), capped at ``max_concurrency``."""
+    rate = spec.mode == "rate"
+    users = 0 if rate else int(level)
 
     def make() -> Scheduler:
         return Scheduler(limits.num_blocks, limits.max_num_seqs, limits.max_num_batched_tokens, model.step_time)
 
     run = run_level(make, users, sampler.next, warmup_s=spec.warmup_seconds, step_s=spec.step_seconds,
                     quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,
-                    engines=limits.engines, send_gap_s=SEND_GAP_S, settle_n=users if spec.settles else 0)
+                    engines=limits.engines, send_gap_s=SEND_GAP_S, settle_n=users if spec.settles else 0,
+                    send_times=arrival_times(level, spec.burstiness, spec.seed, idx) if rate else None,
+                    max_concurrency=spec.max_concurrency if rate else None)
     recs = level_records(run, idx, level)
     w0, w1 = level_window(run.reason, run.warmup_end, run.deadline, run.t_stop, run.last_counted_end)
-    st = compute_step_stats(recs, idx=idx, level=level, mode="concurrency", t_start=0.0, t_end=run.t_end,
-                            window_start=w0, window_end=w1, slo=spec.slo, max_in_flight=users,
-                            stop_reason=run.reason)
+    in_flight = users if not rate else _max_in_flight(run)
+    st = compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=0.0, t_end=run.t_end,
+                            window_start=w0, window_end=w1, slo=spec.slo, max_in_flight=in_flight,
+                            stop_reason=run.reason, arrivals=run.arrivals if rate else None,
+                            send_end=run.t_stop if rate else None)
     return st, recs
+
+
+def _max_in_flight(run: LevelRun) -> int:
+    """The most requests an open-loop level had in flight at once."""
+    ev = sorted([(f.sent, 1) for f in run.flights] + [(f.tokens[-1], -1) for f in run.flights if f.tokens
+                                                        and f.req.finish_reason is not None])
+    n = most = 0
+    for _, d in ev:
+        n += d
+        most = max(most, n)
+    return most
 
 
 def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
          levels: tuple[float, ...] | None = None) -> PredictedRamp:
-    if spec.mode != "concurrency":
-        raise ValueError("the engine predicts closed-loop concurrency ramps only (mode: concurrency)")
     sampler = LengthSampler.of(spec)
     steps: list[StepStats] = []
     records: list[RequestRecord] = []
@@ -167,8 +187,8 @@ def predict_ramp(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
     and the lengths continue from level to level. ``levels``: run exactly these, in
     order, with the spec's level shape (a recorded search's levels again; no capacity).
     Results are cached per step model, limits, spec and levels (the last
-    :data:`CACHE_SIZE`); the result is shared: do not change it. Raises ValueError for a
-    rate ramp."""
+    :data:`CACHE_SIZE`); the result is shared: do not change it. A request-rate ramp is
+    predicted with the load generator's arrivals (:func:`predict_level`)."""
     spec = spec.model_copy(update={"url": "http://127.0.0.1:8000", "model": None})  # not part of the answer
     lv = tuple(float(x) for x in levels) if levels is not None else None
     key = (repr(model), limits, spec.model_dump_json() + repr(lv))

@@ -40,6 +40,8 @@ LEVEL_COLUMNS = (("level", "level", 1, "{:g}"), ("requests", "n_measured", 1, "{
                  ("TTFT p50 ms", "ttft_p50", 1000, "{:,.0f}"), ("TTFT p99 ms", "ttft_p99", 1000, "{:,.0f}"),
                  ("TPOT p50 ms", "tpot_p50", 1000, "{:.1f}"), ("TPOT p99 ms", "tpot_p99", 1000, "{:.1f}"),
                  ("ITL p50 ms", "itl_p50", 1000, "{:.1f}"), ("e2e p99 s", "e2e_p99", 1, "{:.2f}"))
+#: an open-loop run's column: the rate each level achieved (requests sent ÷ the seconds it sent)
+RATE_COLUMN = ("sent req/s", "achieved_rps", 1, "{:.2f}")
 #: telemetry series summarised (name → what, unit)
 TELEMETRY = {"power_w": ("power", "W"), "temp_gpu_c": ("GPU temperature", "°C"), "mem_used_gib": ("memory used", "GiB"),
              "util_gpu_pct": ("GPU utilisation", "%"), "kv_cache_usage_pct": ("KV cache usage", "%"),
@@ -92,10 +94,13 @@ def run_report(store, run_id: int) -> str:
     cfg = _server_config(run)
     levels = sorted(series.levels, key=lambda d: (d.get("idx", 0)))
     slo = ((run.get("spec") or {}).get("slo") or {})
+    cols = LEVEL_COLUMNS
+    if any(d.get("mode") == "rate" for d in levels):  # open loop: the level is the offered rate; the sent one beside it
+        cols = (("offered req/s", "level", 1, "{:g}"), RATE_COLUMN) + LEVEL_COLUMNS[1:]
     rows = []
     for d in levels:
         broken = d.get("slo_broken") or []
-        rows.append({"cells": [_cell(d, k, sc, f) for _, k, sc, f in LEVEL_COLUMNS],
+        rows.append({"cells": [_cell(d, k, sc, f) for _, k, sc, f in cols],
                      "slo": ("broken: " + ", ".join(map(str, broken))) if broken else ("met" if any(
                          v is not None for v in slo.values()) else "")})
     settings = run_settings(run)
@@ -108,7 +113,7 @@ def run_report(store, run_id: int) -> str:
         run=run, summary=summ, verdict=(summ.get("verdict") or {}).get("sentence"),
         created=time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created") or 0)),
         command=cfg.shell_command() if cfg else None, config_yaml=cfg.to_vllm_config_yaml() if cfg else None,
-        settings=settings, headings=[h for h, *_ in LEVEL_COLUMNS], rows=rows,
+        settings=settings, headings=[h for h, *_ in cols], rows=rows,
         slo={k: (f"{v * 100:g} %" if k == "failure_rate" else f"{v:g} s") for k, v in slo.items()
              if isinstance(v, (int, float))},
         svg=curves_svg(Comparison([series]).curves(), 960, 400) if levels else None,

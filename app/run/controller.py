@@ -794,6 +794,8 @@ class RunController:
                 self._emit("on_records", recs)
 
             def on_level_start(ev: dict) -> None:
+                if ev.get("mode") == "rate" and k != 1.0:  # a wall rate → req per rig second, as the levels
+                    ev = {**ev, "level": ev.get("level", 0) / k}
                 self.client.level_started(ev.get("t", self.clock.now()), ev.get("level", 0))
                 self._emit("on_level_start", ev)
 

@@ -63,3 +63,30 @@ def test_ramp_finds_knee_at_max_num_seqs(vllm_server):
             second = _knee_checks(_ramp(vllm_server.url, store))
             assert not second, (f"knee criteria missed twice: first: {'; '.join(first)}; "
                                 f"second: {'; '.join(second)}")
+
+
+def test_one_rate_level_reports_achieved_vs_offered(vllm_server, tmp_path):
+    """Open loop against the real CPU build (issue 20, item 5): one request-rate level of
+    2 req/s (gamma gaps, burstiness 2), through the run controller and into the run store:
+    the client sends what it draws, the level's achieved rate is near the offered one,
+    and the stored level keeps the open-loop figures."""
+    store = RunStore(tmp_path / "runs.db")
+    url = vllm_server.url
+    spec = RampSpec(url=url, model="tiny", mode="rate", levels=[2.0], burstiness=2.0, step_seconds=15,
+                    warmup_seconds=1, prompt_tokens=16, output_tokens=16, request_timeout=60)
+    ctl = RunController(store=store)
+    try:
+        ctl.launch(LaunchTarget("attach", ServerConfig(model="tiny"), attach_url=url, attach_model="tiny",
+                                telemetry=False))
+        res = ctl.ramp(spec, record=RecordSpec(name="e2e rate"), timeout=120)
+    finally:
+        ctl.stop()
+    st = res.steps[0]
+    print(f"\nrate 2 req/s on the CPU build: sent {st.achieved_rps:.2f}/s ({st.n_measured} of {st.n_scheduled} drawn), "
+          f"completed {st.rps:.2f}/s, TTFT p50 {st.ttft_p50 * 1e3:.0f} ms, short: {st.rate_short}")
+    assert res.status == "done", res.stop_reason
+    assert st.offered_rps == 2.0 and st.n_measured == st.n_scheduled and st.failures == {}
+    assert st.achieved_rps == pytest.approx(2.0, rel=0.35)
+    assert st.rate_short in (None, "draw"), st.rate_note
+    (lv,) = store.levels(res.run_id)
+    assert lv["mode"] == "rate" and lv["achieved_rps"] == st.achieved_rps and lv["n_scheduled"] == st.n_scheduled
