@@ -811,6 +811,20 @@ def check_cpu_executor(p: "Plan") -> Finding | None:
                                 "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}])
 
 
+def check_speculative_draft(p: "Plan") -> Finding | None:
+    """The ``--speculative-config`` draft model whose config.json the planner cannot read
+    (a Hub id not in the local cache): its weights and KV cache are not counted, so the
+    memory plan is too generous by the draft's size (app.planner.plan.draft_of)."""
+    d = p.draft
+    if d is None or d.method != "draft_model" or d.arch is not None:
+        return None
+    name = (p.config.speculative_config or {}).get("model")
+    return Finding("speculative_draft_unknown", "warn",
+                   f"speculative_config: the draft model {name!r} has no config.json here (not a directory, not in "
+                   "the Hugging Face cache, not in the catalog), so its weights and KV cache are not counted in this "
+                   "plan: download it (hf download …) or give its directory as \"model\".")
+
+
 #: all checks in the order problems are reported (errors before warnings in the result)
 CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
@@ -818,5 +832,5 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_dtype_capability, check_dtype_quantization, check_removed_options, check_batched_tokens,
     check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
     check_context_fits, check_workload_len, check_graph_headroom,
-    check_sampler, check_p2p, check_cpu_executor,
+    check_sampler, check_p2p, check_cpu_executor, check_speculative_draft,
 ]
