@@ -321,3 +321,44 @@ def test_sim_streams_accepted_tokens_in_chunks_and_counts_them_as_vllm_does():
             assert per_pos[str(i)] / drafts == pytest.approx(a ** (i + 1), abs=0.05)
     finally:
         assert sup.stop() == []
+
+
+# ---------------------------------------------------------------------- vLLM's refusals
+# vLLM 0.32.0 (the CPU build in .venv-vllm): EngineArgs(model=build/tiny-llama,
+# speculative_config=…).create_engine_config(), raised in SpeculativeConfig.__post_init__
+# (vllm/config/speculative.py) and by pydantic for the `method` literal
+_URL = "    For further information visit https://errors.pydantic.dev/2.14/v/"
+NO_DRAFT_032 = """\
+pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig
+  Value error, num_speculative_tokens was provided but without speculative model. [type=value_error, input_value=ArgsKwargs((), {'method':...very_timeout_sec=120))}), input_type=ArgsKwargs]
+""" + _URL + "value_error\n"
+LOOKUP_032 = """\
+pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig
+  Value error, prompt_lookup_min=4 must be <= prompt_lookup_max=2 [type=value_error, input_value=ArgsKwargs((), {'method':...very_timeout_sec=120))}), input_type=ArgsKwargs]
+""" + _URL + "value_error\n"
+METHOD_032 = """\
+pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig
+method
+  Input should be 'ngram', 'medusa', 'mlp_speculator', 'draft_model', 'suffix', 'custom_class', 'eagle', 'eagle3', 'extract_hidden_states', 'deepseek_mtp', 'mtp', 'dflash', 'ngram_gpu' or 'dspark' [type=literal_error, input_value='lookahead', input_type=str]
+""" + _URL + "literal_error\n"
+KEY_032 = """\
+pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig
+foo
+  Unexpected keyword argument [type=unexpected_keyword_argument, input_value=1, input_type=int]
+""" + _URL + "unexpected_keyword_argument\n"
+
+
+@pytest.mark.parametrize("log, problem, words", [
+    (NO_DRAFT_032, "speculative_draft_missing", ['add "model"', '"method": "ngram"']),
+    (LOOKUP_032, "speculative_ngram_lookup", ["prompt_lookup_min ≤ prompt_lookup_max"]),
+    (METHOD_032, "speculative_method_unknown", ['"ngram" (no draft model)']),
+    (KEY_032, "invalid_config", ["SpeculativeConfig", "foo", "Unexpected keyword argument"]),
+])
+def test_vllms_speculative_refusals_are_explained(log, problem, words):
+    from app.planner.diagnose import diagnose_text
+
+    d = diagnose_text(log)
+    assert d is not None and d.problem == problem, d
+    text = d.explanation + " " + " ".join(d.evidence)
+    for w in words:
+        assert w in text, text
