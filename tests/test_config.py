@@ -1,4 +1,5 @@
 import json
+
 import pytest
 import yaml
 from hypothesis import given, settings, strategies as st

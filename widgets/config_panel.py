@@ -392,6 +392,7 @@ class _SpeculativeEditor(OptionEditor):
             self.method.addItem(str(m), m)
         self.method.setCurrentIndex(self.method.findData(m) if m is not None else 0)
         self.draft.setText(str(d.get("model") or ""))
+        self.draft.setCursorPosition(0)  # the start of a long id shows
         k = d.get("num_speculative_tokens")
         self.tokens.setValue(int(k) if k else 3)
         self._rest = d
