@@ -319,6 +319,9 @@ def test_sim_streams_accepted_tokens_in_chunks_and_counts_them_as_vllm_does():
         assert sorted(per_pos) == ["0", "1", "2"]
         for i in range(k):
             assert per_pos[str(i)] / drafts == pytest.approx(a ** (i + 1), abs=0.05)
+        # and vLLM's log line every 5 s (vllm/v1/spec_decode/metrics.py SpecDecodingLogging.log)
+        assert any("SpecDecoding metrics: Mean acceptance length: " in ln and "Per-position acceptance rate: " in ln
+                   for ln in sup.log_tail(400)), sup.log_tail(40)
     finally:
         assert sup.stop() == []
 

@@ -98,7 +98,8 @@ class SimEngine:
         self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
                                on_first_token=self._first, on_finished=self._finished, on_token=self._token,
                                spec_tokens=spec_tokens, accept=accept)
-        self._spec_seen = (0, 0, 0, [0] * spec_tokens)
+        self._spec_seen = (0, 0, 0, [0] * spec_tokens)  # counters exported so far
+        self._spec_logged = (0, 0, 0, [0] * spec_tokens)  # counts at the last SpecDecoding log line
         self.rng = random.Random(seed + 1000003 * index)
         self.t0 = time.monotonic() if t0 is None else t0
         self.T = 0.0
@@ -263,6 +264,25 @@ class SimEngine:
                   f"throughput: {(g - g_last) / span:.1f} tokens/s, Running: {len(s.running)} reqs, Waiting: "
                   f"{len(s.waiting)} reqs, GPU KV cache usage: {100 * s.kv_usage:.1f}%, Prefix cache hit rate: "
                   f"0.0%", process="APIServer", where="loggers.py:123")
+        if s.spec_tokens:
+            self._log_spec(span)
+
+    def _log_spec(self, span: float) -> None:
+        """vLLM's ``SpecDecodingLogging.log`` line (vllm/v1/spec_decode/metrics.py, 0.32) for
+        the drafts since the last one: mean acceptance length (bonus token counted),
+        accepted and drafted tokens/s, per-position and average acceptance rates."""
+        s = self.sched
+        d0, t0, a0, p0 = self._spec_logged
+        drafts, drafted, accepted = s.spec_drafts - d0, s.spec_draft_tokens - t0, s.spec_accepted - a0
+        self._spec_logged = (s.spec_drafts, s.spec_draft_tokens, s.spec_accepted, list(s.spec_accepted_per_pos))
+        if not drafts:
+            return
+        rates = ", ".join(f"{(s.spec_accepted_per_pos[i] - p0[i]) / drafts:.3f}" for i in range(s.spec_tokens))
+        vlog.emit(f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, Accepted throughput: "
+                  f"{accepted / span:.2f} tokens/s, Drafted throughput: {drafted / span:.2f} tokens/s, Accepted: "
+                  f"{accepted} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, Avg Draft "
+                  f"acceptance rate: {100 * accepted / max(drafted, 1):.1f}%", process="APIServer",
+                  where="metrics.py:120")
 
     def reset_pacing(self) -> None:
         """Start a new measurement window for the pacing figures of :meth:`info`."""
