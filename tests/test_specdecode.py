@@ -365,3 +365,13 @@ def test_vllms_speculative_refusals_are_explained(log, problem, words):
     text = d.explanation + " " + " ".join(d.evidence)
     for w in words:
         assert w in text, text
+
+
+def test_the_verdict_names_the_speculative_config_in_words():
+    from app.run.verdict import flags_text
+
+    assert flags_text({"tensor_parallel_size": 8, "speculative_config": '{"method": "ngram", '
+                                                                       '"num_speculative_tokens": 3}'}) \
+        == "tensor_parallel_size 8, speculative decoding (ngram, 3 draft tokens)"
+    assert flags_text({"speculative_config": {"method": "eagle", "model": "h/EAGLE", "num_speculative_tokens": 3}}) \
+        == "tensor_parallel_size 1, speculative decoding (eagle h/EAGLE, 3 draft tokens)"
