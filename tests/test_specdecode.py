@@ -375,3 +375,11 @@ def test_the_verdict_names_the_speculative_config_in_words():
         == "tensor_parallel_size 8, speculative decoding (ngram, 3 draft tokens)"
     assert flags_text({"speculative_config": {"method": "eagle", "model": "h/EAGLE", "num_speculative_tokens": 3}}) \
         == "tensor_parallel_size 1, speculative decoding (eagle h/EAGLE, 3 draft tokens)"
+
+
+def test_the_conditional_rate_is_found_from_vllms_acceptance_rate():
+    from app.engine.specdecode import acceptance_from_rate
+
+    for a, k in ((0.7, 3), (0.3, 1), (0.95, 5), (0.0, 2), (1.0, 2)):
+        assert acceptance_from_rate(draft_acceptance_rate(a, k), k) == pytest.approx(a, abs=1e-6)
+    assert acceptance_from_rate(0.97, 2) == pytest.approx(0.9800, abs=1e-3)  # (a + a²)/2 = 0.97

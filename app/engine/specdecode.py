@@ -67,3 +67,20 @@ def draft_acceptance_rate(acceptance: float, k: int) -> float:
     ÷ ``vllm:spec_decode_num_draft_tokens``) that conditional rate ``acceptance`` gives with
     ``k`` drafts a step, 0–1."""
     return expected_accepted(acceptance, k) / k if k else 0.0
+
+
+def acceptance_from_rate(rate: float, k: int) -> float:
+    """The conditional acceptance a whose vLLM acceptance rate with ``k`` drafts a step is
+    ``rate`` (accepted ÷ draft tokens, as ``/metrics`` gives it): the inverse of
+    :func:`draft_acceptance_rate`, by bisection (it grows with a). 0–1."""
+    r = min(max(float(rate), 0.0), 1.0)
+    if k <= 0:
+        return r
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if draft_acceptance_rate(mid, k) < r:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

@@ -82,9 +82,29 @@ def test_ngram_speculative_decoding_counts_drafts_on_the_cpu_build(spec_server, 
     assert p.draft is not None and p.draft.weight_bytes == 0
     f = spec_server.parser.facts
     assert abs(p.kv_cache_tokens - f.kv_cache_tokens) <= 0.02 * f.kv_cache_tokens
+    # the step-level engine (the sim's and the planner's) at the measured acceptance, same ramp
+    from dataclasses import replace
+
+    from app.engine.specdecode import acceptance_from_rate
+    from app.planner.predict import predict_ramp
+
+    a = acceptance_from_rate(accepted / drafted, 2)
+    prompt = round(sum(r.prompt_tokens or 0 for r in ok) / len(ok))
+    pspec = RampSpec(url=spec_server.url, levels=[1, 2], step_seconds=4.0, warmup_seconds=0.5, prompt_tokens=prompt,
+                     output_tokens=48, length_spread=0.0, ignore_eos=True)
+    pred = predict_ramp(p.perf, replace(p.engine_limits(), spec_acceptance=a), pspec).steps
     with capsys.disabled():
         print(f"\nvLLM CPU ngram k=2: {drafts:.0f} drafts, {drafted:.0f} draft tokens, {accepted:.0f} accepted "
-              f"(acceptance {accepted / drafted:.2f}, mean accepted length {1 + accepted / drafts:.2f}); "
-              f"{tokens} tokens in {chunks} chunks; "
-              + "; ".join(f"c={s.level:g} {s.output_tps:.0f} tok/s TPOT {s.tpot_mean * 1e3:.1f} ms "
-                          f"ITL {s.itl_mean * 1e3:.1f} ms" for s in res.steps))
+              f"(acceptance {accepted / drafted:.2f}, a = {a:.3f} a position, mean accepted length "
+              f"{1 + accepted / drafts:.2f}); {tokens} tokens in {chunks} chunks")
+        for s, q in zip(res.steps, pred):
+            print(f"  c={s.level:g} measured {s.output_tps:5.0f} tok/s TPOT {s.tpot_mean * 1e3:5.1f} ms ITL "
+                  f"{s.itl_mean * 1e3:5.1f} ms | engine {q.output_tps:5.0f} tok/s TPOT {q.tpot_mean * 1e3:5.1f} ms "
+                  f"ITL {q.itl_mean * 1e3:5.1f} ms")
+    # No bound on the throughput: the default CPU parameters are not calibrated to this
+    # machine, and on the shared 2-core machine one run measured c=1 at 196 tok/s, the next
+    # at 54. And vLLM's ngram drafts only where it finds a match (here a third of the steps
+    # had none: 200 drafts in 302 decode steps), which num_drafts does not count, while the
+    # engine drafts k every step: its tokens per chunk (ITL ÷ TPOT) are an upper bound.
+    for s, q in zip(res.steps, pred):
+        assert q.itl_mean / q.tpot_mean > 0.9 * s.itl_mean / s.tpot_mean, (s.itl_mean, s.tpot_mean, q.itl_mean)
