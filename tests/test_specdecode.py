@@ -383,3 +383,24 @@ def test_the_conditional_rate_is_found_from_vllms_acceptance_rate():
     for a, k in ((0.7, 3), (0.3, 1), (0.95, 5), (0.0, 2), (1.0, 2)):
         assert acceptance_from_rate(draft_acceptance_rate(a, k), k) == pytest.approx(a, abs=1e-6)
     assert acceptance_from_rate(0.97, 2) == pytest.approx(0.9800, abs=1e-3)  # (a + a²)/2 = 0.97
+
+
+def test_the_cpu_build_serves_it_and_the_plan_says_what_vllm_warns(tiny_model):
+    """vLLM 0.32's CPU platform serves --speculative-config (tests/e2e/test_specdecode_e2e.py);
+    without libiomp preloaded it warns of a performance loss on x86: an info finding,
+    which leaves the verdict alone."""
+    from app.planner.gpus import cpu_device
+    from app.planner.models import resolve_model
+    from app.planner.plan import plan
+
+    m = resolve_model(str(tiny_model))
+    env = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, distributed_executor_backend="uni", env=env,
+                       speculative_config=NGRAM)
+    p = plan(cfg, [cpu_device(24, 2)], m, use_calibration=False)
+    assert p.verdict == "ok" and p.problems() == ["cpu_speculative_without_iomp"]
+    assert "libiomp5.so" in p.findings[0].message
+    base = plan(cfg.model_copy(update={"speculative_config": None}), [cpu_device(24, 2)], m, use_calibration=False)
+    assert p.kv_cache_tokens == base.kv_cache_tokens  # ngram holds no KV
+    preload = cfg.model_copy(update={"env": {**env, "LD_PRELOAD": "/usr/lib/libiomp5.so"}})
+    assert plan(preload, [cpu_device(24, 2)], m, use_calibration=False).problems() == []
