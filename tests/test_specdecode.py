@@ -6,6 +6,7 @@ own spec-decode counters: tests/e2e/test_specdecode_e2e.py)."""
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import subprocess
 import sys
@@ -304,6 +305,8 @@ def test_sim_streams_accepted_tokens_in_chunks_and_counts_them_as_vllm_does():
         assert per_chunk == pytest.approx(mean_accepted_length(a, k), rel=0.12), per_chunk
         for st in res.steps:
             assert st.itl_mean == pytest.approx(st.tpot_mean * per_chunk, rel=0.2), (st.itl_mean, st.tpot_mean)
+        info = json.loads(urllib.request.urlopen(sup.url + "/sim/info", timeout=10).read())
+        assert info["speculative"] == {"method": "ngram", "num_speculative_tokens": k, "acceptance": a}
         text = urllib.request.urlopen(sup.url + "/metrics", timeout=10).read().decode()
         m = parse_metrics(text)
         drafts, drafted = m.counter("spec_decode_num_drafts"), m.counter("spec_decode_num_draft_tokens")
