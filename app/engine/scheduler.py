@@ -13,7 +13,9 @@ its tokens are computed. Source: vLLM V1 ``vllm/v1/core/sched/scheduler.py``
 Speculative decoding (``spec_tokens`` = k > 0, vLLM's ``--speculative-config``
 ``num_speculative_tokens``): a decoding request is scheduled with its last token plus k
 draft tokens (1 + k of the token budget and KV slots for all of them, as vLLM's
-scheduler counts ``num_tokens_with_spec`` and allocates ``num_lookahead_tokens``); at the
+scheduler counts ``num_tokens_with_spec`` — vllm/v1/core/sched/scheduler.py, 0.32 — and
+``KVCacheManager.allocate_slots`` reserves ``num_lookahead_tokens``, vllm/v1/core/
+kv_cache_manager.py); at the
 step's end ``accept(request, k)`` says how many drafts the target model accepted (a
 leading run, 0…k) and the request emits 1 + accepted tokens at once — the accepted
 drafts plus the target's own next token — in one output chunk (one sink call, as vLLM
