@@ -80,6 +80,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("plan", "--from-run"): ["abc", "0", "999"],
     ("plan", "--busy-gib"): ["abc", "-1", "nan"],
     ("plan", "--prompt-tokens"): ["abc", "0", "-5"],
+    ("plan", "--spec-acceptance"): ["abc", "1.5", "-1"],
     ("plan", "--output-tokens"): ["abc", "0"],
     ("plan", "--levels"): ["abc", "0", "1,x", ",", "1.5"],
     ("plan", "--seed"): ["abc", "-1"],

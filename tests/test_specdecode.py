@@ -155,13 +155,14 @@ def test_without_speculative_decoding_the_step_time_gets_four_arguments():
 
 
 # ---------------------------------------------------------------------- step time
-def _plan(spec=None, model="meta-llama/Llama-3.1-70B", gpu="H100 SXM", count=4, **kw):
+def _plan(spec=None, model="meta-llama/Llama-3.1-70B", gpu="H100 SXM", count=4, spec_acceptance=None, **kw):
     from app.planner.gpus import lookup_gpu
     from app.planner.models import resolve_model
     from app.planner.plan import Workload, plan
 
     cfg = ServerConfig(model=model, tensor_parallel_size=count, max_model_len=8192, speculative_config=spec, **kw)
-    return plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(model), Workload(512, 128), use_calibration=False)
+    return plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(model), Workload(512, 128), use_calibration=False,
+                spec_acceptance=spec_acceptance)
 
 
 def test_verification_costs_like_a_k_plus_one_token_chunk_and_a_draft_adds_its_passes():
@@ -407,3 +408,21 @@ def test_the_cpu_build_serves_it_and_the_plan_says_what_vllm_warns(tiny_model):
     assert p.kv_cache_tokens == base.kv_cache_tokens  # ngram holds no KV
     preload = cfg.model_copy(update={"env": {**env, "LD_PRELOAD": "/usr/lib/libiomp5.so"}})
     assert plan(preload, [cpu_device(24, 2)], m, use_calibration=False).problems() == []
+
+
+def test_plan_predicts_at_the_given_acceptance():
+    """``vllm-dyno plan --spec-acceptance A`` (and ``plan(spec_acceptance=A)``): the
+    prediction's acceptance, said in the text and the JSON."""
+    from app.cli import main
+    import contextlib
+    import io
+
+    lo = _plan(NGRAM, spec_acceptance=0.3)
+    hi = _plan(NGRAM, spec_acceptance=0.9)
+    assert lo.engine_limits().spec_acceptance == 0.3 and hi.as_dict()["speculative"]["acceptance"] == 0.9
+    assert hi.curve.points[0].tpot_s < lo.curve.points[0].tpot_s
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["plan", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "RTX 4090", "--max-model-len", "8192",
+                     "--speculative-config", json.dumps(NGRAM), "--spec-acceptance", "0.5", "--levels", "1"])
+    assert code == 0 and "accepted at 0.5 of the one before" in out.getvalue(), out.getvalue()

@@ -101,8 +101,8 @@ def _figures(plan: Plan) -> dict[str, list[str]]:
             p0 = plan.curve.points[0]
             out["speculative_config"].append(
                 f"predicted at 1 user: {p0.output_tps:.0f} output tok/s, TPOT {p0.tpot_s * 1000:.1f} ms, with each "
-                f"draft position accepted at {DEFAULT_ACCEPTANCE} of the one before (the sim's --sim-spec-acceptance "
-                "default)")
+                f"draft position accepted at {plan.spec_acceptance:g} of the one before (the sim's "
+                f"--sim-spec-acceptance; default {DEFAULT_ACCEPTANCE})")
     if plan.capacity is not None:
         out.setdefault("max_num_seqs", []).append(
             f"predicted {plan.capacity.users:g} concurrent users at the Ramp tab's SLO")

@@ -20,6 +20,7 @@ from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepT
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
+from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec
@@ -128,6 +129,9 @@ class Plan:
     host: HostPcie | None = None
     #: the speculative drafter (``--speculative-config``), None without
     draft: Draft | None = None
+    #: the chance each draft position is accepted given the one before, for the predicted
+    #: ramp (app.engine.specdecode; the sim's --sim-spec-acceptance default unless given)
+    spec_acceptance: float = DEFAULT_ACCEPTANCE
 
     @property
     def dp(self) -> int:
@@ -180,7 +184,8 @@ class Plan:
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
         return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
-                                      spec_tokens=self.config.num_speculative_tokens)
+                                      spec_tokens=self.config.num_speculative_tokens,
+                                      spec_acceptance=self.spec_acceptance)
 
     @property
     def weights_gib_total(self) -> float:
@@ -231,6 +236,7 @@ class Plan:
                 "method": self.draft.method, "num_speculative_tokens": self.draft.k,
                 "draft_weights_gib_total": self.draft.weight_bytes / GIB,
                 "draft_kv_bytes_per_token": self.draft.kv_bytes_per_token(e.kv_dtype_bytes, 1),
+                "acceptance": self.spec_acceptance,
                 "note": self.draft.note},
             "effective": {k: getattr(e, k) for k in e.__dataclass_fields__},
             "ranks": [{"rank": r.rank, "gpu": r.gpu.name, "stage": r.stage, "total_gib": r.total_gib,
@@ -578,7 +584,8 @@ def check(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload:
 
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
          vllm_version: str | None = None, params: PerfParams | None = None,
-         use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True) -> Plan:
+         use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True,
+         spec_acceptance: float | None = None) -> Plan:
     """Plan ``config`` on ``gpus`` (one GpuSpec per card, in CUDA order; mixed cards
     allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1; data parallel replica r
     on the next TP × PP cards) for ``model``.
@@ -599,9 +606,13 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     workload's SLO come from the step-level engine (:func:`engine_curve`,
     :func:`app.planner.predict.predict_ramp`): about 0.1–2 s, cached; ``predict=False``
     leaves ``curve`` and ``capacity`` None (the sim's own plan, the diagnosis).
+    ``spec_acceptance``: with a speculative config, the chance each draft position is
+    accepted given the one before, for the prediction (None: :data:`DEFAULT_ACCEPTANCE`).
     """
     rules = rules_for(vllm_version)
     p = _build(config, gpus, model, workload, rules, host)
+    if spec_acceptance is not None:
+        p.spec_acceptance = spec_acceptance
     errors = frozenset(f.problem for f in p.findings if f.verdict == "error")
     calibrations: dict[str, PerfParams | None] = {}
 
