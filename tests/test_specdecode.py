@@ -426,3 +426,15 @@ def test_plan_predicts_at_the_given_acceptance():
         code = main(["plan", "--model", "meta-llama/Llama-3.1-8B", "--gpu", "RTX 4090", "--max-model-len", "8192",
                      "--speculative-config", json.dumps(NGRAM), "--spec-acceptance", "0.5", "--levels", "1"])
     assert code == 0 and "accepted at 0.5 of the one before" in out.getvalue(), out.getvalue()
+
+
+def test_the_windows_plan_predicts_at_the_sim_rigs_acceptance():
+    """The window plans a sim rig with its profile's ``sim: {spec_acceptance}`` (what the
+    sim will serve), else the default."""
+    from widgets.plan_panel import PlanInputs, compute_plan
+
+    cfg = ServerConfig(model="meta-llama/Llama-3.1-8B", max_model_len=8192, speculative_config=NGRAM)
+    inp = PlanInputs(cfg, "sim", "RTX 4090", 1, [], 512, 128, (1,), None, None, 0.4)
+    assert compute_plan(inp).engine_limits().spec_acceptance == 0.4
+    inp.spec_acceptance = None
+    assert compute_plan(inp).engine_limits().spec_acceptance == DEFAULT_ACCEPTANCE

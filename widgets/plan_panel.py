@@ -58,7 +58,9 @@ class PlanInputs:
     """What a plan needs, captured on the GUI thread. ``readings``: NVML GpuReadings.
     ``ramp``: the Ramp tab's RampSpec — the plan predicts its levels, level shape,
     request lengths and users at its SLO (None: ``prompt_tokens``/``output_tokens``/
-    ``levels`` with the default shape, no SLO)."""
+    ``levels`` with the default shape, no SLO). ``spec_acceptance``: the sim rig's
+    ``--sim-spec-acceptance`` (a profile's ``sim: {spec_acceptance}``), so that the plan
+    predicts what the sim will serve (None: the default)."""
 
     config: Any
     engine: str
@@ -70,6 +72,7 @@ class PlanInputs:
     levels: tuple[int, ...] | None
     vllm_version: str | None
     ramp: Any = None
+    spec_acceptance: float | None = None
 
 
 def compute_plan(inp: PlanInputs):
@@ -85,7 +88,7 @@ def compute_plan(inp: PlanInputs):
     wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
                                                                                 inp.levels)
     if sim:  # planned as the sim plans its rig: its vLLM rules and its (default) step-time parameters
-        return plan(cfg, gpus, model, wl, SIM_VLLM_RULES, use_calibration=False)
+        return plan(cfg, gpus, model, wl, SIM_VLLM_RULES, use_calibration=False, spec_acceptance=inp.spec_acceptance)
     # this machine's IOMMU matters to its own cards only (not to a sim rig)
     host = read_host_pcie() if inp.readings else None
     try:
