@@ -38,8 +38,11 @@ LaunchForm = Literal["serve", "api_server"]
 #: cards and the model · ``float`` number, spin box (and slider) · ``choice`` one of
 #: ``choices`` (or another value vLLM knows), combo box · ``flag`` boolean, check box
 #: (checked → ``--flag``, unchecked → unset) · ``tristate`` boolean, combo box
-#: default/on/off (``--flag`` / ``--no-flag``) · ``text`` free text, line edit.
-OptionKind = Literal["int", "opt_int", "parallel", "float", "choice", "flag", "tristate", "text"]
+#: default/on/off (``--flag`` / ``--no-flag``) · ``text`` free text, line edit ·
+#: ``speculative`` a JSON object (vLLM's ``--speculative-config '{…}'``; a mapping in the
+#: config, one JSON argument on argv), form: method combo, draft model and number of
+#: speculative tokens.
+OptionKind = Literal["int", "opt_int", "parallel", "float", "choice", "flag", "tristate", "text", "speculative"]
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -50,6 +53,92 @@ EXECUTOR_BACKENDS = ("mp", "uni", "ray", "external_launcher")
 #: app/planner/data/vllm_versions.yaml) is known
 QUANTIZATION_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "bitsandbytes", "compressed-tensors",
                         "gguf")
+
+#: ``--speculative-config`` ``method`` values: ``SpeculativeMethod`` in vllm/config/speculative.py
+#: (vLLM 0.32.0/0.33: ngram, medusa, mlp_speculator, draft_model, suffix, custom_class, eagle,
+#: eagle3, extract_hidden_states, mtp and its model-named aliases ``*_mtp`` — "method `X` is
+#: deprecated and replaced with mtp" — dflash, ngram_gpu, dspark; 0.10/0.11 (vllm/config.py,
+#: vllm/config/speculative.py): ngram, eagle, eagle3, medusa, mlp_speculator, draft_model,
+#: deepseek_mtp and the other ``*_mtp`` names, suffix from 0.11). Offered first in the form:
+#: the common ones.
+SPECULATIVE_METHODS = ("ngram", "eagle", "eagle3", "mtp", "draft_model", "medusa", "mlp_speculator", "suffix",
+                       "ngram_gpu", "dflash", "dspark", "extract_hidden_states", "custom_class")
+#: methods whose ``model`` key must name the draft (an EAGLE/Medusa head, a smaller model, a
+#: proposer class): vLLM 0.32 raises "num_speculative_tokens was provided but without
+#: speculative model." (vllm/config/speculative.py ``__post_init__``) when it is missing;
+#: mtp and dspark take the target checkpoint's own layers, ngram/suffix need no weights
+SPEC_METHODS_NEED_MODEL = ("eagle", "eagle3", "draft_model", "medusa", "mlp_speculator", "dflash", "custom_class")
+#: methods that propose from the text itself (no draft weights, no draft KV cache, no
+#: forward pass of their own): prompt lookup (n-grams) and suffix trees
+SPEC_METHODS_MODEL_FREE = ("ngram", "ngram_gpu", "suffix")
+
+
+def speculative_method(d: dict[str, Any]) -> str:
+    """The method a ``--speculative-config`` object runs, as vLLM infers it (0.32
+    ``SpeculativeConfig.__post_init__``): ``method``, else ``ngram`` when ``model`` is
+    "ngram"/"[ngram]", else ``draft_model``; ``*_mtp`` aliases read as ``mtp``."""
+    m = d.get("method")
+    if m is None:
+        return "ngram" if d.get("model") in ("ngram", "[ngram]") else "draft_model"
+    m = str(m)
+    if m == "[ngram]":
+        return "ngram"
+    return "mtp" if m.endswith("_mtp") else m
+
+
+def parse_speculative_config(value: Any, where: str = "speculative_config") -> dict[str, Any] | None:
+    """A ``--speculative-config`` value as its dict: a mapping as given, a JSON text
+    (argv, an imported ``vllm serve`` line) parsed; None/"" for unset. Checks what vLLM
+    would refuse before it loads anything (the key is named, with the fix): a ``method``
+    that is none of :data:`SPECULATIVE_METHODS` (nor an ``*_mtp`` name), a method of
+    :data:`SPEC_METHODS_NEED_MODEL` without ``model``, ``num_speculative_tokens`` below 1
+    or missing for a method without draft weights, and ``prompt_lookup_min`` above
+    ``prompt_lookup_max``. Raises ValueError."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where} {value!r} is not JSON ({e.msg}); write an object such as "
+                             '\'{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}\'') from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be a JSON object of SpeculativeConfig keys, e.g. "
+                         '{"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B", "num_speculative_tokens": 3}')
+    d = {str(k).replace("-", "_"): v for k, v in value.items()}
+    m = d.get("method")
+    if m is not None and (not isinstance(m, str) or (speculative_method(d) not in SPECULATIVE_METHODS)):
+        raise ValueError(f"{where}: method {m!r} is not a speculative decoding method vLLM knows; use one of "
+                         + ", ".join(SPECULATIVE_METHODS))
+    method = speculative_method(d)
+    k = d.get("num_speculative_tokens")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError(f"{where}: num_speculative_tokens={k!r} must be a whole number ≥ 1 (tokens proposed "
+                         "per step; 1–5 are usual)")
+    if method in SPEC_METHODS_NEED_MODEL and not d.get("model"):
+        raise ValueError(f"{where}: method {method!r} needs a draft: add \"model\" with the "
+                         + ("EAGLE head" if method.startswith("eagle") else "Medusa heads" if method == "medusa"
+                            else "proposer class path" if method == "custom_class" else "draft model")
+                         + " (a directory or Hugging Face id), or use method \"ngram\", which needs none")
+    if method in SPEC_METHODS_MODEL_FREE and k is None and method != "suffix":
+        raise ValueError(f"{where}: method {method!r} needs num_speculative_tokens (tokens proposed per step); "
+                         "add e.g. \"num_speculative_tokens\": 3")
+    lo, hi = d.get("prompt_lookup_min"), d.get("prompt_lookup_max")
+    for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{where}: {name}={v!r} must be a whole number ≥ 1 (n-gram length, tokens)")
+    if isinstance(lo, int) and isinstance(hi, int) and lo > hi:
+        raise ValueError(f"{where}: prompt_lookup_min={lo} must be ≤ prompt_lookup_max={hi}; lower "
+                         "prompt_lookup_min or raise prompt_lookup_max")
+    return dict(value)
+
+
+def _argparse_speculative(text: str) -> dict[str, Any] | None:
+    try:
+        return parse_speculative_config(text, "--speculative-config")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
 
 #: form groups (GUI group box titles), in the order the form shows them
 GROUP_MODEL = "Model"
@@ -122,6 +211,8 @@ class VllmOption:
             return parse_token_count(text) if self.suffixes else int(text)
         if self.kind == "float":
             return float(text)
+        if self.kind == "speculative":
+            return parse_speculative_config(text, self.flag)
         return text
 
 
@@ -480,6 +571,11 @@ class ServerConfig(BaseModel):
     enforce_eager: Annotated[bool | None, VllmOption(
         "--enforce-eager", "flag", "run without CUDA graphs: less memory, slower decode steps",
         label="enforce eager (no CUDA graphs)", group=GROUP_PRECISION)] = None
+    speculative_config: Annotated[dict[str, Any] | None, VllmOption(
+        "--speculative-config", "speculative", "speculative decoding, a JSON object: method (ngram, eagle, eagle3, "
+        "mtp, draft_model, medusa …), model (the draft: EAGLE head or smaller model; ngram needs none), "
+        "num_speculative_tokens (tokens proposed per step), prompt_lookup_max/min (ngram, tokens)",
+        label="Speculative decoding", group=GROUP_PARALLEL)] = None
     host: Annotated[str, VllmOption("--host", "text", "address the server listens on, an IP or host name")] = \
         "127.0.0.1"
     port: Annotated[int | None, Field(ge=1, le=65535), VllmOption(
@@ -505,6 +601,26 @@ class ServerConfig(BaseModel):
         if v is not None and v not in DTYPES:
             raise ValueError(f"dtype={v!r} is not one of {', '.join(DTYPES)}")
         return v
+
+    @field_validator("speculative_config", mode="before")
+    @classmethod
+    def _speculative(cls, v: Any) -> dict[str, Any] | None:
+        return parse_speculative_config(v)
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        """Tokens proposed per decode step (``--speculative-config``'s
+        ``num_speculative_tokens``; 0 without speculative decoding; 1 where the draft's own
+        config would give it — vLLM 0.32 takes its ``n_predict`` then — e.g. DeepSeek's one MTP layer)."""
+        d = self.speculative_config
+        if not d:
+            return 0
+        return int(d.get("num_speculative_tokens") or 1)
+
+    @property
+    def speculative_method(self) -> str | None:
+        """The speculative method vLLM will run (:func:`speculative_method`), None without."""
+        return speculative_method(self.speculative_config) if self.speculative_config else None
 
     @field_validator("gpus")
     @classmethod
@@ -602,6 +718,8 @@ class ServerConfig(BaseModel):
                 continue
             if isinstance(v, bool):
                 out.append(spec.flag if v else "--no-" + spec.key)
+            elif isinstance(v, dict):  # a JSON-valued option: one argument, as vLLM's json.loads reads it
+                out += [spec.flag, json.dumps(v)]
             else:
                 out += [spec.flag, str(v)]
         return out + list(self.extra_args)
@@ -657,6 +775,10 @@ class ServerConfig(BaseModel):
             if f == "port" and not include_port:
                 continue
             v = getattr(self, f)
+            if isinstance(v, dict):
+                # a JSON text: vLLM 0.32 turns a nested mapping into JSON itself
+                # (vllm/utils/argparse_utils.py load_config_file), older loaders pass str(value)
+                v = json.dumps(v)
             if v is not None:
                 d[spec.key] = v
         d.update(extra_args_to_dict(self.extra_args))
@@ -756,7 +878,8 @@ def _cli_help(field: str, spec: VllmOption) -> str:
     return text.replace("%", "%%")
 
 
-_METAVARS = {"int": "N", "opt_int": "N", "parallel": "N", "float": "X", "choice": "NAME", "text": "TEXT"}
+_METAVARS = {"int": "N", "opt_int": "N", "parallel": "N", "float": "X", "choice": "NAME", "text": "TEXT",
+             "speculative": "JSON"}
 
 
 def add_vllm_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -775,6 +898,8 @@ def add_vllm_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
                 kw["type"] = parse_token_count if spec.suffixes else int
             elif spec.kind == "float":
                 kw["type"] = float
+            elif spec.kind == "speculative":
+                kw["type"] = _argparse_speculative
             if spec.multiple:
                 kw["nargs"] = "+"
         parser.add_argument(spec.flag, *spec.aliases, **kw)

@@ -63,6 +63,8 @@ SERVER_BAD: dict[str, list[str]] = {
     "--env": ["NOEQUALS", "VLLM_API_KEY=sk-123", "1BAD=x"],
     "--extra": ['--foo "bar', "positional", "--api-key=sk-1"],
     "--api-key-file": ["/nonexistent/key"],
+    "--speculative-config": ['{"method": "lookahead", "num_speculative_tokens": 2}',
+                             '{"method": "eagle", "num_speculative_tokens": 3}', "{not json", "[1]"],
 }
 
 #: (subcommand, option) → bad values; positionals by their dest
@@ -93,6 +95,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("plan", "--from-run"): ["abc", "0", "999"],
     ("plan", "--busy-gib"): ["abc", "-1", "nan"],
     ("plan", "--prompt-tokens"): ["abc", "0", "-5"],
+    ("plan", "--spec-acceptance"): ["abc", "1.5", "-1"],
     ("plan", "--output-tokens"): ["abc", "0"],
     ("plan", "--levels"): ["abc", "0", "1,x", ",", "1.5"],
     ("plan", "--seed"): ["abc", "-1"],
@@ -178,6 +181,8 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("profiles save-run", "run_id"): ["abc", "0", "999"],
     ("profiles save-run", "--which"): ["worst"],
     ("serve", "--sim-perturb"): ["abc", "-1"],
+    ("serve", "--sim-spec-acceptance"): ["abc", "1.5", "-0.1", "nan"],
+    ("tune", "--sim-spec-acceptance"): ["abc", "2"],
     ("tune", "profile"): ["no such profile", "/nonexistent/p.yaml"],
     ("tune", "--engine"): ["warp"],
     ("tune", "--sim-gpu"): ["No Such GPU"],

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import yaml
 from hypothesis import given, settings, strategies as st
@@ -13,6 +15,8 @@ ALL_OPTIONS = dict(
     disable_custom_all_reduce=True, max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=32000,
     quantization="awq", dtype="half", kv_cache_dtype="fp8", gpu_memory_utilization=0.85,
     distributed_executor_backend="ray", enable_prefix_caching=False, enforce_eager=True, host="0.0.0.0", port=8123,
+    speculative_config={"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-70B", "num_speculative_tokens": 3,
+                        "draft_tensor_parallel_size": 1},
 )
 
 
@@ -176,6 +180,10 @@ def test_every_option_is_on_the_argv_and_in_the_vllm_config():
             assert "--no-" + spec.key in argv, field
         elif v is True:
             assert spec.flag in argv, field
+        elif isinstance(v, dict):  # a JSON-valued option (--speculative-config): one JSON argument, JSON in the file
+            assert json.loads(argv[argv.index(spec.flag) + 1]) == v, field
+            assert json.loads(yaml_cfg[spec.key]) == v, field
+            continue
         else:
             assert argv[argv.index(spec.flag) + 1] == str(v), field
         assert yaml_cfg[spec.key] == v, field

@@ -296,3 +296,30 @@ def test_option_tooltips_teach_the_default_for_this_vllm_and_the_planners_advice
     tip = w.config.options["max_model_len"].widget.toolTip()
     fix = w.plan.fix["max_model_len"]
     assert "131,072 tokens (the model's max_position_embeddings)" in tip and f"Fix: max_model_len {fix:,}" in tip, tip
+
+
+def test_the_speculative_decoding_row_offers_method_draft_and_tokens(gui_guard, qtbot):
+    """The --speculative-config row: method, draft model (off for ngram/suffix), k; keys
+    it does not show are kept; a method that needs a draft without one is refused by
+    the form naming the key; "off" unsets the option."""
+    from widgets.config_panel import ConfigPanel
+
+    ngram = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
+    panel = ConfigPanel()
+    qtbot.addWidget(panel)
+    ed = panel.options["speculative_config"]
+    assert ed.label == "Speculative decoding" and not ed.tokens.isEnabled()
+    panel.set_config(ServerConfig(model="m", speculative_config=ngram))
+    assert ed.method.currentData() == "ngram" and not ed.draft.isEnabled() and ed.tokens.value() == 2
+    assert panel.build_config().speculative_config == ngram
+    ed.method.setCurrentIndex(ed.method.findData("eagle"))
+    assert ed.draft.isEnabled()
+    with pytest.raises(ValueError, match=r"speculative_config.*needs a draft"):
+        panel.build_config()
+    ed.draft.setText("yuhuili/EAGLE-LLaMA3-Instruct-8B")
+    ed.tokens.setValue(4)
+    assert panel.build_config().speculative_config == {
+        "method": "eagle", "num_speculative_tokens": 4, "prompt_lookup_max": 3,
+        "model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}
+    ed.method.setCurrentIndex(0)
+    assert panel.build_config().speculative_config is None

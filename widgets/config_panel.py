@@ -40,7 +40,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.config import GROUP_MODEL, QUANTIZATION_METHODS, VLLM_OPTIONS, ServerConfig, VllmOption
+from app.config import (GROUP_MODEL, QUANTIZATION_METHODS, SPEC_METHODS_MODEL_FREE, SPECULATIVE_METHODS, VLLM_OPTIONS,
+                        ServerConfig, VllmOption)
 from app.planner.checks import valid_pp_sizes, valid_tp_sizes
 from app.profiles.model import SimRig
 
@@ -333,9 +334,80 @@ class _TextEditor(OptionEditor):
         self.widget.textChanged.connect(slot)
 
 
+class _SpeculativeEditor(OptionEditor):
+    """``speculative``: vLLM's ``--speculative-config`` object as three fields in a row —
+    the method (combo: off, then :data:`app.config.SPECULATIVE_METHODS`), the draft model
+    or head (line edit; not used by ngram/suffix) and the number of speculative tokens
+    (spin box). Keys of a loaded object that the row does not show
+    (``prompt_lookup_max``, ``draft_tensor_parallel_size`` …) are kept as they were."""
+
+    def _make(self) -> QWidget:
+        w = QWidget()
+        row = QHBoxLayout(w)
+        row.setContentsMargins(0, 0, 0, 0)
+        self.method = QComboBox()
+        self.method.addItem("off", None)
+        for m in SPECULATIVE_METHODS:
+            self.method.addItem(m, m)
+        self.draft = QLineEdit()
+        self.draft.setPlaceholderText("draft model / head")
+        self.tokens = QSpinBox()
+        self.tokens.setRange(1, 16)
+        self.tokens.setValue(3)
+        self.tokens.setPrefix("k = ")
+        self.tokens.setToolTip("num_speculative_tokens: draft tokens proposed and verified per step")
+        row.addWidget(self.method)
+        row.addWidget(self.draft, 1)
+        row.addWidget(self.tokens)
+        self._rest: dict[str, Any] = {}
+        self.method.currentIndexChanged.connect(self._enable)
+        self._enable()
+        return w
+
+    def _enable(self, *_a: Any) -> None:
+        m = self.method.currentData()
+        self.draft.setEnabled(m is not None and m not in SPEC_METHODS_MODEL_FREE)
+        self.tokens.setEnabled(m is not None)
+
+    def value(self) -> Any:
+        m = self.method.currentData()
+        if m is None:
+            return None
+        d = dict(self._rest)  # the loaded object's keys, in its order
+        d["method"] = m
+        model = self.draft.text().strip()
+        if model and m not in SPEC_METHODS_MODEL_FREE:
+            d["model"] = model
+        else:
+            d.pop("model", None)
+        d["num_speculative_tokens"] = self.tokens.value()
+        return d
+
+    def set_value(self, v: Any) -> None:
+        d = dict(v or {})
+        m = d.get("method")
+        if v and m is None:  # vLLM infers it from the model (app.config.speculative_method)
+            m = "ngram" if d.get("model") in ("ngram", "[ngram]") else "draft_model"
+        if m is not None and self.method.findData(m) < 0:
+            self.method.addItem(str(m), m)
+        self.method.setCurrentIndex(self.method.findData(m) if m is not None else 0)
+        self.draft.setText(str(d.get("model") or ""))
+        self.draft.setCursorPosition(0)  # the start of a long id shows
+        k = d.get("num_speculative_tokens")
+        self.tokens.setValue(int(k) if k else 3)
+        self._rest = d
+        self._enable()
+
+    def connect(self, slot: Any) -> None:
+        self.method.currentIndexChanged.connect(slot)
+        self.draft.textChanged.connect(slot)
+        self.tokens.valueChanged.connect(slot)
+
+
 _EDITORS: dict[str, type[OptionEditor]] = {
     "int": _IntEditor, "opt_int": _OptIntEditor, "float": _FloatEditor, "choice": _ChoiceEditor,
     "tristate": _TristateEditor, "parallel": _ParallelEditor, "flag": _FlagEditor, "text": _TextEditor,
+    "speculative": _SpeculativeEditor,
 }
 
 

@@ -672,7 +672,8 @@ class MainWindow(QMainWindow):
 
         return PlanInputs(cfg, self.config.engine_key(), self.config.sim_gpu.currentText() or "RTX 4090",
                           self.config.sim_count.value(), list(self.gpu_readings), mid(self.ramp.prompt.text(), 512),
-                          mid(self.ramp.output.text(), 128), None, self.vllm_version, self.ramp.plan_ramp())
+                          mid(self.ramp.output.text(), 128), None, self.vllm_version, self.ramp.plan_ramp(),
+                          self.config.sim_rig().spec_acceptance)
 
     def _replan(self, *_: Any) -> None:
         if self._closed:

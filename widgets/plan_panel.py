@@ -58,7 +58,9 @@ class PlanInputs:
     """What a plan needs, captured on the GUI thread. ``readings``: NVML GpuReadings.
     ``ramp``: the Ramp tab's RampSpec — the plan predicts its levels, level shape,
     request lengths and users at its SLO (None: ``prompt_tokens``/``output_tokens``/
-    ``levels`` with the default shape, no SLO)."""
+    ``levels`` with the default shape, no SLO). ``spec_acceptance``: the sim rig's
+    ``--sim-spec-acceptance`` (a profile's ``sim: {spec_acceptance}``), so that the plan
+    predicts what the sim will serve (None: the default)."""
 
     config: Any
     engine: str
@@ -70,6 +72,7 @@ class PlanInputs:
     levels: tuple[int, ...] | None
     vllm_version: str | None
     ramp: Any = None
+    spec_acceptance: float | None = None
 
 
 def compute_plan(inp: PlanInputs):
@@ -85,7 +88,7 @@ def compute_plan(inp: PlanInputs):
     wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
                                                                                 inp.levels)
     if sim:  # planned as the sim plans its rig: its vLLM rules and its (default) step-time parameters
-        return plan(cfg, gpus, model, wl, SIM_VLLM_RULES, use_calibration=False)
+        return plan(cfg, gpus, model, wl, SIM_VLLM_RULES, use_calibration=False, spec_acceptance=inp.spec_acceptance)
     # this machine's IOMMU matters to its own cards only (not to a sim rig)
     host = read_host_pcie() if inp.readings else None
     try:
@@ -196,7 +199,9 @@ def rank_summary(p, r, parts: list[tuple[str, str, float]]) -> str:
     if r.weights_gib > room + 1e-9:
         return (f"<small><b>weights do not fit</b>: {r.weights_gib:.1f} GiB per card, more than the "
                 f"{room:.1f} GiB they may take</small>")
-    return f"<small>weights {d['Weights']:.1f} · KV {d['KV cache']:.1f} · headroom {d['Headroom']:.1f} GiB</small>"
+    draft = (f" (draft {r.draft_weights_gib:.2f})" if getattr(r, "draft_weights_gib", 0.0) > 0 else "")
+    return (f"<small>weights {d['Weights']:.1f}{draft} · KV {d['KV cache']:.1f} · headroom {d['Headroom']:.1f} "
+            "GiB</small>")
 
 
 class PlanPanel(QScrollArea):
@@ -365,6 +370,11 @@ class PlanPanel(QScrollArea):
                  + (f" × DP {p.dp}" if p.dp > 1 else "") + f" · {e.dtype}"
                  + (f" · {e.quantization}" if e.quantization else "")
                  + f" · max_num_seqs {e.max_num_seqs} · max_num_batched_tokens {e.max_num_batched_tokens:,}"]
+        if p.draft is not None:  # the speculative drafter's memory, counted in the bars' weights and KV
+            last = p.ranks[-1]
+            lines.append(f"Speculative decoding: {p.draft.method}, {p.draft.k} draft tokens a step · draft weights "
+                         f"{last.draft_weights_gib:.2f} GiB and KV {last.draft_kv_bytes_per_token:,} B/token per card "
+                         f"— {p.draft.note}")
         if p.workload is not None:
             n, why = p.concurrency_for(p.workload.prompt_tokens, p.workload.output_tokens)
             lines.append(f"Requests at once for {p.workload.prompt_tokens}+{p.workload.output_tokens} tokens: "

@@ -454,6 +454,17 @@ def profile_for_launch(a: argparse.Namespace):
     return p, cfg, trusted, builtin
 
 
+def spec_acceptance(text: str) -> float:
+    """argparse type: ``--sim-spec-acceptance``, a probability in [0, 1]."""
+    # deferred: only the commands that launch the sim take it
+    from app.engine.specdecode import check_acceptance
+
+    try:
+        return check_acceptance(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).split(" ", 2)[-1]) from None
+
+
 def add_sim_options(p: argparse.ArgumentParser) -> None:
     """The simulated rig's options (``--sim-gpu``, ``--sim-gpu-count`` …) of the
     commands that launch ``--engine sim``."""
@@ -468,6 +479,9 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
                    help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
     p.add_argument("--sim-engine-dies-at-request", type=positive_int, metavar="N",
                    help="sim: the engine dies on the N-th request, as vLLM's does on a fatal error after ready")
+    p.add_argument("--sim-spec-acceptance", type=spec_acceptance, metavar="A",
+                   help="sim, with --speculative-config: the chance each draft token is accepted given the one "
+                        "before (0-1; position i: A^i; default 0.7)")
 
 
 def sim_args_from(a: argparse.Namespace) -> list[str]:
@@ -475,7 +489,8 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
     out = []
     for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
                     ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed),
-                    ("--sim-perturb", getattr(a, "sim_perturb", None))):
+                    ("--sim-perturb", getattr(a, "sim_perturb", None)),
+                    ("--sim-spec-acceptance", getattr(a, "sim_spec_acceptance", None))):
         if v is not None:
             out += [flag, str(v)]
     if getattr(a, "sim_calibrated", False):

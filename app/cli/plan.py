@@ -18,6 +18,7 @@ from app.cli.common import (
     run_number,
     seconds,
     seed_number,
+    spec_acceptance,
     vllm_version,
 )
 
@@ -95,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(/sys/kernel/iommu_groups) when planning its own cards, else unknown")
     p.add_argument("--acs", choices=("on", "off"),
                    help="PCIe ACS on the host's bridges (root only can read it: sudo lspci -vvv | grep ACSCtl)")
+    p.add_argument("--spec-acceptance", type=spec_acceptance, metavar="A",
+                   help="with --speculative-config: predict with each draft token accepted at A given the one "
+                        "before (0-1; vLLM's /metrics give accepted/draft tokens; default 0.7)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=cmd_plan)
 
@@ -219,7 +223,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     version = a.vllm_version or installed_version(a.python)
-    p = plan(cfg, cards, model, wl, vllm_version=version, host=_host(a))
+    p = plan(cfg, cards, model, wl, vllm_version=version, host=_host(a),
+             spec_acceptance=getattr(a, "spec_acceptance", None))
     if a.json:
         print(json.dumps(p.as_dict(), indent=1, default=str))
     else:

@@ -38,7 +38,7 @@ class Flight:
     """One request of a level: ``user`` sent it at ``sent`` (rig s); ``req`` is the
     engine's request (arrival = when the engine saw it); ``engine`` the data parallel
     replica it was routed to; ``tokens`` the rig times its output tokens were sampled,
-    one per token."""
+    one per token (the tokens of one chunk — speculative decoding — share its time)."""
 
     user: int
     sent: float
@@ -48,7 +48,7 @@ class Flight:
     engine: int = 0
 
     def on_token(self, req: Request, t: float) -> None:
-        self.tokens.append(t)
+        self.tokens.extend([t] * max(1, req.output - len(self.tokens)))
 
     def on_finish(self, req: Request, t: float) -> None:
         if self.then is not None:

@@ -10,6 +10,20 @@ will prefill prompt + output so far again). A request samples one token each tim
 its tokens are computed. Source: vLLM V1 ``vllm/v1/core/sched/scheduler.py``
 (behaviour, not code); prefix caching is not simulated.
 
+Speculative decoding (``spec_tokens`` = k > 0, vLLM's ``--speculative-config``
+``num_speculative_tokens``): a decoding request is scheduled with its last token plus k
+draft tokens (1 + k of the token budget and KV slots for all of them, as vLLM's
+scheduler counts ``num_tokens_with_spec`` — vllm/v1/core/sched/scheduler.py, 0.32 — and
+``KVCacheManager.allocate_slots`` reserves ``num_lookahead_tokens``, vllm/v1/core/
+kv_cache_manager.py); at the
+step's end ``accept(request, k)`` says how many drafts the target model accepted (a
+leading run, 0…k) and the request emits 1 + accepted tokens at once — the accepted
+drafts plus the target's own next token — in one output chunk (one sink call, as vLLM
+streams a step's tokens in one delta). The KV of rejected drafts is discarded. Drafts
+are capped so a request never passes ``max_tokens``. The counters ``spec_drafts``,
+``spec_draft_tokens``, ``spec_accepted`` and ``spec_accepted_per_pos`` follow vLLM's
+``SpecDecodingStats.observe_draft`` (vllm/v1/spec_decode/metrics.py, 0.32).
+
 No clock here: :meth:`Scheduler.schedule` plans a step and returns its duration (s);
 :meth:`Scheduler.complete` applies it at the step's end time.
 """
@@ -23,7 +37,9 @@ BLOCK = 16
 
 
 class Sink(Protocol):
-    """Receives a request's progress (called by :meth:`Scheduler.complete`)."""
+    """Receives a request's progress (called by :meth:`Scheduler.complete`): ``on_token``
+    once per output chunk — one token, or 1 + accepted drafts with speculative decoding;
+    ``req.output`` is the output length after it."""
 
     def on_token(self, req: "Request", t: float) -> None: ...
 
@@ -66,16 +82,22 @@ class Request:
 
 @dataclass
 class Step:
-    """A planned step: ``work`` = [(request, new tokens)], duration ``dt`` (s) and its shape."""
+    """A planned step: ``work`` = [(request, new tokens)], duration ``dt`` (s) and its shape;
+    ``drafts``: the draft tokens verified per decoding request (speculative decoding)."""
 
     work: list
     dt: float
     decode_batch: int
     prefill_tokens: int
     preempted: int
+    drafts: dict | None = None
 
 
-StepTime = Callable[[int, float, int, float], float]
+#: (decode batch, decode context sum, prefill tokens, prefill attention[, draft tokens]) → s;
+#: the fifth argument is passed only with speculative decoding
+StepTime = Callable[..., float]
+#: (request, drafts k) → drafts accepted, 0…k
+Accept = Callable[["Request", int], int]
 
 
 class Scheduler:
@@ -83,12 +105,16 @@ class Scheduler:
     ``step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention)`` → s,
     where ``prefill_attention`` = Σ over prefill chunks of n · (cached + n/2) (token ×
     context products: the attention work and KV reads of the chunks).
-    ``on_finished(req, t)`` and ``on_first_token(req, t)`` are optional hooks (metrics)."""
+    ``on_finished(req, t)`` and ``on_first_token(req, t)`` are optional hooks (metrics);
+    ``on_token(req, t)`` once per later output chunk. ``spec_tokens`` k and ``accept``:
+    speculative decoding (module docstring); ``step_time`` then also gets the step's draft
+    tokens (Σ k over the decoding requests) as a fifth argument."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
                  on_first_token: Callable[[Request, float], None] | None = None,
                  on_finished: Callable[[Request, float], None] | None = None,
-                 on_token: Callable[[Request, float], None] | None = None) -> None:
+                 on_token: Callable[[Request, float], None] | None = None, spec_tokens: int = 0,
+                 accept: Accept | None = None) -> None:
         if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("num_blocks, max_num_seqs and max_num_batched_tokens must be >= 1")
         self.num_blocks = num_blocks
@@ -104,6 +130,14 @@ class Scheduler:
         self.num_preemptions = 0
         self.prompt_tokens_done = 0
         self.generation_tokens = 0
+        if spec_tokens < 0 or (spec_tokens and accept is None):
+            raise ValueError("spec_tokens must be >= 0, and speculative decoding needs an accept function")
+        self.spec_tokens = spec_tokens
+        self.accept = accept
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted = 0
+        self.spec_accepted_per_pos = [0] * spec_tokens
 
     # ------------------------------------------------------------------ queue
     def add(self, req: Request) -> None:
@@ -157,9 +191,15 @@ class Scheduler:
         pre_ctx = 0.0
         i = 0
         running = self.running
+        drafts: dict | None = {} if self.spec_tokens else None
+        spec_tok = 0
         while i < len(running) and budget > 0:
             r = running[i]
             need = r.prompt_len + r.output - r.computed
+            k = 0
+            if need == 1 and drafts is not None:  # decoding: verify k drafts with the last token
+                k = max(0, min(self.spec_tokens, r.max_tokens - r.output - 1, budget - 1))
+                need += k
             n = need if need < budget else budget
             want = -(-(r.computed + n) // BLOCK) - r.blocks
             while want > self.free_blocks:
@@ -174,7 +214,12 @@ class Scheduler:
                 r.blocks += want
             work.append((r, n))
             budget -= n
-            if need == 1:
+            if k:
+                drafts[r] = k
+                spec_tok += k
+                dec_b += 1
+                dec_ctx += r.computed
+            elif need == 1:
                 dec_b += 1
                 dec_ctx += r.computed
             else:
@@ -202,18 +247,29 @@ class Scheduler:
                 pre_ctx += n * (r.computed + n / 2)
         if not work:
             return None
-        dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx)
-        return Step(work, dt, dec_b, pre_tok, preempted)
+        if drafts is None:
+            dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx)
+        else:
+            dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx, spec_tok)
+        return Step(work, dt, dec_b, pre_tok, preempted, drafts)
 
     # ------------------------------------------------------------------ applying
     def complete(self, step: Step, t: float) -> None:
         """Apply ``step`` at its end time ``t`` (rig s): advance computed tokens, sample
         tokens, finish requests (freeing their blocks) and call sinks/hooks."""
         finished = False
+        drafts = step.drafts
         for r, n in step.work:
             if not r.running:
                 continue  # aborted meanwhile
-            r.computed += n
+            emit = 1
+            k = drafts.get(r, 0) if drafts else 0
+            if k:
+                a = self._verify(r, k)
+                r.computed += n - k + a  # the rejected drafts' KV is discarded
+                emit += a
+            else:
+                r.computed += n
             if r.computed < r.prompt_len + r.output:
                 continue
             if r.first_token is None:
@@ -223,9 +279,11 @@ class Scheduler:
                     self.on_first_token(r, t)
             elif self.on_token:
                 self.on_token(r, t)
-            r.output += 1
+            if r.eos_at is not None and r.output + emit > r.eos_at > r.output:
+                emit = r.eos_at - r.output  # EOS among the accepted tokens ends the chunk there
+            r.output += emit
             r.last_token = t
-            self.generation_tokens += 1
+            self.generation_tokens += emit
             if r.output >= r.max_tokens:
                 r.finish_reason = "length"
             elif r.eos_at is not None and r.output >= r.eos_at:
@@ -243,3 +301,15 @@ class Scheduler:
                     r.sink.on_finish(r, t)
         if finished:
             self.running = [r for r in self.running if r.running]
+
+    def _verify(self, r: Request, k: int) -> int:
+        """Drafts of ``r`` accepted out of ``k`` (``accept``), counted as vLLM's
+        ``SpecDecodingStats.observe_draft`` does: one draft, k draft tokens, the accepted
+        ones, and one per position below the accepted count."""
+        a = max(0, min(k, int(self.accept(r, k))))
+        self.spec_drafts += 1
+        self.spec_draft_tokens += k
+        self.spec_accepted += a
+        for i in range(a):
+            self.spec_accepted_per_pos[i] += 1
+        return a

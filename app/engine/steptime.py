@@ -14,6 +14,15 @@ touched, 1 − (1 − k/E)^B. Pipeline stages run one after another for one batc
 micro-batch overlap: conservative for PP throughput). All times in seconds, sizes in
 bytes, bandwidths in bytes/s, compute in FLOP/s.
 
+Speculative decoding (docs/perf-model.md "Speculative decoding"): verifying k draft
+tokens of a decoding sequence costs like a (k + 1)-token prefill chunk of it — k more
+tokens through the weights (FLOPs, all-reduce bytes) and k more queries over its
+context (attention FLOPs) — while the weights and the sequence's KV are still read once
+(one forward pass; the attention kernel reads a sequence's KV once for all its query
+tokens). A draft model or head (``draft``) adds its own forward passes: k decode passes
+over the batch (vLLM's proposers run one pass per draft position) and one pass over the
+step's prompt tokens; ngram/suffix proposers run on the CPU between steps and add none.
+
 The simulator uses :class:`StepTimeModel` through :meth:`StepTimeModel.step_time_decode`,
 :meth:`StepTimeModel.step_time_prefill` and :meth:`StepTimeModel.step_time_mixed`.
 """
@@ -131,6 +140,9 @@ class StepTimeModel:
     experts_per_tok: int = 0
     max_num_batched_tokens: int = 2048
     eager: bool = False
+    #: the draft model/head of speculative decoding (its stages; params, CPU and request
+    #: overheads unused): None for ngram/suffix or without speculative decoding
+    draft: "StepTimeModel | None" = None
 
     # ------------------------------------------------------------------ pieces
     def allreduce_s(self, nbytes: float) -> float:
@@ -146,30 +158,55 @@ class StepTimeModel:
         return 1.0 - (1.0 - self.experts_per_tok / self.experts) ** max(tokens, 0.0)
 
     def _stage(self, st: StageSpec, decode_tokens: float, mean_context: float, prefill_tokens: float,
-               prefill_context: float) -> tuple[float, float, float]:
-        """(memory s, compute s, comm s) of one card for one fused step."""
+               prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float, float]:
+        """(memory s, compute s, comm s) of one card for one fused step; ``spec_tokens``
+        draft tokens verified beside the decodes (each over the mean context)."""
         p = self.params
-        tokens = decode_tokens + prefill_tokens
+        tokens = decode_tokens + prefill_tokens + spec_tokens
         wbytes = st.dense_weight_bytes + st.expert_weight_bytes * self._expert_share(tokens)
         kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
         kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) * st.kv_bytes_per_token
         mem = (wbytes + kv_read + kv_prefill) / (p.eta_mem * st.gpu.bandwidth_gbs * 1e9)
         # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer
         att = 4 * st.layers * st.attn_heads * st.head_dim * (
-            decode_tokens * mean_context + prefill_tokens * (prefill_context + prefill_tokens / 2))
+            (decode_tokens + spec_tokens) * mean_context + prefill_tokens * (prefill_context + prefill_tokens / 2))
         flops = 2 * st.active_params * tokens + att
         comp = flops / (p.eta_compute * st.gpu.tflops_bf16 * 1e12)
         comm = 2 * st.layers * self.allreduce_s(tokens * self.hidden * 2) if tokens > 0 else 0.0
         return mem, comp, comm
 
-    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float) -> float:
+    def _forward(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
+                 spec_tokens: float = 0.0) -> float:
+        """One forward pass through every stage (s), without the CPU overheads."""
         total = 0.0
         for i, st in enumerate(self.stages):
-            mem, comp, comm = self._stage(st, decode_tokens, mean_context, prefill_tokens, prefill_context)
+            mem, comp, comm = self._stage(st, decode_tokens, mean_context, prefill_tokens, prefill_context,
+                                          spec_tokens)
             total += max(mem, comp) + comm
             if i < len(self.stages) - 1:  # activations to the next stage
-                total += self.params.allreduce_alpha_s + (decode_tokens + prefill_tokens) * self.hidden * 2 / (
-                    self.params.link_gbs * 1e9)
+                total += self.params.allreduce_alpha_s + (decode_tokens + prefill_tokens + spec_tokens) * \
+                    self.hidden * 2 / (self.params.link_gbs * 1e9)
+        return total
+
+    def draft_s(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
+                spec_tokens: float) -> float:
+        """Seconds the draft model/head adds to a step that verifies ``spec_tokens``
+        drafts of ``decode_tokens`` sequences: k = ``spec_tokens``/``decode_tokens``
+        decode passes over the batch (it proposes the next step's drafts one position a
+        pass) plus one pass over the step's prompt tokens. 0 without a draft."""
+        d = self.draft
+        if d is None or (decode_tokens <= 0 and prefill_tokens <= 0):
+            return 0.0
+        t = d._forward(0.0, 0.0, prefill_tokens, prefill_context) if prefill_tokens else 0.0
+        if decode_tokens > 0 and spec_tokens > 0:
+            t += spec_tokens / decode_tokens * d._forward(decode_tokens, mean_context, 0.0, 0.0)
+        return t
+
+    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
+              spec_tokens: float = 0.0) -> float:
+        total = self._forward(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+        if spec_tokens or self.draft is not None:
+            total += self.draft_s(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
         running = decode_tokens + (1 if prefill_tokens else 0)
         if self.eager:  # no CUDA graph replay: every layer's kernels launched from Python
             total += self.params.t_launch_layer_s * sum(st.layers for st in self.stages)
@@ -204,7 +241,7 @@ class StepTimeModel:
         return self._step(batch, mean_context, prefill_tokens, prefill_context)
 
     def step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
-                  prefill_attention: float = 0.0) -> float:
+                  prefill_attention: float = 0.0, spec_tokens: int = 0) -> float:
         """One fused step as the scheduler plans it (:data:`app.engine.scheduler.StepTime`):
         ``decode_batch`` sequences decoding one token each over ``decode_context_sum``
         cached tokens in all, plus ``prefill_tokens`` prompt tokens in chunks of several
@@ -213,11 +250,13 @@ class StepTimeModel:
         :meth:`step_time_mixed` models one prefill chunk of N tokens after C cached ones,
         with attention/KV terms N·(C + N/2); passing the equivalent context
         C = prefill_attention/N − N/2 makes those terms exactly Σ n·(cached + n/2) for
-        several chunks (C may be negative; only that product is used). The sim's server
-        and the planner's prediction (:mod:`app.engine.offline`) both step with this."""
+        several chunks (C may be negative; only that product is used). ``spec_tokens``:
+        draft tokens verified in the step (speculative decoding, Σ k over the decoding
+        sequences; module docstring). The sim's server and the planner's prediction
+        (:mod:`app.engine.offline`) both step with this."""
         mean = decode_context_sum / decode_batch if decode_batch else 0.0
         ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
-        return self._step(decode_batch, mean, prefill_tokens, ctx)
+        return self._step(decode_batch, mean, prefill_tokens, ctx, spec_tokens)
 
     def prefill_marginal(self, batch: float, mean_context: float, n_tokens: float) -> float:
         """Extra seconds a prompt of ``n_tokens`` adds to decode steps of ``batch``

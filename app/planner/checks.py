@@ -21,7 +21,10 @@ dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num
 max_model_len_exceeds_model, not_enough_free_vram, not_enough_node_memory,
 weights_do_not_fit, no_kv_cache_memory, context_exceeds_kv_cache,
 request_exceeds_max_model_len, cuda_graph_oom_risk, sampler_warmup_oom, no_p2p,
-cpu_worker_busy_wait, p2p_hang_risk, p2p_forced.
+cpu_worker_busy_wait, p2p_hang_risk, p2p_forced, speculative_draft_unknown (the
+``--speculative-config`` draft model's config.json cannot be read: its memory is not
+counted), cpu_speculative_without_iomp (info: the CPU build serves speculative decoding
+but warns that it is slow without Intel OpenMP preloaded).
 """
 from __future__ import annotations
 
@@ -811,6 +814,36 @@ def check_cpu_executor(p: "Plan") -> Finding | None:
                                 "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}}])
 
 
+def check_speculative_draft(p: "Plan") -> Finding | None:
+    """The ``--speculative-config`` draft model whose config.json the planner cannot read
+    (a Hub id not in the local cache): its weights and KV cache are not counted, so the
+    memory plan is too generous by the draft's size (app.planner.plan.draft_of)."""
+    d = p.draft
+    if d is None or d.method != "draft_model" or d.arch is not None:
+        return None
+    name = (p.config.speculative_config or {}).get("model")
+    return Finding("speculative_draft_unknown", "warn",
+                   f"speculative_config: the draft model {name!r} has no config.json here (not a directory, not in "
+                   "the Hugging Face cache, not in the catalog), so its weights and KV cache are not counted in this "
+                   "plan: download it (hf download …) or give its directory as \"model\".")
+
+
+def check_cpu_speculative(p: "Plan") -> Finding | None:
+    """The CPU build with a ``--speculative-config``: vLLM 0.32 serves it (ngram measured,
+    docs/vllm-facts.md) but on x86 warns "Speculative decoding on CPU without Intel OpenMP
+    in LD_PRELOAD will cause significant performance loss" when no ``libiomp`` is preloaded
+    (vllm/v1/worker/cpu_worker.py, ``check_preloaded_libs("libiomp")``). Information only:
+    the run is valid, the figures lower."""
+    if p.draft is None or not any(g.kind == "cpu" for g in p.cards):
+        return None
+    if "libiomp" in p.config.env.get("LD_PRELOAD", ""):
+        return None
+    return Finding("cpu_speculative_without_iomp", "info",
+                   "The CPU build serves speculative decoding, but on x86 without Intel OpenMP preloaded vLLM warns of "
+                   "\"significant performance loss\": preload libiomp5.so (LD_PRELOAD, from the intel-openmp "
+                   "package) for figures like a tuned CPU server's.")
+
+
 #: all checks in the order problems are reported (errors before warnings in the result)
 CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
@@ -818,5 +851,5 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_dtype_capability, check_dtype_quantization, check_removed_options, check_batched_tokens,
     check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
     check_context_fits, check_workload_len, check_graph_headroom,
-    check_sampler, check_p2p, check_cpu_executor,
+    check_sampler, check_p2p, check_cpu_executor, check_speculative_draft, check_cpu_speculative,
 ]

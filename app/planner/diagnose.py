@@ -561,6 +561,26 @@ RULES: list[Rule] = [
         r"max_num_batched_tokens \((\d+)\) must be greater than or equal to max_num_seqs \((\d+)\)"), 10, _r_batched),
     ("quantization_unknown", re.compile(r"Unknown quantization method: ([\w-]+)"), 10, _r_unknown_quant),
     ("option_not_accepted", re.compile(r"unrecognized arguments: (.*)$"), 10, _r_unrecognized),
+    # vllm/config/speculative.py SpeculativeConfig.__post_init__ (0.32/0.33; the same sentences in 0.10/0.11's
+    # vllm/config.py), inside pydantic's "Value error, …" of SpeculativeConfig
+    ("speculative_draft_missing", re.compile(r"num_speculative_tokens was provided but without speculative model"),
+     10, _fixed(
+        "the --speculative-config method needs a draft model (eagle, eagle3, medusa, draft_model …) and none was "
+        "given: add \"model\" (the EAGLE head or the smaller model, a directory or Hugging Face id) to the "
+        "speculative config, or use \"method\": \"ngram\", which needs no draft.")),
+    ("speculative_tokens_missing", re.compile(
+        r"A speculative model was provided, but `?num_speculative_tokens`? was not provided"), 10, _fixed(
+        "the --speculative-config has a draft model but no num_speculative_tokens, and the draft's config gives "
+        "none: add \"num_speculative_tokens\" (draft tokens per step, e.g. 3).")),
+    ("speculative_ngram_lookup", re.compile(
+        r"prompt_lookup_min=(\d+) must be <= prompt_lookup_max=(\d+)|Either prompt_lookup_max or "
+        r"prompt_lookup_min must be provided when using the ngram method"), 10, _fixed(
+        "the ngram proposer's n-gram window is invalid: in --speculative-config set prompt_lookup_min ≤ "
+        "prompt_lookup_max (n-gram lengths in tokens, e.g. \"prompt_lookup_max\": 3).")),
+    ("speculative_method_unknown", re.compile(r"Input should be 'ngram', 'medusa'"), 10, _fixed(
+        "the --speculative-config method is not one this vLLM knows (it lists the ones it takes above): use e.g. "
+        "\"ngram\" (no draft model), \"eagle\"/\"eagle3\" with an EAGLE head in \"model\", or \"draft_model\" "
+        "with a smaller model of the same tokenizer.")),
     ("shm_too_small", re.compile(r"Error while creating shared memory segment /dev/shm"), 10, _fixed(
         "/dev/shm is too small for NCCL (usual in containers): run the container with --ipc=host or a larger "
         "--shm-size.")),

@@ -10,6 +10,15 @@ set (and, in 0.10/0.11, 4 GiB when unset); from 0.32 without it the worker's who
 is ``gpu_memory_utilization`` × the NUMA node's memory and the KV cache what is left of it
 after the process's own memory (data/vllm_versions.yaml ``cpu_memory``). A KV memory that
 would be negative is 0 (the checks name what overspends the budget).
+
+Speculative decoding (:class:`Draft`): the drafter's weights are loaded inside the
+target's ``load_model`` (vllm/v1/worker/gpu_model_runner.py, 0.32: "Loading drafter
+model..." before "Model loading took …"), so they count in the weights; its attention
+layers are in the same static forward context, so ``get_kv_cache_spec`` gives them KV
+like the target's layers and every KV token holds both (fewer tokens for the same
+memory); vLLM's CPU model runner does the same ("EAGLE drafter KV cache initialized for
+CPU backend", vllm/v1/worker/cpu_model_runner.py). The drafter runs after the last
+pipeline stage, on its cards.
 All sizes in GiB (2^30 B) unless the name says bytes.
 """
 from __future__ import annotations
@@ -68,6 +77,31 @@ class Effective:
         return self.tp * self.pp
 
 
+@dataclass(frozen=True)
+class Draft:
+    """The speculative-decoding drafter as the planner counts it (``--speculative-config``):
+    ``method`` as vLLM resolves it, ``k`` draft tokens per step; ``arch`` the draft's
+    shape when it is a transformer of its own (a draft model, an EAGLE head, the MTP
+    layer), None for ngram/suffix (nothing on the card) and Medusa/MLP heads (no KV);
+    ``weight_bytes`` all its weights (not split by TP); ``kv`` whether its layers hold KV;
+    ``passes``: forward passes per decode step (k for a draft model or EAGLE head, 1 for
+    Medusa, 0 for ngram); ``note`` where the figures come from."""
+
+    method: str
+    k: int
+    arch: ModelArch | None = None
+    weight_bytes: float = 0.0
+    kv: bool = False
+    passes: int = 0
+    note: str = ""
+
+    def kv_bytes_per_token(self, kv_dtype_bytes: int, tp: int) -> int:
+        """The draft layers' KV bytes per token on one card of the TP group (0 without)."""
+        if not self.kv or self.arch is None:
+            return 0
+        return self.arch.kv_bytes_per_token(kv_dtype_bytes, tp)
+
+
 @dataclass
 class RankMemory:
     """One worker (one card): where its memory goes. GiB except ``kv_bytes_per_token``."""
@@ -86,6 +120,10 @@ class RankMemory:
     kv_tokens: int
     cuda_graphs_gib: float
     sampler_gib: float
+    #: the speculative drafter's share of ``weights_gib`` and its KV bytes per token
+    #: (beside ``kv_bytes_per_token``, the target's; ``kv_tokens`` counts both)
+    draft_weights_gib: float = 0.0
+    draft_kv_bytes_per_token: int = 0
 
     @property
     def headroom_gib(self) -> float:
@@ -148,9 +186,10 @@ def sampler_gib(model: ModelArch, eff: Effective) -> float:
     return eff.max_num_seqs * model.vocab * 4 * SAMPLER_COPIES / GIB
 
 
-def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec]) -> list[RankMemory]:
+def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec], draft: Draft | None = None) -> list[RankMemory]:
     """One :class:`RankMemory` per worker, ranks in vLLM's order (stage-major: stage s
-    uses ranks s·TP … s·TP+TP−1). ``cards`` must have one entry per rank."""
+    uses ranks s·TP … s·TP+TP−1). ``cards`` must have one entry per rank. ``draft``: the
+    speculative drafter, on the last stage's cards (module docstring)."""
     out: list[RankMemory] = []
     start = 0
     for s, n_layers in enumerate(eff.pp_partition):
@@ -160,6 +199,11 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec]) -> list[R
         w = model.weight_bytes(eff.quantization, eff.dtype_bytes, rng, embed=first, lm_head=last) / eff.tp / GIB
         act = activation_gib(model, eff, n_layers, last)
         bpt = model.kv_bytes_per_token(eff.kv_dtype_bytes, eff.tp, n_layers)
+        dw, dbpt = 0.0, 0
+        if draft is not None and last:
+            dw = draft.weight_bytes / eff.tp / GIB
+            dbpt = draft.kv_bytes_per_token(eff.kv_dtype_bytes, eff.tp)
+            w += dw
         for t in range(eff.tp):
             r = s * eff.tp + t
             g = cards[r]
@@ -180,13 +224,14 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec]) -> list[R
                 a = act
                 kv = budget_all - w - a - non_torch
             kv = max(0.0, kv)
-            block_bytes = bpt * eff.block_size
+            block_bytes = (bpt + dbpt) * eff.block_size
             blocks = max(0, math.floor(kv * GIB / block_bytes)) if block_bytes else 0
             out.append(RankMemory(
                 rank=r, gpu=g, stage=s, layers=rng, total_gib=total, budget_gib=budget_all,
                 weights_gib=w, activation_gib=a, non_torch_gib=non_torch, kv_gib=kv,
                 kv_bytes_per_token=bpt, kv_tokens=blocks * eff.block_size, cuda_graphs_gib=graphs,
                 sampler_gib=sampler_gib(model, eff) if last and g.kind != "cpu" else 0.0,
+                draft_weights_gib=dw, draft_kv_bytes_per_token=dbpt,
             ))
     return out
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.plan import Plan
 
 #: fields whose default does not depend on the rig, in words
@@ -31,6 +32,9 @@ _STATIC_DEFAULTS = {
     "served_model_name": "the model's name or path",
     "host": "vLLM: 0.0.0.0 (every interface); this app: 127.0.0.1 unless you expose it",
     "port": "vLLM: 8000; this app: a free port chosen at launch",
+    "speculative_config": "off (one token per step); ngram needs no draft model, eagle/eagle3/medusa/draft_model "
+                          "need one in \"model\", mtp uses the model's own next-token layers "
+                          "(vllm/config/speculative.py); the CPU build runs it too (vLLM 0.32, ngram measured)",
 }
 
 
@@ -86,6 +90,19 @@ def _figures(plan: Plan) -> dict[str, list[str]]:
         n, limit = plan.concurrency_for(plan.workload.prompt_tokens, plan.workload.output_tokens)
         out.setdefault("max_num_seqs", []).append(
             f"{n:,} requests of the ramp's shape run at once per engine, limited by {limit}")
+    d = plan.draft
+    if d is not None and plan.ranks:
+        last = plan.ranks[-1]
+        out.setdefault("speculative_config", []).append(
+            f"{d.method}, {d.k} draft tokens a step: {d.note}; {last.draft_weights_gib:.2f} GiB of draft weights and "
+            f"{last.draft_kv_bytes_per_token:,} B/token of draft KV cache per card come off the KV budget "
+            f"({plan.kv_cache_tokens:,} KV tokens left)")
+        if plan.curve is not None and plan.curve.points:
+            p0 = plan.curve.points[0]
+            out["speculative_config"].append(
+                f"predicted at 1 user: {p0.output_tps:.0f} output tok/s, TPOT {p0.tpot_s * 1000:.1f} ms, with each "
+                f"draft position accepted at {plan.spec_acceptance:g} of the one before (the sim's "
+                f"--sim-spec-acceptance; default {DEFAULT_ACCEPTANCE})")
     if plan.capacity is not None:
         out.setdefault("max_num_seqs", []).append(
             f"predicted {plan.capacity.users:g} concurrent users at the Ramp tab's SLO")

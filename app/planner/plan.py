@@ -21,11 +21,12 @@ from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.prompts import planned_lengths
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
+from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec
-from app.planner.memory import Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
-from app.planner.models import DTYPE_BYTES, ModelArch, quant_bytes_per_param
+from app.planner.memory import Draft, Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
+from app.planner.models import DTYPE_BYTES, ModelArch, ModelNotFoundError, quant_bytes_per_param, resolve_model
 from app.planner.pcie import HostPcie
 from app.planner.predict import EngineLimits, predict_ramp
 from app.planner.versions import VllmRules, rules_for
@@ -145,6 +146,11 @@ class Plan:
     curve: Curve | None = None
     capacity: Capacity | None = None
     host: HostPcie | None = None
+    #: the speculative drafter (``--speculative-config``), None without
+    draft: Draft | None = None
+    #: the chance each draft position is accepted given the one before, for the predicted
+    #: ramp (app.engine.specdecode; the sim's --sim-spec-acceptance default unless given)
+    spec_acceptance: float = DEFAULT_ACCEPTANCE
 
     @property
     def dp(self) -> int:
@@ -196,7 +202,9 @@ class Plan:
         """What one scheduler of this server holds (KV blocks, max_num_seqs, the token
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
-        return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp)
+        return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
+                                      spec_tokens=self.config.num_speculative_tokens,
+                                      spec_acceptance=self.spec_acceptance)
 
     @property
     def weights_gib_total(self) -> float:
@@ -243,11 +251,19 @@ class Plan:
             "kv_bytes_per_token": self.kv_bytes_per_token, "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": self.max_concurrency, "workload_concurrency": self.workload_concurrency,
             "weights_gib_total": self.weights_gib_total,
+            "speculative": None if self.draft is None else {
+                "method": self.draft.method, "num_speculative_tokens": self.draft.k,
+                "draft_weights_gib_total": self.draft.weight_bytes / GIB,
+                "draft_kv_bytes_per_token": self.draft.kv_bytes_per_token(e.kv_dtype_bytes, 1),
+                "acceptance": self.spec_acceptance,
+                "note": self.draft.note},
             "effective": {k: getattr(e, k) for k in e.__dataclass_fields__},
             "ranks": [{"rank": r.rank, "gpu": r.gpu.name, "stage": r.stage, "total_gib": r.total_gib,
                        "budget_gib": r.budget_gib, "weights_gib": r.weights_gib, "activation_gib": r.activation_gib,
                        "non_torch_gib": r.non_torch_gib, "kv_gib": r.kv_gib, "kv_tokens": r.kv_tokens,
-                       "cuda_graphs_gib": r.cuda_graphs_gib, "sampler_gib": r.sampler_gib} for r in self.ranks],
+                       "cuda_graphs_gib": r.cuda_graphs_gib, "sampler_gib": r.sampler_gib,
+                       "draft_weights_gib": r.draft_weights_gib,
+                       "draft_kv_bytes_per_token": r.draft_kv_bytes_per_token} for r in self.ranks],
             "curve": None if self.curve is None else {
                 "knee": self.curve.knee, "knee_reason": self.curve.knee_reason,
                 "points": [p.__dict__ for p in self.curve.points]},
@@ -286,6 +302,61 @@ def _resolve_dtype(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec], ru
     if d == "bfloat16" and quantization == "awq" and not rules.awq_bf16:
         d = "float16"
     return d
+
+
+#: methods whose drafter is a small transformer sharing the target's embedding and lm_head
+#: (EAGLE heads; vLLM's EAGLE proposer loads them from the target when the head has none)
+_HEAD_METHODS = ("eagle", "eagle3", "dflash", "dspark")
+
+
+def draft_of(cfg: ServerConfig, model: ModelArch, dtype_bytes: int) -> Draft | None:
+    """The drafter of ``cfg``'s ``--speculative-config`` (None without one), as
+    :class:`app.planner.memory.Draft`:
+
+    - ngram, ngram_gpu, suffix: no weights, no KV, no forward pass (they look the
+      continuation up in the request's own tokens).
+    - draft_model: the draft's config.json (a local directory or the Hugging Face
+      cache, :func:`app.planner.models.resolve_model`, as the main model) — all its
+      weights, its KV per token, k forward passes a step; a draft that cannot be read
+      counts as nothing, and ``note`` says so (the plan warns).
+    - eagle, eagle3, dflash, dspark: the head's config.json when it can be read (its
+      decoder layer(s), without embedding and lm_head, which the head shares with the
+      target), else one decoder layer of the target's shape; KV for its layers; k passes.
+    - mtp (and the ``*_mtp`` names), extract_hidden_states: the target's own next-token
+      layer(s) — one layer of its shape (DeepSeek-V3's ``num_nextn_predict_layers`` is 1).
+    - medusa, mlp_speculator: k heads of one H×H block and an lm_head each, no KV, one pass.
+    """
+    d = cfg.speculative_config
+    if not d:
+        return None
+    method, k = cfg.speculative_method or "draft_model", cfg.num_speculative_tokens
+    one_layer = replace(model, layers=max(1, int(getattr(model, "mtp_layers", 1) or 1)), first_dense_layers=0)
+    if method in ("ngram", "ngram_gpu", "suffix", "custom_class"):
+        return Draft(method, k, note=f"{method}: no draft weights" if method != "custom_class" else
+                     "custom_class: the proposer's memory is not known")
+    if method in ("medusa", "mlp_speculator"):
+        w = k * (model.hidden * model.hidden + model.vocab * model.hidden) * dtype_bytes
+        return Draft(method, k, None, w, False, 1, f"{method}: {k} heads of H×H + lm_head each (no KV)")
+    if method in ("mtp", "extract_hidden_states"):
+        return Draft(method, k, one_layer, one_layer.weight_bytes(None, dtype_bytes, embed=False, lm_head=False),
+                     True, k, f"{method}: the target's next-token layer (one layer of its shape)")
+    name = str(d.get("model") or "")
+    try:
+        arch = resolve_model(name)
+        src = arch.source or name
+    except (ModelNotFoundError, LookupError, ValueError, OSError):
+        arch, src = None, ""
+    if method in _HEAD_METHODS:
+        head = arch if arch is not None else one_layer
+        note = (f"{method} head {name}: {head.layers} layer(s) from {src}" if arch is not None else
+                f"{method} head {name}: config not found, assumed one decoder layer of the target's shape")
+        return Draft(method, k, head, head.weight_bytes(None, dtype_bytes, embed=False, lm_head=False), True, k, note)
+    if arch is None:
+        return Draft(method, k, note=f"draft model {name!r}: no config.json found (not a directory, not in the "
+                     "Hugging Face cache, not in the catalog), so its memory is not counted: download it or "
+                     "give its directory")
+    return Draft(method, k, arch, arch.weight_bytes(None, dtype_bytes), True, k,
+                 f"draft model {name}: {arch.layers} layers from {src}")
 
 
 def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec], rules: VllmRules) -> tuple[Effective, str | None]:
@@ -388,13 +459,30 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             active += m.embedding_params()  # lm_head
         hd = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else m.head_dim
         stages.append(StageSpec(
-            gpu=slow.gpu, layers=len(layers), dense_weight_bytes=slow.weights_gib * GIB - expert_bytes,
+            gpu=slow.gpu, layers=len(layers),
+            dense_weight_bytes=(slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes,
             expert_weight_bytes=expert_bytes, active_params=active / e.tp,
             kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd))
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None)
+    draft = None
+    d = p.draft
+    if d is not None and d.passes and d.weight_bytes > 0:
+        last = min((r for r in p.ranks if r.stage == e.pp - 1), key=lambda r: r.gpu.bandwidth_gbs)
+        a = d.arch
+        layers = a.layers if a is not None else 0
+        # params per token on this card: the draft's layers (+ its lm_head: it outputs logits); a head
+        # without an arch (Medusa): its weights, all used per token
+        act = (sum(a.layer_params(i, True) for i in range(a.layers)) + a.embedding_params()) if a is not None \
+            else d.weight_bytes / max(1, e.dtype_bytes)
+        stage = StageSpec(gpu=last.gpu, layers=layers, dense_weight_bytes=d.weight_bytes / e.tp, expert_weight_bytes=0.0,
+                          active_params=act / e.tp, kv_bytes_per_token=last.draft_kv_bytes_per_token,
+                          attn_heads=(a.heads / e.tp) if a is not None else 0.0,
+                          head_dim=a.head_dim if a is not None else 0)
+        draft = StepTimeModel([stage], params, a.hidden if a is not None else m.hidden, e.tp,
+                              max_num_batched_tokens=e.max_num_batched_tokens)
     return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
-                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager)
+                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager, draft)
 
 
 # ---------------------------------------------------------------------- the predicted ramp
@@ -454,10 +542,12 @@ def _build(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: W
     world = tp * pp
     cards = [gpus[i % len(gpus)] for i in range(world * dp)]
     eff, part_err = effective_settings(cfg, model, cards[:world], rules)
+    draft = draft_of(cfg, model, eff.dtype_bytes)
     ranks = []
     for r in range(dp):  # each data parallel replica on cards r·world … (vllm/v1/engine/utils.py)
-        ranks += [replace(x, rank=x.rank + r * world) for x in plan_ranks(model, eff, cards[r * world:(r + 1) * world])]
-    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err, host=host)
+        ranks += [replace(x, rank=x.rank + r * world)
+                  for x in plan_ranks(model, eff, cards[r * world:(r + 1) * world], draft)]
+    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err, host=host, draft=draft)
     p.findings = [f for f in (c(p) for c in CHECKS) if f is not None]
     return p
 
@@ -513,7 +603,8 @@ def check(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload:
 
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
          vllm_version: str | None = None, params: PerfParams | None = None,
-         use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True) -> Plan:
+         use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True,
+         spec_acceptance: float | None = None) -> Plan:
     """Plan ``config`` on ``gpus`` (one GpuSpec per card, in CUDA order; mixed cards
     allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1; data parallel replica r
     on the next TP × PP cards) for ``model``.
@@ -534,9 +625,13 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     workload's SLO come from the step-level engine (:func:`engine_curve`,
     :func:`app.planner.predict.predict_ramp`): about 0.1–2 s, cached; ``predict=False``
     leaves ``curve`` and ``capacity`` None (the sim's own plan, the diagnosis).
+    ``spec_acceptance``: with a speculative config, the chance each draft position is
+    accepted given the one before, for the prediction (None: :data:`DEFAULT_ACCEPTANCE`).
     """
     rules = rules_for(vllm_version)
     p = _build(config, gpus, model, workload, rules, host)
+    if spec_acceptance is not None:
+        p.spec_acceptance = spec_acceptance
     errors = frozenset(f.problem for f in p.findings if f.verdict == "error")
     calibrations: dict[str, PerfParams | None] = {}
 

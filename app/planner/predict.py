@@ -29,6 +29,7 @@ Units: rig seconds, tokens, output tokens/s.
 """
 from __future__ import annotations
 
+import random
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import numpy as np
 
 from app.engine.offline import LevelRun, run_level
 from app.engine.scheduler import BLOCK, Scheduler
+from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 from app.engine.steptime import StepTimeModel
 from app.loadgen.arrivals import arrival_times
 from app.loadgen.capacity import Capacity, capacity_of, level_met, search_levels
@@ -66,11 +68,27 @@ class EngineLimits:
     max_num_seqs: int
     max_num_batched_tokens: int
     engines: int = 1
+    #: speculative decoding: draft tokens per step (0: off) and the acceptance rate a of
+    #: each draft position given the one before (app.engine.specdecode)
+    spec_tokens: int = 0
+    spec_acceptance: float = DEFAULT_ACCEPTANCE
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
-                  engines: int = 1) -> "EngineLimits":
-        return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines)
+                  engines: int = 1, spec_tokens: int = 0,
+                  spec_acceptance: float = DEFAULT_ACCEPTANCE) -> "EngineLimits":
+        return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines, spec_tokens,
+                   spec_acceptance)
+
+    def scheduler(self, step_time, seed: int = 0) -> Scheduler:
+        """A fresh scheduler of these limits stepping with ``step_time``; with speculative
+        decoding its acceptance draws come from a ``seed``-ed generator (one per level,
+        so a prediction is the same every time)."""
+        if not self.spec_tokens:
+            return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time)
+        return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
+                         spec_tokens=self.spec_tokens,
+                         accept=geometric_accept(self.spec_acceptance, random.Random(seed)))
 
 
 @dataclass
@@ -86,13 +104,14 @@ class PredictedRamp:
 
 def level_records(run: LevelRun, idx: int, level: float) -> list[RequestRecord]:
     """The requests of an engine level as the load generator records them: sent at
-    ``Flight.sent``, one output chunk per token (the sim streams one token a chunk),
-    TTFT and e2e from the send, token counts as the server's usage reports them."""
+    ``Flight.sent``, one output chunk per engine step that sampled tokens (one token,
+    or 1 + accepted drafts with speculative decoding, as the sim streams them), TTFT
+    and e2e from the send, token counts as the server's usage reports them."""
     out = []
     for f in run.flights:
         if not f.tokens:
             continue  # still waiting when the level ended: the generator records it only when it ends
-        offs = np.asarray(f.tokens, dtype=np.float64) - f.sent
+        offs = np.unique(np.asarray(f.tokens, dtype=np.float64)) - f.sent  # a chunk's tokens share its time
         out.append(RequestRecord(level_idx=idx, level=level, t_start=f.sent, ttft=float(offs[0]), e2e=float(offs[-1]),
                                  prompt_tokens=f.req.prompt_len, output_tokens=len(f.tokens),
                                  tokens_source="server_usage", chunk_offsets=offs.astype(np.float32)))
@@ -110,7 +129,7 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
     users = 0 if rate else int(level)
 
     def make() -> Scheduler:
-        return Scheduler(limits.num_blocks, limits.max_num_seqs, limits.max_num_batched_tokens, model.step_time)
+        return limits.scheduler(model.step_time, seed=idx)
 
     run = run_level(make, users, sampler.next, warmup_s=spec.warmup_seconds, step_s=spec.step_seconds,
                     quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,

@@ -66,6 +66,12 @@ def render_plan(p: Plan) -> str:
                  f"kv dtype {'fp8' if e.kv_dtype_bytes == 1 else e.dtype}" + (" · enforce_eager" if e.enforce_eager else ""))
     if p.host is not None and e.world > 1:
         lines.append(f"  host PCIe: {p.host.describe()}")
+    if p.draft is not None:
+        d, last = p.draft, p.ranks[-1]
+        lines.append(f"  speculative decoding: {d.method}, {d.k} draft tokens a step — {d.note}; draft weights "
+                     f"{last.draft_weights_gib:.2f} GiB and draft KV {last.draft_kv_bytes_per_token:,} B/token on each "
+                     "GPU of the last stage (in 'weights' and 'KV' below); the ramp below predicted with each draft "
+                     f"position accepted at {p.spec_acceptance:g} of the one before (--spec-acceptance)")
     lines.append("")
     hdr = f"  {'GPU':>3} {'card':<16} {'stage':>5} {'total':>7} {'budget':>7} {'weights':>8} {'activ.':>7} {'other':>6} " \
           f"{'KV':>7} {'KV tokens':>11} {'graphs':>7} {'above':>6}"

@@ -109,7 +109,9 @@ class SimRig(BaseModel):
     """The virtual rig of engine ``sim``: catalog GPU name, card count, time scale
     (k× faster than the wall clock; tests only), random seed and ``perturb``: the seed
     of a hidden "true rig" whose step-time parameters differ from the planner's
-    (``--sim-perturb``, app.sim.perturb; None or 0: none)."""
+    (``--sim-perturb``, app.sim.perturb; None or 0: none); ``spec_acceptance``: with a
+    speculative config, the chance each draft token is accepted given the one before
+    (``--sim-spec-acceptance``, app.engine.specdecode; None: its default)."""
 
     model_config = ConfigDict(extra="forbid")
     gpu: str = "RTX 4090"
@@ -117,6 +119,7 @@ class SimRig(BaseModel):
     time_scale: Optional[float] = Field(None, gt=0)
     seed: Optional[int] = None
     perturb: Optional[int] = Field(None, ge=0)
+    spec_acceptance: Optional[float] = Field(None, ge=0, le=1)
 
     def argv(self) -> list[str]:
         """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
@@ -127,6 +130,8 @@ class SimRig(BaseModel):
             out += ["--sim-seed", str(self.seed)]
         if self.perturb:
             out += ["--sim-perturb", str(self.perturb)]
+        if self.spec_acceptance is not None:
+            out += ["--sim-spec-acceptance", repr(self.spec_acceptance)]
         return out
 
 

@@ -15,6 +15,7 @@ follows from it, with option values as ``ServerConfig`` fields where one applies
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ SEQS_PINNED = 0.9
 #: server options the sentence names when set (in this order; tensor_parallel_size always)
 FLAG_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
                "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-               "max_model_len", "enable_prefix_caching", "enforce_eager")
+               "max_model_len", "enable_prefix_caching", "enforce_eager", "speculative_config")
 
 
 #: the limit codes in words
@@ -146,9 +147,33 @@ def _flags(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return {k: out[k] for k in FLAG_FIELDS if k in out}
 
 
+def _spec_text(v: Any) -> str:
+    """A ``--speculative-config`` value (its dict, or the JSON text a vLLM config holds) in
+    words: ``speculative decoding (ngram, 3 draft tokens)``."""
+    d = v
+    if isinstance(v, str):
+        try:
+            d = json.loads(v)
+        except ValueError:
+            return f"speculative_config {v}"
+    if not isinstance(d, dict):
+        return f"speculative_config {v}"
+    m = d.get("method") or ("ngram" if d.get("model") in ("ngram", "[ngram]") else "draft_model")
+    what = f"{m} {d['model']}" if d.get("model") and m not in ("ngram", "suffix") else str(m)
+    k = d.get("num_speculative_tokens")
+    return f"speculative decoding ({what}" + (f", {k} draft tokens)" if k else ")")
+
+
 def _flag_text(flags: Mapping[str, Any]) -> str:
-    return ", ".join(k if v is True else f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+    return ", ".join(_spec_text(v) if k == "speculative_config" else
+                     k if v is True else f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
                      for k, v in flags.items())
+
+
+def flags_text(config: Mapping[str, Any] | None) -> str:
+    """The server options the verdict's sentence names for ``config`` (a ServerConfig
+    dump or a vLLM config mapping), in words: ``tensor_parallel_size 8, …``."""
+    return _flag_text(_flags(config))
 
 
 def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, flags: Mapping[str, Any],

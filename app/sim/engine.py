@@ -24,6 +24,7 @@ from app.sim import vlog
 from app.sim.gpus import GpuBank
 from app.sim.metrics import SimMetrics
 from app.engine.scheduler import Request, Scheduler
+from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 
 #: wall seconds behind schedule before the engine stops yielding after every step
 COALESCE_AFTER_S = 0.005
@@ -33,21 +34,28 @@ STATS_EVERY_S = 5.0
 
 
 class Stream:
-    """A request's link to its HTTP handler: ``pending`` tokens not yet written,
-    ``finished`` once the last token is out; ``error`` the engine's message when it died
-    under the request; ``event`` wakes the handler."""
+    """A request's link to its HTTP handler: ``pending`` tokens not yet written, in
+    ``chunks`` (the tokens of each engine step: one, or 1 + accepted drafts with
+    speculative decoding — vLLM streams a step's tokens in one delta), ``finished`` once
+    the last token is out; ``error`` the engine's message when it died under the
+    request; ``event`` wakes the handler."""
 
-    __slots__ = ("req", "pending", "finished", "error", "event")
+    __slots__ = ("req", "pending", "chunks", "counted", "finished", "error", "event")
 
     def __init__(self) -> None:
         self.req: Request | None = None
         self.pending = 0
+        self.chunks: deque[int] = deque()
+        self.counted = 0  # tokens handed over so far (written or pending)
         self.finished = False
         self.error: str | None = None
         self.event = asyncio.Event()
 
     def on_token(self, req: Request, t: float) -> None:
-        self.pending += 1
+        n = max(1, req.output - self.counted)
+        self.counted += n
+        self.pending += n
+        self.chunks.append(n)
         self.event.set()
 
     def on_finish(self, req: Request, t: float) -> None:
@@ -64,13 +72,17 @@ class SimEngine:
     parallel rank (its cards in ``gpus``, its ``engine`` label in ``metrics``);
     ``t0``: the rig clock's start (monotonic s), shared by the replicas;
     ``on_done(index)``: called when a request of this engine finishes or is aborted
-    (the load balancer's in-flight count).
+    (the load balancer's in-flight count). ``spec_tokens`` k > 0: speculative decoding,
+    each draft position accepted with probability ``spec_acceptance`` given the one
+    before (:mod:`app.engine.specdecode`; the draws seeded from ``seed`` and ``index``),
+    counted in vLLM's ``vllm:spec_decode_*`` counters.
     """
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time,
                  gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0,
                  request_overhead_s: float = 0.0, index: int = 0, t0: float | None = None,
-                 on_done: Callable[[int], None] | None = None) -> None:
+                 on_done: Callable[[int], None] | None = None, spec_tokens: int = 0,
+                 spec_acceptance: float = DEFAULT_ACCEPTANCE) -> None:
         self.k = float(time_scale)
         #: rig seconds a request spends outside the engine steps before it is queued (HTTP,
         #: tokenization, output processing): the step model's t_request_s
@@ -81,8 +93,13 @@ class SimEngine:
         self.metrics = metrics.engine(index)
         self.on_done = on_done
         self._step_time = step_time
+        accept = geometric_accept(spec_acceptance, random.Random(7919 * seed + 104729 * index + 1)) \
+            if spec_tokens else None
         self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
-                               on_first_token=self._first, on_finished=self._finished, on_token=self._token)
+                               on_first_token=self._first, on_finished=self._finished, on_token=self._token,
+                               spec_tokens=spec_tokens, accept=accept)
+        self._spec_seen = (0, 0, 0, [0] * spec_tokens)  # counters exported so far
+        self._spec_logged = (0, 0, 0, [0] * spec_tokens)  # counts at the last SpecDecoding log line
         self.rng = random.Random(seed + 1000003 * index)
         self.t0 = time.monotonic() if t0 is None else t0
         self.T = 0.0
@@ -105,8 +122,23 @@ class SimEngine:
         """Rig seconds since the engine started (wall × k)."""
         return (time.monotonic() - self.t0) * self.k
 
-    def _timed(self, b: int, ctx: float, n: int, attn2: float) -> float:
-        return self._step_time(b, ctx, n, attn2) * self.gpus.slowdown_of(self.index)
+    def _timed(self, b: int, ctx: float, n: int, attn2: float, *spec: int) -> float:
+        return self._step_time(b, ctx, n, attn2, *spec) * self.gpus.slowdown_of(self.index)
+
+    def _count_spec(self) -> None:
+        """Add the scheduler's speculative-decoding counts since the last step to the
+        ``vllm:spec_decode_*`` counters (vLLM's ``SpecDecodingProm.observe``)."""
+        s = self.sched
+        d0, t0, a0, p0 = self._spec_seen
+        if s.spec_drafts == d0:
+            return
+        m = self.metrics
+        m.spec_drafts.inc(s.spec_drafts - d0)
+        m.spec_draft_tokens.inc(s.spec_draft_tokens - t0)
+        m.spec_accepted.inc(s.spec_accepted - a0)
+        for i, c in enumerate(m.spec_accepted_per_pos):
+            c.inc(s.spec_accepted_per_pos[i] - p0[i])
+        self._spec_seen = (s.spec_drafts, s.spec_draft_tokens, s.spec_accepted, list(s.spec_accepted_per_pos))
 
     # ------------------------------------------------------------------ metrics hooks
     def _first(self, r: Request, t: float) -> None:
@@ -195,6 +227,8 @@ class SimEngine:
             g0 = sched.generation_tokens
             sched.complete(step, t_end)
             self.metrics.generation_tokens.inc(sched.generation_tokens - g0)
+            if sched.spec_tokens:
+                self._count_spec()
             if sched.num_preemptions != self._reported_preemptions:
                 self.metrics.preemptions.inc(sched.num_preemptions - self._reported_preemptions)
                 self._reported_preemptions = sched.num_preemptions
@@ -230,6 +264,25 @@ class SimEngine:
                   f"throughput: {(g - g_last) / span:.1f} tokens/s, Running: {len(s.running)} reqs, Waiting: "
                   f"{len(s.waiting)} reqs, GPU KV cache usage: {100 * s.kv_usage:.1f}%, Prefix cache hit rate: "
                   f"0.0%", process="APIServer", where="loggers.py:123")
+        if s.spec_tokens:
+            self._log_spec(span)
+
+    def _log_spec(self, span: float) -> None:
+        """vLLM's ``SpecDecodingLogging.log`` line (vllm/v1/spec_decode/metrics.py, 0.32) for
+        the drafts since the last one: mean acceptance length (bonus token counted),
+        accepted and drafted tokens/s, per-position and average acceptance rates."""
+        s = self.sched
+        d0, t0, a0, p0 = self._spec_logged
+        drafts, drafted, accepted = s.spec_drafts - d0, s.spec_draft_tokens - t0, s.spec_accepted - a0
+        self._spec_logged = (s.spec_drafts, s.spec_draft_tokens, s.spec_accepted, list(s.spec_accepted_per_pos))
+        if not drafts:
+            return
+        rates = ", ".join(f"{(s.spec_accepted_per_pos[i] - p0[i]) / drafts:.3f}" for i in range(s.spec_tokens))
+        vlog.emit(f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, Accepted throughput: "
+                  f"{accepted / span:.2f} tokens/s, Drafted throughput: {drafted / span:.2f} tokens/s, Accepted: "
+                  f"{accepted} tokens, Drafted: {drafted} tokens, Per-position acceptance rate: {rates}, Avg Draft "
+                  f"acceptance rate: {100 * accepted / max(drafted, 1):.1f}%", process="APIServer",
+                  where="metrics.py:120")
 
     def reset_pacing(self) -> None:
         """Start a new measurement window for the pacing figures of :meth:`info`."""

@@ -319,12 +319,12 @@ class ApiServer:
                 continue
             parts = []
             last = sent + n
-            for i in range(sent, last):
-                fin = "null"
-                if s.finished and i == last - 1:
-                    fin = f'"{r.finish_reason}"'
-                parts.append(f"{head}{WORDS[i % nw]}{mid}{fin}{tail}")
-            sent = last
+            while s.chunks:  # one event per engine step, its tokens' text together (vLLM's delta)
+                c = s.chunks.popleft()
+                end = sent + c
+                fin = f'"{r.finish_reason}"' if s.finished and end == last else "null"
+                parts.append(f"{head}{' '.join(WORDS[i % nw] for i in range(sent, end))}{mid}{fin}{tail}")
+                sent = end
             if s.finished:
                 if usage:
                     obj = "chat.completion.chunk" if chat else "text_completion"

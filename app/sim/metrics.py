@@ -3,6 +3,13 @@
 Names and buckets from vLLM ``vllm/v1/metrics/loggers.py`` (0.10–0.32) as listed in
 docs/vllm-facts.md, "/metrics". Labels ``model_name`` and ``engine`` (the data parallel
 rank: "0", "1", …). Durations are rig seconds.
+
+With speculative decoding (``spec_tokens`` k > 0) the counters of vLLM's
+``SpecDecodingProm`` (vllm/v1/spec_decode/metrics.py, 0.32): ``vllm:spec_decode_num_drafts``,
+``vllm:spec_decode_num_draft_tokens``, ``vllm:spec_decode_num_accepted_tokens`` and
+``vllm:spec_decode_num_accepted_tokens_per_pos`` with a ``position`` label "0" … "k−1"
+(exported with the ``_total`` suffix), created only when the server runs a speculative
+config, as vLLM does.
 """
 from __future__ import annotations
 
@@ -22,12 +29,17 @@ class EngineMetrics:
     ``prompt_tokens``, ``generation_tokens``, ``success[finished_reason]`` and the
     histograms ``ttft``, ``itl``, ``e2e``, ``queue``, ``prompt_hist``."""
 
-    def __init__(self, fam: dict, model_name: str, engine: str) -> None:
+    def __init__(self, fam: dict, model_name: str, engine: str, spec_tokens: int = 0) -> None:
         v = (model_name, engine)
         for name in ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens", "ttft",
                      "itl", "e2e", "queue", "prompt_hist"):
             setattr(self, name, fam[name].labels(*v))
         self.success = {k: fam["success"].labels(model_name, engine, k) for k in ("stop", "length", "abort")}
+        if spec_tokens:  # vllm/v1/spec_decode/metrics.py SpecDecodingProm: one child per position
+            for name in ("spec_drafts", "spec_draft_tokens", "spec_accepted"):
+                setattr(self, name, fam[name].labels(*v))
+            self.spec_accepted_per_pos = [fam["spec_per_pos"].labels(model_name, engine, str(i))
+                                          for i in range(spec_tokens)]
 
 
 class SimMetrics:
@@ -38,7 +50,7 @@ class SimMetrics:
     ``--kv-cache-dtype``); :meth:`engine` gives one replica's."""
 
     def __init__(self, model_name: str, num_gpu_blocks: int, gpu_memory_utilization: float,
-                 engines: int = 1, cache_dtype: str = "auto") -> None:
+                 engines: int = 1, cache_dtype: str = "auto", spec_tokens: int = 0) -> None:
         r = self.registry = CollectorRegistry()
         lab = ("model_name", "engine")
         fam = {
@@ -68,10 +80,21 @@ class SimMetrics:
                                      buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000,
                                               50000, 100000), registry=r),
         }
+        if spec_tokens:
+            fam.update({
+                "spec_drafts": Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", lab,
+                                       registry=r),
+                "spec_draft_tokens": Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", lab,
+                                             registry=r),
+                "spec_accepted": Counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", lab,
+                                         registry=r),
+                "spec_per_pos": Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
+                                        "Accepted tokens per draft position.", lab + ("position",), registry=r),
+            })
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
                      ("block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks", "engine"),
                      registry=r)
-        self.engines = [EngineMetrics(fam, model_name, str(i)) for i in range(engines)]
+        self.engines = [EngineMetrics(fam, model_name, str(i), spec_tokens) for i in range(engines)]
         for i in range(engines):
             info.labels("16", cache_dtype, str(gpu_memory_utilization), str(num_gpu_blocks), str(i)).set(1)
 

@@ -262,10 +262,11 @@ class StepModel:
         return self.model.params
 
     def step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
-                  prefill_attention: float = 0.0) -> float:
+                  prefill_attention: float = 0.0, spec_tokens: int = 0) -> float:
         """One fused step, seconds: :meth:`app.engine.steptime.StepTimeModel.step_time`
-        (the planner's prediction steps with the same method)."""
-        return self.model.step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention)
+        (the planner's prediction steps with the same method); ``spec_tokens`` the draft
+        tokens it verifies (speculative decoding)."""
+        return self.model.step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention, spec_tokens)
 
     def step_time_decode(self, batch: int, mean_context: float) -> float:
         return self.model.step_time_decode(batch, mean_context)

@@ -16,6 +16,13 @@ with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``.
 seeded factors (:func:`app.sim.perturb.true_params`); ``/sim/info`` then says
 ``perturbed: true`` and the seed, and shows no parameters (``perf``).
 
+``--speculative-config '{…}'``: each decoding step verifies ``num_speculative_tokens``
+drafts and emits 1 + accepted tokens in one chunk, each draft position accepted with
+probability ``--sim-spec-acceptance A`` given the one before (position i: A^i;
+app/engine/specdecode.py); the step time counts the verification and the draft's
+passes as the planner does; ``/metrics`` has vLLM's ``vllm:spec_decode_*`` counters and
+``/sim/info`` a ``speculative`` object.
+
 ``--data-parallel-size D``: D engines (replicas), each with its own scheduler and the
 plan's KV blocks, on its own TP × PP cards of the rig (replica r on cards r·TP·PP …),
 behind the one HTTP API, which routes requests as vLLM's load balancer does
@@ -36,6 +43,7 @@ from aiohttp import web
 
 from app.config import add_server_options, config_from_namespace
 from app.engine.balance import DpBalancer
+from app.engine.specdecode import DEFAULT_ACCEPTANCE, check_acceptance
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.sim import model_adapter as ma
 from app.sim import vlog
@@ -69,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-perturb", type=int, default=0, metavar="SEED",
                    help="a hidden 'true rig': step-time parameters × seeded factors in 0.6–1.6 (0: none), not "
                         "shown in /sim/info — a test bed for tuning")
+    p.add_argument("--sim-spec-acceptance", type=float, default=DEFAULT_ACCEPTANCE, metavar="A",
+                   help="with --speculative-config: the chance each draft token is accepted given the one before "
+                        f"(0-1; position i is accepted with A^i, app/engine/specdecode.py; default {DEFAULT_ACCEPTANCE})")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="use the step-time parameters calibrated on a real run of these cards "
                         "(vllm-dyno calibrate RUN_ID), when there are any")
@@ -179,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.sim_perturb < 0:
         print(f"error: --sim-perturb {a.sim_perturb}: give a seed ≥ 1 (0: no perturbation)", file=sys.stderr)
         return 2
+    try:
+        check_acceptance(a.sim_spec_acceptance)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     vlog.emit(f"vLLM API server version {VLLM_VERSION} (vllm-dyno sim)", where="api_server.py:1896")
     vlog.emit(f"non-default args: {non_default_args(a, parser)}", where="utils.py:328")
     set_ulimit()
@@ -259,12 +275,14 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
         steps.model = steps.model.with_params(true_params(steps.params, a.sim_perturb))
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True
-    metrics = SimMetrics(served, plan.num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto")
+    spec_k = plan.plan.config.num_speculative_tokens
+    metrics = SimMetrics(served, plan.num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto", spec_k)
     balancer = DpBalancer(plan.dp)
     t0 = time.monotonic()
     engines = [SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
                          metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s, index=r, t0=t0,
-                         on_done=balancer.finished) for r in range(plan.dp)]
+                         on_done=balancer.finished, spec_tokens=spec_k, spec_acceptance=a.sim_spec_acceptance)
+               for r in range(plan.dp)]
     info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
             "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
@@ -272,6 +290,9 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
             "perturbed": bool(a.sim_perturb)}
+    if spec_k:
+        info["speculative"] = {"method": plan.plan.config.speculative_method, "num_speculative_tokens": spec_k,
+                               "acceptance": a.sim_spec_acceptance}
     if a.sim_perturb:
         info["perturb_seed"] = a.sim_perturb
     else:
