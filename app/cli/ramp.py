@@ -35,7 +35,7 @@ from app.cli.common import (
     unsaved_text,
 )
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
-from app.loadgen.spec import RampSpec, parse_length
+from app.loadgen.spec import RampSpec, parse_length, parse_multi_turn, parse_shared_prefix
 from app.loadgen.stats import StepStats
 from app.run.events import RunListener
 
@@ -82,6 +82,7 @@ def register(sub) -> None:
                    help="send exactly --prompt-tokens/--output-tokens (default: a single number N varies "
                         "uniformly within ±25 %% of N, seeded, so users do not march in lockstep)")
     p.add_argument("--prompts-file", type=input_file, help="JSONL file, one {\"prompt\": …} or {\"messages\": […]} per line")
+    add_workload_options(p)
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=non_negative, default=0.0)
     p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
@@ -101,6 +102,29 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    """``--multi-turn`` and ``--shared-prefix`` (issue 20, items 2 and 3), shared by
+    ``ramp`` and ``run``; :func:`workload_kw` turns them into RampSpec fields."""
+    p.add_argument("--multi-turn", type=from_parser(parse_multi_turn, "TURNS[:THINK_S]"), metavar="TURNS[:THINK_S]",
+                   help="each user holds a conversation of about TURNS turns (±25 %%, see --fixed-lengths), "
+                        "sending its history each turn, thinking THINK_S s (mean, exponential) between turns; "
+                        "per-turn TTFT is reported")
+    p.add_argument("--shared-prefix", type=from_parser(parse_shared_prefix, "TOKENS:FRACTION[:COUNT]"),
+                   metavar="TOKENS:FRACTION[:COUNT]",
+                   help="COUNT (default 1) shared prefixes of TOKENS tokens; a FRACTION of requests starts with "
+                        "one of them (as vllm bench's prefix_repetition dataset)")
+
+
+def workload_kw(a: argparse.Namespace) -> dict:
+    """The RampSpec fields of :func:`add_workload_options`' options that were given."""
+    kw: dict = {}
+    if getattr(a, "multi_turn", None) is not None:
+        kw["multi_turn"] = a.multi_turn
+    if getattr(a, "shared_prefix", None) is not None:
+        kw["shared_prefix"] = a.shared_prefix
+    return kw
+
+
 def spec_from_args(a: argparse.Namespace) -> RampSpec:
     """Build the RampSpec; raises ValueError/ValidationError with the option named."""
     kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
@@ -111,7 +135,8 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
                         "failure_rate": a.slo_failure_rate},
-                "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency}
+                "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency,
+                **workload_kw(a)}
     search = a.find_capacity or a.find_rate
     if not search:
         for opt, val, default in (("--start", a.start, None), ("--repeat", a.repeat, 1),

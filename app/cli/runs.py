@@ -29,6 +29,7 @@ from app.cli.common import (
     unsaved_text,
     write_or_print,
 )
+from app.cli.ramp import add_workload_options, workload_kw
 from app.config import add_server_options
 
 
@@ -116,6 +117,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         over["step_seconds"] = a.step_seconds
     if a.max_total_seconds is not None:
         over["max_total_seconds"] = a.max_total_seconds
+    over.update({k: v.model_dump() for k, v in workload_kw(a).items()})
     if over:
         try:
             p.ramp_spec("http://127.0.0.1:1", None, **over)
@@ -231,6 +233,7 @@ def register(sub) -> None:
     x.add_argument("--levels", type=number_list(), help="override the ramp's levels, e.g. 1,2,4")
     x.add_argument("--step-seconds", type=positive_seconds, help="override the seconds per level")
     x.add_argument("--max-total-seconds", type=positive_seconds, help="cap the whole ramp")
+    add_workload_options(x)  # --multi-turn, --shared-prefix: the workload of the profile's ramp
     x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
     x.add_argument("--trust-env", action="store_true",

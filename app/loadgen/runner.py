@@ -6,6 +6,15 @@ and ``emit_event(dict)`` for ``preflight``, ``level_start``, ``level_end`` (with
 level's StepStats as a dict) and ``done``. One :class:`aiohttp.ClientSession` serves the
 whole ramp; its connector allows at least the largest level at once (aiohttp's
 default of 100 would silently cap concurrency).
+
+Multi-turn ramps (``RampSpec.multi_turn``): a closed-loop level of N is N users each
+holding a conversation (:class:`app.loadgen.prompts.Conversation`): a user sends a turn,
+waits for its reply, thinks (exponential, mean ``think_s``; ``Random`` seeded by the
+ramp's seed, the level and the user) and sends the next turn with the history and the
+reply as received; after its last turn it starts a new conversation at once. A thinking
+user holds no request in flight, so a level's N counts conversations in progress and its
+requests in flight are at most N (``max_in_flight`` says how many were). Conversations
+do not carry over from one level to the next (each level's users start afresh).
 """
 from __future__ import annotations
 
@@ -77,7 +86,9 @@ class Ramp:
                              "connector_limit": connector.limit, "tokens_per_word": tpw,
                              "t": self.rel(time.monotonic())})
             self.url = spec.url + spec.endpoint
-            self.factory = RequestFactory(spec, model, tokens_per_word=tpw)
+            mml = entry.get("max_model_len")
+            self.factory = RequestFactory(spec, model, tokens_per_word=tpw,
+                                          max_model_len=mml if isinstance(mml, int) and mml > 0 else None)
             self.req_timeout = aiohttp.ClientTimeout(total=spec.request_timeout, sock_connect=min(10.0, spec.request_timeout))
             self.ramp_start = time.monotonic()
             status, reason = "done", "all levels done"
@@ -177,16 +188,32 @@ class Ramp:
                 state["issued"] += 1
             return True
 
-        async def one() -> RequestRecord:
-            body, est, _ = self.factory.next()
+        async def one(conv: dict | None = None) -> RequestRecord:
+            """Send one request; ``conv`` (multi-turn): ``{"c": Conversation or None}``, the
+            user's conversation, advanced by this turn (None after a failed turn: the
+            user starts a new one)."""
+            text: list[str] | None = None
+            if conv is None:
+                body, est, _ = self.factory.next()
+            else:
+                conv["c"], body, est, _ = self.factory.next_turn(conv["c"])
+                text = []
             self.in_flight += 1
             if self.in_flight > self.max_in_flight:
                 self.max_in_flight = self.in_flight
             try:
                 rec = await stream_request(self.session, self.url, body, level_idx=idx, level=level, t0=self.t0,
-                                           timeout=self.req_timeout, est_prompt_tokens=est)
+                                           timeout=self.req_timeout, est_prompt_tokens=est, text_out=text)
             finally:
                 self.in_flight -= 1
+            if conv is not None:
+                c = conv["c"]
+                rec.turn = c.turn
+                if rec.ok:
+                    c.reply("".join(text), rec.prompt_tokens if rec.tokens_source == "server_usage" else None,
+                            rec.output_tokens, est)
+                else:
+                    conv["c"] = None
             recs.append(rec)
             self.emit_record(rec)
             state["done"] += 1
@@ -210,8 +237,23 @@ class Ramp:
                     if not rec.ok:
                         await asyncio.sleep(FAIL_BACKOFF_S)
 
-            for _ in range(int(level)):
-                tasks.add(asyncio.create_task(slot()))
+            async def user(u: int) -> None:
+                """A multi-turn user: conversations one after another, thinking between turns."""
+                conv: dict = {"c": None}
+                think = spec.multi_turn.think_s
+                rng = random.Random(f"think:{spec.seed}:{idx}:{u}")
+                while may_issue():
+                    rec = await one(conv)
+                    if not rec.ok:
+                        await asyncio.sleep(FAIL_BACKOFF_S)
+                    elif think > 0 and conv["c"] is not None and not conv["c"].done:
+                        try:  # thinking holds no request; the level's end wakes it
+                            await asyncio.wait_for(stop.wait(), rng.expovariate(1.0 / think))
+                        except (asyncio.TimeoutError, TimeoutError):
+                            pass
+
+            for u in range(int(level)):
+                tasks.add(asyncio.create_task(user(u) if spec.multi_turn is not None else slot()))
         else:
             sem = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
 

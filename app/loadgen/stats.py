@@ -16,6 +16,9 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   sent in the window; requests/s = successful requests ending in the window ÷
   ``window_s``; goodput = those that also met every SLO bound ÷ ``window_s``.
 - Failure rate = failed ÷ all measured requests; failures are counted by status.
+- Per-turn TTFT (multi-turn ramps, ``RampSpec.multi_turn``): the measured successful
+  requests grouped by their conversation turn (``RequestRecord.turn``), each turn's
+  count and TTFT p50/p99 (:class:`TurnStats`, the level's ``turns``).
 """
 from __future__ import annotations
 
@@ -41,6 +44,31 @@ def is_partial(st: Any) -> bool:
     (:data:`PARTIAL_STOPS`)."""
     reason = st.get("stop_reason") if isinstance(st, dict) else getattr(st, "stop_reason", None)
     return reason in PARTIAL_STOPS
+
+
+class TurnStats(BaseModel):
+    """TTFT of one conversation turn at a level (multi-turn ramps): ``turn`` (1 = a
+    conversation's first request), ``n`` measured successful requests of that turn with
+    a TTFT, ``ttft_p50``/``ttft_p99`` (s, numpy linear percentiles)."""
+
+    turn: int
+    n: int
+    ttft_p50: Optional[float] = None
+    ttft_p99: Optional[float] = None
+
+
+def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
+    """Per-turn TTFT of successful requests (those with ``turn`` ≥ 1), in turn order; []
+    when none is a conversation's turn."""
+    by: dict[int, list[float]] = {}
+    for r in ok:
+        if r.turn and r.ttft is not None:
+            by.setdefault(r.turn, []).append(r.ttft)
+    out = []
+    for t in sorted(by):
+        a = np.asarray(by[t], dtype=np.float64)
+        out.append(TurnStats(turn=t, n=int(a.size), ttft_p50=_pct(a, 50), ttft_p99=_pct(a, 99)))
+    return out
 
 
 class StepStats(BaseModel):
@@ -83,6 +111,8 @@ class StepStats(BaseModel):
     slo_broken: list[str] = []
     steady: bool = True
     repeat: int = 0  # a capacity search's repeat that probed this level
+    #: multi-turn ramps: TTFT per conversation turn (:func:`turn_stats`); [] otherwise
+    turns: list[TurnStats] = []
 
     @property
     def slo_met(self) -> bool:
@@ -177,6 +207,7 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         itl_p50=_pct(itl, 50), itl_p99=_pct(itl, 99), itl_mean=_mean(itl),
         e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
         failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        turns=turn_stats(ok),
     )
     st.slo_broken = slo_breaches(st, slo)
     # a window shorter than the median request measures how the level started, not how it runs
@@ -325,6 +356,9 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
         return st
     upd: dict[str, Any] = {f: getattr(st, f) * k for f in _TIME_FIELDS if getattr(st, f) is not None}
     upd.update({f: getattr(st, f) / k for f in _RATE_FIELDS})
+    if st.turns:
+        upd["turns"] = [t.model_copy(update={f: getattr(t, f) * k for f in ("ttft_p50", "ttft_p99")
+                                              if getattr(t, f) is not None}) for t in st.turns]
     if st.mode == "rate":  # the level is a request rate: per wall second → per rig second
         upd["level"] = st.level / k
     if st.slo_broken:  # "ttft_p99 0.757 s > 0.5 s" (wall) → "ttft_p99 3.03 s > 2 s" (rig)
@@ -348,7 +382,7 @@ def records_to_rig(records: Sequence[RequestRecord], k: float) -> list[RequestRe
             level_idx=r.level_idx, level=r.level, t_start=r.t_start * k,
             ttft=None if r.ttft is None else r.ttft * k, e2e=None if r.e2e is None else r.e2e * k,
             prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, tokens_source=r.tokens_source,
-            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32)))
+            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32), turn=r.turn))
     return out
 
 
