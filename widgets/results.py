@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.loadgen.spec import RampSpec
+from app.loadgen.stats import turns_text
 from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
 
 
@@ -32,6 +33,15 @@ VERDICT_STYLE = ("#verdict { background:#e8f1fb; border:1px solid #2f6db5; borde
 
 def _ms(x: float | None) -> str:
     return "–" if x is None else f"{x * 1000:.1f}"
+
+
+def _turns_ms(s: Any) -> str:
+    """A multi-turn level's TTFT p50 per conversation turn, ms: ``66 · 101 · 106`` (turn
+    1, 2, 3 …; the whole figures in the cell's tooltip); "–" for other ramps."""
+    turns = getattr(s, "turns", None) or []
+    if not turns:
+        return "–"
+    return " · ".join("–" if t.ttft_p50 is None else f"{t.ttft_p50 * 1e3:.0f}" for t in turns[:8]) + (" …" if len(turns) > 8 else "")
 
 
 def _s(x: float | None) -> str:
@@ -56,7 +66,9 @@ COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
     ("E2E p50 s", lambda s: _s(s.e2e_p50)),
     ("E2E p99 s", lambda s: _s(s.e2e_p99)),
     ("Failures", lambda s: f"{s.failure_rate:.1%}"),
+    ("TTFT p50 by turn ms", _turns_ms),
 ]
+TURNS_COLUMN = next(i for i, (_, fn) in enumerate(COLUMNS) if fn is _turns_ms)
 
 
 class ResultsTable(QWidget):
@@ -146,6 +158,8 @@ class ResultsTable(QWidget):
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
                 if col == len(COLUMNS) + 1 and not st.slo_met:
                     it.setForeground(Qt.red)
+                if col == TURNS_COLUMN and getattr(st, "turns", None):
+                    it.setToolTip("TTFT p50/p99 by conversation turn: " + turns_text(st.turns))
                 self.table.setItem(row, col, it)
 
     def to_tsv(self, rows: list[int] | None = None) -> str:

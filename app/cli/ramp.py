@@ -36,7 +36,7 @@ from app.cli.common import (
 )
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
 from app.loadgen.spec import RampSpec, parse_length, parse_multi_turn, parse_shared_prefix
-from app.loadgen.stats import StepStats
+from app.loadgen.stats import StepStats, turns_text
 from app.run.events import RunListener
 
 
@@ -237,6 +237,11 @@ def print_result(res, out=None, *, slo: bool = True) -> None:
         for st in res.steps:
             if not st.steady:
                 out.write(f"* {st.unsteady_reason}\n")
+        if any(st.turns for st in res.steps):
+            out.write("\nTTFT p50/p99 by conversation turn:\n")
+            for st in res.steps:
+                if st.turns:
+                    out.write(f"  {_fmt_level(st)}: {turns_text(st.turns)}\n")
     out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
     verdict = getattr(res, "verdict", None)

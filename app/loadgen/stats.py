@@ -71,6 +71,23 @@ def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
     return out
 
 
+def turns_text(turns: Sequence[Any], max_turns: int = 8) -> str:
+    """One line of a level's per-turn TTFT (``StepStats.turns``, TurnStats or their
+    dicts): ``turn 1 66/80 ms (n 11) · turn 2 …`` (p50/p99, ms); the first
+    ``max_turns`` turns, then how many more. "" when there are none."""
+    def get(t: Any, k: str) -> Any:
+        return t.get(k) if isinstance(t, dict) else getattr(t, k)
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.0f}"
+
+    parts = [f"turn {get(t, 'turn')} {ms(get(t, 'ttft_p50'))}/{ms(get(t, 'ttft_p99'))} ms (n {get(t, 'n')})"
+             for t in list(turns)[:max_turns]]
+    if len(turns) > max_turns:
+        parts.append(f"+{len(turns) - max_turns} more turns")
+    return " · ".join(parts)
+
+
 class StepStats(BaseModel):
     """Statistics of one level. Times in s (session clock), rates per s, tokens.
     ``stop_reason``: ``duration``, ``count``, ``failure_rate``, or one of
