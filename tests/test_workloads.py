@@ -260,3 +260,43 @@ def test_the_cache_is_bounded_by_the_kv_blocks_and_evicts_the_least_recently_fre
     r, _ = _run_one(s, b, 1, 40.0)
     assert r.cached_tokens < 160
     assert sum(1 for v in s.cache.values() if v) == 0 and s.free_blocks == 20
+
+
+# ---------------------------------------------------------------------------- the planner's prediction
+def _predict(spec: RampSpec, caching: bool):
+    from app.config import ServerConfig
+    from app.planner.predict import EngineLimits, predict_ramp
+    from app.sim import model_adapter as ma
+
+    sp = ma.plan_rig(ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", max_model_len=4096, max_num_seqs=32),
+                     "RTX 4090", 1)
+    lim = EngineLimits(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, enable_prefix_caching=caching,
+                       max_model_len=sp.max_model_len)
+    return predict_ramp(ma.StepModel(sp).model, lim, spec)
+
+
+def test_the_prediction_weighs_prefix_caching_for_a_shared_prefix_ramp():
+    spec = RampSpec(levels=[4], step_seconds=30, prompt_tokens=64, output_tokens=16,
+                    shared_prefix={"tokens": 1024, "fraction": 1.0, "count": 2})
+    on, off = _predict(spec, True).steps[0], _predict(spec, False).steps[0]
+    assert on.ttft_p50 < 0.6 * off.ttft_p50 and on.output_tps > off.output_tps, (on.ttft_p50, off.ttft_p50)
+    # a ramp without shared prefixes predicts the same either way (nothing to share)
+    plain = RampSpec(levels=[4], step_seconds=30, prompt_tokens=64, output_tokens=16)
+    assert _predict(plain, True).steps[0].ttft_p50 == _predict(plain, False).steps[0].ttft_p50
+
+
+def test_the_prediction_of_a_multi_turn_ramp_has_turns_and_thinking_users():
+    spec = RampSpec(levels=[4], step_seconds=60, prompt_tokens=256, output_tokens=16, length_spread=0,
+                    multi_turn={"turns": 3, "think_s": 1.0})
+    pr_on, pr_off = _predict(spec, True), _predict(spec, False)
+    on = {t.turn: t for t in pr_on.steps[0].turns}
+    off = {t.turn: t for t in pr_off.steps[0].turns}
+    assert set(on) == {1, 2, 3}
+    assert on[3].ttft_p50 < 0.7 * off[3].ttft_p50  # the history is cached
+    assert off[3].ttft_p50 > off[1].ttft_p50  # without the cache a later turn prefills its whole history
+    # turn k's prompt: k messages and k − 1 replies
+    p = {r.turn: r.prompt_tokens for r in pr_on.records}
+    assert (p[1], p[2], p[3]) == (256, 256 + 16 + 256, 2 * (256 + 16) + 256)
+    # thinking holds no request: fewer requests than 4 users sending back to back
+    busy = _predict(spec.model_copy(update={"multi_turn": spec.multi_turn.model_copy(update={"think_s": 0})}), True)
+    assert len(pr_on.records) < 0.8 * len(busy.records)

@@ -31,6 +31,8 @@ from app.engine.scheduler import Request, Scheduler
 
 #: a request's lengths: () → (prompt tokens, max_tokens)
 Lengths = Callable[[], tuple[int, int]]
+#: a user's next request: user → (prompt tokens, max_tokens, block hashes or None, turn, think s before it)
+NextRequest = Callable[[int], tuple[int, int, object, int, float]]
 
 
 @dataclass
@@ -46,6 +48,7 @@ class Flight:
     then: Callable[["Flight", float], None] | None = None  # (this flight, end time): the user's next send
     tokens: list[float] = field(default_factory=list)
     engine: int = 0
+    turn: int = 0  # its conversation turn (multi-turn workloads; 0: none)
 
     def on_token(self, req: Request, t: float) -> None:
         self.tokens.append(t)
@@ -94,7 +97,8 @@ class _Engine:
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
               step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
-              engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0) -> LevelRun:
+              engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0,
+              next_request: NextRequest | None = None) -> LevelRun:
     """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
     ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
     order they are sent; user u sends its first at u·``send_gap_s``. The warm-up ends at
@@ -102,7 +106,11 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     ``warmup_s``; if they have not by ``warmup_s + step_s``, at ``warmup_s``) — the load
     generator's ``settle``. The level stops sending once ``quota`` requests were sent after
     the warm-up (None: no quota) or ``step_s`` after it (None: no time limit), then
-    drains. Raises ValueError when neither ends the level."""
+    drains. ``next_request`` (instead of ``lengths``): each user's next request with its
+    KV block hashes (the prefix cache of a scheduler with ``enable_prefix_caching``), its
+    conversation turn and the think time before it (s: the user sends it that long after
+    its previous request ended — a multi-turn workload). Raises ValueError when neither
+    ends the level."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
     if users < 1 or engines < 1:
@@ -120,10 +128,15 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         st.update(settled=True, w0=max(now, warmup_s))
         st["deadline"] = st["w0"] + step
 
-    def send(uid: int, t: float) -> None:
+    def send(uid: int, t: float, first: bool = False) -> None:
         """User ``uid`` wants to send at ``t`` (``may_issue`` of the load generator)."""
         if st["stopped"]:
             return
+        hashes, turn = None, 0
+        if next_request is not None:
+            p, o, hashes, turn, think = next_request(uid)
+            if not first:
+                t += think
         if not st["settled"] and t >= warmup_s + step:  # it did not settle in time: the warm-up stands
             settle(warmup_s)
         if t >= st["deadline"]:
@@ -134,10 +147,11 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
                 st.update(stopped=True, reason="count", t_stop=t)
                 return
             st["issued"] += 1
-        p, o = lengths()
+        if next_request is None:
+            p, o = lengths()
         st["n"] += 1
         arrive = t + request_overhead_s
-        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), ended)
+        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive, block_hashes=hashes), ended, turn=turn)
         f.req.sink = f
         flights.append(f)
         heapq.heappush(arrivals, (arrive, st["n"], f))
@@ -154,7 +168,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         return [(len(e.sched.waiting), len(e.sched.running), e.sched.kv_usage) for e in engs]
 
     for u in range(users):
-        send(u, u * send_gap_s)
+        send(u, u * send_gap_s, first=True)
     t_end = 0.0
     while True:
         # the next event time: steps that end then complete first, then the arrivals then are

@@ -177,7 +177,10 @@ class Plan:
         """What one scheduler of this server holds (KV blocks, max_num_seqs, the token
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
-        return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp)
+        # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
+        return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
+                                      enable_prefix_caching=self.config.enable_prefix_caching is not False,
+                                      max_model_len=e.max_model_len)
 
     @property
     def weights_gib_total(self) -> float:
