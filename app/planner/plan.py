@@ -41,7 +41,9 @@ class Workload:
     search like ``vllm-dyno ramp --find-capacity``: ``search`` (None: its defaults),
     ≥ ``requests_per_level`` measured requests a level, ``search_cap_s`` its time cap,
     the same warm-up. ``settle``: RampSpec.settle (None: a search's levels settle, the
-    curve's do not)."""
+    curve's do not). ``multi_turn`` (turns, think s) and ``shared_prefix`` (tokens,
+    fraction, count): RampSpec's workloads of the same names (None: off), predicted with
+    the prefix cache (:class:`app.planner.predict.Workload`)."""
 
     prompt_tokens: int = 512
     output_tokens: int = 128
@@ -55,6 +57,8 @@ class Workload:
     requests_per_level: int = P99_MIN_REQUESTS
     search_cap_s: float = SEARCH_STEP_CAP_S
     settle: bool | None = None
+    multi_turn: tuple[float, float] | None = None
+    shared_prefix: tuple[int, float, int] | None = None
 
     @classmethod
     def from_ramp(cls, spec: RampSpec) -> "Workload":
@@ -74,10 +78,19 @@ class Workload:
         if spec.search is not None:  # its step is the search's cap; the curve keeps 20 s levels
             kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
                   "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
+        if spec.multi_turn is not None:
+            kw["multi_turn"] = (spec.multi_turn.turns, spec.multi_turn.think_s)
+        if spec.shared_prefix is not None:
+            sp = spec.shared_prefix
+            kw["shared_prefix"] = (sp.tokens, sp.fraction, sp.count)
         return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
                    slo=None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
 
     def _spec(self, **kw: Any) -> RampSpec:
+        if self.multi_turn is not None:
+            kw["multi_turn"] = {"turns": self.multi_turn[0], "think_s": self.multi_turn[1]}
+        if self.shared_prefix is not None:
+            kw["shared_prefix"] = dict(zip(("tokens", "fraction", "count"), self.shared_prefix))
         return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                         length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
                         slo=self.slo or SLO(), settle=self.settle, **kw)
