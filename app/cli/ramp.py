@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from app.cli.common import (
     add_security_options,
+    add_workload_options,
     apply_api_key_file,
     fraction,
     from_parser,
@@ -33,9 +34,10 @@ from app.cli.common import (
     seconds,
     seed_number,
     unsaved_text,
+    workload_kw,
 )
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
-from app.loadgen.spec import RampSpec, parse_length, parse_multi_turn, parse_shared_prefix
+from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats, turns_text
 from app.run.events import RunListener
 
@@ -100,29 +102,6 @@ def register(sub) -> None:
     p.add_argument("--no-store", action="store_true", help="do not record the run in the run store")
     add_security_options(p, expose=False)
     p.set_defaults(func=run)
-
-
-def add_workload_options(p: argparse.ArgumentParser) -> None:
-    """``--multi-turn`` and ``--shared-prefix`` (issue 20, items 2 and 3), shared by
-    ``ramp`` and ``run``; :func:`workload_kw` turns them into RampSpec fields."""
-    p.add_argument("--multi-turn", type=from_parser(parse_multi_turn, "TURNS[:THINK_S]"), metavar="TURNS[:THINK_S]",
-                   help="each user holds a conversation of about TURNS turns (±25 %%, see --fixed-lengths), "
-                        "sending its history each turn, thinking THINK_S s (mean, exponential) between turns; "
-                        "per-turn TTFT is reported")
-    p.add_argument("--shared-prefix", type=from_parser(parse_shared_prefix, "TOKENS:FRACTION[:COUNT]"),
-                   metavar="TOKENS:FRACTION[:COUNT]",
-                   help="COUNT (default 1) shared prefixes of TOKENS tokens; a FRACTION of requests starts with "
-                        "one of them (as vllm bench's prefix_repetition dataset)")
-
-
-def workload_kw(a: argparse.Namespace) -> dict:
-    """The RampSpec fields of :func:`add_workload_options`' options that were given."""
-    kw: dict = {}
-    if getattr(a, "multi_turn", None) is not None:
-        kw["multi_turn"] = a.multi_turn
-    if getattr(a, "shared_prefix", None) is not None:
-        kw["shared_prefix"] = a.shared_prefix
-    return kw
 
 
 def spec_from_args(a: argparse.Namespace) -> RampSpec:

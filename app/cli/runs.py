@@ -16,6 +16,8 @@ import threading
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_workload_options,
+    workload_kw,
     err,
     executable,
     fmt,
@@ -29,7 +31,6 @@ from app.cli.common import (
     unsaved_text,
     write_or_print,
 )
-from app.cli.ramp import add_workload_options, workload_kw
 from app.config import add_server_options
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_workload_options,
     add_sim_options,
     apply_api_key_file,
     config_from_args,
@@ -39,7 +40,6 @@ from app.cli.common import (
     sim_args_from,
     write_or_print,
 )
-from app.cli.ramp import add_workload_options
 from app.config import KV_CACHE_DTYPES, add_server_options, exposure_problem
 
 

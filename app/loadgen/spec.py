@@ -101,8 +101,8 @@ class MultiTurn(BaseModel):
     0 = none); a thinking user holds no request in flight."""
 
     model_config = ConfigDict(extra="forbid")
-    turns: float = Field(..., ge=1, description="mean turns per conversation")
-    think_s: float = Field(0.0, ge=0, description="mean think time between turns, s (exponential)")
+    turns: float = Field(..., ge=1, le=10000, allow_inf_nan=False, description="mean turns per conversation")
+    think_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="mean think time between turns, s (exponential)")
 
 
 class SharedPrefix(BaseModel):
@@ -118,7 +118,8 @@ class SharedPrefix(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     tokens: int = Field(..., ge=1, description="tokens of each shared prefix")
-    fraction: float = Field(..., gt=0, le=1, description="fraction of requests that start with a shared prefix")
+    fraction: float = Field(..., gt=0, le=1, allow_inf_nan=False,
+                            description="fraction of requests that start with a shared prefix")
     count: int = Field(1, ge=1, description="distinct prefixes")
 
 
