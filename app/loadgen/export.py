@@ -22,7 +22,7 @@ STEP_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "tot
                 "itl_p99", "e2e_p50", "e2e_p99", "failure_rate", "failures", "max_in_flight", "window_s",
                 "stop_reason", "slo_broken"]
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "tpot", "e2e", "prompt_tokens", "output_tokens",
-                   "tokens_source", "status", "error", "n_chunks"]
+                   "tokens_source", "status", "error", "n_chunks", "turn"]
 
 
 def summary(result: RampResult) -> dict:
@@ -80,7 +80,7 @@ def requests_csv(records: Iterable[RequestRecord]) -> str:
     w.writerow(REQUEST_COLUMNS)
     for r in records:
         row = [r.level_idx, r.level, r.t_start, r.ttft, r.tpot, r.e2e, r.prompt_tokens, r.output_tokens,
-               r.tokens_source, r.status, r.error, int(r.chunk_offsets.size)]
+               r.tokens_source, r.status, r.error, int(r.chunk_offsets.size), r.turn]
         w.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 
