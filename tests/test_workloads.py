@@ -300,3 +300,15 @@ def test_the_prediction_of_a_multi_turn_ramp_has_turns_and_thinking_users():
     # thinking holds no request: fewer requests than 4 users sending back to back
     busy = _predict(spec.model_copy(update={"multi_turn": spec.multi_turn.model_copy(update={"think_s": 0})}), True)
     assert len(pr_on.records) < 0.8 * len(busy.records)
+
+
+def test_the_sims_tokens_count_as_its_usage_and_a_next_turn_repeats_the_last_one():
+    from app.sim.http_api import CHAT_MESSAGE_OVERHEAD, WORDS, count_tokens, prompt_tokens
+
+    msgs = [{"role": "user", "content": "Hello, the rig!"}]
+    toks = prompt_tokens(msgs)
+    assert len(toks) == 1 + CHAT_MESSAGE_OVERHEAD + CHAT_MESSAGE_OVERHEAD + count_tokens("Hello, the rig!")
+    reply = "".join(" " + WORDS[i % len(WORDS)] for i in range(5))  # what the sim streams
+    nxt = prompt_tokens(msgs + [{"role": "assistant", "content": reply}, {"role": "user", "content": "more"}])
+    assert nxt[:len(toks) + 5] == toks + list(WORDS[:5])  # the prompt, then the generated tokens
+    assert prompt_tokens("a b, c") == ["a", "b", ",", "c"] and prompt_tokens([5, 6]) == [5, 6]
