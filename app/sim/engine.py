@@ -85,6 +85,7 @@ class SimEngine:
                                on_first_token=self._first, on_finished=self._finished, on_token=self._token,
                                enable_prefix_caching=enable_prefix_caching)
         self._reported_prefix = (0, 0)  # (queries, hits) already added to the metrics
+        self._prefix_log = (0, 0)  # (queries, hits) at the last stats line
         self.rng = random.Random(seed + 1000003 * index)
         self.t0 = time.monotonic() if t0 is None else t0
         self.T = 0.0
@@ -241,10 +242,16 @@ class SimEngine:
         self._stats = (now, p, g, rig)
         if p == p_last and g == g_last and not s.has_work:
             return
+        # vLLM logs the hit rate of its most recent 1000 requests (CachingMetrics, vllm/v1/metrics/stats.py);
+        # the sim: of the tokens queried since the last line, or the whole run's before it has any
+        q0, h0 = self._prefix_log
+        q, h = s.prefix_queries, s.prefix_hits
+        self._prefix_log = (q, h)
+        rate = (h - h0) / (q - q0) if q > q0 else (h / q if q else 0.0)
         vlog.emit(f"Engine {self.index:03d}: Avg prompt throughput: {(p - p_last) / span:.1f} tokens/s, Avg generation "
                   f"throughput: {(g - g_last) / span:.1f} tokens/s, Running: {len(s.running)} reqs, Waiting: "
                   f"{len(s.waiting)} reqs, GPU KV cache usage: {100 * s.kv_usage:.1f}%, Prefix cache hit rate: "
-                  f"{100 * s.prefix_hits / s.prefix_queries if s.prefix_queries else 0.0:.1f}%", process="APIServer", where="loggers.py:123")
+                  f"{100 * rate:.1f}%", process="APIServer", where="loggers.py:123")
 
     def reset_pacing(self) -> None:
         """Start a new measurement window for the pacing figures of :meth:`info`."""
