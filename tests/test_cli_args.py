@@ -141,6 +141,8 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("run", "profile"): ["no such profile", "/nonexistent/p.yaml"],
     ("run", "--levels"): ["a,b", "0"],
     ("run", "--multi-turn"): ["abc", "0"],
+    ("plan", "--multi-turn"): ["abc", "0"],
+    ("plan", "--shared-prefix"): ["1024", "1024:0"],
     ("run", "--shared-prefix"): ["1024", "1024:0"],
     ("run", "--step-seconds"): ["abc", "0", "-1"],
     ("run", "--max-total-seconds"): ["abc", "0"],

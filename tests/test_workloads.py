@@ -312,3 +312,15 @@ def test_the_sims_tokens_count_as_its_usage_and_a_next_turn_repeats_the_last_one
     nxt = prompt_tokens(msgs + [{"role": "assistant", "content": reply}, {"role": "user", "content": "more"}])
     assert nxt[:len(toks) + 5] == toks + list(WORDS[:5])  # the prompt, then the generated tokens
     assert prompt_tokens("a b, c") == ["a", "b", ",", "c"] and prompt_tokens([5, 6]) == [5, 6]
+
+
+def test_the_plans_workload_keeps_both_workloads_from_a_ramp_to_its_search():
+    from app.loadgen.spec import SLO
+    from app.planner.plan import Workload
+
+    spec = RampSpec(levels=[1, 2], multi_turn={"turns": 4, "think_s": 1.5},
+                    shared_prefix={"tokens": 512, "fraction": 0.5, "count": 3}, slo=SLO(ttft_p99=1.0))
+    w = Workload.from_ramp(spec)
+    assert w.multi_turn == (4, 1.5) and w.shared_prefix == (512, 0.5, 3)
+    for s in (w.ramp_spec([1, 2]), w.search_spec()):
+        assert s.multi_turn == spec.multi_turn and s.shared_prefix == spec.shared_prefix
