@@ -31,8 +31,9 @@ from app.engine.scheduler import Request, Scheduler
 
 #: a request's lengths: () → (prompt tokens, max_tokens)
 Lengths = Callable[[], tuple[int, int]]
-#: a user's next request: user → (prompt tokens, max_tokens, block hashes or None, turn, think s before it)
-NextRequest = Callable[[int], tuple[int, int, object, int, float]]
+#: a user's next request: user → (prompt tokens, max_tokens, block hashes or None, turn); its
+#: ``think(user)`` → the seconds the user thinks before sending it (asked first)
+NextRequest = Callable[[int], tuple[int, int, object, int]]
 
 
 @dataclass
@@ -107,9 +108,10 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     generator's ``settle``. The level stops sending once ``quota`` requests were sent after
     the warm-up (None: no quota) or ``step_s`` after it (None: no time limit), then
     drains. ``next_request`` (instead of ``lengths``): each user's next request with its
-    KV block hashes (the prefix cache of a scheduler with ``enable_prefix_caching``), its
-    conversation turn and the think time before it (s: the user sends it that long after
-    its previous request ended — a multi-turn workload). Raises ValueError when neither
+    KV block hashes (the prefix cache of a scheduler with ``enable_prefix_caching``) and
+    its conversation turn; ``next_request.think(user)``: the seconds the user thinks
+    before it (it sends that long after its previous request ended — a multi-turn
+    workload). Raises ValueError when neither
     ends the level."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
@@ -133,10 +135,8 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         if st["stopped"]:
             return
         hashes, turn = None, 0
-        if next_request is not None:
-            p, o, hashes, turn, think = next_request(uid)
-            if not first:
-                t += think
+        if next_request is not None and not first:
+            t += next_request.think(uid)  # type: ignore[attr-defined]
         if not st["settled"] and t >= warmup_s + step:  # it did not settle in time: the warm-up stands
             settle(warmup_s)
         if t >= st["deadline"]:
@@ -149,6 +149,8 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             st["issued"] += 1
         if next_request is None:
             p, o = lengths()
+        else:  # drawn once the request is sent, as the load generator draws it
+            p, o, hashes, turn = next_request(uid)
         st["n"] += 1
         arrive = t + request_overhead_s
         f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive, block_hashes=hashes), ended, turn=turn)

@@ -196,8 +196,7 @@ class Scheduler:
             if h not in cache:
                 cache[h] = 1
                 r.held.append(h)
-        if full > r.n_hashed:
-            r.n_hashed = full
+        r.n_hashed = r.computed // BLOCK  # blocks past its hashes (none given) are not looked at again
 
     # ------------------------------------------------------------------ queue
     def add(self, req: Request) -> None:
@@ -323,8 +322,8 @@ class Scheduler:
             if not r.running:
                 continue  # aborted meanwhile
             r.computed += n
-            if r.block_hashes and self.enable_prefix_caching:
-                self._cache_computed(r)
+            if r.computed >= (r.n_hashed + 1) * BLOCK and r.block_hashes and self.enable_prefix_caching:
+                self._cache_computed(r)  # a block became full
             if r.computed < r.prompt_len + r.output:
                 continue
             if r.first_token is None:

@@ -120,25 +120,30 @@ class Workload:
         full = pre // BLOCK if j is not None else 0
         return [("prefix", j, b) if b < full else ("conv", cid, b) for b in range(total // BLOCK)]
 
-    def __call__(self, user: int) -> tuple[int, int, list, int, float]:
+    def think(self, user: int) -> float:
+        """Seconds ``user`` thinks before its next request: exponential (mean ``think_s``)
+        while its conversation has turns left, 0 before a new one (the generator's rule)."""
+        mt, conv = self.spec.multi_turn, self.convs.get(user)
+        if mt is None or mt.think_s <= 0 or conv is None or conv[2] >= conv[1]:
+            return 0.0
+        return self.think_rng.expovariate(1.0 / mt.think_s)
+
+    def __call__(self, user: int) -> tuple[int, int, list, int]:
         p, o = self.sampler.next()
         mt = self.spec.multi_turn
         conv = self.convs.get(user)
         if mt is None:  # one request, one "conversation" of one turn
             conv = self._new()
-            return conv[4] + p, o, self._hashes(conv, conv[4] + p + o), 0, 0.0
-        think = 0.0
-        if conv is not None and conv[2] < conv[1]:
-            if self.max_model_len is not None and conv[3] + p + TURN_OVERHEAD_TOKENS + o > self.max_model_len:
-                conv = None
-            elif mt.think_s > 0:
-                think = self.think_rng.expovariate(1.0 / mt.think_s)
+            return conv[4] + p, o, self._hashes(conv, conv[4] + p + o), 0
+        if (conv is not None and conv[2] < conv[1] and self.max_model_len is not None
+                and conv[3] + p + TURN_OVERHEAD_TOKENS + o > self.max_model_len):
+            conv = None  # the next turn would not fit: a new conversation
         if conv is None or conv[2] >= conv[1]:
             conv = self.convs[user] = self._new()
         prompt = conv[3] + p + (conv[4] if conv[2] == 0 else 0)
         conv[2] += 1
         conv[3] = prompt + o  # the reply joins the history (ignore_eos: max_tokens of it)
-        return prompt, o, self._hashes(conv, prompt + o), conv[2], think
+        return prompt, o, self._hashes(conv, prompt + o), conv[2]
 
 
 @dataclass
@@ -197,8 +202,11 @@ def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
     if spec.mode != "concurrency":
         raise ValueError("the engine predicts closed-loop concurrency ramps only (mode: concurrency)")
     sampler = LengthSampler.of(spec)
+    # with prefix caching every request carries its blocks' identities, as the sim's do: a
+    # plain request shares none, but one preempted and admitted again finds its own blocks
     workload = (Workload(spec, sampler, limits.max_model_len)
-                if spec.shared_prefix is not None or spec.multi_turn is not None else None)
+                if spec.shared_prefix is not None or spec.multi_turn is not None or limits.enable_prefix_caching
+                else None)
     steps: list[StepStats] = []
     records: list[RequestRecord] = []
     judged: list[tuple[int, float, bool]] = []
