@@ -32,6 +32,7 @@ from app.cli.common import (
     write_or_print,
 )
 from app.config import add_server_options
+from app.loadgen.stats import turns_text
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
@@ -170,6 +171,9 @@ def cmd_run(a: argparse.Namespace) -> int:
     print()
     if res.steps:
         print(level_table([st.model_dump() for st in res.steps], slo=not p.ramp.slo.is_empty()))
+        for st in res.steps:  # a multi-turn ramp: TTFT by conversation turn
+            if st.turns:
+                print(f"  level {st.level:g}, TTFT p50/p99 by turn: {turns_text(st.turns)}")
     if res.knee:
         print(res.knee.describe())
     print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))
