@@ -133,7 +133,9 @@ def test_the_sim_and_the_plan_step_with_one_model():
     p = sim_plan(prof.server_config(), "RTX 4090", 8, Workload())
     for args in ((1, 600.0, 0, 0.0), (16, 16 * 700.0, 512, 512 * 256.0), (0, 0.0, 2048, 2048 * 1024.0)):
         assert ma.StepModel(sp).step_time(*args) == pytest.approx(p.perf.step_time(*args))
-    assert p.engine_limits() == EngineLimits(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens)
+    # prefix caching at vLLM V1's default (on) and the context bound: the engine's, for shared-prefix/multi-turn ramps
+    assert p.engine_limits() == EngineLimits(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens,
+                                             enable_prefix_caching=True, max_model_len=sp.max_model_len)
 
 
 def test_plan_cli_prints_predicted_users_at_slo():

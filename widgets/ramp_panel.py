@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.loadgen.prompts import dataset_lengths
-from app.loadgen.spec import CapacitySearch, RampSpec, parse_length
+from app.loadgen.spec import CapacitySearch, RampSpec, parse_length, parse_multi_turn, parse_shared_prefix
 from widgets.length_histogram import LengthHistogram
 
 
@@ -153,6 +153,19 @@ class RampPanel(QWidget):
         self.endpoint = QComboBox()
         self.endpoint.addItems(["/v1/completions", "/v1/chat/completions"])
         f.addRow("Endpoint", self.endpoint)
+        self.multi_turn = QLineEdit()
+        self.multi_turn.setPlaceholderText("off — turns[:think s], e.g. 4:2")
+        self.multi_turn.setToolTip("Multi-turn conversations: each user holds a conversation of about TURNS turns "
+                                   "(±25 % with Vary), sending its history and the replies each turn, thinking "
+                                   "THINK s (mean, exponential) between turns; a level's users are conversations in "
+                                   "progress. Results show TTFT per turn. Empty: off")
+        f.addRow("Multi-turn", self.multi_turn)
+        self.shared_prefix = QLineEdit()
+        self.shared_prefix.setPlaceholderText("off — tokens:fraction[:count], e.g. 1024:0.5:4")
+        self.shared_prefix.setToolTip("Shared prefixes: COUNT (default 1) system prompts/documents of TOKENS tokens; "
+                                      "a FRACTION of requests starts with one of them (seeded), the rest are fresh — "
+                                      "as vllm bench's prefix_repetition dataset. Empty: off")
+        f.addRow("Shared prefix", self.shared_prefix)
         v.addWidget(g)
 
         s = QGroupBox("SLO (p99; 0 = none)")
@@ -198,7 +211,7 @@ class RampPanel(QWidget):
         v.addStretch(1)
         self.traffic.currentIndexChanged.connect(self._mode_changed)
         self._mode_changed()
-        for w in (self.levels, self.prompt, self.output):
+        for w in (self.levels, self.prompt, self.output, self.multi_turn, self.shared_prefix):
             w.textChanged.connect(self.shape_changed)
         for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot, self.burstiness, self.max_conc):
             w.valueChanged.connect(self.shape_changed)
@@ -312,6 +325,7 @@ class RampPanel(QWidget):
         if self.prompts_file.text().strip():
             kw["prompts_file"] = self.prompts_file.text().strip()
             kw.update(self.dataset_extra)
+        kw.update(self._workload())
         if "search" in kw:
             kw["step_seconds"] = max(kw["step_seconds"], SEARCH_MIN_CAP_S)
         try:
@@ -319,6 +333,17 @@ class RampPanel(QWidget):
         except ValidationError as e:
             raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'ramp'}: {er['msg']}"
                                        for er in e.errors())) from None
+
+    def _workload(self) -> dict[str, Any]:
+        """The Multi-turn and Shared prefix fields as RampSpec fields (as plain dicts);
+        raises ValueError naming the field and its form."""
+        out: dict[str, Any] = {}
+        for key, w, parse in (("multi_turn", self.multi_turn, parse_multi_turn),
+                              ("shared_prefix", self.shared_prefix, parse_shared_prefix)):
+            text = w.text().strip()
+            if text:
+                out[key] = parse(text).model_dump()
+        return out
 
     def plan_ramp(self) -> RampSpec | None:
         """The ramp the plan predicts (its levels, level shape, lengths and SLO): the form
@@ -359,6 +384,12 @@ class RampPanel(QWidget):
         self.dataset_extra = {k: ramp[k] for k in ("prompts_format", "prompts_column", "output_cap")
                               if ramp.get(k) is not None}
         self.prompts_file.setText(str(pf) if pf else "")
+        mt = ramp.get("multi_turn") or {}
+        self.multi_turn.setText(f"{float(mt['turns']):g}" + (f":{float(mt['think_s']):g}" if mt.get("think_s") else "")
+                                if mt.get("turns") else "")
+        sp = ramp.get("shared_prefix") or {}
+        self.shared_prefix.setText(f"{int(sp['tokens'])}:{float(sp['fraction']):g}:{int(sp.get('count', 1))}"
+                                   if sp.get("tokens") else "")
 
     def to_profile(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(parse_levels(self.levels.text(), self.mode))
@@ -380,6 +411,7 @@ class RampPanel(QWidget):
         if self.prompts_file.text().strip():
             d["prompts_file"] = self.prompts_file.text().strip()
             d.update(self.dataset_extra)
+        d.update(self._workload())
         return d
 
     # ------------------------------------------------------------------ progress

@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.loadgen.arrivals import SHORT_FRACTION
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
+from app.loadgen.stats import turns_text
 from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
 
 
@@ -35,6 +36,15 @@ VERDICT_STYLE = ("#verdict { background:#e8f1fb; border:1px solid #2f6db5; borde
 
 def _ms(x: float | None) -> str:
     return "–" if x is None else f"{x * 1000:.1f}"
+
+
+def _turns_ms(s: Any) -> str:
+    """A multi-turn level's TTFT p50 per conversation turn, ms: ``66 · 101 · 106`` (turn
+    1, 2, 3 …; the whole figures in the cell's tooltip); "–" for other ramps."""
+    turns = getattr(s, "turns", None) or []
+    if not turns:
+        return "–"
+    return " · ".join("–" if t.ttft_p50 is None else f"{t.ttft_p50 * 1e3:.0f}" for t in turns[:8]) + (" …" if len(turns) > 8 else "")
 
 
 def _s(x: float | None) -> str:
@@ -84,7 +94,9 @@ COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
     ("E2E p50 s", lambda s: _s(s.e2e_p50)),
     ("E2E p99 s", lambda s: _s(s.e2e_p99)),
     ("Failures", lambda s: f"{s.failure_rate:.1%}"),
+    ("TTFT p50 by turn ms", _turns_ms),
 ]
+TURNS_COLUMN = next(i for i, (_, fn) in enumerate(COLUMNS) if fn is _turns_ms)
 
 
 class ResultsTable(QWidget):
@@ -203,6 +215,8 @@ class ResultsTable(QWidget):
                 if col == 1 and getattr(st, "rate_short", None):  # achieved < 95 % of offered: say why
                     it.setForeground(Qt.red if st.rate_short != "draw" else Qt.darkYellow)
                     it.setToolTip(st.rate_note)
+                if col == TURNS_COLUMN and getattr(st, "turns", None):
+                    it.setToolTip("TTFT p50/p99 by conversation turn: " + turns_text(st.turns))
                 self.table.setItem(row, col, it)
         self._fill_server()
 

@@ -498,3 +498,29 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
     if getattr(a, "sim_engine_dies_at_request", None) is not None:
         out += ["--sim-engine-dies-at-request", str(a.sim_engine_dies_at_request)]
     return out
+
+
+def add_workload_options(p: argparse.ArgumentParser) -> None:
+    """``--multi-turn`` and ``--shared-prefix`` (issue 20, items 2 and 3), shared by
+    ``ramp``, ``run`` and ``tune``; :func:`workload_kw` turns them into RampSpec fields."""
+    # deferred: the load generator's spec only for the commands that take a workload
+    from app.loadgen.spec import parse_multi_turn, parse_shared_prefix
+
+    p.add_argument("--multi-turn", type=from_parser(parse_multi_turn, "TURNS[:THINK_S]"), metavar="TURNS[:THINK_S]",
+                   help="each user holds a conversation of about TURNS turns (±25 %%, see --fixed-lengths), "
+                        "sending its history each turn, thinking THINK_S s (mean, exponential) between turns; "
+                        "per-turn TTFT is reported")
+    p.add_argument("--shared-prefix", type=from_parser(parse_shared_prefix, "TOKENS:FRACTION[:COUNT]"),
+                   metavar="TOKENS:FRACTION[:COUNT]",
+                   help="COUNT (default 1) shared prefixes of TOKENS tokens; a FRACTION of requests starts with "
+                        "one of them (as vllm bench's prefix_repetition dataset)")
+
+
+def workload_kw(a: argparse.Namespace) -> dict:
+    """The RampSpec fields of :func:`add_workload_options`' options that were given."""
+    kw: dict = {}
+    if getattr(a, "multi_turn", None) is not None:
+        kw["multi_turn"] = a.multi_turn
+    if getattr(a, "shared_prefix", None) is not None:
+        kw["shared_prefix"] = a.shared_prefix
+    return kw

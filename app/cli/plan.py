@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.cli.common import (
     BadInput,
+    add_workload_options,
     config_from_args,
     executable,
     input_file,
@@ -80,6 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "±25 %% of them, seeded, as vllm-dyno ramp sends them)")
     p.add_argument("--seed", type=seed_number, default=0,
                    help="seed of the request lengths (as vllm-dyno ramp --seed)")
+    add_workload_options(p)  # --multi-turn, --shared-prefix: predicted with the prefix cache
     p.add_argument("--warmup-seconds", type=seconds, default=0.0,
                    help="warm-up of each predicted level, rig s (as vllm-dyno ramp; default 0)")
     p.add_argument("--step-seconds", type=positive_seconds, default=20.0,
@@ -168,9 +170,12 @@ def workload_from_args(a: argparse.Namespace):
     from app.planner.plan import Workload
 
     slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
+    mt, sp = a.multi_turn, a.shared_prefix
     return Workload(a.prompt_tokens, a.output_tokens, tuple(a.levels) if a.levels else None,
                     0.0 if a.fixed_lengths else 0.25, a.seed, a.warmup_seconds, a.step_seconds,
-                    None if slo.is_empty() else slo)
+                    None if slo.is_empty() else slo,
+                    multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
+                    shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None)
 
 
 def cmd_what_if(a: argparse.Namespace) -> int:

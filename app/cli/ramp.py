@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from app.cli.common import (
     add_security_options,
+    add_workload_options,
     apply_api_key_file,
     fraction,
     from_parser,
@@ -34,12 +35,13 @@ from app.cli.common import (
     seconds,
     seed_number,
     unsaved_text,
+    workload_kw,
 )
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
 from app.loadgen.datasets import BUILTIN, FORMATS, HF, DatasetError, load_dataset, summary_text, text_histogram
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import RampSpec, parse_length
-from app.loadgen.stats import StepStats
+from app.loadgen.stats import StepStats, turns_text
 from app.run.events import RunListener
 
 
@@ -95,6 +97,7 @@ def register(sub) -> None:
                         "from the answers when the records have them")
     p.add_argument("--prompts-format", choices=FORMATS, help="the --prompts-file format (default: detected)")
     p.add_argument("--prompts-column", help="CSV/Parquet: the text column (default: prompt, text or question)")
+    add_workload_options(p)
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=non_negative, default=0.0)
     p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
@@ -133,7 +136,7 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
                         "failure_rate": a.slo_failure_rate},
                 "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency,
-                "burstiness": a.burstiness}
+                "burstiness": a.burstiness, **workload_kw(a)}
     if a.prompts_file:
         try:  # read here so that the message names the option (the spec reads it again, from the cache)
             load_dataset(a.prompts_file, a.prompts_format, a.prompts_column)
@@ -263,6 +266,11 @@ def print_result(res, out=None, *, slo: bool = True) -> None:
         last = next((st for st in reversed(res.steps) if st.server is not None and st.server.notes), None)
         if last is not None:
             out.write(f"level {_fmt_level(last)}, client vs server: " + "; ".join(last.server.notes) + "\n")
+        if any(st.turns for st in res.steps):
+            out.write("\nTTFT p50/p99 by conversation turn:\n")
+            for st in res.steps:
+                if st.turns:
+                    out.write(f"  {_fmt_level(st)}: {turns_text(st.turns)}\n")
     out.write("\n" + (res.knee.describe() if res.knee else "no knee found in these levels") + "\n")
     out.write(f"ramp {res.status}: {res.stop_reason}\n")
     verdict = getattr(res, "verdict", None)

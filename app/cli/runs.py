@@ -16,6 +16,8 @@ import threading
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_workload_options,
+    workload_kw,
     err,
     executable,
     fmt,
@@ -32,6 +34,7 @@ from app.cli.common import (
     write_or_print,
 )
 from app.config import add_server_options
+from app.loadgen.stats import turns_text
 
 
 def cmd_runs(a: argparse.Namespace) -> int:
@@ -124,6 +127,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         over["step_seconds"] = a.step_seconds
     if a.max_total_seconds is not None:
         over["max_total_seconds"] = a.max_total_seconds
+    over.update({k: v.model_dump() for k, v in workload_kw(a).items()})
     if over:
         try:
             p.ramp_spec("http://127.0.0.1:1", None, **over)
@@ -180,6 +184,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         server = server_table([st.model_dump() for st in res.steps])
         if server:
             print("\nthe server's own figures (/metrics):\n" + server)
+        for st in res.steps:  # a multi-turn ramp: TTFT by conversation turn
+            if st.turns:
+                print(f"  level {st.level:g}, TTFT p50/p99 by turn: {turns_text(st.turns)}")
     if res.knee:
         print(res.knee.describe())
     print(f"status: {res.status}" + (f" — {res.reason}" if res.reason else ""))
@@ -250,6 +257,7 @@ def register(sub) -> None:
                         "(1 = Poisson; < 1 burstier, > 1 more uniform)")
     x.add_argument("--step-seconds", type=positive_seconds, help="override the seconds per level")
     x.add_argument("--max-total-seconds", type=positive_seconds, help="cap the whole ramp")
+    add_workload_options(x)  # --multi-turn, --shared-prefix: the workload of the profile's ramp
     x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
     x.add_argument("--trust-env", action="store_true",

@@ -22,6 +22,7 @@ from typing import Any
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_workload_options,
     add_sim_options,
     apply_api_key_file,
     config_from_args,
@@ -94,6 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--prompt-tokens", type=positive_int, help="mean prompt tokens (default 512)")
     w.add_argument("--output-tokens", type=positive_int, help="mean output tokens (default 128)")
     w.add_argument("--fixed-lengths", action="store_true", help="every request exactly these lengths (default ±25 %%)")
+    add_workload_options(w)  # --multi-turn, --shared-prefix: predicted (prefix cache) and measured alike
     w.add_argument("--seed", type=seed_number, help="seed of the request lengths")
     w.add_argument("--slo-ttft-p99", type=positive_seconds, help="TTFT p99 bound, s")
     w.add_argument("--slo-tpot-p99", type=positive_seconds, help="TPOT p99 bound, s per token")
@@ -195,7 +197,10 @@ def _spec_from_args(a: argparse.Namespace):
             sim_args=sim_args, python=python, vllm_version=version, prompt_tokens=pt, output_tokens=ot,
             length_spread=spread, seed=seed, objective=a.objective, max_launches=a.max_launches,
             max_minutes=a.max_minutes, requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
-            max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace)
+            max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace,
+            multi_turn=a.multi_turn if a.multi_turn is not None else (ramp.multi_turn if ramp is not None else None),
+            shared_prefix=(a.shared_prefix if a.shared_prefix is not None
+                           else (ramp.shared_prefix if ramp is not None else None)))
     except ValueError as e:
         raise BadInput(str(e)) from None
 

@@ -31,6 +31,9 @@ from app.engine.scheduler import Request, Scheduler
 
 #: a request's lengths: () → (prompt tokens, max_tokens)
 Lengths = Callable[[], tuple[int, int]]
+#: a user's next request: user → (prompt tokens, max_tokens, block hashes or None, turn); its
+#: ``think(user)`` → the seconds the user thinks before sending it (asked first)
+NextRequest = Callable[[int], tuple[int, int, object, int]]
 
 
 @dataclass
@@ -46,6 +49,7 @@ class Flight:
     then: Callable[["Flight", float], None] | None = None  # (this flight, end time): the user's next send
     tokens: list[float] = field(default_factory=list)
     engine: int = 0
+    turn: int = 0  # its conversation turn (multi-turn workloads; 0: none)
 
     def on_token(self, req: Request, t: float) -> None:
         self.tokens.extend([t] * max(1, req.output - len(self.tokens)))
@@ -98,7 +102,8 @@ class _Engine:
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
               step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
               engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0,
-              send_times: Iterator[float] | None = None, max_concurrency: int | None = None) -> LevelRun:
+              send_times: Iterator[float] | None = None, max_concurrency: int | None = None,
+              next_request: NextRequest | None = None) -> LevelRun:
     """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
     ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
     order they are sent; user u sends its first at u·``send_gap_s``. The warm-up ends at
@@ -113,7 +118,12 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     deadline then, as the load generator's arrivals are — and is sent at once, or, with
     ``max_concurrency`` requests in flight, when one of them ends (the generator's
     semaphore); an arrival still waiting when the level stops sending is never sent.
-    ``LevelRun.arrivals`` lists them."""
+    ``LevelRun.arrivals`` lists them.
+
+    ``next_request`` (instead of ``lengths``): each user's next request with its KV block
+    hashes (the prefix cache of a scheduler with ``enable_prefix_caching``) and its
+    conversation turn; ``next_request.think(user)``: the seconds the user thinks before it
+    (it sends that long after its previous request ended — a multi-turn workload)."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
     open_loop = send_times is not None
@@ -148,16 +158,24 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             st["issued"] += 1
         return True
 
-    def send(uid: int, t: float) -> None:
-        """User ``uid`` wants to send at ``t``."""
+    def send(uid: int, t: float, first: bool = False) -> None:
+        """User ``uid`` wants to send at ``t`` (a multi-turn user after thinking)."""
+        if st["stopped"]:
+            return
+        if next_request is not None and not first:
+            t += next_request.think(uid)  # type: ignore[attr-defined]
         if may_issue(t):
             issue(uid, t)
 
     def issue(uid: int, t: float) -> None:
-        p, o = lengths()
+        hashes, turn = None, 0
+        if next_request is None:
+            p, o = lengths()
+        else:  # drawn once the request is sent, as the load generator draws it
+            p, o, hashes, turn = next_request(uid)
         st["n"] += 1
         arrive = t + request_overhead_s
-        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive), ended)
+        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive, block_hashes=hashes), ended, turn=turn)
         f.req.sink = f
         flights.append(f)
         st["in_flight"] += 1
@@ -204,7 +222,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         return [(len(e.sched.waiting), len(e.sched.running), e.sched.kv_usage) for e in engs]
 
     for u in range(0 if open_loop else users):
-        send(u, u * send_gap_s)
+        send(u, u * send_gap_s, first=True)
     t_end = 0.0
     while True:
         # the next event time: steps that end then complete first, then the arrivals then are

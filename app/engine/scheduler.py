@@ -8,7 +8,24 @@ the block it needs, the most recently admitted running request is preempted by
 recompute (its blocks are freed, it goes back to the front of the waiting queue and
 will prefill prompt + output so far again). A request samples one token each time all
 its tokens are computed. Source: vLLM V1 ``vllm/v1/core/sched/scheduler.py``
-(behaviour, not code); prefix caching is not simulated.
+(behaviour, not code).
+
+Prefix caching (``enable_prefix_caching``; vLLM V1's default is on:
+vllm/config/cache.py ``enable_prefix_caching: bool = True``, 0.32.0), as vLLM's KV cache
+manager (vllm/v1/core/kv_cache_manager.py, block_pool.py, 0.32.0): a request that
+carries ``block_hashes`` (one chained hash per full block of its tokens,
+:func:`block_hashes`) is looked up when it is admitted: its longest run of leading
+blocks already cached is taken over — those tokens are not prefilled — capped at
+``num_tokens − 1`` tokens (vLLM recomputes the last token for its logits:
+``max_cache_hit_length``). Only full blocks are cached, each once it is computed (prompt
+and output blocks alike); a finished, aborted or preempted request's blocks return to the
+free pool but stay cached until a new allocation evicts them, least recently freed
+first (a request's later blocks before its earlier ones, as vLLM frees them in reverse).
+Deviation: fresh (never cached) free blocks are allocated before any cached free block
+is evicted, where vLLM's single free queue mixes them by the time they were freed.
+Queries and hits are counted in tokens for requests admitted for the first time
+(``prefix_queries``, ``prefix_hits``: vLLM's ``PrefixCacheStats.record``, preempted
+requests counted apart, vllm/v1/metrics/stats.py 0.32.0).
 
 Speculative decoding (``spec_tokens`` = k > 0, vLLM's ``--speculative-config``
 ``num_speculative_tokens``): a decoding request is scheduled with its last token plus k
@@ -31,9 +48,24 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Hashable, Protocol, Sequence
 
 BLOCK = 16
+
+
+def block_hashes(tokens: Sequence[Hashable], block: int = BLOCK, parent: Hashable = None) -> list[int]:
+    """One hash per full block of ``block`` tokens, each chained to the one before (as
+    vLLM's ``hash_block_tokens``: a block's identity is its tokens and all the tokens
+    before it); a trailing partial block gets none. ``tokens``: any hashable token
+    identities (ids or strings); ``parent``: the hash before the first block (e.g. a
+    LoRA or a salt). Hashes are Python's (stable within one process, which is the
+    cache's lifetime)."""
+    out: list[int] = []
+    h = hash(("dyno-prefix", parent))
+    for i in range(0, len(tokens) - block + 1, block):
+        h = hash((h, tuple(tokens[i:i + block])))
+        out.append(h)
+    return out
 
 
 class Sink(Protocol):
@@ -55,10 +87,10 @@ class Request:
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "eos_at", "arrival", "output", "computed", "blocks",
                  "first_scheduled", "first_token", "last_token", "finish_reason", "sink", "preemptions",
-                 "running")
+                 "running", "block_hashes", "held", "n_hashed", "cached_tokens")
 
     def __init__(self, rid: str, prompt_len: int, max_tokens: int, arrival: float, eos_at: int | None = None,
-                 sink: Sink | None = None) -> None:
+                 sink: Sink | None = None, block_hashes: Sequence[Hashable] | None = None) -> None:
         self.rid = rid
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens
@@ -74,6 +106,11 @@ class Request:
         self.sink = sink
         self.preemptions = 0
         self.running = False
+        #: the hashes of its full blocks, prompt then output (:func:`block_hashes`); None: not cacheable
+        self.block_hashes = block_hashes
+        self.held: list = []  # hashes of the cached blocks it holds a reference to
+        self.n_hashed = 0  # its leading blocks already looked at for caching
+        self.cached_tokens = 0  # prompt tokens taken from the prefix cache at its (first) admission
 
     @property
     def num_tokens(self) -> int:
@@ -108,13 +145,14 @@ class Scheduler:
     ``on_finished(req, t)`` and ``on_first_token(req, t)`` are optional hooks (metrics);
     ``on_token(req, t)`` once per later output chunk. ``spec_tokens`` k and ``accept``:
     speculative decoding (module docstring); ``step_time`` then also gets the step's draft
-    tokens (Σ k over the decoding requests) as a fifth argument."""
+    tokens (Σ k over the decoding requests) as a fifth argument. ``enable_prefix_caching``:
+    requests with ``block_hashes`` reuse cached full blocks (module docstring)."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
                  on_first_token: Callable[[Request, float], None] | None = None,
                  on_finished: Callable[[Request, float], None] | None = None,
                  on_token: Callable[[Request, float], None] | None = None, spec_tokens: int = 0,
-                 accept: Accept | None = None) -> None:
+                 accept: Accept | None = None, enable_prefix_caching: bool = False) -> None:
         if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError("num_blocks, max_num_seqs and max_num_batched_tokens must be >= 1")
         self.num_blocks = num_blocks
@@ -138,6 +176,61 @@ class Scheduler:
         self.spec_draft_tokens = 0
         self.spec_accepted = 0
         self.spec_accepted_per_pos = [0] * spec_tokens
+        self.enable_prefix_caching = enable_prefix_caching
+        self.cache: dict = {}  # block hash → requests holding it (0: free, evictable)
+        self.free_cached: collections.OrderedDict = collections.OrderedDict()  # free cached blocks, LRU first
+        self.prefix_queries = 0  # tokens looked up (requests admitted for the first time)
+        self.prefix_hits = 0  # of them, tokens found cached
+
+    # ------------------------------------------------------------------ KV blocks
+    def _alloc(self, n: int) -> None:
+        """Take ``n`` free blocks: fresh ones first, then the least recently freed cached
+        ones (evicted from the cache). The caller checked ``n <= free_blocks``."""
+        fresh = self.free_blocks - len(self.free_cached)
+        self.free_blocks -= n
+        for _ in range(n - fresh if n > fresh else 0):
+            h, _ = self.free_cached.popitem(last=False)
+            del self.cache[h]
+
+    def _release(self, r: Request) -> None:
+        """``r`` gives back its blocks (finished, aborted or preempted): cached ones stay
+        cached, free and evictable, its last block first in line."""
+        self.free_blocks += r.blocks
+        r.blocks = 0
+        for h in reversed(r.held):
+            c = self.cache[h] - 1
+            self.cache[h] = c
+            if c == 0:
+                self.free_cached[h] = None
+        r.held = []
+        r.n_hashed = 0
+
+    def _lookup(self, r: Request) -> list:
+        """The hashes of ``r``'s leading blocks found cached (at most ``num_tokens − 1``
+        tokens' worth, vLLM's ``max_cache_hit_length``)."""
+        hs = r.block_hashes
+        if not self.enable_prefix_caching or not hs:
+            return []
+        cap = (r.prompt_len + r.output - 1) // BLOCK
+        hit = []
+        for h in hs[:cap]:
+            if h not in self.cache:
+                break
+            hit.append(h)
+        return hit
+
+    def _cache_computed(self, r: Request) -> None:
+        """Cache ``r``'s blocks that became full and computed (a block another request
+        cached first stays ``r``'s own, uncached, as in vLLM)."""
+        hs = r.block_hashes
+        full = min(r.computed // BLOCK, len(hs))
+        cache = self.cache
+        for i in range(r.n_hashed, full):
+            h = hs[i]
+            if h not in cache:
+                cache[h] = 1
+                r.held.append(h)
+        r.n_hashed = r.computed // BLOCK  # blocks past its hashes (none given) are not looked at again
 
     # ------------------------------------------------------------------ queue
     def add(self, req: Request) -> None:
@@ -156,8 +249,7 @@ class Scheduler:
                 self.waiting.remove(req)
             except ValueError:
                 pass
-        self.free_blocks += req.blocks
-        req.blocks = 0
+        self._release(req)
 
     @property
     def has_work(self) -> bool:
@@ -172,8 +264,7 @@ class Scheduler:
     def _preempt_last(self) -> Request:
         victim = self.running.pop()
         victim.running = False
-        self.free_blocks += victim.blocks
-        victim.blocks = 0
+        self._release(victim)
         victim.computed = 0
         victim.preemptions += 1
         self.num_preemptions += 1
@@ -210,7 +301,7 @@ class Scheduler:
             if not r.running:
                 break  # r itself was preempted: nothing further fits
             if want > 0:
-                self.free_blocks -= want
+                self._alloc(want)
                 r.blocks += want
             work.append((r, n))
             budget -= n
@@ -229,13 +320,30 @@ class Scheduler:
         if not preempted:
             while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
                 r = self.waiting[0]
-                need = r.prompt_len + r.output - r.computed
+                hit = self._lookup(r) if r.computed == 0 else []
+                computed = len(hit) * BLOCK if hit else r.computed
+                need = r.prompt_len + r.output - computed
                 n = need if need < budget else budget
-                want = -(-(r.computed + n) // BLOCK) - r.blocks
-                if want > self.free_blocks:
+                want = -(-(computed + n) // BLOCK) - r.blocks - len(hit)
+                revived = sum(1 for h in hit if self.cache[h] == 0)  # free cached blocks it takes back
+                if want + revived > self.free_blocks:
                     break
                 self.waiting.popleft()
-                self.free_blocks -= want
+                if r.block_hashes and self.enable_prefix_caching and r.computed == 0:
+                    for h in hit:
+                        if self.cache[h] == 0:
+                            del self.free_cached[h]
+                            self.free_blocks -= 1
+                        self.cache[h] += 1
+                    r.held = list(hit)
+                    r.n_hashed = len(hit)
+                    r.blocks += len(hit)
+                    r.computed = computed
+                    if r.preemptions == 0:
+                        self.prefix_queries += r.prompt_len
+                        self.prefix_hits += computed
+                        r.cached_tokens = computed
+                self._alloc(want)
                 r.blocks += want
                 r.running = True
                 running.append(r)
@@ -270,6 +378,8 @@ class Scheduler:
                 emit += a
             else:
                 r.computed += n
+            if r.computed >= (r.n_hashed + 1) * BLOCK and r.block_hashes and self.enable_prefix_caching:
+                self._cache_computed(r)  # a block became full
             if r.computed < r.prompt_len + r.output:
                 continue
             if r.first_token is None:
@@ -293,8 +403,7 @@ class Scheduler:
             if r.finish_reason is not None:
                 finished = True
                 r.running = False
-                self.free_blocks += r.blocks
-                r.blocks = 0
+                self._release(r)
                 if self.on_finished:
                     self.on_finished(r, t)
                 if r.sink is not None:

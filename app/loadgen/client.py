@@ -163,7 +163,8 @@ class _FeedClock:
 
 async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, *, level_idx: int,
                          level: float, t0: float, timeout: aiohttp.ClientTimeout,
-                         headers: dict | None = None, est_prompt_tokens: int | None = None) -> RequestRecord:
+                         headers: dict | None = None, est_prompt_tokens: int | None = None,
+                         text_out: list[str] | None = None) -> RequestRecord:
     """Send one streaming request and time it; never raises for request failures.
 
     ``t0``: the session clock's origin (``time.monotonic()`` value); record times are
@@ -172,7 +173,9 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     ``disconnected`` (connect failure, reset, stream ended without ``[DONE]``) or
     ``server_error`` (error object mid-stream or an unreadable chunk). For a complete
     stream ``e2e`` ends at the last output chunk (as ``vllm bench serve``), not at
-    ``[DONE]``; for a failed one, when the failure was seen.
+    ``[DONE]``; for a failed one, when the failure was seen. ``text_out``: a list to
+    append the output text to, chunk by chunk (a multi-turn conversation sends the reply
+    it received back as history); None: the text is not kept.
     """
     mono = time.monotonic
     parser = SSEParser()
@@ -211,6 +214,13 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                 if choices:  # fast path: a token chunk (interpret() has the rules)
                                     if choice_has_output(choices[0]):
                                         arrivals.append(now)
+                                        if text_out is not None:
+                                            ch = choices[0]
+                                            t = ch.get("text")
+                                            if t is None:
+                                                t = (ch.get("delta") or {}).get("content")
+                                            if t:
+                                                text_out.append(t)
                                     u = obj.get("usage")
                                     if u:
                                         usage = (u.get("prompt_tokens"), u.get("completion_tokens"))
@@ -218,6 +228,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                 c = interpret(payload)
                                 if c.output:
                                     arrivals.append(now)
+                                    if text_out is not None and c.text:
+                                        text_out.append(c.text)
                                 if c.usage is not None:
                                     usage = c.usage
                                 if c.error is not None:

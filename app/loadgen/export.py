@@ -24,7 +24,7 @@ STEP_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "tot
                 "stop_reason", "slo_broken", "offered_rps", "achieved_rps", "n_scheduled", "n_delayed", "n_held",
                 "rate_short"]
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "tpot", "e2e", "prompt_tokens", "output_tokens",
-                   "tokens_source", "status", "error", "n_chunks"]
+                   "tokens_source", "status", "error", "n_chunks", "turn"]
 
 
 def summary(result: RampResult) -> dict:
@@ -93,7 +93,7 @@ def requests_csv(records: Iterable[RequestRecord]) -> str:
     w.writerow(REQUEST_COLUMNS)
     for r in records:
         row = [r.level_idx, r.level, r.t_start, r.ttft, r.tpot, r.e2e, r.prompt_tokens, r.output_tokens,
-               r.tokens_source, r.status, r.error, int(r.chunk_offsets.size)]
+               r.tokens_source, r.status, r.error, int(r.chunk_offsets.size), r.turn]
         w.writerow(["" if v is None else v for v in row])
     return buf.getvalue()
 

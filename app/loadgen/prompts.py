@@ -7,7 +7,10 @@ can tokenize (vLLM's ``/tokenize``), the runner measures the model's tokens per 
 on a sample and the word count is scaled so a prompt has about N of the model's
 tokens; the record keeps the server's own count from the usage chunk. Words are
 drawn per request, so prompts share no long prefix (prefix caching does not flatter
-TTFT).
+TTFT) — except where the ramp asks for it: a shared-prefix workload
+(:class:`SharedPrefixes`, ``RampSpec.shared_prefix``) puts one of a few fixed word
+sequences before a fraction of the prompts, and a multi-turn conversation
+(:class:`Conversation`, ``RampSpec.multi_turn``) re-sends its whole history each turn.
 """
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ import json
 import math
 import random
 
+from dataclasses import dataclass, field
+
 from app.loadgen.datasets import Dataset, Entry, length_histogram, output_of
-from app.loadgen.spec import RampSpec
+from app.loadgen.spec import RampSpec, SharedPrefix
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her they this have had not are but "
@@ -139,11 +144,72 @@ def needs_calibration(spec: RampSpec) -> bool:
     return ds is None or ds.synthetic
 
 
+class SharedPrefixes:
+    """The shared prefixes of a shared-prefix ramp (``RampSpec.shared_prefix``) and the
+    rule choosing which request starts with which: ``count`` texts of ``tokens`` of the
+    model's tokens each (synthetic words, ``tokens / tokens_per_word`` of them), made once
+    from ``Random(f"shared-prefix:{seed}")``; :meth:`next` draws, for each request in the
+    order sent (each conversation, in a multi-turn ramp), whether it gets one (probability
+    ``fraction``) and which (uniform) from ``Random(f"shared-prefix-choice:{seed}")`` — a
+    stream of its own, so the lengths (:class:`LengthSampler`) are drawn as without it.
+    The planner draws with the same rule (app.planner.predict)."""
+
+    def __init__(self, sp: SharedPrefix, seed: int = 0, tokens_per_word: float = 1.0) -> None:
+        self.spec = sp
+        rng = random.Random(f"shared-prefix:{seed}")
+        k = max(1, round(sp.tokens / (tokens_per_word if tokens_per_word > 0 else 1.0)))
+        self.texts = [" ".join(rng.choices(_WORDS, k=k)) for _ in range(sp.count)]
+        self.rng = random.Random(f"shared-prefix-choice:{seed}")
+
+    def next(self) -> int | None:
+        """The index of the prefix the next request starts with, or None (no prefix)."""
+        if self.rng.random() >= self.spec.fraction:
+            return None
+        return self.rng.randrange(self.spec.count)
+
+
+#: tokens a chat turn adds around its messages besides their text (role headers of the
+#: user message and the assistant reply; Llama-3's template spends 4–5 per message) —
+#: the margin :meth:`RequestFactory.next_turn` keeps below ``max_model_len``
+TURN_OVERHEAD_TOKENS = 16
+
+
+@dataclass
+class Conversation:
+    """One user's conversation in a multi-turn ramp. ``turns``: the turns it will have
+    (drawn: :meth:`RequestFactory.new_conversation`); ``turn``: the turns sent so far
+    (the number of the turn in flight while one is); ``messages``: the chat history
+    (``[{"role", "content"}]``, the assistant's replies as received); ``transcript``: the
+    same as one text (completions endpoint); ``tokens``: the history's length in tokens
+    after the last reply (the server's usage ``prompt_tokens + completion_tokens`` when
+    sent, else the estimate); ``prefix``: the shared prefix it started with (None)."""
+
+    turns: int
+    turn: int = 0
+    messages: list = field(default_factory=list)
+    transcript: str = ""
+    tokens: int = 0
+    prefix: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.turn >= self.turns
+
+    def reply(self, text: str, prompt_tokens: int | None, output_tokens: int, est_prompt: int) -> None:
+        """The reply to the turn in flight arrived: ``text`` as received, the token counts
+        of the request (``prompt_tokens`` None: the estimate ``est_prompt`` stands)."""
+        self.messages.append({"role": "assistant", "content": text})
+        self.transcript += text
+        self.tokens = (prompt_tokens if prompt_tokens is not None else est_prompt) + output_tokens
+
+
 class RequestFactory:
     """Makes the JSON bodies (bytes) of a ramp's requests, deterministic for a seed.
 
-    ``spec``: the RampSpec; ``model``: the served model name to put in the body.
-    :meth:`next` returns ``(body, estimated_prompt_tokens, max_tokens)``.
+    ``spec``: the RampSpec; ``model``: the served model name to put in the body;
+    ``max_model_len``: the server's (tokens; bounds a conversation's history, None: no
+    bound). :meth:`next` returns ``(body, estimated_prompt_tokens, max_tokens)``; in a
+    multi-turn ramp :meth:`next_turn` returns the conversation too.
     """
 
     def __init__(self, spec: RampSpec, model: str, seed: int | None = None,
@@ -154,16 +220,76 @@ class RequestFactory:
         self.model = model
         self.rng = random.Random(spec.seed if seed is None else seed)  # the prompts' words
         self.lengths = LengthSampler.of(spec, seed)
+        seed_ = spec.seed if seed is None else seed
+        self.prefixes = (SharedPrefixes(spec.shared_prefix, seed_, self.tokens_per_word)
+                         if spec.shared_prefix is not None else None)
+        self.turns_rng = random.Random(f"turns:{seed_}")  # each conversation's turn count
+        #: conversations ended before their drawn turns because the next turn would not fit max_model_len
+        self.cut_conversations = 0
 
     def _words(self, n: int) -> str:
         """A synthetic prompt of about ``n`` of the model's tokens."""
         return " ".join(self.rng.choices(_WORDS, k=max(1, round(n / self.tokens_per_word))))
 
+    def _with_prefix(self, idx: int | None, text: str, est: int) -> tuple[str, int]:
+        """``text`` after shared prefix ``idx`` (a blank line between; None: unchanged).
+        In a chat the prefix opens the user message (not a system message: some models'
+        chat templates refuse the system role)."""
+        if idx is None or self.prefixes is None:
+            return text, est
+        return self.prefixes.texts[idx] + "\n\n" + text, est + self.prefixes.spec.tokens
+
     def next(self) -> tuple[bytes, int, int]:
         entry, n, max_tokens = self.lengths.next_entry()
         if entry is not None and self.max_model_len:
             max_tokens = fit_context(n, max_tokens, self.max_model_len)
-        prompt = self._words(n) if entry is None or entry.prompt is None else entry.prompt
+        if entry is not None and entry.prompt is not None:  # a dataset's own prompt (no shared prefix: refused)
+            return self._body(entry.prompt, max_tokens), n, max_tokens
+        prompt, est = self._prompt(n)
+        if self.prefixes is not None:
+            prompt, est = self._with_prefix(self.prefixes.next(), prompt, est)
+        return self._body(prompt, max_tokens), est, max_tokens
+
+    def _prompt(self, n: int) -> tuple[str, int]:
+        """A synthetic prompt of about ``n`` tokens and its estimated length (``n``)."""
+        return self._words(n), n
+
+    def new_conversation(self) -> Conversation:
+        """A fresh conversation: its turn count drawn uniformly from
+        :meth:`RampSpec.turns_range` (``Random(f"turns:{seed}")``), its shared prefix (if
+        any) from :class:`SharedPrefixes`."""
+        lo, hi = self.spec.turns_range()
+        conv = Conversation(turns=_draw(self.turns_rng, (lo, hi)))
+        if self.prefixes is not None:
+            conv.prefix = self.prefixes.next()
+        return conv
+
+    def next_turn(self, conv: Conversation | None) -> tuple[Conversation, bytes, int, int]:
+        """The next request of a multi-turn user: ``(conversation, body, estimated prompt
+        tokens, max_tokens)``. The user's next message has the ramp's prompt length (the
+        lengths of :class:`LengthSampler`, drawn as for any request); the body holds the
+        whole history. A new conversation starts when ``conv`` is None (the first, or the
+        last one failed), has had all its turns, or its next turn would not fit
+        ``max_model_len`` (history + new message + :data:`TURN_OVERHEAD_TOKENS` +
+        ``max_tokens`` — counted in :attr:`cut_conversations`)."""
+        n, max_tokens = self.lengths.next()
+        text, est = self._prompt(n)
+        if conv is not None and not conv.done and self.max_model_len is not None and (
+                conv.tokens + est + TURN_OVERHEAD_TOKENS + max_tokens > self.max_model_len):
+            self.cut_conversations += 1
+            conv = None
+        if conv is None or conv.done:
+            conv = self.new_conversation()
+        if conv.turn == 0:
+            text, est = self._with_prefix(conv.prefix, text, est)
+        conv.turn += 1
+        conv.messages.append({"role": "user", "content": text})
+        conv.transcript += ("\n\n" if conv.transcript else "") + text
+        est += conv.tokens
+        prompt = list(conv.messages) if self.spec.chat else conv.transcript
+        return conv, self._body(prompt, max_tokens), est, max_tokens
+
+    def _body(self, prompt: object, max_tokens: int) -> bytes:
         body: dict = {"model": self.model, "stream": True, "max_tokens": max_tokens,
                       "temperature": self.spec.temperature, "stream_options": {"include_usage": True}}
         if self.spec.ignore_eos:
@@ -174,4 +300,4 @@ class RequestFactory:
             if isinstance(prompt, list):  # messages given but completions endpoint: flatten
                 prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
             body["prompt"] = prompt
-        return json.dumps(body).encode(), n, max_tokens
+        return json.dumps(body).encode()

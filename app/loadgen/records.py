@@ -43,6 +43,8 @@ class RequestRecord:
     (``counted``) and prompt tokens = the generator's estimate (``estimated``).
     ``status``: ``ok``, ``http_<code>``, ``timeout``, ``disconnected``, ``server_error``.
     ``error``: the error text (the server's message where it sent one).
+    ``turn``: the turn of its conversation in a multi-turn ramp (1, 2, …; 0: not a
+    conversation's turn).
     """
 
     level_idx: int
@@ -56,6 +58,7 @@ class RequestRecord:
     status: str = STATUS_OK
     error: str | None = None
     chunk_offsets: np.ndarray = field(default_factory=_empty)
+    turn: int = 0
 
     @property
     def ok(self) -> bool:
@@ -81,7 +84,7 @@ class RequestRecord:
     def to_tuple(self) -> tuple:
         """Compact picklable form (for the pipe); inverse of :meth:`from_tuple`."""
         return (self.level_idx, self.level, self.t_start, self.ttft, self.e2e, self.prompt_tokens,
-                self.output_tokens, self.tokens_source, self.status, self.error, self.chunk_offsets)
+                self.output_tokens, self.tokens_source, self.status, self.error, self.chunk_offsets, self.turn)
 
     @classmethod
     def from_tuple(cls, t: tuple) -> "RequestRecord":
@@ -93,4 +96,4 @@ class RequestRecord:
                 "e2e": self.e2e, "tpot": self.tpot, "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "tokens_source": self.tokens_source,
                 "status": self.status, "error": self.error,
-                "chunk_offsets": [round(float(x), 6) for x in self.chunk_offsets]}
+                "chunk_offsets": [round(float(x), 6) for x in self.chunk_offsets], "turn": self.turn}

@@ -14,6 +14,14 @@ server's figures over it as ``StepStats.server`` (:mod:`app.loadgen.server_stats
 before each level it resets the server's prefix cache (``POST /reset_prefix_cache``,
 vLLM with ``VLLM_SERVER_DEV_MODE=1``) when the server offers it, so a level does not
 hit what the level before it cached.
+Multi-turn ramps (``RampSpec.multi_turn``): a closed-loop level of N is N users each
+holding a conversation (:class:`app.loadgen.prompts.Conversation`): a user sends a turn,
+waits for its reply, thinks (exponential, mean ``think_s``; ``Random`` seeded by the
+ramp's seed, the level and the user) and sends the next turn with the history and the
+reply as received; after its last turn it starts a new conversation at once. A thinking
+user holds no request in flight, so a level's N counts conversations in progress and its
+requests in flight are at most N (``max_in_flight`` says how many were). Conversations
+do not carry over from one level to the next (each level's users start afresh).
 """
 from __future__ import annotations
 
@@ -268,16 +276,32 @@ class Ramp:
                 state["issued"] += 1
             return True
 
-        async def one() -> RequestRecord:
-            body, est, _ = self.factory.next()
+        async def one(conv: dict | None = None) -> RequestRecord:
+            """Send one request; ``conv`` (multi-turn): ``{"c": Conversation or None}``, the
+            user's conversation, advanced by this turn (None after a failed turn: the
+            user starts a new one)."""
+            text: list[str] | None = None
+            if conv is None:
+                body, est, _ = self.factory.next()
+            else:
+                conv["c"], body, est, _ = self.factory.next_turn(conv["c"])
+                text = []
             self.in_flight += 1
             if self.in_flight > self.max_in_flight:
                 self.max_in_flight = self.in_flight
             try:
                 rec = await stream_request(self.session, self.url, body, level_idx=idx, level=level, t0=self.t0,
-                                           timeout=self.req_timeout, est_prompt_tokens=est)
+                                           timeout=self.req_timeout, est_prompt_tokens=est, text_out=text)
             finally:
                 self.in_flight -= 1
+            if conv is not None:
+                c = conv["c"]
+                rec.turn = c.turn
+                if rec.ok:
+                    c.reply("".join(text), rec.prompt_tokens if rec.tokens_source == "server_usage" else None,
+                            rec.output_tokens, est)
+                else:
+                    conv["c"] = None
             recs.append(rec)
             self.emit_record(rec)
             state["done"] += 1
@@ -302,8 +326,23 @@ class Ramp:
                     if not rec.ok:
                         await asyncio.sleep(FAIL_BACKOFF_S)
 
-            for _ in range(int(level)):
-                tasks.add(asyncio.create_task(slot()))
+            async def user(u: int) -> None:
+                """A multi-turn user: conversations one after another, thinking between turns."""
+                conv: dict = {"c": None}
+                think = spec.multi_turn.think_s
+                rng = random.Random(f"think:{spec.seed}:{idx}:{u}")
+                while may_issue():
+                    rec = await one(conv)
+                    if not rec.ok:
+                        await asyncio.sleep(FAIL_BACKOFF_S)
+                    elif think > 0 and conv["c"] is not None and not conv["c"].done:
+                        try:  # thinking holds no request; the level's end wakes it
+                            await asyncio.wait_for(stop.wait(), rng.expovariate(1.0 / think))
+                        except (asyncio.TimeoutError, TimeoutError):
+                            pass
+
+            for u in range(int(level)):
+                tasks.add(asyncio.create_task(user(u) if spec.multi_turn is not None else slot()))
         else:
             sem = asyncio.Semaphore(spec.max_concurrency) if spec.max_concurrency else None
 

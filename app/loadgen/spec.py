@@ -88,6 +88,69 @@ class CapacitySearch(BaseModel):
         return 1.0 if mode == "concurrency" else 0.1
 
 
+class MultiTurn(BaseModel):
+    """Multi-turn conversations (issue 20, item 2): each closed-loop user holds a
+    conversation and sends its growing history each turn.
+
+    ``turns``: the mean number of turns (user messages) of a conversation; each
+    conversation's count K is drawn uniformly within ±``RampSpec.length_spread`` of it
+    (rounded, at least 1; exactly ``turns`` with ``--fixed-lengths``) — the ramp's own
+    length rule (:meth:`RampSpec.length_range`), so every conversation reaches the later
+    turns that per-turn TTFT is measured on (a geometric count with the same mean would
+    end a quarter of 4-turn conversations after one turn). ``think_s``: the mean think
+    time between a reply and the user's next turn, s (exponential, as a memoryless user:
+    0 = none); a thinking user holds no request in flight."""
+
+    model_config = ConfigDict(extra="forbid")
+    turns: float = Field(..., ge=1, le=10000, allow_inf_nan=False, description="mean turns per conversation")
+    think_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="mean think time between turns, s (exponential)")
+
+
+class SharedPrefix(BaseModel):
+    """Shared-prefix workload (issue 20, item 3), as vLLM's ``prefix_repetition``
+    benchmark dataset (``--prefix-repetition-prefix-len``/``-num-prefixes``:
+    vllm/benchmarks/datasets/datasets.py ``PrefixRepetitionRandomDataset``, 0.32.0) and
+    GuideLLM's synthetic ``prefix_tokens``/``prefix_count``
+    (guidellm src/guidellm/dataset/synthetic.py ``PrefixBucketConfig``): ``count``
+    distinct prefixes (system prompts, documents) of ``tokens`` tokens each; a
+    ``fraction`` (0–1] of the requests starts with one of them, chosen uniformly with the
+    ramp's seed, followed by the ramp's usual fresh prompt of ``prompt_tokens`` (so such
+    a request's prompt is ``tokens`` + ``prompt_tokens`` long, as GuideLLM counts it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tokens: int = Field(..., ge=1, description="tokens of each shared prefix")
+    fraction: float = Field(..., gt=0, le=1, allow_inf_nan=False,
+                            description="fraction of requests that start with a shared prefix")
+    count: int = Field(1, ge=1, description="distinct prefixes")
+
+
+def parse_multi_turn(text: str) -> MultiTurn:
+    """CLI form ``TURNS[:THINK_S]``: ``"4"`` → 4 turns, no think time; ``"4:2.5"`` → 4
+    turns, 2.5 s mean think time. Raises ValueError naming the text."""
+    parts = str(text).strip().split(":")
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        return MultiTurn(turns=float(parts[0]), think_s=float(parts[1]) if len(parts) > 1 else 0.0)
+    except (ValueError, TypeError):
+        raise ValueError(f"multi-turn {text!r}: write TURNS[:THINK_S], e.g. 4 or 4:2.5 (mean turns ≥ 1, "
+                         "mean think time ≥ 0 s)") from None
+
+
+def parse_shared_prefix(text: str) -> SharedPrefix:
+    """CLI form ``TOKENS:FRACTION[:COUNT]``: ``"1024:0.5"`` → one 1024-token prefix on half
+    the requests; ``"1024:0.5:4"`` → four of them. Raises ValueError naming the text."""
+    parts = str(text).strip().split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        return SharedPrefix(tokens=int(parts[0]), fraction=float(parts[1]),
+                            count=int(parts[2]) if len(parts) > 2 else 1)
+    except (ValueError, TypeError):
+        raise ValueError(f"shared prefix {text!r}: write TOKENS:FRACTION[:COUNT], e.g. 1024:0.5 or 1024:0.5:4 "
+                         "(tokens ≥ 1, fraction in (0, 1], count ≥ 1)") from None
+
+
 class RampSpec(BaseModel):
     """A load ramp.
 
@@ -154,6 +217,10 @@ class RampSpec(BaseModel):
     knee_ttft_ratio: float = Field(1.5, ge=1, description="knee: TTFT p99 growth at least this")
     seed: int = 0
     search: Optional[CapacitySearch] = Field(None, description="find the capacity instead of running fixed levels")
+    multi_turn: Optional[MultiTurn] = Field(None, description=(
+        "closed loop: each user holds a conversation, sending its history each turn (a level's users = "
+        "conversations in progress)"))
+    shared_prefix: Optional[SharedPrefix] = Field(None, description="a fraction of requests starts with a shared prefix")
     settle: Optional[bool] = Field(None, description=(
         "closed loop: a level's warm-up lasts until each user has finished one request (at least "
         "warmup_seconds); None → on for a capacity search, off for fixed levels"))
@@ -214,7 +281,23 @@ class RampSpec(BaseModel):
             self.dataset()  # raises naming the file, the line and the fix
         elif self.prompts_format is not None or self.prompts_column is not None:
             raise ValueError("prompts_format/prompts_column describe a prompts_file: give one")
+        if self.multi_turn is not None and self.mode != "concurrency":
+            raise ValueError("multi_turn: conversations are held by closed-loop users — use concurrency levels "
+                             "(--levels/--max-level), not request rates")
+        for name in ("multi_turn", "shared_prefix"):
+            if getattr(self, name) is not None and self.prompts_file is not None:
+                raise ValueError(f"{name}: works on synthetic prompts; drop prompts_file (--prompts-file) or it")
         return self
+
+    def turns_range(self) -> tuple[int, int]:
+        """The uniform range (inclusive) a conversation's turn count is drawn from:
+        ``multi_turn.turns`` · (1 ± ``length_spread``), rounded, at least 1 (the rule of
+        :meth:`length_range`); (1, 1) without ``multi_turn``."""
+        if self.multi_turn is None:
+            return 1, 1
+        t = self.multi_turn.turns
+        lo = max(1, round(t * (1 - self.length_spread)))
+        return lo, max(lo, round(t * (1 + self.length_spread)))
 
     def dataset(self):
         """The :class:`app.loadgen.datasets.Dataset` of ``prompts_file`` (cached), None
@@ -279,7 +362,16 @@ class RampSpec(BaseModel):
                 return f"prompts from {self.prompts_name}, output from its answers{cap} (sampled, seed {self.seed})"
             return (f"prompts from {self.prompts_name} (sampled, seed {self.seed}), "
                     f"output {one('output_tokens')} tokens ({how})")
-        return f"prompt {one('prompt_tokens')}, output {one('output_tokens')} tokens ({how})"
+        out = f"prompt {one('prompt_tokens')}, output {one('output_tokens')} tokens ({how})"
+        if self.shared_prefix is not None:
+            sp = self.shared_prefix
+            out += (f"; {sp.fraction:.0%} start with one of {sp.count} shared prefix{'es' if sp.count > 1 else ''} "
+                    f"of {sp.tokens} tokens")
+        if self.multi_turn is not None:
+            lo, hi = self.turns_range()
+            out += (f"; conversations of {lo if lo == hi else f'{lo}–{hi}'} turns"
+                    + (f", think {self.multi_turn.think_s:g} s (mean)" if self.multi_turn.think_s else ""))
+        return out
 
     @property
     def largest_level(self) -> int:
@@ -340,4 +432,6 @@ def spec_to_wall(spec: RampSpec, k: float, *, durations: bool = True) -> RampSpe
         for f in ("step_seconds", "max_total_seconds"):
             if getattr(spec, f) is not None:
                 upd[f] = getattr(spec, f) / k
+        if spec.multi_turn is not None and spec.multi_turn.think_s:
+            upd["multi_turn"] = spec.multi_turn.model_copy(update={"think_s": spec.multi_turn.think_s / k})
     return spec.model_copy(update=upd)

@@ -31,6 +31,9 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   ``client`` when the load generator sent fewer than were drawn with the cap idle (it
   sent late), ``draw`` when it sent what the seeded draw gave and the draw itself came
   out low (too short a window for the rate: not a shortfall of either side).
+- Per-turn TTFT (multi-turn ramps, ``RampSpec.multi_turn``): the measured successful
+  requests grouped by their conversation turn (``RequestRecord.turn``), each turn's
+  count and TTFT p50/p99 (:class:`TurnStats`, the level's ``turns``).
 """
 from __future__ import annotations
 
@@ -58,6 +61,48 @@ def is_partial(st: Any) -> bool:
     (:data:`PARTIAL_STOPS`)."""
     reason = st.get("stop_reason") if isinstance(st, dict) else getattr(st, "stop_reason", None)
     return reason in PARTIAL_STOPS
+
+
+class TurnStats(BaseModel):
+    """TTFT of one conversation turn at a level (multi-turn ramps): ``turn`` (1 = a
+    conversation's first request), ``n`` measured successful requests of that turn with
+    a TTFT, ``ttft_p50``/``ttft_p99`` (s, numpy linear percentiles)."""
+
+    turn: int
+    n: int
+    ttft_p50: Optional[float] = None
+    ttft_p99: Optional[float] = None
+
+
+def turn_stats(ok: Sequence[RequestRecord]) -> list[TurnStats]:
+    """Per-turn TTFT of successful requests (those with ``turn`` ≥ 1), in turn order; []
+    when none is a conversation's turn."""
+    by: dict[int, list[float]] = {}
+    for r in ok:
+        if r.turn and r.ttft is not None:
+            by.setdefault(r.turn, []).append(r.ttft)
+    out = []
+    for t in sorted(by):
+        a = np.asarray(by[t], dtype=np.float64)
+        out.append(TurnStats(turn=t, n=int(a.size), ttft_p50=_pct(a, 50), ttft_p99=_pct(a, 99)))
+    return out
+
+
+def turns_text(turns: Sequence[Any], max_turns: int = 8) -> str:
+    """One line of a level's per-turn TTFT (``StepStats.turns``, TurnStats or their
+    dicts): ``turn 1 66/80 ms (n 11) · turn 2 …`` (p50/p99, ms); the first
+    ``max_turns`` turns, then how many more. "" when there are none."""
+    def get(t: Any, k: str) -> Any:
+        return t.get(k) if isinstance(t, dict) else getattr(t, k)
+
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e3:.0f}"
+
+    parts = [f"turn {get(t, 'turn')} {ms(get(t, 'ttft_p50'))}/{ms(get(t, 'ttft_p99'))} ms (n {get(t, 'n')})"
+             for t in list(turns)[:max_turns]]
+    if len(turns) > max_turns:
+        parts.append(f"+{len(turns) - max_turns} more turns")
+    return " · ".join(parts)
 
 
 class StepStats(BaseModel):
@@ -119,6 +164,8 @@ class StepStats(BaseModel):
         e.g. ``achieved 3.1 of 4 req/s offered: the server did not keep up (the
         max_concurrency cap delayed 40 requests, held back 12)``."""
         return rate_note(self)
+    #: multi-turn ramps: TTFT per conversation turn (:func:`turn_stats`); [] otherwise
+    turns: list[TurnStats] = []
 
     @property
     def slo_met(self) -> bool:
@@ -282,6 +329,7 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         itl_p50=_pct(itl, 50), itl_p99=_pct(itl, 99), itl_mean=_mean(itl),
         e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
         failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        turns=turn_stats(ok),
     )
     if mode == "rate":
         arr = arrivals if arrivals is not None else [(r.t_start, r.t_start, False) for r in records]
@@ -439,6 +487,9 @@ def to_rig_time(st: StepStats, k: float) -> StepStats:
     if st.server is not None:  # its figures are the server's own (rig) seconds; only the scrape instants are wall
         upd["server"] = st.server.model_copy(update={"scrape_start": st.server.scrape_start * k,
                                                      "scrape_end": st.server.scrape_end * k})
+    if st.turns:
+        upd["turns"] = [t.model_copy(update={f: getattr(t, f) * k for f in ("ttft_p50", "ttft_p99")
+                                              if getattr(t, f) is not None}) for t in st.turns]
     if st.mode == "rate":  # the level is a request rate: per wall second → per rig second
         upd["level"] = st.level / k
         upd.update({f: getattr(st, f) / k for f in _OPEN_RATE_FIELDS if getattr(st, f) is not None})
@@ -463,7 +514,7 @@ def records_to_rig(records: Sequence[RequestRecord], k: float) -> list[RequestRe
             level_idx=r.level_idx, level=r.level, t_start=r.t_start * k,
             ttft=None if r.ttft is None else r.ttft * k, e2e=None if r.e2e is None else r.e2e * k,
             prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, tokens_source=r.tokens_source,
-            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32)))
+            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32), turn=r.turn))
     return out
 
 

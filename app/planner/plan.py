@@ -46,7 +46,10 @@ class Workload:
     curve's do not). ``prompts_file`` (with ``prompts_format``, ``prompts_column``,
     ``output_cap``): the ramp's dataset — the predicted requests are its entries
     (app.loadgen.prompts.LengthSampler), and ``prompt_tokens``/``output_tokens`` the mean
-    lengths of the requests it sends (for the concurrency the KV cache holds)."""
+    lengths of the requests it sends (for the concurrency the KV cache holds).
+    ``multi_turn`` (turns, think s) and ``shared_prefix`` (tokens, fraction, count):
+    RampSpec's workloads of the same names (None: off), predicted with the prefix cache
+    (:class:`app.planner.predict.RequestStream`)."""
 
     prompt_tokens: int = 512
     output_tokens: int = 128
@@ -64,6 +67,8 @@ class Workload:
     prompts_format: str | None = None
     prompts_column: str | None = None
     output_cap: int | None = None
+    multi_turn: tuple[float, float] | None = None
+    shared_prefix: tuple[int, float, int] | None = None
 
     @classmethod
     def from_ramp(cls, spec: RampSpec) -> "Workload":
@@ -92,12 +97,21 @@ class Workload:
             lengths = planned_lengths(spec)
             pt = max(1, round(sum(p for p, _ in lengths) / len(lengths)))
             ot = max(1, round(sum(o for _, o in lengths) / len(lengths)))
+        if spec.multi_turn is not None:
+            kw["multi_turn"] = (spec.multi_turn.turns, spec.multi_turn.think_s)
+        if spec.shared_prefix is not None:
+            sp = spec.shared_prefix
+            kw["shared_prefix"] = (sp.tokens, sp.fraction, sp.count)
         return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
                    slo=None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
 
     def _spec(self, **kw: Any) -> RampSpec:
         data = {k: getattr(self, k) for k in ("prompts_file", "prompts_format", "prompts_column", "output_cap")
                 if getattr(self, k) is not None}
+        if self.multi_turn is not None:
+            kw["multi_turn"] = {"turns": self.multi_turn[0], "think_s": self.multi_turn[1]}
+        if self.shared_prefix is not None:
+            kw["shared_prefix"] = dict(zip(("tokens", "fraction", "count"), self.shared_prefix))
         return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                         length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
                         slo=self.slo or SLO(), settle=self.settle, **data, **kw)
@@ -202,9 +216,12 @@ class Plan:
         """What one scheduler of this server holds (KV blocks, max_num_seqs, the token
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
+        # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
         return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                       spec_tokens=self.config.num_speculative_tokens,
-                                      spec_acceptance=self.spec_acceptance)
+                                      spec_acceptance=self.spec_acceptance,
+                                      enable_prefix_caching=self.config.enable_prefix_caching is not False,
+                                      max_model_len=e.max_model_len)
 
     @property
     def weights_gib_total(self) -> float:

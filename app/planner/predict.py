@@ -18,6 +18,13 @@ share one engine and one set of rules (issue 17 item 4):
   ramp's warm-up (until each user has finished a request where the ramp settles, as a
   search does: ``RampSpec.settles``), ``RampSpec.level_quota`` measured requests or ``step_seconds``,
   then the drain (app/loadgen/runner.py);
+- the workload: a shared-prefix ramp's prefixes chosen by
+  :class:`app.loadgen.prompts.SharedPrefixes` (the generator's rule and seed) and a
+  multi-turn ramp's conversations drawn as :class:`app.loadgen.prompts.RequestFactory`
+  draws them (turn counts, history bounded by ``max_model_len``, think times), each
+  request carrying block identities so the engine's prefix cache
+  (``enable_prefix_caching``, :class:`EngineLimits`) skips the prefill of blocks cached
+  before (:class:`RequestStream`);
 - the figures: each level cut by :func:`app.loadgen.stats.level_window` and summarised by
   :func:`app.loadgen.stats.compute_step_stats` from the requests as
   :class:`~app.loadgen.records.RequestRecord` (TTFT from the send, TPOT, numpy
@@ -38,12 +45,13 @@ from typing import Sequence
 import numpy as np
 
 from app.engine.offline import LevelRun, run_level
+
 from app.engine.scheduler import BLOCK, Scheduler
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 from app.engine.steptime import StepTimeModel
 from app.loadgen.arrivals import arrival_times
 from app.loadgen.capacity import Capacity, capacity_of, level_met, search_levels
-from app.loadgen.prompts import LengthSampler
+from app.loadgen.prompts import TURN_OVERHEAD_TOKENS, LengthSampler, SharedPrefixes
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, compute_step_stats, level_window
@@ -72,23 +80,90 @@ class EngineLimits:
     #: each draft position given the one before (app.engine.specdecode)
     spec_tokens: int = 0
     spec_acceptance: float = DEFAULT_ACCEPTANCE
+    #: vLLM's prefix cache (app.engine.scheduler) and the server's max_model_len (tokens;
+    #: bounds a multi-turn conversation's history, None: no bound)
+    enable_prefix_caching: bool = False
+    max_model_len: int | None = None
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
-                  engines: int = 1, spec_tokens: int = 0,
-                  spec_acceptance: float = DEFAULT_ACCEPTANCE) -> "EngineLimits":
-        return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines, spec_tokens,
-                   spec_acceptance)
+                  engines: int = 1, spec_tokens: int = 0, spec_acceptance: float = DEFAULT_ACCEPTANCE,
+                  enable_prefix_caching: bool = False, max_model_len: int | None = None) -> "EngineLimits":
+        return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines,
+                   spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
+                   enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len)
 
     def scheduler(self, step_time, seed: int = 0) -> Scheduler:
         """A fresh scheduler of these limits stepping with ``step_time``; with speculative
         decoding its acceptance draws come from a ``seed``-ed generator (one per level,
         so a prediction is the same every time)."""
-        if not self.spec_tokens:
-            return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time)
+        accept = geometric_accept(self.spec_acceptance, random.Random(seed)) if self.spec_tokens else None
         return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
-                         spec_tokens=self.spec_tokens,
-                         accept=geometric_accept(self.spec_acceptance, random.Random(seed)))
+                         spec_tokens=self.spec_tokens, accept=accept,
+                         enable_prefix_caching=self.enable_prefix_caching)
+
+
+class RequestStream:
+    """The requests of a shared-prefix and/or multi-turn ramp for the engine, one user's
+    next at a time (:func:`app.engine.offline.run_level`'s ``next_request``), drawn with
+    the load generator's rules and seeds: the lengths from the ramp's
+    :class:`LengthSampler` (``sampler``, shared by the whole ramp), the prefixes from
+    :class:`SharedPrefixes`, a conversation's turn count from ``Random(f"turns:{seed}")``
+    over :meth:`RampSpec.turns_range`, the think times exponential (mean ``think_s``).
+    The tokens are identified by block, not by word: block b of shared prefix j is
+    ``("prefix", j, b)``; a conversation is one append-only token stream (its prompts and
+    replies in turn), so its block b is ``("conv", id, b)`` on every turn; the block that
+    straddles the end of a prefix is the conversation's own. A history whose next turn
+    would pass ``max_model_len`` ends the conversation (the generator's rule)."""
+
+    def __init__(self, spec: RampSpec, sampler: LengthSampler, max_model_len: int | None = None) -> None:
+        self.spec, self.sampler, self.max_model_len = spec, sampler, max_model_len
+        self.prefixes = SharedPrefixes(spec.shared_prefix, spec.seed) if spec.shared_prefix is not None else None
+        self.turns_rng = random.Random(f"turns:{spec.seed}")
+        self.think_rng = random.Random(f"think:{spec.seed}")
+        self.convs: dict[int, list] = {}  # user → [id, turns, turn, history tokens, prefix tokens, prefix]
+        self.n = 0
+
+    def new_level(self) -> None:
+        """Users start afresh at each level (the generator's do)."""
+        self.convs.clear()
+
+    def _new(self) -> list:
+        self.n += 1
+        lo, hi = self.spec.turns_range()
+        k = lo if lo == hi else self.turns_rng.randint(lo, hi)
+        j = self.prefixes.next() if self.prefixes is not None else None
+        return [self.n, k, 0, 0, self.spec.shared_prefix.tokens if j is not None else 0, j]
+
+    def _hashes(self, conv: list, total: int) -> list:
+        cid, pre, j = conv[0], conv[4], conv[5]
+        full = pre // BLOCK if j is not None else 0
+        return [("prefix", j, b) if b < full else ("conv", cid, b) for b in range(total // BLOCK)]
+
+    def think(self, user: int) -> float:
+        """Seconds ``user`` thinks before its next request: exponential (mean ``think_s``)
+        while its conversation has turns left, 0 before a new one (the generator's rule)."""
+        mt, conv = self.spec.multi_turn, self.convs.get(user)
+        if mt is None or mt.think_s <= 0 or conv is None or conv[2] >= conv[1]:
+            return 0.0
+        return self.think_rng.expovariate(1.0 / mt.think_s)
+
+    def __call__(self, user: int) -> tuple[int, int, list, int]:
+        p, o = self.sampler.next()
+        mt = self.spec.multi_turn
+        conv = self.convs.get(user)
+        if mt is None:  # one request, one "conversation" of one turn
+            conv = self._new()
+            return conv[4] + p, o, self._hashes(conv, conv[4] + p + o), 0
+        if (conv is not None and conv[2] < conv[1] and self.max_model_len is not None
+                and conv[3] + p + TURN_OVERHEAD_TOKENS + o > self.max_model_len):
+            conv = None  # the next turn would not fit: a new conversation
+        if conv is None or conv[2] >= conv[1]:
+            conv = self.convs[user] = self._new()
+        prompt = conv[3] + p + (conv[4] if conv[2] == 0 else 0)
+        conv[2] += 1
+        conv[3] = prompt + o  # the reply joins the history (ignore_eos: max_tokens of it)
+        return prompt, o, self._hashes(conv, prompt + o), conv[2]
 
 
 @dataclass
@@ -114,28 +189,32 @@ def level_records(run: LevelRun, idx: int, level: float) -> list[RequestRecord]:
         offs = np.unique(np.asarray(f.tokens, dtype=np.float64)) - f.sent  # a chunk's tokens share its time
         out.append(RequestRecord(level_idx=idx, level=level, t_start=f.sent, ttft=float(offs[0]), e2e=float(offs[-1]),
                                  prompt_tokens=f.req.prompt_len, output_tokens=len(f.tokens),
-                                 tokens_source="server_usage", chunk_offsets=offs.astype(np.float32)))
+                                 tokens_source="server_usage", chunk_offsets=offs.astype(np.float32), turn=f.turn))
     return out
 
 
 def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, level: float, idx: int,
-                  sampler: LengthSampler) -> tuple[StepStats, list[RequestRecord]]:
+                  sampler: LengthSampler, stream: RequestStream | None = None) -> tuple[StepStats, list[RequestRecord]]:
     """One level of ``spec`` on the engine: its StepStats (rig s; t_start 0) and its
     requests (``t_start`` from the level's start). A closed-loop level runs ``level``
     users; a request-rate level (``mode: rate``) sends at the load generator's own
     arrival times (:func:`app.loadgen.arrivals.arrival_times`: the rate, burstiness,
-    seed and level index), capped at ``max_concurrency``."""
+    seed and level index), capped at ``max_concurrency``. ``stream``: a shared-prefix or
+    multi-turn ramp's requests, or any request with prefix caching on
+    (:class:`RequestStream`, drawing from ``sampler``)."""
     rate = spec.mode == "rate"
     users = 0 if rate else int(level)
 
     def make() -> Scheduler:
         return limits.scheduler(model.step_time, seed=idx)
 
+    if stream is not None:
+        stream.new_level()
     run = run_level(make, users, sampler.next, warmup_s=spec.warmup_seconds, step_s=spec.step_seconds,
                     quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,
                     engines=limits.engines, send_gap_s=SEND_GAP_S, settle_n=users if spec.settles else 0,
                     send_times=arrival_times(level, spec.burstiness, spec.seed, idx) if rate else None,
-                    max_concurrency=spec.max_concurrency if rate else None)
+                    max_concurrency=spec.max_concurrency if rate else None, next_request=stream)
     recs = level_records(run, idx, level)
     w0, w1 = level_window(run.reason, run.warmup_end, run.deadline, run.t_stop, run.last_counted_end)
     in_flight = users if not rate else _max_in_flight(run)
@@ -160,6 +239,11 @@ def _max_in_flight(run: LevelRun) -> int:
 def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
          levels: tuple[float, ...] | None = None) -> PredictedRamp:
     sampler = LengthSampler.of(spec)
+    # with prefix caching every request carries its blocks' identities, as the sim's do: a
+    # plain request shares none, but one preempted and admitted again finds its own blocks
+    stream = (RequestStream(spec, sampler, limits.max_model_len)
+                if spec.shared_prefix is not None or spec.multi_turn is not None or limits.enable_prefix_caching
+                else None)
     steps: list[StepStats] = []
     records: list[RequestRecord] = []
     judged: list[tuple[int, float, bool]] = []
@@ -179,7 +263,7 @@ def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
             level = spec.levels[idx]
         else:
             break
-        st, recs = predict_level(model, limits, spec, level, idx, sampler)
+        st, recs = predict_level(model, limits, spec, level, idx, sampler, stream)
         st.repeat = repeat
         steps.append(st)
         records += recs

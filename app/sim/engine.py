@@ -23,7 +23,7 @@ from typing import Callable
 from app.sim import vlog
 from app.sim.gpus import GpuBank
 from app.sim.metrics import SimMetrics
-from app.engine.scheduler import Request, Scheduler
+from app.engine.scheduler import Request, Scheduler, block_hashes
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 
 #: wall seconds behind schedule before the engine stops yielding after every step
@@ -82,7 +82,7 @@ class SimEngine:
                  gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0,
                  request_overhead_s: float = 0.0, index: int = 0, t0: float | None = None,
                  on_done: Callable[[int], None] | None = None, spec_tokens: int = 0,
-                 spec_acceptance: float = DEFAULT_ACCEPTANCE) -> None:
+                 spec_acceptance: float = DEFAULT_ACCEPTANCE, enable_prefix_caching: bool = False) -> None:
         self.k = float(time_scale)
         #: rig seconds a request spends outside the engine steps before it is queued (HTTP,
         #: tokenization, output processing): the step model's t_request_s
@@ -97,9 +97,11 @@ class SimEngine:
             if spec_tokens else None
         self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
                                on_first_token=self._first, on_finished=self._finished, on_token=self._token,
-                               spec_tokens=spec_tokens, accept=accept)
+                               spec_tokens=spec_tokens, accept=accept, enable_prefix_caching=enable_prefix_caching)
         self._spec_seen = (0, 0, 0, [0] * spec_tokens)  # counters exported so far
         self._spec_logged = (0, 0, 0, [0] * spec_tokens)  # counts at the last SpecDecoding log line
+        self._reported_prefix = (0, 0)  # (queries, hits) already added to the metrics
+        self._prefix_log = (0, 0)  # (queries, hits) at the last stats line
         self.rng = random.Random(seed + 1000003 * index)
         self.t0 = time.monotonic() if t0 is None else t0
         self.T = 0.0
@@ -158,12 +160,19 @@ class SimEngine:
             self.on_done(self.index)
 
     # ------------------------------------------------------------------ requests
-    def submit(self, prompt_len: int, max_tokens: int, ignore_eos: bool) -> Stream:
-        """Queue a request now (rig time); returns its :class:`Stream`."""
+    def submit(self, prompt_len: int, max_tokens: int, ignore_eos: bool, tokens=None) -> Stream:
+        """Queue a request now (rig time); returns its :class:`Stream`. ``tokens``: the
+        token identities of its prompt and of the output it will generate (a sequence,
+        or a callable giving it), hashed into blocks for the prefix cache when caching
+        is on (None: the request shares no block)."""
         self._n += 1
         eos_at = None if ignore_eos else 1 + int(self.rng.expovariate(1 / 200.0))
         s = Stream()
-        s.req = Request(f"cmpl-{self.index}-{self._n}", prompt_len, max_tokens, self.rig_now(), eos_at, s)
+        hs = None
+        if tokens is not None and self.sched.enable_prefix_caching:
+            hs = block_hashes(tokens() if callable(tokens) else tokens)
+        s.req = Request(f"cmpl-{self.index}-{self._n}", prompt_len, max_tokens, self.rig_now(), eos_at, s,
+                        block_hashes=hs)
         self.sched.add(s.req)
         self._wake.set()
         return s
@@ -232,6 +241,12 @@ class SimEngine:
             if sched.num_preemptions != self._reported_preemptions:
                 self.metrics.preemptions.inc(sched.num_preemptions - self._reported_preemptions)
                 self._reported_preemptions = sched.num_preemptions
+            q, h = sched.prefix_queries, sched.prefix_hits
+            if (q, h) != self._reported_prefix:
+                q0, h0 = self._reported_prefix
+                self.metrics.prefix_queries.inc(q - q0)
+                self.metrics.prefix_hits.inc(h - h0)
+                self._reported_prefix = (q, h)
             self.gpus.busy(t_end, step.dt, self.index)
             self.busy_rig += step.dt
             self.steps += 1
@@ -260,10 +275,16 @@ class SimEngine:
         self._stats = (now, p, g, rig)
         if p == p_last and g == g_last and not s.has_work:
             return
+        # vLLM logs the hit rate of its most recent 1000 requests (CachingMetrics, vllm/v1/metrics/stats.py);
+        # the sim: of the tokens queried since the last line, or the whole run's before it has any
+        q0, h0 = self._prefix_log
+        q, h = s.prefix_queries, s.prefix_hits
+        self._prefix_log = (q, h)
+        rate = (h - h0) / (q - q0) if q > q0 else (h / q if q else 0.0)
         vlog.emit(f"Engine {self.index:03d}: Avg prompt throughput: {(p - p_last) / span:.1f} tokens/s, Avg generation "
                   f"throughput: {(g - g_last) / span:.1f} tokens/s, Running: {len(s.running)} reqs, Waiting: "
                   f"{len(s.waiting)} reqs, GPU KV cache usage: {100 * s.kv_usage:.1f}%, Prefix cache hit rate: "
-                  f"0.0%", process="APIServer", where="loggers.py:123")
+                  f"{100 * rate:.1f}%", process="APIServer", where="loggers.py:123")
         if s.spec_tokens:
             self._log_spec(span)
 
@@ -313,11 +334,13 @@ class SimEngine:
                 "coalesced_steps": self.coalesced_steps, "busy_rig_s": self.busy_rig,
                 "running": len(self.sched.running), "waiting": len(self.sched.waiting),
                 "kv_cache_usage": self.sched.kv_usage, "preemptions": self.sched.num_preemptions,
+                "prefix_cache_queries": self.sched.prefix_queries, "prefix_cache_hits": self.sched.prefix_hits,
                 "slowdown": self.gpus.slowdown_of(self.index)}
 
 
 #: how the figures of :meth:`SimEngine.info` combine over replicas
-_SUMMED = ("steps", "coalesced_steps", "busy_rig_s", "running", "waiting", "preemptions")
+_SUMMED = ("steps", "coalesced_steps", "busy_rig_s", "running", "waiting", "preemptions", "prefix_cache_queries",
+           "prefix_cache_hits")
 _LARGEST = ("max_lag_s", "p99_lag_s", "behind_s", "slowdown", "wall_time_s")
 _SMALLEST = ("rig_time_s", "rig_now_s", "sim_now_s")
 

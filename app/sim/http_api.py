@@ -21,7 +21,12 @@ message, ``/health`` answers 503 (vllm/entrypoints/serve/instrumentator/health.p
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex
 ``\\w+|[^\\w\\s]``). Generated text is filler, one word per token, so the counts in
-``usage`` are exact for the tokens the engine simulated.
+``usage`` are exact for the tokens the engine simulated. Those words and marks are the
+tokens' identity for the prefix cache (:func:`prompt_tokens`, ``--enable-prefix-caching``,
+on by default as in vLLM V1): a chat is rendered as a Llama-3-like template — a
+begin-of-text token, each message as a 4-token role header and its content, then the
+assistant's header — so a conversation's next turn repeats the previous request's tokens
+and the reply it generated (the filler words the client received back).
 """
 from __future__ import annotations
 
@@ -51,6 +56,31 @@ SHUTTING_DOWN_MESSAGE = "The server is shutting down."
 def count_tokens(text: str) -> int:
     """Simulated token count of a text (words and punctuation marks)."""
     return len(_TOKEN_RE.findall(text))
+
+
+def _header(role: object) -> list[str]:
+    """A chat message's role header: :data:`CHAT_MESSAGE_OVERHEAD` tokens."""
+    return ["<|start_header_id|>", str(role), "<|end_header_id|>", "\n\n"]
+
+
+def prompt_tokens(prompt: object) -> list:
+    """The simulated tokens of a prompt (their identity, for the prefix cache): a
+    completions prompt's words and marks (or its token ids); a chat's ``messages`` as
+    ``<|begin_of_text|>``, each message's :func:`_header` and content, and the
+    assistant's header (1 + 4 + Σ(4 + content) tokens: the count :meth:`ApiServer.chat`
+    gives)."""
+    if isinstance(prompt, str):
+        return _TOKEN_RE.findall(prompt)
+    if isinstance(prompt, list) and all(isinstance(x, int) for x in prompt):
+        return list(prompt)
+    toks: list = ["<|begin_of_text|>"]
+    for m in prompt if isinstance(prompt, list) else []:
+        c = m.get("content") if isinstance(m, dict) else None
+        if isinstance(c, list):
+            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+        toks += _header(m.get("role", "user") if isinstance(m, dict) else "user")
+        toks += _TOKEN_RE.findall(c or "")
+    return toks + _header("assistant")
 
 
 def _error(status: int, message: str, typ: str = "BadRequestError", param: str | None = None) -> web.Response:
@@ -220,7 +250,7 @@ class ApiServer:
                           param="prompt")
         if plen == 0:
             return _error(400, "The prompt cannot be empty.", param="prompt")
-        return await self._generate(request, body, plen, chat=False)
+        return await self._generate(request, body, plen, chat=False, prompt=prompt)
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request)
@@ -235,9 +265,10 @@ class ApiServer:
             if isinstance(c, list):
                 c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
             plen += CHAT_MESSAGE_OVERHEAD + count_tokens(c or "")
-        return await self._generate(request, body, plen, chat=True)
+        return await self._generate(request, body, plen, chat=True, prompt=msgs)
 
-    async def _generate(self, request: web.Request, body: dict, plen: int, chat: bool) -> web.StreamResponse:
+    async def _generate(self, request: web.Request, body: dict, plen: int, chat: bool,
+                        prompt: object = None) -> web.StreamResponse:
         mt, err = self._limits(body, plen)
         if err is not None:
             return err
@@ -248,7 +279,10 @@ class ApiServer:
         if self.stopping:  # no await from here to the stream's registration in _live
             return _error(503, SHUTTING_DOWN_MESSAGE, "ServiceUnavailableError")
         eng = self.route()
-        s = eng.submit(plen, mt, bool(body.get("ignore_eos", False)))
+        nw = len(WORDS)
+        # the prompt's tokens then the filler words the engine will generate (hashed only with caching on)
+        s = eng.submit(plen, mt, bool(body.get("ignore_eos", False)),
+                       tokens=lambda: prompt_tokens(prompt) + [WORDS[i % nw] for i in range(mt)])
         self.requests += 1
         rid = ("chatcmpl-" if chat else "cmpl-") + f"{self.requests}{os.getpid():x}"
         self._live.add(s)

@@ -26,13 +26,14 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 class EngineMetrics:
     """One engine's series (label ``engine`` = its data parallel rank): the gauges
     ``running``, ``waiting``, ``kv_usage``, the counters ``preemptions``,
-    ``prompt_tokens``, ``generation_tokens``, ``success[finished_reason]`` and the
+    ``prompt_tokens``, ``generation_tokens``, ``prefix_queries``, ``prefix_hits``,
+    ``success[finished_reason]`` and the
     histograms ``ttft``, ``itl``, ``e2e``, ``queue``, ``prompt_hist``."""
 
     def __init__(self, fam: dict, model_name: str, engine: str, spec_tokens: int = 0) -> None:
         v = (model_name, engine)
         for name in ("running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens", "ttft",
-                     "itl", "e2e", "queue", "prompt_hist"):
+                     "itl", "e2e", "queue", "prompt_hist", "prefix_queries", "prefix_hits"):
             setattr(self, name, fam[name].labels(*v))
         self.success = {k: fam["success"].labels(model_name, engine, k) for k in ("stop", "length", "abort")}
         if spec_tokens:  # vllm/v1/spec_decode/metrics.py SpecDecodingProm: one child per position
@@ -65,6 +66,12 @@ class SimMetrics:
             "prompt_tokens": Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", lab, registry=r),
             "generation_tokens": Counter("vllm:generation_tokens", "Number of generation tokens processed.", lab,
                                          registry=r),
+            # vllm/v1/metrics/loggers.py (0.32.0) PrometheusStatLogger: both in tokens, exported with
+            # ``_total`` (prometheus_client); counted with prefix caching off too (they stay 0)
+            "prefix_queries": Counter("vllm:prefix_cache_queries",
+                                      "Prefix cache queries, in terms of number of queried tokens.", lab, registry=r),
+            "prefix_hits": Counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                                   lab, registry=r),
             "success": Counter("vllm:request_success", "Count of successfully processed requests.",
                                ("model_name", "engine", "finished_reason"), registry=r),
             "ttft": Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",

@@ -281,14 +281,16 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     t0 = time.monotonic()
     engines = [SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
                          metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s, index=r, t0=t0,
-                         on_done=balancer.finished, spec_tokens=spec_k, spec_acceptance=a.sim_spec_acceptance)
-               for r in range(plan.dp)]
+                         on_done=balancer.finished, spec_tokens=spec_k, spec_acceptance=a.sim_spec_acceptance,
+                         # vLLM V1 caches prefixes unless told not to (vllm/config/cache.py, 0.32.0)
+                         enable_prefix_caching=a.enable_prefix_caching is not False) for r in range(plan.dp)]
     info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
             "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
+            "enable_prefix_caching": a.enable_prefix_caching is not False,
             "perturbed": bool(a.sim_perturb)}
     if spec_k:
         info["speculative"] = {"method": plan.plan.config.speculative_method, "num_speculative_tokens": spec_k,

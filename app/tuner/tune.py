@@ -44,7 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.config import ServerConfig
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
 from app.loadgen.capacity import Capacity
-from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPrefix
 from app.loadgen.stats import StepStats
 from app.planner.calibrate import MeasuredLevel
 from app.planner.models import resolve_model
@@ -94,6 +94,8 @@ class TuneSpec(BaseModel):
     output_tokens: int = Field(128, ge=1)
     length_spread: float = Field(0.25, ge=0, lt=1)
     seed: int = 0
+    multi_turn: Optional[MultiTurn] = None  # RampSpec's workloads: predicted and measured alike
+    shared_prefix: Optional[SharedPrefix] = None
     slo: SLO
     objective: Objective = "users"
     space: TuneSpace = Field(default_factory=TuneSpace)
@@ -107,9 +109,12 @@ class TuneSpec(BaseModel):
 
     def workload(self) -> Workload:
         """The planner's workload of this tune (its capacity search is the one measured)."""
+        mt, sp = self.multi_turn, self.shared_prefix
         return Workload(self.prompt_tokens, self.output_tokens, (1,), self.length_spread, self.seed,
                         slo=self.slo, search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
-                        requests_per_level=self.requests_per_level)
+                        requests_per_level=self.requests_per_level,
+                        multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
+                        shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None)
 
 
 class CandidateResult(BaseModel):

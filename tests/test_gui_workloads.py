@@ -1,0 +1,61 @@
+"""The Ramp form's Multi-turn and Shared prefix fields and the Results table's per-turn
+TTFT column (issue 20, items 2 and 3; pytest-qt, offscreen, real widgets)."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from app.loadgen.stats import StepStats, TurnStats
+from widgets.ramp_panel import RampPanel
+from widgets.results import COLUMNS, TURNS_COLUMN, ResultsTable
+
+
+def test_the_ramp_form_builds_both_workloads_and_keeps_them_in_the_profile(qtbot):
+    p = RampPanel(time.monotonic)
+    qtbot.addWidget(p)
+    p.levels.setText("1,2,4")
+    spec = p.build_spec("http://127.0.0.1:8000", None)
+    assert spec.multi_turn is None and spec.shared_prefix is None  # empty fields: off
+    p.multi_turn.setText("4:2")
+    p.shared_prefix.setText("1024:0.5:4")
+    spec = p.build_spec("http://127.0.0.1:8000", None)
+    assert (spec.multi_turn.turns, spec.multi_turn.think_s) == (4, 2)
+    assert (spec.shared_prefix.tokens, spec.shared_prefix.fraction, spec.shared_prefix.count) == (1024, 0.5, 4)
+    d = p.to_profile()
+    q = RampPanel(time.monotonic)
+    qtbot.addWidget(q)
+    q.set_from_profile(d)
+    assert (q.multi_turn.text(), q.shared_prefix.text()) == ("4:2", "1024:0.5:4")
+    p.multi_turn.setText("4:x")
+    with pytest.raises(ValueError, match="TURNS\\[:THINK_S\\]"):
+        p.build_spec("http://127.0.0.1:8000", None)
+    assert p.plan_ramp() is None  # the plan waits for a valid form
+    if os.environ.get("DYNO_SHOTS"):
+        p.multi_turn.setText("4:2")
+        p.resize(460, 760)
+        p.grab().save(os.path.join(os.environ["DYNO_SHOTS"], "ramp-form.png"))
+
+
+def _step(idx: int, level: float, turns: list[TurnStats]) -> StepStats:
+    return StepStats(idx=idx, level=level, t_start=0, t_end=10, window_start=0, window_end=10, window_s=10,
+                     n_measured=30, n_ok=30, output_tps=100, ttft_p50=0.1, ttft_p99=0.2, turns=turns)
+
+
+def test_results_show_ttft_p50_per_turn_with_the_figures_in_the_tooltip(qtbot):
+    t = ResultsTable()
+    qtbot.addWidget(t)
+    t.add_step(_step(0, 2, [TurnStats(turn=1, n=11, ttft_p50=0.066, ttft_p99=0.08),
+                            TurnStats(turn=2, n=10, ttft_p50=0.101, ttft_p99=0.15),
+                            TurnStats(turn=3, n=10, ttft_p50=0.106, ttft_p99=0.2)]))
+    t.add_step(_step(1, 4, []))
+    assert COLUMNS[TURNS_COLUMN][0] == "TTFT p50 by turn ms"
+    assert t.table.item(0, TURNS_COLUMN).text() == "66 · 101 · 106"
+    assert "turn 2 101/150 ms (n 10)" in t.table.item(0, TURNS_COLUMN).toolTip()
+    assert t.table.item(1, TURNS_COLUMN).text() == "–"  # a level without conversations
+    assert "TTFT p50 by turn ms" in t.to_tsv().splitlines()[0]
+    if os.environ.get("DYNO_SHOTS"):
+        t.resize(1500, 200)
+        t.table.horizontalScrollBar().setValue(t.table.horizontalScrollBar().maximum())
+        t.grab().save(os.path.join(os.environ["DYNO_SHOTS"], "results-turns.png"))

@@ -1,0 +1,89 @@
+"""The sim's prefix cache under the load generator's shared-prefix and multi-turn
+workloads (issue 20, items 2, 3 and the sim's part): two sims of one rig, prefix caching
+at vLLM V1's default (on) and with ``--no-enable-prefix-caching``; the counters read
+from ``/metrics`` before and after each ramp (vLLM 0.32's ``vllm:prefix_cache_queries``
+/ ``vllm:prefix_cache_hits``, tokens, vllm/v1/metrics/loggers.py). No vLLM needed."""
+from __future__ import annotations
+
+import urllib.request
+
+import pytest
+
+from app.config import ServerConfig
+from app.loadgen.generator import run_ramp
+from app.loadgen.spec import RampSpec
+from app.server.supervisor import Supervisor
+from app.telemetry.metrics_parse import parse_metrics
+
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+K = 20.0  # the sims run 20× faster than the wall clock; the specs below are in wall seconds
+ARGS = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "1", "--sim-time-scale", str(K), "--sim-seed", "3"]
+
+
+def _start(cfg: ServerConfig) -> Supervisor:
+    sup = Supervisor(cfg, engine="sim", sim_args=ARGS, startup_timeout=60, grace=5)
+    sup.start()
+    assert sup.wait_ready(60), f"sim not ready: {sup.failure and sup.failure.reason}"
+    return sup
+
+
+@pytest.fixture(scope="module")
+def sims():
+    on = _start(ServerConfig(model=MODEL, max_model_len=4096, max_num_seqs=32))
+    try:
+        off = _start(ServerConfig(model=MODEL, max_model_len=4096, max_num_seqs=32, enable_prefix_caching=False))
+        try:
+            yield on, off
+        finally:
+            assert off.stop() == []
+    finally:
+        assert on.stop() == []
+
+
+def prefix_counters(url: str) -> tuple[float, float]:
+    """(queries, hits) in tokens from the server's /metrics."""
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        snap = parse_metrics(r.read().decode())
+    return snap.counter("prefix_cache_queries") or 0.0, snap.counter("prefix_cache_hits") or 0.0
+
+
+def ramp(url: str, **kw):
+    spec = RampSpec(url=url, levels=[4], step_seconds=1.5, output_tokens=16, **kw)
+    q0, h0 = prefix_counters(url)
+    res = run_ramp(spec, timeout=120)
+    assert res.ok, res.error or res.stop_reason
+    q1, h1 = prefix_counters(url)
+    return res, q1 - q0, h1 - h0
+
+
+def test_shared_prefix_hits_with_caching_on_none_off_and_ttft_gains(sims):
+    on, off = sims
+    kw = {"prompt_tokens": 64, "shared_prefix": {"tokens": 1024, "fraction": 1.0, "count": 2}}
+    res_on, q_on, h_on = ramp(on.url, **kw)
+    res_off, q_off, h_off = ramp(off.url, **kw)
+    st_on, st_off = res_on.steps[0], res_off.steps[0]
+    assert st_on.n_ok > 10 and st_off.n_ok > 10
+    # every request starts with one of two 1024-token prefixes: after the first two, ≈ 1024 of ≈ 1100 tokens hit
+    assert h_on > 0.7 * q_on > 0, (q_on, h_on)
+    assert (q_off, h_off) == (0, 0)  # caching off: vLLM records no prefix-cache stats (no manager stats)
+    assert st_on.ttft_p50 < 0.6 * st_off.ttft_p50, (st_on.ttft_p50, st_off.ttft_p50)
+    assert st_on.output_tps > st_off.output_tps
+
+
+def test_multi_turn_reports_per_turn_ttft_and_later_turns_gain_from_the_cache(sims):
+    on, off = sims
+    kw = {"endpoint": "/v1/chat/completions", "prompt_tokens": 256, "length_spread": 0.0,
+          "multi_turn": {"turns": 3}}
+    res_on, q_on, h_on = ramp(on.url, **kw)
+    res_off, _, h_off = ramp(off.url, **kw)
+    t_on = {t.turn: t for t in res_on.steps[0].turns}
+    t_off = {t.turn: t for t in res_off.steps[0].turns}
+    assert set(t_on) == {1, 2, 3} and all(t.n >= 2 for t in t_on.values()), t_on
+    assert {r.turn for r in res_on.records} == {1, 2, 3}
+    # turn 3 re-sends two turns of history (≈ 2·(256 + 16) tokens + headers): cached with caching on
+    assert h_on > 0.4 * q_on and h_off == 0
+    assert t_on[3].ttft_p50 < 0.7 * t_off[3].ttft_p50, (t_on[3], t_off[3])
+    # without the cache a later turn prefills its whole history: slower than the first
+    assert t_off[3].ttft_p50 > t_off[1].ttft_p50
+    # the users hold at most one request each
+    assert res_on.steps[0].max_in_flight <= 4
