@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import time
 from typing import Callable
 
