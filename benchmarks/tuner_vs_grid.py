@@ -23,7 +23,7 @@ minutes its searches would take), and the tuner's pick as a fraction of the grid
 users at the SLO — the pick's true capacity (its grid entry) over the grid's best, with
 both intervals. Goal (issue 18): ≥ 0.95 in ≤ 4 launches, every case.
 
-Usage: ``.venv/bin/python benchmarks/tuner_vs_grid.py [--offline] [--cases 1,2] [--spot-check]``.
+Usage: ``.venv/bin/python benchmarks/tuner_vs_grid.py [--offline] [--cases 1,2] [--spot-check | --spot-only]``.
 
 Figures (2-core development machine, ``--offline``, 2026-12-02, the tuner's searches at
 5 % resolution, ``app.tuner.tune.TUNE_RESOLUTION``; the grid's best and the pick's true
@@ -106,7 +106,7 @@ def repeated(truth: OfflineRig, cfg: ServerConfig):
     return cap.model_copy(update={"users_low": min(cap.repeat_users), "users_high": max(cap.repeat_users)})
 
 
-def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
+def run_case(case: tuple, offline: bool, spot: bool, store: RunStore, tuner_too: bool = True) -> dict:
     n, gpu, count, model, quant, wname, pt, ot, slo, seed = case
     cfg = ServerConfig(model=model, served_model_name="m", quantization=quant, max_model_len=8192)
 
@@ -147,14 +147,18 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore) -> dict:
         for key in top[:3]:
             ctl = RunController(store=store)
             ramp = spec.workload().search_spec()
-            ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"start": grid[key].users})})
+            # started at the offline answer (a mean of searches: whole users for a concurrency search)
+            start = float(max(1, round(grid[key].users)))
+            ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"start": start})})
             m = ControllerRig(spec_at(k), ctl).measure(by_key[key].config, ramp, RecordSpec(name=f"spot {key}"),
                                                        lambda: None)
             ctl.close()
-            spots.append((key, grid[key], m.capacity))
+            spots.append((key, grid[key], m.capacity, m.error))
     # the tuner
     t0 = time.monotonic()
     res = None
+    if not tuner_too:
+        return {"case": case, "spots": spots, "grid": grid, "spot_only": True}
     if offline or http_ok:
         tuner = Tuner(spec if offline else spec_at(k), store=store, rig=truth if offline else None)
         tuner.run()
@@ -179,6 +183,7 @@ def main() -> int:
     ap.add_argument("--offline", action="store_true", help="the tuner measures on the offline engine (no HTTP)")
     ap.add_argument("--spot-check", action="store_true", help="measure the grid's top three over HTTP")
     ap.add_argument("--cases", help="comma list of case numbers (1–8)")
+    ap.add_argument("--spot-only", action="store_true", help="with --spot-check: the grid and its spot-checks, no tune")
     a = ap.parse_args()
     chosen = cases()
     if a.cases:
@@ -191,14 +196,16 @@ def main() -> int:
           f"{'tuner launches':>14} {'tuner rig min':>13} {'pick/best':>9}  best (interval) · pick true (interval)")
     fracs = []
     for case in chosen:
-        r = run_case(case, a.offline, a.spot_check, store)
+        r = run_case(case, a.offline, a.spot_check or a.spot_only, store, tuner_too=not a.spot_only)
         n, gpu, count, model, quant, wname = case[:6]
         if r.get("skipped"):
             print(f"{n:2d} {count}× {gpu:9} {wname:14}  {r['skipped']}")
             continue
-        for key, off, http in r["spots"]:
-            print(f"{'':5}spot-check {key}: offline {off.users:g} ({off.users_low:g}–{off.users_high:g}), over HTTP "
-                  f"{http.users if http else '—'} ({http.users_low if http else '—'}–{http.users_high if http else '—'})")
+        for key, off, http, err in r["spots"]:
+            print(f"{n:2d}   spot-check {key}: offline {off.users:g} ({off.users_low:g}–{off.users_high:g}), over HTTP "
+                  + (f"{http.users:g} ({http.users_low:g}–{http.users_high:g})" if http else f"failed: {err}"), flush=True)
+        if r.get("spot_only"):
+            continue
         t = r["tuner"]
         grid_of = r["grid"]
         best, pt = r["best"], r["pick_true"]

@@ -5,6 +5,7 @@ from ``/metrics`` before and after each ramp (vLLM 0.32's ``vllm:prefix_cache_qu
 / ``vllm:prefix_cache_hits``, tokens, vllm/v1/metrics/loggers.py). No vLLM needed."""
 from __future__ import annotations
 
+import json
 import urllib.request
 
 import pytest
@@ -87,3 +88,26 @@ def test_multi_turn_reports_per_turn_ttft_and_later_turns_gain_from_the_cache(si
     assert t_off[3].ttft_p50 > t_off[1].ttft_p50
     # the users hold at most one request each
     assert res_on.steps[0].max_in_flight <= 4
+
+
+def test_reset_between_levels_empties_the_cache_as_the_planner_assumes(sims):
+    """The load generator resets the prefix cache before each level (POST /reset_prefix_cache,
+    vLLM's dev-mode route, vllm/entrypoints/serve/dev/cache/api_router.py @ 0.32.0, which the
+    sim always serves): each level's first requests miss the shared prefix again, so the
+    level's hit rate is what a fresh server gives — the planner's assumption (every level
+    starts on empty schedulers). While a request holds blocks the reset is refused
+    ({"success": false}), as vLLM's BlockPool.reset_prefix_cache refuses it."""
+    on, _ = sims
+    req = urllib.request.Request(on.url + "/reset_prefix_cache", data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:  # idle: the reset succeeds
+        assert json.loads(r.read()) == {"success": True}
+    kw = {"prompt_tokens": 64, "shared_prefix": {"tokens": 1024, "fraction": 1.0, "count": 2}}
+    spec = RampSpec(url=on.url, levels=[2, 2], step_seconds=1.5, output_tokens=16, **kw)
+    res = run_ramp(spec, timeout=120)
+    assert res.ok, res.error or res.stop_reason
+    for st in res.steps:
+        assert st.server is not None and st.server.prefix_cache_reset is True, st.server
+        # both levels start cold: the same hit rate within a few requests' worth
+        assert 0.5 < st.server.prefix_cache_hit_rate < 0.99, st.server.prefix_cache_hit_rate
+    a, b = (st.server.prefix_cache_hit_rate for st in res.steps)
+    assert abs(a - b) < 0.1, (a, b)

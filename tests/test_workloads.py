@@ -262,6 +262,43 @@ def test_the_cache_is_bounded_by_the_kv_blocks_and_evicts_the_least_recently_fre
     assert sum(1 for v in s.cache.values() if v) == 0 and s.free_blocks == 20
 
 
+def test_a_block_shared_by_running_requests_is_one_block_freed_once():
+    """Two requests running together on one cached prefix hold its blocks once (vLLM's
+    KVCacheBlock.ref_cnt): the pool's use counts them once, and when both have finished
+    every block is free again — not more (a double free made a sim's KV cache grow with
+    every shared-prefix level, and POST /reset_prefix_cache saw -3776 blocks held)."""
+    prefix = [f"p{i}" for i in range(160)]  # 10 full blocks
+    s = Scheduler(100, 8, 4096, flat_step, enable_prefix_caching=True)
+    _run_one(s, prefix + ["x"] * 8, 1, 0.0)  # caches the prefix
+    assert s.free_blocks == 100
+    sinks = [Sink(), Sink()]
+    reqs = [Request(f"s{i}", 168, 32, 10.0, None, sinks[i], block_hashes=block_hashes(prefix + [f"y{i}"] * 8))
+            for i in range(2)]
+    for r in reqs:
+        s.add(r)
+    t = 10.0
+    st = s.schedule(t)
+    assert all(r.cached_tokens == 160 for r in reqs)
+    used = s.num_blocks - s.free_blocks
+    assert used == 10 + 2 * 1, used  # the shared prefix once, each its own last (partial) block
+    while s.has_work:
+        t += st.dt
+        s.complete(st, t)
+        st = s.schedule(t) if s.has_work else None
+    assert s.free_blocks == s.num_blocks
+    assert s.reset_prefix_cache() and not s.cache and not s.free_cached
+    r, _ = _run_one(s, prefix + ["x"] * 8, 1, 100.0)
+    assert r.cached_tokens == 0  # forgotten
+
+
+def test_the_prefix_cache_reset_is_refused_while_a_request_holds_blocks():
+    s = Scheduler(100, 8, 4096, flat_step, enable_prefix_caching=True)
+    r = Request("r", 64, 8, 0.0, None, Sink(), block_hashes=block_hashes([f"p{i}" for i in range(72)]))
+    s.add(r)
+    s.schedule(0.0)
+    assert s.reset_prefix_cache() is False  # vLLM: "Failed to reset prefix cache because some blocks (N) are not freed yet"
+
+
 # ---------------------------------------------------------------------------- the planner's prediction
 def _predict(spec: RampSpec, caching: bool):
     from app.config import ServerConfig

@@ -193,15 +193,21 @@ class Scheduler:
             del self.cache[h]
 
     def _release(self, r: Request) -> None:
-        """``r`` gives back its blocks (finished, aborted or preempted): cached ones stay
-        cached, free and evictable, its last block first in line."""
-        self.free_blocks += r.blocks
+        """``r`` gives back its blocks (finished, aborted or preempted). ``r.blocks``
+        counts every block it references: its own uncached ones, freed at once, and the
+        cached ones it holds (``r.held``, reference-counted as vLLM's ``KVCacheBlock.ref_cnt``):
+        such a block is free — and stays cached, evictable, its last block first in line —
+        only once no other request holds it (a block shared by two requests is one block,
+        freed once)."""
+        freed = r.blocks - len(r.held)
         r.blocks = 0
         for h in reversed(r.held):
             c = self.cache[h] - 1
             self.cache[h] = c
             if c == 0:
                 self.free_cached[h] = None
+                freed += 1
+        self.free_blocks += freed
         r.held = []
         r.n_hashed = 0
 
@@ -254,6 +260,18 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block (vLLM's ``BlockPool.reset_prefix_cache``,
+        vllm/v1/core/block_pool.py @ 0.32.0): refused (False) while any block is held by a
+        request — vLLM logs "Failed to reset prefix cache because some blocks (N) are not
+        freed yet" and answers ``{"success": false}``; True once the cache is empty. The
+        counters (``prefix_queries``/``prefix_hits``) go on counting, as vLLM's do."""
+        if self.free_blocks != self.num_blocks:
+            return False
+        self.cache.clear()
+        self.free_cached.clear()
+        return True
 
     @property
     def kv_usage(self) -> float:

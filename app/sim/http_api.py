@@ -41,6 +41,7 @@ from typing import Callable
 from aiohttp import web
 
 from app.engine.balance import DpBalancer
+from app.sim import vlog
 from app.sim.engine import SimEngine, Stream, combined_info
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
@@ -119,6 +120,7 @@ class ApiServer:
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/metrics", self.metrics)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_get("/sim/info", self.sim_info)
         app.router.add_get("/sim/telemetry", self.telemetry)
         return app
@@ -178,6 +180,22 @@ class ApiServer:
             m.kv_usage.set(e.sched.kv_usage)
         return web.Response(body=self.engine.sim_metrics.render(), content_type="text/plain", charset="utf-8",
                             headers={"X-Content-Type-Version": "0.0.4"})
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """``POST /reset_prefix_cache``: vLLM's dev-mode route
+        (vllm/entrypoints/serve/dev/cache/api_router.py @ 0.32.0, served there only with
+        ``VLLM_SERVER_DEV_MODE=1``; the sim always serves it, so a ramp's levels start on an
+        empty cache as the planner predicts them): ``{"success": bool}`` — false while any
+        replica's blocks are held by requests (:meth:`Scheduler.reset_prefix_cache`)."""
+        vlog.emit("Resetting prefix cache...", process="APIServer", where="api_router.py:38")
+        ok = True
+        for e in self.engines:
+            if not e.sched.reset_prefix_cache():
+                held = e.sched.num_blocks - e.sched.free_blocks
+                vlog.emit(f"Failed to reset prefix cache because some blocks ({held}) are not freed yet",
+                          level="WARNING", process=f"EngineCore_DP{e.index}", where="block_pool.py:839")
+                ok = False
+        return web.json_response({"success": ok})
 
     async def sim_info(self, request: web.Request) -> web.Response:
         """Static facts + pacing figures; ``?reset=1`` starts a new pacing window after reading."""
