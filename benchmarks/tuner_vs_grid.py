@@ -47,8 +47,22 @@ at a 5-user bracket; 7 of 8 cases met the goal. At 5 % the same case picks the b
 truth's best itself moves by ±2 users between runs: its 3-search mean is noisy too).
 Without the tie rule (a candidate predicted as good as the best measured, within its
 spread, is measured while spare launches remain) the tuner stopped after 2 launches with
-6 of 8 cases ≥ 0.95. Over HTTP (the default, without ``--offline``) and ``--spot-check``
-were not run to the end on 2 cores: each case is 5–20 minutes of wall time.
+6 of 8 cases ≥ 0.95.
+
+Over HTTP (the default; 2026-12-03, same machine, shared with other work): the 70B cases
+(the 8B ones stream 7,800–11,700 output tok/s at their capacity, more than 2 cores serve
+even at k = 1, so they run offline only):
+
+     # rig          model    workload       grid  grid rig min  k     tuner launches  tuner rig min  pick/best
+     3 8× RTX 4090  70B AWQ  chat 512/128     72        2082.3  3.5                4           28.0       1.00
+     4 8× RTX 4090  70B AWQ  long 2048/256    72        2087.0  9.9                4           56.8       1.00
+     7 4× RTX 5090  70B AWQ  chat 512/128     40         982.5  5.1                3           21.7       1.00
+     8 4× RTX 5090  70B AWQ  long 2048/256    40        1270.6 10.0                4           73.6       0.94
+
+Case 8's capacity is 6 users: its three measured candidates all measured 6; the pick is 5.7
+in truth (5–6), the best 6.0 — one user is 17 % there, below what a search resolves.
+``--spot-only`` (the grid's top three over HTTP, no tune), cases 3 and 7: offline 50.7, 48.7,
+50.7 → HTTP 52, 52, 52; offline 32.7, 32.7, 31.3 → HTTP 33, 33, 32 users.
 """
 from __future__ import annotations
 
