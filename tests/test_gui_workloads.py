@@ -32,6 +32,14 @@ def test_the_ramp_form_builds_both_workloads_and_keeps_them_in_the_profile(qtbot
     with pytest.raises(ValueError, match="TURNS\\[:THINK_S\\]"):
         p.build_spec("http://127.0.0.1:8000", None)
     assert p.plan_ramp() is None  # the plan waits for a valid form
+    # … and the form says why under itself, naming the field and its form
+    assert not p.form_error.isHidden() and "TURNS[:THINK_S]" in p.form_error.text()
+    p.multi_turn.setText("4:2")
+    assert p.form_error.isHidden()
+    p.set_mode("rate")  # conversations need closed-loop users
+    assert not p.form_error.isHidden() and "multi_turn" in p.form_error.text(), p.form_error.text()
+    p.set_mode("concurrency")
+    assert p.form_error.isHidden()
     if os.environ.get("DYNO_SHOTS"):
         p.multi_turn.setText("4:2")
         p.resize(460, 760)

@@ -183,6 +183,13 @@ class RampPanel(QWidget):
         f.addRow("TTFT p99", self.slo_ttft)
         f.addRow("TPOT p99", self.slo_tpot)
         v.addWidget(s)
+        #: why the form does not make a ramp (e.g. multi-turn with request rates), in red; hidden when it does
+        self.form_error = QLabel()
+        self.form_error.setObjectName("rampFormError")
+        self.form_error.setWordWrap(True)
+        self.form_error.setStyleSheet("color: #a61b1b")
+        self.form_error.hide()
+        v.addWidget(self.form_error)
         self.safety_label = QLabel()
         self.safety_label.setWordWrap(True)
         v.addWidget(self.safety_label)
@@ -216,6 +223,7 @@ class RampPanel(QWidget):
         for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot, self.burstiness, self.max_conc):
             w.valueChanged.connect(self.shape_changed)
         self.vary.toggled.connect(self.shape_changed)
+        self.shape_changed.connect(self._validate)
         self.level_ev: dict | None = None
         self.time_scale = 1.0  # sim k: the spec is in rig seconds, the clock in wall seconds
         self.levels_list: list[float] = []
@@ -344,6 +352,18 @@ class RampPanel(QWidget):
             if text:
                 out[key] = parse(text).model_dump()
         return out
+
+    def _validate(self) -> None:
+        """Say under the form why it does not make a ramp (the message :meth:`build_spec`
+        raises, which names the field and the fix), or hide the line when it does — the
+        plan waits for a valid form, and Run ramp would refuse it."""
+        try:
+            self.build_spec("http://127.0.0.1:8000", None)
+        except ValueError as e:
+            self.form_error.setText(str(e).replace("Value error, ", ""))
+            self.form_error.show()
+            return
+        self.form_error.hide()
 
     def plan_ramp(self) -> RampSpec | None:
         """The ramp the plan predicts (its levels, level shape, lengths and SLO): the form
