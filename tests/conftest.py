@@ -2,6 +2,8 @@
 (the tiny local model, max_num_seqs 8) is shared by all e2e tests of a session."""
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 import tempfile
@@ -119,23 +121,32 @@ def tiny_server_config(tiny_model: Path, **kw):
     return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
 
 
-@pytest.fixture(scope="session")
-def vllm_server(tiny_model, vllm_python):
-    """One real vLLM (CPU build) for the whole session: yields the ready Supervisor.
-
-    The server is stopped at the end and its whole process group must be gone.
-    """
+@contextlib.contextmanager
+def tiny_vllm(tiny_model: Path, vllm_python: str, what: str = "vLLM", **kw):
+    """A real vLLM (CPU build) of the tiny model, :func:`tiny_server_config` with ``kw``
+    (e.g. ``enable_prefix_caching=False``): yields the ready Supervisor; ``what`` names it
+    when it fails to start. On exit it is stopped and its whole process group must be gone."""
     from app.server.procs import group_members
     from app.server.supervisor import Supervisor
 
-    sup = Supervisor(tiny_server_config(tiny_model), python=vllm_python, startup_timeout=600)
+    sup = Supervisor(tiny_server_config(tiny_model, **kw), python=vllm_python, startup_timeout=600)
     sup.start()
     try:
         if not sup.wait_ready(620):
-            pytest.fail(f"shared vLLM did not become ready: {sup.failure and sup.failure.reason}\n"
+            pytest.fail(f"{what} did not become ready: {sup.failure and sup.failure.reason}\n"
                         + "\n".join(sup.log_tail(40)))
         yield sup
     finally:
         left = sup.stop()
         assert left == [], f"processes of the vLLM group survived stop(): {left}"
         assert group_members(sup.pgid) == []
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_model, vllm_python):
+    """One real vLLM (CPU build) for the whole session: yields the ready Supervisor.
+
+    The server is stopped at the end and its whole process group must be gone.
+    """
+    with tiny_vllm(tiny_model, vllm_python, "shared vLLM") as sup:
+        yield sup

@@ -16,17 +16,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from app.loadgen.records import RequestRecord
 from app.loadgen.server_stats import client_tokens, explain, server_summary, server_window, with_notes
 from app.loadgen.stats import StepStats, to_rig_time
+from app.sim.metrics import E2E_BUCKETS, ITL_BUCKETS, TTFT_BUCKETS
 from app.telemetry.metrics_parse import histogram_quantile, parse_metrics, quantile_bucket
 
-#: vllm/v1/metrics/loggers.py 0.32.0: time_to_first_token_seconds buckets
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-#: …: inter_token_latency_seconds (and request_time_per_output_token_seconds)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-               40.0, 80.0)
-#: …: request_queue_time_seconds, e2e_request_latency_seconds (request_latency_buckets)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-               480.0, 960.0, 1920.0, 7680.0)
 
 
 class VllmExposition:

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from app.telemetry.metrics_parse import parse_metrics
-from tests.conftest import tiny_server_config
+from tests.conftest import tiny_vllm
 
 pytestmark = pytest.mark.e2e
 
@@ -25,20 +25,8 @@ COUNTERS = ("spec_decode_num_drafts", "spec_decode_num_draft_tokens", "spec_deco
 
 @pytest.fixture(scope="module")
 def spec_server(tiny_model, vllm_python):
-    from app.server.procs import group_members
-    from app.server.supervisor import Supervisor
-
-    sup = Supervisor(tiny_server_config(tiny_model, speculative_config=NGRAM), python=vllm_python,
-                     startup_timeout=600)
-    sup.start()
-    try:
-        if not sup.wait_ready(620):
-            pytest.fail(f"vLLM with a speculative config did not become ready: {sup.failure and sup.failure.reason}\n"
-                        + "\n".join(sup.log_tail(40)))
+    with tiny_vllm(tiny_model, vllm_python, "vLLM with a speculative config", speculative_config=NGRAM) as sup:
         yield sup
-    finally:
-        assert sup.stop() == []
-        assert group_members(sup.pgid) == []
 
 
 def _metrics(url: str):

@@ -16,7 +16,7 @@ import pytest
 from app.loadgen.generator import run_ramp
 from app.loadgen.spec import RampSpec
 from app.telemetry.metrics_parse import parse_metrics
-from tests.conftest import tiny_server_config
+from tests.conftest import tiny_vllm
 
 
 def prefix_counters(url: str) -> tuple[float, float]:
@@ -76,17 +76,8 @@ def test_multi_turn_chat_ramp_reports_per_turn_ttft(vllm_server):
 @pytest.fixture(scope="module")
 def server_without_prefix_caching(tiny_model, vllm_python):
     """One more real vLLM, with --no-enable-prefix-caching (this module only)."""
-    from app.server.supervisor import Supervisor
-
-    sup = Supervisor(tiny_server_config(tiny_model, enable_prefix_caching=False), python=vllm_python,
-                     startup_timeout=600)
-    sup.start()
-    try:
-        if not sup.wait_ready(620):
-            pytest.fail(f"vLLM without prefix caching did not become ready: {sup.failure and sup.failure.reason}")
+    with tiny_vllm(tiny_model, vllm_python, "vLLM without prefix caching", enable_prefix_caching=False) as sup:
         yield sup
-    finally:
-        assert sup.stop() == []
 
 
 @pytest.mark.e2e
