@@ -131,6 +131,15 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("ramp", "--prompts-file"): ["/nonexistent/prompts.jsonl", "builtin:nope", "hf:nobody/no-such-dataset"],
     ("ramp", "--prompts-format"): ["yaml"],
     ("ramp", "--prompts-column"): ["text"],  # without a --prompts-file
+    ("run", "--prompts-file"): ["/nonexistent/prompts.jsonl", "builtin:nope", "hf:nobody/no-such-dataset"],
+    ("run", "--prompts-format"): ["yaml"],
+    ("run", "--prompts-column"): ["text"],  # without a --prompts-file
+    ("plan", "--prompts-file"): ["/nonexistent/prompts.jsonl", "builtin:nope", "hf:nobody/no-such-dataset"],
+    ("plan", "--prompts-format"): ["yaml"],
+    ("plan", "--prompts-column"): ["text"],  # without a --prompts-file
+    ("tune", "--prompts-file"): ["/nonexistent/prompts.jsonl", "builtin:nope", "hf:nobody/no-such-dataset"],
+    ("tune", "--prompts-format"): ["yaml"],
+    ("tune", "--prompts-column"): ["text"],  # without a --prompts-file
     ("ramp", "--multi-turn"): ["abc", "0", "4:-1", "nan", "inf", "4:2:1"],
     ("ramp", "--shared-prefix"): ["abc", "1024", "1024:0", "1024:2", "0:0.5", "1024:0.5:0", "1024:nan"],
     ("ramp", "--temperature"): ["abc", "-1", "nan"],

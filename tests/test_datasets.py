@@ -368,3 +368,27 @@ def test_a_byte_order_mark_is_skipped(tmp_path):
     g = tmp_path / "bom.jsonl"
     g.write_bytes("\ufeff".encode() + b'{"prompt": "a b"}\n')
     assert load_dataset(f).entries[0].answer_tokens == 4 and load_dataset(g).entries[0].prompt == "a b"
+
+
+def test_plan_run_and_tune_take_the_dataset_options_as_ramp_does():
+    """One set of workload options (app.cli.common.add_workload_options) on ramp, run,
+    plan and tune: the plan and the tune predict with the dataset's requests and their
+    mean lengths (builtin:chat: ShareGPT's means, ≈ 153 in / 331 out), a bad dataset is an
+    error naming --prompts-file."""
+    from app.cli import build_parser
+    from app.cli.plan import workload_from_args
+    from app.cli.tune import spec_from_args as tune_spec
+
+    p = build_parser()
+    wl = workload_from_args(p.parse_args(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090",
+                                          "--prompts-file", "builtin:chat"]))
+    assert wl.prompts_file == "builtin:chat"
+    assert 120 < wl.prompt_tokens < 190 and 280 < wl.output_tokens < 380, (wl.prompt_tokens, wl.output_tokens)
+    assert wl.search_spec() is None and str(wl.ramp_spec([1]).prompts_file) == "builtin:chat"
+    ts = tune_spec(p.parse_args(["tune", "--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "2",
+                                 "--model", "Llama-3-8B", "--slo-ttft-p99", "2", "--prompts-file", "builtin:chat"]))
+    assert ts.prompts_file == "builtin:chat"
+    assert str(ts.workload().search_spec().prompts_file) == "builtin:chat"  # measured with the dataset too
+    with pytest.raises(ValueError, match="--prompts-file"):
+        workload_from_args(p.parse_args(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090",
+                                         "--prompts-file", "builtin:nope"]))

@@ -500,12 +500,30 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
     return out
 
 
+def dataset_source(text: str) -> str:
+    """argparse type of ``--prompts-file``: ``builtin:NAME`` and ``hf:OWNER/NAME`` as
+    given (checked when the dataset is read), otherwise an existing readable file."""
+    if text.startswith(("builtin:", "hf:")):  # app.loadgen.datasets.BUILTIN, HF
+        return text
+    return input_file(text)
+
+
 def add_workload_options(p: argparse.ArgumentParser) -> None:
-    """``--multi-turn`` and ``--shared-prefix`` (issue 20, items 2 and 3), shared by
-    ``ramp``, ``run`` and ``tune``; :func:`workload_kw` turns them into RampSpec fields."""
+    """The request shape beyond lengths (issue 20), shared by ``ramp``, ``run``, ``plan``
+    and ``tune``: a dataset (``--prompts-file``, ``--prompts-format``,
+    ``--prompts-column``), ``--multi-turn`` and ``--shared-prefix``; :func:`workload_kw`
+    turns them into RampSpec fields."""
     # deferred: the load generator's spec only for the commands that take a workload
+    from app.loadgen.datasets import FORMATS
     from app.loadgen.spec import parse_multi_turn, parse_shared_prefix
 
+    p.add_argument("--prompts-file", type=dataset_source,
+                   help="a dataset, sampled with --seed: ShareGPT JSON/JSONL, OpenAI chat JSONL ({\"messages\"}), "
+                        "{\"prompt\": …} JSONL, CSV or Parquet; builtin:chat (synthetic, ShareGPT's lengths); "
+                        "hf:OWNER/NAME[/FILE] from the Hugging Face cache (never downloaded). max_tokens comes "
+                        "from the answers when the records have them")
+    p.add_argument("--prompts-format", choices=FORMATS, help="the --prompts-file format (default: detected)")
+    p.add_argument("--prompts-column", help="CSV/Parquet: the text column (default: prompt, text or question)")
     p.add_argument("--multi-turn", type=from_parser(parse_multi_turn, "TURNS[:THINK_S]"), metavar="TURNS[:THINK_S]",
                    help="each user holds a conversation of about TURNS turns (±25 %%, see --fixed-lengths), "
                         "sending its history each turn, thinking THINK_S s (mean, exponential) between turns; "
@@ -517,8 +535,21 @@ def add_workload_options(p: argparse.ArgumentParser) -> None:
 
 
 def workload_kw(a: argparse.Namespace) -> dict:
-    """The RampSpec fields of :func:`add_workload_options`' options that were given."""
+    """The RampSpec fields of :func:`add_workload_options`' options that were given (the
+    workloads as their pydantic models, the dataset's as strings). A dataset is read here,
+    so that a bad one is an error naming ``--prompts-file`` (ValueError)."""
     kw: dict = {}
+    if getattr(a, "prompts_file", None):
+        # deferred: reading a dataset only for the commands that were given one
+        from app.loadgen.datasets import DatasetError, load_dataset
+
+        try:  # read here so that the message names the option (the spec reads it again, from the cache)
+            load_dataset(a.prompts_file, a.prompts_format, a.prompts_column)
+        except DatasetError as e:
+            raise ValueError(f"--prompts-file: {e}") from None
+        kw.update(prompts_file=a.prompts_file, prompts_format=a.prompts_format, prompts_column=a.prompts_column)
+    elif getattr(a, "prompts_format", None) or getattr(a, "prompts_column", None):
+        raise ValueError("--prompts-format/--prompts-column describe a --prompts-file: give one")
     if getattr(a, "multi_turn", None) is not None:
         kw["multi_turn"] = a.multi_turn
     if getattr(a, "shared_prefix", None) is not None:

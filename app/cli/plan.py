@@ -9,6 +9,7 @@ from pathlib import Path
 from app.cli.common import (
     BadInput,
     add_workload_options,
+    workload_kw,
     config_from_args,
     executable,
     input_file,
@@ -81,7 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "±25 %% of them, seeded, as vllm-dyno ramp sends them)")
     p.add_argument("--seed", type=seed_number, default=0,
                    help="seed of the request lengths (as vllm-dyno ramp --seed)")
-    add_workload_options(p)  # --multi-turn, --shared-prefix: predicted with the prefix cache
+    add_workload_options(p)  # --prompts-file …, --multi-turn, --shared-prefix: predicted with the prefix cache
     p.add_argument("--warmup-seconds", type=seconds, default=0.0,
                    help="warm-up of each predicted level, rig s (as vllm-dyno ramp; default 0)")
     p.add_argument("--step-seconds", type=positive_seconds, default=20.0,
@@ -175,7 +176,8 @@ def workload_from_args(a: argparse.Namespace):
                     0.0 if a.fixed_lengths else 0.25, a.seed, a.warmup_seconds, a.step_seconds,
                     None if slo.is_empty() else slo,
                     multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
-                    shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None)
+                    shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None,
+                    **{k: v for k, v in workload_kw(a).items() if k.startswith("prompts_")}).with_dataset_lengths()
 
 
 def cmd_what_if(a: argparse.Namespace) -> int:

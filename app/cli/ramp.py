@@ -23,7 +23,6 @@ from app.cli.common import (
     fraction,
     from_parser,
     http_url,
-    input_file,
     level_table,
     server_table,
     non_negative,
@@ -38,7 +37,7 @@ from app.cli.common import (
     workload_kw,
 )
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
-from app.loadgen.datasets import BUILTIN, FORMATS, HF, DatasetError, load_dataset, summary_text, text_histogram
+from app.loadgen.datasets import summary_text, text_histogram
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import RampSpec, parse_length
 from app.loadgen.stats import StepStats, turns_text
@@ -90,14 +89,7 @@ def register(sub) -> None:
     p.add_argument("--fixed-lengths", action="store_true",
                    help="send exactly --prompt-tokens/--output-tokens (default: a single number N varies "
                         "uniformly within ±25 %% of N, seeded, so users do not march in lockstep)")
-    p.add_argument("--prompts-file", type=dataset_source,
-                   help="a dataset, sampled with --seed: ShareGPT JSON/JSONL, OpenAI chat JSONL ({\"messages\"}), "
-                        "{\"prompt\": …} JSONL, CSV or Parquet; builtin:chat (synthetic, ShareGPT's lengths); "
-                        "hf:OWNER/NAME[/FILE] from the Hugging Face cache (never downloaded). max_tokens comes "
-                        "from the answers when the records have them")
-    p.add_argument("--prompts-format", choices=FORMATS, help="the --prompts-file format (default: detected)")
-    p.add_argument("--prompts-column", help="CSV/Parquet: the text column (default: prompt, text or question)")
-    add_workload_options(p)
+    add_workload_options(p)  # --prompts-file …, --multi-turn, --shared-prefix
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=non_negative, default=0.0)
     p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
@@ -117,14 +109,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def dataset_source(text: str) -> str:
-    """argparse type of ``--prompts-file``: ``builtin:NAME`` and ``hf:OWNER/NAME`` as
-    given (checked when the dataset is read), otherwise an existing readable file."""
-    if text.startswith((BUILTIN, HF)):
-        return text
-    return input_file(text)
-
-
 def spec_from_args(a: argparse.Namespace) -> RampSpec:
     """Build the RampSpec; raises ValueError/ValidationError with the option named."""
     kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
@@ -137,17 +121,9 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                         "failure_rate": a.slo_failure_rate},
                 "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency,
                 "burstiness": a.burstiness, **workload_kw(a)}
-    if a.prompts_file:
-        try:  # read here so that the message names the option (the spec reads it again, from the cache)
-            load_dataset(a.prompts_file, a.prompts_format, a.prompts_column)
-        except DatasetError as e:
-            raise ValueError(f"--prompts-file: {e}") from None
-        kw.update(prompts_file=a.prompts_file, prompts_format=a.prompts_format, prompts_column=a.prompts_column)
-        if a.output_tokens is not None:  # a cap on the answers' lengths (and the draw for records without one)
-            ot = a.output_tokens
-            kw["output_cap"] = ot[1] if isinstance(ot, tuple) else ot
-    elif a.prompts_format or a.prompts_column:
-        raise ValueError("--prompts-format/--prompts-column describe a --prompts-file: give one")
+    if a.prompts_file and a.output_tokens is not None:  # a cap on the answers' lengths (and the draw for
+        ot = a.output_tokens                              # records without one)
+        kw["output_cap"] = ot[1] if isinstance(ot, tuple) else ot
     search = a.find_capacity or a.find_rate
     if not search:
         for opt, val, default in (("--start", a.start, None), ("--repeat", a.repeat, 1),

@@ -127,7 +127,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         over["step_seconds"] = a.step_seconds
     if a.max_total_seconds is not None:
         over["max_total_seconds"] = a.max_total_seconds
-    over.update({k: v.model_dump() for k, v in workload_kw(a).items()})
+    try:
+        over.update({k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in workload_kw(a).items()})
+    except ValueError as e:
+        return err(f"ramp options: {e}")
     if over:
         try:
             p.ramp_spec("http://127.0.0.1:1", None, **over)
@@ -257,7 +260,7 @@ def register(sub) -> None:
                         "(1 = Poisson; < 1 burstier, > 1 more uniform)")
     x.add_argument("--step-seconds", type=positive_seconds, help="override the seconds per level")
     x.add_argument("--max-total-seconds", type=positive_seconds, help="cap the whole ramp")
-    add_workload_options(x)  # --multi-turn, --shared-prefix: the workload of the profile's ramp
+    add_workload_options(x)  # --prompts-file …, --multi-turn, --shared-prefix: the workload of the profile's ramp
     x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
     x.add_argument("--trust-env", action="store_true",

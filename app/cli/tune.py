@@ -23,6 +23,7 @@ from app.cli.common import (
     BadInput,
     add_security_options,
     add_workload_options,
+    workload_kw,
     add_sim_options,
     apply_api_key_file,
     config_from_args,
@@ -95,7 +96,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--prompt-tokens", type=positive_int, help="mean prompt tokens (default 512)")
     w.add_argument("--output-tokens", type=positive_int, help="mean output tokens (default 128)")
     w.add_argument("--fixed-lengths", action="store_true", help="every request exactly these lengths (default ±25 %%)")
-    add_workload_options(w)  # --multi-turn, --shared-prefix: predicted (prefix cache) and measured alike
+    add_workload_options(w)  # --prompts-file …, --multi-turn, --shared-prefix: predicted and measured alike
     w.add_argument("--seed", type=seed_number, help="seed of the request lengths")
     w.add_argument("--slo-ttft-p99", type=positive_seconds, help="TTFT p99 bound, s")
     w.add_argument("--slo-tpot-p99", type=positive_seconds, help="TPOT p99 bound, s per token")
@@ -143,7 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------- building the spec
-def _spec_from_args(a: argparse.Namespace):
+def spec_from_args(a: argparse.Namespace):
     # deferred: the tuner (planner, controller) only for this command
     from app.loadgen.spec import SLO
     from app.profiles.model import SimRig
@@ -200,9 +201,20 @@ def _spec_from_args(a: argparse.Namespace):
             max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace,
             multi_turn=a.multi_turn if a.multi_turn is not None else (ramp.multi_turn if ramp is not None else None),
             shared_prefix=(a.shared_prefix if a.shared_prefix is not None
-                           else (ramp.shared_prefix if ramp is not None else None)))
+                           else (ramp.shared_prefix if ramp is not None else None)),
+            **dataset_kw(a, ramp))
     except ValueError as e:
         raise BadInput(str(e)) from None
+
+
+def dataset_kw(a: argparse.Namespace, ramp) -> dict:
+    """The tune's dataset: ``--prompts-file`` (read and checked by
+    :func:`app.cli.common.workload_kw`, ValueError naming it), else the profile's ramp's."""
+    kw = {k: v for k, v in workload_kw(a).items() if k.startswith("prompts_")}
+    if not kw and ramp is not None and ramp.prompts_file is not None:
+        kw = {"prompts_file": str(ramp.prompts_file), "prompts_format": ramp.prompts_format,
+              "prompts_column": ramp.prompts_column}
+    return kw
 
 
 # ---------------------------------------------------------------------- the command
@@ -243,7 +255,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
         if a.resume:
             tuner = Tuner.resume(store, a.resume, listener=Printer(), pricing=pricing)
         else:
-            spec = _spec_from_args(a)
+            spec = spec_from_args(a)
             tuner = Tuner(spec, store=store, listener=Printer(), pricing=pricing)
     except BadInput as e:
         store.close()

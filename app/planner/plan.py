@@ -32,6 +32,14 @@ from app.planner.predict import EngineLimits, predict_ramp
 from app.planner.versions import VllmRules, rules_for
 
 
+def mean_lengths(spec: RampSpec) -> tuple[int, int]:
+    """The mean (prompt, output) tokens of the requests ``spec`` sends
+    (:func:`app.loadgen.prompts.planned_lengths`), each at least 1."""
+    lengths = planned_lengths(spec)
+    return (max(1, round(sum(p for p, _ in lengths) / len(lengths))),
+            max(1, round(sum(o for _, o in lengths) / len(lengths))))
+
+
 @dataclass(frozen=True)
 class Workload:
     """The closed-loop ramp the plan predicts, in the load generator's terms
@@ -94,9 +102,7 @@ class Workload:
         if spec.prompts_file is not None:  # the dataset's requests; their mean lengths for the KV cache
             kw.update(prompts_file=str(spec.prompts_file), prompts_format=spec.prompts_format,
                       prompts_column=spec.prompts_column, output_cap=spec.output_cap)
-            lengths = planned_lengths(spec)
-            pt = max(1, round(sum(p for p, _ in lengths) / len(lengths)))
-            ot = max(1, round(sum(o for _, o in lengths) / len(lengths)))
+            pt, ot = mean_lengths(spec)
         if spec.multi_turn is not None:
             kw["multi_turn"] = (spec.multi_turn.turns, spec.multi_turn.think_s)
         if spec.shared_prefix is not None:
@@ -115,6 +121,14 @@ class Workload:
         return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
                         length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
                         slo=self.slo or SLO(), settle=self.settle, **data, **kw)
+
+    def with_dataset_lengths(self) -> "Workload":
+        """This workload with ``prompt_tokens``/``output_tokens`` the mean lengths its
+        dataset's requests have (:func:`mean_lengths`); itself without a dataset."""
+        if self.prompts_file is None:
+            return self
+        pt, ot = mean_lengths(self.ramp_spec([1]))
+        return replace(self, prompt_tokens=pt, output_tokens=ot)
 
     def ramp_spec(self, levels: list[int]) -> RampSpec:
         """The fixed ramp the predicted curve imitates (every level runs: no SLO stop)."""

@@ -96,6 +96,9 @@ class TuneSpec(BaseModel):
     seed: int = 0
     multi_turn: Optional[MultiTurn] = None  # RampSpec's workloads: predicted and measured alike
     shared_prefix: Optional[SharedPrefix] = None
+    prompts_file: Optional[str] = None  # a dataset (RampSpec.prompts_file …): its requests, predicted and measured
+    prompts_format: Optional[str] = None
+    prompts_column: Optional[str] = None
     slo: SLO
     objective: Objective = "users"
     space: TuneSpace = Field(default_factory=TuneSpace)
@@ -114,7 +117,9 @@ class TuneSpec(BaseModel):
                         slo=self.slo, search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
                         requests_per_level=self.requests_per_level,
                         multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
-                        shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None)
+                        shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None,
+                        prompts_file=self.prompts_file, prompts_format=self.prompts_format,
+                        prompts_column=self.prompts_column).with_dataset_lengths()
 
 
 class CandidateResult(BaseModel):
