@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -57,8 +58,10 @@ SEARCH_MIN_REQUESTS = 100
 SEARCH_MIN_CAP_S = 600.0
 
 
-class RampPanel(QWidget):
-    """``run_requested`` / ``abort_requested`` when the buttons are pressed."""
+class RampPanel(QScrollArea):
+    """``run_requested`` / ``abort_requested`` when the buttons are pressed. It scrolls, as
+    the Server form does: its rows (workloads, open loop, a dataset's histograms) must not
+    make the window taller than a 720-pixel screen."""
 
     run_requested = Signal()
     abort_requested = Signal()
@@ -67,8 +70,11 @@ class RampPanel(QWidget):
 
     def __init__(self, now_fn: Callable[[], float], parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setWidgetResizable(True)
         self.now_fn = now_fn
-        v = QVBoxLayout(self)
+        body = QWidget()
+        self.setWidget(body)
+        v = QVBoxLayout(body)
         g = QGroupBox("Ramp")
         f = QFormLayout(g)
         self.traffic = QComboBox()

@@ -24,8 +24,11 @@ def _ramp(url: str, store: RunStore):
         ctl.stop()
     rid = res.run_id
     for st in res.steps:
-        print(f"level {st.level:g}: {st.output_tps:.0f} tok/s, TTFT p99 {st.ttft_p99 * 1e3:.0f} ms, "
-              f"TPOT p50 {st.tpot_p50 * 1e3:.1f} ms, n={st.n_measured}")
+        def ms(x):  # a level without a successful measured request has no percentiles
+            return "—" if x is None else f"{x * 1e3:.1f}"
+
+        print(f"level {st.level:g}: {st.output_tps:.0f} tok/s, TTFT p99 {ms(st.ttft_p99)} ms, "
+              f"TPOT p50 {ms(st.tpot_p50)} ms, n={st.n_measured}, failures {st.failures}")
     assert res.status == "done", res.stop_reason
     assert all(st.failures == {} and st.n_ok > 0 for st in res.steps)
     assert all(r.tokens_source == "server_usage" and r.output_tokens == 64 for r in res.records)
