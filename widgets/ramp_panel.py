@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from pydantic import ValidationError
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -71,6 +71,7 @@ class RampPanel(QScrollArea):
     def __init__(self, now_fn: Callable[[], float], parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWidgetResizable(True)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)  # the form follows the column's width
         self.now_fn = now_fn
         body = QWidget()
         self.setWidget(body)
