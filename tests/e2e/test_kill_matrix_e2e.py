@@ -37,9 +37,12 @@ STOP_GRACE_S = 20.0
 def test_main_cells_mid_ramp_on_the_real_cpu_build(target, sig, tmp_path, tiny_model, vllm_python):
     args = ["run", "CPU tiny model", "--python", vllm_python, "--levels", "2,4", "--step-seconds", "5"]
     grace = EOF_GRACE_S if (target, sig) == ("app", signal.SIGKILL) else STOP_GRACE_S
-    cell = run_cell(target, "mid-ramp", sig, tmp_path, args=args, gone_within=grace + 5.0, startup_s=600.0)
+    cell = run_cell(target, "mid-ramp", sig, tmp_path, args=args, gone_within=grace + 5.0, startup_s=600.0,
+                    mid_s=3.0)  # level 4 runs ≥ 5 s: its users have finished requests by then
     print(f"{cell.name}: nothing left after {cell.gone_s:.2f} s" + (
-        f"; newest stored completion {cell.lost_s:.3f} s before the kill" if cell.lost_s is not None else ""))
+        f"; newest stored completion {cell.lost_s:.3f} s before the kill; the server had finished "
+        f"{cell.finished} of the ramp's requests by the kill minus the bound, {cell.stored} stored"
+        if cell.lost_s is not None else ""))
     assert not cell.problems, cell.name + ":\n  " + "\n  ".join(cell.problems) + "\n--- output ---\n" + cell.output[-4000:]
     if target == "server":
         status = next(l for l in cell.output.splitlines() if l.startswith("status: "))
