@@ -224,3 +224,12 @@ def test_a_search_level_measures_once_each_user_has_finished_a_request():
     assert all(r.t_start < st.window_start for r in first)
     assert spec.settles and not RampSpec(levels=[1]).settles
     assert RampSpec(search=CapacitySearch(), slo=SLO(ttft_p99=1)).settles
+
+
+def test_slo_headroom_is_the_tightest_bound_over_its_p99():
+    from app.loadgen.capacity import Capacity, slo_headroom
+    cap = Capacity(users=6, users_low=6, users_high=6, ttft_p99=1.6, tpot_p99=0.05, e2e_p99=9.0,
+                   slo={"ttft_p99": 2.0, "tpot_p99": 0.06})
+    assert slo_headroom(cap) == pytest.approx(min(2.0 / 1.6, 0.06 / 0.05))  # e2e has no bound: not counted
+    assert slo_headroom(cap.model_copy(update={"slo": {"failure_rate": 0.01}})) is None
+    assert slo_headroom(cap.model_copy(update={"tpot_p99": None})) == pytest.approx(2.0 / 1.6)

@@ -20,7 +20,7 @@ from app.store import RunStore
 from app.tuner import model as rig_model
 from app.tuner.offline import OfflineRig
 from app.tuner.space import (MAX_UTILIZATION, TuneSpace, enumerate_candidates, recommended_max_num_seqs)
-from app.tuner.tune import TuneAborted, Tuner, TuneSpec
+from app.tuner.tune import CandidateResult, TuneAborted, Tuner, TuneSpec
 
 AWQ70 = "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"
 DEMO = ServerConfig(model=AWQ70, served_model_name="llama70", tensor_parallel_size=8, quantization="awq_marlin",
@@ -238,3 +238,23 @@ def test_the_tune_commands_resolution_default_is_the_tuners():
     act = next(a for a in sub._actions if "--resolution" in a.option_strings)
     assert act.default is None and f"default {TUNE_RESOLUTION:g}," in act.help
     assert TuneSpec.model_fields["resolution"].default == TUNE_RESOLUTION == 0.05
+
+
+def test_equal_users_are_told_apart_by_the_room_under_the_slo(tmp_path):
+    """Two candidates measured at the same whole number of users with the same interval:
+    the one whose capacity level sits further under its SLO (app.loadgen.capacity.slo_headroom)
+    is the best measured, whichever order they were measured in; the users still come first."""
+    spec = spec_of(SMALL)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        t = Tuner(spec, store=store, rig=OfflineRig(spec, 103))
+        tight = CandidateResult(key="a", measured_users=6, measured_low=6, measured_high=6, measured_tps=900.0,
+                                measured_headroom=1.02)
+        roomy = CandidateResult(key="b", measured_users=6, measured_low=6, measured_high=6, measured_tps=880.0,
+                                measured_headroom=1.30)
+        more = CandidateResult(key="c", measured_users=7, measured_low=6, measured_high=7, measured_tps=800.0,
+                               measured_headroom=1.01)
+        for order in ([tight, roomy], [roomy, tight]):
+            t.state.candidates = list(order)
+            assert t.best_measured().key == "b"
+        t.state.candidates = [tight, roomy, more]
+        assert t.best_measured().key == "c"

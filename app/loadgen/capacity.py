@@ -268,6 +268,18 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
     return cap
 
 
+def slo_headroom(c: Capacity) -> float | None:
+    """How far the capacity level sits inside its SLO: the smallest bound ÷ measured p99
+    over the latency bounds set (TTFT, TPOT, e2e), ≥ 1 for a level that met them — 1.25
+    means its tightest p99 is 20 % under its bound. None when no latency bound was set or
+    measured. Two searches that both resolve to the same whole number of users are told
+    apart by it: the one with more room is likelier to hold the next user (the tuner's
+    tie-break, app.tuner.tune)."""
+    ratios = [c.slo[k] / v for k, v in (("ttft_p99", c.ttft_p99), ("tpot_p99", c.tpot_p99), ("e2e_p99", c.e2e_p99))
+              if c.slo.get(k) is not None and v is not None and v > 0]
+    return min(ratios) if ratios else None
+
+
 def slo_text(slo: dict) -> str:
     """``{"ttft_p99": 2, "tpot_p99": 0.1}`` → ``TTFT p99 ≤ 2 s and TPOT p99 ≤ 100 ms``."""
     parts = []
