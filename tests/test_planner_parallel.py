@@ -273,3 +273,26 @@ def test_data_parallel_plans_every_replica_and_adds_their_throughput():
     pt = odd.curve.points[0]
     assert pt.concurrency == 3 and pt.running == 3
     assert pt.output_tps == pytest.approx(lo.curve.points[0].output_tps + lo.curve.points[1].output_tps, rel=0.05)
+
+
+# ---------------------------------------------------------------------- rigs of several hosts (issue 21)
+def test_tp_across_hosts_warns_with_tp_within_a_host_and_pp_across_as_the_fix():
+    """vLLM's distributed serving guide: TP = GPUs per node, PP = nodes. A TP group wider
+    than a host is a warning whose fix keeps TP within a host; TP within a host is none."""
+    from app.planner.gpus import rig_layout
+    cards = [lookup_gpu("RTX 4090")] * 4
+    m = from_catalog("Llama-3-8B")
+    p = plan(ServerConfig(model="Llama-3-8B", tensor_parallel_size=4), cards, m, Workload(512, 128),
+             use_calibration=False, rig=rig_layout(2, 2, "25gbe"), predict=False)
+    f = _finding(p, "tp_spans_hosts")
+    assert f is not None and f.verdict == "warn"
+    assert "spans 2 hosts" in f.message and "25 GbE" in f.message
+    assert f.fix == {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
+    assert "--tensor-parallel-size 2 --pipeline-parallel-size 2" in f.message
+    fixed = plan(apply_fix(p.config, f.fix), cards, m, Workload(512, 128), use_calibration=False,
+                 rig=rig_layout(2, 2, "25gbe"), predict=False)
+    assert _finding(fixed, "tp_spans_hosts") is None
+    one_host = plan(p.config, cards, m, Workload(512, 128), use_calibration=False, predict=False)
+    assert _finding(one_host, "tp_spans_hosts") is None
+    assert p.as_dict()["rig"] == {"hosts": 2, "cards_per_host": 2, "link": "25gbe", "tp_hosts": 2,
+                                  "link_share": p.link_share}
