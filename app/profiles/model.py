@@ -38,6 +38,7 @@ from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
 from app.paths import repo_root
 from app.planner.cards import cards_for
+from app.planner.gpus import UnknownLinkError, lookup_link
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
@@ -111,19 +112,37 @@ class SimRig(BaseModel):
     of a hidden "true rig" whose step-time parameters differ from the planner's
     (``--sim-perturb``, app.sim.perturb; None or 0: none); ``spec_acceptance``: with a
     speculative config, the chance each draft token is accepted given the one before
-    (``--sim-spec-acceptance``, app.engine.specdecode; None: its default)."""
+    (``--sim-spec-acceptance``, app.engine.specdecode; None: its default); ``hosts``:
+    the cards sit in that many hosts, evenly, joined by ``link`` (a link-catalog name;
+    ``--sim-hosts``/``--sim-link``, app.engine.steptime models the traffic between them)."""
 
     model_config = ConfigDict(extra="forbid")
     gpu: str = "RTX 4090"
     count: int = Field(8, ge=1, le=64)
+    hosts: Optional[int] = Field(None, ge=1, le=64)
+    link: Optional[str] = None
     time_scale: Optional[float] = Field(None, gt=0)
     seed: Optional[int] = None
     perturb: Optional[int] = Field(None, ge=0)
     spec_acceptance: Optional[float] = Field(None, ge=0, le=1)
 
+    @field_validator("link")
+    @classmethod
+    def _link(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        try:
+            return lookup_link(v).name
+        except UnknownLinkError as e:
+            raise ValueError(str(e)) from None
+
     def argv(self) -> list[str]:
         """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
         out = ["--sim-gpu", self.gpu, "--sim-gpu-count", str(self.count)]
+        if self.hosts is not None:
+            out += ["--sim-hosts", str(self.hosts)]
+        if self.link is not None:
+            out += ["--sim-link", self.link]
         if self.time_scale is not None:
             out += ["--sim-time-scale", repr(self.time_scale)]
         if self.seed is not None:
