@@ -199,6 +199,13 @@ def test_sim_hosts_need_a_dividing_count_and_a_known_link():
         ma.plan_rig(cfg, "RTX 4090", 4, 4, "eth")
     fails_with(cfg, sim_args(count=4, extra=("--sim-hosts", "3", "--sim-link", "10gbe")),
                "--sim-hosts 3 does not divide --sim-gpu-count 4")
+    # a profile's sim rig names them too (normalized; a wrong link refused naming the catalog)
+    from app.profiles.model import SimRig
+    assert SimRig(count=4, hosts=4, link="IB_HDR200").argv()[:6] == [
+        "--sim-gpu", "RTX 4090", "--sim-gpu-count", "4", "--sim-hosts", "4"]
+    assert SimRig(count=4, hosts=4, link="IB_HDR200").link == "ib-hdr200"
+    with pytest.raises(ValueError, match="not in the link catalog"):
+        SimRig(count=4, hosts=4, link="eth")
 
 
 def test_tp_across_two_hosts_on_10gbe_is_served_at_the_models_slower_step():
