@@ -64,16 +64,21 @@ class RigRow:
         return self.plan.problem if self.plan.verdict == "error" else None
 
     @property
+    def _capacity(self):
+        """The predicted capacity, None where the layout does not run."""
+        return None if self.problem else self.plan.capacity
+
+    @property
     def users(self) -> float | None:
-        return self.plan.capacity.users if self.plan.capacity is not None else None
+        return self._capacity.users if self._capacity is not None else None
 
     @property
     def output_tps(self) -> float | None:
-        return self.plan.capacity.output_tps if self.plan.capacity is not None else None
+        return self._capacity.output_tps if self._capacity is not None else None
 
     @property
     def tpot_p99_s(self) -> float | None:
-        return self.plan.capacity.tpot_p99 if self.plan.capacity is not None else None
+        return self._capacity.tpot_p99 if self._capacity is not None else None
 
     @property
     def link_share(self) -> float | None:
@@ -84,7 +89,7 @@ class RigRow:
                 "link": self.rig.link.name if self.rig.link is not None and self.rig.hosts > 1 else None,
                 **self.layout, "users": self.users, "output_tps": self.output_tps, "tpot_p99_s": self.tpot_p99_s,
                 "link_share": self.link_share, "problem": self.problem,
-                "limited_by": self.plan.capacity.limited_by if self.plan.capacity is not None else None}
+                "limited_by": self._capacity.limited_by if self._capacity is not None else None}
 
 
 def _layout(tp: int, pp: int, dp: int) -> dict[str, int]:
@@ -167,7 +172,7 @@ def render_rigs(rows: list[RigRow], model: str, gpu: str, workload: Workload) ->
         note = f"does not run: {r.problem}" if r.problem else (
             "; ".join(f.problem for f in r.plan.findings if f.verdict == "warn") or "")
         lines.append(f"  {r.rig_text:<44} {r.layout_text:<18} {_f(r.users, 'g'):>6} {_f(r.output_tps, ',.0f'):>10} "
-                     f"{_f(tpot, '.1f'):>6} ms {_f(share, '.1f'):>5}%  {note}".rstrip())
+                     f"{_f(tpot, '.1f') + ' ms':>9} {_f(share, '.1f') + '%':>6}  {note}".rstrip())
     lines += ["", "  users: the predicted users at the SLO (capacity search on the step-level engine); link: the "
               "inter-host link's share of a decode step at those users"]
     return "\n".join(lines)
