@@ -63,10 +63,16 @@ def test_list_gpus_shows_the_catalog_without_a_model(capsys):
         main(["plan", "--list-gpus"])
     out = capsys.readouterr().out
     assert e.value.code == 0
-    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()[1:-1]}
+    lines = out.splitlines()
+    hint = next(i for i, line in enumerate(lines) if "NAME:GIB:CC" in line)
+    rows = {line.split("  ")[0].strip(): line for line in lines[1:hint]}
     assert set(rows) == set(load_catalog())
     assert "Quadro RTX 8000" in rows and " 7.5 " in rows["Quadro RTX 8000"] and "NVIDIA L40S" in rows["L40S"]
-    assert "NAME:GIB:CC" in out.splitlines()[-1]
+    # then the inter-host links: name, line rate, GB/s, latency
+    from app.planner.gpus import load_links
+    links = [line for line in lines[hint + 1:] if line.strip() and not line.startswith("link ")]
+    assert [line.split(" — ")[0] for line in links] == list(load_links())
+    assert "ib-hdr200 — InfiniBand HDR 200 Gb/s" in links[3] and "23.5" in links[3] and "2.7 µs" in links[3]
 
 
 def test_plan_parser_takes_every_vllm_option():
