@@ -136,13 +136,29 @@ def test_rig_what_if_table_and_a_model_that_needs_the_hosts(capsys):
     assert "TTFT p99 ≤ 2 s and TPOT p99 ≤ 100 ms" in out
 
 
+def test_one_layout_on_several_hosts_is_a_plan_with_the_rig_and_the_tp_warning(capsys):
+    """``--nodes 4 --link 10gbe --tensor-parallel-size 4``: that layout on 4 hosts × 1
+    card — the plan names the rig and the link's share, and warns that TP spans hosts
+    with TP 1 × PP 4 as the fix."""
+    rc = main(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090", "--nodes", "4", "--link", "10gbe",
+               "--tensor-parallel-size", "4", "--max-model-len", "8192", "--vllm-version", "0.32.0"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "rig: 4 hosts × 1 card, 10 GbE (TCP) — the link's share of a decode step:" in out
+    assert "tp_spans_hosts" in out and "--tensor-parallel-size 1 --pipeline-parallel-size 4" in out
+    rc = main(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090", "--nodes", "4", "--link", "10gbe",
+               "--pipeline-parallel-size", "4", "--max-model-len", "8192", "--vllm-version", "0.32.0", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert d["rig"]["tp_hosts"] == 1 and 0 < d["rig"]["link_share"] < 0.5
+    assert "tp_spans_hosts" not in [f["problem"] for f in d["findings"]]
+
+
 @pytest.mark.parametrize("args, says", [
     (["--nodes", "1,4", "--link", "eth"], "--link.*not in the link catalog.*ib-hdr200"),
     (["--nodes", "1,4"], "--nodes 1,4 needs --link NAME"),
     (["--link", "10gbe"], "--link belongs to the rig what-if: add --nodes"),
     (["--cards-per-node", "2"], "--cards-per-node belongs to the rig what-if"),
     (["--nodes", "2", "--link", "10gbe", "--count", "4"], "drop --count"),
-    (["--nodes", "2", "--link", "10gbe", "--tensor-parallel-size", "2"], "drop --tensor-parallel-size"),
+    (["--nodes", "1,2", "--link", "10gbe", "--tensor-parallel-size", "2"], "drop --tensor-parallel-size.*one --nodes N"),
     (["--nodes", "2", "--link", "10gbe", "--gpu", "RTX 3090"], "give one --gpu NAME"),
     (["--nodes", "2", "--link", "10gbe", "--from-run", "1"], "give one of them"),
 ])

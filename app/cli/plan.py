@@ -77,7 +77,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rig what-if: compare rigs of these many hosts (e.g. 1,4,8) × --cards-per-node cards of one "
                         "--gpu, joined by --link, each against the same cards in one host — per layout (TP within "
                         "a host, PP across hosts, DP replicas where the model fits a host) the predicted users at "
-                        "the SLO, output tok/s, TPOT p99 and the link's share of the step")
+                        "the SLO, output tok/s, TPOT p99 and the link's share of the step; one --nodes N with "
+                        "--tensor-parallel-size/--pipeline-parallel-size plans that layout on N hosts")
     p.add_argument("--cards-per-node", type=positive_int, metavar="C",
                    help="rig what-if: cards in each host (default 1)")
     p.add_argument("--link", type=link_name, metavar="NAME",
@@ -228,9 +229,11 @@ def _rig_options_problem(a: argparse.Namespace) -> str | None:
         return "--nodes compares rigs of one card kind: give one --gpu NAME (e.g. --gpu \"RTX 4090\")"
     if a.count:
         return "--count with --nodes: the rig has --nodes × --cards-per-node cards; drop --count"
-    if any(v is not None for v in (a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size)):
-        return ("--nodes compares its own layouts (TP within a host, PP across hosts, DP replicas): drop "
-                "--tensor-parallel-size/--pipeline-parallel-size/--data-parallel-size")
+    if any(v is not None for v in (a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size)) \
+            and len(a.nodes) > 1:
+        return ("--nodes with several counts compares its own layouts (TP within a host, PP across hosts, DP "
+                "replicas): drop --tensor-parallel-size/--pipeline-parallel-size/--data-parallel-size, or give one "
+                "--nodes N to plan that layout on N hosts")
     if a.link is None and any(n > 1 for n in a.nodes):
         return (f"--nodes {','.join(map(str, a.nodes))} needs --link NAME, the link between the hosts: 10gbe, 25gbe, "
                 "100gbe, ib-hdr200 or ib-ndr400")
@@ -274,7 +277,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
     if why:
         print(f"error: {why}", file=sys.stderr)
         return 2
-    if a.nodes is not None:
+    if a.nodes is not None and len(a.nodes) > 1 or a.nodes is not None and not any(
+            v is not None for v in (a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size)):
         return cmd_rig_what_if(a)
     if a.from_run is not None:
         return cmd_what_if(a)
@@ -298,6 +302,13 @@ def cmd_plan(a: argparse.Namespace) -> int:
     except (ModelNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    rig = None
+    if a.nodes is not None:  # one --nodes N with the layout given: that layout on N hosts × --cards-per-node
+        # deferred: only this command needs it (vllm-dyno starts light)
+        from app.planner.gpus import rig_layout
+
+        rig = rig_layout(a.nodes[0], a.cards_per_node or 1, a.link)
+        a.count = [a.nodes[0] * (a.cards_per_node or 1)]
     cards = _cards(a, cfg.world_size)
     try:
         wl = workload_from_args(a)
@@ -306,7 +317,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         return 2
     version = a.vllm_version or installed_version(a.python)
     p = plan(cfg, cards, model, wl, vllm_version=version, host=_host(a),
-             spec_acceptance=getattr(a, "spec_acceptance", None))
+             spec_acceptance=getattr(a, "spec_acceptance", None), rig=rig if rig is not None and rig.multi_host else None)
     if a.json:
         print(json.dumps(p.as_dict(), indent=1, default=str))
     else:
