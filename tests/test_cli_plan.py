@@ -161,6 +161,11 @@ def test_one_layout_on_several_hosts_is_a_plan_with_the_rig_and_the_tp_warning(c
     (["--nodes", "1,2", "--link", "10gbe", "--tensor-parallel-size", "2"], "drop --tensor-parallel-size.*one --nodes N"),
     (["--nodes", "2", "--link", "10gbe", "--gpu", "RTX 3090"], "give one --gpu NAME"),
     (["--nodes", "2", "--link", "10gbe", "--from-run", "1"], "give one of them"),
+    (["--nodes", "4", "--link", "10gbe", "--tensor-parallel-size", "2"], "--nodes 4 × --cards-per-node 1 = 4 cards, "
+     "but the layout uses 2"),
+    # vLLM's multi-node data parallel: replicas within a host, a multiple of the hosts (app.hosts.plan.mp_plan)
+    (["--nodes", "4", "--link", "10gbe", "--pipeline-parallel-size", "2", "--data-parallel-size", "2"],
+     "--nodes 4: data_parallel_size 2 replicas cannot be spread evenly over 4 hosts"),
 ])
 def test_rig_what_if_bad_combinations_name_the_option_and_fix(args, says, capsys):
     import contextlib

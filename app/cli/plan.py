@@ -307,8 +307,25 @@ def cmd_plan(a: argparse.Namespace) -> int:
         # deferred: only this command needs it (vllm-dyno starts light)
         from app.planner.gpus import rig_layout
 
-        rig = rig_layout(a.nodes[0], a.cards_per_node or 1, a.link)
-        a.count = [a.nodes[0] * (a.cards_per_node or 1)]
+        n, c = a.nodes[0], a.cards_per_node or 1
+        rig = rig_layout(n, c, a.link)
+        if cfg.world_size != n * c:
+            print(f"error: --nodes {n} × --cards-per-node {c} = {n * c} cards, but the layout uses "
+                  f"{cfg.world_size} (TP × PP × DP): give sizes whose product is {n * c}, or the "
+                  f"--nodes/--cards-per-node of the rig the layout fills", file=sys.stderr)
+            return 2
+        if n > 1 and (cfg.tensor_parallel_size or 1) <= c:
+            # what vLLM's multi-node launch accepts (app.hosts.plan.mp_plan, one mechanism); a TP group across
+            # hosts is the plan's warning (tp_spans_hosts), not refused here
+            from app.hosts.plan import PlanError, mp_plan
+            from app.hosts.spec import Host
+
+            try:
+                mp_plan([Host(ssh=f"node{i}", gpus=c) for i in range(n)], cfg)
+            except PlanError as e:
+                print(f"error: --nodes {n}: {e}", file=sys.stderr)
+                return 2
+        a.count = [n * c]
     cards = _cards(a, cfg.world_size)
     try:
         wl = workload_from_args(a)
