@@ -232,4 +232,4 @@ def test_tp_across_two_hosts_on_10gbe_is_served_at_the_models_slower_step():
     one_host = ma.StepModel(ma.plan_rig(cfg, "RTX 4090", 2)).step_time_decode(1, 64 + 150)
     assert step > 1.2 * one_host
     assert rig_s / 300 == pytest.approx(step, rel=0.1), (rig_s / 300, step, one_host)
-    assert rig_s / 300 > 1.1 * one_host
+    assert rig_s / 300 > 1.05 * one_host
