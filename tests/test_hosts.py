@@ -82,6 +82,20 @@ def test_hosts_errors_name_the_entry():
         hosts_from([{"ssh": "a@h1", "gpus": 0}])
 
 
+def test_hosts_name_their_link_and_the_rig_goes_at_the_slowest():
+    """``link:`` of a hosts entry is a link-catalog name (normalized); a wrong name is
+    refused naming the entry and the catalog; the rig's link is the slowest named."""
+    from app.hosts.spec import rig_link
+    p = parse_profile("name: two\nserver: {model: m}\nhosts:\n  - {ssh: a@h1, link: IB-HDR200}\n"
+                      "  - {ssh: a@h2, link: 25GbE}\n")
+    assert [h.link for h in p.hosts] == ["ib-hdr200", "25gbe"] and rig_link(p.hosts).name == "25gbe"
+    assert p.to_data()["hosts"][0] == {"ssh": "a@h1", "link": "ib-hdr200"}
+    assert rig_link(hosts_from(["a@h1", "a@h2"])) is None
+    with pytest.raises(ValueError, match=r"hosts\[1\].link: link 'eth0' is not in the link catalog: give one of "
+                                         r"10gbe, 25gbe"):
+        hosts_from(["a@h1", {"ssh": "a@h2", "link": "eth0"}])
+
+
 def test_agent_command_is_quoted_for_the_remote_shell():
     assert Host(ssh="u@h").agent_command() == "vllm-dyno agent"
     assert Host(ssh="u@h", dyno="'/opt/my dyno/bin/vllm-dyno'").agent_command() == "'/opt/my dyno/bin/vllm-dyno' agent"

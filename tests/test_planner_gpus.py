@@ -381,3 +381,36 @@ def test_version_rules():
     assert r.batch_defaults(79.2, "H100 SXM") == (1024, 8192)
     assert r.batch_defaults(79.2, "A100 80GB SXM") == (256, 2048)
     assert r.batch_defaults(139.8, "H200 SXM") == (1024, 8192) and r.batch_defaults(178, "B200") == (1024, 16384)
+
+
+def test_link_catalog_rows_are_sourced_and_ordered_by_rate():
+    """Every inter-host link has its line rate, a payload bandwidth below the line rate
+    (never above the standard), a latency, and sources from ``link_sources``."""
+    from app.planner.gpus import load_links
+    data = catalog_rows()
+    sources, rows = data["link_sources"], data["links"]
+    used = set()
+    for r in rows:
+        assert 0 < r["bandwidth_gbs"] < r["line_gbps"] / 8, r["name"]  # GB/s of payload < Gb/s ÷ 8
+        assert 0.8 < r["bandwidth_gbs"] / (r["line_gbps"] / 8) < 1.0, r["name"]
+        assert r["latency_us"] > 0 and r["source"] and set(r["source"]) <= set(sources), r["name"]
+        assert set(r.get("assumed", [])) <= {"bandwidth_gbs", "latency_us"}, r["name"]
+        used |= set(r["source"])
+    assert used == set(sources)
+    links = list(load_links().values())
+    assert [x.name for x in links] == ["10gbe", "25gbe", "100gbe", "ib-hdr200", "ib-ndr400"]
+    assert all(a.bandwidth_gbs < b.bandwidth_gbs for a, b in zip(links, links[1:]))
+
+
+def test_unknown_link_names_the_catalog_and_rig_layout_checks_counts():
+    from app.planner.gpus import UnknownLinkError, lookup_link, rig_layout
+    assert lookup_link("IB_HDR200").name == "ib-hdr200" and lookup_link("10GbE").name == "10gbe"
+    with pytest.raises(UnknownLinkError, match="ib-hdr200.*--list-gpus"):
+        lookup_link("infiniband")
+    with pytest.raises(ValueError, match="needs the link"):
+        rig_layout(4, 1, None)
+    with pytest.raises(ValueError, match="at least one"):
+        rig_layout(0, 1, "10gbe")
+    r = rig_layout(4, 1, "ib-hdr200")
+    assert r.multi_host and [r.host_of(i) for i in range(4)] == [0, 1, 2, 3]
+    assert r.describe() == "4 hosts × 1 card, InfiniBand HDR 200 Gb/s"

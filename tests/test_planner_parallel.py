@@ -273,3 +273,44 @@ def test_data_parallel_plans_every_replica_and_adds_their_throughput():
     pt = odd.curve.points[0]
     assert pt.concurrency == 3 and pt.running == 3
     assert pt.output_tps == pytest.approx(lo.curve.points[0].output_tps + lo.curve.points[1].output_tps, rel=0.05)
+
+
+# ---------------------------------------------------------------------- rigs of several hosts (issue 21)
+def test_tp_across_hosts_warns_with_tp_within_a_host_and_pp_across_as_the_fix():
+    """vLLM's distributed serving guide: TP = GPUs per node, PP = nodes. A TP group wider
+    than a host is a warning whose fix keeps TP within a host; TP within a host is none."""
+    from app.planner.gpus import rig_layout
+    cards = [lookup_gpu("RTX 4090")] * 4
+    m = from_catalog("Llama-3-8B")
+    p = plan(ServerConfig(model="Llama-3-8B", tensor_parallel_size=4), cards, m, Workload(512, 128),
+             use_calibration=False, rig=rig_layout(2, 2, "25gbe"), predict=False)
+    f = _finding(p, "tp_spans_hosts")
+    assert f is not None and f.verdict == "warn"
+    assert "spans 2 hosts" in f.message and "25 GbE" in f.message
+    assert f.fix == {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
+    assert "--tensor-parallel-size 2 --pipeline-parallel-size 2" in f.message
+    fixed = plan(apply_fix(p.config, f.fix), cards, m, Workload(512, 128), use_calibration=False,
+                 rig=rig_layout(2, 2, "25gbe"), predict=False)
+    assert _finding(fixed, "tp_spans_hosts") is None
+    one_host = plan(p.config, cards, m, Workload(512, 128), use_calibration=False, predict=False)
+    assert _finding(one_host, "tp_spans_hosts") is None
+    assert p.as_dict()["rig"] == {"hosts": 2, "cards_per_host": 2, "link": "25gbe", "tp_hosts": 2,
+                                  "link_share": p.link_share}
+
+
+def test_a_sim_profile_of_several_hosts_is_planned_with_its_link():
+    """A profile's ``sim:`` rig with ``hosts``/``link`` is planned (app.run.profile_run)
+    with the same layout the sim serves: stage sends across hosts over the link."""
+    from app.profiles.io import parse_profile
+    from app.profiles.model import HardwareFingerprint
+    from app.run.profile_run import plan_profile
+
+    prof = parse_profile("name: pp over hosts\nengine: sim\nsim: {gpu: RTX 4090, count: 4, hosts: 4, link: 10GbE}\n"
+                         "server: {model: Llama-3-8B, pipeline_parallel_size: 4, max_model_len: 4096}\n"
+                         "ramp: {levels: [1], prompt_tokens: 64, output_tokens: 16}\n")
+    p = plan_profile(prof, "0.32.0")
+    assert p.rig is not None and (p.rig.hosts, p.rig.cards_per_host, p.rig.link.name) == (4, 1, "10gbe")
+    assert [p.perf.boundary_crosses_hosts(i) for i in range(3)] == [True] * 3
+    hw = HardwareFingerprint(gpu="RTX 4090", count=4, hosts=4, link="10gbe")
+    assert hw.describe().startswith("4× RTX 4090 over 4 hosts (10gbe)")
+    assert HardwareFingerprint(gpu="RTX 4090", count=4).rig_layout() is None

@@ -129,3 +129,71 @@ def test_published_curves_report_only(capsys):
             for e in errs:
                 print(f"  c={e.concurrency:>3} measured {e.measured_tps:6.0f}  predicted {e.predicted_tps:6.0f} "
                       f"({e.tps_error_pct:+6.1f} %)")
+
+
+# ---------------------------------------------------------------------- rigs of several hosts (issue 21)
+def _rig_plan(tp: int, pp: int, dp: int, hosts: int, per_host: int, link: str | None, model: str = "Llama-3-8B"):
+    from app.planner.gpus import rig_layout
+    cfg = ServerConfig(model=model, tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp)
+    r = rig_layout(hosts, per_host, link) if link else None
+    return plan(cfg, [lookup_gpu("RTX 4090")] * (tp * pp * dp), from_catalog(model), Workload(512, 128),
+                use_calibration=False, rig=r, predict=False)
+
+
+def test_a_stage_boundary_between_hosts_costs_the_links_latency_and_bandwidth():
+    """PP 4 over 4 hosts × 1 card: the three sends go over the network — each α + λ +
+    S/min(B_intra, B_link) against α + S/B_intra on one host; 10 GbE is slower than
+    InfiniBand HDR by the difference of their λ and S/B."""
+    from app.planner.gpus import lookup_link
+    one = _rig_plan(1, 4, 1, 1, 4, None).perf
+    ib = _rig_plan(1, 4, 1, 4, 1, "ib-hdr200").perf
+    eth = _rig_plan(1, 4, 1, 4, 1, "10gbe").perf
+    assert [eth.boundary_crosses_hosts(i) for i in range(3)] == [True] * 3
+    assert not any(one.boundary_crosses_hosts(i) for i in range(3))
+    b, c = 32, 576
+    s = b * eth.hidden * 2  # activations of the batch, bytes
+    p = one.params
+    for link, m in (("ib-hdr200", ib), ("10gbe", eth)):
+        lk = lookup_link(link)
+        bw = min(lk.bandwidth_gbs, p.link_gbs) * 1e9
+        want = 3 * ((lk.latency_s + s / bw) - s / (p.link_gbs * 1e9))
+        assert m.step_time_decode(b, c) - one.step_time_decode(b, c) == pytest.approx(want, rel=1e-6)
+    assert one.step_time_decode(b, c) < ib.step_time_decode(b, c) < eth.step_time_decode(b, c)
+    assert one.link_share_decode(b, c) == 0.0 < ib.link_share_decode(b, c) < eth.link_share_decode(b, c) < 1
+
+
+def test_pp_stages_two_hosts_of_two_cards_cross_once():
+    m = _rig_plan(1, 4, 1, 2, 2, "25gbe").perf
+    assert [m.boundary_crosses_hosts(i) for i in range(3)] == [False, True, False]
+    assert m.tp_hosts == 1
+
+
+def test_a_tp_group_across_hosts_is_bound_by_the_network_ring():
+    """TP 4 over 4 hosts: NCCL's ring (src/graph/tuning.cc) — 2(h−1) network steps at the
+    link's latency and the bus bandwidth of the slowest hop."""
+    from app.planner.gpus import lookup_link
+    one = _rig_plan(4, 1, 1, 1, 4, None).perf
+    m = _rig_plan(4, 1, 1, 4, 1, "10gbe").perf
+    assert m.tp_hosts == 4 and one.tp_hosts == 1
+    lk, s, p = lookup_link("10gbe"), 1e6, m.params
+    bw = min(p.link_gbs, lk.bandwidth_gbs) * 1e9
+    assert m.allreduce_s(s) == pytest.approx(p.allreduce_alpha_s + 6 * lk.latency_s + 1.5 * s / bw)
+    assert one.allreduce_s(s) == pytest.approx(p.allreduce_alpha_s + 1.5 * s / (p.link_gbs * 1e9))
+    assert m.step_time_decode(16, 576) > one.step_time_decode(16, 576)
+    # TP 2 within each of 2 hosts × 2 cards: no network in the all-reduce, one send between hosts
+    within = _rig_plan(2, 2, 1, 2, 2, "10gbe").perf
+    assert within.tp_hosts == 1 and within.boundary_crosses_hosts(0)
+
+
+def test_data_parallel_replicas_on_their_own_hosts_add_nothing_per_step():
+    one = _rig_plan(1, 1, 4, 1, 4, None).perf
+    four = _rig_plan(1, 1, 4, 4, 1, "10gbe").perf
+    assert four.step_time_decode(32, 576) == one.step_time_decode(32, 576)
+    assert four.link_share_decode(32, 576) == 0.0
+
+
+def test_a_rigs_calibration_is_its_own_fingerprint():
+    from app.planner.gpus import rig_layout
+    cards = [lookup_gpu("RTX 4090")] * 4
+    assert hardware_fingerprint(cards, rig_layout(1, 4, None)) == hardware_fingerprint(cards)
+    assert hardware_fingerprint(cards, rig_layout(4, 1, "ib-hdr200")).endswith("@ 4 hosts x 1, ib-hdr200")

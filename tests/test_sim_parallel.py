@@ -167,3 +167,69 @@ def test_pipeline_parallel_is_served_on_its_stages_cards():
     assert [c.memory_used_bytes for c in tele.readings] == [int(b) for b in sp.used_bytes_per_rank]
     step = ma.StepModel(sp).step_time_decode(1, 64 + 200)
     assert rig_s / 400 == pytest.approx(step, rel=0.1)  # one token a step, prefill and HTTP included
+
+
+# ---------------------------------------------------------------------- rigs of several hosts (issue 21)
+def test_pp_over_hosts_steps_slower_on_a_slower_link_offline():
+    """PP 4 over 4 hosts × 1 card: the sim's step model (the planner's) sends the three
+    stage boundaries over the link; on the offline step engine 16 users' time per output
+    token is longer on 10 GbE than on InfiniBand HDR than on one host, by what the step
+    model gives for their batch (the engine's measured ITL, not the formula)."""
+    from app.engine.offline import sim_level
+
+    cfg = ServerConfig(model=MODEL, max_model_len=2048, pipeline_parallel_size=4)
+    itl, model = {}, {}
+    for name, hosts, link in (("one", 1, None), ("ib", 4, "ib-hdr200"), ("eth", 4, "10gbe")):
+        sp = ma.plan_rig(cfg, "RTX 4090", 4, hosts, link)
+        sm = ma.StepModel(sp)
+        # short prompts: the decode steps' sends dominate (a prefill chunk's activations are larger)
+        itl[name] = sim_level(sp, sm, 16, 8, 128, duration_s=30.0, warmup_s=5.0).itl_mean
+        model[name] = sm.step_time_decode(16, 8 + 64)
+    assert itl["one"] < itl["ib"] < itl["eth"], itl
+    assert itl["eth"] - itl["one"] == pytest.approx(model["eth"] - model["one"], rel=0.3), (itl, model)
+
+
+def test_sim_hosts_need_a_dividing_count_and_a_known_link():
+    cfg = ServerConfig(model=MODEL, max_model_len=2048, pipeline_parallel_size=4)
+    with pytest.raises(ValueError, match="--sim-hosts 3 does not divide --sim-gpu-count 4"):
+        ma.plan_rig(cfg, "RTX 4090", 4, 3, "10gbe")
+    with pytest.raises(ValueError, match="--sim-hosts 4 needs --sim-link NAME.*ib-hdr200"):
+        ma.plan_rig(cfg, "RTX 4090", 4, 4, None)
+    with pytest.raises(ValueError, match="--sim-link: link 'eth' is not in the link catalog"):
+        ma.plan_rig(cfg, "RTX 4090", 4, 4, "eth")
+    fails_with(cfg, sim_args(count=4, extra=("--sim-hosts", "3", "--sim-link", "10gbe")),
+               "--sim-hosts 3 does not divide --sim-gpu-count 4")
+    # a profile's sim rig names them too (normalized; a wrong link refused naming the catalog)
+    from app.profiles.model import SimRig
+    assert SimRig(count=4, hosts=4, link="IB_HDR200").argv()[:6] == [
+        "--sim-gpu", "RTX 4090", "--sim-gpu-count", "4", "--sim-hosts", "4"]
+    assert SimRig(count=4, hosts=4, link="IB_HDR200").link == "ib-hdr200"
+    with pytest.raises(ValueError, match="not in the link catalog"):
+        SimRig(count=4, hosts=4, link="eth")
+
+
+def test_tp_across_two_hosts_on_10gbe_is_served_at_the_models_slower_step():
+    """TP 2 over 2 hosts × 1 card on 10 GbE (vLLM serves it; the plan warns): every layer
+    all-reduces twice over the network, so one user's time per token is the multi-host
+    step model's — well above the one-host model's — measured over HTTP."""
+    cfg = ServerConfig(model=MODEL, max_model_len=2048, tensor_parallel_size=2)
+    sp = ma.plan_rig(cfg, "RTX 4090", 2, 2, "10gbe")
+    sup = start(cfg, sim_args(count=2, k=K, extra=("--sim-hosts", "2", "--sim-link", "10gbe")))
+    try:
+        assert sup.wait_ready(60), "\n".join(sup.log_tail())
+
+        async def go():
+            async with aiohttp.ClientSession() as s:
+                t0 = time.monotonic()
+                n = await _complete(s, sup.url, 300)
+                return n, (time.monotonic() - t0) * K, json.loads(await _get(s, sup.url + "/sim/info"))
+
+        n, rig_s, info = asyncio.run(go())
+    finally:
+        stop_and_check(sup)
+    assert n == 300 and info["hosts"] == 2 and info["link"] == "10gbe"
+    step = ma.StepModel(sp).step_time_decode(1, 64 + 150)
+    one_host = ma.StepModel(ma.plan_rig(cfg, "RTX 4090", 2)).step_time_decode(1, 64 + 150)
+    assert step > 1.2 * one_host
+    assert rig_s / 300 == pytest.approx(step, rel=0.1), (rig_s / 300, step, one_host)
+    assert rig_s / 300 > 1.05 * one_host

@@ -351,6 +351,18 @@ def sim_gpu(text: str) -> str:
     return text
 
 
+def link_name(text: str) -> str:
+    """An argparse ``type``: an inter-host link of the link catalog (``ib-hdr200``,
+    ``10gbe`` …; ``vllm-dyno plan --list-gpus`` lists them) → its catalog name."""
+    # deferred: the catalog is read only when the option is given
+    from app.planner.gpus import UnknownLinkError, lookup_link
+
+    try:
+        return lookup_link(text).name
+    except UnknownLinkError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def from_parser(parse: Callable[[str], Any], what: str) -> Callable[[str], Any]:
     """An argparse ``type`` from a parser that raises ValueError with the reason
     (e.g. :func:`app.loadgen.spec.parse_length`)."""
@@ -470,6 +482,10 @@ def add_sim_options(p: argparse.ArgumentParser) -> None:
     commands that launch ``--engine sim``."""
     p.add_argument("--sim-gpu", type=sim_gpu, help="sim: GPU catalog name, e.g. 'RTX 4090'")
     p.add_argument("--sim-gpu-count", type=positive_int, help="sim: number of GPUs")
+    p.add_argument("--sim-hosts", type=positive_int, metavar="N",
+                   help="sim: the cards sit in N hosts (evenly; default 1), joined by --sim-link")
+    p.add_argument("--sim-link", type=link_name, metavar="NAME",
+                   help="sim: the link between the hosts (10gbe, 25gbe, 100gbe, ib-hdr200, ib-ndr400)")
     p.add_argument("--sim-time-scale", type=positive_number, help="sim: run k× faster than the wall clock (tests)")
     p.add_argument("--sim-seed", type=seed_number)
     p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
@@ -488,6 +504,7 @@ def sim_args_from(a: argparse.Namespace) -> list[str]:
     """The sim server's argv from :func:`add_sim_options`' values (those given)."""
     out = []
     for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
+                    ("--sim-hosts", getattr(a, "sim_hosts", None)), ("--sim-link", getattr(a, "sim_link", None)),
                     ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed),
                     ("--sim-perturb", getattr(a, "sim_perturb", None)),
                     ("--sim-spec-acceptance", getattr(a, "sim_spec_acceptance", None))):

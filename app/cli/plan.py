@@ -13,6 +13,7 @@ from app.cli.common import (
     config_from_args,
     executable,
     input_file,
+    link_name,
     non_negative,
     number_list,
     positive_int,
@@ -72,6 +73,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what-if: predict run ID's verdict (users at its SLO, output tok/s, scaling, cost per M "
                         "tokens) for the same model on other cards — each --gpu kind × each --count (default: the "
                         "run's own), from its calibration (vllm-dyno calibrate) or the sim's parameters")
+    p.add_argument("--nodes", type=number_list(int, what="host counts", example="1,4,8"),
+                   help="rig what-if: compare rigs of these many hosts (e.g. 1,4,8) × --cards-per-node cards of one "
+                        "--gpu, joined by --link, each against the same cards in one host — per layout (TP within "
+                        "a host, PP across hosts, DP replicas where the model fits a host) the predicted users at "
+                        "the SLO, output tok/s, TPOT p99 and the link's share of the step; one --nodes N with "
+                        "--tensor-parallel-size/--pipeline-parallel-size plans that layout on N hosts")
+    p.add_argument("--cards-per-node", type=positive_int, metavar="C",
+                   help="rig what-if: cards in each host (default 1)")
+    p.add_argument("--link", type=link_name, metavar="NAME",
+                   help="rig what-if: the link between the hosts: 10gbe, 25gbe, 100gbe, ib-hdr200, ib-ndr400 "
+                        "(--list-gpus shows their bandwidth and latency)")
     p.add_argument("--busy-gib", type=non_negative, default=0.0, help="GiB other processes hold on each given card")
     p.add_argument("--prompt-tokens", type=positive_int, default=512)
     p.add_argument("--output-tokens", type=positive_int, default=128)
@@ -153,13 +165,16 @@ def list_gpus() -> str:
     """The GPU catalog as text: one card a line — catalog name, memory (GB as sold),
     compute capability, dense BF16 TFLOPS, memory bandwidth GB/s, the names NVML reports."""
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.planner.gpus import load_catalog
+    from app.planner.gpus import load_catalog, load_links
 
     lines = [f"{'GPU':<40} {'memory':>7} {'CC':>5} {'TFLOPS':>7} {'GB/s':>6}  NVML names"]
     for g in load_catalog().values():
         lines.append(f"{g.name:<40} {g.memory_gb or g.memory_gib:>5g}GB {g.cc:>5.1f} {g.tflops_bf16:>7g} "
                      f"{g.bandwidth_gbs:>6g}  {'; '.join(g.nvml_names)}")
     lines.append("A card not listed plans from its memory and compute capability: --gpu NAME:GIB:CC")
+    lines += ["", f"{'link (--link, hosts: link:)':<30} {'line Gb/s':>9} {'GB/s':>6} {'latency':>8}"]
+    for k in load_links().values():
+        lines.append(f"{k.name + ' — ' + k.title:<30} {k.line_gbps:>9g} {k.bandwidth_gbs:>6g} {k.latency_us:>5g} µs")
     return "\n".join(lines)
 
 
@@ -200,7 +215,71 @@ def cmd_what_if(a: argparse.Namespace) -> int:
     return 0
 
 
+def _rig_options_problem(a: argparse.Namespace) -> str | None:
+    """Why the rig what-if's options (``--nodes``, ``--cards-per-node``, ``--link``)
+    cannot go together with the rest (None: they can)."""
+    if a.nodes is None:
+        if a.cards_per_node is not None or a.link is not None:
+            given = "--cards-per-node" if a.cards_per_node is not None else "--link"
+            return f"{given} belongs to the rig what-if: add --nodes N[,N…] (e.g. --nodes 1,4,8)"
+        return None
+    if a.from_run is not None:
+        return "--nodes is a rig what-if of the planner; --from-run is a run's: give one of them"
+    if len(a.gpu) != 1:
+        return "--nodes compares rigs of one card kind: give one --gpu NAME (e.g. --gpu \"RTX 4090\")"
+    if a.count:
+        return "--count with --nodes: the rig has --nodes × --cards-per-node cards; drop --count"
+    if any(v is not None for v in (a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size)) \
+            and len(a.nodes) > 1:
+        return ("--nodes with several counts compares its own layouts (TP within a host, PP across hosts, DP "
+                "replicas): drop --tensor-parallel-size/--pipeline-parallel-size/--data-parallel-size, or give one "
+                "--nodes N to plan that layout on N hosts")
+    if a.link is None and any(n > 1 for n in a.nodes):
+        return (f"--nodes {','.join(map(str, a.nodes))} needs --link NAME, the link between the hosts: 10gbe, 25gbe, "
+                "100gbe, ib-hdr200 or ib-ndr400")
+    return None
+
+
+def cmd_rig_what_if(a: argparse.Namespace) -> int:
+    """``plan --nodes …``: the rig what-if table (or JSON) of
+    :func:`app.hosts.whatif.compare_rigs`."""
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from app.hosts.whatif import RigWhatIfError, compare_rigs, render_rigs
+    from app.planner.gpus import lookup_link
+    from app.planner.models import ModelNotFoundError, resolve_model
+    from app.planner.versions import installed_version
+
+    cfg = config_from_args(a)
+    try:
+        model = resolve_model(cfg.model)
+    except (ModelNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    gpu = _cards(a, 1)[0]
+    try:
+        wl = workload_from_args(a)
+        rows = compare_rigs(cfg, gpu, model, a.nodes, a.cards_per_node or 1,
+                            lookup_link(a.link) if a.link else None, wl,
+                            vllm_version=a.vllm_version or installed_version(a.python))
+    except (RigWhatIfError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps({"model": cfg.model, "gpu": gpu.name, "rows": [r.as_dict() for r in rows]}, indent=1,
+                         default=str))
+    else:
+        print(render_rigs(rows, cfg.model, gpu.name, wl))
+    return 0
+
+
 def cmd_plan(a: argparse.Namespace) -> int:
+    why = _rig_options_problem(a)
+    if why:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    if a.nodes is not None and len(a.nodes) > 1 or a.nodes is not None and not any(
+            v is not None for v in (a.tensor_parallel_size, a.pipeline_parallel_size, a.data_parallel_size)):
+        return cmd_rig_what_if(a)
     if a.from_run is not None:
         return cmd_what_if(a)
     if not a.model:
@@ -223,6 +302,30 @@ def cmd_plan(a: argparse.Namespace) -> int:
     except (ModelNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    rig = None
+    if a.nodes is not None:  # one --nodes N with the layout given: that layout on N hosts × --cards-per-node
+        # deferred: only this command needs it (vllm-dyno starts light)
+        from app.planner.gpus import rig_layout
+
+        n, c = a.nodes[0], a.cards_per_node or 1
+        rig = rig_layout(n, c, a.link)
+        if cfg.world_size != n * c:
+            print(f"error: --nodes {n} × --cards-per-node {c} = {n * c} cards, but the layout uses "
+                  f"{cfg.world_size} (TP × PP × DP): give sizes whose product is {n * c}, or the "
+                  f"--nodes/--cards-per-node of the rig the layout fills", file=sys.stderr)
+            return 2
+        if n > 1 and (cfg.tensor_parallel_size or 1) <= c:
+            # what vLLM's multi-node launch accepts (app.hosts.plan.mp_plan, one mechanism); a TP group across
+            # hosts is the plan's warning (tp_spans_hosts), not refused here
+            from app.hosts.plan import PlanError, mp_plan
+            from app.hosts.spec import Host
+
+            try:
+                mp_plan([Host(ssh=f"node{i}", gpus=c) for i in range(n)], cfg)
+            except PlanError as e:
+                print(f"error: --nodes {n}: {e}", file=sys.stderr)
+                return 2
+        a.count = [n * c]
     cards = _cards(a, cfg.world_size)
     try:
         wl = workload_from_args(a)
@@ -231,7 +334,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         return 2
     version = a.vllm_version or installed_version(a.python)
     p = plan(cfg, cards, model, wl, vllm_version=version, host=_host(a),
-             spec_acceptance=getattr(a, "spec_acceptance", None))
+             spec_acceptance=getattr(a, "spec_acceptance", None), rig=rig if rig is not None and rig.multi_host else None)
     if a.json:
         print(json.dumps(p.as_dict(), indent=1, default=str))
     else:

@@ -173,7 +173,8 @@ def spec_from_args(a: argparse.Namespace):
         if not gpu or not count:
             raise BadInput("--engine sim needs the rig: --sim-gpu NAME --sim-gpu-count N")
         over = {"gpu": gpu, "count": count}
-        for k, v in (("time_scale", a.sim_time_scale), ("seed", a.sim_seed), ("perturb", a.sim_perturb)):
+        for k, v in (("time_scale", a.sim_time_scale), ("seed", a.sim_seed), ("perturb", a.sim_perturb),
+                     ("hosts", a.sim_hosts), ("link", a.sim_link)):
             if v is not None:
                 over[k] = v
         base = rig.model_dump() if rig else {}

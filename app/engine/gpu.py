@@ -58,3 +58,51 @@ class GpuSpec:
             memory_gib=self.memory_gib if memory_gib is None else float(memory_gib),
             busy_gib=self.busy_gib if busy_gib is None else float(busy_gib),
         )
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """One inter-host link (the network between the machines of a rig), from the link
+    catalog (app/planner/data/gpus.yaml ``links:``, app.planner.gpus.lookup_link).
+
+    ``name`` the catalog key (``ib-hdr200``); ``line_gbps`` the standard's line rate,
+    Gb/s; ``bandwidth_gbs`` the achievable payload bandwidth one way, GB/s (10^9 B/s) —
+    what NCCL's bus bandwidth reaches over it; ``latency_us`` the one-way latency of a
+    small message host to host, µs (NIC + switch + transport). ``title`` the name in
+    words."""
+
+    name: str
+    title: str
+    line_gbps: float
+    bandwidth_gbs: float
+    latency_us: float
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+@dataclass(frozen=True)
+class RigLayout:
+    """How a rig's cards sit in machines: ``hosts`` machines × ``cards_per_host`` cards
+    each, joined by ``link`` (None: one host, no network). Ranks fill the hosts in
+    order (rank r on host r // cards_per_host), as vLLM's multi-node launch places them
+    (TP innermost, then PP, then DP; app.hosts.plan)."""
+
+    hosts: int = 1
+    cards_per_host: int = 1
+    link: LinkSpec | None = None
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1 and self.link is not None
+
+    def host_of(self, rank: int) -> int:
+        """The host (0-based) that holds global rank ``rank``."""
+        return rank // max(1, self.cards_per_host) if self.multi_host else 0
+
+    def describe(self) -> str:
+        """``4 hosts × 1 card, InfiniBand HDR 200 Gb/s``."""
+        cards = f"{self.cards_per_host} card" + ("s" if self.cards_per_host != 1 else "")
+        hosts = f"{self.hosts} host" + ("s" if self.hosts != 1 else "")
+        return f"{hosts} × {cards}" + (f", {self.link.title}" if self.link is not None and self.hosts > 1 else "")

@@ -9,6 +9,19 @@ pipeline stage, batch B, mean context c::
     t_step = Σ stages (+ a send per stage boundary) + t_cpu + t_cpu_seq·B
              + L · t_launch_layer                              (--enforce-eager only)
 
+Rigs of several hosts (``rig``, :class:`app.engine.gpu.RigLayout`; docs/perf-model.md
+"Rigs of several hosts"): a TP group that spans h hosts all-reduces as NCCL's ring does
+across nodes (NCCL src/graph/tuning.cc: 2(N−1) steps, 2(h−1) of them over the network at
+its latency; bus bandwidth the slowest hop's)::
+
+    t_allreduce(S) = α + 2(h−1)·λ_link + 2(N−1)/N · S / min(B_intra, B_link)
+
+and a stage boundary that falls between two hosts sends its activations over the link:
+α + λ_link + S / min(B_intra, B_link) (the card reaches the NIC over its own PCIe path —
+through host memory where GPUDirect RDMA is not available, as on GeForce cards — so the
+slower of the two bounds it). Data parallel replicas on hosts of their own exchange nothing
+per step (dense models).
+
 MoE: the routed-expert weights read per step scale with the expected share of experts
 touched, 1 − (1 − k/E)^B. Pipeline stages run one after another for one batch (no
 micro-batch overlap: conservative for PP throughput). All times in seconds, sizes in
@@ -32,7 +45,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from app.engine.gpu import GpuSpec
+from app.engine.gpu import GpuSpec, RigLayout
 
 
 #: s of CPU time per layer per engine step without CUDA graphs (``--enforce-eager``: vLLM
@@ -130,7 +143,9 @@ class StepTimeModel:
     ``hidden`` H; ``tp`` cards per stage; ``experts``/``experts_per_tok`` (0 for dense);
     ``max_num_batched_tokens`` the prefill chunk budget (tokens); ``eager``: the server
     runs without CUDA graphs (``--enforce-eager``), each step pays
-    ``t_launch_layer_s`` per layer."""
+    ``t_launch_layer_s`` per layer. ``rig``: how the replica's ranks sit in hosts and the
+    link between them (None or one host: no network); stage s holds ranks s·tp …
+    s·tp + tp − 1 of the replica, filled into hosts in order (app.hosts.plan)."""
 
     stages: list[StageSpec]
     params: PerfParams
@@ -143,14 +158,46 @@ class StepTimeModel:
     #: the draft model/head of speculative decoding (its stages; params, CPU and request
     #: overheads unused): None for ngram/suffix or without speculative decoding
     draft: "StepTimeModel | None" = None
+    rig: RigLayout | None = None
 
     # ------------------------------------------------------------------ pieces
+    @property
+    def tp_hosts(self) -> int:
+        """Hosts one TP group spans (1: it stays within a host)."""
+        r = self.rig
+        if r is None or not r.multi_host or self.tp <= r.cards_per_host:
+            return 1
+        return math.ceil(self.tp / r.cards_per_host)
+
+    def boundary_crosses_hosts(self, stage: int) -> bool:
+        """Whether the send from pipeline stage ``stage`` to the next goes between hosts
+        (its last rank and the next stage's first on different hosts)."""
+        r = self.rig
+        if r is None or not r.multi_host:
+            return False
+        return r.host_of(stage * self.tp + self.tp - 1) != r.host_of((stage + 1) * self.tp)
+
     def allreduce_s(self, nbytes: float) -> float:
-        """One ring all-reduce of ``nbytes`` over the TP group, s (0 when TP = 1)."""
+        """One ring all-reduce of ``nbytes`` over the TP group, s (0 when TP = 1); over
+        the inter-host link when the group spans hosts (module docstring)."""
         if self.tp <= 1:
             return 0.0
-        n = self.tp
-        return self.params.allreduce_alpha_s + 2 * (n - 1) / n * nbytes / (self.params.link_gbs * 1e9)
+        n, h = self.tp, self.tp_hosts
+        if h == 1:
+            return self.params.allreduce_alpha_s + 2 * (n - 1) / n * nbytes / (self.params.link_gbs * 1e9)
+        link = self.rig.link  # type: ignore[union-attr]  # tp_hosts > 1 only with a link
+        bw = min(self.params.link_gbs, link.bandwidth_gbs)
+        return (self.params.allreduce_alpha_s + 2 * (h - 1) * link.latency_s
+                + 2 * (n - 1) / n * nbytes / (bw * 1e9))
+
+    def send_s(self, stage: int, nbytes: float) -> float:
+        """Sending ``nbytes`` of activations from pipeline stage ``stage`` to the next, s:
+        α + S / B_intra within a host, α + λ_link + S / min(B_intra, B_link) between hosts."""
+        if self.boundary_crosses_hosts(stage):
+            link = self.rig.link  # type: ignore[union-attr]
+            bw = min(self.params.link_gbs, link.bandwidth_gbs)
+            return self.params.allreduce_alpha_s + link.latency_s + nbytes / (bw * 1e9)
+        return self.params.allreduce_alpha_s + nbytes / (self.params.link_gbs * 1e9)
 
     def _expert_share(self, tokens: float) -> float:
         if not self.experts or not self.experts_per_tok:
@@ -175,18 +222,37 @@ class StepTimeModel:
         comm = 2 * st.layers * self.allreduce_s(tokens * self.hidden * 2) if tokens > 0 else 0.0
         return mem, comp, comm
 
-    def _forward(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
-                 spec_tokens: float = 0.0) -> float:
-        """One forward pass through every stage (s), without the CPU overheads."""
-        total = 0.0
+    def _forward_parts(self, decode_tokens: float, mean_context: float, prefill_tokens: float,
+                       prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float]:
+        """(one forward pass through every stage, the part of it spent on the inter-host
+        link: all-reduces of a TP group that spans hosts, sends between hosts), s,
+        without the CPU overheads."""
+        total = net = 0.0
+        tp_net = self.tp_hosts > 1
         for i, st in enumerate(self.stages):
             mem, comp, comm = self._stage(st, decode_tokens, mean_context, prefill_tokens, prefill_context,
                                           spec_tokens)
             total += max(mem, comp) + comm
+            net += comm if tp_net else 0.0
             if i < len(self.stages) - 1:  # activations to the next stage
-                total += self.params.allreduce_alpha_s + (decode_tokens + prefill_tokens + spec_tokens) * \
-                    self.hidden * 2 / (self.params.link_gbs * 1e9)
-        return total
+                send = self.send_s(i, (decode_tokens + prefill_tokens + spec_tokens) * self.hidden * 2)
+                total += send
+                net += send if self.boundary_crosses_hosts(i) else 0.0
+        return total, net
+
+    def _forward(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
+                 spec_tokens: float = 0.0) -> float:
+        """One forward pass through every stage (s), without the CPU overheads."""
+        return self._forward_parts(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)[0]
+
+    def link_share_decode(self, batch: float, mean_context: float) -> float:
+        """The inter-host link's share (0–1) of one decode step of ``batch`` sequences
+        over ``mean_context`` tokens: its all-reduces and sends over the network ÷ the
+        step time (0 on one host)."""
+        if batch <= 0:
+            return 0.0
+        step = self.step_time_decode(batch, mean_context)
+        return self._forward_parts(batch, mean_context, 0.0, 0.0)[1] / step if step > 0 else 0.0
 
     def draft_s(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
                 spec_tokens: float) -> float:

@@ -9,6 +9,7 @@ without one is the one-host rig on this machine (``localhost``), exactly as befo
         gpus: [0, 1]                  # the cards to use there (default: all)
       - ssh: dyno@10.0.0.12:2222
         dyno: /opt/dyno/bin/vllm-dyno # how to run vllm-dyno there (default: vllm-dyno)
+        link: ib-hdr200               # its network to the other hosts (link catalog; for the planner)
 
 SSH goes through asyncssh (:mod:`app.hosts.ssh`): keys come from the user's agent and
 ``~/.ssh/config``, host keys are checked against ``known_hosts``. A profile never holds a
@@ -23,6 +24,8 @@ import shlex
 from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+
+from app.planner.gpus import LinkSpec, UnknownLinkError, lookup_link
 
 #: the destination of this machine itself: no SSH, the agent runs as a local process
 LOCALHOST = "localhost"
@@ -117,7 +120,10 @@ class Host(BaseModel):
     an int N (the first N) or None (all). ``dyno``: the command that runs vLLM Dyno
     there (a program and its first arguments, shell words; the agent runs as
     ``<dyno> agent``). ``address``: where the other hosts and the app reach this host's
-    servers (the private interface; default the SSH host)."""
+    servers (the private interface; default the SSH host). ``link``: the host's network to
+    the other hosts, a name of the link catalog (``10gbe``, ``25gbe``, ``100gbe``,
+    ``ib-hdr200``, ``ib-ndr400``; app.planner.gpus.lookup_link) that the planner and the
+    sim model the inter-host traffic with (None: not given)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -126,6 +132,7 @@ class Host(BaseModel):
     gpus: Union[list[int], int, None] = None
     dyno: str = "vllm-dyno"
     address: Optional[str] = None
+    link: Optional[str] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -156,6 +163,16 @@ class Host(BaseModel):
         if isinstance(v, list) and (any(i < 0 for i in v) or len(set(v)) != len(v)):
             raise ValueError(f"gpus={v}: indices are distinct and ≥ 0, as nvidia-smi lists them")
         return v
+
+    @field_validator("link")
+    @classmethod
+    def _link(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        try:
+            return lookup_link(v).name
+        except UnknownLinkError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("dyno")
     @classmethod
@@ -238,3 +255,11 @@ def hosts_from(data: Any) -> list[Host]:
             raise ValueError(f"hosts[{i}]: {h.ssh} is the same machine as hosts[{seen[key]}]; name each host once")
         seen[key] = i
     return out
+
+
+def rig_link(hosts: list[Host]) -> LinkSpec | None:
+    """The link the rig's inter-host traffic goes over: of the links its hosts name, the
+    one of lowest bandwidth (a ring or a stage send is as fast as its slowest hop); None
+    when no host names one."""
+    links = [lookup_link(h.link) for h in hosts if h.link]
+    return min(links, key=lambda x: x.bandwidth_gbs, default=None)

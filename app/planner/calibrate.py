@@ -19,7 +19,7 @@ import yaml
 
 from app.fileio import read_yaml, write_atomic
 from app.paths import calibration_dir
-from app.planner.gpus import GpuSpec
+from app.planner.gpus import GpuSpec, RigLayout
 from app.engine.steptime import PerfParams, StepTimeModel, predict_level
 
 FIT_DEFAULT = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "t_request_s")
@@ -52,9 +52,11 @@ class LevelError:
     ttft_error_pct: float | None = None
 
 
-def hardware_fingerprint(cards: Sequence[GpuSpec]) -> str:
+def hardware_fingerprint(cards: Sequence[GpuSpec], rig: RigLayout | None = None) -> str:
     """A stable id for a set of cards: ``4x RTX 5090 31.8GiB`` (mixed cards joined by
-    ``+``, in order). Memory to 0.1 GiB tells card variants apart."""
+    ``+``, in order). Memory to 0.1 GiB tells card variants apart. A rig of several
+    hosts (``rig``) adds its layout and link: ``4x RTX 4090 23.5GiB @ 4 hosts x 1,
+    ib-hdr200`` (its calibration holds the network's share too)."""
     groups: list[list] = []
     for g in cards:
         key = f"{g.name} {g.memory_gib:.1f}GiB"
@@ -62,7 +64,10 @@ def hardware_fingerprint(cards: Sequence[GpuSpec]) -> str:
             groups[-1][1] += 1
         else:
             groups.append([key, 1])
-    return " + ".join(f"{n}x {k}" for k, n in groups)
+    key = " + ".join(f"{n}x {k}" for k, n in groups)
+    if rig is not None and rig.multi_host:
+        key += f" @ {rig.hosts} hosts x {rig.cards_per_host}, {rig.link.name}"  # type: ignore[union-attr]
+    return key
 
 
 def _path(fingerprint: str) -> Path:

@@ -24,7 +24,9 @@ request_exceeds_max_model_len, cuda_graph_oom_risk, sampler_warmup_oom, no_p2p,
 cpu_worker_busy_wait, p2p_hang_risk, p2p_forced, speculative_draft_unknown (the
 ``--speculative-config`` draft model's config.json cannot be read: its memory is not
 counted), cpu_speculative_without_iomp (info: the CPU build serves speculative decoding
-but warns that it is slow without Intel OpenMP preloaded).
+but warns that it is slow without Intel OpenMP preloaded), tp_spans_hosts (a rig of
+several hosts: a tensor-parallel group crosses the network; vLLM's docs advise TP within
+a node and PP across nodes).
 """
 from __future__ import annotations
 
@@ -845,6 +847,29 @@ def check_cpu_speculative(p: "Plan") -> Finding | None:
 
 
 #: all checks in the order problems are reported (errors before warnings in the result)
+def check_tp_spans_hosts(p: "Plan") -> Finding | None:
+    """A tensor-parallel group larger than a host's cards (``p.rig``) all-reduces twice a
+    layer over the inter-host link (app.engine.steptime). vLLM's "Distributed Inference
+    and Serving" guide (docs.vllm.ai, v0.5.5 on: "The tensor parallel size should be the
+    number of GPUs in each node, and the pipeline parallel size is the number of nodes")
+    — the fix: TP = cards per host, the rest in the pipeline."""
+    r = p.rig
+    tp, pp = p.effective.tp, p.effective.pp
+    if r is None or not r.multi_host or tp <= r.cards_per_host:
+        return None
+    new_tp = r.cards_per_host
+    new_pp = tp * pp // new_tp if (tp * pp) % new_tp == 0 else None
+    fix = {"tensor_parallel_size": new_tp, "pipeline_parallel_size": new_pp} if new_pp else None
+    link = r.link.title if r.link is not None else "the network"
+    return Finding("tp_spans_hosts", "warn",
+                   f"tensor_parallel_size {tp} spans {math.ceil(tp / r.cards_per_host)} hosts of "
+                   f"{r.cards_per_host} card(s): every layer all-reduces twice over {link}; keep TP within a host "
+                   f"and put the hosts in the pipeline (vLLM's multi-node advice): "
+                   + (f"--tensor-parallel-size {new_tp} --pipeline-parallel-size {new_pp}" if new_pp else
+                      f"--tensor-parallel-size {new_tp} with the pipeline across hosts"),
+                   candidates=[fix] if fix else [])
+
+
 CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
     check_quantization_matches_checkpoint, check_quantization_capability, check_quantization_fallback,
@@ -852,4 +877,5 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
     check_context_fits, check_workload_len, check_graph_headroom,
     check_sampler, check_p2p, check_cpu_executor, check_speculative_draft, check_cpu_speculative,
+    check_tp_spans_hosts,
 ]

@@ -25,11 +25,12 @@ from dataclasses import replace
 from importlib import resources
 from typing import Any
 
-from app.engine.gpu import GIB, GpuSpec
+from app.engine.gpu import GIB, GpuSpec, LinkSpec, RigLayout
 from app.fileio import load_yaml
 from app.telemetry.nvml import NvmlUnavailable, read_cards
 
-__all__ = ["GIB", "GpuSpec", "UnknownGpuError"]  # GpuSpec and GIB are the engine's device model
+__all__ = ["GIB", "GpuSpec", "LinkSpec", "RigLayout", "UnknownGpuError", "UnknownLinkError"]  # GpuSpec, LinkSpec,
+# RigLayout and GIB are the engine's device model
 
 
 class UnknownGpuError(KeyError):
@@ -108,6 +109,47 @@ def load_catalog() -> dict[str, GpuSpec]:
         e["assumed"] = tuple(e.get("assumed", ()))
         out[e["name"]] = GpuSpec(**e)
     return out
+
+
+@functools.lru_cache(maxsize=1)
+def load_links() -> dict[str, LinkSpec]:
+    """The inter-host links of the catalog (``links:`` of ``data/gpus.yaml``) by name."""
+    out: dict[str, LinkSpec] = {}
+    for e in catalog_rows()["links"]:
+        out[e["name"]] = LinkSpec(e["name"], e["title"], float(e["line_gbps"]), float(e["bandwidth_gbs"]),
+                                  float(e["latency_us"]))
+    return out
+
+
+class UnknownLinkError(KeyError):
+    """A link name the catalog does not know; the message lists the names."""
+
+    def __str__(self) -> str:  # KeyError quotes its message otherwise
+        return str(self.args[0])
+
+
+def lookup_link(name: str) -> LinkSpec:
+    """The catalog link ``name`` (case and ``-``/``_``/space ignored: ``IB-HDR200``,
+    ``ib_hdr200``). Raises :class:`UnknownLinkError` naming the catalog's links."""
+    links = load_links()
+    key = re.sub(r"[^a-z0-9]", "", str(name).lower())
+    for k, v in links.items():
+        if re.sub(r"[^a-z0-9]", "", k) == key:
+            return v
+    raise UnknownLinkError(f"link {name!r} is not in the link catalog: give one of {', '.join(links)} "
+                           f"({LIST_COMMAND} lists them with their bandwidth and latency)")
+
+
+def rig_layout(hosts: int, cards_per_host: int, link: str | LinkSpec | None) -> RigLayout:
+    """The layout ``hosts`` × ``cards_per_host`` joined by ``link`` (a catalog name or a
+    LinkSpec). Raises ValueError for a count below 1, :class:`UnknownLinkError` for an
+    unknown name, and ValueError for several hosts without a link (the model needs it)."""
+    if hosts < 1 or cards_per_host < 1:
+        raise ValueError(f"a rig of {hosts} host(s) × {cards_per_host} card(s): give at least one of each")
+    spec = lookup_link(link) if isinstance(link, str) else link
+    if hosts > 1 and spec is None:
+        raise ValueError(f"a rig of {hosts} hosts needs the link between them: one of {', '.join(load_links())}")
+    return RigLayout(hosts, cards_per_host, spec)
 
 
 def catalog_names() -> list[str]:

@@ -24,7 +24,7 @@ from app.loadgen.stats import find_knee
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
-from app.planner.gpus import GIB, GpuSpec
+from app.planner.gpus import GIB, GpuSpec, RigLayout
 from app.planner.memory import Draft, Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
 from app.planner.models import DTYPE_BYTES, ModelArch, ModelNotFoundError, quant_bytes_per_param, resolve_model
 from app.planner.pcie import HostPcie
@@ -158,7 +158,8 @@ class Plan:
     one replica, ``curve`` the predicted ramp of the whole server and ``capacity`` the
     predicted answer of a capacity search at the workload's SLO (None without one), both
     from the step-level engine (:mod:`app.planner.predict`). ``host`` the host's
-    IOMMU/ACS (None: unknown)."""
+    IOMMU/ACS (None: unknown). ``rig`` how the cards sit in hosts and the link between
+    them (None: all on one host)."""
 
     config: ServerConfig
     model: ModelArch
@@ -179,6 +180,7 @@ class Plan:
     #: the chance each draft position is accepted given the one before, for the predicted
     #: ramp (app.engine.specdecode; the sim's --sim-spec-acceptance default unless given)
     spec_acceptance: float = DEFAULT_ACCEPTANCE
+    rig: RigLayout | None = None
 
     @property
     def dp(self) -> int:
@@ -225,6 +227,19 @@ class Plan:
         capacity search's rule applied to the engine's levels); None without an SLO or a
         prediction."""
         return self.capacity.users if self.capacity is not None else None
+
+    @property
+    def link_share(self) -> float | None:
+        """The inter-host link's share of a decode step at the predicted users at the SLO
+        (else at the workload's concurrency), per replica: 0 on one host; None without a
+        step model or a workload."""
+        if self.perf is None or self.workload is None:
+            return None
+        w = self.workload
+        cap, _ = self.concurrency_for(w.prompt_tokens, w.output_tokens)
+        users = self.predicted_users_at_slo
+        batch = min(cap, math.ceil(users / self.dp)) if users else cap
+        return self.perf.link_share_decode(max(1, batch), w.prompt_tokens + w.output_tokens / 2)
 
     def engine_limits(self) -> EngineLimits:
         """What one scheduler of this server holds (KV blocks, max_num_seqs, the token
@@ -278,6 +293,11 @@ class Plan:
             "data_parallel_size": self.dp,
             "host": None if self.host is None else {"iommu": self.host.iommu, "acs": self.host.acs,
                                                     "source": self.host.source},
+            "rig": None if self.rig is None else {
+                "hosts": self.rig.hosts, "cards_per_host": self.rig.cards_per_host,
+                "link": None if self.rig.link is None else self.rig.link.name,
+                "tp_hosts": self.perf.tp_hosts if self.perf is not None else None,
+                "link_share": self.link_share},
             "vllm_version": self.rules.version,
             "kv_bytes_per_token": self.kv_bytes_per_token, "kv_cache_tokens": self.kv_cache_tokens,
             "max_concurrency": self.max_concurrency, "workload_concurrency": self.workload_concurrency,
@@ -474,7 +494,9 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
     """The step-time model of the planned server: per stage, the slowest card of the
     TP group (lowest bandwidth) and that card's share of weights, parameters and KV
     (in the KV cache dtype: fp8 halves the KV bytes read a step); ``enforce_eager``
-    makes each step pay the CUDA graph launch saving per layer (``t_launch_layer_s``)."""
+    makes each step pay the CUDA graph launch saving per layer (``t_launch_layer_s``);
+    ``p.rig`` puts the inter-host link into the all-reduces and stage sends that cross
+    hosts (:class:`app.engine.steptime.StepTimeModel`)."""
     m, e = p.model, p.effective
     bpp = quant_bytes_per_param(e.quantization, m.quant_bits if e.quantization == m.quant_method else None,
                                 m.quant_group_size if e.quantization == m.quant_method else None, e.dtype_bytes)
@@ -511,9 +533,10 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
                           attn_heads=(a.heads / e.tp) if a is not None else 0.0,
                           head_dim=a.head_dim if a is not None else 0)
         draft = StepTimeModel([stage], params, a.hidden if a is not None else m.hidden, e.tp,
-                              max_num_batched_tokens=e.max_num_batched_tokens)
+                              max_num_batched_tokens=e.max_num_batched_tokens, rig=p.rig)
     return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
-                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager, draft)
+                         m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager, draft,
+                         rig=p.rig)
 
 
 # ---------------------------------------------------------------------- the predicted ramp
@@ -566,7 +589,7 @@ def peak_output_tps(p: Plan, params: PerfParams | None = None) -> float | None:
 
 # ---------------------------------------------------------------------- entry point
 def _build(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
-           rules: VllmRules, host: HostPcie | None = None) -> Plan:
+           rules: VllmRules, host: HostPcie | None = None, rig: RigLayout | None = None) -> Plan:
     if not gpus:
         raise ValueError("plan needs at least one GPU: give --gpu NAME (and --count N)")
     tp, pp, dp = cfg.tensor_parallel_size or 1, cfg.pipeline_parallel_size or 1, cfg.data_parallel_size or 1
@@ -578,7 +601,7 @@ def _build(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: W
     for r in range(dp):  # each data parallel replica on cards r·world … (vllm/v1/engine/utils.py)
         ranks += [replace(x, rank=x.rank + r * world)
                   for x in plan_ranks(model, eff, cards[r * world:(r + 1) * world], draft)]
-    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err, host=host, draft=draft)
+    p = Plan(cfg, model, list(gpus), cards, rules, eff, ranks, workload, part_err, host=host, draft=draft, rig=rig)
     p.findings = [f for f in (c(p) for c in CHECKS) if f is not None]
     return p
 
@@ -593,10 +616,10 @@ def _fixed_passes(q: Plan, problem: str, errors_before: frozenset[str] = frozens
 
 def _passes(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None,
             rules: VllmRules, problem: str, errors_before: frozenset[str] = frozenset(),
-            host: HostPcie | None = None) -> bool:
+            host: HostPcie | None = None, rig: RigLayout | None = None) -> bool:
     """:func:`_fixed_passes` for the plan of ``cfg`` (False when it cannot be planned)."""
     try:
-        q = _build(cfg, gpus, model, workload, rules, host)
+        q = _build(cfg, gpus, model, workload, rules, host, rig)
     except ValueError:
         return False
     return _fixed_passes(q, problem, errors_before)
@@ -604,14 +627,14 @@ def _passes(cfg: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
 
 def _rank_layouts(config: ServerConfig, f: Finding, gpus: list[GpuSpec], model: ModelArch,
                   workload: Workload | None, rules: VllmRules, errors: frozenset[str], host: HostPcie | None,
-                  params_for: Any) -> list[tuple[dict[str, Any], float]]:
+                  params_for: Any, rig: RigLayout | None = None) -> list[tuple[dict[str, Any], float]]:
     """``f.layouts`` whose plan passes (:func:`_fixed_passes`) and fits the cards (a KV
     cache on every rank, a valid layer partition), with their :func:`peak_output_tps`,
     highest first (ties: fewer cards, then the order of ``f.layouts``)."""
     out = []
     for i, cand in enumerate(f.layouts):
         try:
-            q = _build(apply_fix(config, cand), gpus, model, workload, rules, host)
+            q = _build(apply_fix(config, cand), gpus, model, workload, rules, host, rig)
         except ValueError:
             continue
         if not _fixed_passes(q, f.problem, errors):
@@ -624,18 +647,18 @@ def _rank_layouts(config: ServerConfig, f: Finding, gpus: list[GpuSpec], model: 
 
 
 def check(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
-          vllm_version: str | None = None) -> Plan:
+          vllm_version: str | None = None, rig: RigLayout | None = None) -> Plan:
     """The plan's memory and its findings without the search for fixes, the step model
     or the prediction: a few milliseconds, for a search over many configurations (the
     tuner's pruning). ``findings`` carry no ``fix``. Raises ValueError when ``gpus`` is
     empty."""
-    return _build(config, gpus, model, workload, rules_for(vllm_version))
+    return _build(config, gpus, model, workload, rules_for(vllm_version), rig=rig)
 
 
 def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,
          vllm_version: str | None = None, params: PerfParams | None = None,
          use_calibration: bool = True, host: HostPcie | None = None, predict: bool = True,
-         spec_acceptance: float | None = None) -> Plan:
+         spec_acceptance: float | None = None, rig: RigLayout | None = None) -> Plan:
     """Plan ``config`` on ``gpus`` (one GpuSpec per card, in CUDA order; mixed cards
     allowed: pipeline stage s runs on cards s·TP … s·TP+TP−1; data parallel replica r
     on the next TP × PP cards) for ``model``.
@@ -645,7 +668,11 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     ``params`` overrides the performance parameters; otherwise a saved calibration for
     these cards is used when ``use_calibration``, else the per-class defaults.
     ``host``: the IOMMU/ACS of the machine the cards are in
-    (:func:`app.planner.pcie.read_host_pcie` for this one; None: unknown).
+    (:func:`app.planner.pcie.read_host_pcie` for this one; None: unknown). ``rig``: the
+    hosts the cards sit in and the link between them (:func:`app.planner.gpus.rig_layout`;
+    None: one host) — the step model sends what crosses hosts over the link, the checks
+    warn when a TP group spans hosts, and a calibration is looked up for the rig
+    (:func:`app.planner.calibrate.hardware_fingerprint`).
 
     Each finding gets the first of its ``candidates`` that passes; failing that, of
     its ``layouts`` (parallel splits) the one with the highest predicted peak output
@@ -660,7 +687,7 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     accepted given the one before, for the prediction (None: :data:`DEFAULT_ACCEPTANCE`).
     """
     rules = rules_for(vllm_version)
-    p = _build(config, gpus, model, workload, rules, host)
+    p = _build(config, gpus, model, workload, rules, host, rig)
     if spec_acceptance is not None:
         p.spec_acceptance = spec_acceptance
     errors = frozenset(f.problem for f in p.findings if f.verdict == "error")
@@ -669,7 +696,7 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
     def params_for(q: Plan) -> PerfParams | None:
         if params is not None or not use_calibration:
             return params
-        key = hardware_fingerprint(q.cards)
+        key = hardware_fingerprint(q.cards, rig)
         if key not in calibrations:
             calibrations[key] = load_calibration(key)
         return calibrations[key]
@@ -680,11 +707,11 @@ def plan(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: 
                 fixed = apply_fix(config, cand)
             except ValueError:
                 continue
-            if _passes(fixed, gpus, model, workload, rules, f.problem, errors, host):
+            if _passes(fixed, gpus, model, workload, rules, f.problem, errors, host, rig):
                 f.fix = cand
                 break
         if f.fix is None and f.layouts:
-            f.alternatives = _rank_layouts(config, f, gpus, model, workload, rules, errors, host, params_for)
+            f.alternatives = _rank_layouts(config, f, gpus, model, workload, rules, errors, host, params_for, rig)
             if f.alternatives:
                 f.fix = f.alternatives[0][0]
     own = params_for(p)

@@ -66,6 +66,10 @@ def render_plan(p: Plan) -> str:
                  f"kv dtype {'fp8' if e.kv_dtype_bytes == 1 else e.dtype}" + (" · enforce_eager" if e.enforce_eager else ""))
     if p.host is not None and e.world > 1:
         lines.append(f"  host PCIe: {p.host.describe()}")
+    if p.rig is not None and p.rig.multi_host:
+        share = p.link_share
+        lines.append(f"  rig: {p.rig.describe()}" + (f" — the link's share of a decode step: {share * 100:.1f} %"
+                                                     if share is not None else ""))
     if p.draft is not None:
         d, last = p.draft, p.ranks[-1]
         lines.append(f"  speculative decoding: {d.method}, {d.k} draft tokens a step — {d.note}; draft weights "

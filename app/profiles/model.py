@@ -38,6 +38,7 @@ from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
 from app.paths import repo_root
 from app.planner.cards import cards_for
+from app.planner.gpus import UnknownLinkError, lookup_link, rig_layout
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
@@ -111,19 +112,37 @@ class SimRig(BaseModel):
     of a hidden "true rig" whose step-time parameters differ from the planner's
     (``--sim-perturb``, app.sim.perturb; None or 0: none); ``spec_acceptance``: with a
     speculative config, the chance each draft token is accepted given the one before
-    (``--sim-spec-acceptance``, app.engine.specdecode; None: its default)."""
+    (``--sim-spec-acceptance``, app.engine.specdecode; None: its default); ``hosts``:
+    the cards sit in that many hosts, evenly, joined by ``link`` (a link-catalog name;
+    ``--sim-hosts``/``--sim-link``, app.engine.steptime models the traffic between them)."""
 
     model_config = ConfigDict(extra="forbid")
     gpu: str = "RTX 4090"
     count: int = Field(8, ge=1, le=64)
+    hosts: Optional[int] = Field(None, ge=1, le=64)
+    link: Optional[str] = None
     time_scale: Optional[float] = Field(None, gt=0)
     seed: Optional[int] = None
     perturb: Optional[int] = Field(None, ge=0)
     spec_acceptance: Optional[float] = Field(None, ge=0, le=1)
 
+    @field_validator("link")
+    @classmethod
+    def _link(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        try:
+            return lookup_link(v).name
+        except UnknownLinkError as e:
+            raise ValueError(str(e)) from None
+
     def argv(self) -> list[str]:
         """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
         out = ["--sim-gpu", self.gpu, "--sim-gpu-count", str(self.count)]
+        if self.hosts is not None:
+            out += ["--sim-hosts", str(self.hosts)]
+        if self.link is not None:
+            out += ["--sim-link", self.link]
         if self.time_scale is not None:
             out += ["--sim-time-scale", repr(self.time_scale)]
         if self.seed is not None:
@@ -144,7 +163,8 @@ class HardwareFingerprint(BaseModel):
     ``compute_capability``: the cards' (lowest) CUDA compute capability, e.g. 8.9 — what
     lets a card the GPU catalog does not know plan. ``driver``: NVIDIA driver version;
     ``vllm_version``; ``recorded_at``: Unix time it was filled in from a run (None for a
-    hand-written target).
+    hand-written target). ``hosts``/``link``: the cards sit in that many hosts, evenly,
+    joined by that link of the link catalog (None: one host) — :meth:`rig_layout`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -155,6 +175,15 @@ class HardwareFingerprint(BaseModel):
     driver: Optional[str] = None
     vllm_version: Optional[str] = None
     recorded_at: Optional[float] = None
+    hosts: Optional[int] = Field(None, ge=1, le=1024)
+    link: Optional[str] = None
+
+    def rig_layout(self):
+        """The planner's :class:`app.engine.gpu.RigLayout` of several hosts (``hosts`` >
+        1 with a ``link`` and a count they divide), else None (one host, as before)."""
+        if not self.hosts or self.hosts < 2 or not self.link or self.count % self.hosts:
+            return None
+        return rig_layout(self.hosts, self.count // self.hosts, self.link)
 
     @property
     def is_cpu(self) -> bool:
@@ -162,6 +191,8 @@ class HardwareFingerprint(BaseModel):
 
     def describe(self) -> str:
         s = f"{self.count}× {self.gpu}"
+        if self.rig_layout() is not None:
+            s += f" over {self.hosts} hosts ({self.link})"
         if self.driver:
             s += f", driver {self.driver}"
         if self.vllm_version:

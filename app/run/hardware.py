@@ -45,14 +45,18 @@ def time_scale_of(info: dict[str, Any]) -> float:
 
 
 def sim_hardware(rig: Any, info: dict[str, Any] | None = None) -> HardwareFingerprint:
-    """The fingerprint of a simulated rig: ``rig`` (a profile's ``SimRig`` with ``gpu`` and
-    ``count``) when given, else the rig its ``/sim/info`` mapping ``info`` names
-    (``gpu``, ``gpu_count``; a run of ``vllm-dyno ramp`` has no profile)."""
+    """The fingerprint of a simulated rig: ``rig`` (a profile's ``SimRig`` with ``gpu``,
+    ``count``, ``hosts``, ``link``) when given, else the rig its ``/sim/info`` mapping
+    ``info`` names (``gpu``, ``gpu_count``, ``hosts``, ``link``; a run of ``vllm-dyno
+    ramp`` has no profile)."""
     info = info or {}
     gpu = rig.gpu if rig is not None else str(info.get("gpu") or "RTX 4090")
     count = rig.count if rig is not None else int(info.get("gpu_count") or 1)
+    hosts = rig.hosts if rig is not None else info.get("hosts")
+    link = rig.link if rig is not None else info.get("link")
     ver = info.get("vllm_version", "")
-    return HardwareFingerprint(gpu=gpu, count=count, vllm_version=f"sim {ver}".strip(), recorded_at=time.time())
+    return HardwareFingerprint(gpu=gpu, count=count, vllm_version=f"sim {ver}".strip(), recorded_at=time.time(),
+                               hosts=hosts if hosts and hosts > 1 else None, link=link if hosts and hosts > 1 else None)
 
 
 def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_build: bool) -> HardwareFingerprint:

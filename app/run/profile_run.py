@@ -81,16 +81,20 @@ def plan_profile(profile: Profile, vllm_version: str | None = None):
     """The planner's :class:`~app.planner.plan.Plan` of ``profile`` on its own hardware
     (the rig for engine sim, ``profile.hardware`` otherwise), for the ramp's request
     shape. Returns None when the profile names no hardware. Raises the planner's errors
-    (ModelNotFoundError, UnknownGpuError, ValueError)."""
+    (ModelNotFoundError, UnknownGpuError, ValueError). A rig of several hosts (the sim's
+    ``hosts``/``link``, or the hardware's) is planned with its inter-host link
+    (:meth:`HardwareFingerprint.rig_layout`)."""
 
     hw = profile.hardware
     if profile.engine == "sim" and profile.sim is not None:
-        hw = HardwareFingerprint(gpu=profile.sim.gpu, count=profile.sim.count)
+        hw = HardwareFingerprint(gpu=profile.sim.gpu, count=profile.sim.count, hosts=profile.sim.hosts,
+                                 link=profile.sim.link)
     if hw is None:
         return None
     cfg = profile.server_config()
     wl = Workload.from_ramp(profile.ramp)  # the ramp's levels, lengths, warm-up and SLO are predicted
-    return plan(cfg, hw.planner_cards(), resolve_model(cfg.model), wl, vllm_version=vllm_version)
+    return plan(cfg, hw.planner_cards(), resolve_model(cfg.model), wl, vllm_version=vllm_version,
+                rig=hw.rig_layout())
 
 
 class _Listener(RunListener):

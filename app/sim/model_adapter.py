@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from app.config import ServerConfig
 from app.planner.checks import dp_rank_out_of_bounds, quantization_capability_needs, quantization_mismatch
-from app.planner.gpus import GIB, GpuSpec, lookup_gpu
+from app.planner.gpus import GIB, GpuSpec, RigLayout, UnknownLinkError, load_links, lookup_gpu, lookup_link, rig_layout
 from app.planner.models import ModelArch, resolve_model
 from app.engine.steptime import PerfParams, StepTimeModel
 from app.planner.plan import Plan, build_step_model
@@ -214,14 +214,38 @@ def load_seconds(weights_bytes_per_gpu: float) -> float:
     return 4.0 + weights_bytes_per_gpu / 1.5e9
 
 
-def plan_rig(config: ServerConfig, gpu_name: "str | GpuSpec", gpu_count: int) -> SimPlan:
+def sim_rig_layout(gpu_count: int, hosts: int = 1, link: str | None = None) -> RigLayout | None:
+    """The layout of ``gpu_count`` cards over ``hosts`` hosts (evenly) joined by ``link``
+    (a link-catalog name); None for one host. Raises ValueError naming the option and
+    the fix (``--sim-hosts`` not dividing the cards, no ``--sim-link``, an unknown link)."""
+    if hosts < 1:
+        raise ValueError(f"--sim-hosts {hosts}: give at least 1 host")
+    if hosts == 1:
+        return None
+    if gpu_count % hosts:
+        raise ValueError(f"--sim-hosts {hosts} does not divide --sim-gpu-count {gpu_count}: the cards are split "
+                         f"evenly over the hosts; give a count that is a multiple of {hosts}")
+    if not link:
+        raise ValueError(f"--sim-hosts {hosts} needs --sim-link NAME, the link between the hosts: one of "
+                         f"{', '.join(load_links())}")
+    try:
+        return rig_layout(hosts, gpu_count // hosts, lookup_link(link))
+    except UnknownLinkError as e:
+        raise ValueError(f"--sim-link: {e}") from None
+
+
+def plan_rig(config: ServerConfig, gpu_name: "str | GpuSpec", gpu_count: int, hosts: int = 1,
+             link: str | None = None) -> SimPlan:
     """Plan ``config`` on ``gpu_count`` cards named ``gpu_name`` (or given as a
-    :class:`GpuSpec`, e.g. :func:`app.planner.gpus.cpu_device` for the CPU build).
-    Raises KeyError / LookupError for an unknown card or model, :class:`Refusal`
-    (vLLM's text) for a configuration vLLM refuses."""
+    :class:`GpuSpec`, e.g. :func:`app.planner.gpus.cpu_device` for the CPU build), in
+    ``hosts`` hosts joined by ``link`` (:func:`sim_rig_layout`). Raises KeyError /
+    LookupError for an unknown card or model, ValueError for a bad host layout,
+    :class:`Refusal` (vLLM's text) for a configuration vLLM refuses."""
     gpu = gpu_name if isinstance(gpu_name, GpuSpec) else find_gpu(gpu_name)
     model = find_model(config.model)
-    p = planner_plan(config, [gpu] * gpu_count, model, vllm_version=VLLM_RULES, use_calibration=False, predict=False)
+    rig = sim_rig_layout(gpu_count, hosts, link)
+    p = planner_plan(config, [gpu] * gpu_count, model, vllm_version=VLLM_RULES, use_calibration=False, predict=False,
+                     rig=rig)
     ref = _refusal(p)
     if ref is not None:
         if ref.after_load:

@@ -1,6 +1,10 @@
 """The simulated rig's server process: ``python -m app.sim.server --model M [vLLM options]
 --sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]
-[--sim-perturb SEED]``.
+[--sim-perturb SEED] [--sim-hosts H --sim-link NAME]``.
+
+``--sim-hosts H --sim-link NAME``: the cards sit in H hosts (N ÷ H each, ranks in
+order) joined by a link of the link catalog; the step times send what crosses hosts
+over it as the planner's model does (app/engine/steptime.py, "Rigs of several hosts").
 
 Started by the Supervisor as engine ``sim`` (app/server/launch.py). It behaves like
 ``vllm serve``: prints vLLM-format startup lines after a load delay (rig seconds ÷ k),
@@ -64,6 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_options(p, internal=False)
     p.add_argument("--sim-gpu", default="RTX 4090", help="GPU catalog name")
     p.add_argument("--sim-gpu-count", type=int, default=1)
+    p.add_argument("--sim-hosts", type=int, default=1, help="the cards sit in this many hosts (evenly)")
+    p.add_argument("--sim-link", help="the link between the hosts (link catalog name, e.g. ib-hdr200)")
     p.add_argument("--sim-time-scale", type=float, default=1.0, help="rig runs k× faster than the wall clock")
     p.add_argument("--sim-seed", type=int, default=0)
     p.add_argument("--sim-cooling", help="open, blower4, chassis8, poor or a factor (1 = 80 °C at TDP)")
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.sim_gpu_count < 1:
             raise ValueError(f"--sim-gpu-count {a.sim_gpu_count}: the rig needs at least 1 GPU")
         cfg = config_from_args(a)
-        plan = ma.plan_rig(cfg, a.sim_gpu, a.sim_gpu_count)
+        plan = ma.plan_rig(cfg, a.sim_gpu, a.sim_gpu_count, a.sim_hosts, a.sim_link)
     except ma.Refusal as r:
         if r.process == "APIServer" or r.core != "EngineCore_DP0":  # before any weights are loaded
             return _fail(r.text, r.where, r.process, r.wrapped, r.core)
@@ -265,7 +271,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     host, port = a.host or "127.0.0.1", a.port or 8000
     calibrated = None
     if a.sim_calibrated:
-        fp = hardware_fingerprint(plan.plan.cards)
+        fp = hardware_fingerprint(plan.plan.cards, plan.plan.rig)
         calibrated = load_calibration(fp)
         msg = (f"calibrated parameters for {fp}: {calibrated.source}" if calibrated
                else f"no calibration saved for {fp}; using the defaults")
@@ -291,6 +297,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
             "enable_prefix_caching": a.enable_prefix_caching is not False,
+            "hosts": a.sim_hosts, "link": plan.plan.rig.link.name if plan.plan.rig and plan.plan.rig.link else None,
             "perturbed": bool(a.sim_perturb)}
     if spec_k:
         info["speculative"] = {"method": plan.plan.config.speculative_method, "num_speculative_tokens": spec_k,

@@ -52,7 +52,7 @@ def sim_target(rig: SimRig, calibrated: bool = False) -> tuple[list[str], Hardwa
     from app.sim.model_adapter import VLLM_RULES
 
     args = rig.argv() + (["--sim-calibrated"] if calibrated else [])
-    return args, HardwareFingerprint(gpu=rig.gpu, count=rig.count), VLLM_RULES
+    return args, HardwareFingerprint(gpu=rig.gpu, count=rig.count, hosts=rig.hosts, link=rig.link), VLLM_RULES
 
 
 def local_target(python: str | None, gpus: list[int] | None) -> tuple[str, HardwareFingerprint, str | None]:
