@@ -67,6 +67,7 @@ in truth (5–6), the best 6.0 — one user is 17 % there, below what a search r
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -91,6 +92,11 @@ MAX_K = 10.0
 WALL_TOKENS_PER_S = 2000.0
 #: searches averaged for the grid's top configurations and the tuner's pick
 REPEATS = 3
+#: ... and at least as many as make the mean's step (1 user ÷ repeats) at most this share
+#: of the capacity: the goal's 5 % must be finer than the truth it is judged on (6 users
+#: from 3 searches move in steps of 1/3 user, 5.6 %); at most MAX_REPEATS
+TRUTH_STEP = 0.02
+MAX_REPEATS = 20
 #: grid configurations (by a single search) judged again on REPEATS searches
 TOP_REPEATED = 8
 
@@ -111,10 +117,17 @@ def cases() -> list[tuple]:
     return out
 
 
-def repeated(truth: OfflineRig, cfg: ServerConfig):
-    """The true capacity as the mean of :data:`REPEATS` searches (users_low/high: their range)."""
+def repeats_for(users: float) -> int:
+    """Searches averaged for a true capacity of about ``users``: :data:`REPEATS`, or more
+    where one user is a large share (:data:`TRUTH_STEP`), at most :data:`MAX_REPEATS`."""
+    return int(min(MAX_REPEATS, max(REPEATS, math.ceil(1.0 / (TRUTH_STEP * max(users, 1.0))))))
+
+
+def repeated(truth: OfflineRig, cfg: ServerConfig, users: float):
+    """The true capacity (of about ``users``, a single search's) as the mean of
+    :func:`repeats_for` searches (users_low/high: their range)."""
     ramp = truth.workload.search_spec()
-    ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"repeat": REPEATS})})
+    ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"repeat": repeats_for(users)})})
     pred, _ = truth.search(cfg, ramp)
     cap = pred.capacity
     return cap.model_copy(update={"users_low": min(cap.repeat_users), "users_high": max(cap.repeat_users)})
@@ -150,7 +163,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore, tuner_too:
     # on the mean of REPEATS searches (CapacitySearch.repeat), each with fresh lengths
     top = sorted(grid, key=lambda k: -grid[k].users)[:TOP_REPEATED]
     for key in top:
-        grid[key] = repeated(truth, by_key[key].config)
+        grid[key] = repeated(truth, by_key[key].config, grid[key].users)
     best_key = max(top, key=lambda k: grid[k].users)
     best = grid[best_key]
     # over HTTP the sim must stream the rig's tokens × k on 2 cores
@@ -186,7 +199,7 @@ def run_case(case: tuple, offline: bool, spot: bool, store: RunStore, tuner_too:
     pick = rec.get("key")
     pick_true = None
     if pick in by_key:
-        pick_true = grid[pick] if pick in top else repeated(truth, by_key[pick].config)
+        pick_true = grid[pick] if pick in top else repeated(truth, by_key[pick].config, best.users)
     return {"case": case, "spots": spots, "grid": grid, "grid_n": len(grid), "grid_rig_min": grid_rig / 60, "grid_s": grid_s, "best_key": best_key,
             "best": best, "pick": pick, "pick_true": pick_true, "tuner": res, "tune_s": tune_s,
             "pruned": sum(c.pruned_because is not None for c in cands), "all": len(cands)}

@@ -205,6 +205,8 @@ class AgentLink:
     _lost_subs: list[Callable[[str, str], None]] = field(default_factory=list)
     #: why the link ended when it was not closed on purpose (None while up or after close)
     lost: Optional[str] = None
+    #: bytes of the agent's lines read since the hello (its telemetry, replies, log lines)
+    bytes_received: int = 0
     _closing: bool = False
     _pending: dict[int, _Pending] = field(default_factory=dict)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
@@ -293,6 +295,7 @@ class AgentLink:
                 line = await self.channel.stdout.readline()
                 if not line:
                     break
+                self.bytes_received += len(line)
                 try:
                     self._dispatch(decode(line))
                 except ProtocolError as e:
