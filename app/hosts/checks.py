@@ -15,6 +15,10 @@
   at (``hosts[].address``, else its SSH host) is the one NCCL and Gloo must use there
   (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``): :func:`socket_interfaces` finds it,
   and the launch plan sets both per host (app.hosts.plan).
+- **The options of the plan.** Every option of a host's command exists in that host's vLLM
+  (:func:`plan_findings`): the release that first accepts each multi-node option is the
+  ``option_since`` table of app/planner/data/vllm_versions.yaml (app.planner.versions,
+  sources there and in docs/vllm-facts.md, "Multi-node options by version").
 """
 from __future__ import annotations
 
@@ -23,7 +27,9 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from app.hosts.plan import HostCommand
 from app.hosts.spec import Host
+from app.planner.versions import OptionGap, options_missing
 
 #: the least ``/dev/shm`` a host should have, bytes (1 GiB; Docker's default is 64 MiB)
 SHM_MIN_BYTES = 1 << 30
@@ -63,9 +69,58 @@ def socket_interfaces(hosts: Sequence[Host], probes: Sequence[dict[str, Any]]) -
     return out
 
 
-def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]]) -> list[Finding]:
+#: what else runs a layout when a host's vLLM is too old for the mp backend's options
+_OTHER_LAYOUT = {
+    "nnodes": "or run the replica across hosts with the Ray backend (--distributed-executor-backend ray on a "
+              "Ray cluster of the hosts), which needs none of --nnodes/--node-rank/--master-addr/--master-port",
+    "headless": "or give each host its own replica (one server per host, data_parallel_size 1) instead of one "
+                "server across hosts",
+    "data-parallel": "or give each host its own replica (one server per host, data_parallel_size 1) instead of "
+                     "data-parallel replicas under one API server",
+    "serve": "the python -m vllm.entrypoints.openai.api_server form has no --headless",
+}
+for _k in ("node-rank", "master-addr", "master-port"):
+    _OTHER_LAYOUT[_k] = _OTHER_LAYOUT["nnodes"]
+
+
+def _gap_message(g: OptionGap) -> str:
+    name = "`vllm serve`" if g.option == "serve" else f"--{g.option}"
+    other = _OTHER_LAYOUT.get(g.option) or (_OTHER_LAYOUT["data-parallel"] if g.option.startswith("data-parallel")
+                                            else "")
+    other = f"; {other}" if other else ""
+    if g.removed:
+        return f"its vLLM {g.version} no longer accepts {name} (removed): use a vLLM that has it{other}"
+    if g.exact:
+        return (f"its vLLM {g.version} does not accept {name}, which the plan's command uses (first in vLLM "
+                f"{g.needs}): upgrade vLLM there to ≥ {g.needs} (pip install 'vllm>={g.needs}'){other}")
+    return (f"its vLLM {g.version} may not accept {name}, which the plan's command uses (seen first in vLLM "
+            f"{g.needs}; the first release is not established): upgrade vLLM there to ≥ {g.needs} if it is "
+            f"refused{other}")
+
+
+def plan_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]]) -> list[Finding]:
+    """For each host's command of ``plan`` (app.hosts.plan.mp_plan) and its ``probe``
+    answer (same order): an ``error`` per option (or the ``vllm serve`` form) that host's
+    vLLM does not accept — older than the release that first has it, or removed — and a
+    ``warning`` where that release is only the earliest one known to have it
+    (app.planner.versions.options_missing). Hosts whose probe has no vLLM version are
+    skipped (:func:`rig_findings` reports them)."""
+    out: list[Finding] = []
+    for c, p in zip(plan, probes):
+        v = (p.get("vllm") or {}).get("version")
+        if not v or "error" in (p.get("vllm") or {}):
+            continue
+        for g in options_missing(["serve", *c.config.option_argv(include_port=False)], v):
+            out.append(Finding("error" if g.exact else "warning", c.host.label(), _gap_message(g)))
+    return out
+
+
+def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]],
+                 plan: Sequence[HostCommand] | None = None) -> list[Finding]:
     """The problems of launching one server over ``hosts`` (their ``probe`` answers, in
-    the same order); [] when there are none."""
+    the same order); [] when there are none. ``plan``: the per-host commands
+    (app.hosts.plan.mp_plan for these hosts, same order), whose options are checked
+    against each host's vLLM version (:func:`plan_findings`)."""
     out: list[Finding] = []
     versions: dict[str, str] = {}
     for h, p in zip(hosts, probes):
@@ -98,4 +153,6 @@ def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]]) -> lis
             h = next(x for x in hosts if x.label() == dest)
             out.append(Finding("warning", dest, f"no interface there holds {h.reach}, the address the other hosts "
                                                 "reach it at: set hosts[].address to its private interface's address"))
+    if plan:
+        out += plan_findings(plan, probes)
     return out

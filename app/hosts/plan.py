@@ -23,8 +23,10 @@ Two layouts, as vLLM's own argument handling defines them (vLLM 0.32.0,
   secondary nodes", ``-dpa``/``-dpp``: the head's address and the RPC port, the same on
   every node).
 
-The option names are checked against the installed CPU build (0.32.0); the versions
-that first had them are not established here (docs/vllm-facts.md, "Multi-node").
+The option names are checked against the installed CPU build (0.32.0); the release that
+first accepts each is the ``option_since`` table of app/planner/data/vllm_versions.yaml,
+and app.hosts.checks.plan_findings refuses a plan a host's vLLM cannot run
+(docs/vllm-facts.md, "Multi-node options by version").
 """
 from __future__ import annotations
 

