@@ -73,45 +73,55 @@ def socket_interfaces(hosts: Sequence[Host], probes: Sequence[dict[str, Any]]) -
 _OTHER_LAYOUT = {
     "nnodes": "or run the replica across hosts with the Ray backend (--distributed-executor-backend ray on a "
               "Ray cluster of the hosts), which needs none of --nnodes/--node-rank/--master-addr/--master-port",
-    "headless": "or give each host its own replica (one server per host, data_parallel_size 1) instead of one "
-                "server across hosts",
-    "data-parallel": "or give each host its own replica (one server per host, data_parallel_size 1) instead of "
-                     "data-parallel replicas under one API server",
+    "headless": "or give each host its own server (one replica per host, no --headless) instead of one server "
+                "across hosts",
     "serve": "the python -m vllm.entrypoints.openai.api_server form has no --headless",
 }
+_OTHER_LAYOUT["data-parallel"] = _OTHER_LAYOUT["headless"]
 for _k in ("node-rank", "master-addr", "master-port"):
     _OTHER_LAYOUT[_k] = _OTHER_LAYOUT["nnodes"]
 
 
-def _gap_message(g: OptionGap) -> str:
-    name = "`vllm serve`" if g.option == "serve" else f"--{g.option}"
-    other = _OTHER_LAYOUT.get(g.option) or (_OTHER_LAYOUT["data-parallel"] if g.option.startswith("data-parallel")
-                                            else "")
-    other = f"; {other}" if other else ""
+def _names(gaps: Sequence[OptionGap]) -> str:
+    return ", ".join("`vllm serve`" if g.option == "serve" else f"--{g.option}" for g in gaps)
+
+
+def _gap_message(gaps: Sequence[OptionGap]) -> str:
+    """One finding's text for options of one host that share ``needs``/``exact``/``removed``."""
+    g = gaps[0]
+    names = _names(gaps)
+    others = dict.fromkeys(_OTHER_LAYOUT.get(x.option) or (_OTHER_LAYOUT["data-parallel"]
+                                                           if x.option.startswith("data-parallel") else "")
+                           for x in gaps)
+    other = "".join(f"; {o}" for o in others if o)
     if g.removed:
-        return f"its vLLM {g.version} no longer accepts {name} (removed): use a vLLM that has it{other}"
+        return f"its vLLM {g.version} no longer accepts {names} (removed there): use a vLLM that has it{other}"
     if g.exact:
-        return (f"its vLLM {g.version} does not accept {name}, which the plan's command uses (first in vLLM "
+        return (f"its vLLM {g.version} does not accept {names}, which the plan's command uses (first in vLLM "
                 f"{g.needs}): upgrade vLLM there to ≥ {g.needs} (pip install 'vllm>={g.needs}'){other}")
-    return (f"its vLLM {g.version} may not accept {name}, which the plan's command uses (seen first in vLLM "
+    return (f"its vLLM {g.version} may not accept {names}, which the plan's command uses (seen first in vLLM "
             f"{g.needs}; the first release is not established): upgrade vLLM there to ≥ {g.needs} if it is "
             f"refused{other}")
 
 
 def plan_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]]) -> list[Finding]:
     """For each host's command of ``plan`` (app.hosts.plan.mp_plan) and its ``probe``
-    answer (same order): an ``error`` per option (or the ``vllm serve`` form) that host's
-    vLLM does not accept — older than the release that first has it, or removed — and a
-    ``warning`` where that release is only the earliest one known to have it
-    (app.planner.versions.options_missing). Hosts whose probe has no vLLM version are
-    skipped (:func:`rig_findings` reports them)."""
+    answer (same order): an ``error`` naming the options (or the ``vllm serve`` form) that
+    host's vLLM does not accept — older than the release that first has them, or removed
+    there — with both versions and the fix, and a ``warning`` where that release is only
+    the earliest one known to have them (app.planner.versions.options_missing). One finding
+    per host and needed release. Hosts whose probe has no vLLM version are skipped
+    (:func:`rig_findings` reports them)."""
     out: list[Finding] = []
     for c, p in zip(plan, probes):
-        v = (p.get("vllm") or {}).get("version")
-        if not v or "error" in (p.get("vllm") or {}):
+        v = p.get("vllm") or {}
+        if "error" in v or not v.get("version"):
             continue
-        for g in options_missing(["serve", *c.config.option_argv(include_port=False)], v):
-            out.append(Finding("error" if g.exact else "warning", c.host.label(), _gap_message(g)))
+        groups: dict[tuple, list[OptionGap]] = {}
+        for g in options_missing(["serve", *c.config.option_argv(include_port=False)], v["version"]):
+            groups.setdefault((g.needs, g.exact, g.removed), []).append(g)
+        for (_, exact, _), gaps in groups.items():
+            out.append(Finding("error" if exact else "warning", c.host.label(), _gap_message(gaps)))
     return out
 
 
