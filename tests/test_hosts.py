@@ -378,3 +378,131 @@ def test_clock_offset_kept_up_to_date():
     offsets, drift = _run(go())
     assert len(offsets) >= 4 and [t for t, _ in offsets] == sorted(t for t, _ in offsets)
     assert drift is not None and abs(drift) < 1000  # one kernel, one clock: noise only (bound ~0.1 ms over ~1 s)
+
+
+# ---- which vLLM release accepts each option of the plan -----------------------------------
+
+#: option (no dashes; ``serve``: the ``vllm serve`` subcommand) → (first release, exact), as
+#: app/planner/data/vllm_versions.yaml ``option_since`` records them (sources there and in
+#: docs/vllm-facts.md "Multi-node options by version": PR #5090, docs v0.5.0.post1
+#: distributed_serving, PR #13923, PR #15977 with v0.9.0 vllm/entrypoints/cli/serve.py,
+#: docs v0.10.1.1 vllm/config/parallel.py, PR #23691)
+SINCE = {
+    "serve": ("0.5.0", False), "distributed-executor-backend": ("0.5.0", False),
+    "data-parallel-size": ("0.9.0", False), "headless": ("0.9.0", True),
+    "data-parallel-size-local": ("0.9.0", True), "data-parallel-address": ("0.9.0", True),
+    "data-parallel-rpc-port": ("0.9.0", True), "data-parallel-start-rank": ("0.9.0", True),
+    "data-parallel-backend": ("0.10.1", False), "nnodes": ("0.11.1", False), "node-rank": ("0.11.1", False),
+    "master-addr": ("0.11.1", False), "master-port": ("0.11.1", False),
+}
+#: the release before each boundary
+BELOW = {"0.5.0": "0.4.3", "0.9.0": "0.8.5", "0.10.1": "0.10.0", "0.11.1": "0.11.0"}
+#: the layout whose command uses the option (``dp``: data-parallel replicas; the DP plan
+#: carries --data-parallel-backend in extra_args, as a user's profile would)
+DP_OPTIONS = {"data-parallel-size", "data-parallel-size-local", "data-parallel-address", "data-parallel-rpc-port",
+              "data-parallel-start-rank", "data-parallel-backend"}
+
+
+def test_option_since_table_is_the_documented_one():
+    from app.planner.versions import option_since, option_since_rows
+    assert [r.option for r in option_since_rows()] == list(SINCE)
+    for o, (since, exact) in SINCE.items():
+        row = option_since("--" + o)
+        assert (row.option, row.since, row.exact) == (o, since, exact)
+    assert option_since("--tensor-parallel-size") is None
+
+
+def _dashed(o):
+    return o if o == "serve" else "--" + o
+
+
+@pytest.mark.parametrize("option", sorted(SINCE))
+def test_options_missing_at_and_below_the_boundary(option):
+    from app.planner.versions import options_missing
+    since, exact = SINCE[option]
+    below = BELOW[since]
+    assert options_missing([_dashed(option), "4"], since) == []
+    assert options_missing([_dashed(option)], since + "+cpu") == []
+    assert options_missing([_dashed(option)], "0.32.0") == []
+    (gap,) = options_missing([_dashed(option), _dashed(option)], below)
+    assert (gap.option, gap.version, gap.needs, gap.exact, gap.removed) == (option, below, since, exact, False)
+
+
+def _named(message):
+    """The option names a finding's text names (``--x``, and ``serve`` for `vllm serve`)."""
+    import re
+    return set(re.findall(r"--[a-z][a-z-]*[a-z]", message.split(", which")[0])) | \
+        ({"serve"} if "`vllm serve`" in message else set())
+
+
+@pytest.mark.parametrize("option", sorted(SINCE))
+def test_plan_findings_name_option_versions_and_fix(option):
+    """A 2-host plan whose command uses ``option``: the head's vLLM at the first release
+    that has it (no finding names it), the other host's one release below (an error when
+    the boundary is exact, else a warning), naming the option, both versions and the fix."""
+    from app.hosts.checks import plan_findings
+    since, exact = SINCE[option]
+    below = BELOW[since]
+    hosts = _four(2)[:2]
+    if option in DP_OPTIONS:
+        cfg = ServerConfig(model="/m", data_parallel_size=2, extra_args=["--data-parallel-backend", "mp"])
+    else:
+        cfg = ServerConfig(model="/m", pipeline_parallel_size=2)
+    plan = mp_plan(hosts, cfg)
+    assert option == "serve" or "--" + option in plan[1].config.option_argv()
+    found = plan_findings(plan, [_probe(version=since), _probe(version=below)])
+    assert not any(_dashed(option) in _named(f.message) for f in found if f.host == "dyno@10.0.0.11")
+    (f,) = [f for f in found if f.host == "dyno@10.0.0.12" and _dashed(option) in _named(f.message)]
+    assert f.level == ("error" if exact else "warning")
+    assert f"its vLLM {below} " in f.message and f"vLLM {since}" in f.message
+    assert f"upgrade vLLM there to ≥ {since}" in f.message
+    if option in ("nnodes", "node-rank", "master-addr", "master-port"):
+        assert "--distributed-executor-backend ray" in f.message  # the other backend
+    if option == "headless" or option in DP_OPTIONS:
+        assert "its own server" in f.message  # the other layout
+
+
+def test_plan_findings_removed_option_and_the_installed_version():
+    """An option the hosts' version removed (``removed_options``: --swap-space in 0.32) is an
+    error naming it; the plans of both layouts on 0.32.0 (the installed CPU build) have no
+    finding; rig_findings carries the plan's findings."""
+    from app.hosts.checks import plan_findings
+    hosts = _four(2)[:2]
+    probes = [_probe(ifaces={"ens1": ["10.0.0.11"]}), _probe(ifaces={"ib0": ["10.0.0.12"]})]
+    for cfg in (dict(pipeline_parallel_size=2), dict(data_parallel_size=2)):
+        plan = mp_plan(hosts, ServerConfig(model="/m", **cfg))
+        assert plan_findings(plan, probes) == [] and rig_findings(hosts, probes, plan) == []
+    plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2, extra_args=["--swap-space", "4"]))
+    found = rig_findings(hosts, probes, plan)
+    assert [(f.level, f.host) for f in found] == [("error", "dyno@10.0.0.11"), ("error", "dyno@10.0.0.12")]
+    assert "its vLLM 0.32.0 no longer accepts --swap-space (removed there)" in found[0].message
+    old = rig_findings(hosts, [_probe(version="0.8.5", ifaces={"ens1": ["10.0.0.11"]}),
+                               _probe(version="0.8.5", ifaces={"ib0": ["10.0.0.12"]})], plan)
+    assert any(f.level == "error" and "--headless" in _named(f.message) for f in old)  # the plan's errors join
+
+
+def test_option_accepted_uses_exact_rows():
+    """A form option without ``min_vllm`` takes an exact ``option_since`` row; a non-exact
+    row does not refuse it."""
+    from app.config import VllmOption
+    from app.planner.versions import option_accepted
+    headless = VllmOption(flag="--headless", kind="flag", help="")
+    assert option_accepted(headless, "0.9.0") and not option_accepted(headless, "0.8.5")
+    nnodes = VllmOption(flag="--nnodes", kind="int", help="")
+    assert option_accepted(nnodes, "0.11.0")
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
+def test_every_option_of_the_table_is_in_the_installed_build():
+    """Each option of the table is an argument of the installed CPU build 0.32.0:
+    vllm/engine/arg_utils.py EngineArgs.add_cli_args, --headless in
+    vllm/entrypoints/launchers/cli_args.py, the serve subcommand in
+    vllm/entrypoints/cli/serve.py."""
+    import glob
+    (pkg,) = glob.glob(os.path.join(ROOT, ".venv-vllm", "lib", "python3*", "site-packages", "vllm"))
+    text = "".join(open(os.path.join(pkg, *p.split("/")), encoding="utf-8").read() for p in
+                   ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py"))
+    for o in SINCE:
+        if o != "serve":
+            assert f'"--{o}"' in text, o
+    assert 'name = "serve"' in open(os.path.join(pkg, "entrypoints", "cli", "serve.py"), encoding="utf-8").read()

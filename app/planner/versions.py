@@ -197,6 +197,11 @@ def option_since(option: str) -> OptionSince | None:
     return OptionSince(key, str(row["since"]), bool(row.get("exact", False)), row.get("pr"))
 
 
+def option_since_rows() -> list[OptionSince]:
+    """Every row of the ``option_since`` table, in its order."""
+    return [r for r in (option_since(k) for k in _data().get("option_since", {})) if r]
+
+
 @dataclass(frozen=True)
 class OptionGap:
     """An option ``version`` of vLLM may not run: ``option`` (no dashes), ``version`` as
