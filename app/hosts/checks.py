@@ -95,7 +95,7 @@ def _gap_message(gaps: Sequence[OptionGap]) -> str:
                            for x in gaps)
     other = "".join(f"; {o}" for o in others if o)
     if g.removed:
-        return f"its vLLM {g.version} no longer accepts {names} (removed there): use a vLLM that has it{other}"
+        return f"its vLLM {g.version} no longer accepts {names} (removed there): drop it from the server's extra_args, or install a vLLM that still has it{other}"
     if g.exact:
         return (f"its vLLM {g.version} does not accept {names}, which the plan's command uses (first in vLLM "
                 f"{g.needs}): upgrade vLLM there to ≥ {g.needs} (pip install 'vllm>={g.needs}'){other}")
