@@ -226,10 +226,34 @@ def test_a_search_level_measures_once_each_user_has_finished_a_request():
     assert RampSpec(search=CapacitySearch(), slo=SLO(ttft_p99=1)).settles
 
 
-def test_slo_headroom_is_the_tightest_bound_over_its_p99():
-    from app.loadgen.capacity import Capacity, slo_headroom
-    cap = Capacity(users=6, users_low=6, users_high=6, ttft_p99=1.6, tpot_p99=0.05, e2e_p99=9.0,
-                   slo={"ttft_p99": 2.0, "tpot_p99": 0.06})
-    assert slo_headroom(cap) == pytest.approx(min(2.0 / 1.6, 0.06 / 0.05))  # e2e has no bound: not counted
-    assert slo_headroom(cap.model_copy(update={"slo": {"failure_rate": 0.01}})) is None
-    assert slo_headroom(cap.model_copy(update={"tpot_p99": None})) == pytest.approx(2.0 / 1.6)
+def test_crossing_users_interpolates_where_the_tightest_p99_meets_its_bound():
+    """A search that met the SLO at 6 users and broke it at 7 resolves to 6; where between
+    them the tightest p99 crossed its bound comes from both levels' latencies."""
+    from app.loadgen.capacity import Capacity, CapacityLevel, crossing_users, level_headroom
+    slo = {"ttft_p99": 2.0, "tpot_p99": 0.06}
+    assert level_headroom({"ttft_p99": 1.6, "tpot_p99": 0.05, "e2e_p99": 9.0}, slo) == pytest.approx(1.2)
+    assert level_headroom({"ttft_p99": 1.0}, {"failure_rate": 0.01}) is None
+
+    def lv(users, met, ttft, tpot=0.03, repeat=0):
+        return CapacityLevel(users=users, met=met, requests=100, few_requests=False, repeat=repeat,
+                             stats={"ttft_p99": ttft, "tpot_p99": tpot})
+
+    def cap(levels, users=6.0):
+        return Capacity(users=users, users_low=users, users_high=users, slo=slo, levels=levels)
+
+    # headroom 2/1.6 = 1.25 at 6, 2/2.5 = 0.8 at 7: crosses 1 at 6 + 0.25/0.45
+    assert crossing_users(cap([lv(4, True, 1.0), lv(6, True, 1.6), lv(7, False, 2.5), lv(8, False, 4.0)])) == \
+        pytest.approx(6 + 0.25 / 0.45)
+    # the same 6 with a barely-broken 7 is further up than with a badly broken one
+    near = crossing_users(cap([lv(6, True, 1.9), lv(7, False, 2.05)]))
+    far = crossing_users(cap([lv(6, True, 1.9), lv(7, False, 4.0)]))
+    assert 6 < far < near < 7
+    # TPOT the tightest bound at 7 (0.09 > 0.06): headroom 0.667 there
+    assert crossing_users(cap([lv(6, True, 1.0, 0.05), lv(7, False, 1.1, 0.09)])) == \
+        pytest.approx(6 + (1.2 - 1) / (1.2 - 0.06 / 0.09))
+    assert crossing_users(cap([lv(6, True, 1.6)])) == 6  # nothing broke above it
+    assert crossing_users(cap([lv(6, True, 1.6), lv(7, False, 1.7)])) == 6  # 7 broke on failures only
+    assert crossing_users(cap([lv(2, False, 3.0)], users=0.0)) is None
+    # the last repeat's levels
+    assert crossing_users(cap([lv(6, True, 1.6), lv(7, False, 2.5), lv(5, True, 1.0, repeat=1),
+                               lv(6, False, 2.2, repeat=1)], users=5.5)) == pytest.approx(5 + 1.0 / 1.0909, rel=1e-3)

@@ -240,19 +240,19 @@ def test_the_tune_commands_resolution_default_is_the_tuners():
     assert TuneSpec.model_fields["resolution"].default == TUNE_RESOLUTION == 0.05
 
 
-def test_equal_users_are_told_apart_by_the_room_under_the_slo(tmp_path):
+def test_equal_users_are_told_apart_by_where_the_slo_was_crossed(tmp_path):
     """Two candidates measured at the same whole number of users with the same interval:
-    the one whose capacity level sits further under its SLO (app.loadgen.capacity.slo_headroom)
-    is the best measured, whichever order they were measured in; the users still come first."""
+    the one whose latencies cross its SLO further up towards the first broken level
+    (app.loadgen.capacity.crossing_users) is the best measured, whichever order they were measured in; the users still come first."""
     spec = spec_of(SMALL)
     with RunStore(tmp_path / "runs.sqlite") as store:
         t = Tuner(spec, store=store, rig=OfflineRig(spec, 103))
         tight = CandidateResult(key="a", measured_users=6, measured_low=6, measured_high=6, measured_tps=900.0,
-                                measured_headroom=1.02)
+                                measured_crossing=6.1)
         roomy = CandidateResult(key="b", measured_users=6, measured_low=6, measured_high=6, measured_tps=880.0,
-                                measured_headroom=1.30)
+                                measured_crossing=6.7)
         more = CandidateResult(key="c", measured_users=7, measured_low=6, measured_high=7, measured_tps=800.0,
-                               measured_headroom=1.01)
+                               measured_crossing=7.0)
         for order in ([tight, roomy], [roomy, tight]):
             t.state.candidates = list(order)
             assert t.best_measured().key == "b"

@@ -268,16 +268,43 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
     return cap
 
 
-def slo_headroom(c: Capacity) -> float | None:
-    """How far the capacity level sits inside its SLO: the smallest bound ÷ measured p99
-    over the latency bounds set (TTFT, TPOT, e2e), ≥ 1 for a level that met them — 1.25
-    means its tightest p99 is 20 % under its bound. None when no latency bound was set or
-    measured. Two searches that both resolve to the same whole number of users are told
-    apart by it: the one with more room is likelier to hold the next user (the tuner's
-    tie-break, app.tuner.tune)."""
-    ratios = [c.slo[k] / v for k, v in (("ttft_p99", c.ttft_p99), ("tpot_p99", c.tpot_p99), ("e2e_p99", c.e2e_p99))
-              if c.slo.get(k) is not None and v is not None and v > 0]
+def level_headroom(stats: dict, slo: dict) -> float | None:
+    """How far a level sits inside its SLO: the smallest bound ÷ measured p99 over the
+    latency bounds set (TTFT, TPOT, e2e) — ≥ 1 for a level that met them, < 1 for one
+    that broke them (1.25: its tightest p99 is 20 % under its bound). ``stats``: a
+    level's StepStats fields (``ttft_p99``… s), ``slo``: SLO fields. None when no latency
+    bound was set or measured."""
+    ratios = [slo[k] / stats[k] for k in ("ttft_p99", "tpot_p99", "e2e_p99")
+              if slo.get(k) is not None and stats.get(k) is not None and stats[k] > 0]
     return min(ratios) if ratios else None
+
+
+def crossing_users(c: Capacity) -> float | None:
+    """Where between the capacity level L and the first level above it that broke the
+    SLO (U) the tightest p99 crosses its bound, interpolated linearly in
+    :func:`level_headroom` (h_L ≥ 1 > h_U): L + (U − L)·(h_L − 1)/(h_L − h_U), in [L, U).
+    A search resolves whole users (or its resolution); two configurations that both
+    resolve to L are told apart by it — the tuner's tie-break (app.tuner.tune) — using
+    both levels' latencies rather than either alone. L when U is missing or broke on
+    failures only; None when no level met the SLO. The last repeat's levels are used."""
+    if c.users <= 0 or not c.levels:
+        return None
+    rep = max(lv.repeat for lv in c.levels)
+    mine = [lv for lv in c.levels if lv.repeat == rep]
+    met = [lv for lv in mine if lv.met]
+    if not met:
+        return None
+    broke = sorted((lv for lv in mine if not lv.met), key=lambda lv: lv.users)
+    lo = max((lv for lv in met if not broke or lv.users < broke[0].users), key=lambda lv: lv.users, default=None)
+    if lo is None:
+        return None
+    hi = next((lv for lv in broke if lv.users > lo.users), None)
+    h_lo = level_headroom(lo.stats, c.slo)
+    h_hi = level_headroom(hi.stats, c.slo) if hi is not None else None
+    if hi is None or h_lo is None or h_hi is None or h_hi >= 1.0 or h_lo <= h_hi:
+        return lo.users
+    frac = max(0.0, min(0.999, (h_lo - 1.0) / (h_lo - h_hi)))
+    return lo.users + (hi.users - lo.users) * frac
 
 
 def slo_text(slo: dict) -> str:

@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import ServerConfig
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
-from app.loadgen.capacity import Capacity, slo_headroom
+from app.loadgen.capacity import Capacity, crossing_users
 from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPrefix
 from app.loadgen.stats import StepStats
 from app.planner.calibrate import MeasuredLevel
@@ -142,7 +142,9 @@ class CandidateResult(BaseModel):
     measured_low: Optional[float] = None
     measured_high: Optional[float] = None
     measured_tps: Optional[float] = None
-    measured_headroom: Optional[float] = None  # app.loadgen.capacity.slo_headroom of its capacity level
+    #: where its SLO's tightest p99 crossed the bound between the capacity level and the
+    #: first broken one (app.loadgen.capacity.crossing_users), users: the tie-break
+    measured_crossing: Optional[float] = None
     j_per_token: Optional[float] = None
     run_id: Optional[int] = None
     failed: Optional[str] = None
@@ -512,11 +514,11 @@ class Tuner:
     def best_measured(self) -> CandidateResult | None:
         """The best measured candidate by the objective's score; among equal scores (a
         search resolves whole users) the surer one — the higher low end of its interval —
-        then the one with more room under the SLO at its capacity level
-        (:func:`app.loadgen.capacity.slo_headroom`: likelier to hold one user more), then
-        the higher measured tokens/s."""
+        then the one whose latencies cross the SLO further up between its capacity level
+        and the first level that broke it (:func:`app.loadgen.capacity.crossing_users`:
+        the finer estimate of its capacity), then the higher measured tokens/s."""
         ms = [r for r in self.state.candidates if r.measured and self._score(r, True) is not None]
-        return max(ms, key=lambda r: (self._score(r, True), r.measured_low or 0.0, r.measured_headroom or 0.0,
+        return max(ms, key=lambda r: (self._score(r, True), r.measured_low or 0.0, r.measured_crossing or 0.0,
                                       r.measured_tps or 0.0)) if ms else None
 
     def _margin(self, best: CandidateResult) -> float:
@@ -621,7 +623,7 @@ class Tuner:
         cap = out.capacity
         r.measured_users, r.measured_low, r.measured_high, r.measured_tps = (cap.users, cap.users_low,
                                                                              cap.users_high, cap.output_tps)
-        r.measured_headroom = slo_headroom(cap)
+        r.measured_crossing = crossing_users(cap)
         r.j_per_token = out.verdict.j_per_token if out.verdict is not None else None
         r.levels = [asdict(MeasuredLevel(int(st.level), st.output_tps, st.ttft_mean, st.tpot_mean))
                     for st in out.steps if st.n_ok > 0 and st.output_tps > 0]
