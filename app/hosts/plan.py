@@ -128,9 +128,25 @@ def _check_cards(hosts: list[Host], need: int, what: str) -> None:
                             f"{what} on each host")
 
 
+def _head_only(args: list[str]) -> list[str]:
+    """``args`` without ``--api-server-count N``: vLLM refuses it with ``--headless``
+    ("--api-server-count=N cannot be used with --headless", vllm/entrypoints/cli/serve.py,
+    0.32.0), and only the head runs API servers."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--api-server-count":
+            skip = True
+        elif not a.startswith("--api-server-count="):
+            out.append(a)
+    return out
+
+
 def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head: bool,
              backend: str | None, interfaces: dict[str, str | None] | None) -> HostCommand:
-    upd: dict = {"gpus": h.gpu_indices(), "extra_args": list(config.extra_args) + extra}
+    own = list(config.extra_args) if head else _head_only(list(config.extra_args))
+    upd: dict = {"gpus": h.gpu_indices(), "extra_args": own + extra}
     name = (interfaces or {}).get(h.label())
     if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
         upd["env"] = {**config.env, "NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name}
