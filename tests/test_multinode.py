@@ -417,17 +417,19 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             ctl.close()
 
 
-def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, tmp_path):
+@pytest.mark.parametrize("kill", [1, 0], ids=["headless-host-lost", "head-host-lost"])
+def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, tmp_path, kill):
     """The controller's multi-host path with the simulated rig on each host (fast: no vLLM):
     the head's part (data parallel 2, two replicas, so a plan has a headless part) on host 0,
-    the headless part on host 1; host 1's agent SIGKILLed mid-ramp → the run fails naming
-    host 1 (the head would keep answering), host 0's part is ended, records are kept."""
+    the headless part on host 1; one host's agent SIGKILLed mid-ramp → the run fails naming
+    that host (host 1: the head would keep answering; host 0: the API server is gone), the
+    other host's part is ended, records are kept."""
     cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", data_parallel_size=2,
                        max_num_seqs=16, max_model_len=4096)
     _lost_host_run(bed, tmp_path, dict(engine="sim", config=cfg, sim_args=["--sim-gpu", "RTX 4090",
                                                                            "--sim-gpu-count", "2"]),
                    dict(model="q7", levels=[1, 2, 4, 8], step_seconds=20, warmup_seconds=1, prompt_tokens=64,
-                        output_tokens=32), ready_s=180)
+                        output_tokens=32), ready_s=180, kill=kill)
 
 
 def test_controller_runs_vllm_data_parallel_2_over_two_hosts_and_a_lost_host_stops_the_run(bed, tmp_path):
