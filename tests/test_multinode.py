@@ -365,11 +365,14 @@ def _host_procs(h) -> list[int]:
     return out
 
 
-def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float, kill: int = 1) -> None:
+def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float, kill: int = 1,
+                   what: str = "agent") -> None:
     """Launch ``target_kw`` over the bed's two hosts through the run controller, start a
-    recorded ramp, SIGKILL host ``kill``'s agent once requests completed; the ramp must end
-    as server_failed naming that host, no process may be left on either host after the
-    stop, and the completed records must be in the store."""
+    recorded ramp, SIGKILL host ``kill``'s agent (``what`` "agent") or the processes of its
+    server part but not the part's reaper (``what`` "server") once requests completed; the
+    ramp must end as server_failed naming that host, no process may be left on either host
+    after the stop, the completed records and both hosts' telemetry (sources prefixed with
+    the host) must be in the store."""
     from app.loadgen.spec import RampSpec
     from app.run.controller import LaunchTarget, RecordSpec, RunController, State
     from app.store import RunStore
@@ -389,12 +392,22 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             assert {h.ssh for h in hosts} == set(ctl.rig_parts)
             ctl.start_ramp(RampSpec(url=ctl.url, **spec_kw), record=RecordSpec(name="two hosts"))
             t = time.monotonic()
-            while len(ev.records) < 3 and ctl.ramp_running and time.monotonic() - t < 300:
+            while (len(ev.records) < 3 or time.monotonic() - t < 4.0) and ctl.ramp_running \
+                    and time.monotonic() - t < 300:
                 time.sleep(0.1)
             assert len(ev.records) >= 3, f"no requests completed: {ctl.failure_text}"
             lost = bed.hosts[kill]
             t = time.monotonic()
-            os.kill(ctl.rig.links[kill].agent_pid, 9)
+            if what == "agent":
+                os.kill(ctl.rig.links[kill].agent_pid, 9)
+            else:  # the part's processes, not its reaper (the group leader): the agent reports the death
+                pgid = ctl.rig_parts[lost.destination]["pgid"]
+                for p in psutil.process_iter():
+                    try:
+                        if p.pid != pgid and os.getpgid(p.pid) == pgid:
+                            p.kill()
+                    except (OSError, psutil.Error):
+                        pass
             out = ctl.wait_ramp(120)
             stopped_in = time.monotonic() - t
             assert out is not None, "the ramp did not end after a host was lost"
@@ -409,16 +422,20 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             assert not any(left.values()), f"processes left on the hosts: {left}"
             runs = store.list_runs()
             assert len(runs) == 1 and runs[0]["status"] == "server_failed", runs
+            sources = {src for _, src, _, _ in store.samples(runs[0]["id"])}
+            for h in bed.hosts:  # every host's telemetry, on the session clock, named by its host
+                assert any(src.startswith(f"{h.address}/") for src in sources), sorted(sources)
             kept = store.requests(runs[0]["id"])
             assert len(kept) >= 3 and len(kept) >= len([r for r in out.records if r.ok]) > 0
-            print(f"\nrig ready in {took:.1f} s; host {lost.destination}'s agent killed → ramp ended in "
+            print(f"\nrig ready in {took:.1f} s; host {lost.destination}: {what} killed → ramp ended in "
                   f"{stopped_in:.1f} s ({out.stop_reason.splitlines()[0]}); {len(kept)} records kept")
         finally:
             ctl.close()
 
 
-@pytest.mark.parametrize("kill", [1, 0], ids=["headless-host-lost", "head-host-lost"])
-def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, tmp_path, kill):
+@pytest.mark.parametrize("kill,what", [(1, "agent"), (0, "agent"), (1, "server")],
+                         ids=["headless-agent-killed", "head-agent-killed", "headless-part-killed"])
+def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, tmp_path, kill, what):
     """The controller's multi-host path with the simulated rig on each host (fast: no vLLM):
     the head's part (data parallel 2, two replicas, so a plan has a headless part) on host 0,
     the headless part on host 1; one host's agent SIGKILLed mid-ramp → the run fails naming
@@ -429,7 +446,7 @@ def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, t
     _lost_host_run(bed, tmp_path, dict(engine="sim", config=cfg, sim_args=["--sim-gpu", "RTX 4090",
                                                                            "--sim-gpu-count", "2"]),
                    dict(model="q7", levels=[1, 2, 4, 8], step_seconds=20, warmup_seconds=1, prompt_tokens=64,
-                        output_tokens=32), ready_s=180, kill=kill)
+                        output_tokens=32), ready_s=180, kill=kill, what=what)
 
 
 def test_controller_runs_vllm_data_parallel_2_over_two_hosts_and_a_lost_host_stops_the_run(bed, tmp_path):
