@@ -232,7 +232,8 @@ def test_plan_pipeline_over_four_hosts():
         assert c.config.gpus == [0]
     assert plan[0].config.host == "10.0.0.11"  # the head's API server on the address the app reaches
     assert "CUDA_VISIBLE_DEVICES=0 vllm serve /models/llama-70b" in render(plan)
-    assert plan[1].ssh_line().startswith("ssh dyno@10.0.0.12 -- 'CUDA_VISIBLE_DEVICES=0 vllm serve")
+    # the host's own address for vLLM's queues (VLLM_HOST_IP: vllm/utils/network_utils.py get_ip, 0.32.0)
+    assert plan[1].ssh_line().startswith("ssh dyno@10.0.0.12 -- 'VLLM_HOST_IP=10.0.0.12 CUDA_VISIBLE_DEVICES=0 vllm serve")
 
 
 def test_plan_data_parallel_replicas_over_hosts():
@@ -321,7 +322,8 @@ def test_rig_findings_name_host_and_fix():
     assert rig_findings(hosts, ok) == []
     assert socket_interfaces(hosts, ok) == {"dyno@10.0.0.11": "ens1", "dyno@10.0.0.12": "ib0"}
     plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2), interfaces=socket_interfaces(hosts, ok))
-    assert plan[1].config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0"}
+    assert plan[1].config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0", "VLLM_HOST_IP": "10.0.0.12"}
+    assert plan[0].config.env["VLLM_HOST_IP"] == "10.0.0.11"
     assert "NCCL_SOCKET_IFNAME=ib0" in plan[1].shell() and "GLOO_SOCKET_IFNAME=ib0" in plan[1].shell()
     bad = [_probe(version="0.11.0", form="api_server", shm=64 << 20, ifaces={"ens1": ["10.0.0.11"]}),
            {**_probe(model=False), "interfaces": {"eth0": ["192.168.1.5"]}}]

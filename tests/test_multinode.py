@@ -449,10 +449,12 @@ def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, t
                         output_tokens=32), ready_s=180, kill=kill, what=what)
 
 
-def test_controller_runs_vllm_data_parallel_2_over_two_hosts_and_a_lost_host_stops_the_run(bed, tmp_path):
-    """The CPU build of vLLM serving the tiny model as data parallel 2 over the bed's two
-    hosts (docs/vllm-facts.md, "Multi-node": `vllm serve` with the metadata shim; the head
-    runs the API server and replica 0, host 1 `--headless --data-parallel-start-rank 1`),
+@pytest.mark.parametrize("layout", ["data_parallel", "pipeline_parallel"])
+def test_controller_runs_vllm_over_two_hosts_and_a_lost_host_stops_the_run(bed, tmp_path, layout):
+    """The CPU build of vLLM serving the tiny model as data parallel 2 or pipeline parallel 2
+    over the bed's two hosts (docs/vllm-facts.md, "Multi-node": `vllm serve` with the
+    metadata shim; DP: the head runs the API server and replica 0, host 1 `--headless
+    --data-parallel-start-rank 1`; PP: `--nnodes 2`, host 1 `--node-rank 1 --headless`),
     launched through the run controller; a short recorded ramp; host 1's agent SIGKILLed →
     the run stops naming host 1 (the head's /health would still answer 200 and its
     requests to replica 1 hang, so only the agent tells), nothing is left on either host,
@@ -462,8 +464,9 @@ def test_controller_runs_vllm_data_parallel_2_over_two_hosts_and_a_lost_host_sto
     if not os.path.exists(vllm_python) or not model.is_dir():
         pytest.skip("needs the CPU build (.venv-vllm) and build/tiny-llama (make test builds both)")
     env = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_CPU_OMP_THREADS_BIND": "0"}
-    cfg = ServerConfig(model=str(model), served_model_name="tiny", data_parallel_size=2, max_num_seqs=8,
-                       max_model_len=512, env=env, extra_args=["--api-server-count", "1"])
+    par = dict(data_parallel_size=2, extra_args=["--api-server-count", "1"]) if layout == "data_parallel" \
+        else dict(pipeline_parallel_size=2)
+    cfg = ServerConfig(model=str(model), served_model_name="tiny", max_num_seqs=8, max_model_len=512, env=env, **par)
     _lost_host_run(bed, tmp_path, dict(engine="vllm", config=cfg, python=vllm_python, startup_timeout=900),
                    dict(model="tiny", levels=[1, 2, 4], step_seconds=60, warmup_seconds=1, prompt_tokens=32,
                         output_tokens=16), ready_s=900)

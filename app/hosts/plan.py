@@ -28,6 +28,7 @@ that first had them are not established here (docs/vllm-facts.md, "Multi-node").
 """
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from dataclasses import dataclass
 
@@ -128,6 +129,14 @@ def _check_cards(hosts: list[Host], need: int, what: str) -> None:
                             f"{what} on each host")
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
 def _head_only(args: list[str]) -> list[str]:
     """``args`` without ``--api-server-count N``: vLLM refuses it with ``--headless``
     ("--api-server-count=N cannot be used with --headless", vllm/entrypoints/cli/serve.py,
@@ -147,9 +156,17 @@ def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head
              backend: str | None, interfaces: dict[str, str | None] | None) -> HostCommand:
     own = list(config.extra_args) if head else _head_only(list(config.extra_args))
     upd: dict = {"gpus": h.gpu_indices(), "extra_args": own + extra}
+    env = dict(config.env)
     name = (interfaces or {}).get(h.label())
     if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
-        upd["env"] = {**config.env, "NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name}
+        env.update(NCCL_SOCKET_IFNAME=name, GLOO_SOCKET_IFNAME=name)
+    if _is_ip(h.reach) and "VLLM_HOST_IP" not in env:
+        # the address vLLM gives the other nodes for this node's queues: else its outbound
+        # address (a UDP connect to 8.8.8.8), 0.0.0.0 without a route (get_ip,
+        # vllm/utils/network_utils.py; used as mq_connect_ip, vllm/v1/executor/multiproc_executor.py, 0.32.0)
+        env["VLLM_HOST_IP"] = h.reach
+    if env != config.env:
+        upd["env"] = env
     if backend:
         upd["distributed_executor_backend"] = backend
     if head:

@@ -512,20 +512,27 @@ class RunController:
         if state == "loading" and self.state == State.STARTING:
             self._set_state(State.LOADING, f"host {host}")
         elif state == "ready" and role == "head":
-            if self.target is not None and self.target.engine == "sim" and self.url:
-                self.sim_info = sim_info(self.url)
-                self.time_scale = time_scale_of(self.sim_info)
-            self.client.time_scale = self.time_scale
-            self._start_telemetry(None, at_ready=True)  # the head's /metrics
-            rec = self.run
-            if rec is not None:
-                self._attach_run(rec)
-            self._set_state(State.READY, self.url or "")
-            self._ready.set()
+            self._background("rig-ready", self._rig_ready)  # HTTP and the store: off the rig's loop
         elif state == "failed":
             self._host_failed(host, f"its server part ({role}) failed: {st.get('reason') or 'no reason given'}")
         elif state == "stopped":
             self._host_failed(host, f"its server part ({role}) stopped")
+
+    def _rig_ready(self) -> None:
+        """The head's API server answered: the rig is ready (as :meth:`_on_server_state`
+        for one server)."""
+        if self.rig is None or self.failure is not None:
+            return
+        if self.target is not None and self.target.engine == "sim" and self.url:
+            self.sim_info = sim_info(self.url)
+            self.time_scale = time_scale_of(self.sim_info)
+        self.client.time_scale = self.time_scale
+        self._start_telemetry(None, at_ready=True)  # the head's /metrics
+        rec = self.run
+        if rec is not None:
+            self._attach_run(rec)
+        self._set_state(State.READY, self.url or "")
+        self._ready.set()
 
     def _host_lost(self, host: str, why: str) -> None:
         """The rig's thread: a host's agent channel ended without our close."""
