@@ -470,3 +470,36 @@ def test_controller_runs_vllm_over_two_hosts_and_a_lost_host_stops_the_run(bed, 
     _lost_host_run(bed, tmp_path, dict(engine="vllm", config=cfg, python=vllm_python, startup_timeout=900),
                    dict(model="tiny", levels=[1, 2, 4], step_seconds=60, warmup_seconds=1, prompt_tokens=32,
                         output_tokens=16), ready_s=900)
+
+
+def test_controller_refuses_a_rig_launch_naming_the_host_and_leaves_nothing(bed, tmp_path):
+    """A rig whose hosts lack the model (a path that is not there) is refused before any
+    part starts, naming each host and the fix; an unreachable host is refused naming it;
+    either way the agents are closed and nothing is left on the hosts."""
+    from app.run.controller import LaunchTarget, RunController, State
+    from app.server.launch import LaunchError
+    from app.store import RunStore
+
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    if not os.path.exists(vllm_python):
+        pytest.skip("needs the CPU build (.venv-vllm): the model is checked once vLLM is found")
+    hosts = [Host(ssh=h.destination, dyno=DYNO, python=vllm_python) for h in bed.hosts]
+    cfg = ServerConfig(model=str(tmp_path / "no-such-model"), data_parallel_size=2)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store)
+        try:
+            with pytest.raises(LaunchError) as e:
+                ctl.launch(LaunchTarget("vllm", cfg, hosts=hosts, ssh=_opts(bed), expose=True))
+            for h in hosts:
+                assert f"host {h.ssh}: the model {tmp_path / 'no-such-model'} is not there: copy it" in str(e.value)
+            assert ctl.state == State.FAILED and ctl.rig is None
+            gone = Host(ssh=f"root@{bed.hosts[1].address}:1", dyno=DYNO)  # nothing listens on port 1
+            with pytest.raises(LaunchError, match=f"host root@{bed.hosts[1].address}:1: "):
+                ctl.launch(LaunchTarget("sim", cfg, hosts=[hosts[0], gone], ssh=_opts(bed), expose=True))
+            assert ctl.rig is None
+        finally:
+            ctl.close()
+    t = time.monotonic()
+    while any(_host_procs(h) for h in bed.hosts) and time.monotonic() - t < 30:
+        time.sleep(0.2)
+    assert not any(_host_procs(h) for h in bed.hosts)

@@ -465,14 +465,17 @@ class RunController:
         the head's data-parallel RPC port or torch.distributed master, which the head
         opens), and follow every part's state and every agent's channel. The head's
         ``ready`` makes the controller ready; the URL is the head's API server. Raises
-        LaunchError (a finding, a plan the hosts cannot run, a part the agent refused),
-        HostError (an agent that cannot be started); the caller closes the rig."""
+        LaunchError (an agent that cannot be started, a finding, a plan the hosts cannot
+        run, a part the agent refused: each names the host); the caller closes the rig."""
         self._rig_stopping = False
         self._rig_grace = grace
         self.rig_parts = {}
         rig = Rig(target.hosts, clock=self.clock, ssh=target.ssh)
         self.rig = rig
-        rig.open(timeout=target.rig_timeout)
+        try:
+            rig.open(timeout=target.rig_timeout)
+        except HostError as e:  # names the host and the fix
+            raise LaunchError(str(e)) from None
         rig.on_lost(self._host_lost)
         probes = [rig.call(link.probe(target.config.model), target.rig_timeout) for link in rig.links]
         errors = [f for f in rig_findings(target.hosts, probes) if f.level == "error"]
