@@ -3,7 +3,10 @@ each (tests/netns.py), the app reaching them through asyncssh with a generated k
 known-hosts file. The agent's hello and version check, telemetry on the session clock
 with a measured clock offset, a simulated rig launched on one host and reached at its
 private address, the channel killed → the agent and its server gone, and the SSH errors
-(unknown host key, refused key, nothing listening, a name that does not resolve).
+(unknown host key, refused key, nothing listening, a name that does not resolve). The run
+controller over the rig: the simulated rig and the CPU build of vLLM (data parallel 2,
+pipeline parallel 2) launched over both hosts, ramped, one host lost mid-ramp (its agent
+or its server part killed) → the run stops naming it, nothing is left, records are kept.
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
