@@ -1,6 +1,9 @@
 """Launch plans for a rig of several hosts, multiprocessing (``mp``) backend (issue 21,
-item 3, first part): the ``vllm serve`` command each host runs. Shown and exported; not
-launched yet.
+item 3, first part): the ``vllm serve`` command each host runs. Shown and exported
+(``vllm-dyno hosts plan``), and launched by the run controller through each host's agent
+(app.run.controller ``RunController._launch_rig``). Each part gets ``VLLM_HOST_IP`` (its
+host's address) and, where the probe found it, ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME``;
+``--api-server-count`` stays on the head.
 
 Two layouts, as vLLM's own argument handling defines them (vLLM 0.32.0,
 ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args`` and
