@@ -432,6 +432,9 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             sources = {src for _, src, _, _ in store.samples(runs[0]["id"])}
             for h in bed.hosts:  # every host's telemetry, on the session clock, named by its host
                 assert any(src.startswith(f"{h.address}/") for src in sources), sorted(sources)
+            parts = store.get_run(runs[0]["id"])["config"]["hosts"]  # what each host ran, with the run
+            assert [(p["host"], p["role"]) for p in parts] == [(h.ssh, r) for h, r in zip(hosts, ("head", "headless"))]
+            assert "--headless" in parts[1]["argv"] and "--headless" not in parts[0]["argv"]
             kept = store.requests(runs[0]["id"])
             assert len(kept) >= 3 and len(kept) >= len([r for r in out.records if r.ok]) > 0
             print(f"\nrig ready in {took:.1f} s; host {lost.destination}: {what} killed → ramp ended in "

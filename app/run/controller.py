@@ -831,6 +831,11 @@ class RunController:
             hw = None if self.rig is not None else hardware_for(  # a rig's cards are its hosts'
                 engine, supervisor=sup, info=self.sim_info, gpus=t.config.gpus if t is not None else None)
             self.hardware = hw
+            if self.rig is not None:  # each host's part: its config and the argv its agent ran
+                rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
+                                        "server": c.config.model_dump(mode="json"),
+                                        "argv": (self.rig_parts.get(c.host.label()) or {}).get("argv") or []}
+                                       for c in self.rig_plan])
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
             if hw is not None and engine == "sim":
                 rec.gpu_count = hw.count
