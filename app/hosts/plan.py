@@ -1,6 +1,9 @@
 """Launch plans for a rig of several hosts, multiprocessing (``mp``) backend (issue 21,
-item 3, first part): the ``vllm serve`` command each host runs. Shown and exported; not
-launched yet.
+item 3, first part): the ``vllm serve`` command each host runs. Shown and exported
+(``vllm-dyno hosts plan``), and launched by the run controller through each host's agent
+(app.run.controller ``RunController._launch_rig``). Each part gets ``VLLM_HOST_IP`` (its
+host's address) and, where the probe found it, ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME``;
+``--api-server-count`` stays on the head.
 
 Two layouts, as vLLM's own argument handling defines them (vLLM 0.32.0,
 ``vllm/engine/arg_utils.py`` ``EngineArgs.add_cli_args`` and
@@ -30,6 +33,7 @@ and app.hosts.checks.plan_findings refuses a plan a host's vLLM cannot run
 """
 from __future__ import annotations
 
+import ipaddress
 import shlex
 from dataclasses import dataclass
 
@@ -130,12 +134,44 @@ def _check_cards(hosts: list[Host], need: int, what: str) -> None:
                             f"{what} on each host")
 
 
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+def _head_only(args: list[str]) -> list[str]:
+    """``args`` without ``--api-server-count N``: vLLM refuses it with ``--headless``
+    ("--api-server-count=N cannot be used with --headless", vllm/entrypoints/cli/serve.py,
+    0.32.0), and only the head runs API servers."""
+    out, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a == "--api-server-count":
+            skip = True
+        elif not a.startswith("--api-server-count="):
+            out.append(a)
+    return out
+
+
 def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head: bool,
              backend: str | None, interfaces: dict[str, str | None] | None) -> HostCommand:
-    upd: dict = {"gpus": h.gpu_indices(), "extra_args": list(config.extra_args) + extra}
+    own = list(config.extra_args) if head else _head_only(list(config.extra_args))
+    upd: dict = {"gpus": h.gpu_indices(), "extra_args": own + extra}
+    env = dict(config.env)
     name = (interfaces or {}).get(h.label())
     if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
-        upd["env"] = {**config.env, "NCCL_SOCKET_IFNAME": name, "GLOO_SOCKET_IFNAME": name}
+        env.update(NCCL_SOCKET_IFNAME=name, GLOO_SOCKET_IFNAME=name)
+    if _is_ip(h.reach) and "VLLM_HOST_IP" not in env:
+        # the address vLLM gives the other nodes for this node's queues: else its outbound
+        # address (a UDP connect to 8.8.8.8), 0.0.0.0 without a route (get_ip,
+        # vllm/utils/network_utils.py; used as mq_connect_ip, vllm/v1/executor/multiproc_executor.py, 0.32.0)
+        env["VLLM_HOST_IP"] = h.reach
+    if env != config.env:
+        upd["env"] = env
     if backend:
         upd["distributed_executor_backend"] = backend
     if head:

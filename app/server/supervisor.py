@@ -21,6 +21,11 @@ reaper's grace, before the log readers are waited for, and the failure says the 
 was killed (item 7). A server ended by a signal is reported as such (the reaper's
 ``server_signal`` line: SIGKILL → "killed (signal 9 — out of memory?)"), and a WARNING
 line of its log is never taken for the cause of an exit (item 11).
+
+A headless part of a multi-node server (``--headless`` in its options, issue 21) runs no
+API server: it holds no port, its readiness is the head's (the head answers ``/health``
+only once every node's engines or workers joined it), so it stays ``loading`` until it
+is stopped or exits — an exit is a failure — and the startup timeout is the head's.
 """
 from __future__ import annotations
 
@@ -178,6 +183,11 @@ class Supervisor:
         return f"http://{host}:{self.config.port}"
 
     @property
+    def headless(self) -> bool:
+        """A headless part of a multi-node server (no API server, no port of its own)."""
+        return "--headless" in self.config.extra_args
+
+    @property
     def failure(self) -> StateChange | None:
         for ch in reversed(self.history):
             if ch.state == ServerState.FAILED:
@@ -257,6 +267,8 @@ class Supervisor:
             self._set_state(ServerState.FAILED, f"could not start the server: {e}")
             raise LaunchError(f"could not start the server: {e}") from e
         self.pgid = self._proc.pid  # session leader → its pid is the group id
+        if self.headless:
+            self._release_port()  # it serves nothing: the port chosen for it stays unused
         self._last_output = time.monotonic()
         for name, stream in (("stdout", self._proc.stdout), ("stderr", self._proc.stderr)):
             t = threading.Thread(target=self._reader, args=(name, stream), daemon=True, name=f"dyno-{name}")
@@ -353,7 +365,9 @@ class Supervisor:
             if time.monotonic() >= next_members:
                 next_members = time.monotonic() + MEMBERS_INTERVAL_S
                 self._snapshot_members()
-            if self.state in (ServerState.STARTING, ServerState.LOADING):
+            if self.state in (ServerState.STARTING, ServerState.LOADING) and self.headless:
+                pass  # no API server: ready is the head's; an exit is caught above
+            elif self.state in (ServerState.STARTING, ServerState.LOADING):
                 if self._health_ok():
                     taken = self._port_taken_by_another()
                     if taken:
