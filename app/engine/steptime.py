@@ -223,22 +223,24 @@ class StepTimeModel:
         return mem, comp, comm
 
     def _forward_parts(self, decode_tokens: float, mean_context: float, prefill_tokens: float,
-                       prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float]:
+                       prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float, float]:
         """(one forward pass through every stage, the part of it spent on the inter-host
-        link: all-reduces of a TP group that spans hosts, sends between hosts), s,
-        without the CPU overheads."""
-        total = net = 0.0
+        link: all-reduces of a TP group that spans hosts, sends between hosts, the slowest
+        stage with the send after it), s, without the CPU overheads."""
+        total = net = slowest = 0.0
         tp_net = self.tp_hosts > 1
         for i, st in enumerate(self.stages):
             mem, comp, comm = self._stage(st, decode_tokens, mean_context, prefill_tokens, prefill_context,
                                           spec_tokens)
-            total += max(mem, comp) + comm
+            t = max(mem, comp) + comm
             net += comm if tp_net else 0.0
             if i < len(self.stages) - 1:  # activations to the next stage
                 send = self.send_s(i, (decode_tokens + prefill_tokens + spec_tokens) * self.hidden * 2)
-                total += send
+                t += send
                 net += send if self.boundary_crosses_hosts(i) else 0.0
-        return total, net
+            total += t
+            slowest = max(slowest, t)
+        return total, net, slowest
 
     def _forward(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
                  spec_tokens: float = 0.0) -> float:
@@ -268,15 +270,28 @@ class StepTimeModel:
             t += spec_tokens / decode_tokens * d._forward(decode_tokens, mean_context, 0.0, 0.0)
         return t
 
-    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
-              spec_tokens: float = 0.0) -> float:
-        total = self._forward(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+    def _step_parts(self, decode_tokens: float, mean_context: float, prefill_tokens: float,
+                    prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float]:
+        """(the step through every pipeline stage, the slowest stage's share of it), s —
+        the latency of one batch and the interval at which batches can follow it through
+        the pipeline (module docstring); equal with one stage."""
+        total, _, slowest = self._forward_parts(decode_tokens, mean_context, prefill_tokens, prefill_context,
+                                                spec_tokens)
         if spec_tokens or self.draft is not None:
-            total += self.draft_s(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+            draft = self.draft_s(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+            total += draft
+            slowest += draft
         running = decode_tokens + (1 if prefill_tokens else 0)
         if self.eager:  # no CUDA graph replay: every layer's kernels launched from Python
             total += self.params.t_launch_layer_s * sum(st.layers for st in self.stages)
-        return total + self.params.t_cpu_s + self.params.t_cpu_seq_s * running
+            slowest += self.params.t_launch_layer_s * max(st.layers for st in self.stages)
+        p = self.params
+        t = total + p.t_cpu_s + p.t_cpu_seq_s * running
+        return (t, t) if len(self.stages) == 1 else (t, slowest + p.t_cpu_s + p.t_cpu_seq_s * running)
+
+    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
+              spec_tokens: float = 0.0) -> float:
+        return self._step_parts(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)[0]
 
     # ------------------------------------------------------------------ public API
     def step_time_decode(self, batch: float, mean_context: float) -> float:
@@ -323,6 +338,29 @@ class StepTimeModel:
         mean = decode_context_sum / decode_batch if decode_batch else 0.0
         ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
         return self._step(decode_batch, mean, prefill_tokens, ctx, spec_tokens)
+
+    def pipeline_step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
+                           prefill_attention: float = 0.0, spec_tokens: int = 0) -> tuple[float, float]:
+        """:meth:`step_time` as (latency, interval), s: the batch's pass through every
+        pipeline stage (:meth:`step_time`) and the time the slowest stage — with its send
+        to the next — is busy with it, plus the per-step CPU work, the draft passes and
+        (``--enforce-eager``) that stage's kernel launches: the next batch can start that
+        long after this one (vLLM's batch queue, :mod:`app.engine.scheduler`). Equal with
+        one stage."""
+        mean = decode_context_sum / decode_batch if decode_batch else 0.0
+        ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
+        return self._step_parts(decode_batch, mean, prefill_tokens, ctx, spec_tokens)
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        """Pipeline stages (vLLM's ``pipeline_parallel_size``)."""
+        return len(self.stages)
+
+    @property
+    def engine_step_time(self):
+        """What the engine's scheduler steps with (:data:`app.engine.scheduler.StepTime`):
+        :meth:`step_time` with one stage, :meth:`pipeline_step_time` with several."""
+        return self.step_time if len(self.stages) == 1 else self.pipeline_step_time
 
     def prefill_marginal(self, batch: float, mean_context: float, n_tokens: float) -> float:
         """Extra seconds a prompt of ``n_tokens`` adds to decode steps of ``batch``
