@@ -287,7 +287,9 @@ class StepTimeModel:
             slowest += self.params.t_launch_layer_s * max(st.layers for st in self.stages)
         p = self.params
         t = total + p.t_cpu_s + p.t_cpu_seq_s * running
-        return (t, t) if len(self.stages) == 1 else (t, slowest + p.t_cpu_s + p.t_cpu_seq_s * running)
+        # the engine core schedules and processes outputs while the stages compute (the batch
+        # queue, vllm/v1/engine/core.py:216): its CPU work bounds the interval only past the stage
+        return (t, t) if len(self.stages) == 1 else (t, max(slowest, p.t_cpu_s + p.t_cpu_seq_s * running))
 
     def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
               spec_tokens: float = 0.0) -> float:
@@ -343,10 +345,12 @@ class StepTimeModel:
                            prefill_attention: float = 0.0, spec_tokens: int = 0) -> tuple[float, float]:
         """:meth:`step_time` as (latency, interval), s: the batch's pass through every
         pipeline stage (:meth:`step_time`) and the time the slowest stage — with its send
-        to the next — is busy with it, plus the per-step CPU work, the draft passes and
-        (``--enforce-eager``) that stage's kernel launches: the next batch can start that
-        long after this one (vLLM's batch queue, :mod:`app.engine.scheduler`). Equal with
-        one stage."""
+        to the next, the draft passes and (``--enforce-eager``) its kernel launches — is
+        busy with it, or the step's CPU work (t_cpu + t_cpu_seq·B) if that is longer: the
+        engine core schedules the next batch and processes outputs while the stages
+        compute (vLLM's batch queue, vllm/v1/engine/core.py:216 and 698, 0.32.0;
+        :mod:`app.engine.scheduler`), so the next batch can start that long after this
+        one. Equal with one stage."""
         mean = decode_context_sum / decode_batch if decode_batch else 0.0
         ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
         return self._step_parts(decode_batch, mean, prefill_tokens, ctx, spec_tokens)
