@@ -23,9 +23,21 @@ slower of the two bounds it). Data parallel replicas on hosts of their own excha
 per step (dense models).
 
 MoE: the routed-expert weights read per step scale with the expected share of experts
-touched, 1 − (1 − k/E)^B. Pipeline stages run one after another for one batch (no
-micro-batch overlap: conservative for PP throughput). All times in seconds, sizes in
-bytes, bandwidths in bytes/s, compute in FLOP/s.
+touched, 1 − (1 − k/E)^B. All times in seconds, sizes in bytes, bandwidths in
+bytes/s, compute in FLOP/s.
+
+Pipeline parallelism (docs/perf-model.md "Step time (decode)"): a step's **latency** is
+its pass through every stage (the Σ above, :meth:`StepTimeModel.step_time`); its
+**interval** — when the next batch can follow it into the first stage — is the slowest
+stage with its send (and draft passes, eager launches), or the step's CPU work if
+longer (:meth:`StepTimeModel.pipeline_step_time`)::
+
+    t_interval = max(max_s (t_stage_s + t_send_s), t_cpu + t_cpu_seq·B)
+
+vLLM keeps up to ``pipeline_parallel_size`` batches in flight
+(``VllmConfig.max_concurrent_batches``, vllm/config/vllm.py:577; the batch queue of
+``EngineCore.step_with_batch_queue``, vllm/v1/engine/core.py:698 — vLLM 0.32.0); the
+engine loop that uses both numbers is :meth:`app.engine.scheduler.Scheduler.advance`.
 
 Speculative decoding (docs/perf-model.md "Speculative decoding"): verifying k draft
 tokens of a decoding sequence costs like a (k + 1)-token prefill chunk of it — k more
@@ -36,8 +48,9 @@ tokens). A draft model or head (``draft``) adds its own forward passes: k decode
 over the batch (vLLM's proposers run one pass per draft position) and one pass over the
 step's prompt tokens; ngram/suffix proposers run on the CPU between steps and add none.
 
-The simulator uses :class:`StepTimeModel` through :meth:`StepTimeModel.step_time_decode`,
-:meth:`StepTimeModel.step_time_prefill` and :meth:`StepTimeModel.step_time_mixed`.
+The planner's engine and the simulator step with :attr:`StepTimeModel.engine_step_time`
+(:meth:`StepTimeModel.step_time`, or :meth:`StepTimeModel.pipeline_step_time` with
+several stages).
 """
 from __future__ import annotations
 
