@@ -141,8 +141,9 @@ def test_replicas_past_the_cards_fail_like_vllm():
 
 def test_pipeline_parallel_is_served_on_its_stages_cards():
     """PP 2 on two cards: the startup facts are the plan's, requests are served with
-    exact counts, both stages' cards hold their share and are busy while it decodes,
-    and the per-token time is the two-stage step model's."""
+    exact counts, both stages' cards hold their share and are busy while it decodes —
+    each for its stage's share of the pass (vLLM's batch queue has only this request's
+    batch in flight) — and the per-token time is the two-stage step model's full pass."""
     cfg = ServerConfig(model=MODEL, max_model_len=2048, pipeline_parallel_size=2)
     sp = ma.plan_rig(cfg, "RTX 4090", 2)
     sup = start(cfg, sim_args(count=2, k=K))
@@ -163,7 +164,8 @@ def test_pipeline_parallel_is_served_on_its_stages_cards():
     finally:
         stop_and_check(sup)
     assert n == 400 and info["pipeline_parallel_size"] == 2 and info["tensor_parallel_size"] == 1
-    assert [c.util_gpu_pct > 50 for c in tele.readings] == [True, True]
+    # one request is one batch in flight: each stage's card works its stage's share of every pass (≈ half)
+    assert [30 < c.util_gpu_pct < 70 for c in tele.readings] == [True, True], [c.util_gpu_pct for c in tele.readings]
     assert [c.memory_used_bytes for c in tele.readings] == [int(b) for b in sp.used_bytes_per_rank]
     step = ma.StepModel(sp).step_time_decode(1, 64 + 200)
     assert rig_s / 400 == pytest.approx(step, rel=0.1)  # one token a step, prefill and HTTP included
