@@ -65,7 +65,7 @@ batches, spaces a request's decodes ``pipeline_parallel_size`` steps apart —
 ``next_decode_eligible_step``, vllm/v1/core/sched/async_scheduler.py:51 — the same cadence.)
 A batch starts when the first stage is free — its predecessor's start + its stage time
 (the step time's ``interval``) — and ends its full pipeline latency (``dt``) later, after
-the batch before it (outputs return in order). Here this is rig time; here the scheduler
+the batch before it (outputs return in order), all in rig time. The scheduler
 counts in-flight tokens (``Request.inflight``) instead of advancing ``computed`` early.
 Deviation: a request preempted while in flight may be admitted again at once (its stale
 output is dropped), where vLLM waits for the stale output to drain (scheduler.py:933).
