@@ -197,3 +197,30 @@ def test_a_rigs_calibration_is_its_own_fingerprint():
     cards = [lookup_gpu("RTX 4090")] * 4
     assert hardware_fingerprint(cards, rig_layout(1, 4, None)) == hardware_fingerprint(cards)
     assert hardware_fingerprint(cards, rig_layout(4, 1, "ib-hdr200")).endswith("@ 4 hosts x 1, ib-hdr200")
+
+
+# ---------------------------------------------------------------------- pipeline parallel batches in flight
+def test_pipeline_step_time_is_the_full_pass_and_the_slowest_stage():
+    """PP 4 (4 hosts × 1 card, InfiniBand): a step's latency is its pass through every
+    stage (:meth:`step_time`, unchanged); its interval — when the next batch can follow
+    it (vLLM's batch queue, vllm/v1/engine/core.py step_with_batch_queue, 0.32.0) — is the
+    slowest stage with its send, or the step's CPU work if longer (the engine core works
+    while the stages compute; the end stages, which hold the
+    embeddings and the LM head, are the slow ones). One stage: both are the step time."""
+    m = _rig_plan(1, 4, 1, 4, 1, "ib-hdr200").perf
+    p = m.params
+    b, ctx = 16, 16 * 576
+    lat, gap = m.pipeline_step_time(b, ctx, 0)
+    assert lat == m.step_time(b, ctx, 0)
+    cpu = p.t_cpu_s + p.t_cpu_seq_s * b
+    stages = []
+    for i, st in enumerate(m.stages):
+        mem, comp, comm = m._stage(st, b, 576, 0, 0)
+        stages.append(max(mem, comp) + comm + (m.send_s(i, b * m.hidden * 2) if i < 3 else 0.0))
+    assert lat == pytest.approx(sum(stages) + cpu, rel=1e-9)
+    assert gap == pytest.approx(max(max(stages), cpu), rel=1e-9) and max(stages) > cpu
+    assert max(stages[0], stages[3]) > stages[1] == stages[2] and lat / 4 < gap < lat / 2
+    assert m.engine_step_time == m.pipeline_step_time and m.pipeline_parallel_size == 4
+    one = _rig_plan(1, 1, 1, 1, 1, None).perf
+    assert one.pipeline_step_time(b, ctx, 0) == (one.step_time(b, ctx, 0),) * 2
+    assert one.engine_step_time == one.step_time

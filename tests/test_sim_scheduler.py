@@ -197,3 +197,117 @@ def test_good_cooling_does_not_throttle():
     assert bank.slowdown == 1.0
     with pytest.raises(ValueError, match="--sim-cooling"):
         cooling_factor("arctic", 4)
+
+
+# ---------------------------------------------------------------------- pipeline parallelism: batches in flight
+class Times:
+    """A sink that keeps each token's rig time."""
+
+    def __init__(self):
+        self.t: list[float] = []
+        self.done = False
+
+    def on_token(self, r, t):
+        self.t.extend([t] * (r.output - len(self.t)))
+
+    def on_finish(self, r, t):
+        self.done = True
+
+
+def pp_model(pp: int = 4) -> "ma.StepModel":
+    cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", max_model_len=8192, pipeline_parallel_size=pp)
+    return ma.StepModel(ma.plan_rig(cfg, "RTX 4090", pp))
+
+
+def run_core(s: Scheduler, reqs: list[tuple[int, int]], snapshots: list | None = None) -> list[Times]:
+    """``reqs`` (prompt, max_tokens) all queued at rig time 0, run to the end with the
+    engine-core loop the offline engine and the sim share (advance / complete_due);
+    ``snapshots`` gets the batches in flight after each call."""
+    sinks = []
+    for i, (p, o) in enumerate(reqs):
+        sinks.append(Times())
+        s.add(Request(f"r{i}", p, o, 0.0, sink=sinks[-1]))
+    s.advance(0.0)
+    for _ in range(100000):
+        if snapshots is not None:
+            snapshots.append([list(b.work) for b in s.batches])
+        t = s.next_due
+        if t is None:
+            assert all(x.done for x in sinks)
+            return sinks
+        s.complete_due(t)
+        s.advance(t)
+    raise AssertionError("engine did not drain")
+
+
+def decode_rate(sinks: list[Times]) -> float:
+    """Output tokens/s while every request decodes (after the last first token, before the
+    first request ends)."""
+    a, b = max(x.t[0] for x in sinks), min(x.t[-1] for x in sinks)
+    return sum(1 for x in sinks for t in x.t if a < t <= b) / (b - a)
+
+
+def test_pp_keeps_a_batch_per_stage_in_flight_and_decodes_p_times_faster_per_batch():
+    """PP 4 (vLLM's batch queue: max_concurrent_batches = pipeline_parallel_size,
+    vllm/config/vllm.py:577 and vllm/v1/engine/core.py:698, 0.32.0): 16 prompts of 512
+    tokens under a 2048-token budget go out as 4 batches of 4 before the first returns,
+    and stay 4 groups; with a batch on every stage, a batch of 4 decodes every stage-time
+    (the model's interval) instead of every full pass: the decode rate is the serial
+    engine's on the same batch of 4 × latency/interval (≈ P; the end stages are a little
+    slower). At the same 16 users, memory-bound decode gains little: each of the 4 batches
+    reads every stage's weights."""
+    sm = pp_model(4)
+    lat, gap = sm.engine_step_time(4, 4 * 560, 0)
+    assert 3.0 < lat / gap <= 4.0
+    snaps: list = []
+    pp16 = decode_rate(run_core(Scheduler(10000, 64, 2048, sm.engine_step_time, max_concurrent_batches=4),
+                                [(512, 96)] * 16, snaps))
+    assert [len(w) for w in snaps[0]] == [4, 4, 4, 4]
+    ser4 = decode_rate(run_core(Scheduler(10000, 64, 2048, sm.step_time), [(512, 96)] * 4))
+    assert pp16 / ser4 == pytest.approx(lat / gap, rel=0.05)
+    ser16 = decode_rate(run_core(Scheduler(10000, 64, 2048, sm.step_time), [(512, 96)] * 16))
+    assert 1.0 < pp16 / ser16 < 1.3
+    # a request in a batch in flight is in no other (its next token needs this one's output)
+    for snap in snaps:
+        ids = [id(r) for w in snap for r, _ in w]
+        assert len(ids) == len(set(ids))
+
+
+def test_pp_lone_request_goes_through_every_stage_once_per_token():
+    """One request on PP 4: its TTFT is one pass of its prefill through all stages and
+    each next token waits for the one before — the same token times as one batch at a
+    time (the full-pass step model), to the float."""
+    sm = pp_model(4)
+    pp = run_core(Scheduler(10000, 64, 2048, sm.engine_step_time, max_concurrent_batches=4), [(512, 12)])[0].t
+    ser = run_core(Scheduler(10000, 64, 2048, sm.step_time), [(512, 12)])[0].t
+    assert pp == pytest.approx(ser, rel=1e-12, abs=1e-12)
+    assert pp[0] == pytest.approx(sm.step_time(0, 0, 512, 512 * 256), rel=1e-12)
+
+
+def test_pp_chunks_of_one_prompt_follow_each_other_through_the_stages():
+    """vLLM advances a request's computed tokens when it schedules it
+    (Scheduler._update_after_schedule, vllm/v1/core/sched/scheduler.py:1616, 0.32.0), so
+    the next chunk of a long prompt goes into the very next batch: a 4096-token prompt
+    under a 1024-token budget is 4 batches in flight at once, and its first token comes
+    one pass of the last chunk after the first three chunks' stage-times."""
+    sm = pp_model(4)
+    snaps: list = []
+    s = Scheduler(10000, 64, 1024, sm.engine_step_time, max_concurrent_batches=4)
+    t = run_core(s, [(4096, 2)], snaps)[0].t
+    assert [[n for _, n in w] for w in snaps[0]] == [[1024]] * 4
+    want = sum(sm.engine_step_time(0, 0, 1024, 1024 * (c + 512))[1] for c in (0, 1024, 2048))
+    assert t[0] == pytest.approx(want + sm.step_time(0, 0, 1024, 1024 * (3072 + 512)), rel=1e-9)
+    ser = run_core(Scheduler(10000, 64, 1024, sm.step_time), [(4096, 2)])[0].t
+    assert t[0] < 0.6 * ser[0]  # serially: four full passes
+
+
+def test_pp_preempted_in_flight_requests_still_end_with_exact_counts():
+    """A KV pool too small for the batches in flight: requests are preempted while their
+    work is in the pipeline; that work is dropped when its batch ends and every request
+    still gets exactly its max_tokens."""
+    s = Scheduler(num_blocks=24, max_num_seqs=16, max_num_batched_tokens=128,
+                  step_time=lambda b, c, n, a: (0.02 + 1e-5 * n, 0.005 + 2.5e-6 * n), max_concurrent_batches=4)
+    sinks = run_core(s, [(40, 60)] * 12)
+    assert s.num_preemptions > 0
+    assert [len(x.t) for x in sinks] == [60] * 12
+    assert s.free_blocks == s.num_blocks and not s.batches

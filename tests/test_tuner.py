@@ -258,3 +258,26 @@ def test_equal_users_are_told_apart_by_where_the_slo_was_crossed(tmp_path):
             assert t.best_measured().key == "b"
         t.state.candidates = [tight, roomy, more]
         assert t.best_measured().key == "c"
+
+
+def test_a_tune_of_several_hosts_plans_and_predicts_with_their_link():
+    """A profile whose 4 cards sit in 4 hosts joined by 10 GbE: the tuner's candidates are
+    planned on that rig (every PP stage boundary crosses the link), so the prediction
+    that ranks them is the multi-host step model's — slower than the same cards in one
+    host — and the hidden true rig measures on it too."""
+    space = TuneSpace(tp=[1], pp=[4], dp=[1], kv_cache_dtype=["auto"], enforce_eager=[False],
+                      max_num_batched_tokens=[2048])
+    one = spec_of(space, hardware=HardwareFingerprint(gpu="RTX 4090", count=4))
+    eth = spec_of(space, hardware=HardwareFingerprint(gpu="RTX 4090", count=4, hosts=4, link="10gbe"))
+    cards = [lookup_gpu("RTX 4090")] * 4
+    (c1,) = enumerate_candidates(DEMO, cards, space, one.workload(), ma.VLLM_RULES, rig=one.hardware.rig_layout())
+    (c4,) = enumerate_candidates(DEMO, cards, space, eth.workload(), ma.VLLM_RULES, rig=eth.hardware.rig_layout())
+    assert c1.plan.rig is None and c4.plan.rig == eth.hardware.rig_layout()
+    m1, m4 = rig_model.step_model(c1.plan, None), rig_model.step_model(c4.plan, None)
+    assert [m4.boundary_crosses_hosts(i) for i in range(3)] == [True] * 3
+    assert m4.step_time_decode(8, 600) > m1.step_time_decode(8, 600)
+    p1, p4 = (rig_model.predict(c.plan, None, one.workload()) for c in (c1, c4))
+    assert p4.output_tps < p1.output_tps and p4.users <= p1.users
+    pred1, _ = OfflineRig(one, 0).search(c1.config)
+    pred4, _ = OfflineRig(eth, 0).search(c4.config)
+    assert pred4.capacity.output_tps < pred1.capacity.output_tps

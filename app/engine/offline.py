@@ -17,7 +17,10 @@ use :func:`closed_loop`.
 With several engines (data parallel replicas, each its own scheduler), each request is
 routed when it reaches the front end (``request_overhead_s`` after it is sent) by vLLM's
 load balancer (:class:`app.engine.balance.DpBalancer`, the rule the sim's server uses),
-and the engines step independently, each on its own clock.
+and the engines step independently, each on its own clock. Each engine runs vLLM's
+engine-core loop (:meth:`app.engine.scheduler.Scheduler.advance`): one step at a time, or
+with pipeline parallelism up to ``pipeline_parallel_size`` batches in flight; it sees new
+requests while idle or when the batch it waits on ends.
 """
 from __future__ import annotations
 
@@ -88,15 +91,6 @@ class LevelRun:
         return max(ends) if ends else None
 
 
-class _Engine:
-    """One scheduler on its own clock: ``step`` in flight until ``t``."""
-
-    __slots__ = ("sched", "step", "t")
-
-    def __init__(self, sched: Scheduler) -> None:
-        self.sched = sched
-        self.step = None
-        self.t = 0.0
 
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
@@ -129,7 +123,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     open_loop = send_times is not None
     if (users < 1 and not open_loop) or engines < 1:
         raise ValueError(f"users {users}, engines {engines}: need at least 1 of each")
-    engs = [_Engine(make_scheduler()) for _ in range(engines)]
+    engs = [make_scheduler() for _ in range(engines)]
     balancer = DpBalancer(engines)
     arrivals: list[tuple[float, int, Flight]] = []  # sent, not yet at the front end's engine client
     step = step_s if step_s is not None else math.inf
@@ -219,7 +213,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             issue(-1, t)
 
     def counts() -> list[tuple[int, int, float]]:
-        return [(len(e.sched.waiting), len(e.sched.running), e.sched.kv_usage) for e in engs]
+        return [(len(e.waiting), len(e.running), e.kv_usage) for e in engs]
 
     for u in range(0 if open_loop else users):
         send(u, u * send_gap_s, first=True)
@@ -229,8 +223,9 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         # routed (they see the engines freed) and join the steps that start then
         t = arrivals[0][0] if arrivals else math.inf
         for e in engs:
-            if e.step is not None and e.t < t:
-                t = e.t
+            due = e.next_due
+            if due is not None and due < t:
+                t = due
         if next_at < t and not st["stopped"]:  # open loop: the next request is sent (or waits)
             arrive_at(next_at)
             next_at = next(times, math.inf)
@@ -239,29 +234,26 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             break
         woken = []
         for e in engs:
-            if e.step is not None and e.t == t:
-                e.sched.complete(e.step, t)
-                e.step = None
+            if e.next_due == t:  # the batch the engine was blocked on ended
+                e.complete_due(t)
                 t_end = t
                 woken.append(e)
         while arrivals and arrivals[0][0] <= t:  # routed as they reach the engine client
             f = heapq.heappop(arrivals)[2]
             f.engine = balancer.choose(t, counts)
             e = engs[f.engine]
-            e.sched.add(f.req)
-            if e.step is None and e not in woken:
+            e.add(f.req)
+            if e.next_due is None and e not in woken:
                 woken.append(e)
-        for e in woken:
-            if e.step is None:
-                step_ = e.sched.schedule(t)
-                if step_ is not None:
-                    e.step, e.t = step_, t + step_.dt
+        for e in woken:  # the engine-core loop: schedule what it can, complete what has ended
+            if e.advance(t):
+                t_end = t
     if not st["settled"]:
         settle(warmup_s)
     if not st["stopped"]:  # every user's requests ended before the level did (cannot send more)
         st.update(stopped=True, reason="duration", t_stop=min(st["deadline"], t_end))
     return LevelRun(users, flights, st["w0"], st["deadline"], st["t_stop"], t_end, st["reason"],
-                    sum(e.sched.num_preemptions for e in engs), [tuple(a) for a in opened])
+                    sum(e.num_preemptions for e in engs), [tuple(a) for a in opened])
 
 
 @dataclass
@@ -303,5 +295,6 @@ def sim_level(sim_plan, step_model, users: int, prompt_len: int, output_len: int
     stepping with ``step_model`` (:class:`~app.sim.model_adapter.StepModel`), its
     per-request overhead included — what the sim server does, without HTTP."""
     sp, sm = sim_plan, step_model
-    return closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.step_time),
+    return closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.engine_step_time,
+                                         max_concurrent_batches=sm.pipeline_parallel_size),
                        users, prompt_len, output_len, duration_s, warmup_s, sm.params.t_request_s)

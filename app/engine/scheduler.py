@@ -42,7 +42,33 @@ are capped so a request never passes ``max_tokens``. The counters ``spec_drafts`
 ``SpecDecodingStats.observe_draft`` (vllm/v1/spec_decode/metrics.py, 0.32).
 
 No clock here: :meth:`Scheduler.schedule` plans a step and returns its duration (s);
-:meth:`Scheduler.complete` applies it at the step's end time.
+:meth:`Scheduler.complete` applies it at the step's end time. The engine loops (the
+planner's :mod:`app.engine.offline` and the sim's :mod:`app.sim.engine`) drive it through
+:meth:`Scheduler.advance` and :meth:`Scheduler.complete_due`, vLLM's engine-core loop.
+
+Pipeline parallelism (``max_concurrent_batches`` P > 1, vLLM's
+``VllmConfig.max_concurrent_batches`` = ``pipeline_parallel_size``: vllm/config/vllm.py:577,
+0.32.0) — the batch queue of ``EngineCore.step_with_batch_queue`` (vllm/v1/engine/core.py:220,
+698–811): the engine schedules a new batch while earlier ones are still in the pipeline,
+as long as fewer than P are in flight and the scheduler found work; when a schedule comes
+back empty (every schedulable request is already in flight) or the queue is full, it
+blocks on the oldest batch (empty schedules still take a queue slot, core.py:753: they
+end as soon as the batch before them). New requests are seen only between those calls
+(the busy loop reads its input queue between steps). The scheduler advances a request's
+computed tokens when it schedules it (``_update_after_schedule``,
+vllm/v1/core/sched/scheduler.py:1616), so the next chunk of a prompt can go into the very
+next batch, while a request that has scheduled all its tokens has nothing new to schedule
+(``num_new_tokens == 0``, "PP>1 and we have already scheduled all prompt tokens but they
+are not finished yet", scheduler.py:755) until its batch's output comes back: a decoding
+request is in at most one batch in flight. (The V2 model runner's async scheduling, P + 1
+batches, spaces a request's decodes ``pipeline_parallel_size`` steps apart —
+``next_decode_eligible_step``, vllm/v1/core/sched/async_scheduler.py:51 — the same cadence.)
+A batch starts when the first stage is free — its predecessor's start + its stage time
+(the step time's ``interval``) — and ends its full pipeline latency (``dt``) later, after
+the batch before it (outputs return in order), all in rig time. The scheduler
+counts in-flight tokens (``Request.inflight``) instead of advancing ``computed`` early.
+Deviation: a request preempted while in flight may be admitted again at once (its stale
+output is dropped), where vLLM waits for the stale output to drain (scheduler.py:933).
 """
 from __future__ import annotations
 
@@ -87,7 +113,7 @@ class Request:
 
     __slots__ = ("rid", "prompt_len", "max_tokens", "eos_at", "arrival", "output", "computed", "blocks",
                  "first_scheduled", "first_token", "last_token", "finish_reason", "sink", "preemptions",
-                 "running", "block_hashes", "held", "n_hashed", "cached_tokens")
+                 "running", "block_hashes", "held", "n_hashed", "cached_tokens", "inflight")
 
     def __init__(self, rid: str, prompt_len: int, max_tokens: int, arrival: float, eos_at: int | None = None,
                  sink: Sink | None = None, block_hashes: Sequence[Hashable] | None = None) -> None:
@@ -111,6 +137,7 @@ class Request:
         self.held: list = []  # hashes of the cached blocks it holds a reference to
         self.n_hashed = 0  # its leading blocks already looked at for caching
         self.cached_tokens = 0  # prompt tokens taken from the prefix cache at its (first) admission
+        self.inflight = 0  # tokens scheduled in batches still in the pipeline (pipeline parallelism)
 
     @property
     def num_tokens(self) -> int:
@@ -119,8 +146,12 @@ class Request:
 
 @dataclass
 class Step:
-    """A planned step: ``work`` = [(request, new tokens)], duration ``dt`` (s) and its shape;
-    ``drafts``: the draft tokens verified per decoding request (speculative decoding)."""
+    """A planned step: ``work`` = [(request, new tokens)], duration ``dt`` (s: its pass
+    through every pipeline stage) and its shape; ``drafts``: the draft tokens verified per
+    decoding request (speculative decoding); ``interval``: the time its slowest pipeline
+    stage is busy with it, s (the next batch can start that long after it; ``dt`` with one
+    stage); ``start``/``end``: rig s, set by :meth:`Scheduler.advance`; ``stale``:
+    requests preempted while it was in flight (their work is dropped)."""
 
     work: list
     dt: float
@@ -128,11 +159,17 @@ class Step:
     prefill_tokens: int
     preempted: int
     drafts: dict | None = None
+    interval: float = 0.0
+    start: float = 0.0
+    end: float = 0.0
+    stale: set | None = None
 
 
-#: (decode batch, decode context sum, prefill tokens, prefill attention[, draft tokens]) → s;
-#: the fifth argument is passed only with speculative decoding
-StepTime = Callable[..., float]
+#: (decode batch, decode context sum, prefill tokens, prefill attention[, draft tokens]) → s,
+#: or → (s through every pipeline stage, s of the slowest stage) with pipeline parallelism
+#: (:meth:`app.engine.steptime.StepTimeModel.pipeline_step_time`); the fifth argument is
+#: passed only with speculative decoding
+StepTime = Callable[..., "float | tuple[float, float]"]
 #: (request, drafts k) → drafts accepted, 0…k
 Accept = Callable[["Request", int], int]
 
@@ -146,15 +183,23 @@ class Scheduler:
     ``on_token(req, t)`` once per later output chunk. ``spec_tokens`` k and ``accept``:
     speculative decoding (module docstring); ``step_time`` then also gets the step's draft
     tokens (Σ k over the decoding requests) as a fifth argument. ``enable_prefix_caching``:
-    requests with ``block_hashes`` reuse cached full blocks (module docstring)."""
+    requests with ``block_hashes`` reuse cached full blocks (module docstring).
+    ``max_concurrent_batches``: batches in flight at once, vLLM's
+    ``max_concurrent_batches`` (= ``pipeline_parallel_size``; module docstring)."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
                  on_first_token: Callable[[Request, float], None] | None = None,
                  on_finished: Callable[[Request, float], None] | None = None,
                  on_token: Callable[[Request, float], None] | None = None, spec_tokens: int = 0,
-                 accept: Accept | None = None, enable_prefix_caching: bool = False) -> None:
-        if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1:
-            raise ValueError("num_blocks, max_num_seqs and max_num_batched_tokens must be >= 1")
+                 accept: Accept | None = None, enable_prefix_caching: bool = False,
+                 max_concurrent_batches: int = 1) -> None:
+        if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1 or max_concurrent_batches < 1:
+            raise ValueError("num_blocks, max_num_seqs, max_num_batched_tokens and max_concurrent_batches "
+                             "must be >= 1")
+        self.max_concurrent_batches = max_concurrent_batches
+        #: the batch queue: steps scheduled and not yet completed, oldest first (empty schedules: None work)
+        self.batches: collections.deque[Step] = collections.deque()
+        self._front_free = 0.0  # rig s the first pipeline stage is free for the next batch
         self.num_blocks = num_blocks
         self.free_blocks = num_blocks
         self.max_num_seqs = max_num_seqs
@@ -284,6 +329,11 @@ class Scheduler:
         victim.running = False
         self._release(victim)
         victim.computed = 0
+        if victim.inflight:  # its work in the batches still in flight is dropped when they end
+            victim.inflight = 0
+            for b in self.batches:
+                if any(r is victim for r, _ in b.work):
+                    b.stale = (b.stale or set()) | {victim}
         victim.preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(victim)
@@ -304,13 +354,16 @@ class Scheduler:
         spec_tok = 0
         while i < len(running) and budget > 0:
             r = running[i]
-            need = r.prompt_len + r.output - r.computed
+            need = r.prompt_len + r.output - r.computed - r.inflight
+            if need <= 0:  # all its tokens are in flight (pipeline parallelism): vLLM's num_new_tokens == 0
+                i += 1
+                continue
             k = 0
             if need == 1 and drafts is not None:  # decoding: verify k drafts with the last token
                 k = max(0, min(self.spec_tokens, r.max_tokens - r.output - 1, budget - 1))
                 need += k
             n = need if need < budget else budget
-            want = -(-(r.computed + n) // BLOCK) - r.blocks
+            want = -(-(r.computed + r.inflight + n) // BLOCK) - r.blocks
             while want > self.free_blocks:
                 victim = self._preempt_last()
                 preempted += 1
@@ -333,7 +386,7 @@ class Scheduler:
                 dec_ctx += r.computed
             else:
                 pre_tok += n
-                pre_ctx += n * (r.computed + n / 2)
+                pre_ctx += n * (r.computed + r.inflight + n / 2)
             i += 1
         if not preempted:
             while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
@@ -377,7 +430,69 @@ class Scheduler:
             dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx)
         else:
             dt = self.step_time(dec_b, float(dec_ctx), pre_tok, pre_ctx, spec_tok)
-        return Step(work, dt, dec_b, pre_tok, preempted, drafts)
+        dt, interval = dt if isinstance(dt, tuple) else (dt, dt)
+        if self.max_concurrent_batches > 1:
+            for r, n in work:
+                r.inflight += n
+        return Step(work, dt, dec_b, pre_tok, preempted, drafts, interval)
+
+    # ------------------------------------------------------------------ the engine loop
+    @property
+    def next_due(self) -> float | None:
+        """Rig s the oldest batch in flight ends — the engine is blocked on it until then —
+        or None when nothing is in flight (the engine waits for a request)."""
+        return self.batches[0].end if self.batches else None
+
+    def complete_due(self, now: float) -> Step | None:
+        """The oldest batch in flight, if it has ended by ``now`` (rig s): taken off the
+        queue and applied (:meth:`complete`) at its end time; None otherwise or when it
+        was an empty schedule."""
+        if not self.batches or self.batches[0].end > now:
+            return None
+        b = self.batches.popleft()
+        if not b.work:
+            return None
+        self.complete(b, b.end)
+        return b
+
+    def _push(self, step: Step | None, now: float) -> None:
+        last = self.batches[-1].end if self.batches else now
+        if step is None:  # an empty schedule: it ends as the batch before it does
+            self.batches.append(Step([], 0.0, 0, 0, 0, start=now, end=max(now, last)))
+            return
+        step.start = max(now, self._front_free)
+        step.end = max(step.start + step.dt, last)
+        self._front_free = step.start + step.interval
+        self.batches.append(step)
+
+    def advance(self, now: float) -> list[Step]:
+        """Run the engine-core loop at rig time ``now`` (``EngineCore.step_with_batch_queue``,
+        vllm/v1/engine/core.py:698, 0.32.0): schedule batches while the queue has room and
+        the scheduler finds work — an empty schedule fills the queue and blocks —, take
+        off the oldest batches that have ended by ``now`` in between; stop when blocked on
+        a batch that ends later (:attr:`next_due`) or idle. Call it when a request arrives
+        at an idle engine or after :meth:`complete_due`; returns the batches it completed
+        (oldest first). With one batch at a time this is schedule, then wait for the step."""
+        done: list[Step] = []
+        q, depth = self.batches, self.max_concurrent_batches
+        while True:
+            if self.has_work and len(q) < depth:
+                step = self.schedule(now)
+                if step is None and not any(b.work for b in q):
+                    q.clear()  # nothing can run (only ended empty schedules left): idle
+                    return done
+                self._push(step, now)
+                if step is not None and len(q) < depth:
+                    continue
+                while step is None and len(q) < depth:  # vLLM schedules empties until the queue is full
+                    self._push(None, now)
+            elif not q:
+                return done
+            if q[0].end > now:
+                return done
+            b = self.complete_due(now)
+            if b is not None:
+                done.append(b)
 
     # ------------------------------------------------------------------ applying
     def complete(self, step: Step, t: float) -> None:
@@ -385,9 +500,13 @@ class Scheduler:
         tokens, finish requests (freeing their blocks) and call sinks/hooks."""
         finished = False
         drafts = step.drafts
+        stale = step.stale
+        pp = self.max_concurrent_batches > 1
         for r, n in step.work:
-            if not r.running:
-                continue  # aborted meanwhile
+            if not r.running or (stale and r in stale):
+                continue  # aborted meanwhile, or preempted while in flight
+            if pp:
+                r.inflight -= n
             emit = 1
             k = drafts.get(r, 0) if drafts else 0
             if k:

@@ -23,9 +23,21 @@ slower of the two bounds it). Data parallel replicas on hosts of their own excha
 per step (dense models).
 
 MoE: the routed-expert weights read per step scale with the expected share of experts
-touched, 1 − (1 − k/E)^B. Pipeline stages run one after another for one batch (no
-micro-batch overlap: conservative for PP throughput). All times in seconds, sizes in
-bytes, bandwidths in bytes/s, compute in FLOP/s.
+touched, 1 − (1 − k/E)^B. All times in seconds, sizes in bytes, bandwidths in
+bytes/s, compute in FLOP/s.
+
+Pipeline parallelism (docs/perf-model.md "Step time (decode)"): a step's **latency** is
+its pass through every stage (the Σ above, :meth:`StepTimeModel.step_time`); its
+**interval** — when the next batch can follow it into the first stage — is the slowest
+stage with its send (and draft passes, eager launches), or the step's CPU work if
+longer (:meth:`StepTimeModel.pipeline_step_time`)::
+
+    t_interval = max(max_s (t_stage_s + t_send_s), t_cpu + t_cpu_seq·B)
+
+vLLM keeps up to ``pipeline_parallel_size`` batches in flight
+(``VllmConfig.max_concurrent_batches``, vllm/config/vllm.py:577; the batch queue of
+``EngineCore.step_with_batch_queue``, vllm/v1/engine/core.py:698 — vLLM 0.32.0); the
+engine loop that uses both numbers is :meth:`app.engine.scheduler.Scheduler.advance`.
 
 Speculative decoding (docs/perf-model.md "Speculative decoding"): verifying k draft
 tokens of a decoding sequence costs like a (k + 1)-token prefill chunk of it — k more
@@ -36,8 +48,9 @@ tokens). A draft model or head (``draft``) adds its own forward passes: k decode
 over the batch (vLLM's proposers run one pass per draft position) and one pass over the
 step's prompt tokens; ngram/suffix proposers run on the CPU between steps and add none.
 
-The simulator uses :class:`StepTimeModel` through :meth:`StepTimeModel.step_time_decode`,
-:meth:`StepTimeModel.step_time_prefill` and :meth:`StepTimeModel.step_time_mixed`.
+The planner's engine and the simulator step with :attr:`StepTimeModel.engine_step_time`
+(:meth:`StepTimeModel.step_time`, or :meth:`StepTimeModel.pipeline_step_time` with
+several stages).
 """
 from __future__ import annotations
 
@@ -223,22 +236,24 @@ class StepTimeModel:
         return mem, comp, comm
 
     def _forward_parts(self, decode_tokens: float, mean_context: float, prefill_tokens: float,
-                       prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float]:
+                       prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float, float]:
         """(one forward pass through every stage, the part of it spent on the inter-host
-        link: all-reduces of a TP group that spans hosts, sends between hosts), s,
-        without the CPU overheads."""
-        total = net = 0.0
+        link: all-reduces of a TP group that spans hosts, sends between hosts, the slowest
+        stage with the send after it), s, without the CPU overheads."""
+        total = net = slowest = 0.0
         tp_net = self.tp_hosts > 1
         for i, st in enumerate(self.stages):
             mem, comp, comm = self._stage(st, decode_tokens, mean_context, prefill_tokens, prefill_context,
                                           spec_tokens)
-            total += max(mem, comp) + comm
+            t = max(mem, comp) + comm
             net += comm if tp_net else 0.0
             if i < len(self.stages) - 1:  # activations to the next stage
                 send = self.send_s(i, (decode_tokens + prefill_tokens + spec_tokens) * self.hidden * 2)
-                total += send
+                t += send
                 net += send if self.boundary_crosses_hosts(i) else 0.0
-        return total, net
+            total += t
+            slowest = max(slowest, t)
+        return total, net, slowest
 
     def _forward(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
                  spec_tokens: float = 0.0) -> float:
@@ -268,15 +283,30 @@ class StepTimeModel:
             t += spec_tokens / decode_tokens * d._forward(decode_tokens, mean_context, 0.0, 0.0)
         return t
 
-    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
-              spec_tokens: float = 0.0) -> float:
-        total = self._forward(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+    def _step_parts(self, decode_tokens: float, mean_context: float, prefill_tokens: float,
+                    prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float]:
+        """(the step through every pipeline stage, the slowest stage's share of it), s —
+        the latency of one batch and the interval at which batches can follow it through
+        the pipeline (module docstring); equal with one stage."""
+        total, _, slowest = self._forward_parts(decode_tokens, mean_context, prefill_tokens, prefill_context,
+                                                spec_tokens)
         if spec_tokens or self.draft is not None:
-            total += self.draft_s(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+            draft = self.draft_s(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+            total += draft
+            slowest += draft
         running = decode_tokens + (1 if prefill_tokens else 0)
         if self.eager:  # no CUDA graph replay: every layer's kernels launched from Python
             total += self.params.t_launch_layer_s * sum(st.layers for st in self.stages)
-        return total + self.params.t_cpu_s + self.params.t_cpu_seq_s * running
+            slowest += self.params.t_launch_layer_s * max(st.layers for st in self.stages)
+        p = self.params
+        t = total + p.t_cpu_s + p.t_cpu_seq_s * running
+        # the engine core schedules and processes outputs while the stages compute (the batch
+        # queue, vllm/v1/engine/core.py:216): its CPU work bounds the interval only past the stage
+        return (t, t) if len(self.stages) == 1 else (t, max(slowest, p.t_cpu_s + p.t_cpu_seq_s * running))
+
+    def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
+              spec_tokens: float = 0.0) -> float:
+        return self._step_parts(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)[0]
 
     # ------------------------------------------------------------------ public API
     def step_time_decode(self, batch: float, mean_context: float) -> float:
@@ -323,6 +353,31 @@ class StepTimeModel:
         mean = decode_context_sum / decode_batch if decode_batch else 0.0
         ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
         return self._step(decode_batch, mean, prefill_tokens, ctx, spec_tokens)
+
+    def pipeline_step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
+                           prefill_attention: float = 0.0, spec_tokens: int = 0) -> tuple[float, float]:
+        """:meth:`step_time` as (latency, interval), s: the batch's pass through every
+        pipeline stage (:meth:`step_time`) and the time the slowest stage — with its send
+        to the next, the draft passes and (``--enforce-eager``) its kernel launches — is
+        busy with it, or the step's CPU work (t_cpu + t_cpu_seq·B) if that is longer: the
+        engine core schedules the next batch and processes outputs while the stages
+        compute (vLLM's batch queue, vllm/v1/engine/core.py:216 and 698, 0.32.0;
+        :mod:`app.engine.scheduler`), so the next batch can start that long after this
+        one. Equal with one stage."""
+        mean = decode_context_sum / decode_batch if decode_batch else 0.0
+        ctx = prefill_attention / prefill_tokens - prefill_tokens / 2 if prefill_tokens else 0.0
+        return self._step_parts(decode_batch, mean, prefill_tokens, ctx, spec_tokens)
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        """Pipeline stages (vLLM's ``pipeline_parallel_size``)."""
+        return len(self.stages)
+
+    @property
+    def engine_step_time(self):
+        """What the engine's scheduler steps with (:data:`app.engine.scheduler.StepTime`):
+        :meth:`step_time` with one stage, :meth:`pipeline_step_time` with several."""
+        return self.step_time if len(self.stages) == 1 else self.pipeline_step_time
 
     def prefill_marginal(self, batch: float, mean_context: float, n_tokens: float) -> float:
         """Extra seconds a prompt of ``n_tokens`` adds to decode steps of ``batch``

@@ -5,7 +5,7 @@ Every piece is the one the measurement uses, so the prediction and the simulated
 share one engine and one set of rules (issue 17 item 4):
 
 - the engine: :func:`app.engine.offline.run_level` on :class:`app.engine.scheduler.Scheduler`
-  stepping with :meth:`app.engine.steptime.StepTimeModel.step_time` — what the sim's
+  stepping with :meth:`app.engine.steptime.StepTimeModel.engine_step_time` — what the sim's
   server runs (app/sim/engine.py), without HTTP; its KV blocks, ``max_num_seqs`` and
   ``max_num_batched_tokens`` those of the plan (:class:`EngineLimits`);
 - the requests: :class:`app.loadgen.prompts.LengthSampler` of the ramp — the ±25 % spread
@@ -93,14 +93,16 @@ class EngineLimits:
                    spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                    enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len)
 
-    def scheduler(self, step_time, seed: int = 0) -> Scheduler:
+    def scheduler(self, step_time, seed: int = 0, max_concurrent_batches: int = 1) -> Scheduler:
         """A fresh scheduler of these limits stepping with ``step_time``; with speculative
         decoding its acceptance draws come from a ``seed``-ed generator (one per level,
-        so a prediction is the same every time)."""
+        so a prediction is the same every time); ``max_concurrent_batches``: batches in
+        flight (the pipeline's stages, :class:`app.engine.scheduler.Scheduler`)."""
         accept = geometric_accept(self.spec_acceptance, random.Random(seed)) if self.spec_tokens else None
         return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
                          spec_tokens=self.spec_tokens, accept=accept,
-                         enable_prefix_caching=self.enable_prefix_caching)
+                         enable_prefix_caching=self.enable_prefix_caching,
+                         max_concurrent_batches=max_concurrent_batches)
 
 
 class RequestStream:
@@ -206,7 +208,7 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
     users = 0 if rate else int(level)
 
     def make() -> Scheduler:
-        return limits.scheduler(model.step_time, seed=idx)
+        return limits.scheduler(model.engine_step_time, seed=idx, max_concurrent_batches=model.pipeline_parallel_size)
 
     if stream is not None:
         stream.new_level()

@@ -23,7 +23,7 @@ from typing import Callable
 from app.sim import vlog
 from app.sim.gpus import GpuBank
 from app.sim.metrics import SimMetrics
-from app.engine.scheduler import Request, Scheduler, block_hashes
+from app.engine.scheduler import Request, Scheduler, Step, block_hashes
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 
 #: wall seconds behind schedule before the engine stops yielding after every step
@@ -75,14 +75,18 @@ class SimEngine:
     (the load balancer's in-flight count). ``spec_tokens`` k > 0: speculative decoding,
     each draft position accepted with probability ``spec_acceptance`` given the one
     before (:mod:`app.engine.specdecode`; the draws seeded from ``seed`` and ``index``),
-    counted in vLLM's ``vllm:spec_decode_*`` counters.
+    counted in vLLM's ``vllm:spec_decode_*`` counters. ``max_concurrent_batches``: the
+    pipeline's batches in flight (``pipeline_parallel_size``): the loop is the scheduler's
+    engine-core loop (:meth:`app.engine.scheduler.Scheduler.advance`), paced to the end
+    of the batch it waits on.
     """
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time,
                  gpus: GpuBank, metrics: SimMetrics, time_scale: float = 1.0, seed: int = 0,
                  request_overhead_s: float = 0.0, index: int = 0, t0: float | None = None,
                  on_done: Callable[[int], None] | None = None, spec_tokens: int = 0,
-                 spec_acceptance: float = DEFAULT_ACCEPTANCE, enable_prefix_caching: bool = False) -> None:
+                 spec_acceptance: float = DEFAULT_ACCEPTANCE, enable_prefix_caching: bool = False,
+                 max_concurrent_batches: int = 1) -> None:
         self.k = float(time_scale)
         #: rig seconds a request spends outside the engine steps before it is queued (HTTP,
         #: tokenization, output processing): the step model's t_request_s
@@ -97,7 +101,8 @@ class SimEngine:
             if spec_tokens else None
         self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
                                on_first_token=self._first, on_finished=self._finished, on_token=self._token,
-                               spec_tokens=spec_tokens, accept=accept, enable_prefix_caching=enable_prefix_caching)
+                               spec_tokens=spec_tokens, accept=accept, enable_prefix_caching=enable_prefix_caching,
+                               max_concurrent_batches=max_concurrent_batches)
         self._spec_seen = (0, 0, 0, [0] * spec_tokens)  # counters exported so far
         self._spec_logged = (0, 0, 0, [0] * spec_tokens)  # counts at the last SpecDecoding log line
         self._reported_prefix = (0, 0)  # (queries, hits) already added to the metrics
@@ -124,8 +129,10 @@ class SimEngine:
         """Rig seconds since the engine started (wall × k)."""
         return (time.monotonic() - self.t0) * self.k
 
-    def _timed(self, b: int, ctx: float, n: int, attn2: float, *spec: int) -> float:
-        return self._step_time(b, ctx, n, attn2, *spec) * self.gpus.slowdown_of(self.index)
+    def _timed(self, b: int, ctx: float, n: int, attn2: float, *spec: int) -> float | tuple[float, float]:
+        t = self._step_time(b, ctx, n, attn2, *spec)
+        s = self.gpus.slowdown_of(self.index)
+        return (t[0] * s, t[1] * s) if isinstance(t, tuple) else t * s
 
     def _count_spec(self) -> None:
         """Add the scheduler's speculative-decoding counts since the last step to the
@@ -203,13 +210,15 @@ class SimEngine:
                 self.T = max(self.T, self.rig_now())
                 burst_start = None
                 continue
-            step = sched.schedule(self.T)
-            if step is None:  # waiting requests that do not fit yet and nothing running
+            if sched.next_due is None:  # idle: the engine-core loop schedules (app.engine.scheduler)
+                for done in sched.advance(self.T):
+                    self._account(done)
+            t_end = sched.next_due
+            if t_end is None:  # waiting requests that do not fit yet and nothing running
                 self._wake.clear()
                 await self._wake.wait()
                 self.T = max(self.T, self.rig_now())
                 continue
-            t_end = self.T + step.dt
             self._due = self.t0 + t_end / k
             delay = self._due - time.monotonic()
             if delay > 0:
@@ -234,26 +243,37 @@ class SimEngine:
                     burst_start = None
                     await asyncio.sleep(0)
             g0 = sched.generation_tokens
-            sched.complete(step, t_end)
+            step = sched.complete_due(t_end)
             self.metrics.generation_tokens.inc(sched.generation_tokens - g0)
-            if sched.spec_tokens:
-                self._count_spec()
-            if sched.num_preemptions != self._reported_preemptions:
-                self.metrics.preemptions.inc(sched.num_preemptions - self._reported_preemptions)
-                self._reported_preemptions = sched.num_preemptions
-            q, h = sched.prefix_queries, sched.prefix_hits
-            if (q, h) != self._reported_prefix:
-                q0, h0 = self._reported_prefix
-                self.metrics.prefix_queries.inc(q - q0)
-                self.metrics.prefix_hits.inc(h - h0)
-                self._reported_prefix = (q, h)
-            self.gpus.busy(t_end, step.dt, self.index)
-            self.busy_rig += step.dt
-            self.steps += 1
+            if step is not None:
+                self._account(step)
             self.T = t_end
             self._due = None
+            g0 = sched.generation_tokens
+            for done in sched.advance(self.T):  # the next batches (and any that ended with it)
+                self._account(done)
+            self.metrics.generation_tokens.inc(sched.generation_tokens - g0)
             if not sched.has_work:
                 self.T = max(self.T, self.rig_now())
+
+    def _account(self, step: Step) -> None:
+        """Metrics and the cards' load after batch ``step`` ended (rig s ``step.end``): each
+        card worked ``step.interval`` on it (its stage's share; the whole step with one stage)."""
+        sched = self.sched
+        if sched.spec_tokens:
+            self._count_spec()
+        if sched.num_preemptions != self._reported_preemptions:
+            self.metrics.preemptions.inc(sched.num_preemptions - self._reported_preemptions)
+            self._reported_preemptions = sched.num_preemptions
+        q, h = sched.prefix_queries, sched.prefix_hits
+        if (q, h) != self._reported_prefix:
+            q0, h0 = self._reported_prefix
+            self.metrics.prefix_queries.inc(q - q0)
+            self.metrics.prefix_hits.inc(h - h0)
+            self._reported_prefix = (q, h)
+        self.gpus.busy(step.end, step.interval, self.index)
+        self.busy_rig += step.interval
+        self.steps += 1
 
     def _log_coalescing(self, lag: float) -> None:
         now = time.monotonic()

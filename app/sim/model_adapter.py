@@ -292,6 +292,18 @@ class StepModel:
         tokens it verifies (speculative decoding)."""
         return self.model.step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention, spec_tokens)
 
+    def engine_step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
+                         prefill_attention: float = 0.0, spec_tokens: int = 0) -> float | tuple[float, float]:
+        """What the engine's scheduler steps with:
+        :attr:`app.engine.steptime.StepTimeModel.engine_step_time` (with pipeline
+        parallelism a step's latency and its slowest stage's interval, s)."""
+        return self.model.engine_step_time(decode_batch, decode_context_sum, prefill_tokens, prefill_attention,
+                                           spec_tokens)
+
+    @property
+    def pipeline_parallel_size(self) -> int:
+        return self.model.pipeline_parallel_size
+
     def step_time_decode(self, batch: int, mean_context: float) -> float:
         return self.model.step_time_decode(batch, mean_context)
 

@@ -285,11 +285,13 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     metrics = SimMetrics(served, plan.num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto", spec_k)
     balancer = DpBalancer(plan.dp)
     t0 = time.monotonic()
-    engines = [SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.step_time, gpus,
+    engines = [SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.engine_step_time, gpus,
                          metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s, index=r, t0=t0,
                          on_done=balancer.finished, spec_tokens=spec_k, spec_acceptance=a.sim_spec_acceptance,
                          # vLLM V1 caches prefixes unless told not to (vllm/config/cache.py, 0.32.0)
-                         enable_prefix_caching=a.enable_prefix_caching is not False) for r in range(plan.dp)]
+                         enable_prefix_caching=a.enable_prefix_caching is not False,
+                         # vLLM's batch queue: pipeline_parallel_size batches in flight (vllm/config/vllm.py:577)
+                         max_concurrent_batches=plan.pp) for r in range(plan.dp)]
     info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
             "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,

@@ -42,7 +42,8 @@ class OfflineRig:
         """The capacity search ``ramp`` (default: the tune's, from 1 user) on the true
         rig: (the engine's ramp, its levels' rig seconds); (None, 0) when ``cfg`` has no
         KV cache."""
-        p = check(cfg, self.cards[:cfg.world_size], resolve_model(cfg.model), self.workload, self.spec.vllm_version)
+        p = check(cfg, self.cards[:cfg.world_size], resolve_model(cfg.model), self.workload, self.spec.vllm_version,
+                  rig=self.spec.hardware.rig_layout())
         if step_model(p, None) is None:
             return None, 0.0
         m = build_step_model(p, true_params_of(p, self.seed))
@@ -50,7 +51,9 @@ class OfflineRig:
         return pred, sum(s.t_end - s.t_start for s in pred.steps)
 
     def startup_seconds(self, cfg: ServerConfig) -> float:
-        plan = ma.plan_rig(cfg, self.spec.hardware.gpu, self.spec.hardware.count)
+        hw = self.spec.hardware
+        rig = hw.rig_layout()
+        plan = ma.plan_rig(cfg, hw.gpu, hw.count, rig.hosts if rig else 1, hw.link if rig else None)
         tp = cfg.tensor_parallel_size or 1
         return plan.load_s + 2.0 + 0.5 * tp + (0.0 if cfg.enforce_eager else 8.0)
 

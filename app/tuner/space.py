@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import (INTERNAL_FIELDS, KV_CACHE_DTYPES, VLLM_OPTIONS, ServerConfig, dict_to_extra_args,
                         secret_option_problem)
-from app.planner.gpus import GpuSpec
+from app.planner.gpus import GpuSpec, RigLayout
 from app.planner.models import ModelArch, resolve_model
 from app.planner.plan import Plan, Workload, check
 from app.planner.versions import rules_for
@@ -190,17 +190,20 @@ def _memory_ok(p: Plan) -> bool:
 
 
 def largest_utilization(cfg: ServerConfig, cards: list[GpuSpec], model: ModelArch, workload: Workload | None,
-                        vllm_version: str | None) -> tuple[float | None, Plan]:
+                        vllm_version: str | None, rig: RigLayout | None = None) -> tuple[float | None, Plan]:
     """The largest ``gpu_memory_utilization`` (0.01 steps, :data:`MIN_UTILIZATION` …
     :data:`MAX_UTILIZATION`) at which the planner finds no error and no memory warning,
     with its plan; (None, the plan at ``cfg``'s own utilization) when none does. The CPU
     build keeps ``cfg``'s value, None included (there it sizes a share of the node's
-    memory): its plan says whether that fits."""
+    memory): its plan says whether that fits. ``rig``: the hosts the cards sit in and
+    their link (:meth:`app.profiles.model.HardwareFingerprint.rig_layout`; None: one
+    host) — the plans' step models send what crosses hosts over it."""
     if cards and cards[0].kind == "cpu":
-        return cfg.gpu_memory_utilization, check(cfg, cards, model, workload, vllm_version)
+        return cfg.gpu_memory_utilization, check(cfg, cards, model, workload, vllm_version, rig=rig)
 
     def at(u: float) -> Plan:
-        return check(cfg.model_copy(update={"gpu_memory_utilization": u}), cards, model, workload, vllm_version)
+        return check(cfg.model_copy(update={"gpu_memory_utilization": u}), cards, model, workload, vllm_version,
+                     rig=rig)
 
     top = at(MAX_UTILIZATION)
     if _memory_ok(top):
@@ -227,11 +230,13 @@ def default_mnbt(cards: list[GpuSpec], vllm_version: str | None) -> list[int]:
 
 
 def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSpace, workload: Workload | None,
-                         vllm_version: str | None, fewer_cards: bool = False) -> list[Candidate]:
+                         vllm_version: str | None, fewer_cards: bool = False,
+                         rig: RigLayout | None = None) -> list[Candidate]:
     """Every configuration of ``space`` around ``base`` on ``cards`` (one GpuSpec per
     selected card), each checked by the planner: runnable ones with the largest
     fitting utilization and an exploring ``max_num_seqs``, the others with
-    ``pruned_because``. Raises ValueError (naming the input) when the space is empty or
+    ``pruned_because``; ``rig``: the hosts and link the cards sit in (None: one host),
+    planned with every candidate. Raises ValueError (naming the input) when the space is empty or
     a checkpoint's model is unknown (the planner's ModelNotFoundError)."""
     if not cards:
         raise ValueError("tune needs at least one card: give --sim-gpu/--sim-gpu-count or select GPUs")
@@ -269,19 +274,19 @@ def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSp
         except ValueError as e:
             out.append(Candidate(key, base, label, len(use), f"invalid options: {e}"))
             continue
-        cand = _fit(cfg, use, arch, workload, vllm_version, key, label)
+        cand = _fit(cfg, use, arch, workload, vllm_version, key, label, rig)
         out.append(cand)
     return out
 
 
 def _fit(cfg: ServerConfig, cards: list[GpuSpec], arch: ModelArch, workload: Workload | None,
-         vllm_version: str | None, key: str, label: str) -> Candidate:
+         vllm_version: str | None, key: str, label: str, rig: RigLayout | None = None) -> Candidate:
     """The candidate with the exploring max_num_seqs and the largest fitting
     utilization, or pruned with the planner's first error."""
     first_errors: list[str] | None = None
     for seqs in EXPLORE_MAX_NUM_SEQS:
         c = cfg.model_copy(update={"max_num_seqs": seqs, "max_num_batched_tokens": max(seqs, cfg.max_num_batched_tokens or 0)})
-        u, p = largest_utilization(c, cards, arch, workload, vllm_version)
+        u, p = largest_utilization(c, cards, arch, workload, vllm_version, rig)
         if _memory_ok(p):
             c = c.model_copy(update={"gpu_memory_utilization": u}) if cards[0].kind != "cpu" else c
             return Candidate(key, c, label, len(cards), None, p)

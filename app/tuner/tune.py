@@ -423,7 +423,7 @@ class Tuner:
         """Enumerate (the planner prunes) and predict; keeps what was measured before."""
         s = self.spec
         cands = enumerate_candidates(s.config, self.cards, s.space, self.workload, s.vllm_version,
-                                     fewer_cards=s.objective in ("cost", "energy"))
+                                     fewer_cards=s.objective in ("cost", "energy"), rig=s.hardware.rig_layout())
         self._cands = {c.key: c for c in cands}
         old = {c.key: c for c in self.state.candidates}
         merged = []
@@ -709,7 +709,7 @@ class Tuner:
         s = self.spec
         try:
             p = check(s.config, self.cards[:s.config.world_size], resolve_model(s.config.model), self.workload,
-                      s.vllm_version)
+                      s.vllm_version, rig=s.hardware.rig_layout())
             pr = rig_model.predict(p, self.state.factors or None, self.workload)
         except (ValueError, LookupError) as e:
             return {"server": server_flags(s.config), "measured": False, "users": None, "error": str(e)}
