@@ -14,7 +14,8 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor
-from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QLabel, QTableWidget, QTableWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (QAbstractItemView, QHeaderView, QLabel, QSizePolicy, QTableWidget, QTableWidgetItem,
+                               QVBoxLayout, QWidget)
 
 COLUMNS = ("Host", "Role", "State", "Cards", "Clock offset", "Round trip", "Reason")
 REASON_COLOR = "#a61b1b"
@@ -68,6 +69,7 @@ class HostsView(QWidget):
         hh.setStretchLastSection(True)
         self.table = t
         v.addWidget(t)
+        self.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Fixed)  # its rows' height: the plots keep the rest
 
     def set_rows(self, rows: list[dict[str, Any]]) -> None:
         """Show ``rows`` (rig_status's dicts); redraws only when they changed."""
