@@ -91,3 +91,40 @@ def test_the_window_shows_hosts_only_for_a_rig(main_window, qtbot):
     assert [w.hosts_view.cell(i, "Host") for i in range(2)] == ["dyno@10.0.0.11", "dyno@10.0.0.12"]
     assert w.hosts_view.cell(0, "State") == "not launched"
     assert w.build_request().multi_host  # Launch starts the rig of the selected profile
+
+
+def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_window, qtbot):
+    """Launch through the window with a profile of two local hosts (TP 4 × PP 2 over the
+    sim's 8 cards: one stage per host, app.hosts.plan.mp_plan): the Hosts view fills
+    from the controller's snapshot; the headless host's agent killed, its row says lost
+    with the reason in red and the run fails naming it."""
+    from widgets import profiles
+
+    w = main_window
+    w.sim_time_scale = 4.0
+    pump(qtbot, lambda: w.plan is not None and w.act_launch.isEnabled(), 30, "the demo profile is planned")
+    p = w.current_profile
+    p = p.updated(hosts=hosts_from([{"ssh": "localhost"}, {"ssh": "127.0.0.1"}]),
+                  server={**p.server, "tensor_parallel_size": 4, "pipeline_parallel_size": 2})
+    profiles.apply_to_form(p, w.config, w.ramp)
+    w.current_profile = p
+    w.launch()
+    pump(qtbot, lambda: w.controller.state in ("ready", "failed"), 180, "the rig becomes ready")
+    assert w.controller.state == "ready", w.controller.core.failure_text + w.log_pane.text()[-3000:]
+    assert w.tabs.currentWidget() is w.dashboard
+    v = w.hosts_view
+    # the headless part's agent says loading to its end (no API server of its own): with the head ready, ready
+    assert w.controller.core.rig.links[1].states[-1]["state"] == "loading"
+    pump(qtbot, lambda: [r["state"] for r in v.rows] == ["ready", "ready"], 30, "both parts ready in the view")
+    assert v.isVisible()
+    assert [(v.cell(i, "Host"), v.cell(i, "Role")) for i in range(2)] == \
+        [("localhost", "head, rank 0"), ("127.0.0.1", "headless, rank 1")]
+    assert all(v.cell(i, "Clock offset").endswith(" ms") and " ± " in v.cell(i, "Clock offset") for i in range(2))
+    os.kill(w.controller.core.rig.links[1].agent_pid, 9)
+    pump(qtbot, lambda: len(v.rows) == 2 and v.rows[1]["state"] == "lost", 60, "the lost host in the view")
+    pump(qtbot, lambda: w.controller.state == "failed", 60, "the run fails")
+    assert "host 127.0.0.1 was lost" in w.controller.core.failure_text
+    item = v.table.item(1, 6)
+    assert item.text() == "the agent's channel closed" and item.foreground().color() == QColor(REASON_COLOR)
+    w.act_stop.trigger() if w.act_stop.isEnabled() else None
+    pump(qtbot, lambda: w.controller.core.rig is None or not w.controller.server_running, 60, "the rig is closed")

@@ -604,6 +604,7 @@ class RunController:
         agent's hello, ``starting`` until its part's first state message, then that
         message's: ``loading``/``ready``/``failed``/``stopped``…; ``lost`` when its agent's
         channel ended without our close), ``reason`` (why it failed or was lost; ``""``),
+        a headless part counts as ready once the head is (it reports no readiness itself);
         ``hostname``, ``cards`` (the hello's NVML card names; ``[]``: none, the CPU build),
         ``offset_s``/``bound_s``/``rtt_s`` (its clock − the session's, the bound and the round
         trip of the exchange used, s, app.hosts.protocol.ClockOffset; None before measured),
@@ -633,6 +634,14 @@ class RunController:
                 if link.lost:
                     row.update(state="lost", reason=link.lost)
             rows.append(row)
+        # a headless part has no API server of its own to answer: its agent reports it
+        # loading until it ends. The head's is ready only once every rank joined (DP: the
+        # engines' handshake, vllm/v1/engine/utils.py wait_for_engine_startup, vLLM 0.32.0;
+        # PP: the world's torch.distributed init), so with the head ready so are they.
+        if any(r["role"] == "head" and r["state"] == "ready" for r in rows):
+            for r in rows:
+                if r["role"] == "headless" and r["state"] == "loading":
+                    r["state"] = "ready"
         return rows
 
     def wait_ready(self, timeout: float | None = None) -> bool:
