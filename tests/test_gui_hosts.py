@@ -91,6 +91,8 @@ def test_the_window_shows_hosts_only_for_a_rig(main_window, qtbot):
     assert [w.hosts_view.cell(i, "Host") for i in range(2)] == ["dyno@10.0.0.11", "dyno@10.0.0.12"]
     assert w.hosts_view.cell(0, "State") == "not launched"
     assert w.build_request().multi_host  # Launch starts the rig of the selected profile
+    saved = w.form_profile(w.current_profile.name)  # what Save writes keeps the rig (no form field holds it)
+    assert [h.label() for h in saved.hosts] == ["dyno@10.0.0.11", "dyno@10.0.0.12"]
 
 
 def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_window, qtbot):
