@@ -9,6 +9,9 @@ tab, whose first line is the verdict (``resources/screenshots/verdict.png``).
 ``--tune``: instead, a short tune of the demo profile on the Tune tab (TP 8/4/2, kv
 auto, CUDA graphs, max_num_batched_tokens 2048, ``--launches`` launches) and grab the
 tab when it is done (``resources/screenshots/tune.png``).
+``--hosts``: instead, the demo profile launched as a rig of two local agents
+(``localhost`` and ``127.0.0.1``), the second agent then killed, and the Live tab's Hosts
+view grabbed (``resources/screenshots/hosts.png``).
 """
 from __future__ import annotations
 
@@ -34,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launching", action="store_true",
                     help="instead: launch the sim, stop it, launch it again and grab the window while the second "
                          "launch loads (the status bar's phase and time left)")
+    ap.add_argument("--hosts", action="store_true",
+                    help="instead: the demo profile over two local agents, the second then killed; grab the Hosts view")
     ap.add_argument("--launches", type=int, default=3, help="the tune's max launches (--tune)")
     ap.add_argument("--time-scale", type=float, default=4.0, help="sim speed-up (rig time is what is shown)")
     ap.add_argument("--at-level", type=int, default=6, help="grab while this level (1-based) runs")
@@ -67,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             return tune_shot(w, a, pump)
         if a.launching:
             return launching_shot(w, a, pump)
+        if a.hosts:
+            return hosts_shot(w, a, pump)
         w.launch()
         if not pump(120, lambda: w.controller.state in ("ready", "failed")) or w.controller.state != "ready":
             print("screenshot: the sim did not become ready:\n" + w.log_pane.text()[-2000:], file=sys.stderr)
@@ -105,6 +112,41 @@ def main(argv: list[str] | None = None) -> int:
         w.close()
         if left:
             print(f"screenshot: processes left: {left}", file=sys.stderr)
+
+
+def hosts_shot(w, a, pump) -> int:
+    """The demo profile as a rig of two local agents (two labels of this machine), the
+    second agent SIGKILLed once the rig is ready: the Hosts view shows the loss."""
+    import signal
+
+    from app.hosts.spec import hosts_from
+
+    from widgets import profiles
+
+    p = w.current_profile
+    # one pipeline stage per host: TP 4 × PP 2 over the sim's 8 cards (app.hosts.plan.mp_plan)
+    p = p.updated(hosts=hosts_from([{"ssh": "localhost"}, {"ssh": "127.0.0.1"}]),
+                  server={**p.server, "tensor_parallel_size": 4, "pipeline_parallel_size": 2})
+    profiles.apply_to_form(p, w.config, w.ramp)
+    w.current_profile = p
+    pump(1.0)
+    w.launch()
+    if not pump(180, lambda: w.controller.state in ("ready", "failed")) or w.controller.state != "ready":
+        print("screenshot: the rig did not become ready: " + w.controller.core.failure_text + "\n"
+              + w.log_pane.text()[-3000:], file=sys.stderr)
+        return 1
+    w.tabs.setCurrentWidget(w.dashboard)
+    pump(3.0)
+    os.kill(w.controller.core.rig.links[1].agent_pid, signal.SIGKILL)
+    pump(30, lambda: w.hosts_view.rows and w.hosts_view.rows[1]["state"] == "lost")
+    pump(3.0)
+    w.tabs.setCurrentWidget(w.dashboard)  # the failure showed the Log tab
+    w.dashboard.refresh(force=True)
+    pump(1.0)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    w.grab().save(a.out)
+    print(f"saved {a.out}: " + "; ".join(f"{r['host']} {r['state']} {r['reason']}" for r in w.hosts_view.rows))
+    return 0
 
 
 def launching_shot(w, a, pump) -> int:

@@ -58,6 +58,7 @@ from widgets.dashboard import Dashboard
 from widgets.diagnosis_banner import DiagnosisBanner
 from widgets.first_run import FirstRunStrip
 from widgets.history_view import HistoryView
+from widgets.hosts_view import HostsView
 from widgets.log_pane import LogPane
 from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
 from widgets.profile_manager import ProfileManager
@@ -132,6 +133,10 @@ class MainWindow(QMainWindow):
         self.plan_panel = PlanPanel()
         self.dashboard = Dashboard(lambda: self.controller.bank, lambda: self.controller.client,
                                    self.controller.clock.now)
+        self.hosts_view = HostsView(STATE_COLORS)  # a rig's hosts, above the Live plots (issue 21)
+        self.hosts_view.hide()
+        self.dashboard.layout().insertWidget(0, self.hosts_view)
+        self.dashboard.timer.timeout.connect(self._refresh_hosts)
         self.curves = CurvesView()
         self.results = ResultsTable(self._energy_per_token)
         self.log_pane = LogPane(self.controller.take_lines)
@@ -774,6 +779,17 @@ class MainWindow(QMainWindow):
             self.launch_timer.stop()
             self.launch_label.hide()
 
+    def _refresh_hosts(self) -> None:
+        """The Hosts view (the Live tab's redraw timer): the launched rig's hosts from the
+        controller, else the selected profile's before a launch; shown for two or more."""
+        rows = self.controller.rig_status()
+        if not rows and self.current_profile is not None:
+            rows = [{"host": h.label(), "role": "", "rank": None, "state": "not launched", "reason": "",
+                     "hostname": "", "cards": [], "offset_s": None, "bound_s": None, "rtt_s": None,
+                     "drift_ppm": None} for h in self.current_profile.hosts]
+        self.hosts_view.set_rows(rows)
+        self.hosts_view.setVisible(len(rows) >= 2)
+
     def _show_launch_progress(self) -> None:
         """The status bar during a launch: the phase the log reached, the seconds so far
         and, after an earlier launch of this configuration, about how long is left."""
@@ -799,7 +815,8 @@ class MainWindow(QMainWindow):
             engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng == "sim" else [],
             python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
-            gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz)
+            gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz,
+            hosts=list(self.current_profile.hosts) if self.current_profile is not None else [])
 
     def launch(self) -> None:
         reason = self.launch_block_reason()

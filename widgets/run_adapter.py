@@ -156,6 +156,11 @@ class RunAdapter(QObject):
         reads what the log said), or None without a launched server."""
         return self.core.launch_progress()
 
+    def rig_status(self) -> list[dict]:
+        """The launched rig's hosts (the core's :meth:`RunController.rig_status`; plain
+        dicts, safe from the GUI thread); ``[]`` for a one-host launch."""
+        return self.core.rig_status()
+
     def energy(self, st):
         """Power and J/token of a level (the core's one definition)."""
         return self.core.energy(st)

@@ -27,8 +27,8 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
 
     ``server``: a ``vllm serve --config`` mapping (long option names); ``sim``: ``{gpu,
     count}`` for engine sim; ``ramp``: RampSpec fields (rig seconds; ``url``/``model``
-    ignored). ``base``: the profile the form was loaded from — its description and notes
-    are kept, its ``results`` and ``hardware`` too when engine, rig, server, env and GPUs
+    ignored). ``base``: the profile the form was loaded from — its description, notes and
+    ``hosts`` (a rig's machines: no form field sets them) are kept, its ``results`` and ``hardware`` too when engine, rig, server, env and GPUs
     are unchanged. Raises ``pydantic.ValidationError`` (the message names the field).
     """
     data: dict[str, Any] = {"name": name, "engine": engine, "server": dict(server), "env": dict(env or {}),
@@ -41,6 +41,7 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
         data["ramp"] = {k: v for k, v in ramp.items() if k not in ("url", "model")}
     if base is not None:
         data["description"], data["notes"] = base.description, base.notes
+        data["hosts"] = [h.model_dump(exclude_none=True) for h in base.hosts]
         if engine == "sim" and base.sim is not None:
             data["sim"] = {**base.sim.model_dump(exclude_none=True), **data["sim"]}
         new = Profile.model_validate(data)

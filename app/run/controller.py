@@ -259,6 +259,7 @@ class RunController:
         self.rig: Rig | None = None
         self.rig_plan: list[HostCommand] = []
         self.rig_parts: dict[str, dict[str, Any]] = {}  # host → its agent's ``launched`` reply
+        self._rig_last: list[dict[str, Any]] = []  # rig_status() as the rig was closed
         self._rig_stopping = False
         self._rig_grace = 20.0  # s, SIGTERM → SIGKILL of each host's part
 
@@ -402,6 +403,7 @@ class RunController:
                 raise RuntimeError("a server is already running in this session; stop it first")
             self.target = target
             self.time_scale, self.sim_info, self.failure = 1.0, {}, None
+            self._rig_last = []
             self._failed.clear()
             self.bank = SeriesBank()
             self.client = ClientSeries()
@@ -469,7 +471,7 @@ class RunController:
         run, a part the agent refused: each names the host); the caller closes the rig."""
         self._rig_stopping = False
         self._rig_grace = grace
-        self.rig_parts = {}
+        self.rig_parts, self.rig_plan, self._rig_last = {}, [], []
         rig = Rig(target.hosts, clock=self.clock, ssh=target.ssh)
         self.rig = rig
         try:
@@ -588,8 +590,59 @@ class RunController:
                 rig.close(timeout)
             except Exception:
                 log.exception("could not close the rig")
+            self._rig_last = self.rig_status()  # the view keeps how each host ended
             self.rig = None
         return left
+
+    def rig_status(self) -> list[dict[str, Any]]:
+        """The hosts of the launched rig, one plain dict each in the profile's order (``[]``
+        for a one-host launch; the last rig's as it was closed once it is). Safe from any
+        thread: it only reads what the rig's thread writes (each link's hello, states,
+        offset, ``lost``). Keys: ``host`` (its label, the SSH destination), ``role``
+        (``head``/``headless``; ``""`` before the plan), ``rank`` (node rank or first DP
+        rank, app.hosts.plan; None before the plan), ``state`` (``connecting`` until its
+        agent's hello, ``starting`` until its part's first state message, then that
+        message's: ``loading``/``ready``/``failed``/``stopped``…; ``lost`` when its agent's
+        channel ended without our close), ``reason`` (why it failed or was lost; ``""``),
+        a headless part counts as ready once the head is (it reports no readiness itself);
+        ``hostname``, ``cards`` (the hello's NVML card names; ``[]``: none, the CPU build),
+        ``offset_s``/``bound_s``/``rtt_s`` (its clock − the session's, the bound and the round
+        trip of the exchange used, s, app.hosts.protocol.ClockOffset; None before measured),
+        ``drift_ppm`` (None before two offsets 1 s apart)."""
+        rig = self.rig
+        if rig is None:
+            return [dict(r) for r in self._rig_last]
+        plan = {c.host.label(): c for c in list(self.rig_plan)}
+        links = {link.host.label(): link for link in list(rig.links)}
+        rows: list[dict[str, Any]] = []
+        for host in rig.hosts:
+            h = host.label()
+            link, cmd = links.get(h), plan.get(h)
+            row: dict[str, Any] = {"host": h, "role": cmd.role if cmd else "", "rank": cmd.rank if cmd else None,
+                                   "state": "connecting", "reason": "", "hostname": "", "cards": [],
+                                   "offset_s": None, "bound_s": None, "rtt_s": None, "drift_ppm": None}
+            if link is not None:
+                hello, states, off = link.hello, list(link.states), link.offset
+                last = states[-1] if states else {}
+                row.update(hostname=str(hello.get("hostname") or ""),
+                           cards=[str(c.get("name") or "GPU") for c in hello.get("cards") or []],
+                           state=str(last.get("state") or "starting"),
+                           reason=str(last.get("reason") or "") if last.get("state") == "failed" else "",
+                           drift_ppm=link.drift_ppm)
+                if off is not None:
+                    row.update(offset_s=off.offset_s, bound_s=off.bound_s, rtt_s=off.rtt_s)
+                if link.lost:
+                    row.update(state="lost", reason=link.lost)
+            rows.append(row)
+        # a headless part has no API server of its own to answer: its agent reports it
+        # loading until it ends. The head's is ready only once every rank joined (DP: the
+        # engines' handshake, vllm/v1/engine/utils.py wait_for_engine_startup, vLLM 0.32.0;
+        # PP: the world's torch.distributed init), so with the head ready so are they.
+        if any(r["role"] == "head" and r["state"] == "ready" for r in rows):
+            for r in rows:
+                if r["role"] == "headless" and r["state"] == "loading":
+                    r["state"] = "ready"
+        return rows
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the server is ready (or attached); False when it failed, was
