@@ -59,8 +59,18 @@ even at k = 1, so they run offline only):
      7 4× RTX 5090  70B AWQ  chat 512/128     40         982.5  5.1                3           21.7       1.00
      8 4× RTX 5090  70B AWQ  long 2048/256    40        1270.6 10.0                4           73.6       0.94
 
-Case 8's capacity is 6 users: its three measured candidates all measured 6; the pick is 5.7
-in truth (5–6), the best 6.0 — one user is 17 % there, below what a search resolves.
+Case 8's capacity is 6 users: its three measured candidates all measured 6; the pick was 5.7
+in truth (5–6), the best 6.0 — judged on 3 searches, whose mean moves in steps of 1/3 user
+(5.6 %, coarser than the goal's 5 %).
+
+2026-12-03, later (the tie-break of equal measurements by
+:func:`app.loadgen.capacity.crossing_users`; the truth from :func:`repeats_for` searches,
+enough that one user is ≤ 2 % of it): case 8 over HTTP (k = 10, tuner wall 473 s) picks
+5.78 of 5.78 true users, 1.00 (4 launches, 72.6 rig min); offline case 1 1.00 (960 of 960),
+case 4 1.00 (11.2 of 11.2), case 8 1.00. The capacity level's headroom alone as the
+tie-break had picked 10.6 of 11.2 on case 4 (0.95, under the goal). These figures predate
+pipeline-parallel batches in flight in the engine (docs/perf-model.md), which changes the
+PP candidates' predictions and true capacities.
 ``--spot-only`` (the grid's top three over HTTP, no tune), cases 3 and 7: offline 50.7, 48.7,
 50.7 → HTTP 52, 52, 52; offline 32.7, 32.7, 31.3 → HTTP 33, 33, 32 users.
 """
