@@ -317,6 +317,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         if n > 1 and (cfg.tensor_parallel_size or 1) <= c:
             # what vLLM's multi-node launch accepts (app.hosts.plan.mp_plan, one mechanism); a TP group across
             # hosts is the plan's warning (tp_spans_hosts), not refused here
+            # deferred: only this command needs it (vllm-dyno starts light)
             from app.hosts.plan import PlanError, mp_plan
             from app.hosts.spec import Host
 
