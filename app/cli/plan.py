@@ -215,6 +215,20 @@ def cmd_what_if(a: argparse.Namespace) -> int:
     return 0
 
 
+def _config_and_model(a: argparse.Namespace):
+    """The server config of ``a`` and its model's architecture; the model None (its error
+    printed) when the planner does not know it."""
+    # deferred: only the plan commands need it (vllm-dyno starts light)
+    from app.planner.models import ModelNotFoundError, resolve_model
+
+    cfg = config_from_args(a)
+    try:
+        return cfg, resolve_model(cfg.model)
+    except (ModelNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return cfg, None
+
+
 def _rig_options_problem(a: argparse.Namespace) -> str | None:
     """Why the rig what-if's options (``--nodes``, ``--cards-per-node``, ``--link``)
     cannot go together with the rest (None: they can)."""
@@ -246,14 +260,10 @@ def cmd_rig_what_if(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.hosts.whatif import RigWhatIfError, compare_rigs, render_rigs
     from app.planner.gpus import lookup_link
-    from app.planner.models import ModelNotFoundError, resolve_model
     from app.planner.versions import installed_version
 
-    cfg = config_from_args(a)
-    try:
-        model = resolve_model(cfg.model)
-    except (ModelNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    cfg, model = _config_and_model(a)
+    if model is None:
         return 2
     gpu = _cards(a, 1)[0]
     try:
@@ -291,16 +301,12 @@ def cmd_plan(a: argparse.Namespace) -> int:
               "(or give one --count)", file=sys.stderr)
         return 2
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.planner.models import ModelNotFoundError, resolve_model
     from app.planner.plan import plan
     from app.planner.render import render_plan
     from app.planner.versions import installed_version
 
-    cfg = config_from_args(a)
-    try:
-        model = resolve_model(cfg.model)
-    except (ModelNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    cfg, model = _config_and_model(a)
+    if model is None:
         return 2
     rig = None
     if a.nodes is not None:  # one --nodes N with the layout given: that layout on N hosts × --cards-per-node

@@ -25,7 +25,7 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from app.planner.gpus import LinkSpec, UnknownLinkError, lookup_link
+from app.planner.gpus import LinkSpec, link_name, lookup_link
 
 #: the destination of this machine itself: no SSH, the agent runs as a local process
 LOCALHOST = "localhost"
@@ -167,12 +167,7 @@ class Host(BaseModel):
     @field_validator("link")
     @classmethod
     def _link(cls, v: Optional[str]) -> Optional[str]:
-        if v is None:
-            return v
-        try:
-            return lookup_link(v).name
-        except UnknownLinkError as e:
-            raise ValueError(str(e)) from None
+        return link_name(v)
 
     @field_validator("dyno")
     @classmethod

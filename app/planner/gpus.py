@@ -140,6 +140,17 @@ def lookup_link(name: str) -> LinkSpec:
                            f"({LIST_COMMAND} lists them with their bandwidth and latency)")
 
 
+def link_name(name: str | None) -> str | None:
+    """The catalog's own name of link ``name`` (None stays None) — what a profile field
+    stores. Raises ValueError naming the catalog's links (a pydantic validator's error)."""
+    if name is None:
+        return None
+    try:
+        return lookup_link(name).name
+    except UnknownLinkError as e:
+        raise ValueError(str(e)) from None
+
+
 def rig_layout(hosts: int, cards_per_host: int, link: str | LinkSpec | None) -> RigLayout:
     """The layout ``hosts`` × ``cards_per_host`` joined by ``link`` (a catalog name or a
     LinkSpec). Raises ValueError for a count below 1, :class:`UnknownLinkError` for an

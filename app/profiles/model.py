@@ -38,7 +38,7 @@ from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
 from app.paths import repo_root
 from app.planner.cards import cards_for
-from app.planner.gpus import UnknownLinkError, lookup_link, rig_layout
+from app.planner.gpus import link_name, rig_layout
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
@@ -129,12 +129,7 @@ class SimRig(BaseModel):
     @field_validator("link")
     @classmethod
     def _link(cls, v: Optional[str]) -> Optional[str]:
-        if v is None:
-            return v
-        try:
-            return lookup_link(v).name
-        except UnknownLinkError as e:
-            raise ValueError(str(e)) from None
+        return link_name(v)
 
     def argv(self) -> list[str]:
         """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
