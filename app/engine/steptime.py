@@ -379,6 +379,24 @@ class StepTimeModel:
         :meth:`step_time` with one stage, :meth:`pipeline_step_time` with several."""
         return self.step_time if len(self.stages) == 1 else self.pipeline_step_time
 
+    def decode_cycle(self, batch: float, mean_context: float) -> tuple[float, float]:
+        """(seconds between two tokens of one running sequence, the sequences per scheduled
+        batch) when ``batch`` sequences of mean context ``mean_context`` decode. One stage: one
+        step of them all (:meth:`step_time_decode`, ``batch``). With P pipeline stages vLLM
+        keeps up to P batches in flight (module docstring), so the sequences run as k =
+        min(P, ⌈batch⌉) batches of batch/k each and a sequence's batch comes round again
+        after max(its latency, k × the interval) — the steady state of
+        :meth:`app.engine.scheduler.Scheduler.advance` with every batch equal."""
+        if batch <= 0:
+            return 0.0, 0.0
+        pp = len(self.stages)
+        if pp == 1:
+            return self.step_time_decode(batch, mean_context), batch
+        k = max(1, min(pp, math.ceil(batch)))
+        m = batch / k
+        latency, interval = self._step_parts(m, mean_context, 0.0, 0.0)
+        return max(latency, k * interval), m
+
     def prefill_marginal(self, batch: float, mean_context: float, n_tokens: float) -> float:
         """Extra seconds a prompt of ``n_tokens`` adds to decode steps of ``batch``
         sequences (weights are already being read), chunked by the token budget."""
@@ -435,17 +453,22 @@ class CurvePoint:
 def predict_level(model: StepTimeModel, concurrency: int, prompt_tokens: int, output_tokens: int,
                   capacity: int) -> CurvePoint:
     """One ramp level. ``capacity`` = requests the engine runs at once (min of
-    max_num_seqs and KV capacity for this workload); beyond it users queue."""
+    max_num_seqs and KV capacity for this workload); beyond it users queue. With pipeline
+    parallelism the running requests decode as several batches in flight
+    (:meth:`StepTimeModel.decode_cycle`); a prompt joins one of them and is counted as
+    holding up every batch for its whole pass — conservative: the step-level engine
+    (:mod:`app.engine.scheduler`, which the sim and the planner's curve run) is the
+    reference, this analytic level only ranks (the tuner's screen) and fits."""
     n = max(1, concurrency)
     b = max(1, min(n, capacity))
     o = max(1, output_tokens)
     c = prompt_tokens + o / 2
-    td = model.step_time_decode(b, c)
+    td, per_batch = model.decode_cycle(b, c)  # pipeline parallel: b/k sequences a batch, k in flight
     if b == 1:
         ttft = model.step_time_prefill(prompt_tokens)
         step = td
     else:
-        marg = model.prefill_marginal(b - 1, c, prompt_tokens)
+        marg = model.prefill_marginal(per_batch - 1, c, prompt_tokens)
         ttft = td + marg
         step = td + marg * b / o  # each of b users prefills once per o tokens
     ttft += model.params.t_request_s
