@@ -572,10 +572,13 @@ class MainWindow(QMainWindow):
     def form_profile(self, name: str, base=None):
         """The forms as a profile called ``name`` (``base``: the profile whose notes and —
         for unchanged settings — results to keep; default the loaded one when the name
-        matches). Raises ValueError naming the field."""
-        if base is None and self.current_profile is not None and self.current_profile.name == name:
-            base = self.current_profile
-        return profiles.form_profile(name, self.config, self.ramp, base)
+        matches). The rig's ``hosts:`` are always the loaded profile's, the ones Launch
+        starts (:meth:`build_request`), under any name. Raises ValueError naming the field."""
+        loaded = self.current_profile
+        if base is None and loaded is not None and loaded.name == name:
+            base = loaded
+        return profiles.form_profile(name, self.config, self.ramp, base,
+                                     hosts=list(loaded.hosts) if loaded is not None else [])
 
     def save_profile_dialog(self) -> None:
         name, ok = QInputDialog.getText(self, "Save profile", "Profile name (a built-in's name makes a user copy):",
