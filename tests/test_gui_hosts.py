@@ -247,3 +247,52 @@ def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_wind
     assert item.text() == "the agent's channel closed" and item.foreground().color() == QColor(REASON_COLOR)
     w.act_stop.trigger() if w.act_stop.isEnabled() else None
     pump(qtbot, lambda: w.controller.core.rig is None or not w.controller.server_running, 60, "the rig is closed")
+
+
+@pytest.mark.multinode
+def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_window, qtbot):
+    """Two hosts as network namespaces reached over SSH (tests/netns.py): the head's API
+    server listens on its private address, so the plan dialog asks to launch it
+    reachable from other machines; its Launch is that confirmation (the head's agent
+    refuses a bind beyond loopback without it). The sim rig (TP 4 × PP 2, one stage per
+    host) becomes ready at the head's address, both hosts ready in the Hosts view; Stop
+    leaves no process on either host."""
+    import dataclasses
+
+    from tests import netns
+    from tests.test_multinode import DYNO, _host_procs, _opts
+
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    bed = netns.Bed.make(2)
+    try:
+        w = main_window
+        w.sim_time_scale = 4.0
+        _rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
+                     pipeline_parallel_size=2)
+        build = w.build_request
+        w.build_request = lambda: dataclasses.replace(build(), ssh=_opts(bed))  # the bed's key and known hosts
+        said = []
+
+        def answer(dlg):
+            said.append((dlg.launch_button.text(), list(dlg.preview.exposure)))
+            return _click(dlg, dlg.launch_button)
+
+        w._run_dialog = answer
+        w.launch()
+        head = bed.hosts[0]
+        assert said[0][0] == "Launch, reachable from other machines"
+        assert said[0][1][0].startswith(f"head {head.destination}: listening on {head.address}")
+        pump(qtbot, lambda: w.controller.state in ("ready", "failed"), 180, "the rig becomes ready")
+        assert w.controller.state == "ready", w.controller.core.failure_text + w.log_pane.text()[-3000:]
+        assert w.controller.url.startswith(f"http://{head.address}:")
+        pump(qtbot, lambda: [r["state"] for r in w.hosts_view.rows] == ["ready", "ready"], 30, "both hosts ready")
+        w.stop()
+        pump(qtbot, lambda: w.controller.core.rig is None, 60, "the rig is closed")
+        deadline = time.monotonic() + 30
+        while any(_host_procs(h) for h in bed.hosts) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_host_procs(h) for h in bed.hosts), {h.ns: _host_procs(h) for h in bed.hosts}
+    finally:
+        bed.close()
