@@ -260,7 +260,7 @@ def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_wind
     import dataclasses
 
     from tests import netns
-    from tests.test_multinode import DYNO, _host_procs, _opts
+    from tests.test_multinode import DYNO, ssh_options
 
     why = netns.unavailable()
     if why:
@@ -272,7 +272,7 @@ def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_wind
         _rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
                      pipeline_parallel_size=2)
         build = w.build_request
-        w.build_request = lambda: dataclasses.replace(build(), ssh=_opts(bed))  # the bed's key and known hosts
+        w.build_request = lambda: dataclasses.replace(build(), ssh=ssh_options(bed))  # the bed's key and known hosts
         said = []
 
         def answer(dlg):
@@ -291,8 +291,8 @@ def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_wind
         w.stop()
         pump(qtbot, lambda: w.controller.core.rig is None, 60, "the rig is closed")
         deadline = time.monotonic() + 30
-        while any(_host_procs(h) for h in bed.hosts) and time.monotonic() < deadline:
+        while any(h.app_pids() for h in bed.hosts) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(_host_procs(h) for h in bed.hosts), {h.ns: _host_procs(h) for h in bed.hosts}
+        assert not any(h.app_pids() for h in bed.hosts), {h.ns: h.app_pids() for h in bed.hosts}
     finally:
         bed.close()

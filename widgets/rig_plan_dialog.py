@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtGui import QFontDatabase, QTextOption
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QLabel, QMessageBox, QPlainTextEdit,
-                               QPushButton, QVBoxLayout, QWidget)
+from PySide6.QtGui import QFont, QFontDatabase, QTextCharFormat, QTextCursor, QTextOption
+from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QLabel, QMessageBox, QPushButton, QTextEdit,
+                               QVBoxLayout, QWidget)
 
 from app.fileio import write_atomic
 from app.hosts.preview import RigPreview
@@ -27,6 +27,25 @@ def _para(text: str, color: str | None = None) -> QLabel:
     label = QLabel(f"<span{style}>{text}</span>")
     label.setWordWrap(True)
     return label
+
+
+def _mark_hosts(edit: QTextEdit) -> None:
+    """Each host's comment line in bold, with space above it (the text itself unchanged:
+    what is copied is what ``vllm-dyno hosts plan`` prints)."""
+    cur = QTextCursor(edit.document())
+    block = edit.document().begin()
+    while block.isValid():
+        if block.text().startswith("# "):
+            cur.setPosition(block.position())
+            cur.setPosition(block.position() + block.length() - 1, QTextCursor.KeepAnchor)
+            fmt = QTextCharFormat()
+            fmt.setFontWeight(QFont.Bold)
+            cur.mergeCharFormat(fmt)
+            if block.position() > 0:
+                bf = block.blockFormat()
+                bf.setTopMargin(10)
+                cur.setBlockFormat(bf)
+        block = block.next()
 
 
 class RigPlanDialog(QDialog):
@@ -52,11 +71,14 @@ class RigPlanDialog(QDialog):
             where = f"host {html.escape(f.host)}: " if f.host else ""
             v.addWidget(_para(f"<b>{f.level}</b>: {where}{html.escape(f.message)}",
                               ERROR_COLOR if f.level == "error" else WARNING_COLOR))
-        self.commands = QPlainTextEdit(preview.text())
+        self.commands = QTextEdit()
         self.commands.setObjectName("rigPlanCommands")
         self.commands.setReadOnly(True)
+        self.commands.setAcceptRichText(False)
         self.commands.setFont(QFontDatabase.systemFont(QFontDatabase.FixedFont))
         self.commands.setWordWrapMode(QTextOption.WrapAtWordBoundaryOrAnywhere)  # every word in view, none clipped
+        self.commands.setPlainText(preview.text())
+        _mark_hosts(self.commands)
         self.commands.setVisible(bool(preview.plan))
         v.addWidget(self.commands, 1)
         if preview.plan:
@@ -82,7 +104,7 @@ class RigPlanDialog(QDialog):
         bb.rejected.connect(self.reject)
         self.buttons = bb
         v.addWidget(bb)
-        self.resize(920, 520)
+        self.resize(960, 480)
 
     def export(self, path: str | Path) -> Path:
         """Write the plan's script to ``path`` (atomically: the old file stays whole on any
