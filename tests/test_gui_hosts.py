@@ -181,6 +181,7 @@ def test_a_layout_the_hosts_cannot_run_shows_its_fix_and_launches_nothing(main_w
     assert "would span hosts" in text and "pipeline_parallel_size 2" in text
     assert hidden and not can_launch and not can_export
     assert w.controller.core.rig is None and not w.controller.server_running
+    assert w.statusBar().currentMessage().startswith("Cannot launch over 2 hosts: a tensor-parallel group of 8")
 
     _rig_profile(w, qtbot, ["localhost", "dyno@10.0.0.12"], tensor_parallel_size=4, pipeline_parallel_size=2)
     w._run_dialog = answer

@@ -876,8 +876,10 @@ class MainWindow(QMainWindow):
         finally:
             dlg.deleteLater()
         if not ok:
-            self.statusBar().showMessage(f"Not launched: the launch plan over {len(req.hosts)} hosts was not "
-                                         "confirmed", 8000)
+            why = preview.error or next((f.message for f in preview.findings if f.level == "error"), None)
+            self.statusBar().showMessage(f"Cannot launch over {len(req.hosts)} hosts: {why}" if why else
+                                         f"Not launched: the launch plan over {len(req.hosts)} hosts was not "
+                                         "confirmed", 15000)
             return None
         return dataclasses.replace(req, expose=True) if preview.exposed else req
 
