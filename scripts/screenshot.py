@@ -12,6 +12,9 @@ tab when it is done (``resources/screenshots/tune.png``).
 ``--hosts``: instead, the demo profile launched as a rig of two local agents
 (``localhost`` and ``127.0.0.1``), the second agent then killed, and the Live tab's Hosts
 view grabbed (``resources/screenshots/hosts.png``).
+``--rig-plan``: instead, Launch of the demo profile over two remote hosts (TP 4 × PP 2,
+one stage per host) and the launch plan the window shows before anything starts
+grabbed, then cancelled (``resources/screenshots/rig-plan.png``).
 """
 from __future__ import annotations
 
@@ -39,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
                          "launch loads (the status bar's phase and time left)")
     ap.add_argument("--hosts", action="store_true",
                     help="instead: the demo profile over two local agents, the second then killed; grab the Hosts view")
+    ap.add_argument("--rig-plan", action="store_true",
+                    help="instead: Launch over two remote hosts; grab the launch plan dialog, then cancel it")
     ap.add_argument("--launches", type=int, default=3, help="the tune's max launches (--tune)")
     ap.add_argument("--time-scale", type=float, default=4.0, help="sim speed-up (rig time is what is shown)")
     ap.add_argument("--at-level", type=int, default=6, help="grab while this level (1-based) runs")
@@ -74,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             return launching_shot(w, a, pump)
         if a.hosts:
             return hosts_shot(w, a, pump)
+        if a.rig_plan:
+            return rig_plan_shot(w, a, pump)
         w.launch()
         if not pump(120, lambda: w.controller.state in ("ready", "failed")) or w.controller.state != "ready":
             print("screenshot: the sim did not become ready:\n" + w.log_pane.text()[-2000:], file=sys.stderr)
@@ -130,6 +137,7 @@ def hosts_shot(w, a, pump) -> int:
     profiles.apply_to_form(p, w.config, w.ramp)
     w.current_profile = p
     pump(1.0)
+    w._run_dialog = lambda dlg: (dlg.launch_button.click(), dlg.result())[1]  # the plan: launch it
     w.launch()
     if not pump(180, lambda: w.controller.state in ("ready", "failed")) or w.controller.state != "ready":
         print("screenshot: the rig did not become ready: " + w.controller.core.failure_text + "\n"
@@ -146,6 +154,42 @@ def hosts_shot(w, a, pump) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     w.grab().save(a.out)
     print(f"saved {a.out}: " + "; ".join(f"{r['host']} {r['state']} {r['reason']}" for r in w.hosts_view.rows))
+    return 0
+
+
+def rig_plan_shot(w, a, pump) -> int:
+    """The launch plan dialog of the demo profile over two remote hosts (one pipeline
+    stage each), as Launch shows it before anything starts; cancelled after the grab."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.hosts.spec import hosts_from
+
+    from widgets import profiles
+
+    p = w.current_profile
+    p = p.updated(hosts=hosts_from([{"ssh": "dyno@10.0.0.11", "gpus": 4, "link": "ib-hdr200"},
+                                    {"ssh": "dyno@10.0.0.12", "gpus": 4, "link": "ib-hdr200"}]),
+                  server={**p.server, "tensor_parallel_size": 4, "pipeline_parallel_size": 2})
+    profiles.apply_to_form(p, w.config, w.ramp)
+    w.current_profile = p
+    pump(2.0)
+    shot = []
+
+    def grab(dlg) -> int:
+        dlg.show()
+        pump(1.0)
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        dlg.grab().save(a.out)
+        shot.append(dlg.commands.toPlainText())
+        dlg.buttons.button(QDialogButtonBox.Cancel).click()
+        return dlg.result()
+
+    w._run_dialog = grab
+    w.launch()
+    if not shot:
+        print(f"screenshot: no launch plan was shown: {w.statusBar().currentMessage()}", file=sys.stderr)
+        return 1
+    print(f"saved {a.out}:\n{shot[0]}")
     return 0
 
 

@@ -70,6 +70,22 @@ class NsHost:
         r = _ip("netns", "pids", self.ns, check=False)
         return [int(x) for x in r.stdout.split()]
 
+    def app_pids(self) -> list[int]:
+        """The processes of the namespace other than its SSH server, kernel threads and
+        zombies: what the app started there (its agent, its server part)."""
+        import psutil
+
+        out = []
+        for p in self.pids():
+            try:
+                proc = psutil.Process(p)
+                if p != self.server.pid and proc.ppid() != 0 and "ssh_server" not in " ".join(proc.cmdline()) \
+                        and proc.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
 
 @dataclass
 class Bed:

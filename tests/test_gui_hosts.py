@@ -9,10 +9,14 @@ window shows that snapshot through the adapter and its redraw timer, and the sel
 profile's hosts before any launch."""
 from __future__ import annotations
 
+import html
 import os
+import re
 import time
 
+import pytest
 from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QLabel
 
 from app.config import ServerConfig
 from app.hosts.plan import HostCommand
@@ -95,22 +99,136 @@ def test_the_window_shows_hosts_only_for_a_rig(main_window, qtbot):
     assert [h.label() for h in saved.hosts] == ["dyno@10.0.0.11", "dyno@10.0.0.12"]
 
 
+def _rig_profile(w, qtbot, hosts: list, **server):
+    """Load the demo profile with ``hosts`` and ``server`` options into the window's forms
+    (as if loaded), once the demo profile is planned; returns the profile."""
+    from widgets import profiles
+
+    pump(qtbot, lambda: w.plan is not None and w.act_launch.isEnabled(), 30, "the demo profile is planned")
+    p = w.current_profile
+    p = p.updated(hosts=hosts_from(hosts), server={**p.server, **server})
+    profiles.apply_to_form(p, w.config, w.ramp)
+    w.current_profile = p
+    pump(qtbot, lambda: w.state.config is not None and w.plan is not None, 30, "the rig's form is planned")
+    return p
+
+
+def _click(dlg, button) -> int:
+    """Show ``dlg`` as exec() would, click ``button``; what exec() would return."""
+    dlg.show()
+    button.click()
+    return dlg.result()
+
+
+def test_the_plan_dialog_before_a_rig_launch_and_its_export(main_window, qtbot, tmp_path_factory):
+    """Launch with a profile of two remote hosts: before anything starts the window shows
+    the plan — each host's role, rank and command exactly as `vllm-dyno hosts plan`
+    renders them, the head's exposure (its API server on its address), Launch/Cancel —
+    and Export… writes the ssh-line script atomically. Cancel starts nothing."""
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.hosts.plan import mp_plan, render, script
+
+    w = main_window
+    tmp_path = tmp_path_factory.mktemp("export")
+    p = _rig_profile(w, qtbot, ["dyno@10.0.0.11", "dyno@10.0.0.12:2222"], tensor_parallel_size=4,
+                     pipeline_parallel_size=2)
+    plan = mp_plan(p.hosts, w.build_request().config)
+    seen = []
+
+    def answer(dlg):
+        seen.append(dlg)
+        assert dlg.windowTitle() == "Launch on 2 hosts"
+        assert dlg.commands.toPlainText() == render(plan)
+        assert "# dyno@10.0.0.11 — head" in dlg.commands.toPlainText()
+        assert "# dyno@10.0.0.12:2222 — headless, rank 1" in dlg.commands.toPlainText()
+        assert dlg.launch_button.isEnabled() and dlg.launch_button.text() == "Launch, reachable from other machines"
+        out = dlg.export(tmp_path / "rig.sh")
+        assert out.read_text() == script(plan) and plan[1].ssh_line() + " &" in out.read_text().splitlines()
+        blocked = tmp_path / "a-folder.sh"
+        blocked.mkdir()
+        with pytest.raises(OSError):  # cannot replace a folder: nothing half-written, no temporary left
+            dlg.export(blocked)
+        assert sorted(x.name for x in tmp_path.iterdir()) == ["a-folder.sh", "rig.sh"]
+        return _click(dlg, dlg.buttons.button(QDialogButtonBox.Cancel))
+
+    w._run_dialog = answer
+    w.launch()
+    assert len(seen) == 1
+    assert w.controller.core.rig is None and not w.controller.server_running
+    assert "Not launched: the launch plan over 2 hosts was not confirmed" in w.statusBar().currentMessage()
+
+
+def test_a_layout_the_hosts_cannot_run_shows_its_fix_and_launches_nothing(main_window, qtbot):
+    """TP 8 over two hosts of the sim's 8 cards: the tensor-parallel group would span the
+    hosts (app.hosts.plan.PlanError): the dialog says so with the fix, shows no commands,
+    Launch and Export… are disabled, and even an accepted dialog starts nothing. A head on
+    this machine's loopback with a remote other host is refused the same way (a finding)."""
+    w = main_window
+    _rig_profile(w, qtbot, ["dyno@10.0.0.11", "dyno@10.0.0.12"], tensor_parallel_size=8, pipeline_parallel_size=1)
+    seen = []
+
+    def answer(dlg):
+        said = html.unescape(re.sub("<[^>]+>", "", " ".join(x.text() for x in dlg.findChildren(QLabel))))
+        seen.append((said, dlg.commands.isHidden(), dlg.launch_button.isEnabled(), dlg.export_button.isEnabled()))
+        dlg.show()
+        dlg.accept()  # the dialog's own Launch is disabled; accepted anyway, the window still refuses
+        return dlg.result()
+
+    w._run_dialog = answer
+    w.launch()
+    text, hidden, can_launch, can_export = seen[0]
+    assert "would span hosts" in text and "pipeline_parallel_size 2" in text
+    assert hidden and not can_launch and not can_export
+    assert w.controller.core.rig is None and not w.controller.server_running
+    assert w.statusBar().currentMessage().startswith("Cannot launch over 2 hosts: a tensor-parallel group of 8")
+
+    _rig_profile(w, qtbot, ["localhost", "dyno@10.0.0.12"], tensor_parallel_size=4, pipeline_parallel_size=2)
+    w._run_dialog = answer
+    seen.clear()
+    w.launch()
+    text, hidden, can_launch, can_export = seen[0]
+    assert "error: host localhost: it is reached at 127.0.0.1, which dyno@10.0.0.12 cannot reach" in text
+    assert not hidden and not can_launch and can_export  # a plan to look at and export, not to launch
+    assert w.controller.core.rig is None and not w.controller.server_running
+
+
+def test_save_as_under_a_new_name_keeps_the_hosts(main_window, qtbot):
+    """The rig's hosts: (no form field holds them) survive every save of the form under
+    another name — the window's Save dialog, the Profiles tab's Save as and New — and a
+    profile saved so launches its rig again."""
+    from widgets import profiles
+
+    w = main_window
+    _rig_profile(w, qtbot, ["dyno@10.0.0.11", {"ssh": "dyno@10.0.0.12", "gpus": [1], "link": "25gbe"}],
+                 tensor_parallel_size=4, pipeline_parallel_size=2)
+    want = [h.model_dump() for h in w.current_profile.hosts]
+    w.save_profile("rig copy")
+    w.profile_manager.save_as("rig copy 2")
+    w.profile_manager.new_profile("rig new")
+    lib = profiles.library()
+    for name in ("rig copy", "rig copy 2", "rig new"):
+        assert [h.model_dump() for h in lib.entry(name).profile.hosts] == want, name
+    assert w.load_profile("rig copy 2")
+    assert w.current_profile.name == "rig copy 2" and w.build_request().multi_host
+    assert w.load_profile(profiles.DEMO_NAME)  # a profile without hosts saves none
+    w.save_profile("no rig")
+    assert lib.entry("no rig").profile.hosts == [] and not w.build_request().multi_host
+
+
 def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_window, qtbot):
     """Launch through the window with a profile of two local hosts (TP 4 × PP 2 over the
     sim's 8 cards: one stage per host, app.hosts.plan.mp_plan): the Hosts view fills
     from the controller's snapshot; the headless host's agent killed, its row says lost
     with the reason in red and the run fails naming it."""
-    from widgets import profiles
-
     w = main_window
     w.sim_time_scale = 4.0
-    pump(qtbot, lambda: w.plan is not None and w.act_launch.isEnabled(), 30, "the demo profile is planned")
-    p = w.current_profile
-    p = p.updated(hosts=hosts_from([{"ssh": "localhost"}, {"ssh": "127.0.0.1"}]),
-                  server={**p.server, "tensor_parallel_size": 4, "pipeline_parallel_size": 2})
-    profiles.apply_to_form(p, w.config, w.ramp)
-    w.current_profile = p
+    _rig_profile(w, qtbot, [{"ssh": "localhost"}, {"ssh": "127.0.0.1"}], tensor_parallel_size=4,
+                 pipeline_parallel_size=2)
+    shown = []
+    w._run_dialog = lambda dlg: shown.append(dlg.commands.toPlainText()) or _click(dlg, dlg.launch_button)
     w.launch()
+    assert len(shown) == 1 and "# 127.0.0.1 — headless, rank 1" in shown[0]  # the plan came first
     pump(qtbot, lambda: w.controller.state in ("ready", "failed"), 180, "the rig becomes ready")
     assert w.controller.state == "ready", w.controller.core.failure_text + w.log_pane.text()[-3000:]
     assert w.tabs.currentWidget() is w.dashboard
@@ -130,3 +248,52 @@ def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_wind
     assert item.text() == "the agent's channel closed" and item.foreground().color() == QColor(REASON_COLOR)
     w.act_stop.trigger() if w.act_stop.isEnabled() else None
     pump(qtbot, lambda: w.controller.core.rig is None or not w.controller.server_running, 60, "the rig is closed")
+
+
+@pytest.mark.multinode
+def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_window, qtbot):
+    """Two hosts as network namespaces reached over SSH (tests/netns.py): the head's API
+    server listens on its private address, so the plan dialog asks to launch it
+    reachable from other machines; its Launch is that confirmation (the head's agent
+    refuses a bind beyond loopback without it). The sim rig (TP 4 × PP 2, one stage per
+    host) becomes ready at the head's address, both hosts ready in the Hosts view; Stop
+    leaves no process on either host."""
+    import dataclasses
+
+    from tests import netns
+    from tests.test_multinode import DYNO, ssh_options
+
+    why = netns.unavailable()
+    if why:
+        pytest.skip(why)
+    bed = netns.Bed.make(2)
+    try:
+        w = main_window
+        w.sim_time_scale = 4.0
+        _rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
+                     pipeline_parallel_size=2)
+        build = w.build_request
+        w.build_request = lambda: dataclasses.replace(build(), ssh=ssh_options(bed))  # the bed's key and known hosts
+        said = []
+
+        def answer(dlg):
+            said.append((dlg.launch_button.text(), list(dlg.preview.exposure)))
+            return _click(dlg, dlg.launch_button)
+
+        w._run_dialog = answer
+        w.launch()
+        head = bed.hosts[0]
+        assert said[0][0] == "Launch, reachable from other machines"
+        assert said[0][1][0].startswith(f"head {head.destination}: listening on {head.address}")
+        pump(qtbot, lambda: w.controller.state in ("ready", "failed"), 180, "the rig becomes ready")
+        assert w.controller.state == "ready", w.controller.core.failure_text + w.log_pane.text()[-3000:]
+        assert w.controller.url.startswith(f"http://{head.address}:")
+        pump(qtbot, lambda: [r["state"] for r in w.hosts_view.rows] == ["ready", "ready"], 30, "both hosts ready")
+        w.stop()
+        pump(qtbot, lambda: w.controller.core.rig is None, 60, "the rig is closed")
+        deadline = time.monotonic() + 30
+        while any(h.app_pids() for h in bed.hosts) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(h.app_pids() for h in bed.hosts), {h.ns: h.app_pids() for h in bed.hosts}
+    finally:
+        bed.close()

@@ -274,6 +274,77 @@ def test_plan_refuses_what_does_not_fit(n, cfg, says):
     assert says in str(e.value)
 
 
+def test_plan_script_runs_one_ssh_line_per_host(tmp_path):
+    """The exported script (the window's Export…): run by bash with an ``ssh`` on PATH that
+    records its argv, every host's ssh line runs once, head first in the file, each with
+    exactly the destination, port and remote command of HostCommand.ssh_line; the script
+    waits for them all."""
+    import shlex
+    import subprocess
+
+    from app.hosts.plan import script
+
+    hosts = hosts_from([{"ssh": "dyno@10.0.0.11", "gpus": 1}, {"ssh": "dyno@10.0.0.12:2222", "gpus": 1}])
+    plan = mp_plan(hosts, ServerConfig(model="/models/my model", pipeline_parallel_size=2,
+                                       env={"VLLM_API_KEY": "s3cret"}))
+    text = script(plan)
+    assert text.startswith("#!/usr/bin/env bash\n") and text.endswith("wait\n")
+    assert [ln for ln in text.splitlines() if ln.startswith("ssh ")] == [c.ssh_line() + " &" for c in plan]
+    assert text.index(plan[0].title()) < text.index(plan[1].title()) and "s3cret" not in text  # the key: ${NAME}
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ssh").write_text('#!/bin/sh\nn=$(ls "$OUT" | wc -l)\nprintf "%s\\0" "$@" > "$OUT/$n.$$"\nsleep 0.3\n')
+    (fake / "ssh").chmod(0o755)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "rig.sh").write_text(text)
+    r = subprocess.run(["bash", str(tmp_path / "rig.sh")], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}", OUT=str(tmp_path / "out")))
+    assert r.returncode == 0, r.stderr
+    calls = [f.read_text().split("\0")[:-1] for f in (tmp_path / "out").iterdir()]
+    want = [shlex.split(c.ssh_line())[1:] for c in plan]
+    assert sorted(calls) == sorted(want) and len(calls) == 2
+    for c in plan:  # the remote shell gets the command as `hosts plan` prints it
+        assert [c.shell()] == [a[-1] for a in calls if a[-1] == c.shell()]
+    assert ["-p", "2222", "dyno@10.0.0.12", "--"] == want[1][:4]
+
+
+def test_layout_findings_without_the_agents():
+    """What the hosts' entries alone say (the window's plan dialog; rig_findings includes
+    it): a loopback head in a rig with another machine is an error naming the fix; a host
+    reached by a name gets no VLLM_HOST_IP in the plan, a warning; two local labels (the
+    tests' rigs) and addresses are fine."""
+    from app.hosts.checks import layout_findings
+    from app.hosts.preview import rig_preview
+
+    assert layout_findings(hosts_from(["localhost", "127.0.0.1"])) == []
+    assert layout_findings(_four()) == []
+    mixed = hosts_from(["localhost", "dyno@10.0.0.12"])
+    f = layout_findings(mixed)
+    assert [(x.level, x.host) for x in f] == [("error", "localhost")]
+    assert "dyno@10.0.0.12 cannot reach" in f[0].message and "hosts[].address" in f[0].message
+    fixed = hosts_from([{"ssh": "localhost", "address": "10.0.0.11"}, "dyno@10.0.0.12"])
+    assert layout_findings(fixed) == []
+    named = hosts_from(["dyno@10.0.0.11", "gpu-b.lan"])
+    w = layout_findings(named)
+    assert [(x.level, x.host) for x in w] == [("warning", "gpu-b.lan")] and "VLLM_HOST_IP" in w[0].message
+    plan = mp_plan(named, ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert "VLLM_HOST_IP" not in plan[1].config.env  # what the warning is about
+    assert rig_findings(mixed, [_probe(), _probe()])[0] == f[0]  # the launch refuses it too
+    # the preview: the plan as `hosts plan` renders it, the findings, the head's exposure
+    p = rig_preview(named, ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert p.text() == render(plan) and p.can_launch and p.findings == w
+    assert p.exposed and p.exposure[0] == "head dyno@10.0.0.11: listening on 10.0.0.11, beyond this machine " \
+                                          "(not a loopback address)" and "VLLM_API_KEY" in p.exposure[1]
+    bad = rig_preview(mixed, ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert bad.plan and not bad.can_launch  # a plan, but an error finding
+    no = rig_preview(named, ServerConfig(model="/m", tensor_parallel_size=3))
+    assert not no.plan and "cannot be split evenly over 2 hosts" in no.error and not no.can_launch
+    with pytest.raises(PlanError):
+        no.script()
+    local = rig_preview(hosts_from(["localhost", "127.0.0.1"]), ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert not local.exposed and local.can_launch
+
+
 @pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
 def test_plan_commands_parse_with_the_installed_vllm():
     """Every command of both layouts is accepted by the installed vLLM's own ``vllm serve``

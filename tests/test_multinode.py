@@ -56,7 +56,9 @@ def bed():
     assert b.bridge not in links and not any(h.veth + "@" in links for h in b.hosts)
 
 
-def _opts(bed, **kw) -> SshOptions:
+def ssh_options(bed, **kw) -> SshOptions:
+    """How the app reaches the bed's hosts: its generated client key and known-hosts
+    file only (no SSH agent, no ~/.ssh/config); ``kw`` overrides."""
     d = dict(known_hosts=str(bed.known_hosts), client_keys=(str(bed.client_key),), use_agent=False,
              connect_timeout=10.0, config=())
     d.update(kw)
@@ -84,7 +86,7 @@ def _left(pids: list[int], pgid: int | None) -> list[int]:
 def test_two_hosts_hello_clock_and_telemetry(bed):
     async def go():
         clock = SessionClock()  # the session's one clock, shared by every host's link
-        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=_opts(bed))
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=ssh_options(bed))
                  for h in bed.hosts]
         try:
             got: list[Sample] = []
@@ -128,7 +130,7 @@ def test_other_version_refused_naming_both(bed):
 
     async def go():
         with pytest.raises(HostError) as e:
-            await AgentLink.open(Host(ssh=h.destination, dyno=fake), ssh=_opts(bed))
+            await AgentLink.open(Host(ssh=h.destination, dyno=fake), ssh=ssh_options(bed))
         return str(e.value)
     msg = _run(go())
     assert h.destination in msg and "vllm-dyno 0.0.1" in msg and f"vllm-dyno {__version__}" in msg
@@ -141,7 +143,7 @@ def test_sim_on_a_host_reached_at_its_address_and_gone_with_the_channel(bed):
     h = bed.hosts[0]
 
     async def go():
-        link = await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed))
+        link = await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=ssh_options(bed))
         try:
             cfg = ServerConfig(model="Llama-3-8B", host=h.address)
             with pytest.raises(HostError, match="confirm"):  # beyond loopback only when confirmed
@@ -180,7 +182,7 @@ def test_unknown_host_key_refused_saying_how_to_accept(bed, tmp_path):
 
     async def go():
         with pytest.raises(HostError) as e:
-            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed, known_hosts=str(empty)))
+            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=ssh_options(bed, known_hosts=str(empty)))
         return str(e.value)
     msg = _run(go())
     assert msg.startswith(f"host {h.destination}: its host key is not in {empty}")
@@ -194,7 +196,7 @@ def test_refused_key_says_keys_only(bed, tmp_path):
 
     async def go():
         with pytest.raises(HostError) as e:
-            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=_opts(bed, client_keys=(str(other),)))
+            await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), ssh=ssh_options(bed, client_keys=(str(other),)))
         return str(e.value)
     msg = _run(go())
     assert h.destination in msg and "refused every key" in msg and "ssh-add" in msg
@@ -208,7 +210,7 @@ def test_bad_destination_names_the_host(bed, dest, says):
 
     async def go():
         with pytest.raises(HostError) as e:
-            await AgentLink.open(Host(ssh=dest, dyno=DYNO), ssh=_opts(bed, connect_timeout=5.0))
+            await AgentLink.open(Host(ssh=dest, dyno=DYNO), ssh=ssh_options(bed, connect_timeout=5.0))
         return str(e.value)
     msg = _run(go())
     assert msg.startswith(f"host {dest}: ") and says in msg and "hosts[].ssh" in msg
@@ -245,7 +247,7 @@ def test_a_host_that_drops_is_named_and_cleans_up_after_itself(bed):
     h0, h1 = bed.hosts
 
     async def go():
-        opts = _opts(bed, keepalive_s=0.5, keepalive_count=2)
+        opts = ssh_options(bed, keepalive_s=0.5, keepalive_count=2)
         clock = SessionClock()
         links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO), clock=clock, ssh=opts) for h in bed.hosts]
         lost: dict[str, tuple[str, float]] = {}
@@ -287,7 +289,7 @@ def test_rig_opens_every_host_at_once_and_a_bad_one_closes_the_rest(bed):
     good = [Host(ssh=h.destination, dyno=DYNO) for h in bed.hosts]
     bank = SeriesBank()
     t = time.monotonic()
-    with Rig(good, ssh=_opts(bed)) as rig:
+    with Rig(good, ssh=ssh_options(bed)) as rig:
         rig.subscribe(bank)
         rig.open()
         opened = time.monotonic() - t
@@ -297,7 +299,7 @@ def test_rig_opens_every_host_at_once_and_a_bad_one_closes_the_rest(bed):
         assert all(o is not None and abs(o.offset_s) <= o.bound_s + 1e-4 for o in rig.offsets.values())
     print(f"\nrig of 2 hosts opened in {opened:.2f} s (both agents at once)")
     bad = Host(ssh=f"root@{bed.hosts[0].address}:2299", dyno=DYNO)
-    rig = Rig([*good, bad], ssh=_opts(bed, connect_timeout=5.0))
+    rig = Rig([*good, bad], ssh=ssh_options(bed, connect_timeout=5.0))
     try:
         with pytest.raises(HostError, match=f"host {bad.ssh}: cannot connect"):
             rig.open()
@@ -319,7 +321,7 @@ def test_probe_and_findings_over_the_bed(bed):
     async def go():
         probes = []
         for h in hosts:
-            link = await AgentLink.open(h, ssh=_opts(bed))
+            link = await AgentLink.open(h, ssh=ssh_options(bed))
             try:
                 probes.append(await link.probe(str(ROOT / "build" / "tiny-llama")))
             finally:
@@ -358,20 +360,6 @@ class _Events:
         self.failures.append(reason)
 
 
-def _host_procs(h) -> list[int]:
-    """The processes of namespace host ``h`` other than its SSH server and kernel threads."""
-    out = []
-    for p in h.pids():
-        try:
-            proc = psutil.Process(p)
-            if p != h.server.pid and proc.ppid() != 0 and "ssh_server" not in " ".join(proc.cmdline()) \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.Error:
-            pass
-    return out
-
-
 def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float, kill: int = 1,
                    what: str = "agent") -> None:
     """Launch ``target_kw`` over the bed's two hosts through the run controller, start a
@@ -390,7 +378,7 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
         ctl = RunController(store=store, listener=ev)  # type: ignore[arg-type]
         try:
             t0 = time.monotonic()
-            assert ctl.launch(LaunchTarget(hosts=hosts, ssh=_opts(bed), expose=True, **target_kw)) == []
+            assert ctl.launch(LaunchTarget(hosts=hosts, ssh=ssh_options(bed), expose=True, **target_kw)) == []
             assert ctl.wait_ready(ready_s), f"{ctl.failure_text}\n" + "\n".join(
                 text for _, _, text in list(ctl.rig.links[0].log_lines)[-30:] if ctl.rig)
             took = time.monotonic() - t0
@@ -423,9 +411,9 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             assert ctl.state == State.FAILED and ev.failures and lost.destination in ev.failures[0]
             assert ctl.stop() == []
             t = time.monotonic()
-            while any(_host_procs(h) for h in bed.hosts) and time.monotonic() - t < 30:
+            while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 30:
                 time.sleep(0.2)
-            left = {h.ns: _host_procs(h) for h in bed.hosts}
+            left = {h.ns: h.app_pids() for h in bed.hosts}
             assert not any(left.values()), f"processes left on the hosts: {left}"
             runs = store.list_runs()
             assert len(runs) == 1 and runs[0]["status"] == "server_failed", runs
@@ -499,17 +487,17 @@ def test_controller_refuses_a_rig_launch_naming_the_host_and_leaves_nothing(bed,
         ctl = RunController(store=store)
         try:
             with pytest.raises(LaunchError) as e:
-                ctl.launch(LaunchTarget("vllm", cfg, hosts=hosts, ssh=_opts(bed), expose=True))
+                ctl.launch(LaunchTarget("vllm", cfg, hosts=hosts, ssh=ssh_options(bed), expose=True))
             for h in hosts:
                 assert f"host {h.ssh}: the model {tmp_path / 'no-such-model'} is not there: copy it" in str(e.value)
             assert ctl.state == State.FAILED and ctl.rig is None
             gone = Host(ssh=f"root@{bed.hosts[1].address}:1", dyno=DYNO)  # nothing listens on port 1
             with pytest.raises(LaunchError, match=f"host root@{bed.hosts[1].address}:1: "):
-                ctl.launch(LaunchTarget("sim", cfg, hosts=[hosts[0], gone], ssh=_opts(bed), expose=True))
+                ctl.launch(LaunchTarget("sim", cfg, hosts=[hosts[0], gone], ssh=ssh_options(bed), expose=True))
             assert ctl.rig is None
         finally:
             ctl.close()
     t = time.monotonic()
-    while any(_host_procs(h) for h in bed.hosts) and time.monotonic() - t < 30:
+    while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 30:
         time.sleep(0.2)
-    assert not any(_host_procs(h) for h in bed.hosts)
+    assert not any(h.app_pids() for h in bed.hosts)

@@ -22,6 +22,7 @@ from PySide6.QtGui import QAction, QGuiApplication, QIcon, QKeySequence, QPixmap
 from PySide6.QtWidgets import (
     QApplication,
     QCheckBox,
+    QDialog,
     QInputDialog,
     QLabel,
     QMainWindow,
@@ -36,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from app import __version__
 from app.config import exposure_lines, exposure_problem
+from app.hosts.preview import rig_preview
 from app.loadgen.spec import parse_length
 from app.paths import data_dir
 from app.planner.gpus import catalog_names
@@ -64,6 +66,7 @@ from widgets.plan_panel import PlanInputs, PlanPanel, PlanRunner
 from widgets.profile_manager import ProfileManager
 from widgets.ramp_panel import RampPanel
 from widgets.results import CurvesView, ResultsTable
+from widgets.rig_plan_dialog import RigPlanDialog
 from widgets.rig_state import RigState
 from widgets.run_adapter import ATTACHED, RunAdapter
 from widgets.settings_dialog import SettingsDialog
@@ -569,10 +572,13 @@ class MainWindow(QMainWindow):
     def form_profile(self, name: str, base=None):
         """The forms as a profile called ``name`` (``base``: the profile whose notes and —
         for unchanged settings — results to keep; default the loaded one when the name
-        matches). Raises ValueError naming the field."""
-        if base is None and self.current_profile is not None and self.current_profile.name == name:
-            base = self.current_profile
-        return profiles.form_profile(name, self.config, self.ramp, base)
+        matches). The rig's ``hosts:`` are always the loaded profile's, the ones Launch
+        starts (:meth:`build_request`), under any name. Raises ValueError naming the field."""
+        loaded = self.current_profile
+        if base is None and loaded is not None and loaded.name == name:
+            base = loaded
+        return profiles.form_profile(name, self.config, self.ramp, base,
+                                     hosts=list(loaded.hosts) if loaded is not None else [])
 
     def save_profile_dialog(self) -> None:
         name, ok = QInputDialog.getText(self, "Save profile", "Profile name (a built-in's name makes a user copy):",
@@ -828,7 +834,7 @@ class MainWindow(QMainWindow):
         except ValueError as e:
             QMessageBox.warning(self, "Launch", str(e))
             return
-        req = self.confirm_exposure(req)
+        req = self.confirm_rig(req) if req.multi_host else self.confirm_exposure(req)
         if req is None:
             return
         self.banner.hide()
@@ -856,6 +862,30 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"Not launched: host {req.config.host} not confirmed", 8000)
             return None
         return dataclasses.replace(req, expose=True)
+
+    def confirm_rig(self, req: LaunchTarget) -> LaunchTarget | None:
+        """A launch over two or more hosts starts only after the user saw its plan (issue
+        21, item 3): each host's role, rank and command, the hosts' findings and, for a
+        head that listens beyond its machine, the exposure (its Launch is the confirmation
+        :meth:`confirm_exposure` asks for one server). Returns the request (``expose`` set
+        when the head listens beyond its machine), or None when cancelled."""
+        preview = rig_preview(req.hosts, req.config)
+        dlg = RigPlanDialog(preview, req.engine, self)
+        try:
+            ok = self._run_dialog(dlg) == QDialog.Accepted and preview.can_launch
+        finally:
+            dlg.deleteLater()
+        if not ok:
+            why = preview.error or next((f.message for f in preview.findings if f.level == "error"), None)
+            self.statusBar().showMessage(f"Cannot launch over {len(req.hosts)} hosts: {why}" if why else
+                                         f"Not launched: the launch plan over {len(req.hosts)} hosts was not "
+                                         "confirmed", 15000)
+            return None
+        return dataclasses.replace(req, expose=True) if preview.exposed else req
+
+    def _run_dialog(self, dlg: QDialog) -> int:
+        """Run a modal dialog (tests answer it by patching this method)."""
+        return dlg.exec()
 
     def stop(self) -> None:
         if self.tuning:  # the tune stops its own server (and launches no other)

@@ -45,10 +45,12 @@ def apply_to_form(profile: Profile, config_panel, ramp_panel) -> None:
     ramp_panel.set_from_profile(ramp_fields(profile))
 
 
-def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = None) -> Profile:
+def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = None,
+                 hosts: list | None = None) -> Profile:
     """The forms as a profile called ``name`` (see
-    :func:`app.profiles.edit.profile_from_settings`; ``base`` is the loaded profile).
-    Raises ValueError naming the field."""
+    :func:`app.profiles.edit.profile_from_settings`; ``base`` is the profile whose notes
+    and results may be kept, ``hosts`` the rig the window launches on). Raises ValueError
+    naming the field."""
 
     d = config_panel.to_profile()
     server = dict(d["server"])
@@ -60,7 +62,7 @@ def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = Non
     try:
         return profile_from_settings(name, engine=d["engine"], server=server, env=d.get("env"), gpus=gpus,
                                      sim=d.get("sim"), attach_url=d.get("attach_url"), ramp=ramp_panel.to_profile(),
-                                     base=base)
+                                     base=base, hosts=hosts)
     except ValidationError as e:
         raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'profile'}: {er['msg']}"
                                    for er in e.errors())) from None

@@ -27,8 +27,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from app.hosts.plan import HostCommand
-from app.hosts.spec import Host
+from app.hosts.plan import HostCommand, is_ip
+from app.hosts.spec import LOCAL_NAMES, Host
 from app.planner.versions import OptionGap, options_missing
 
 #: the least ``/dev/shm`` a host should have, bytes (1 GiB; Docker's default is 64 MiB)
@@ -125,13 +125,52 @@ def plan_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]])
     return out
 
 
+def _loopback(reach: str) -> bool:
+    """``reach`` is this machine only (a loopback address or ``localhost``; no name lookup)."""
+    if reach in LOCAL_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(reach.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def layout_findings(hosts: Sequence[Host]) -> list[Finding]:
+    """What the hosts' own entries say against a launch over them, before any agent is
+    asked (the window's plan dialog shows these; :func:`rig_findings` includes them):
+
+    - ``error``: a host reached at a loopback address (``localhost`` without ``address:``)
+      in a rig with a host on another machine — the others would connect to their own
+      loopback for the head's ``--master-addr``/``--data-parallel-address`` and for its
+      queues (app.hosts.plan);
+    - ``warning``: a host reached by a name, not an address — the plan cannot set its
+      ``VLLM_HOST_IP``, and vLLM then tells the other nodes the address of its default
+      route (``get_ip``: a UDP connect to 8.8.8.8, vllm/utils/network_utils.py, 0.32.0),
+      which is not the private interface when the hosts' link is another one."""
+    out: list[Finding] = []
+    remote = [h for h in hosts if not _loopback(h.reach)]
+    for h in hosts:
+        if _loopback(h.reach):
+            if remote:
+                out.append(Finding("error", h.label(), f"it is reached at {h.reach}, which {remote[0].label()} "
+                                                       "cannot reach (its own loopback): set hosts[].address to "
+                                                       "this machine's address on the hosts' network"))
+        elif not is_ip(h.reach):
+            out.append(Finding("warning", h.label(), f"it is reached by the name {h.reach}, so the plan cannot set "
+                                                     "VLLM_HOST_IP and vLLM gives the other nodes the address of "
+                                                     "its default route: set hosts[].address to its private "
+                                                     "interface's address"))
+    return out
+
+
 def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]],
                  plan: Sequence[HostCommand] | None = None) -> list[Finding]:
     """The problems of launching one server over ``hosts`` (their ``probe`` answers, in
     the same order); [] when there are none. ``plan``: the per-host commands
     (app.hosts.plan.mp_plan for these hosts, same order), whose options are checked
-    against each host's vLLM version (:func:`plan_findings`)."""
-    out: list[Finding] = []
+    against each host's vLLM version (:func:`plan_findings`). The hosts' own entries
+    first (:func:`layout_findings`)."""
+    out = layout_findings(hosts)
     versions: dict[str, str] = {}
     for h, p in zip(hosts, probes):
         v = p.get("vllm") or {}

@@ -66,6 +66,11 @@ class HostCommand:
         """The command line to run on the host (``CUDA_VISIBLE_DEVICES=… vllm serve …``)."""
         return self.config.shell_command(program, "serve")
 
+    def title(self) -> str:
+        """The comment line that heads this host's command: ``# DEST — head`` /
+        ``# DEST — headless, rank R``."""
+        return f"# {self.host.ssh} — {self.role}" + (f", rank {self.rank}" if self.role != "head" else "")
+
     def ssh_line(self, program: str = "vllm") -> str:
         """The same, as one ``ssh`` line run from here."""
         port = [] if self.host.port == 22 else ["-p", str(self.host.port)]
@@ -134,7 +139,8 @@ def _check_cards(hosts: list[Host], need: int, what: str) -> None:
                             f"{what} on each host")
 
 
-def _is_ip(text: str) -> bool:
+def is_ip(text: str) -> bool:
+    """``text`` is an IP address (IPv6 in brackets or not), not a name."""
     try:
         ipaddress.ip_address(text.strip("[]"))
         return True
@@ -165,7 +171,7 @@ def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head
     name = (interfaces or {}).get(h.label())
     if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
         env.update(NCCL_SOCKET_IFNAME=name, GLOO_SOCKET_IFNAME=name)
-    if _is_ip(h.reach) and "VLLM_HOST_IP" not in env:
+    if is_ip(h.reach) and "VLLM_HOST_IP" not in env:
         # the address vLLM gives the other nodes for this node's queues: else its outbound
         # address (a UDP connect to 8.8.8.8), 0.0.0.0 without a route (get_ip,
         # vllm/utils/network_utils.py; used as mq_connect_ip, vllm/v1/executor/multiproc_executor.py, 0.32.0)
@@ -185,6 +191,25 @@ def render(plan: list[HostCommand], program: str = "vllm") -> str:
     """The plan as text: one block per host, its role and its command."""
     lines = []
     for c in plan:
-        lines.append(f"# {c.host.ssh} — {c.role}" + (f", rank {c.rank}" if c.role != "head" else ""))
-        lines.append(c.shell(program))
+        lines += [c.title(), c.shell(program)]
     return "\n".join(lines)
+
+
+def script(plan: list[HostCommand], program: str = "vllm") -> str:
+    """The plan as a shell script (the window's Export…; ``vllm-dyno hosts plan --ssh``
+    prints the same lines): each host's :meth:`HostCommand.ssh_line` under its
+    :meth:`HostCommand.title`, run in the background in plan order (the head first: the
+    others join it), then ``wait``. Ctrl-C or the script's end ends the ssh clients; an
+    ssh session without a terminal does not always end its remote command with it, so
+    the comment says how to stop a part that outlives it."""
+    lines = ["#!/usr/bin/env bash",
+             f"# vLLM over {len(plan)} hosts, multiprocessing backend: one ssh line per host, the head first",
+             "# (written by vLLM Dyno, app.hosts.plan; the same as `vllm-dyno hosts plan --ssh`).",
+             "# A launch from the app also sets NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to the interface that",
+             "# holds each host's address, found by its agent. A part that outlives this script: end it there",
+             "# (pkill -f 'vllm serve').",
+             "trap 'kill $(jobs -p) 2>/dev/null' INT TERM EXIT"]
+    for c in plan:
+        lines += [c.title(), c.ssh_line(program) + " &"]
+    lines.append("wait")
+    return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.hosts.spec import Host
 from app.profiles.model import Profile
 
 #: the blocks a run's results depend on: change one and the results no longer apply
@@ -22,14 +23,17 @@ DEMO_NAME = "Sim demo: 8x RTX 4090 Llama-3-70B AWQ"
 def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env: dict[str, str] | None = None,
                           gpus: list[int] | int | None = None, sim: dict[str, Any] | None = None,
                           attach_url: str | None = None, ramp: dict[str, Any] | None = None,
-                          base: Profile | None = None) -> Profile:
+                          base: Profile | None = None, hosts: list[Host] | None = None) -> Profile:
     """A profile called ``name`` from form values.
 
     ``server``: a ``vllm serve --config`` mapping (long option names); ``sim``: ``{gpu,
     count}`` for engine sim; ``ramp``: RampSpec fields (rig seconds; ``url``/``model``
-    ignored). ``base``: the profile the form was loaded from — its description, notes and
-    ``hosts`` (a rig's machines: no form field sets them) are kept, its ``results`` and ``hardware`` too when engine, rig, server, env and GPUs
-    are unchanged. Raises ``pydantic.ValidationError`` (the message names the field).
+    ignored). ``base``: the profile the form was loaded from — its description and notes
+    are kept, its ``results`` and ``hardware`` too when engine, rig, server, env and GPUs
+    are unchanged. ``hosts``: the rig's machines (no form field sets them: a window
+    passes the hosts it launches on, those of the profile it loaded, whatever the name
+    saved under — a "Save as" keeps them); None: ``base``'s, else none. Raises
+    ``pydantic.ValidationError`` (the message names the field).
     """
     data: dict[str, Any] = {"name": name, "engine": engine, "server": dict(server), "env": dict(env or {}),
                             "gpus": gpus}
@@ -39,9 +43,12 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
         data["attach_url"] = attach_url
     if ramp is not None:
         data["ramp"] = {k: v for k, v in ramp.items() if k not in ("url", "model")}
+    if hosts is None and base is not None:
+        hosts = base.hosts
+    if hosts:
+        data["hosts"] = [h.model_dump(exclude_none=True) for h in hosts]
     if base is not None:
         data["description"], data["notes"] = base.description, base.notes
-        data["hosts"] = [h.model_dump(exclude_none=True) for h in base.hosts]
         if engine == "sim" and base.sim is not None:
             data["sim"] = {**base.sim.model_dump(exclude_none=True), **data["sim"]}
         new = Profile.model_validate(data)
