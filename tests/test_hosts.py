@@ -189,6 +189,18 @@ def test_other_version_is_refused_naming_both():
     assert "localhost" in msg and "vllm-dyno 0.0.1" in msg and f"vllm-dyno {__version__}" in msg
 
 
+def test_an_agent_of_another_protocol_is_refused_naming_both():
+    """Protocol 2 (the agent's parts and Ray's version in its probe): an agent of the same
+    vllm-dyno version speaking protocol 1 is refused, naming both."""
+    fake = f"{sys.executable} {os.path.join(ROOT, 'tests', 'fake_agent.py')} --version {__version__} --protocol 1"
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(dyno=fake))
+        return str(e.value)
+    assert f"its agent speaks protocol 1, this app {PROTOCOL}: install the same vllm-dyno" in _run(go())
+
+
 def test_agent_not_installed_says_so():
     async def go():
         with pytest.raises(HostError) as e:

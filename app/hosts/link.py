@@ -266,7 +266,8 @@ class AgentLink:
             raise HostError(where, f"runs vllm-dyno {theirs}, this app is vllm-dyno {__version__}: install the "
                                    f"same version on every host (pip install vllm-dyno=={__version__} there)")
         if hello.get("protocol") != PROTOCOL:
-            raise HostError(where, f"its agent speaks protocol {hello.get('protocol')}, this app {PROTOCOL}")
+            raise HostError(where, f"its agent speaks protocol {hello.get('protocol')}, this app {PROTOCOL}: install "
+                                   f"the same vllm-dyno there as here ({__version__}, from the same source)")
         self.hello = hello
 
     async def _exit_status(self, timeout: float) -> Any:

@@ -94,6 +94,12 @@ OK_STATUSES = ("done", "slo_broken", "stopped")
 SAVE_RETRY_S = 5.0
 
 
+def _part_key(cmd: HostCommand) -> str:
+    """A part's key in :attr:`RunController.rig_parts`: its host's label (``"H ray"`` for
+    the host's Ray node)."""
+    return cmd.host.label() + (" ray" if cmd.part == "ray" else "")
+
+
 @dataclass
 class LaunchTarget:
     """What to start. ``engine``: ``vllm``, ``sim`` or ``attach``. ``sim_args``: the sim
@@ -262,7 +268,7 @@ class RunController:
         #: a multi-host launch: the hosts' agents, the plan launched, the head's host
         self.rig: Rig | None = None
         self.rig_plan: list[HostCommand] = []
-        self.rig_parts: dict[str, dict[str, Any]] = {}  # host → its agent's ``launched`` reply
+        self.rig_parts: dict[str, dict[str, Any]] = {}  # host (``"H ray"``: its Ray node) → its agent's ``launched`` reply
         self._rig_last: list[dict[str, Any]] = []  # rig_status() as the rig was closed
         self._rig_stopping = False
         self._rig_grace = 20.0  # s, SIGTERM → SIGKILL of each host's part
@@ -521,7 +527,7 @@ class RunController:
                                     target.rig_timeout)
             except HostError as e:
                 raise LaunchError(f"host {h} ({cmd.role}) did not start its part: {e}") from None
-            self.rig_parts[h if not ray else f"{h} ray"] = launched
+            self.rig_parts[_part_key(cmd)] = launched
             if cmd.role == "head":
                 self.url = launched["url"]
         self.api_model = target.config.api_model_name
@@ -928,7 +934,7 @@ class RunController:
             if self.rig is not None:  # each host's part: its config and the argv its agent ran
                 rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
                                         "server": c.config.model_dump(mode="json"),
-                                        "argv": (self.rig_parts.get(c.host.label()) or {}).get("argv") or []}
+                                        "argv": (self.rig_parts.get(_part_key(c)) or {}).get("argv") or []}
                                        for c in self.rig_plan])
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
             if hw is not None and engine == "sim":
