@@ -788,3 +788,31 @@ def test_cli_hosts_plan_ray_and_check_layout_errors():
     assert r.returncode == 2 and "a layout to check needs its model: add --model" in r.stderr
     r = _cli("check", "dyno@10.255.255.1", "dyno@10.255.255.2", "--model", "/m", "--data-parallel-size", "3")
     assert r.returncode == 2 and "the layout does not fit: data_parallel_size 3 replicas cannot be spread" in r.stderr
+
+
+def test_the_ray_cluster_wait_is_bounded_and_names_the_late_hosts():
+    """The run controller starts the head's ``vllm serve`` only once every Ray node printed
+    ``ray start``'s "Ray runtime started." (ray-project/ray python/ray/scripts/scripts.py);
+    a node that never does fails the launch within the rig timeout, naming its host."""
+    import threading
+
+    from app.hosts.plan import RAY_STARTED
+    from app.run.controller import RunController
+    from app.server.launch import LaunchError
+
+    ctl = RunController()
+    try:
+        up, late = threading.Event(), threading.Event()
+        started = {"dyno@10.0.0.11": up, "dyno@10.0.0.12": late}
+        ctl._rig_line("[dyno@10.0.0.11 ray]", "stdout", f"{RAY_STARTED}", 0.0, up)
+        ctl._rig_line("[dyno@10.0.0.12 ray]", "stdout", "Local node IP: 10.0.0.12", 0.0, late)
+        assert up.is_set() and not late.is_set()
+        t = time.monotonic()
+        with pytest.raises(LaunchError) as e:
+            ctl._wait_ray_cluster(started, 1.0)
+        assert time.monotonic() - t < 10
+        assert "did not come up within 1 s: host(s) dyno@10.0.0.12 never said 'Ray runtime started.'" in str(e.value)
+        late.set()
+        ctl._wait_ray_cluster(started, 1.0)  # every node up: returns
+    finally:
+        ctl.close()
