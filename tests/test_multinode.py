@@ -501,3 +501,54 @@ def test_controller_refuses_a_rig_launch_naming_the_host_and_leaves_nothing(bed,
     while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 30:
         time.sleep(0.2)
     assert not any(h.app_pids() for h in bed.hosts)
+
+
+def test_a_ray_launch_of_the_cpu_build_is_refused_before_anything_starts(bed, tmp_path):
+    """The Ray backend over the bed's hosts with the CPU build: refused from the agents'
+    probes before any part starts — the CPU build's platform has no Ray device key
+    (``CpuPlatform.ray_device_key`` is "", vllm/platforms/interface.py; "current platform
+    cpu does not support ray.", vllm/v1/executor/ray_utils.py ``initialize_ray_cluster``,
+    vLLM 0.32.0) and Ray is not installed for its interpreter — naming both hosts and the
+    fix (the mp backend); the agents are closed, nothing is left on either host. ``vllm-dyno
+    hosts check`` with the same layout prints the Ray plan and the same findings, exit 1."""
+    import subprocess
+
+    from app.run.controller import LaunchTarget, RunController, State
+    from app.server.launch import LaunchError
+    from app.store import RunStore
+
+    vllm_python, model = str(ROOT / ".venv-vllm" / "bin" / "python"), ROOT / "build" / "tiny-llama"
+    if not os.path.exists(vllm_python) or not model.is_dir():
+        pytest.skip("needs the CPU build (.venv-vllm) and build/tiny-llama (make test builds both)")
+    hosts = [Host(ssh=h.destination, dyno=DYNO, python=vllm_python) for h in bed.hosts]
+    names = ", ".join(h.ssh for h in hosts)
+    cfg = ServerConfig(model=str(model), pipeline_parallel_size=2, distributed_executor_backend="ray")
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store)
+        try:
+            t = time.monotonic()
+            with pytest.raises(LaunchError) as e:
+                ctl.launch(LaunchTarget("vllm", cfg, hosts=hosts, ssh=ssh_options(bed), expose=True))
+            took = time.monotonic() - t
+            msg = str(e.value)
+            assert f"host(s) {names} run the CPU build of vLLM, which cannot run the Ray backend" in msg
+            assert "does not support ray" in msg and "drop distributed_executor_backend: ray" in msg
+            assert f"Ray is not installed for the vLLM interpreter on host(s) {names}" in msg
+            assert ctl.state == State.FAILED and ctl.rig is None and ctl.rig_parts == {}  # no part was started
+            print(f"\nRay launch of the CPU build refused in {took:.1f} s: {msg}")
+        finally:
+            ctl.close()
+    r = subprocess.run([sys.executable, "-m", "app.cli", "hosts", "check", *(h.ssh for h in hosts), "--dyno", DYNO,
+                        "--python", vllm_python, "--known-hosts", str(bed.known_hosts), "--identity",
+                        str(bed.client_key), "--model", str(model), "--pipeline-parallel-size", "2",
+                        "--backend", "ray"],
+                       capture_output=True, text=True, timeout=180, cwd=ROOT, env=dict(os.environ, SSH_AUTH_SOCK=""))
+    assert r.returncode == 1, r.stdout + r.stderr
+    head = bed.hosts[0].address
+    assert f"ray start --block --head --port 6379 --node-ip-address {head}" in r.stdout
+    assert f"ray start --block --address {head}:6379" in r.stdout and f"RAY_ADDRESS={head}:6379" in r.stdout
+    assert f"host(s) {names} run the CPU build of vLLM" in r.stdout
+    t = time.monotonic()
+    while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 30:
+        time.sleep(0.2)
+    assert not any(h.app_pids() for h in bed.hosts)

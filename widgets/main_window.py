@@ -578,7 +578,8 @@ class MainWindow(QMainWindow):
         if base is None and loaded is not None and loaded.name == name:
             base = loaded
         return profiles.form_profile(name, self.config, self.ramp, base,
-                                     hosts=list(loaded.hosts) if loaded is not None else [])
+                                     hosts=list(loaded.hosts) if loaded is not None else [],
+                                     ray_address=loaded.ray_address if loaded is not None else None)
 
     def save_profile_dialog(self) -> None:
         name, ok = QInputDialog.getText(self, "Save profile", "Profile name (a built-in's name makes a user copy):",
@@ -822,7 +823,8 @@ class MainWindow(QMainWindow):
             python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
             gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz,
-            hosts=list(self.current_profile.hosts) if self.current_profile is not None else [])
+            hosts=list(self.current_profile.hosts) if self.current_profile is not None else [],
+            ray_address=self.current_profile.ray_address if self.current_profile is not None else None)
 
     def launch(self) -> None:
         reason = self.launch_block_reason()
@@ -869,7 +871,7 @@ class MainWindow(QMainWindow):
         head that listens beyond its machine, the exposure (its Launch is the confirmation
         :meth:`confirm_exposure` asks for one server). Returns the request (``expose`` set
         when the head listens beyond its machine), or None when cancelled."""
-        preview = rig_preview(req.hosts, req.config)
+        preview = rig_preview(req.hosts, req.config, req.ray_address)
         dlg = RigPlanDialog(preview, req.engine, self)
         try:
             ok = self._run_dialog(dlg) == QDialog.Accepted and preview.can_launch

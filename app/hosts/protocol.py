@@ -14,15 +14,16 @@ Agent → app, unasked:
   build of vLLM would run on, app.planner.cards).
 - ``samples``: ``samples`` = ``[[t, source, name, value], …]`` (t agent monotonic s,
   value None for a gap) — the host and GPU samplers of app.telemetry.
-- ``log``: ``stream``, ``text``, ``t`` — a line of the server the agent launched.
-- ``state``: ``state``, ``t``, ``reason`` — the server's state (app.server.supervisor).
+- ``log``: ``part``, ``stream``, ``text``, ``t`` — a line of a part the agent launched
+  (``part``: ``server``, or ``ray`` — the host's Ray node, app.hosts.agent.PARTS).
+- ``state``: ``part``, ``state``, ``t``, ``reason`` — that part's state (app.server.supervisor).
 
 App → agent (reply op in brackets): ``ping`` {``t0``} (``pong`` {``t0``, ``t1``,
-``t2``}), ``probe`` {``python``, ``model``} (``probed`` {``vllm``, ``shm``,
-``interfaces``, ``model``}), ``watch`` {``interval``, ``gpu_interval``} (``watching`` {``gpu``}),
-``launch`` {``engine``, ``config``, ``python``, ``sim_args``, ``expose``}
-(``launched`` {``pid``, ``pgid``, ``port``, ``url``, ``argv``}), ``stop`` {``grace``}
-(``stopped`` {``leftovers``}), ``bye`` (``bye``; the agent then stops its server and
+``t2``}), ``probe`` {``python``, ``model``} (``probed`` {``vllm`` (with ``cpu_build`` and ``ray``:
+Ray's version for that interpreter or null), ``shm``, ``interfaces``, ``model``}), ``watch`` {``interval``, ``gpu_interval``} (``watching`` {``gpu``}),
+``launch`` {``part``, ``engine``, ``config``, ``python``, ``sim_args``, ``expose``}
+(``launched`` {``part``, ``pid``, ``pgid``, ``port``, ``url``, ``argv``}), ``stop`` {``grace``}
+(``stopped`` {``leftovers``}: every part stopped), ``bye`` (``bye``; the agent then stops its server and
 exits). A request that fails is answered ``error`` {``message``}.
 
 The clock offset (:func:`clock_sample`, :func:`best_offset`): the NTP on-wire exchange
@@ -43,8 +44,9 @@ from typing import Any, Iterable, Sequence
 
 from app.telemetry.series import Sample
 
-#: the protocol's version: the app and the agent must speak the same
-PROTOCOL = 1
+#: the protocol's version: the app and the agent must speak the same (2: parts — a
+#: host's Ray node beside its server — and Ray's version in the probe)
+PROTOCOL = 2
 #: the longest line either side accepts, bytes (a hello with 8 cards is ≈ 2 KiB)
 MAX_LINE = 1 << 20
 

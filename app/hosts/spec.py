@@ -111,6 +111,29 @@ def parse_destination(text: str) -> tuple[Optional[str], str, Optional[int]]:
     return user, host, port
 
 
+#: the port of a Ray head's GCS when ``ray start --head`` is given none
+#: (``ray_constants.DEFAULT_PORT``, ray-project/ray python/ray/_private/ray_constants.py; the
+#: port of vLLM's examples/online_serving/run_cluster.sh)
+RAY_PORT = 6379
+
+
+def parse_ray_address(text: str, where: str = "ray_address") -> tuple[str, int]:
+    """An existing Ray cluster's address ``HOST:PORT`` (the head's GCS, what ``ray start
+    --address`` and ``RAY_ADDRESS`` take) → ``(host, port)``; ``host`` a host name, an IPv4
+    address or an IPv6 address in brackets. Raises ValueError naming ``where`` and the form."""
+    form = f"give the Ray head's HOST:PORT (ray start --head --port, default {RAY_PORT}), e.g. 10.0.0.11:{RAY_PORT}"
+    d = str(text).strip()
+    if not d or "@" in d or "://" in d:
+        raise ValueError(f"{where} {text!r}: {form}")
+    try:
+        _, host, port = parse_destination(d)
+    except DestinationError:
+        raise ValueError(f"{where} {text!r}: {form}") from None
+    if port is None:
+        raise ValueError(f"{where} {text!r} names no port: {form}")
+    return host, port
+
+
 class Host(BaseModel):
     """One machine of a rig.
 

@@ -23,7 +23,8 @@ DEMO_NAME = "Sim demo: 8x RTX 4090 Llama-3-70B AWQ"
 def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env: dict[str, str] | None = None,
                           gpus: list[int] | int | None = None, sim: dict[str, Any] | None = None,
                           attach_url: str | None = None, ramp: dict[str, Any] | None = None,
-                          base: Profile | None = None, hosts: list[Host] | None = None) -> Profile:
+                          base: Profile | None = None, hosts: list[Host] | None = None,
+                          ray_address: str | None = None) -> Profile:
     """A profile called ``name`` from form values.
 
     ``server``: a ``vllm serve --config`` mapping (long option names); ``sim``: ``{gpu,
@@ -32,7 +33,9 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
     are kept, its ``results`` and ``hardware`` too when engine, rig, server, env and GPUs
     are unchanged. ``hosts``: the rig's machines (no form field sets them: a window
     passes the hosts it launches on, those of the profile it loaded, whatever the name
-    saved under — a "Save as" keeps them); None: ``base``'s, else none. Raises
+    saved under — a "Save as" keeps them); None: ``base``'s, else none. ``ray_address``:
+    the running Ray cluster the rig attaches to, passed like ``hosts`` (None with
+    ``hosts`` None: ``base``'s). Raises
     ``pydantic.ValidationError`` (the message names the field).
     """
     data: dict[str, Any] = {"name": name, "engine": engine, "server": dict(server), "env": dict(env or {}),
@@ -44,9 +47,11 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
     if ramp is not None:
         data["ramp"] = {k: v for k, v in ramp.items() if k not in ("url", "model")}
     if hosts is None and base is not None:
-        hosts = base.hosts
+        hosts, ray_address = base.hosts, ray_address or base.ray_address
     if hosts:
         data["hosts"] = [h.model_dump(exclude_none=True) for h in hosts]
+    if ray_address:
+        data["ray_address"] = ray_address
     if base is not None:
         data["description"], data["notes"] = base.description, base.notes
         if engine == "sim" and base.sim is not None:

@@ -14,6 +14,7 @@ A profile on disk is YAML (``schema_version`` :data:`SCHEMA_VERSION`)::
     gpus: 8                 # first N cards, or a list of indices [0, 1, 2, 3]; absent = all
     ramp: {max_level: 64, step_seconds: 20, slo: {ttft_p99: 2.0}}   # RampSpec (incl. SLO), no url
     hosts: [{ssh: dyno@10.0.0.11, gpus: [0]}, …]   # a rig of several machines (app.hosts.spec); absent = this one
+    ray_address: 10.0.0.50:6379   # with distributed-executor-backend: ray, a running Ray cluster to attach to
     hardware: {gpu: RTX 4090, count: 8, driver: …, vllm_version: …}   # the fingerprint
     results: {…}            # per-level summary of the best or latest run
     notes: free text
@@ -32,7 +33,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from app.config import ServerConfig, option_name
-from app.hosts.spec import Host, hosts_from
+from app.hosts.spec import Host, hosts_from, parse_ray_address
 from app.profiles.env_policy import expansion_problem, valid_env_name
 from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
@@ -311,6 +312,7 @@ class Profile(BaseModel):
     gpus: Union[list[int], int, None] = None
     ramp: RampSpec = Field(default_factory=lambda: RampSpec(**DEFAULT_RAMP))
     hosts: list[Host] = Field(default_factory=list)
+    ray_address: Optional[str] = None
     hardware: Optional[HardwareFingerprint] = None
     results: Optional[ResultsSummary] = None
     notes: str = ""
@@ -381,6 +383,14 @@ class Profile(BaseModel):
     def _hosts(cls, v: Any) -> list[Host]:
         return hosts_from(v)  # errors name hosts[i] and the key; a password-like key is refused
 
+    @field_validator("ray_address")
+    @classmethod
+    def _ray_address(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            parse_ray_address(v)  # ValueError naming ray_address and the form
+            v = v.strip()
+        return v
+
     @field_validator("ramp", mode="before")
     @classmethod
     def _ramp(cls, v: Any) -> Any:
@@ -402,6 +412,9 @@ class Profile(BaseModel):
             field = loc[0] if loc else "server"
             where = {"env": "env", "gpus": "gpus"}.get(field, f"server.{option_name(field)}")
             raise ValueError(f"{where}: {err['msg']}") from None
+        if self.ray_address and self.server.get("distributed-executor-backend") != "ray":
+            raise ValueError(f"ray_address {self.ray_address} names a Ray cluster for the Ray backend: add "
+                             "'distributed-executor-backend: ray' to server:, or drop ray_address")
         if self.engine == "sim" and self.sim is None:
             self.sim = SimRig()
         if self.engine == "attach" and not self.attach_url:
@@ -482,6 +495,8 @@ class Profile(BaseModel):
         d["ramp"] = ramp
         if self.hosts:
             d["hosts"] = [h.model_dump(exclude_defaults=True) or {"ssh": h.ssh} for h in self.hosts]
+        if self.ray_address:
+            d["ray_address"] = self.ray_address
         if self.hardware is not None:
             d["hardware"] = self.hardware.model_dump(exclude_none=True)
         if self.results is not None:

@@ -50,7 +50,7 @@ from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
 from app.hosts.checks import rig_findings, socket_interfaces
 from app.hosts.link import HostError, SshOptions
-from app.hosts.plan import HostCommand, PlanError, mp_plan
+from app.hosts.plan import RAY_STARTED, HostCommand, PlanError, launch_plan
 from app.hosts.rig import Rig
 from app.hosts.spec import Host
 from app.loadgen.generator import LoadGenerator
@@ -94,6 +94,12 @@ OK_STATUSES = ("done", "slo_broken", "stopped")
 SAVE_RETRY_S = 5.0
 
 
+def _part_key(cmd: HostCommand) -> str:
+    """A part's key in :attr:`RunController.rig_parts`: its host's label (``"H ray"`` for
+    the host's Ray node)."""
+    return cmd.host.label() + (" ray" if cmd.part == "ray" else "")
+
+
 @dataclass
 class LaunchTarget:
     """What to start. ``engine``: ``vllm``, ``sim`` or ``attach``. ``sim_args``: the sim
@@ -109,7 +115,9 @@ class LaunchTarget:
     ``hosts``: the profile's rig (two or more: a multi-host launch through the hosts'
     agents, :meth:`RunController._launch_rig`); ``ssh``: how they are reached (None: the
     user's SSH agent, config and known hosts); ``rig_timeout``: seconds to open every
-    host's agent and probe it."""
+    host's agent and probe it, and for the Ray backend's cluster to come up;
+    ``ray_address``: a running Ray cluster (``HOST:PORT``) the Ray backend attaches to
+    instead of starting one on the hosts (the profile's ``ray_address``)."""
 
     engine: str
     config: ServerConfig
@@ -128,6 +136,7 @@ class LaunchTarget:
     hosts: list[Host] = field(default_factory=list)
     ssh: SshOptions | None = None
     rig_timeout: float = 180.0
+    ray_address: str | None = None
 
     @property
     def multi_host(self) -> bool:
@@ -142,6 +151,7 @@ class LaunchTarget:
         sim = profile.sim.argv() if profile.engine == "sim" and profile.sim else []
         # attached: the served model is the first one /v1/models lists (the load generator asks)
         kw.setdefault("hosts", list(profile.hosts))
+        kw.setdefault("ray_address", profile.ray_address)
         return cls(engine=profile.engine, config=cfg, sim_args=sim, attach_url=profile.attach_url, **kw)
 
 
@@ -258,7 +268,7 @@ class RunController:
         #: a multi-host launch: the hosts' agents, the plan launched, the head's host
         self.rig: Rig | None = None
         self.rig_plan: list[HostCommand] = []
-        self.rig_parts: dict[str, dict[str, Any]] = {}  # host → its agent's ``launched`` reply
+        self.rig_parts: dict[str, dict[str, Any]] = {}  # host (``"H ray"``: its Ray node) → its agent's ``launched`` reply
         self._rig_last: list[dict[str, Any]] = []  # rig_status() as the rig was closed
         self._rig_stopping = False
         self._rig_grace = 20.0  # s, SIGTERM → SIGKILL of each host's part
@@ -462,10 +472,13 @@ class RunController:
     def _launch_rig(self, target: LaunchTarget, grace: float) -> None:
         """Start the server of ``target`` over its hosts: open every host's agent (the rig),
         probe them and refuse a layout with an error finding (app.hosts.checks), make the
-        mp launch plan (app.hosts.plan; NCCL/Gloo on the interface that holds each host's
-        address), start the head's part, then the others' (the headless parts connect to
-        the head's data-parallel RPC port or torch.distributed master, which the head
-        opens), and follow every part's state and every agent's channel. The head's
+        launch plan of the config's backend (app.hosts.plan.launch_plan; NCCL/Gloo on the
+        interface that holds each host's address), start the head's part, then the others'
+        (the headless parts connect to the head's data-parallel RPC port or torch.distributed
+        master, which the head opens), and follow every part's state and every agent's
+        channel. The Ray backend: each host's ``ray start --block`` node first (the agent's
+        ``ray`` part, supervised and reaped as the server is), then — once every node said
+        :data:`RAY_STARTED` within ``rig_timeout`` — the head's ``vllm serve``. The head's
         ``ready`` makes the controller ready; the URL is the head's API server. Raises
         LaunchError (an agent that cannot be started, a finding, a plan the hosts cannot
         run, a part the agent refused: each names the host); the caller closes the rig."""
@@ -481,7 +494,8 @@ class RunController:
         rig.on_lost(self._host_lost)
         probes = [rig.call(link.probe(target.config.model), target.rig_timeout) for link in rig.links]
         try:
-            plan = mp_plan(target.hosts, target.config, interfaces=socket_interfaces(target.hosts, probes))
+            plan = launch_plan(target.hosts, target.config, ray_address=target.ray_address,
+                               interfaces=socket_interfaces(target.hosts, probes))
         except PlanError as e:
             raise LaunchError(str(e)) from None
         # the rig's problems, each host's command against its vLLM version included
@@ -494,21 +508,50 @@ class RunController:
             rig.subscribe(self._samples)
             rig.watch()
         links = {link.host.label(): link for link in rig.links}
-        for cmd in plan:  # the head first: the others join it
-            h = cmd.host.label()
+        started: dict[str, threading.Event] = {}  # a Ray node's host → it said RAY_STARTED
+        for cmd in plan:  # the head first: the others join it (Ray: the nodes, then the head's server)
+            h, ray = cmd.host.label(), cmd.kind == "ray"
             link = links[h]
-            link.on_log(lambda stream, text, t, h=h: self._line(stream, f"[{h}] {text}", t))
-            link.on_state(lambda st, h=h, role=cmd.role: self._on_host_state(h, role, st))
+            if not ray and started:
+                self._wait_ray_cluster(started, target.rig_timeout)
+            tag = f"[{h} ray]" if ray else f"[{h}]"
+            if ray:
+                started[h] = threading.Event()
+            link.on_log(lambda stream, text, t, tag=tag, ev=started.get(h) if ray else None:
+                        self._rig_line(tag, stream, text, t, ev), part=cmd.part)
+            link.on_state(lambda st, h=h, role=cmd.role: self._on_host_state(h, role, st), part=cmd.part)
             try:
-                launched = rig.call(link.launch(cmd.config, engine=target.engine, sim_args=target.sim_args,
+                launched = rig.call(link.launch(cmd.config, engine="ray" if ray else target.engine,
+                                                sim_args=list(cmd.args) if ray else target.sim_args, part=cmd.part,
                                                 expose=target.expose, startup_timeout=target.startup_timeout),
                                     target.rig_timeout)
             except HostError as e:
                 raise LaunchError(f"host {h} ({cmd.role}) did not start its part: {e}") from None
-            self.rig_parts[h] = launched
+            self.rig_parts[_part_key(cmd)] = launched
             if cmd.role == "head":
                 self.url = launched["url"]
         self.api_model = target.config.api_model_name
+
+    def _rig_line(self, tag: str, stream: str, text: str, t: float, started: threading.Event | None) -> None:
+        """The rig's thread: a line of a host's part; a Ray node's :data:`RAY_STARTED` sets ``started``."""
+        if started is not None and RAY_STARTED in text:
+            started.set()
+        self._line(stream, f"{tag} {text}", t)
+
+    def _wait_ray_cluster(self, started: dict[str, threading.Event], timeout: float) -> None:
+        """Wait until every Ray node of the plan said :data:`RAY_STARTED` (its ``ray start``
+        log); raises LaunchError naming the hosts not up within ``timeout`` s, or the lost
+        host (a node's part that failed fails the run first, :meth:`_host_failed`)."""
+        deadline = time.monotonic() + timeout
+        while not all(e.is_set() for e in started.values()):
+            if self.failure is not None:
+                raise LaunchError(self.failure[0])
+            if time.monotonic() > deadline:
+                late = ", ".join(h for h, e in started.items() if not e.is_set())
+                raise LaunchError(f"the Ray cluster did not come up within {timeout:.0f} s: host(s) {late} never "
+                                  f"said {RAY_STARTED!r} (see their [host ray] log lines); check that each host "
+                                  "reaches the head's Ray port, or raise the rig timeout")
+            time.sleep(0.1)
 
     def _on_host_state(self, host: str, role: str, st: dict[str, Any]) -> None:
         """The rig's thread: a host's server part changed state (its agent's message)."""
@@ -599,12 +642,13 @@ class RunController:
         for a one-host launch; the last rig's as it was closed once it is). Safe from any
         thread: it only reads what the rig's thread writes (each link's hello, states,
         offset, ``lost``). Keys: ``host`` (its label, the SSH destination), ``role``
-        (``head``/``headless``; ``""`` before the plan), ``rank`` (node rank or first DP
-        rank, app.hosts.plan; None before the plan), ``state`` (``connecting`` until its
-        agent's hello, ``starting`` until its part's first state message, then that
-        message's: ``loading``/``ready``/``failed``/``stopped``…; ``lost`` when its agent's
-        channel ended without our close), ``reason`` (why it failed or was lost; ``""``),
-        a headless part counts as ready once the head is (it reports no readiness itself);
+        (``head``/``headless``, a Ray node ``ray-worker``; ``""`` before the plan), ``rank``
+        (node rank or first DP rank, app.hosts.plan; None before the plan), ``state``
+        (``connecting`` until its agent's hello, ``starting`` until its part's first state
+        message — the head's server part on a host with two parts — then that message's:
+        ``loading``/``ready``/``failed``/``stopped``…; ``lost`` when its agent's channel
+        ended without our close), ``reason`` (why it failed or was lost; ``""``), a headless
+        part or Ray node counts as ready once the head is (it reports no readiness itself);
         ``hostname``, ``cards`` (the hello's NVML card names; ``[]``: none, the CPU build),
         ``offset_s``/``bound_s``/``rtt_s`` (its clock − the session's, the bound and the round
         trip of the exchange used, s, app.hosts.protocol.ClockOffset; None before measured),
@@ -622,7 +666,9 @@ class RunController:
                                    "state": "connecting", "reason": "", "hostname": "", "cards": [],
                                    "offset_s": None, "bound_s": None, "rtt_s": None, "drift_ppm": None}
             if link is not None:
-                hello, states, off = link.hello, list(link.states), link.offset
+                part = cmd.part if cmd else "server"
+                hello, off = link.hello, link.offset
+                states = [s for s in list(link.states) if s.get("part", "server") == part]
                 last = states[-1] if states else {}
                 row.update(hostname=str(hello.get("hostname") or ""),
                            cards=[str(c.get("name") or "GPU") for c in hello.get("cards") or []],
@@ -640,7 +686,7 @@ class RunController:
         # PP: the world's torch.distributed init), so with the head ready so are they.
         if any(r["role"] == "head" and r["state"] == "ready" for r in rows):
             for r in rows:
-                if r["role"] == "headless" and r["state"] == "loading":
+                if r["role"] in ("headless", "ray-worker") and r["state"] == "loading":
                     r["state"] = "ready"
         return rows
 
@@ -888,7 +934,7 @@ class RunController:
             if self.rig is not None:  # each host's part: its config and the argv its agent ran
                 rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
                                         "server": c.config.model_dump(mode="json"),
-                                        "argv": (self.rig_parts.get(c.host.label()) or {}).get("argv") or []}
+                                        "argv": (self.rig_parts.get(_part_key(c)) or {}).get("argv") or []}
                                        for c in self.rig_plan])
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
             if hw is not None and engine == "sim":

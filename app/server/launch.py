@@ -101,8 +101,12 @@ def prepare(
 ) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None, PortReservation]:
     """Validate and build ``(config_with_port, argv, extra_env, interpreter, reservation)``.
 
-    ``engine``: ``vllm`` (needs an interpreter with vLLM) or ``sim`` (runs
-    ``app.sim.server`` with the same options plus ``sim_args``). ``extra_env``: only
+    ``engine``: ``vllm`` (needs an interpreter with vLLM), ``sim`` (runs
+    ``app.sim.server`` with the same options plus ``sim_args``) or ``ray`` (a host's Ray
+    node of a multi-host launch, app.hosts.plan.ray_plan: ``ray`` with ``sim_args`` — e.g.
+    ``start --block --head …`` — run by the vLLM interpreter as ``python -m
+    ray.scripts.scripts``, the module of Ray's ``ray`` entry point, ray-project/ray
+    python/ray/scripts/scripts.py; the config gives only its environment and cards). ``extra_env``: only
     what the server gets on top of the app's own environment (``config.env``,
     ``CUDA_VISIBLE_DEVICES`` …); it is handed to the reaper as data, which applies it to
     the server alone (app.server.reaper, issue 15 item 1). ``reservation``: the server's
@@ -111,9 +115,10 @@ def prepare(
     LaunchError.
     """
     interp = None
-    if engine == "vllm":
+    if engine in ("vllm", "ray"):
         try:
-            check_model_path(config)
+            if engine == "vllm":
+                check_model_path(config)
         except ConfigError as e:
             raise LaunchError(str(e)) from e
 
@@ -157,9 +162,14 @@ def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
         if config.model_is_local:
             default("HF_HUB_OFFLINE", "1")
         default("PYTHONUNBUFFERED", "1")
+    elif engine == "ray":
+        assert interp is not None
+        argv = [interp.python, "-m", "ray.scripts.scripts", *(sim_args or [])]
+        default("PYTHONUNBUFFERED", "1")
     elif engine == "sim":
         argv = helper_argv("app.sim.server") + ["--model", config.model] + config.option_argv() + list(sim_args or [])
         default("PYTHONUNBUFFERED", "1")
     else:
-        raise LaunchError(f"engine {engine!r} cannot be launched: use 'vllm' or 'sim' ('attach' launches nothing)")
+        raise LaunchError(f"engine {engine!r} cannot be launched: use 'vllm' or 'sim' ('attach' launches nothing; "
+                          "'ray' is a host's Ray node of a multi-host launch)")
     return config, argv, env, interp

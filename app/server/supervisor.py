@@ -22,8 +22,8 @@ was killed (item 7). A server ended by a signal is reported as such (the reaper'
 ``server_signal`` line: SIGKILL → "killed (signal 9 — out of memory?)"), and a WARNING
 line of its log is never taken for the cause of an exit (item 11).
 
-A headless part of a multi-node server (``--headless`` in its options, issue 21) runs no
-API server: it holds no port, its readiness is the head's (the head answers ``/health``
+A headless part of a multi-node server (``--headless`` in its options, or engine ``ray``:
+a host's ``ray start --block`` node, issue 21) runs no API server: it holds no port, its readiness is the head's (the head answers ``/health``
 only once every node's engines or workers joined it), so it stays ``loading`` until it
 is stopped or exits — an exit is a failure — and the startup timeout is the head's.
 """
@@ -184,8 +184,9 @@ class Supervisor:
 
     @property
     def headless(self) -> bool:
-        """A headless part of a multi-node server (no API server, no port of its own)."""
-        return "--headless" in self.config.extra_args
+        """A headless part of a multi-node server (no API server, no port of its own): a
+        ``--headless`` vLLM part, or a Ray node (engine ``ray``)."""
+        return self.engine == "ray" or "--headless" in self.config.extra_args
 
     @property
     def failure(self) -> StateChange | None:
