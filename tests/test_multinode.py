@@ -513,3 +513,162 @@ def test_controller_refuses_a_rig_launch_naming_the_host_and_leaves_nothing(bed,
     while any(_host_procs(h) for h in bed.hosts) and time.monotonic() - t < 30:
         time.sleep(0.2)
     assert not any(_host_procs(h) for h in bed.hosts)
+
+
+# ---- `vllm-dyno run PROFILE` over a rig (issue 21: the CLI, the hosts' defaults, the fingerprint) ----
+
+def _rig_profile(bed, tmp_path, levels: list[int], step_s: float) -> str:
+    """A sim rig profile over the bed's two hosts (engine sim, data parallel 2: a head and
+    a headless part), written as YAML; returns its path."""
+    hosts = "".join(f"  - {{ssh: '{h.destination}', dyno: '{DYNO}', link: 10gbe}}\n" for h in bed.hosts)
+    path = tmp_path / "sim-rig.yaml"
+    path.write_text("name: sim rig\nengine: sim\nsim: {gpu: RTX 4090, count: 2}\n"
+                    "server: {model: Qwen/Qwen2.5-7B-Instruct, served_model_name: q7, data_parallel_size: 2, "
+                    "max_num_seqs: 16, max_model_len: 4096}\n"
+                    f"ramp: {{levels: {levels}, step_seconds: {step_s}, warmup_seconds: 1, prompt_tokens: 64, "
+                    "output_tokens: 32}\n"
+                    f"hosts:\n{hosts}")
+    return str(path)
+
+
+def _run_cli(bed, tmp_path, profile: str, *extra: str):
+    """``vllm-dyno run PROFILE`` as a real subprocess, the bed's key and known-hosts file
+    given on the command line, the run store under ``tmp_path``; Popen (stdout piped)."""
+    import subprocess
+
+    env = dict(os.environ, SSH_AUTH_SOCK="", VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "run", profile, "--expose",
+                             "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+
+
+def _settled(bed) -> dict:
+    """Wait (up to 30 s) until no process but the SSH server is left on the bed's hosts."""
+    t = time.monotonic()
+    while any(_host_procs(h) for h in bed.hosts) and time.monotonic() - t < 30:
+        time.sleep(0.2)
+    return {h.ns: _host_procs(h) for h in bed.hosts}
+
+
+def test_cli_run_of_a_sim_rig_profile_records_its_hosts_and_cards(bed, tmp_path):
+    """``vllm-dyno run`` of a profile with ``hosts:``: each host's part is printed as it
+    starts (the head first), the hosts' state with the clock offset at ready, the level
+    lines and the verdict; exit 0; the run is in the SQLite store with each host's part
+    and the rig's fingerprint (2 hosts × 1× RTX 4090, sim, over 10gbe); nothing is left
+    running on either host."""
+    from app.profiles.model import HardwareFingerprint
+    from app.store import RunStore
+
+    p = _run_cli(bed, tmp_path, _rig_profile(bed, tmp_path, [1, 2], 4))
+    try:
+        out, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print("\n" + out)
+    assert p.returncode == 0, out
+    h0, h1 = bed.hosts
+    i0 = out.index(f"host {h0.destination}: head part started (rank 0")
+    i1 = out.index(f"host {h1.destination}: headless part started (rank 1")
+    assert i0 < i1 < out.index("[ready]"), out
+    assert f" → http://{h0.address}:" in out
+    ready = out[out.index("[ready]"):out.index("[ramping]")]
+    for h, role in ((h0, "head rank 0"), (h1, "headless rank 1")):
+        assert f"host {h.destination}: {role}, ready — " in ready and "no GPU (CPU); clock offset " in ready, ready
+    assert out.count("  level 1: ") == 1 and out.count("  level 2: ") == 1
+    assert "status: done" in out and "recorded as run 1" in out
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        run = store.get_run(1)
+    assert run["status"] == "done"
+    parts = run["config"]["hosts"]
+    assert [(x["host"], x["role"]) for x in parts] == [(h0.destination, "head"), (h1.destination, "headless")]
+    assert "--headless" in parts[1]["argv"] and parts[0]["defaults"] is None  # the sim: no CPU-build defaults
+    hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
+    assert (hw.gpu, hw.count, hw.hosts, hw.link) == ("RTX 4090", 2, 2, "10gbe")
+    assert hw.describe().startswith("2 hosts × 1× RTX 4090 (10gbe)") and hw.rig_layout() is not None
+    assert "2 hosts × 1× RTX 4090 (sim)" in out  # the verdict names the rig
+    assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_cli_run_a_host_whose_agent_is_killed_mid_ramp_is_the_stop_reason(bed, tmp_path):
+    """The headless host's agent SIGKILLed while ``vllm-dyno run`` ramps: the printed
+    status names the host as lost, the exit status is 1, the run is recorded as
+    server_failed with its records, and nothing is left on either host."""
+    import threading
+
+    from app.store import RunStore
+
+    p = _run_cli(bed, tmp_path, _rig_profile(bed, tmp_path, [1, 2, 4, 8], 20))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)
+    reader.start()
+    h1 = bed.hosts[1]
+    try:
+        t = time.monotonic()
+        while not any(x.startswith("[ramping]") for x in lines) and p.poll() is None and time.monotonic() - t < 240:
+            time.sleep(0.1)
+        assert any(x.startswith("[ramping]") for x in lines), "".join(lines)
+        time.sleep(4.0)  # some requests complete
+        agents = [pid for pid in h1.pids() if "app.cli agent" in " ".join(psutil.Process(pid).cmdline())]
+        assert len(agents) == 1, agents
+        os.kill(agents[0], 9)
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    reader.join(10)
+    out = "".join(lines)
+    print("\n" + out)
+    assert p.returncode == 1, out
+    status = [x for x in lines if x.startswith("status: ")]
+    assert status and status[0].startswith(f"status: server_failed — host {h1.destination} was lost"), status
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        run = store.get_run(1)
+        kept = store.requests(1)
+    assert run["status"] == "server_failed" and h1.destination in run["summary"]["stop_reason"]
+    assert len(kept) > 0
+    assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets_them(bed):
+    """The CPU build's working defaults on a rig: each agent works them out for its own
+    host (app.planner.launch_defaults.cpu_build_defaults, its interpreter and NUMA node) and
+    starts its part with them — host 0 with nothing set gets a KV cache size and the
+    in-process executor, in the server's real environment (/proc/PID/environ); host 1,
+    whose config sets VLLM_CPU_KVCACHE_SPACE, keeps its value and gets no KV choice. The
+    parts are stopped as soon as they started."""
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    model = ROOT / "build" / "tiny-llama"
+    if not os.path.exists(vllm_python) or not model.is_dir():
+        pytest.skip("needs the CPU build (.venv-vllm) and build/tiny-llama (make test builds both)")
+
+    def environ(pid: int) -> dict[str, str]:
+        raw = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        return dict(x.decode().split("=", 1) for x in raw if b"=" in x)
+
+    async def go():
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO, python=vllm_python), ssh=_opts(bed))
+                 for h in bed.hosts]
+        try:
+            out = []
+            for link, env in zip(links, ({}, {"VLLM_CPU_KVCACHE_SPACE": "1"})):
+                cfg = ServerConfig(model=str(model), max_model_len=512, env={"HF_HUB_OFFLINE": "1", **env})
+                launched = await link.launch(cfg, fill_defaults=True)
+                out.append((launched, environ(launched["pid"])))
+            for link in links:
+                assert await link.stop(5.0) == []
+            return out
+        finally:
+            for link in links:
+                await link.close()
+    first, second = _run(go())
+    d0, env0 = first
+    d1, env1 = second
+    print(f"\nhost 0 defaults: {d0['defaults']}\nhost 1 defaults: {d1['defaults']}")
+    kv = d0["defaults"]["fix"]["env"]["VLLM_CPU_KVCACHE_SPACE"]
+    assert int(kv) >= 1 and env0["VLLM_CPU_KVCACHE_SPACE"] == kv
+    assert env0["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and "--distributed-executor-backend" in d0["argv"]
+    assert any(c.startswith(f"VLLM_CPU_KVCACHE_SPACE={kv}") for c in d0["defaults"]["chosen"])
+    assert "VLLM_CPU_KVCACHE_SPACE" not in (d1["defaults"] or {}).get("fix", {}).get("env", {})
+    assert env1["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert not any(_settled(bed).values())

@@ -443,13 +443,17 @@ class AgentLink:
 
     async def launch(self, config: ServerConfig, *, engine: str = "vllm", python: str | None = None,
                      sim_args: list[str] | None = None, expose: bool = False,
-                     startup_timeout: float = 900.0) -> dict[str, Any]:
+                     startup_timeout: float = 900.0, fill_defaults: bool = False) -> dict[str, Any]:
         """Start this host's server through its agent (its supervisor and reaper). A bind
-        beyond loopback needs ``expose`` (the user's confirmation). Returns ``launched``
-        (pid, pgid, port, url, argv)."""
+        beyond loopback needs ``expose`` (the user's confirmation). ``fill_defaults``: the
+        agent fills in the CPU build's working defaults where ``config`` sets nothing, for
+        its host's interpreter and cores (app.hosts.agent.cpu_defaults). Returns ``launched``
+        (pid, pgid, port, url, argv, ``defaults``: None, or what was filled in as
+        ``{"fix", "chosen", "notes"}``)."""
         return await self.request("launch", engine=engine, config=config.model_dump(mode="json"),
                                   python=python if python is not None else self.host.python,
-                                  sim_args=list(sim_args or []), expose=expose, startup_timeout=startup_timeout)
+                                  sim_args=list(sim_args or []), expose=expose, startup_timeout=startup_timeout,
+                                  fill_defaults=fill_defaults)
 
     async def wait_state(self, *states: str, timeout: float = 120.0) -> dict[str, Any]:
         """The first state message in ``states`` (e.g. ready, failed); HostError on timeout."""

@@ -20,8 +20,8 @@ Agent → app, unasked:
 App → agent (reply op in brackets): ``ping`` {``t0``} (``pong`` {``t0``, ``t1``,
 ``t2``}), ``probe`` {``python``, ``model``} (``probed`` {``vllm``, ``shm``,
 ``interfaces``, ``model``}), ``watch`` {``interval``, ``gpu_interval``} (``watching`` {``gpu``}),
-``launch`` {``engine``, ``config``, ``python``, ``sim_args``, ``expose``}
-(``launched`` {``pid``, ``pgid``, ``port``, ``url``, ``argv``}), ``stop`` {``grace``}
+``launch`` {``engine``, ``config``, ``python``, ``sim_args``, ``expose``, ``fill_defaults``}
+(``launched`` {``pid``, ``pgid``, ``port``, ``url``, ``argv``, ``defaults``}), ``stop`` {``grace``}
 (``stopped`` {``leftovers``}), ``bye`` (``bye``; the agent then stops its server and
 exits). A request that fails is answered ``error`` {``message``}.
 
