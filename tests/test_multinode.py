@@ -609,7 +609,8 @@ def test_cli_run_a_host_whose_agent_is_killed_mid_ramp_is_the_stop_reason(bed, t
             time.sleep(0.1)
         assert any(x.startswith("[ramping]") for x in lines), "".join(lines)
         time.sleep(4.0)  # some requests complete
-        agents = [pid for pid in h1.pids() if "app.cli agent" in " ".join(psutil.Process(pid).cmdline())]
+        agents = [pid for pid in h1.pids() if psutil.Process(pid).cmdline()[:4] == [sys.executable, "-m", "app.cli",
+                                                                                     "agent"]]  # not its shell
         assert len(agents) == 1, agents
         os.kill(agents[0], 9)
         p.wait(timeout=120)
@@ -635,7 +636,7 @@ def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets
     host (app.planner.launch_defaults.cpu_build_defaults, its interpreter and NUMA node) and
     starts its part with them — host 0 with nothing set gets a KV cache size and the
     in-process executor, in the server's real environment (/proc/PID/environ); host 1,
-    whose config sets VLLM_CPU_KVCACHE_SPACE, keeps its value and gets no KV choice. The
+    whose config sets VLLM_CPU_KVCACHE_SPACE=2, keeps its value and gets no KV choice. The
     parts are stopped as soon as they started."""
     vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
     model = ROOT / "build" / "tiny-llama"
@@ -651,10 +652,14 @@ def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets
                  for h in bed.hosts]
         try:
             out = []
-            for link, env in zip(links, ({}, {"VLLM_CPU_KVCACHE_SPACE": "1"})):
+            for link, env in zip(links, ({}, {"VLLM_CPU_KVCACHE_SPACE": "2"})):
                 cfg = ServerConfig(model=str(model), max_model_len=512, env={"HF_HUB_OFFLINE": "1", **env})
                 launched = await link.launch(cfg, fill_defaults=True)
-                out.append((launched, environ(launched["pid"])))
+                t = time.monotonic()  # the server's pid comes with its part's first state message
+                while not any(st.get("server_pid") for st in link.states) and time.monotonic() - t < 60:
+                    await asyncio.sleep(0.05)
+                pid = next(st["server_pid"] for st in link.states if st.get("server_pid"))
+                out.append((launched, environ(pid)))
             for link in links:
                 assert await link.stop(5.0) == []
             return out
@@ -670,5 +675,5 @@ def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets
     assert env0["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and "--distributed-executor-backend" in d0["argv"]
     assert any(c.startswith(f"VLLM_CPU_KVCACHE_SPACE={kv}") for c in d0["defaults"]["chosen"])
     assert "VLLM_CPU_KVCACHE_SPACE" not in (d1["defaults"] or {}).get("fix", {}).get("env", {})
-    assert env1["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert env1["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert not any(_settled(bed).values())
