@@ -435,6 +435,13 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             parts = store.get_run(runs[0]["id"])["config"]["hosts"]  # what each host ran, with the run
             assert [(p["host"], p["role"]) for p in parts] == [(h.ssh, r) for h, r in zip(hosts, ("head", "headless"))]
             assert "--headless" in parts[1]["argv"] and "--headless" not in parts[0]["argv"]
+            hw = store.get_run(runs[0]["id"])["summary"]["hardware"]  # the rig's cards, from its hosts
+            cpu = target_kw["engine"] == "vllm"  # the CPU build on the bed's hosts (no NVML there)
+            assert (hw["gpu"], hw["count"], hw["hosts"]) == ("CPU" if cpu else "RTX 4090", 2, 2), hw
+            if cpu:  # each host's cores as its agent counts them (one kernel here: this process's count)
+                from app.planner.cards import host_cores
+
+                assert hw["cores"] == host_cores() and hw["vllm_version"].startswith("0."), hw
             kept = store.requests(runs[0]["id"])
             assert len(kept) >= 3 and len(kept) >= len([r for r in out.records if r.ok]) > 0
             print(f"\nrig ready in {took:.1f} s; host {lost.destination}: {what} killed → ramp ended in "
@@ -587,6 +594,22 @@ def test_cli_run_of_a_sim_rig_profile_records_its_hosts_and_cards(bed, tmp_path)
     assert (hw.gpu, hw.count, hw.hosts, hw.link) == ("RTX 4090", 2, 2, "10gbe")
     assert hw.describe().startswith("2 hosts × 1× RTX 4090 (10gbe)") and hw.rig_layout() is not None
     assert "2 hosts × 1× RTX 4090 (sim)" in out  # the verdict names the rig
+    # History, Compare and the what-if read the rig's fingerprint
+    import subprocess
+
+    from app import history
+    from app.comparison import run_settings
+    from app.loadgen.spec import SLO
+    from app.whatif import what_if
+
+    shown = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", "1"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60, env=dict(os.environ, VLLM_DYNO_HOME=str(tmp_path / "home")))
+    assert "hardware: 2 hosts × 1× RTX 4090 (10gbe)" in shown.stdout, shown.stdout + shown.stderr
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        assert run_settings(store.get_run(1))["rig"]["cards"] == "2 hosts × 1× RTX 4090"
+        assert [(r.id, r.gpu_count) for r in history.list_runs(store)] == [(1, 2)]  # History's GPUs column
+        wi = what_if(store, 1, [(None, None)], slo=SLO(ttft_p99=2.0))
+    assert wi.rows[0].label == "2 hosts × 1× RTX 4090 (measured #1)" and wi.rows[1].users, wi.rows
     assert not any(_settled(bed).values()), _settled(bed)
 
 
@@ -629,6 +652,32 @@ def test_cli_run_a_host_whose_agent_is_killed_mid_ramp_is_the_stop_reason(bed, t
     assert run["status"] == "server_failed" and h1.destination in run["summary"]["stop_reason"]
     assert len(kept) > 0
     assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_a_rig_fingerprint_of_the_hosts_cards_from_their_hellos(bed):
+    """The fingerprint of a rig of the CPU build (app.run.hardware.rig_hardware) from the
+    bed's agents' real hellos (no NVML in the namespaces): one CPU per host, the fewest
+    cores, the smallest memory, summarised "2 hosts × 1× CPU (N cores)"; with cards named
+    in the hellos (NVML on real hosts; test doubles at the hardware boundary) the selected
+    ones count, the smallest memory."""
+    from app.run.hardware import rig_hardware
+
+    hosts = [Host(ssh=h.destination, dyno=DYNO, link="25gbe") for h in bed.hosts]
+    with Rig(hosts, ssh=_opts(bed)) as rig:
+        rig.open()
+        hellos = [link.hello for link in rig.links]
+    cores = min(x["cpu"]["cores"] for x in hellos)
+    hw = rig_hardware("vllm", hosts, hellos, vllm_version="0.32.0+cpu")
+    assert (hw.gpu, hw.count, hw.hosts, hw.link, hw.cores) == ("CPU", 2, 2, "25gbe", cores)
+    assert hw.memory_gib == round(min(x["cpu"]["memory_total_gib"] for x in hellos), 1)
+    assert hw.describe() == f"2 hosts × 1× CPU ({cores} cores) (25gbe), vLLM 0.32.0+cpu"
+    gib = 24 * 2**30
+    cards = [{"index": i, "name": "NVIDIA GeForce RTX 4090", "memory_total_bytes": gib - i * 2**20,
+              "compute_capability": [8, 9]} for i in range(2)]
+    four = [Host(ssh=f"root@10.0.0.{i}", gpus=1, link="ib-hdr200") for i in range(4)]
+    hw = rig_hardware("vllm", four, [{"cards": cards}] * 4)
+    assert hw.cards_text() == "4 hosts × 1× NVIDIA GeForce RTX 4090" and hw.count == 4
+    assert hw.memory_gib == 24.0 and hw.compute_capability == 8.9 and hw.rig_layout() is not None
 
 
 def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets_them(bed):
