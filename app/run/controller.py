@@ -105,7 +105,8 @@ class LaunchTarget:
     vLLM. ``expose``: the user confirmed a ``config.host`` beyond loopback (``--expose``,
     the window's dialog); without it such a launch is refused (issue 15, item 4).
     ``fill_defaults``: the CPU build's working defaults are still to be filled in for
-    what the user did not set (:meth:`RunController.launch_defaults`; False once done).
+    what the user did not set (:meth:`RunController.launch_defaults`; False once done; a
+    rig's are filled in by each host's agent for its own interpreter and cores).
     ``hosts``: the profile's rig (two or more: a multi-host launch through the hosts'
     agents, :meth:`RunController._launch_rig`); ``ssh``: how they are reached (None: the
     user's SSH agent, config and known hosts); ``rig_timeout``: seconds to open every
@@ -371,7 +372,7 @@ class RunController:
         (interpreter probe, planner). Never raises: when the interpreter cannot be probed
         the target is left as it is and the launch reports why."""
         if target.engine != "vllm" or not target.fill_defaults or target.multi_host:
-            return target  # a rig's interpreters are on its hosts: its profile sets what they need
+            return target  # a rig's interpreters are on its hosts: each agent fills in its own (_launch_rig)
         done = replace(target, fill_defaults=False)
         try:
             interp = inspect_interpreter(resolve_python(target.python))
