@@ -613,6 +613,19 @@ def test_cli_run_of_a_sim_rig_profile_records_its_hosts_and_cards(bed, tmp_path)
     assert not any(_settled(bed).values()), _settled(bed)
 
 
+def test_cli_run_of_a_rig_without_expose_is_refused_before_any_host(bed, tmp_path):
+    """The head's API server binds the head's address: without --expose the run is bad
+    input (exit 2) naming the profile, the address and the option; no agent is started."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "app.cli", "run", _rig_profile(bed, tmp_path, [1], 4)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=dict(os.environ, VLLM_DYNO_HOME=str(tmp_path / "home")))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"profile 'sim rig' runs over 2 hosts: the head's API server binds {bed.hosts[0].address}" in r.stderr
+    assert "confirm with --expose" in r.stderr and not any(_host_procs(h) for h in bed.hosts)
+
+
 def test_cli_run_a_host_whose_agent_is_killed_mid_ramp_is_the_stop_reason(bed, tmp_path):
     """The headless host's agent SIGKILLed while ``vllm-dyno run`` ramps: the printed
     status names the host as lost, the exit status is 1, the run is recorded as
