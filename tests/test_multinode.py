@@ -7,6 +7,9 @@ private address, the channel killed → the agent and its server gone, and the S
 controller over the rig: the simulated rig and the CPU build of vLLM (data parallel 2,
 pipeline parallel 2) launched over both hosts, ramped, one host lost mid-ramp (its agent
 or its server part killed) → the run stops naming it, nothing is left, records are kept.
+``vllm-dyno run PROFILE`` with ``hosts:`` as a real subprocess (the sim rig: what it prints,
+its exit status, the run and the rig's fingerprint in the store, a host's agent killed
+mid-ramp); each host's agent filling in the CPU build's defaults for its own host.
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
