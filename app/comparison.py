@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from app.history import get_run
+from app.history import cards_text, get_run
 from app.loadgen.stats import peak_level
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok, level_energy, power_series
@@ -132,7 +132,7 @@ def run_settings(run: dict[str, Any]) -> dict[str, dict[str, str]]:
     model = server.get("model") or summ.get("model") or ""
     rig: dict[str, str] = {"engine": str(run.get("engine") or "")}
     if hw.get("gpu"):
-        rig["cards"] = f"{hw.get('count', 1)}× {hw['gpu']}"
+        rig["cards"] = cards_text(hw)  # a rig of hosts: "2 hosts × 1× CPU (2 cores)"
     if hw.get("memory_gib"):
         rig["card memory"] = f"{float(hw['memory_gib']):.0f} GiB"
     if hw.get("vllm_version"):

@@ -54,6 +54,18 @@ class RunRow:
         return time.strftime("%Y-%m-%d %H:%M", time.localtime(self.created))
 
 
+def cards_text(hw: dict[str, Any] | None) -> str:
+    """A stored hardware fingerprint (a run's ``summary.hardware``, a profile's
+    ``hardware``) in short: ``4× RTX 4090``, ``2 hosts × 1× CPU (2 cores)``
+    (:meth:`HardwareFingerprint.cards_text`); ``""`` without one."""
+    if not hw or not hw.get("gpu"):
+        return ""
+    try:
+        return HardwareFingerprint.model_validate(hw).cards_text()
+    except ValueError:  # a fingerprint of another version of the app: its two main fields
+        return f"{hw.get('count', 1)}× {hw['gpu']}"
+
+
 def list_runs(store) -> list[RunRow]:
     """All runs, newest first."""
     out = []

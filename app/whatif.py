@@ -285,14 +285,15 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
     except (LookupError, ValueError) as e:
         raise WhatIfError(f"run {run_id}: {e}") from None
     # the parameters: the sim's own, or the planner's for the run's cards (a saved calibration)
-    base = plan(cfg, cards0, model, vllm_version=version, use_calibration=False, predict=False)
+    rig = hw.rig_layout()  # a rig of several hosts (issue 21): its link in the step times, its own calibration
+    base = plan(cfg, cards0, model, vllm_version=version, use_calibration=False, predict=False, rig=rig)
     if base.perf is None:
         raise WhatIfError(f"run {run_id}: the planner finds its settings do not fit {hw.describe()} "
                           f"({base.problem}); nothing to predict from")
-    calibration = None if sim else load_calibration(hardware_fingerprint(base.cards))
+    calibration = None if sim else load_calibration(hardware_fingerprint(base.cards, rig))
     run_params = calibration or base.perf.params
     source = ("the sim's (vLLM 0.32 defaults)" if sim else
-              f"{calibration.source} for {hardware_fingerprint(base.cards)}" if calibration else
+              f"{calibration.source} for {hardware_fingerprint(base.cards, rig)}" if calibration else
               f"{run_params.source} — not calibrated: vllm-dyno calibrate {run_id} fits them to this run")
     perf0 = build_step_model(base, run_params)
     # accuracy: the run's own levels again, in order, on the engine
@@ -300,7 +301,7 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
                          [s.level for s in ri.steps]).steps
     acc = _accuracy(ri.steps, again)
     search = search_spec(ri.spec, ri.slo)
-    wi = WhatIf(run_id, cfg.model, f"{hw.count}× {hw.gpu}" + (" (sim)" if sim else ""), ri.slo.model_dump(
+    wi = WhatIf(run_id, cfg.model, hw.cards_text() + (" (sim)" if sim else ""), ri.slo.model_dump(
         exclude_none=True), search.shape, source, acc, currency=pricing.currency)
     # the measured row
     judge = ri.spec.search or CapacitySearch(start=min(s.level for s in ri.steps),
@@ -308,14 +309,14 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
     cap = capacity_of(ri.steps, ri.records, ri.slo, judge, "concurrency", {s.idx: s.repeat for s in ri.steps},
                       seed=ri.spec.seed)
     gpus0 = len(base.cards)
-    meas = _row(f"{hw.count}× {hw.gpu} (measured #{run_id})", hw.gpu, gpus0, _layout(cfg), cap, pricing,
+    meas = _row(f"{hw.cards_text()} (measured #{run_id})", hw.gpu, gpus0, _layout(cfg), cap, pricing,
                 ri.j_per_token)
     meas.measured = True
     if ri.spec.search is None:
         meas.note = (f"levels {', '.join(f'{s.level:g}' for s in ri.steps)} of a fixed ramp: the users lie in "
                      f"{cap.users:g}–{cap.next_users:g}" if cap.next_users is not None else "")
-    twin = _predict(f"{hw.count}× {hw.gpu} (predicted)", hw.gpu, cfg, cards0, model, version, run_params, search,
-                    pricing)
+    twin = _predict(f"{hw.cards_text()} (predicted)", hw.gpu, cfg, cards0, model, version, run_params, search,
+                    pricing, rig)
     wi.rows = [meas, twin]
     seen = {(hw.gpu, gpus0, tuple(_layout(cfg).items()))}
     world0 = (cfg.tensor_parallel_size or 1) * (cfg.pipeline_parallel_size or 1)
@@ -368,17 +369,18 @@ def _params_for(cards: list[GpuSpec], tp: int, calibration: PerfParams | None, b
 
 
 def _predict(label: str, gpu: str, cfg: ServerConfig, cards: list[GpuSpec], model: Any, version: str | None,
-             params: PerfParams | None, search: RampSpec, pricing: Pricing) -> WhatIfRow:
+             params: PerfParams | None, search: RampSpec, pricing: Pricing, rig: Any = None) -> WhatIfRow:
     """One predicted row: the plan of ``cfg`` on ``cards`` (its first-ranked layout fix
-    when the split itself has an error) and the search on the engine."""
-    p = plan(cfg, cards, model, vllm_version=version, params=params, use_calibration=False, predict=False)
+    when the split itself has an error) and the search on the engine; ``rig``: the hosts
+    the cards sit in (a RigLayout; None: one host)."""
+    p = plan(cfg, cards, model, vllm_version=version, params=params, use_calibration=False, predict=False, rig=rig)
     note = ""
     if p.verdict == "error" and p.fix and set(p.fix) <= {"tensor_parallel_size", "pipeline_parallel_size",
                                                           "data_parallel_size"}:
         fixed = apply_fix(cfg, p.fix)
         note = f"{p.problem}: the planner's layout {fix_to_flags(p.fix)}"
         cfg, p = fixed, plan(fixed, cards, model, vllm_version=version, params=params, use_calibration=False,
-                             predict=False)
+                             predict=False, rig=rig)
     row = WhatIfRow(label, gpu, len(p.cards), _layout(cfg), note=note)
     if p.verdict == "error" or p.perf is None:
         row.problem = p.problem or "does_not_fit"

@@ -7,6 +7,9 @@ private address, the channel killed → the agent and its server gone, and the S
 controller over the rig: the simulated rig and the CPU build of vLLM (data parallel 2,
 pipeline parallel 2) launched over both hosts, ramped, one host lost mid-ramp (its agent
 or its server part killed) → the run stops naming it, nothing is left, records are kept.
+``vllm-dyno run PROFILE`` with ``hosts:`` as a real subprocess (the sim rig: what it prints,
+its exit status, the run and the rig's fingerprint in the store, a host's agent killed
+mid-ramp); each host's agent filling in the CPU build's defaults for its own host.
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
@@ -423,6 +426,13 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             parts = store.get_run(runs[0]["id"])["config"]["hosts"]  # what each host ran, with the run
             assert [(p["host"], p["role"]) for p in parts] == [(h.ssh, r) for h, r in zip(hosts, ("head", "headless"))]
             assert "--headless" in parts[1]["argv"] and "--headless" not in parts[0]["argv"]
+            hw = store.get_run(runs[0]["id"])["summary"]["hardware"]  # the rig's cards, from its hosts
+            cpu = target_kw["engine"] == "vllm"  # the CPU build on the bed's hosts (no NVML there)
+            assert (hw["gpu"], hw["count"], hw["hosts"]) == ("CPU" if cpu else "RTX 4090", 2, 2), hw
+            if cpu:  # each host's cores as its agent counts them (one kernel here: this process's count)
+                from app.planner.cards import host_cores
+
+                assert hw["cores"] == host_cores() and hw["vllm_version"].startswith("0."), hw
             kept = store.requests(runs[0]["id"])
             assert len(kept) >= 3 and len(kept) >= len([r for r in out.records if r.ok]) > 0
             print(f"\nrig ready in {took:.1f} s; host {lost.destination}: {what} killed → ramp ended in "
@@ -552,3 +562,222 @@ def test_a_ray_launch_of_the_cpu_build_is_refused_before_anything_starts(bed, tm
     while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 30:
         time.sleep(0.2)
     assert not any(h.app_pids() for h in bed.hosts)
+
+
+# ---- `vllm-dyno run PROFILE` over a rig (issue 21: the CLI, the hosts' defaults, the fingerprint) ----
+
+def _rig_profile(bed, tmp_path, levels: list[int], step_s: float) -> str:
+    """A sim rig profile over the bed's two hosts (engine sim, data parallel 2: a head and
+    a headless part), written as YAML; returns its path."""
+    hosts = "".join(f"  - {{ssh: '{h.destination}', dyno: '{DYNO}', link: 10gbe}}\n" for h in bed.hosts)
+    path = tmp_path / "sim-rig.yaml"
+    path.write_text("name: sim rig\nengine: sim\nsim: {gpu: RTX 4090, count: 2}\n"
+                    "server: {model: Qwen/Qwen2.5-7B-Instruct, served_model_name: q7, data_parallel_size: 2, "
+                    "max_num_seqs: 16, max_model_len: 4096}\n"
+                    f"ramp: {{levels: {levels}, step_seconds: {step_s}, warmup_seconds: 1, prompt_tokens: 64, "
+                    "output_tokens: 32}\n"
+                    f"hosts:\n{hosts}")
+    return str(path)
+
+
+def _run_cli(bed, tmp_path, profile: str, *extra: str):
+    """``vllm-dyno run PROFILE`` as a real subprocess, the bed's key and known-hosts file
+    given on the command line, the run store under ``tmp_path``; Popen (stdout piped)."""
+    import subprocess
+
+    env = dict(os.environ, SSH_AUTH_SOCK="", VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "run", profile, "--expose",
+                             "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT, env=env)
+
+
+def _settled(bed) -> dict:
+    """Wait (up to 30 s) until no process but the SSH server is left on the bed's hosts."""
+    t = time.monotonic()
+    while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 30:
+        time.sleep(0.2)
+    return {h.ns: h.app_pids() for h in bed.hosts}
+
+
+def test_cli_run_of_a_sim_rig_profile_records_its_hosts_and_cards(bed, tmp_path):
+    """``vllm-dyno run`` of a profile with ``hosts:``: each host's part is printed as it
+    starts (the head first), the hosts' state with the clock offset at ready, the level
+    lines and the verdict; exit 0; the run is in the SQLite store with each host's part
+    and the rig's fingerprint (2 hosts × 1× RTX 4090, sim, over 10gbe); nothing is left
+    running on either host."""
+    from app.profiles.model import HardwareFingerprint
+    from app.store import RunStore
+
+    p = _run_cli(bed, tmp_path, _rig_profile(bed, tmp_path, [1, 2], 4))
+    try:
+        out, _ = p.communicate(timeout=300)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    print("\n" + out)
+    assert p.returncode == 0, out
+    h0, h1 = bed.hosts
+    i0 = out.index(f"host {h0.destination}: head part started (rank 0")
+    i1 = out.index(f"host {h1.destination}: headless part started (rank 1")
+    assert i0 < i1 < out.index("[ready]"), out
+    assert f" → http://{h0.address}:" in out
+    ready = out[out.index("[ready]"):out.index("[ramping]")]
+    for h, role in ((h0, "head rank 0"), (h1, "headless rank 1")):
+        assert f"host {h.destination}: {role}, ready — " in ready and "no GPU (CPU); clock offset " in ready, ready
+    assert out.count("  level 1: ") == 1 and out.count("  level 2: ") == 1
+    assert "status: done" in out and "recorded as run 1" in out
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        run = store.get_run(1)
+    assert run["status"] == "done"
+    parts = run["config"]["hosts"]
+    assert [(x["host"], x["role"]) for x in parts] == [(h0.destination, "head"), (h1.destination, "headless")]
+    assert "--headless" in parts[1]["argv"] and parts[0]["defaults"] is None  # the sim: no CPU-build defaults
+    hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
+    assert (hw.gpu, hw.count, hw.hosts, hw.link) == ("RTX 4090", 2, 2, "10gbe")
+    assert hw.describe().startswith("2 hosts × 1× RTX 4090 (10gbe)") and hw.rig_layout() is not None
+    assert "2 hosts × 1× RTX 4090 (sim)" in out  # the verdict names the rig
+    # History, Compare and the what-if read the rig's fingerprint
+    import subprocess
+
+    from app import history
+    from app.comparison import run_settings
+    from app.loadgen.spec import SLO
+    from app.whatif import what_if
+
+    shown = subprocess.run([sys.executable, "-m", "app.cli", "runs", "show", "1"], capture_output=True, text=True,
+                           cwd=ROOT, timeout=60, env=dict(os.environ, VLLM_DYNO_HOME=str(tmp_path / "home")))
+    assert "hardware: 2 hosts × 1× RTX 4090 (10gbe)" in shown.stdout, shown.stdout + shown.stderr
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        assert run_settings(store.get_run(1))["rig"]["cards"] == "2 hosts × 1× RTX 4090"
+        assert [(r.id, r.gpu_count) for r in history.list_runs(store)] == [(1, 2)]  # History's GPUs column
+        wi = what_if(store, 1, [(None, None)], slo=SLO(ttft_p99=2.0))
+    assert wi.rows[0].label == "2 hosts × 1× RTX 4090 (measured #1)" and wi.rows[1].users, wi.rows
+    assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_cli_run_of_a_rig_without_expose_is_refused_before_any_host(bed, tmp_path):
+    """The head's API server binds the head's address: without --expose the run is bad
+    input (exit 2) naming the profile, the address and the option; no agent is started."""
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-m", "app.cli", "run", _rig_profile(bed, tmp_path, [1], 4)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=dict(os.environ, VLLM_DYNO_HOME=str(tmp_path / "home")))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"profile 'sim rig' runs over 2 hosts: the head's API server binds {bed.hosts[0].address}" in r.stderr
+    assert "confirm with --expose" in r.stderr and not any(h.app_pids() for h in bed.hosts)
+
+
+def test_cli_run_a_host_whose_agent_is_killed_mid_ramp_is_the_stop_reason(bed, tmp_path):
+    """The headless host's agent SIGKILLed while ``vllm-dyno run`` ramps: the printed
+    status names the host as lost, the exit status is 1, the run is recorded as
+    server_failed with its records, and nothing is left on either host."""
+    import threading
+
+    from app.store import RunStore
+
+    p = _run_cli(bed, tmp_path, _rig_profile(bed, tmp_path, [1, 2, 4, 8], 20))
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(p.stdout), daemon=True)
+    reader.start()
+    h1 = bed.hosts[1]
+    try:
+        t = time.monotonic()
+        while not any(x.startswith("[ramping]") for x in lines) and p.poll() is None and time.monotonic() - t < 240:
+            time.sleep(0.1)
+        assert any(x.startswith("[ramping]") for x in lines), "".join(lines)
+        time.sleep(4.0)  # some requests complete
+        agents = [pid for pid in h1.pids() if psutil.Process(pid).cmdline()[:4] == [sys.executable, "-m", "app.cli",
+                                                                                     "agent"]]  # not its shell
+        assert len(agents) == 1, agents
+        os.kill(agents[0], 9)
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    reader.join(10)
+    out = "".join(lines)
+    print("\n" + out)
+    assert p.returncode == 1, out
+    status = [x for x in lines if x.startswith("status: ")]
+    assert status and status[0].startswith(f"status: server_failed — host {h1.destination} was lost"), status
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        run = store.get_run(1)
+        kept = store.requests(1)
+    assert run["status"] == "server_failed" and h1.destination in run["summary"]["stop_reason"]
+    assert len(kept) > 0
+    assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_a_rig_fingerprint_of_the_hosts_cards_from_their_hellos(bed):
+    """The fingerprint of a rig of the CPU build (app.run.hardware.rig_hardware) from the
+    bed's agents' real hellos (no NVML in the namespaces): one CPU per host, the fewest
+    cores, the smallest memory, summarised "2 hosts × 1× CPU (N cores)"; with cards named
+    in the hellos (NVML on real hosts; test doubles at the hardware boundary) the selected
+    ones count, the smallest memory."""
+    from app.run.hardware import rig_hardware
+
+    hosts = [Host(ssh=h.destination, dyno=DYNO, link="25gbe") for h in bed.hosts]
+    with Rig(hosts, ssh=ssh_options(bed)) as rig:
+        rig.open()
+        hellos = [link.hello for link in rig.links]
+    cores = min(x["cpu"]["cores"] for x in hellos)
+    hw = rig_hardware("vllm", hosts, hellos, vllm_version="0.32.0+cpu")
+    assert (hw.gpu, hw.count, hw.hosts, hw.link, hw.cores) == ("CPU", 2, 2, "25gbe", cores)
+    assert hw.memory_gib == round(min(x["cpu"]["memory_total_gib"] for x in hellos), 1)
+    assert hw.describe() == f"2 hosts × 1× CPU ({cores} cores) (25gbe), vLLM 0.32.0+cpu"
+    gib = 24 * 2**30
+    cards = [{"index": i, "name": "NVIDIA GeForce RTX 4090", "memory_total_bytes": gib - i * 2**20,
+              "compute_capability": [8, 9]} for i in range(2)]
+    four = [Host(ssh=f"root@10.0.0.{i}", gpus=1, link="ib-hdr200") for i in range(4)]
+    hw = rig_hardware("vllm", four, [{"cards": cards}] * 4)
+    assert hw.cards_text() == "4 hosts × 1× NVIDIA GeForce RTX 4090" and hw.count == 4
+    assert hw.memory_gib == 24.0 and hw.compute_capability == 8.9 and hw.rig_layout() is not None
+
+
+def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets_them(bed):
+    """The CPU build's working defaults on a rig: each agent works them out for its own
+    host (app.planner.launch_defaults.cpu_build_defaults, its interpreter and NUMA node) and
+    starts its part with them — host 0 with nothing set gets a KV cache size and the
+    in-process executor, in the server's real environment (/proc/PID/environ); host 1,
+    whose config sets VLLM_CPU_KVCACHE_SPACE=2, keeps its value and gets no KV choice. The
+    parts are stopped as soon as they started."""
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    model = ROOT / "build" / "tiny-llama"
+    if not os.path.exists(vllm_python) or not model.is_dir():
+        pytest.skip("needs the CPU build (.venv-vllm) and build/tiny-llama (make test builds both)")
+
+    def environ(pid: int) -> dict[str, str]:
+        raw = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        return dict(x.decode().split("=", 1) for x in raw if b"=" in x)
+
+    async def go():
+        links = [await AgentLink.open(Host(ssh=h.destination, dyno=DYNO, python=vllm_python), ssh=ssh_options(bed))
+                 for h in bed.hosts]
+        try:
+            out = []
+            for link, env in zip(links, ({}, {"VLLM_CPU_KVCACHE_SPACE": "2"})):
+                cfg = ServerConfig(model=str(model), max_model_len=512, env={"HF_HUB_OFFLINE": "1", **env})
+                launched = await link.launch(cfg, fill_defaults=True)
+                t = time.monotonic()  # the server's pid comes with its part's first state message
+                while not any(st.get("server_pid") for st in link.states) and time.monotonic() - t < 60:
+                    await asyncio.sleep(0.05)
+                pid = next(st["server_pid"] for st in link.states if st.get("server_pid"))
+                out.append((launched, environ(pid)))
+            for link in links:
+                assert await link.stop(5.0) == []
+            return out
+        finally:
+            for link in links:
+                await link.close()
+    first, second = _run(go())
+    d0, env0 = first
+    d1, env1 = second
+    print(f"\nhost 0 defaults: {d0['defaults']}\nhost 1 defaults: {d1['defaults']}")
+    kv = d0["defaults"]["fix"]["env"]["VLLM_CPU_KVCACHE_SPACE"]
+    assert int(kv) >= 1 and env0["VLLM_CPU_KVCACHE_SPACE"] == kv
+    assert env0["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and "--distributed-executor-backend" in d0["argv"]
+    assert any(c.startswith(f"VLLM_CPU_KVCACHE_SPACE={kv}") for c in d0["defaults"]["chosen"])
+    assert "VLLM_CPU_KVCACHE_SPACE" not in (d1["defaults"] or {}).get("fix", {}).get("env", {})
+    assert env1["VLLM_CPU_KVCACHE_SPACE"] == "2"
+    assert not any(_settled(bed).values())

@@ -19,7 +19,7 @@ from app.planner.diagnose import diagnose
 from app.planner.gpus import GIB, cpu_device, lookup_gpu
 from app.planner.models import ModelArch, from_catalog, resolve_model
 from app.planner.plan import apply_fix, plan
-from app.run.launch_defaults import cpu_build_defaults
+from app.planner.launch_defaults import cpu_build_defaults
 
 #: Qwen/Qwen2.5-1.5B-Instruct's config.json (the architecture fields): 2.88 GiB of bf16 weights
 QWEN_1_5B = dict(architectures=["Qwen2ForCausalLM"], hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
@@ -183,7 +183,7 @@ def test_diagnosis_of_the_cpu_kv_cache_allocation():
 
 
 def test_launch_defaults_fill_only_what_the_user_did_not_set(tiny_model):
-    """One function for every front end (app.run.launch_defaults): the in-process executor
+    """One function for every front end (app.planner.launch_defaults): the in-process executor
     and a KV cache size on the CPU build, never over an explicit flag or variable."""
     m = resolve_model(str(tiny_model))
     dev = [node(9.96, 8.61)]

@@ -312,5 +312,5 @@ def test_a_sim_profile_of_several_hosts_is_planned_with_its_link():
     assert p.rig is not None and (p.rig.hosts, p.rig.cards_per_host, p.rig.link.name) == (4, 1, "10gbe")
     assert [p.perf.boundary_crosses_hosts(i) for i in range(3)] == [True] * 3
     hw = HardwareFingerprint(gpu="RTX 4090", count=4, hosts=4, link="10gbe")
-    assert hw.describe().startswith("4× RTX 4090 over 4 hosts (10gbe)")
+    assert hw.describe().startswith("4 hosts × 1× RTX 4090 (10gbe)")
     assert HardwareFingerprint(gpu="RTX 4090", count=4).rig_layout() is None

@@ -202,7 +202,7 @@ class HistoryView(QWidget):
         if not steps:
             self.curves.knee_label.setText("This run recorded no completed level.")
         hw = s.get("hardware") or {}
-        hw_text = f" · {hw.get('count', '?')}× {hw.get('gpu')}" if hw.get("gpu") else ""
+        hw_text = f" · {history.cards_text(hw)}" if hw.get("gpu") else ""
         reason = s.get("stop_reason") or ""
         self.run_label.setText(f"<b>Run #{run_id}</b> {run['name']} · {run['engine']}{hw_text} · "
                                f"<b>{run['status']}</b>{': ' + reason if reason else ''} · {len(steps)} level(s)")

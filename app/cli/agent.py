@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import sys
 
-from app.cli.common import err, index_list, input_file, number_type, positive_seconds
+from app.cli.common import add_ssh_options, err, index_list, number_type, positive_seconds, ssh_options
 from app.hosts.spec import Host, hosts_from, parse_ray_address
 
 
@@ -36,9 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     c = hs.add_parser("check", help="start the agent on each host and print its hello and clock offset")
     c.add_argument("destinations", nargs="+", metavar="DEST", help="user@host[:port] or localhost")
     c.add_argument("--dyno", default="vllm-dyno", help="the command that runs vllm-dyno on the hosts")
-    c.add_argument("--known-hosts", type=input_file, help="known-hosts file (default: ~/.ssh/known_hosts)")
-    c.add_argument("--identity", type=input_file, action="append",
-                   help="private key file (default: your SSH agent and ~/.ssh)")
+    add_ssh_options(c)  # --known-hosts, --identity, --ssh-config: the same as `run`'s
     c.add_argument("--seconds", type=positive_seconds, help="also watch each host's telemetry this long")
     c.add_argument("--python", help="the vLLM interpreter on the hosts (default: found there)")
     c.add_argument("--model", help="a model path that must exist on every host (checked there); with a layout "
@@ -133,7 +131,7 @@ def cmd_hosts_check(a: argparse.Namespace) -> int:
     # deferred: asyncssh loads only when a host is reached
     from app.hosts.link import HostError, SshOptions
 
-    opts = SshOptions(known_hosts=a.known_hosts, client_keys=tuple(a.identity) if a.identity else None)
+    opts = ssh_options(a) or SshOptions()
     try:
         return asyncio.run(_check(hosts, opts, a.seconds, a.model, a if layout else None))
     except HostError as e:

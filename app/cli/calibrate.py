@@ -80,7 +80,7 @@ def calibrate_run(store, run_id: int, dry_run: bool = False):
     fitted = fit(plan.perf, measured, pt, ot, cap)
     before = level_errors(plan.perf, measured, pt, ot, cap)
     after = level_errors(plan.perf.with_params(fitted), measured, pt, ot, cap)
-    fp = hardware_fingerprint(plan.cards)
+    fp = hardware_fingerprint(plan.cards, plan.rig)  # a rig's: its layout and link (the key plan() loads)
     path = None
     if not dry_run:
         path = save_calibration(fp, fitted, {"run_id": run_id, "prompt_tokens": pt, "output_tokens": ot,

@@ -405,6 +405,46 @@ def input_file(text: str) -> str:
     return str(p)
 
 
+def add_ssh_options(parser: argparse.ArgumentParser) -> None:
+    """How the hosts of a rig are reached over SSH (``hosts check``, ``run`` with a
+    profile's ``hosts:``): ``--known-hosts``, ``--identity`` (repeatable), ``--ssh-config``
+    (repeatable); read back with :func:`ssh_options`. Keys only: a password is never asked
+    for nor stored (app.hosts.link.SshOptions)."""
+    parser.add_argument("--known-hosts", type=input_file, metavar="FILE",
+                        help="known-hosts file the hosts' keys are checked against (default: ~/.ssh/known_hosts)")
+    parser.add_argument("--identity", type=input_file, action="append", metavar="FILE",
+                        help="private key file for the hosts (repeatable; default: your SSH agent and ~/.ssh)")
+    parser.add_argument("--ssh-config", type=input_file, action="append", metavar="FILE",
+                        help="ssh_config file (repeatable; default: ~/.ssh/config)")
+
+
+def ssh_options(a: argparse.Namespace):
+    """The :class:`app.hosts.link.SshOptions` of :func:`add_ssh_options`' options; None
+    when none was given (the user's SSH agent, config and known hosts)."""
+    known, keys, conf = getattr(a, "known_hosts", None), getattr(a, "identity", None), getattr(a, "ssh_config", None)
+    if not (known or keys or conf):
+        return None
+    # deferred: asyncssh loads only for a command that reaches hosts
+    from app.hosts.link import SshOptions
+
+    return SshOptions(known_hosts=known, client_keys=tuple(keys) if keys else None,
+                      config=tuple(conf) if conf else None)
+
+
+def rig_row_text(row: dict) -> str:
+    """One host of a rig as a line (a row of RunController.rig_status): its destination,
+    role and rank, state (and why it failed or was lost), host name, cards (the CPU build:
+    none), clock offset ± its bound and the round trip, ms."""
+    role = f"{row['role']}" + (f" rank {row['rank']}" if row.get("rank") is not None else "") if row.get("role") \
+        else "not in the plan"
+    state = row["state"] + (f" ({row['reason']})" if row.get("reason") else "")
+    cards = ", ".join(row.get("cards") or []) or "no GPU (CPU)"
+    off = ("clock offset not measured" if row.get("offset_s") is None else
+           f"clock offset {row['offset_s'] * 1e3:+.2f} ± {row['bound_s'] * 1e3:.2f} ms (round trip "
+           f"{row['rtt_s'] * 1e3:.2f} ms)")
+    return f"host {row['host']}: {role}, {state} — {row.get('hostname') or '?'}, {cards}; {off}"
+
+
 def perturb_seed(text: str) -> int:
     """argparse type: ``--sim-perturb``'s seed, a whole number ≥ 0 (0: no perturbation)."""
     try:

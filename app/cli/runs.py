@@ -16,6 +16,7 @@ import threading
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_ssh_options,
     add_workload_options,
     workload_kw,
     err,
@@ -29,7 +30,9 @@ from app.cli.common import (
     print_exposure,
     profile_for_launch,
     run_number,
+    rig_row_text,
     server_table,
+    ssh_options,
     unsaved_text,
     write_or_print,
 )
@@ -116,6 +119,10 @@ def cmd_run(a: argparse.Namespace) -> int:
         p, cfg, trusted, builtin = profile_for_launch(a)
     except BadInput as e:
         return int(e.code or 2)
+    if len(p.hosts) >= 2 and p.engine != "attach" and not a.expose:  # refused here, before any host is reached
+        return err(f"profile {p.name!r} runs over {len(p.hosts)} hosts: the head's API server binds "
+                   f"{p.hosts[0].reach} (beyond loopback, for the ramp and the other hosts to reach it); "
+                   "confirm with --expose")
     over: dict = {}
     if a.levels:
         over["levels"] = a.levels
@@ -142,6 +149,13 @@ def cmd_run(a: argparse.Namespace) -> int:
         sup = s.supervisor
         if ph == Phase.READY and sup is not None:
             print_exposure(cfg, sup.config.port)
+        if ph == Phase.READY:
+            for row in s.rig_status():  # a rig: each host's role, state, cards and clock offset
+                print(f"  {rig_row_text(row)}", flush=True)
+
+    def on_part(part: dict) -> None:
+        print(f"  host {part['host']}: {part['role']} part started (rank {part['rank']}, process group {part.get('pgid')})"
+              + (f" → {part['url']}" if part["role"] == "head" and part.get("url") else ""), flush=True)
 
     def on_level(st) -> None:
         sent = ("" if st.achieved_rps is None else f", sent {st.achieved_rps:.2f} of {st.level:g} req/s"
@@ -159,7 +173,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     s = ProfileRun(p, python=a.python, ramp_overrides=over, force=a.force, startup_timeout=a.startup_timeout,
                    expose=a.expose, on_phase=on_phase, on_level=on_level, on_line=on_line, on_defaults=on_defaults,
-                   trusted_env=trusted, builtin=builtin)
+                   on_part=on_part, trusted_env=trusted, builtin=builtin, ssh=ssh_options(a))
     box: dict = {}
     t = threading.Thread(target=lambda: box.setdefault("res", s.run()), name="session", daemon=True)
     interrupted = threading.Event()
@@ -250,6 +264,7 @@ def register(sub) -> None:
     x.add_argument("profile", help="profile name (see `profiles list`) or a profile YAML file")
     add_server_options(x, model_required=False)  # override the profile's vLLM options
     add_security_options(x)
+    add_ssh_options(x)  # a profile with hosts: how they are reached (as `hosts check`)
     x.add_argument("--python", type=executable, help="interpreter with vLLM installed (engine vllm)")
     g = x.add_mutually_exclusive_group()
     g.add_argument("--levels", type=number_list(), help="override the ramp's levels, e.g. 1,2,4")

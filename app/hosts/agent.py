@@ -37,6 +37,7 @@ from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
 from app.hosts.protocol import PROTOCOL, ProtocolError, decode, encode, samples_to_wire
 from app.planner.cards import host_cores, node_memory
+from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
 from app.server.interpreter import InterpreterError, inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
 from app.server.reaper import EOF_GRACE_S
@@ -119,6 +120,22 @@ def probe(python: str | None, model: str | None) -> dict[str, Any]:
         if os.path.isabs(path) or path.startswith("."):
             found = {"path": path, "exists": os.path.isdir(path)}
     return {"vllm": vllm, "shm": shm, "interfaces": ifaces, "model": found}
+
+
+def cpu_defaults(config: ServerConfig, python: str | None) -> LaunchDefaults | None:
+    """The CPU build's working defaults for this host's part (the one function the local
+    launch uses, :func:`app.planner.launch_defaults.cpu_build_defaults`), sized for this
+    host's interpreter, NUMA node and environment: only what the profile (``config``, its
+    ``env``) and the agent's environment leave unset. None when this host's vLLM is not
+    the CPU build or cannot be probed (the launch then reports why). Never raises."""
+    try:
+        interp = inspect_interpreter(resolve_python(python))
+        if not interp.is_cpu_build:
+            return None
+        return cpu_build_defaults(config, vllm_version=interp.version)
+    except Exception:  # defaults are a help: a failure here must not stop the launch
+        log.exception("could not work out the CPU build's defaults on this host")
+        return None
 
 
 class Agent:
@@ -241,6 +258,11 @@ class Agent:
         exposed = exposure_problem(config.host)
         if exposed and not msg.get("expose"):
             raise LaunchError(exposed)
+        defaults = None
+        if engine == "vllm" and msg.get("fill_defaults"):
+            defaults = cpu_defaults(config, msg.get("python"))
+            if defaults is not None:
+                config = defaults.config
         sup = Supervisor(config, engine=engine, python=msg.get("python"), sim_args=list(msg.get("sim_args") or []),
                          clock=self.clock, startup_timeout=float(msg.get("startup_timeout", 900.0)))
         sup.on_line(lambda stream, text, t: self.send({"op": "log", "part": part, "stream": stream, "text": text,
@@ -251,7 +273,7 @@ class Agent:
         if self.host_sampler is not None and part == "server":
             self.host_sampler.pgid = sup.pgid
         return {"part": part, "pid": sup.server_pid, "pgid": sup.pgid, "port": sup.config.port, "url": sup.url,
-                "argv": sup.argv}
+                "argv": sup.argv, "defaults": defaults.as_dict() if defaults is not None else None}
 
     def _state(self, part: str, sup: Supervisor, ch: StateChange) -> None:
         self.send({"op": "state", "part": part, "state": ch.state.value, "t": ch.t, "reason": ch.reason,

@@ -448,14 +448,20 @@ class AgentLink:
 
     async def launch(self, config: ServerConfig, *, engine: str = "vllm", python: str | None = None,
                      sim_args: list[str] | None = None, expose: bool = False,
-                     startup_timeout: float = 900.0, part: str = "server") -> dict[str, Any]:
+                     startup_timeout: float = 900.0, part: str = "server",
+                     fill_defaults: bool = False) -> dict[str, Any]:
         """Start this host's server (``part`` ``server``) or its Ray node (``part`` ``ray``,
         engine ``ray``, ``ray start``'s arguments in ``sim_args``) through its agent (a
         supervisor and reaper each). A bind beyond loopback needs ``expose`` (the user's
-        confirmation). Returns ``launched`` (part, pid, pgid, port, url, argv)."""
+        confirmation). ``fill_defaults``: the agent fills in the CPU build's working
+        defaults where ``config`` sets nothing, for its host's interpreter and cores
+        (app.hosts.agent.cpu_defaults; the server part only). Returns ``launched`` (part,
+        pid, pgid, port, url, argv, ``defaults``: None, or what was filled in as ``{"fix",
+        "chosen", "notes"}``)."""
         return await self.request("launch", part=part, engine=engine, config=config.model_dump(mode="json"),
                                   python=python if python is not None else self.host.python,
-                                  sim_args=list(sim_args or []), expose=expose, startup_timeout=startup_timeout)
+                                  sim_args=list(sim_args or []), expose=expose, startup_timeout=startup_timeout,
+                                  fill_defaults=fill_defaults)
 
     async def wait_state(self, *states: str, timeout: float = 120.0) -> dict[str, Any]:
         """The first state message in ``states`` (e.g. ready, failed); HostError on timeout."""

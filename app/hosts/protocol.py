@@ -21,8 +21,8 @@ Agent → app, unasked:
 App → agent (reply op in brackets): ``ping`` {``t0``} (``pong`` {``t0``, ``t1``,
 ``t2``}), ``probe`` {``python``, ``model``} (``probed`` {``vllm`` (with ``cpu_build`` and ``ray``:
 Ray's version for that interpreter or null), ``shm``, ``interfaces``, ``model``}), ``watch`` {``interval``, ``gpu_interval``} (``watching`` {``gpu``}),
-``launch`` {``part``, ``engine``, ``config``, ``python``, ``sim_args``, ``expose``}
-(``launched`` {``part``, ``pid``, ``pgid``, ``port``, ``url``, ``argv``}), ``stop`` {``grace``}
+``launch`` {``part``, ``engine``, ``config``, ``python``, ``sim_args``, ``expose``, ``fill_defaults``}
+(``launched`` {``part``, ``pid``, ``pgid``, ``port``, ``url``, ``argv``, ``defaults``}), ``stop`` {``grace``}
 (``stopped`` {``leftovers``}: every part stopped), ``bye`` (``bye``; the agent then stops its server and
 exits). A request that fails is answered ``error`` {``message``}.
 

@@ -161,6 +161,8 @@ class HardwareFingerprint(BaseModel):
     ``vllm_version``; ``recorded_at``: Unix time it was filled in from a run (None for a
     hand-written target). ``hosts``/``link``: the cards sit in that many hosts, evenly,
     joined by that link of the link catalog (None: one host) — :meth:`rig_layout`.
+    ``cores``: for ``CPU``, the cores the CPU build may use on each host (a rig's hosts'
+    fewest; app.planner.cards.host_cores on each host, reported by its agent).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -173,6 +175,7 @@ class HardwareFingerprint(BaseModel):
     recorded_at: Optional[float] = None
     hosts: Optional[int] = Field(None, ge=1, le=1024)
     link: Optional[str] = None
+    cores: Optional[int] = Field(None, ge=1)
 
     def rig_layout(self):
         """The planner's :class:`app.engine.gpu.RigLayout` of several hosts (``hosts`` >
@@ -185,10 +188,19 @@ class HardwareFingerprint(BaseModel):
     def is_cpu(self) -> bool:
         return self.gpu.strip().upper() == "CPU"
 
+    def cards_text(self) -> str:
+        """The cards in short: ``4× RTX 4090``, ``1× CPU (2 cores)``; a rig of several
+        hosts each holding the same share, ``4 hosts × 1× RTX 4090``."""
+        hosts = self.hosts if self.hosts and self.hosts > 1 and self.count % self.hosts == 0 else None
+        one = f"{self.count // hosts if hosts else self.count}× {self.gpu}"
+        if self.cores and self.is_cpu:
+            one += f" ({self.cores} cores)"
+        return f"{hosts} hosts × {one}" if hosts else one
+
     def describe(self) -> str:
-        s = f"{self.count}× {self.gpu}"
+        s = self.cards_text()
         if self.rig_layout() is not None:
-            s += f" over {self.hosts} hosts ({self.link})"
+            s += f" ({self.link})"
         if self.driver:
             s += f", driver {self.driver}"
         if self.vllm_version:

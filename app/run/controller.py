@@ -63,8 +63,8 @@ from app.loadgen.spec import CapacitySearch
 from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_stop_reason, to_rig_time
 from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
-from app.run.hardware import hardware_for, sim_info, time_scale_of
-from app.run.launch_defaults import cpu_build_defaults
+from app.run.hardware import hardware_for, rig_hardware, sim_info, time_scale_of
+from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
 from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
 from app.run.record import RunRecorder
 from app.run.events import RunListener, State
@@ -111,7 +111,8 @@ class LaunchTarget:
     vLLM. ``expose``: the user confirmed a ``config.host`` beyond loopback (``--expose``,
     the window's dialog); without it such a launch is refused (issue 15, item 4).
     ``fill_defaults``: the CPU build's working defaults are still to be filled in for
-    what the user did not set (:meth:`RunController.launch_defaults`; False once done).
+    what the user did not set (:meth:`RunController.launch_defaults`; False once done; a
+    rig's are filled in by each host's agent for its own interpreter and cores).
     ``hosts``: the profile's rig (two or more: a multi-host launch through the hosts'
     agents, :meth:`RunController._launch_rig`); ``ssh``: how they are reached (None: the
     user's SSH agent, config and known hosts); ``rig_timeout``: seconds to open every
@@ -269,6 +270,7 @@ class RunController:
         self.rig: Rig | None = None
         self.rig_plan: list[HostCommand] = []
         self.rig_parts: dict[str, dict[str, Any]] = {}  # host (``"H ray"``: its Ray node) → its agent's ``launched`` reply
+        self._rig_probes: list[dict[str, Any]] = []  # each host's probe, in the hosts' order
         self._rig_last: list[dict[str, Any]] = []  # rig_status() as the rig was closed
         self._rig_stopping = False
         self._rig_grace = 20.0  # s, SIGTERM → SIGKILL of each host's part
@@ -372,7 +374,7 @@ class RunController:
     # ------------------------------------------------------------------ launch
     def launch_defaults(self, target: LaunchTarget) -> LaunchTarget:
         """``target`` with the CPU build's working defaults filled in where the user set
-        nothing (:func:`app.run.launch_defaults.cpu_build_defaults`: a KV cache size, the
+        nothing (:func:`app.planner.launch_defaults.cpu_build_defaults`: a KV cache size, the
         in-process executor), for engine ``vllm`` on an interpreter with the CPU build;
         what was chosen goes to ``on_launch_defaults``. Once per target: the result has
         ``fill_defaults`` False. Every launch goes through it (:meth:`launch`); a front
@@ -380,7 +382,7 @@ class RunController:
         (interpreter probe, planner). Never raises: when the interpreter cannot be probed
         the target is left as it is and the launch reports why."""
         if target.engine != "vllm" or not target.fill_defaults or target.multi_host:
-            return target  # a rig's interpreters are on its hosts: its profile sets what they need
+            return target  # a rig's interpreters are on its hosts: each agent fills in its own (_launch_rig)
         done = replace(target, fill_defaults=False)
         try:
             interp = inspect_interpreter(resolve_python(target.python))
@@ -484,7 +486,7 @@ class RunController:
         run, a part the agent refused: each names the host); the caller closes the rig."""
         self._rig_stopping = False
         self._rig_grace = grace
-        self.rig_parts, self.rig_plan, self._rig_last = {}, [], []
+        self.rig_parts, self.rig_plan, self._rig_last, self._rig_probes = {}, [], [], []
         rig = Rig(target.hosts, clock=self.clock, ssh=target.ssh)
         self.rig = rig
         try:
@@ -493,6 +495,7 @@ class RunController:
             raise LaunchError(str(e)) from None
         rig.on_lost(self._host_lost)
         probes = [rig.call(link.probe(target.config.model), target.rig_timeout) for link in rig.links]
+        self._rig_probes = probes
         try:
             plan = launch_plan(target.hosts, target.config, ray_address=target.ray_address,
                                interfaces=socket_interfaces(target.hosts, probes))
@@ -520,16 +523,24 @@ class RunController:
             link.on_log(lambda stream, text, t, tag=tag, ev=started.get(h) if ray else None:
                         self._rig_line(tag, stream, text, t, ev), part=cmd.part)
             link.on_state(lambda st, h=h, role=cmd.role: self._on_host_state(h, role, st), part=cmd.part)
-            try:
+            try:  # the CPU build's working defaults: each agent for its own host (its interpreter, cores)
                 launched = rig.call(link.launch(cmd.config, engine="ray" if ray else target.engine,
                                                 sim_args=list(cmd.args) if ray else target.sim_args, part=cmd.part,
-                                                expose=target.expose, startup_timeout=target.startup_timeout),
+                                                expose=target.expose, startup_timeout=target.startup_timeout,
+                                                fill_defaults=(not ray and target.fill_defaults
+                                                               and target.engine == "vllm")),
                                     target.rig_timeout)
             except HostError as e:
                 raise LaunchError(f"host {h} ({cmd.role}) did not start its part: {e}") from None
             self.rig_parts[_part_key(cmd)] = launched
             if cmd.role == "head":
                 self.url = launched["url"]
+            d = launched.get("defaults")
+            if d and (d.get("chosen") or d.get("notes")):
+                self._emit("on_launch_defaults", LaunchDefaults(config=cmd.config, fix=d.get("fix") or {},
+                                                                chosen=list(d.get("chosen") or []),
+                                                                notes=list(d.get("notes") or []), host=h))
+            self._emit("on_rig_part", {"host": h, "role": cmd.role, "rank": cmd.rank, **launched})
         self.api_model = target.config.api_model_name
 
     def _rig_line(self, tag: str, stream: str, text: str, t: float, started: threading.Event | None) -> None:
@@ -928,19 +939,36 @@ class RunController:
             engine = t.engine if t is not None else "attach"
             if engine == "attach" and self.sim_info:
                 engine = "sim"  # an attached sim is recorded as one, with its cards (compare counts them)
-            hw = None if self.rig is not None else hardware_for(  # a rig's cards are its hosts'
-                engine, supervisor=sup, info=self.sim_info, gpus=t.config.gpus if t is not None else None)
-            self.hardware = hw
-            if self.rig is not None:  # each host's part: its config and the argv its agent ran
+            if self.rig is not None:  # a rig's cards are its hosts', from their agents' hellos
+                hw = self._rig_hardware(engine)
+                # each host's part: its config, the argv its agent ran, the CPU build's defaults it filled in
                 rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
                                         "server": c.config.model_dump(mode="json"),
-                                        "argv": (self.rig_parts.get(_part_key(c)) or {}).get("argv") or []}
+                                        "argv": (self.rig_parts.get(_part_key(c)) or {}).get("argv") or [],
+                                        "defaults": (self.rig_parts.get(_part_key(c)) or {}).get("defaults")}
                                        for c in self.rig_plan])
+            else:
+                hw = hardware_for(engine, supervisor=sup, info=self.sim_info,
+                                  gpus=t.config.gpus if t is not None else None)
+            self.hardware = hw
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
-            if hw is not None and engine == "sim":
+            if hw is not None and (engine == "sim" or self.rig is not None):
                 rec.gpu_count = hw.count
         except Exception:
             log.exception("could not record the server of run %s", rec.run_id)
+
+    def _rig_hardware(self, engine: str) -> HardwareFingerprint | None:
+        """The launched rig's fingerprint (app.run.hardware.rig_hardware): its hosts' cards
+        from their agents' hellos (the sim's from the head's ``/sim/info``), the head's vLLM
+        version from its probe; None without a rig."""
+        rig = self.rig
+        if rig is None:
+            return None
+        hellos = {link.host.label(): link.hello for link in list(rig.links)}
+        head = (self._rig_probes[0].get("vllm") or {}) if self._rig_probes else {}
+        version = head.get("version") if engine == "vllm" else None
+        return rig_hardware(engine, rig.hosts, [hellos.get(h.label()) or {} for h in rig.hosts], info=self.sim_info,
+                            vllm_version=version)
 
     def open_run(self, record: RecordSpec) -> int:
         """Open a run that spans the launch (``vllm-dyno run``): a failed launch is
@@ -1200,7 +1228,7 @@ class RunController:
             except Exception:
                 log.exception("could not read the hardware for the verdict")
         if hw is not None:
-            rig = f"{hw.count}× {hw.gpu}" + (" (sim)" if engine == "sim" or self.sim_info else "")
+            rig = hw.cards_text() + (" (sim)" if engine == "sim" or self.sim_info else "")
             gpus = hw.count
         else:
             rig, gpus = f"the server at {self.url}", 1

@@ -11,7 +11,7 @@ if TYPE_CHECKING:  # annotations only
     from app.loadgen.stats import StepStats
     from app.planner.diagnose import Diagnosis
     from app.run.controller import RampOutcome
-    from app.run.launch_defaults import LaunchDefaults
+    from app.planner.launch_defaults import LaunchDefaults
 
 
 class State(str, enum.Enum):
@@ -40,7 +40,14 @@ class RunListener:
     def on_launch_defaults(self, defaults: LaunchDefaults) -> None:
         """The CPU build's working defaults filled in before the launch, for what the
         user did not set (``defaults.chosen``, ``defaults.notes``; what to print:
-        ``defaults.lines()``)."""
+        ``defaults.lines()``); for a rig, once per host whose agent filled some in
+        (``defaults.host`` names it)."""
+
+    def on_rig_part(self, part: dict) -> None:
+        """A host's part of a rig's server was started by its agent (head first):
+        ``host`` (its SSH destination), ``role`` (``head``/``headless``), ``rank``, ``pid``,
+        ``pgid``, ``url`` (the head's API server; a headless part's means nothing),
+        ``argv``, ``defaults`` (the CPU build's defaults its agent filled in, or None)."""
 
     def on_launch_phase(self, progress: Any) -> None:
         """The launch entered a new phase (from the server's log):

@@ -3,8 +3,9 @@ scale, and the hardware fingerprint stored with the run.
 
 The fingerprint is the key of calibrations and the heading of comparisons
 (:class:`app.profiles.model.HardwareFingerprint`): the sim's rig, this machine's cards
-(NVML, through :mod:`app.telemetry.nvml`) or ``CPU`` for the CPU build of vLLM; an
-attached server's cards are unknown (None).
+(NVML, through :mod:`app.telemetry.nvml`) or ``CPU`` for the CPU build of vLLM, or a
+rig's hosts' cards from their agents (:func:`rig_hardware`); an attached server's cards
+are unknown (None).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from app.hosts.spec import rig_link
 from app.planner.cards import host_memory_gib
 from app.profiles.model import HardwareFingerprint
 from app.telemetry.nvml import read_cards
@@ -78,6 +80,54 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
             log.debug("NVML not available for the fingerprint: %s", e)
     return HardwareFingerprint(gpu="CPU", count=1, memory_gib=round(host_memory_gib(), 1),
                                vllm_version=vllm_version, recorded_at=time.time())
+
+
+def rig_hardware(engine: str, hosts: list[Any], hellos: list[dict[str, Any]], *, info: dict[str, Any] | None = None,
+                 vllm_version: str | None = None) -> HardwareFingerprint:
+    """The fingerprint of a rig of several hosts (issue 21), the same type as one
+    machine's so that History, Compare, calibrate and the what-if read it alike: ``hosts``
+    the rig's :class:`app.hosts.spec.Host` list, ``hellos`` each host's agent ``hello`` in
+    the same order (app.hosts.agent.host_facts: NVML ``cards`` with ``name``,
+    ``memory_total_bytes``, ``compute_capability``; the CPU build's ``cpu`` ``cores`` and
+    ``memory_total_gib``). Engine ``sim``: the simulated cards of the head's ``/sim/info``
+    (``info``) over the rig's hosts. Engine ``vllm``: each host's selected cards (its
+    ``gpus``; all when None) — names joined by ``" + "`` where they differ, the smallest
+    card's memory (GiB), the lowest compute capability — or one ``CPU`` per host without
+    NVML cards (the smallest host memory, the fewest cores). ``hosts`` is the host count;
+    ``link`` the slowest the hosts name (app.hosts.spec.rig_link; else the sim's)."""
+    slowest = rig_link(hosts)
+    link = slowest.name if slowest is not None else None
+    n = len(hosts)
+    if engine == "sim":
+        hw = sim_hardware(None, info)
+        return hw.model_copy(update={"hosts": n, "link": link or (info or {}).get("link")})
+    names: list[str] = []
+    mems: list[float] = []
+    ccs: list = []
+    cpu_cores: list[int] = []
+    cpu_mem: list[float] = []
+    for h, hello in zip(hosts, hellos):
+        sel = h.gpu_indices()
+        cards = [c for c in hello.get("cards") or [] if sel is None or c.get("index") in sel]
+        if not cards:
+            cpu = hello.get("cpu") or {}
+            cpu_cores.append(int(cpu.get("cores") or 1))
+            cpu_mem.append(float(cpu.get("memory_total_gib") or 0.0))
+            continue
+        for c in cards:
+            names.append(str(c.get("name") or "GPU"))
+            mems.append(float(c.get("memory_total_bytes") or 0) / 2**30)
+            cc = c.get("compute_capability")
+            ccs.append(cc[0] + cc[1] / 10 if cc else None)
+    if not names:
+        return HardwareFingerprint(gpu="CPU", count=n, memory_gib=round(min(cpu_mem), 1) if min(cpu_mem) > 0 else None,
+                                   cores=min(cpu_cores), vllm_version=vllm_version, recorded_at=time.time(),
+                                   hosts=n, link=link)
+    mem = min(mems) if mems else 0.0
+    return HardwareFingerprint(gpu=" + ".join(dict.fromkeys(names)), count=len(names) + len(cpu_cores),
+                               memory_gib=round(mem, 2) if mem > 0 else None,
+                               compute_capability=None if None in ccs else min(ccs), vllm_version=vllm_version,
+                               recorded_at=time.time(), hosts=n, link=link)
 
 
 def hardware_for(engine: str, *, rig: Any = None, supervisor=None, info: dict[str, Any] | None = None,

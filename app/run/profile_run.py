@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from app.clock import SessionClock
+from app.hosts.link import SshOptions
 from app.loadgen.stats import Knee, StepStats
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
@@ -128,6 +129,10 @@ class _Listener(RunListener):
         if self.run.on_defaults is not None:
             self.run.on_defaults(defaults)
 
+    def on_rig_part(self, part: dict) -> None:
+        if self.run.on_part is not None:
+            self.run.on_part(part)
+
 
 class ProfileRun:
     """One run of ``profile``.
@@ -148,7 +153,12 @@ class ProfileRun:
     recorded is kept). Subscribers (called on worker threads): ``on_phase(phase, msg)``,
     ``on_line(stream, text, t)``, ``on_level_start(dict)``, ``on_level(StepStats)``,
     ``on_records(list)``, ``on_defaults(LaunchDefaults)`` (the CPU build's working
-    defaults filled in before the plan, :meth:`app.run.controller.RunController.launch_defaults`).
+    defaults filled in before the plan, :meth:`app.run.controller.RunController.launch_defaults`;
+    for a rig, by each host's agent as its part starts, ``LaunchDefaults.host`` naming it),
+    ``on_part(dict)`` (a rig's host part started, :meth:`app.run.events.RunListener.on_rig_part`).
+    A profile with ``hosts:`` (two or more) launches over them through their agents;
+    ``ssh``: how they are reached (:class:`app.hosts.link.SshOptions`; None: the user's SSH
+    agent, config and known hosts); :meth:`rig_status` is each host's state.
     """
 
     def __init__(self, profile: Profile, *, store=None, python: str | None = None, clock: SessionClock | None = None,
@@ -160,7 +170,9 @@ class ProfileRun:
                  on_level: Callable[[StepStats], None] | None = None,
                  on_records: Callable[[list], None] | None = None,
                  on_defaults: Callable[[Any], None] | None = None,
-                 trusted_env: Mapping[str, str] | None = None, builtin: bool = False) -> None:
+                 on_part: Callable[[dict], None] | None = None,
+                 trusted_env: Mapping[str, str] | None = None, builtin: bool = False,
+                 ssh: SshOptions | None = None) -> None:
         self.profile = profile
         self.trusted_env = dict(trusted_env or {})
         self.builtin = builtin
@@ -176,7 +188,8 @@ class ProfileRun:
             safety = load_settings().safety
         self.safety = safety
         self.on_phase, self.on_line, self.on_level_start = on_phase, on_line, on_level_start
-        self.on_level, self.on_records, self.on_defaults = on_level, on_records, on_defaults
+        self.on_level, self.on_records, self.on_defaults, self.on_part = on_level, on_records, on_defaults, on_part
+        self.ssh = ssh
         self.phase = Phase.PLANNING
         self.plan = None
         self.controller = RunController(store=store, listener=_Listener(self), clock=clock)
@@ -187,6 +200,11 @@ class ProfileRun:
         """The server's supervisor (kept after the stop)."""
         c = self.controller
         return c.supervisor or c.last_supervisor
+
+    def rig_status(self) -> list[dict[str, Any]]:
+        """Each host of the rig: role, state, clock offset … (``[]`` for one machine),
+        :meth:`app.run.controller.RunController.rig_status`."""
+        return self.controller.rig_status()
 
     @property
     def run_id(self) -> int | None:
@@ -255,7 +273,7 @@ class ProfileRun:
         # the CPU build's working defaults, before the plan and the record see the profile
         target = ctl.launch_defaults(LaunchTarget.from_profile(
             self.profile, python=self.python, telemetry=self.use_telemetry, startup_timeout=self.startup_timeout,
-            grace=self.grace, expose=self.expose))
+            grace=self.grace, expose=self.expose, ssh=self.ssh))
         before = self.profile.server_config()
         if target.config != before:
             self.profile = self.profile.updated(

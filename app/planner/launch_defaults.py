@@ -1,6 +1,7 @@
-"""Working defaults for the CPU build of vLLM: the one function every front end's launch
-goes through (:meth:`app.run.controller.RunController.launch_defaults` calls it for
-``serve``, ``run`` and the window).
+"""Working defaults for the CPU build of vLLM: the one function every launch goes through
+(:meth:`app.run.controller.RunController.launch_defaults` calls it for ``serve``, ``run``
+and the window on this machine; each host's agent of a rig calls it for its own part,
+its own interpreter and cores, :meth:`app.hosts.agent.Agent.launch`).
 
 vLLM's own defaults do not work well on a machine without a GPU:
 
@@ -48,21 +49,29 @@ class LaunchDefaults:
     """What :func:`cpu_build_defaults` chose. ``config`` the configuration to launch;
     ``fix`` the values filled in (ServerConfig field names, ``env`` for variables — the
     form of a planner fix, :func:`app.planner.plan.apply_fix`); ``chosen`` one line per
-    choice, for the user; ``notes`` what could not be chosen, and why."""
+    choice, for the user; ``notes`` what could not be chosen, and why; ``host``: the rig's
+    host they were chosen on (its SSH destination; None: this machine)."""
 
     config: ServerConfig
     fix: dict[str, Any] = field(default_factory=dict)
     chosen: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    host: str | None = None
 
     def lines(self) -> list[str]:
         """What a front end prints: what was chosen (with the flags, so that the user can
-        set them), then the notes."""
+        set them), then the notes; a host's prefixed ``host DEST: ``."""
         out = []
+        on = f"host {self.host}: " if self.host else ""
         if self.chosen:
-            out.append(f"CPU build of vLLM — chosen for what you did not set: {fix_to_flags(self.fix)}")
+            out.append(f"{on}CPU build of vLLM — chosen for what you did not set: {fix_to_flags(self.fix)}")
             out += [f"  {c}" for c in self.chosen]
-        return out + [f"CPU build of vLLM: {n}" for n in self.notes]
+        return out + [f"{on}CPU build of vLLM: {n}" for n in self.notes]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON form an agent sends back with its part's ``launched`` reply (no config:
+        the part's argv says what ran): ``fix``, ``chosen``, ``notes``."""
+        return {"fix": self.fix, "chosen": list(self.chosen), "notes": list(self.notes)}
 
 
 def cpu_build_defaults(config: ServerConfig, *, vllm_version: str | None, cards: list[GpuSpec] | None = None,
