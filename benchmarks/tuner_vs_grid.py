@@ -40,6 +40,11 @@ capacity are means of 3 searches under the hidden true rig):
      8 4× RTX 5090  70B AWQ  long 2048/256    40        1270.6               4           72.0       1.00
     worst pick/best 0.99; cases ≥ 0.95: 8 of 8
 
+Re-run offline on 2026-12-03 for the 70B cases 3, 4, 7 and 8 after pipeline-parallel
+batches in flight entered the step-level engine and the tuner's analytic screen
+(``StepTimeModel.decode_cycle``): 1.00 of the grid's best in each, in 4 launches (grid rig
+minutes 2,067.0 / 2,074.3 / 992.9 / 1,267.7; tuner rig minutes 25.5 / 57.4 / 30.6 / 72.0).
+
 The tuner's rig minutes are 1–6 % of the grid's. With the searches at a lone search's 10 %
 (the run before, same day) case 3 picked 0.93 of the best: three candidates 8 % apart
 (49, 50 and 53 users in truth) all measured about 50, as a 10 % bisection at 50 users stops
