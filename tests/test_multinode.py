@@ -781,3 +781,52 @@ def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets
     assert "VLLM_CPU_KVCACHE_SPACE" not in (d1["defaults"] or {}).get("fix", {}).get("env", {})
     assert env1["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert not any(_settled(bed).values())
+
+
+# ---- `vllm-dyno tune PROFILE` over a rig (issue 21 meets issue 18's tuner) ----
+
+def test_cli_tune_of_a_sim_rig_profile_launches_over_both_hosts(bed, tmp_path):
+    """``vllm-dyno tune`` of a profile with ``hosts:`` as a real subprocess: without
+    ``--expose`` it is bad input (exit 2) before any host is reached; with it, the layout
+    the rig's launch plan refuses (TP 2 would span the two 1-card hosts) is pruned with
+    the plan's reason, every launch (2: one measured, one confirming) goes over both hosts
+    — each recorded run has the head and headless parts and the rig's fingerprint (2
+    hosts × 1× RTX 4090 over 10gbe) — the result is printed, exit 0, the stored tune keeps
+    the hosts, and nothing is left on either host."""
+    import subprocess
+
+    from app.profiles.model import HardwareFingerprint
+    from app.store import RunStore
+
+    profile = _rig_profile(bed, tmp_path, [1, 2], 4)
+    env = dict(os.environ, SSH_AUTH_SOCK="", VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    tune = [sys.executable, "-m", "app.cli", "tune", profile, "--sim-time-scale", "10", "--slo-ttft-p99", "2",
+            "--slo-tpot-p99", "0.2", "--kv-cache-dtypes", "auto", "--cuda-graphs", "on", "--mnbt", "2048",
+            "--max-launches", "2", "--max-users", "8", "--requests-per-level", "20", "--grace", "5"]
+    r = subprocess.run(tune, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"profile 'sim rig' runs over 2 hosts: the head's API server binds {bed.hosts[0].address}" in r.stderr
+    assert "confirm with --expose" in r.stderr and not any(h.app_pids() for h in bed.hosts)
+
+    r = subprocess.run([*tune, "--expose", "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    out = r.stdout + r.stderr
+    print("\n" + out)
+    assert r.returncode == 0, out
+    assert "launch 1 of ≤ 2" in out and "launch 2 of ≤ 2" in out and "Traceback" not in out
+    assert "✔ " in out  # the confirmed recommendation's sentence
+    h0, h1 = bed.hosts
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        (tune_row,) = [store.get_tune(t["id"]) for t in store.list_tunes()]
+        runs = [store.get_run(x["run_id"]) for x in tune_row["state"]["launches"]]
+    assert tune_row["status"] == "done"
+    assert [h["ssh"] for h in tune_row["spec"]["hosts"]] == [h0.destination, h1.destination]
+    pruned = {c["key"].split(" · ")[0]: c["pruned_because"] for c in tune_row["state"]["candidates"]}
+    assert pruned["TP2 PP1 DP1"].startswith("launch_plan: a tensor-parallel group of 2 would span hosts"), pruned
+    assert len(runs) == 2 and all(run["status"] == "done" for run in runs), [r["status"] for r in runs]
+    for run in runs:
+        parts = run["config"]["hosts"]
+        assert [(x["host"], x["role"]) for x in parts] == [(h0.destination, "head"), (h1.destination, "headless")]
+        hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
+        assert (hw.gpu, hw.count, hw.hosts, hw.link) == ("RTX 4090", 2, 2, "10gbe"), hw
+    assert not any(_settled(bed).values()), _settled(bed)
