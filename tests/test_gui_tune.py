@@ -196,7 +196,7 @@ def test_a_tune_over_the_profiles_hosts_shows_them_in_the_hosts_view(main_window
     from PySide6.QtWidgets import QMessageBox
 
     from tests import netns
-    from tests.test_gui_hosts import _rig_profile
+    from tests.test_gui_hosts import load_rig_profile
     from tests.test_multinode import DYNO, ssh_options
 
     why = netns.unavailable()
@@ -206,7 +206,7 @@ def test_a_tune_over_the_profiles_hosts_shows_them_in_the_hosts_view(main_window
     try:
         w = main_window
         w.sim_time_scale = K
-        _rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
+        load_rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
                      pipeline_parallel_size=2)
         w.ssh_options = ssh_options(bed)  # the bed's key and known hosts instead of the user's
         asked = []
