@@ -10,6 +10,8 @@ or its server part killed) → the run stops naming it, nothing is left, records
 ``vllm-dyno run PROFILE`` with ``hosts:`` as a real subprocess (the sim rig: what it prints,
 its exit status, the run and the rig's fingerprint in the store, a host's agent killed
 mid-ramp); each host's agent filling in the CPU build's defaults for its own host.
+``vllm-dyno tune PROFILE`` over the rig (the sim rig's two launches over both hosts; the
+CPU build's hosts' cards read from their agents for a dry run).
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
@@ -829,4 +831,35 @@ def test_cli_tune_of_a_sim_rig_profile_launches_over_both_hosts(bed, tmp_path):
         assert [(x["host"], x["role"]) for x in parts] == [(h0.destination, "head"), (h1.destination, "headless")]
         hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
         assert (hw.gpu, hw.count, hw.hosts, hw.link) == ("RTX 4090", 2, 2, "10gbe"), hw
+    assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_cli_tune_dry_run_of_a_cpu_build_rig_reads_the_hosts_cards(bed, tmp_path):
+    """``vllm-dyno tune PROFILE --dry-run`` of a profile of the CPU build of vLLM over the
+    bed's two hosts: the cards are the hosts' (each agent's hello: one ``CPU`` per host,
+    app.run.hardware.rig_hardware), so the space is the splits of 2 and TP 2 is pruned by
+    the launch plan (1 rank per host); no vLLM is launched, exit 0, and the agents are
+    gone afterwards."""
+    import subprocess
+
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    model = ROOT / "build" / "tiny-llama"
+    if not os.path.exists(vllm_python) or not model.is_dir():
+        pytest.skip("needs the CPU build (.venv-vllm) and build/tiny-llama (make test builds both)")
+    hosts = "".join(f"  - {{ssh: '{h.destination}', dyno: '{DYNO}', python: '{vllm_python}'}}\n" for h in bed.hosts)
+    path = tmp_path / "cpu-rig.yaml"
+    path.write_text("name: cpu rig\nengine: vllm\n"
+                    f"server: {{model: '{model}', served_model_name: tiny, max_num_seqs: 8, max_model_len: 512}}\n"
+                    f"hosts:\n{hosts}")
+    env = dict(os.environ, SSH_AUTH_SOCK="", VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, "-m", "app.cli", "tune", str(path), "--dry-run", "--expose", "--known-hosts",
+                        str(bed.known_hosts), "--identity", str(bed.client_key), "--slo-ttft-p99", "5",
+                        "--slo-tpot-p99", "0.5", "--prompt-tokens", "64", "--output-tokens", "16"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    out = r.stdout + r.stderr
+    print("\n" + out)
+    assert r.returncode == 0, out
+    assert "TP2 PP1 DP1" in out and "launch_plan: a tensor-parallel group of 2 would span hosts (1 rank(s) per host)" \
+        in out, out
+    assert "TP1 PP2 DP1" in out and "TP1 PP1 DP2" in out
     assert not any(_settled(bed).values()), _settled(bed)
