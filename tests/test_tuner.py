@@ -378,3 +378,32 @@ def test_a_rig_tune_spec_round_trips_through_the_store_and_resume(tmp_path):
     bad = dict(dumped, hosts=[dict(RIG[0], password="hunter2"), RIG[1]])
     with pytest.raises(ValidationError, match="password"):
         TuneSpec.model_validate(bad)
+
+
+def test_a_tune_over_hosts_on_the_hidden_true_rig_launches_only_what_the_plan_accepts(tmp_path):
+    """A two-launch tune over two hosts of 4 cards on the hidden true rig (the perturbed
+    sim's engine, on the rig's link): every launch is of a layout the rig's launch plan
+    accepts, the recommendation is one, and the starting flags (TP 8: the group would span
+    the hosts) are reported as unable to start, with the plan's reason."""
+    from app.hosts.plan import launch_plan
+
+    space = TuneSpace(tp=[8, 4, 2], kv_cache_dtype=["auto"], enforce_eager=[False], max_num_batched_tokens=[2048])
+    spec = rig_spec(space, max_launches=2)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        t = Tuner(spec, store=store, rig=OfflineRig(spec, 103))
+        t.run()
+        res = t.result()
+    launched = {x["key"] for x in res["launch_log"]}
+    assert res["launches"] == 2 and launched
+    for c in res["candidates"]:
+        if c["key"] in launched:
+            assert c["pruned_because"] is None
+            launch_plan(list(spec.hosts), ServerConfig(**c["server"]))  # accepted: raises otherwise
+    assert all(c["pruned_because"].startswith("launch_plan: ") for c in res["candidates"]
+               if c["key"].startswith("TP8 "))
+    rec = res["recommendation"]
+    assert rec is not None and rec["server"]["tensor_parallel_size"] <= 4
+    launch_plan(list(spec.hosts), ServerConfig(**rec["server"]))
+    base = res["baseline"]
+    assert base["users"] is None and base["error"].startswith(
+        "cannot start: launch_plan: a tensor-parallel group of 8 would span hosts"), base

@@ -278,6 +278,7 @@ def cmd_tune(a: argparse.Namespace) -> int:
             s = tuner.spec
             unconfirmed = rig_exposure_problem(f"tune {a.resume}", s.hosts, a.expose)
             if unconfirmed:  # the tune relaunches on its hosts: the same confirmation, before any is reached
+                tuner.ctl.close()
                 store.close()
                 return err(unconfirmed)
         else:

@@ -283,15 +283,26 @@ def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSp
         except ValueError as e:
             out.append(Candidate(key, base, label, len(use), f"invalid options: {e}"))
             continue
-        if hosts is not None and len(hosts) >= 2:
-            try:
-                launch_plan(list(hosts), cfg, ray_address=ray_address)
-            except PlanError as e:
-                out.append(Candidate(key, cfg, label, len(use), f"launch_plan: {e}"))
-                continue
+        refused = rig_refusal(cfg, hosts, ray_address)
+        if refused is not None:
+            out.append(Candidate(key, cfg, label, len(use), refused))
+            continue
         cand = _fit(cfg, use, arch, workload, vllm_version, key, label, rig)
         out.append(cand)
     return out
+
+
+def rig_refusal(cfg: ServerConfig, hosts: list[Host] | None, ray_address: str | None = None) -> str | None:
+    """Why the launch plan of a rig of ``hosts`` (two or more) refuses ``cfg``'s layout —
+    ``launch_plan: `` and :func:`app.hosts.plan.launch_plan`'s :class:`PlanError` — or
+    None (it accepts it, or there is no rig)."""
+    if hosts is None or len(hosts) < 2:
+        return None
+    try:
+        launch_plan(list(hosts), cfg, ray_address=ray_address)
+    except PlanError as e:
+        return f"launch_plan: {e}"
+    return None
 
 
 def _fit(cfg: ServerConfig, cards: list[GpuSpec], arch: ModelArch, workload: Workload | None,

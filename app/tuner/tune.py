@@ -58,7 +58,8 @@ from app.server.launch import LaunchError
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.tuner import model as rig_model
-from app.tuner.space import (Candidate, TuneSpace, enumerate_candidates, recommended_max_num_seqs, server_flags)
+from app.tuner.space import (Candidate, TuneSpace, enumerate_candidates, recommended_max_num_seqs, rig_refusal,
+                             server_flags)
 
 log = logging.getLogger(__name__)
 
@@ -750,6 +751,9 @@ class Tuner:
         if same is not None:
             return self._entry(same, s.config)
         errors = [f"{f.problem}: {f.message}" for f in p.findings if f.verdict == "error"]
+        refused = rig_refusal(s.config, s.hosts, s.ray_address)  # over hosts: their launch plan's word
+        if refused is not None:
+            errors.insert(0, refused)
         if errors:
             return {"key": "starting flags", "server": server_flags(s.config), "measured": False, "users": None,
                     "error": "cannot start: " + errors[0]}
