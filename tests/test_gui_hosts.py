@@ -99,7 +99,7 @@ def test_the_window_shows_hosts_only_for_a_rig(main_window, qtbot):
     assert [h.label() for h in saved.hosts] == ["dyno@10.0.0.11", "dyno@10.0.0.12"]
 
 
-def _rig_profile(w, qtbot, hosts: list, **server):
+def load_rig_profile(w, qtbot, hosts: list, **server):
     """Load the demo profile with ``hosts`` and ``server`` options into the window's forms
     (as if loaded), once the demo profile is planned; returns the profile."""
     from widgets import profiles
@@ -131,7 +131,7 @@ def test_the_plan_dialog_before_a_rig_launch_and_its_export(main_window, qtbot, 
 
     w = main_window
     tmp_path = tmp_path_factory.mktemp("export")
-    p = _rig_profile(w, qtbot, ["dyno@10.0.0.11", "dyno@10.0.0.12:2222"], tensor_parallel_size=4,
+    p = load_rig_profile(w, qtbot, ["dyno@10.0.0.11", "dyno@10.0.0.12:2222"], tensor_parallel_size=4,
                      pipeline_parallel_size=2)
     plan = mp_plan(p.hosts, w.build_request().config)
     seen = []
@@ -165,7 +165,7 @@ def test_a_layout_the_hosts_cannot_run_shows_its_fix_and_launches_nothing(main_w
     Launch and Export… are disabled, and even an accepted dialog starts nothing. A head on
     this machine's loopback with a remote other host is refused the same way (a finding)."""
     w = main_window
-    _rig_profile(w, qtbot, ["dyno@10.0.0.11", "dyno@10.0.0.12"], tensor_parallel_size=8, pipeline_parallel_size=1)
+    load_rig_profile(w, qtbot, ["dyno@10.0.0.11", "dyno@10.0.0.12"], tensor_parallel_size=8, pipeline_parallel_size=1)
     seen = []
 
     def answer(dlg):
@@ -183,7 +183,7 @@ def test_a_layout_the_hosts_cannot_run_shows_its_fix_and_launches_nothing(main_w
     assert w.controller.core.rig is None and not w.controller.server_running
     assert w.statusBar().currentMessage().startswith("Cannot launch over 2 hosts: a tensor-parallel group of 8")
 
-    _rig_profile(w, qtbot, ["localhost", "dyno@10.0.0.12"], tensor_parallel_size=4, pipeline_parallel_size=2)
+    load_rig_profile(w, qtbot, ["localhost", "dyno@10.0.0.12"], tensor_parallel_size=4, pipeline_parallel_size=2)
     w._run_dialog = answer
     seen.clear()
     w.launch()
@@ -200,7 +200,7 @@ def test_save_as_under_a_new_name_keeps_the_hosts(main_window, qtbot):
     from widgets import profiles
 
     w = main_window
-    _rig_profile(w, qtbot, ["dyno@10.0.0.11", {"ssh": "dyno@10.0.0.12", "gpus": [1], "link": "25gbe"}],
+    load_rig_profile(w, qtbot, ["dyno@10.0.0.11", {"ssh": "dyno@10.0.0.12", "gpus": [1], "link": "25gbe"}],
                  tensor_parallel_size=4, pipeline_parallel_size=2)
     want = [h.model_dump() for h in w.current_profile.hosts]
     w.save_profile("rig copy")
@@ -223,7 +223,7 @@ def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_wind
     with the reason in red and the run fails naming it."""
     w = main_window
     w.sim_time_scale = 4.0
-    _rig_profile(w, qtbot, [{"ssh": "localhost"}, {"ssh": "127.0.0.1"}], tensor_parallel_size=4,
+    load_rig_profile(w, qtbot, [{"ssh": "localhost"}, {"ssh": "127.0.0.1"}], tensor_parallel_size=4,
                  pipeline_parallel_size=2)
     shown = []
     w._run_dialog = lambda dlg: shown.append(dlg.commands.toPlainText()) or _click(dlg, dlg.launch_button)
@@ -270,7 +270,7 @@ def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_wind
     try:
         w = main_window
         w.sim_time_scale = 4.0
-        _rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
+        load_rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
                      pipeline_parallel_size=2)
         build = w.build_request
         w.build_request = lambda: dataclasses.replace(build(), ssh=ssh_options(bed))  # the bed's key and known hosts

@@ -10,6 +10,8 @@ or its server part killed) → the run stops naming it, nothing is left, records
 ``vllm-dyno run PROFILE`` with ``hosts:`` as a real subprocess (the sim rig: what it prints,
 its exit status, the run and the rig's fingerprint in the store, a host's agent killed
 mid-ramp); each host's agent filling in the CPU build's defaults for its own host.
+``vllm-dyno tune PROFILE`` over the rig (the sim rig's two launches over both hosts; the
+CPU build's hosts' cards read from their agents for a dry run).
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
@@ -781,3 +783,83 @@ def test_each_host_agent_fills_in_the_cpu_build_defaults_unless_the_profile_sets
     assert "VLLM_CPU_KVCACHE_SPACE" not in (d1["defaults"] or {}).get("fix", {}).get("env", {})
     assert env1["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert not any(_settled(bed).values())
+
+
+# ---- `vllm-dyno tune PROFILE` over a rig (issue 21 meets issue 18's tuner) ----
+
+def test_cli_tune_of_a_sim_rig_profile_launches_over_both_hosts(bed, tmp_path):
+    """``vllm-dyno tune`` of a profile with ``hosts:`` as a real subprocess: without
+    ``--expose`` it is bad input (exit 2) before any host is reached; with it, the layout
+    the rig's launch plan refuses (TP 2 would span the two 1-card hosts) is pruned with
+    the plan's reason, every launch (2: one measured, one confirming) goes over both hosts
+    — each recorded run has the head and headless parts and the rig's fingerprint (2
+    hosts × 1× RTX 4090 over 10gbe) — the result is printed, exit 0, the stored tune keeps
+    the hosts, and nothing is left on either host."""
+    import subprocess
+
+    from app.profiles.model import HardwareFingerprint
+    from app.store import RunStore
+
+    profile = _rig_profile(bed, tmp_path, [1, 2], 4)
+    env = dict(os.environ, SSH_AUTH_SOCK="", VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    tune = [sys.executable, "-m", "app.cli", "tune", profile, "--sim-time-scale", "10", "--slo-ttft-p99", "2",
+            "--slo-tpot-p99", "0.2", "--kv-cache-dtypes", "auto", "--cuda-graphs", "on", "--mnbt", "2048",
+            "--max-launches", "2", "--max-users", "8", "--requests-per-level", "20", "--grace", "5"]
+    r = subprocess.run(tune, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"profile 'sim rig' runs over 2 hosts: the head's API server binds {bed.hosts[0].address}" in r.stderr
+    assert "confirm with --expose" in r.stderr and not any(h.app_pids() for h in bed.hosts)
+
+    r = subprocess.run([*tune, "--expose", "--known-hosts", str(bed.known_hosts), "--identity", str(bed.client_key)],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    out = r.stdout + r.stderr
+    print("\n" + out)
+    assert r.returncode == 0, out
+    assert "launch 1 of ≤ 2" in out and "launch 2 of ≤ 2" in out and "Traceback" not in out
+    assert "✔ " in out  # the confirmed recommendation's sentence
+    h0, h1 = bed.hosts
+    with RunStore(tmp_path / "home" / "runs.sqlite") as store:
+        (tune_row,) = [store.get_tune(t["id"]) for t in store.list_tunes()]
+        runs = [store.get_run(x["run_id"]) for x in tune_row["state"]["launches"]]
+    assert tune_row["status"] == "done"
+    assert [h["ssh"] for h in tune_row["spec"]["hosts"]] == [h0.destination, h1.destination]
+    pruned = {c["key"].split(" · ")[0]: c["pruned_because"] for c in tune_row["state"]["candidates"]}
+    assert pruned["TP2 PP1 DP1"].startswith("launch_plan: a tensor-parallel group of 2 would span hosts"), pruned
+    assert len(runs) == 2 and all(run["status"] == "done" for run in runs), [r["status"] for r in runs]
+    for run in runs:
+        parts = run["config"]["hosts"]
+        assert [(x["host"], x["role"]) for x in parts] == [(h0.destination, "head"), (h1.destination, "headless")]
+        hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
+        assert (hw.gpu, hw.count, hw.hosts, hw.link) == ("RTX 4090", 2, 2, "10gbe"), hw
+    assert not any(_settled(bed).values()), _settled(bed)
+
+
+def test_cli_tune_dry_run_of_a_cpu_build_rig_reads_the_hosts_cards(bed, tmp_path):
+    """``vllm-dyno tune PROFILE --dry-run`` of a profile of the CPU build of vLLM over the
+    bed's two hosts: the cards are the hosts' (each agent's hello: one ``CPU`` per host,
+    app.run.hardware.rig_hardware), so the space is the splits of 2 and TP 2 is pruned by
+    the launch plan (1 rank per host); no vLLM is launched, exit 0, and the agents are
+    gone afterwards."""
+    import subprocess
+
+    vllm_python = str(ROOT / ".venv-vllm" / "bin" / "python")
+    model = ROOT / "build" / "tiny-llama"
+    if not os.path.exists(vllm_python) or not model.is_dir():
+        pytest.skip("needs the CPU build (.venv-vllm) and build/tiny-llama (make test builds both)")
+    hosts = "".join(f"  - {{ssh: '{h.destination}', dyno: '{DYNO}', python: '{vllm_python}'}}\n" for h in bed.hosts)
+    path = tmp_path / "cpu-rig.yaml"
+    path.write_text("name: cpu rig\nengine: vllm\n"
+                    f"server: {{model: '{model}', served_model_name: tiny, max_num_seqs: 8, max_model_len: 512}}\n"
+                    f"hosts:\n{hosts}")
+    env = dict(os.environ, SSH_AUTH_SOCK="", VLLM_DYNO_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
+    r = subprocess.run([sys.executable, "-m", "app.cli", "tune", str(path), "--dry-run", "--expose", "--known-hosts",
+                        str(bed.known_hosts), "--identity", str(bed.client_key), "--slo-ttft-p99", "5",
+                        "--slo-tpot-p99", "0.5", "--prompt-tokens", "64", "--output-tokens", "16"],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    out = r.stdout + r.stderr
+    print("\n" + out)
+    assert r.returncode == 0, out
+    assert "TP2 PP1 DP1" in out and "launch_plan: a tensor-parallel group of 2 would span hosts (1 rank(s) per host)" \
+        in out, out
+    assert "TP1 PP2 DP1" in out and "TP1 PP1 DP2" in out
+    assert not any(_settled(bed).values()), _settled(bed)

@@ -281,3 +281,129 @@ def test_a_tune_of_several_hosts_plans_and_predicts_with_their_link():
     pred1, _ = OfflineRig(one, 0).search(c1.config)
     pred4, _ = OfflineRig(eth, 0).search(c4.config)
     assert pred4.capacity.output_tps < pred1.capacity.output_tps
+
+
+# ---------------------------------------------------------------------- over a rig of hosts (issue 21)
+RIG = [{"ssh": "dyno@10.0.0.11", "link": "10gbe"}, {"ssh": "dyno@10.0.0.12", "link": "10gbe"}]
+
+
+def rig_spec(space: TuneSpace, **kw) -> TuneSpec:
+    """8 RTX 4090 in 2 hosts × 4 over 10 GbE: the profile's hosts and the rig's cards."""
+    from app.hosts.spec import hosts_from
+
+    return spec_of(space, hardware=HardwareFingerprint(gpu="RTX 4090", count=8, hosts=2, link="10gbe"),
+                   hosts=hosts_from(RIG), **kw)
+
+
+def test_over_hosts_the_launch_plan_prunes_the_layouts_it_refuses():
+    """Two hosts of 4 cards: a layout the rig's launch plan refuses (app.hosts.plan.mp_plan
+    raises PlanError: a tensor-parallel group of 8 spanning the hosts; 1 or 3 … ranks that
+    do not split evenly) is pruned with the plan's own reason, the same text
+    ``launch_plan`` gives; every other is planned on the rig (its link in the step model).
+    The same space on one host of 8 cards prunes none of those for the plan."""
+    from app.hosts.plan import PlanError, launch_plan
+
+    space = TuneSpace(tp=[8, 4, 2, 1], pp=[1, 2], dp=[1, 2], kv_cache_dtype=["auto"], enforce_eager=[False],
+                      max_num_batched_tokens=[2048], fewer_cards=True)
+    spec = rig_spec(space)
+    cands = spec.candidates()
+    by = {c.key.split(" · ")[0]: c for c in cands}
+    span = by["TP8 PP1 DP1"].pruned_because
+    assert span.startswith("launch_plan: a tensor-parallel group of 8 would span hosts (4 rank(s) per host)"), span
+    assert "pipeline_parallel_size 2" in span  # the fix
+    assert by["TP1 PP1 DP1"].pruned_because.startswith("launch_plan: tensor_parallel_size 1 × pipeline_parallel_size "
+                                                       "1 = 1 ranks cannot be split evenly over 2 hosts")
+    for c in cands:
+        try:
+            launch_plan(list(spec.hosts), c.config)
+            refused = None
+        except PlanError as e:
+            refused = f"launch_plan: {e}"
+        if refused is not None:
+            assert c.pruned_because == refused, c.key
+        elif c.pruned_because is None:
+            assert c.plan.rig == spec.hardware.rig_layout() and c.plan.rig.multi_host, c.key
+    runnable = {k for k, c in by.items() if c.pruned_because is None}
+    assert {"TP4 PP2 DP1", "TP4 PP1 DP2", "TP2 PP2 DP2"} <= runnable, sorted(runnable)
+    one = spec_of(space).candidates()  # one host: no launch plan to refuse
+    assert not any((c.pruned_because or "").startswith("launch_plan:") for c in one)
+    assert next(c for c in one if c.key.startswith("TP8 PP1 DP1")).pruned_because is None
+
+
+def test_over_hosts_the_ray_backend_prunes_data_parallel_replicas():
+    """With ``distributed_executor_backend: ray`` the Ray plan runs one replica over the
+    cluster (app.hosts.plan.ray_plan): DP 2 is pruned with its reason; a ``ray_address``
+    with the mp backend prunes every layout, naming the fix."""
+    space = TuneSpace(tp=[4], pp=[1, 2], dp=[1, 2], kv_cache_dtype=["auto"], enforce_eager=[False],
+                      max_num_batched_tokens=[2048], fewer_cards=True)
+    ray = rig_spec(space, config=DEMO.model_copy(update={"distributed_executor_backend": "ray"}))
+    by = {c.key.split(" · ")[0]: c for c in ray.candidates()}
+    assert by["TP4 PP1 DP2"].pruned_because.startswith("launch_plan: data_parallel_size 2: the Ray plan runs one "
+                                                       "replica"), by["TP4 PP1 DP2"].pruned_because
+    assert by["TP4 PP2 DP1"].pruned_because is None
+    wrong = rig_spec(space, ray_address="10.0.0.11:6379")
+    reasons = {c.pruned_because for c in wrong.candidates()}
+    assert len(reasons) == 1 and "ray_address 10.0.0.11:6379 names a Ray cluster" in reasons.pop()
+
+
+def test_a_rig_tune_spec_round_trips_through_the_store_and_resume(tmp_path):
+    """The rig is part of the tune: ``hosts`` and ``ray_address`` are stored with the spec
+    (JSON in the ``tunes`` table) and :meth:`Tuner.resume` gets them back, so it relaunches
+    on the same hosts; the SSH options and ``--expose`` are not stored — the resuming
+    caller gives them to the rig (:class:`ControllerRig`). A secret in a host is refused
+    by the spec (app.hosts.spec.Host)."""
+    from pydantic import ValidationError
+
+    from app.hosts.link import SshOptions
+    from app.tuner.tune import ControllerRig
+
+    space = TuneSpace(tp=[4], pp=[2], dp=[1], kv_cache_dtype=["auto"], enforce_eager=[False],
+                      max_num_batched_tokens=[2048])
+    spec = rig_spec(space, ray_address=None, name="rig tune")
+    dumped = spec.model_dump(mode="json")
+    assert [h["ssh"] for h in dumped["hosts"]] == ["dyno@10.0.0.11", "dyno@10.0.0.12"]
+    assert "ssh_options" not in dumped and "expose" not in dumped
+    assert TuneSpec.model_validate(dumped) == spec
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        tid = store.create_tune("rig tune", dumped)
+        store.save_tune(tid, status="interrupted", state={})
+        ssh = SshOptions(known_hosts=str(tmp_path / "known_hosts"))
+        t = Tuner.resume(store, tid, ssh=ssh, expose=True)
+        assert t.spec.hosts == spec.hosts and t.spec.multi_host and t.spec.hardware.rig_layout() is not None
+        assert isinstance(t.rig, ControllerRig) and t.rig.ssh is ssh and t.rig.expose
+        t.ctl.close()
+        t2 = Tuner.resume(store, tid)
+        assert t2.rig.expose is False and t2.rig.ssh is None  # not stored: the caller's word each time
+        t2.ctl.close()
+    bad = dict(dumped, hosts=[dict(RIG[0], password="hunter2"), RIG[1]])
+    with pytest.raises(ValidationError, match="password"):
+        TuneSpec.model_validate(bad)
+
+
+def test_a_tune_over_hosts_on_the_hidden_true_rig_launches_only_what_the_plan_accepts(tmp_path):
+    """A two-launch tune over two hosts of 4 cards on the hidden true rig (the perturbed
+    sim's engine, on the rig's link): every launch is of a layout the rig's launch plan
+    accepts, the recommendation is one, and the starting flags (TP 8: the group would span
+    the hosts) are reported as unable to start, with the plan's reason."""
+    from app.hosts.plan import launch_plan
+
+    space = TuneSpace(tp=[8, 4, 2], kv_cache_dtype=["auto"], enforce_eager=[False], max_num_batched_tokens=[2048])
+    spec = rig_spec(space, max_launches=2)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        t = Tuner(spec, store=store, rig=OfflineRig(spec, 103))
+        t.run()
+        res = t.result()
+    launched = {x["key"] for x in res["launch_log"]}
+    assert res["launches"] == 2 and launched
+    for c in res["candidates"]:
+        if c["key"] in launched:
+            assert c["pruned_because"] is None
+            launch_plan(list(spec.hosts), ServerConfig(**c["server"]))  # accepted: raises otherwise
+    assert all(c["pruned_because"].startswith("launch_plan: ") for c in res["candidates"]
+               if c["key"].startswith("TP8 "))
+    rec = res["recommendation"]
+    assert rec is not None and rec["server"]["tensor_parallel_size"] <= 4
+    launch_plan(list(spec.hosts), ServerConfig(**rec["server"]))
+    base = res["baseline"]
+    assert base["users"] is None and base["error"].startswith(
+        "cannot start: launch_plan: a tensor-parallel group of 8 would span hosts"), base

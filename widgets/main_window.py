@@ -136,6 +136,9 @@ class MainWindow(QMainWindow):
         self.plan_panel = PlanPanel()
         self.dashboard = Dashboard(lambda: self.controller.bank, lambda: self.controller.client,
                                    self.controller.clock.now)
+        #: how a rig's hosts are reached (app.hosts.link.SshOptions; None: the user's SSH agent,
+        #: ~/.ssh/config and known hosts) — every launch and tune over a profile's hosts
+        self.ssh_options = None
         self.hosts_view = HostsView(STATE_COLORS)  # a rig's hosts, above the Live plots (issue 21)
         self.hosts_view.hide()
         self.dashboard.layout().insertWidget(0, self.hosts_view)
@@ -150,7 +153,8 @@ class MainWindow(QMainWindow):
         right.addTab(self.curves, "Curves")
         right.addTab(self.results, "Results")
         self.tune = TunePanel(self.tune_start, lambda: self.controller.core, self.run_store,
-                              lambda: self.settings.pricing, block_fn=self.tune_block_reason)
+                              lambda: self.settings.pricing, block_fn=self.tune_block_reason,
+                              confirm_fn=self.tune_confirm)
         right.addTab(self.tune, "Tune")
         right.addTab(self.log_pane, "Log")
         self.profile_manager = ProfileManager(self.form_profile, profiles.library)
@@ -824,7 +828,8 @@ class MainWindow(QMainWindow):
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
             gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz,
             hosts=list(self.current_profile.hosts) if self.current_profile is not None else [],
-            ray_address=self.current_profile.ray_address if self.current_profile is not None else None)
+            ray_address=self.current_profile.ray_address if self.current_profile is not None else None,
+            ssh=self.ssh_options)
 
     def launch(self) -> None:
         reason = self.launch_block_reason()
@@ -848,17 +853,18 @@ class MainWindow(QMainWindow):
         self.tabs.setCurrentWidget(self.dashboard if req.engine == "attach" else self.log_pane)
         self._update_controls()
 
-    def confirm_exposure(self, req: LaunchTarget) -> LaunchTarget | None:
+    def confirm_exposure(self, req: LaunchTarget, lead: str = "The server") -> LaunchTarget | None:
         """A host beyond loopback (0.0.0.0, ::, a LAN address) is launched only when the
         user confirms it in a dialog that shows the real addresses and warns when no API
         key is set (issue 15, item 4); returns the request with ``expose`` set, the
-        request unchanged for loopback, or None when the user declines."""
+        request unchanged for loopback, or None when the user declines. ``lead``: what
+        would listen (the dialog's first words)."""
         if req.engine == "attach" or exposure_problem(req.config.host) is None:
             return req
         lines = exposure_lines(req.config.host, req.config.port, {**os.environ, **req.config.env})
         ans = QMessageBox.question(
             self, "Launch beyond this machine",
-            "The server would listen beyond this machine:\n\n" + "\n\n".join(lines)
+            f"{lead} would listen beyond this machine:\n\n" + "\n\n".join(lines)
             + "\n\nLaunch it reachable from other machines?", QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
         if ans != QMessageBox.Yes:
             self.statusBar().showMessage(f"Not launched: host {req.config.host} not confirmed", 8000)
@@ -884,6 +890,23 @@ class MainWindow(QMainWindow):
                                          "confirmed", 15000)
             return None
         return dataclasses.replace(req, expose=True) if preview.exposed else req
+
+    def tune_confirm(self, start: TuneStart) -> TuneStart | None:
+        """Before a tune (the Tune tab): its launches bind beyond loopback only once the
+        user confirmed it — :meth:`confirm_exposure`'s dialog for the form's host, or over
+        the loaded profile's hosts (two or more) for the head's address, where every
+        launch's API server listens (each launch's layout is the tuner's, so there is no
+        one plan to preview: the rig's launch plan prunes the layouts it refuses).
+        Returns ``start`` with ``expose`` set when confirmed, unchanged when nothing
+        listens beyond loopback, None when declined."""
+        cfg = start.config
+        lead = "The server"
+        if len(start.hosts) >= 2:
+            cfg = cfg.model_copy(update={"host": start.hosts[0].reach})
+            lead = (f"The tune launches over {len(start.hosts)} hosts "
+                    f"({', '.join(h.label() for h in start.hosts)}); the head's API server")
+        req = self.confirm_exposure(LaunchTarget(engine=start.engine, config=cfg, hosts=list(start.hosts)), lead)
+        return None if req is None else dataclasses.replace(start, expose=req.expose)
 
     def _run_dialog(self, dlg: QDialog) -> int:
         """Run a modal dialog (tests answer it by patching this method)."""
@@ -1109,7 +1132,8 @@ class MainWindow(QMainWindow):
 
     def tune_start(self) -> TuneStart:
         """What the Tune tab tunes: the form's engine, flags, simulated rig (with the
-        window's time scale), interpreter, ramp and profile. Raises ValueError naming
+        window's time scale), interpreter, ramp and profile; the loaded profile's hosts
+        (two or more: every launch goes over them, reached with :attr:`ssh_options`). Raises ValueError naming
         the field while the form does not validate."""
         cfg = self.config.build_config()
         try:
@@ -1117,8 +1141,11 @@ class MainWindow(QMainWindow):
         except ValueError:
             prof = None
         eng = self.config.engine_key()
+        rig = self.current_profile if self.current_profile is not None and len(self.current_profile.hosts) >= 2 else None
         return TuneStart(engine=eng, config=cfg, sim=self.config.sim_rig(self.sim_time_scale) if eng == "sim" else None,
-                         python=self.settings.vllm_python, ramp=self.ramp.plan_ramp(), profile=prof)
+                         python=self.settings.vllm_python, ramp=self.ramp.plan_ramp(), profile=prof,
+                         hosts=tuple(rig.hosts) if rig is not None else (), ray_address=rig.ray_address if rig else None,
+                         ssh=self.ssh_options if rig is not None else None)
 
     def _on_tune_running(self, on: bool) -> None:
         if self._closed:

@@ -82,7 +82,9 @@ class _ToQt(TuneListener):
 class TunePanel(QWidget):
     """``start_fn() → app.tuner.report.TuneStart`` (the window's forms; raises ValueError
     naming the field), ``controller_fn()`` the window's :class:`app.run.controller.RunController`,
-    ``store_fn()`` the run store, ``pricing_fn()`` Settings' prices.
+    ``store_fn()`` the run store, ``pricing_fn()`` Settings' prices; ``confirm_fn(start) →
+    TuneStart | None`` asks the user before a tune's launches bind beyond loopback (over a
+    profile's hosts the head does: its ``expose`` set) — None: not confirmed, no tune.
 
     Signals: ``running_changed(bool)`` when a tune starts or ends; ``progressed(dict,
     str)`` (internal: the tuner's result so far and its message); ``profile_saved(str)``."""
@@ -93,8 +95,10 @@ class TunePanel(QWidget):
 
     def __init__(self, start_fn: Callable[[], Any], controller_fn: Callable[[], Any], store_fn: Callable[[], Any],
                  pricing_fn: Callable[[], Any] | None = None, now_fn: Callable[[], float] = time.monotonic,
-                 block_fn: Callable[[], str | None] | None = None, parent: QWidget | None = None) -> None:
+                 block_fn: Callable[[], str | None] | None = None, parent: QWidget | None = None,
+                 confirm_fn: Callable[[Any], Any] | None = None) -> None:
         super().__init__(parent)
+        self.confirm_fn = confirm_fn or (lambda start: start)
         self.block_fn = block_fn or (lambda: None)  # why a tune cannot start now (the window's server runs)
         self._blocked: str | None = None  # what set_blocked last said
         self.start_fn, self.controller_fn, self.store_fn = start_fn, controller_fn, store_fn
@@ -422,9 +426,10 @@ class TunePanel(QWidget):
         sim_args, hw, version, py = report.target_of(start)
         f = dict(form)
         pt, ot, spread, seed = report.workload_from_ramp(start.ramp, f.pop("prompt_tokens"), f.pop("output_tokens"))
+        rig = dict(hosts=list(start.hosts), ray_address=start.ray_address) if len(start.hosts) >= 2 else {}
         return report.build_spec(engine=start.engine, config=start.config, hardware=hw, sim_args=sim_args, python=py,
                                  vllm_version=version, prompt_tokens=pt, output_tokens=ot, length_spread=spread,
-                                 seed=seed, **f)
+                                 seed=seed, **rig, **f)
 
     def slo(self) -> SLO:
         t, p = self.slo_ttft.value(), self.slo_tpot.value()
@@ -586,6 +591,10 @@ class TunePanel(QWidget):
             QMessageBox.warning(self, "Tune", "A tune needs an SLO to judge capacities on: set TTFT p99 and/or "
                                               "TPOT p99.")
             return
+        start = self.confirm_fn(start)  # the launches' bind beyond loopback (a rig's head), confirmed
+        if start is None:
+            self.progress.setText("Not started: the launches' address beyond this machine was not confirmed")
+            return
         self._gen += 1  # a prediction still running is not shown over the tune
         self._stop_asked = False
         self.start = start
@@ -602,7 +611,7 @@ class TunePanel(QWidget):
         def body():
             spec = self._spec(start, form)
             tuner = Tuner(spec, controller=self.controller_fn(), store=self.store_fn(), listener=listener,
-                          pricing=self.pricing_fn())
+                          pricing=self.pricing_fn(), ssh=start.ssh, expose=start.expose)
             listener.tuner = tuner
             self.tuner = tuner
             self.tuned_spec = spec  # what the recommendation was judged on (Save as profile)

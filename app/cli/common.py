@@ -406,8 +406,8 @@ def input_file(text: str) -> str:
 
 
 def add_ssh_options(parser: argparse.ArgumentParser) -> None:
-    """How the hosts of a rig are reached over SSH (``hosts check``, ``run`` with a
-    profile's ``hosts:``): ``--known-hosts``, ``--identity`` (repeatable), ``--ssh-config``
+    """How the hosts of a rig are reached over SSH (``hosts check``, ``run`` and ``tune``
+    with a profile's ``hosts:``): ``--known-hosts``, ``--identity`` (repeatable), ``--ssh-config``
     (repeatable); read back with :func:`ssh_options`. Keys only: a password is never asked
     for nor stored (app.hosts.link.SshOptions)."""
     parser.add_argument("--known-hosts", type=input_file, metavar="FILE",
@@ -429,6 +429,20 @@ def ssh_options(a: argparse.Namespace):
 
     return SshOptions(known_hosts=known, client_keys=tuple(keys) if keys else None,
                       config=tuple(conf) if conf else None)
+
+
+def rig_exposure_problem(what: str, hosts: list, expose: bool) -> str | None:
+    """Why a launch over ``hosts`` (a profile's ``hosts:``, two or more; ``what``:
+    ``profile 'NAME'``, ``tune 3``) may not go on
+    without ``--expose`` (None: one host, or confirmed): the head's API server binds the
+    head's address, beyond loopback, for the load generator and the other hosts to reach
+    it (issue 15's confirmation). ``run`` and ``tune`` refuse with it (exit 2) before any
+    host is reached."""
+    if len(hosts) < 2 or expose:
+        return None
+    return (f"{what} runs over {len(hosts)} hosts: the head's API server binds "
+            f"{hosts[0].reach} (beyond loopback, for the ramp and the other hosts to reach it); "
+            "confirm with --expose")
 
 
 def rig_row_text(row: dict) -> str:

@@ -29,6 +29,7 @@ from app.cli.common import (
     positive_seconds,
     print_exposure,
     profile_for_launch,
+    rig_exposure_problem,
     run_number,
     rig_row_text,
     server_table,
@@ -119,10 +120,9 @@ def cmd_run(a: argparse.Namespace) -> int:
         p, cfg, trusted, builtin = profile_for_launch(a)
     except BadInput as e:
         return int(e.code or 2)
-    if len(p.hosts) >= 2 and p.engine != "attach" and not a.expose:  # refused here, before any host is reached
-        return err(f"profile {p.name!r} runs over {len(p.hosts)} hosts: the head's API server binds "
-                   f"{p.hosts[0].reach} (beyond loopback, for the ramp and the other hosts to reach it); "
-                   "confirm with --expose")
+    unconfirmed = rig_exposure_problem(f"profile {p.name!r}", list(p.hosts), a.expose) if p.engine != "attach" else None
+    if unconfirmed:  # refused here, before any host is reached
+        return err(unconfirmed)
     over: dict = {}
     if a.levels:
         over["levels"] = a.levels

@@ -3,7 +3,11 @@
 ``vllm-dyno tune [PROFILE] --slo-ttft-p99 S --slo-tpot-p99 S [--objective users|throughput|cost|energy]
 [--tp 2,4,8] [--dp 1,2] [--checkpoint awq=ID …] [--max-launches N] [--max-minutes M] [--json out.json]``;
 against the sim: ``--engine sim --sim-gpu "RTX 4090" --sim-gpu-count 8 --model ID`` and
-every ``serve`` option. ``--dry-run`` prints the search space with the planner's
+every ``serve`` option. A profile whose ``hosts:`` names two or more hosts is tuned over
+them (issue 21): every launch goes through the hosts' agents (``--known-hosts``,
+``--identity``, ``--ssh-config``), the head binds its address (``--expose`` required,
+refused before any host is reached otherwise), the planner sees the rig's cards and
+link, and layouts the rig's launch plan refuses are pruned. ``--dry-run`` prints the search space with the planner's
 predictions and launches nothing; ``--resume ID`` continues an interrupted tune
 (Ctrl-C saves it); ``--list`` and ``--show ID`` read the tunes in the run store.
 
@@ -22,6 +26,7 @@ from typing import Any
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_ssh_options,
     add_workload_options,
     workload_kw,
     add_sim_options,
@@ -37,8 +42,10 @@ from app.cli.common import (
     positive_number,
     positive_seconds,
     profile_for_launch,
+    rig_exposure_problem,
     seed_number,
     sim_args_from,
+    ssh_options,
     write_or_print,
 )
 from app.config import KV_CACHE_DTYPES, add_server_options, exposure_problem
@@ -87,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_server_options(p, model_required=False)
     add_sim_options(p)
     add_security_options(p)
+    add_ssh_options(p)  # a profile with hosts: how they are reached (as `run`)
     p.add_argument("--python", type=executable, help="interpreter with vLLM installed (engine vllm)")
     p.add_argument("--trust-env", action="store_true", help="let the profile's env: set variables a shared profile "
                                                             "may not set unconfirmed (see `run --help`)")
@@ -148,12 +156,17 @@ def spec_from_args(a: argparse.Namespace):
     # deferred: the tuner (planner, controller) only for this command
     from app.loadgen.spec import SLO
     from app.profiles.model import SimRig
-    from app.tuner.report import build_spec, local_target, scalar, sim_target, workload_from_ramp
+    from app.tuner.report import build_spec, local_target, rig_target, scalar, sim_target, workload_from_ramp
 
     prof = None
+    hosts: list = []
     if a.profile:
         prof, cfg, _trusted, _builtin = profile_for_launch(a)
         cfg = prof.server_config()  # its env: screened
+        hosts = list(prof.hosts) if len(prof.hosts) >= 2 else []
+        unconfirmed = rig_exposure_problem(f"profile {prof.name!r}", hosts, a.expose)
+        if unconfirmed:  # refused here, before any host is reached
+            raise BadInput(unconfirmed)
     else:
         if not a.model:
             raise BadInput("give a PROFILE or --model (and --engine sim --sim-gpu … --sim-gpu-count … for the sim)")
@@ -179,7 +192,12 @@ def spec_from_args(a: argparse.Namespace):
                 over[k] = v
         base = rig.model_dump() if rig else {}
         sim_args, hardware, version = sim_target(SimRig(**{**base, **over}),
-                                                 calibrated="--sim-calibrated" in sim_args_from(a))
+                                                 calibrated="--sim-calibrated" in sim_args_from(a), hosts=hosts or None)
+    elif hosts:
+        try:  # the hosts' cards, from their agents' hellos
+            hardware, version = rig_target(hosts, ssh_options(a))
+        except ValueError as e:
+            raise BadInput(str(e)) from None
     else:
         try:
             python, hardware, version = local_target(a.python, cfg.gpus)
@@ -200,6 +218,7 @@ def spec_from_args(a: argparse.Namespace):
             length_spread=spread, seed=seed, objective=a.objective, max_launches=a.max_launches,
             max_minutes=a.max_minutes, requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
             max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace,
+            hosts=hosts, ray_address=prof.ray_address if prof is not None and hosts else None,
             multi_turn=a.multi_turn if a.multi_turn is not None else (ramp.multi_turn if ramp is not None else None),
             shared_prefix=(a.shared_prefix if a.shared_prefix is not None
                            else (ramp.shared_prefix if ramp is not None else None)),
@@ -253,11 +272,18 @@ def cmd_tune(a: argparse.Namespace) -> int:
     except Exception:
         pricing = None
     try:
+        rig = dict(ssh=ssh_options(a), expose=a.expose)  # over a profile's hosts: how they are reached
         if a.resume:
-            tuner = Tuner.resume(store, a.resume, listener=Printer(), pricing=pricing)
+            tuner = Tuner.resume(store, a.resume, listener=Printer(), pricing=pricing, **rig)
+            s = tuner.spec
+            unconfirmed = rig_exposure_problem(f"tune {a.resume}", s.hosts, a.expose)
+            if unconfirmed:  # the tune relaunches on its hosts: the same confirmation, before any is reached
+                tuner.ctl.close()
+                store.close()
+                return err(unconfirmed)
         else:
             spec = spec_from_args(a)
-            tuner = Tuner(spec, store=store, listener=Printer(), pricing=pricing)
+            tuner = Tuner(spec, store=store, listener=Printer(), pricing=pricing, **rig)
     except BadInput as e:
         store.close()
         return int(e.code or 2)

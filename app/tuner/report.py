@@ -30,11 +30,13 @@ import yaml
 
 from app.config import ServerConfig
 from app.fileio import write_atomic
+from app.hosts.link import SshOptions
+from app.hosts.spec import Host
 from app.loadgen.spec import SLO, RampSpec
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
-from app.tuner.space import TuneSpace, enumerate_candidates
+from app.tuner.space import TuneSpace
 from app.tuner.tune import TuneSpec
 
 #: what a workload is when neither the user nor a profile's ramp says (tokens)
@@ -44,15 +46,51 @@ DEFAULT_SPREAD = 0.25
 
 
 # ---------------------------------------------------------------------- the spec
-def sim_target(rig: SimRig, calibrated: bool = False) -> tuple[list[str], HardwareFingerprint, str]:
+def sim_target(rig: SimRig, calibrated: bool = False, hosts: list[Host] | None = None
+               ) -> tuple[list[str], HardwareFingerprint, str]:
     """The simulated rig ``rig`` as a tune's ``(sim_args, hardware, vllm_version)``:
     the sim's options (``--sim-calibrated`` when ``calibrated``), the cards the planner
-    sees and the vLLM rules the sim follows."""
-    # deferred: the sim's rules only for a sim tune
+    sees and the vLLM rules the sim follows. ``hosts`` (two or more: a sim rig launched
+    over a profile's hosts): the cards sit in those hosts, joined by the slowest link they
+    name, else the sim's ``link`` — the fingerprint the launch's run records
+    (:func:`app.run.hardware.rig_hardware`)."""
+    # deferred: the sim's rules only for a sim tune; the rig's fingerprint only over hosts
+    from app.run.hardware import rig_hardware
     from app.sim.model_adapter import VLLM_RULES
 
     args = rig.argv() + (["--sim-calibrated"] if calibrated else [])
+    if hosts is not None and len(hosts) >= 2:
+        hw = rig_hardware("sim", hosts, [{} for _ in hosts],
+                          info={"gpu": rig.gpu, "gpu_count": rig.count, "hosts": rig.hosts, "link": rig.link})
+        return args, HardwareFingerprint(gpu=hw.gpu, count=hw.count, hosts=hw.hosts, link=hw.link), VLLM_RULES
     return args, HardwareFingerprint(gpu=rig.gpu, count=rig.count, hosts=rig.hosts, link=rig.link), VLLM_RULES
+
+
+def rig_target(hosts: list[Host], ssh: SshOptions | None = None, timeout: float = 180.0
+               ) -> tuple[HardwareFingerprint, str | None]:
+    """The real cards of a rig of ``hosts`` as a tune's ``(hardware, vllm_version)``:
+    every host's agent is opened (``ssh``) for its hello (its NVML cards, or the CPU
+    build's cores and memory) and the head probed for its vLLM version — the fingerprint
+    a launch's run records (:func:`app.run.hardware.rig_hardware`: "N hosts × C× CARD").
+    Blocking (SSH; the agents are closed again). Raises ValueError naming the host
+    (app.hosts.link.HostError) or saying the head has no vLLM."""
+    # deferred: SSH and the rig's fingerprint only for a tune over hosts
+    from app.hosts.link import HostError
+    from app.hosts.rig import Rig
+    from app.run.hardware import rig_hardware
+
+    try:
+        with Rig(hosts, ssh=ssh) as rig:
+            rig.open(timeout)
+            hellos = [link.hello or {} for link in rig.links]
+            probe = rig.call(rig.links[0].probe(None), timeout)
+    except HostError as e:
+        raise ValueError(str(e)) from None
+    vllm = (probe or {}).get("vllm") or {}
+    if not vllm.get("version"):
+        raise ValueError(f"host {hosts[0].label()}: no vLLM with its python ({hosts[0].python or 'the default'}): "
+                         f"{vllm.get('error') or 'not found'}")
+    return rig_hardware("vllm", hosts, hellos, vllm_version=vllm["version"]), vllm["version"]
 
 
 def local_target(python: str | None, gpus: list[int] | None) -> tuple[str, HardwareFingerprint, str | None]:
@@ -78,7 +116,9 @@ class TuneStart:
     ``vllm``, ``config`` the starting flags, ``sim`` the simulated rig (engine sim),
     ``python`` the interpreter with vLLM (engine vllm; None: the default), ``ramp`` the
     profile's ramp (its lengths and SLO the defaults), ``profile`` the profile a saved
-    recommendation is based on."""
+    recommendation is based on; ``hosts`` the profile's rig (two or more: every launch
+    goes over them), ``ray_address`` its Ray cluster, ``ssh`` how the hosts are reached
+    and ``expose`` whether the user confirmed the head's bind beyond loopback."""
 
     engine: str
     config: ServerConfig
@@ -86,16 +126,25 @@ class TuneStart:
     python: Optional[str] = None
     ramp: Optional[RampSpec] = None
     profile: Optional[Profile] = None
+    hosts: tuple[Host, ...] = ()
+    ray_address: Optional[str] = None
+    ssh: Optional[SshOptions] = None
+    expose: bool = False
 
 
 def target_of(start: TuneStart) -> tuple[list[str], HardwareFingerprint, str | None, str | None]:
     """``(sim_args, hardware, vllm_version, python)`` of ``start``'s rig (blocking for
-    engine vllm: :func:`local_target`). Raises ValueError in words."""
+    engine vllm: :func:`local_target`, or over hosts :func:`rig_target`). Raises
+    ValueError in words."""
+    hosts = list(start.hosts) if len(start.hosts) >= 2 else None
     if start.engine == "sim":
-        args, hw, version = sim_target(start.sim or SimRig())
+        args, hw, version = sim_target(start.sim or SimRig(), hosts=hosts)
         return args, hw, version, None
     if start.engine != "vllm":
         raise ValueError(f"engine {start.engine}: a tune launches its servers (sim or vllm), it cannot attach")
+    if hosts:
+        hw, version = rig_target(hosts, start.ssh)
+        return [], hw, version, start.python
     py, hw, version = local_target(start.python, start.config.gpus)
     return [], hw, version, py
 
@@ -104,9 +153,7 @@ def space_candidates(spec: TuneSpec) -> list[dict[str, Any]]:
     """Every configuration of ``spec``'s space with the planner's verdict, without a
     prediction (fast: the planner only) — :meth:`Candidate.as_dict` each; the same
     enumeration the tune runs. Raises ValueError naming the input."""
-    cands = enumerate_candidates(spec.config, spec.hardware.planner_cards(), spec.space, spec.workload(),
-                                 spec.vllm_version, fewer_cards=spec.objective in ("cost", "energy"))
-    return [c.as_dict() for c in cands]
+    return [c.as_dict() for c in spec.candidates()]
 
 
 def workload_from_ramp(ramp: RampSpec | None, prompt_tokens: int | None = None, output_tokens: int | None = None,

@@ -26,7 +26,11 @@ from its measured capacity (:func:`recommended_max_num_seqs`). Prefix caching wa
 shared-prefix workloads (issue 20): without them it cannot change a capacity.
 
 Pruning: a candidate is dropped with the planner's reason (:func:`app.planner.plan.check`:
-fit, heads divisibility, capability, the vLLM version's options and quantizations).
+fit, heads divisibility, capability, the vLLM version's options and quantizations); over a
+rig of hosts (issue 21), first with the reason the rig's launch plan refuses its layout
+(:func:`app.hosts.plan.launch_plan`'s :class:`~app.hosts.plan.PlanError`: ranks that do
+not split evenly over the hosts, a tensor-parallel group spanning hosts, more ranks per
+host than a host's selected cards, data parallel with the Ray backend …).
 """
 from __future__ import annotations
 
@@ -40,6 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import (INTERNAL_FIELDS, KV_CACHE_DTYPES, VLLM_OPTIONS, ServerConfig, dict_to_extra_args,
                         secret_option_problem)
+from app.hosts.plan import PlanError, launch_plan
+from app.hosts.spec import Host
 from app.planner.gpus import GpuSpec, RigLayout
 from app.planner.models import ModelArch, resolve_model
 from app.planner.plan import Plan, Workload, check
@@ -231,12 +237,15 @@ def default_mnbt(cards: list[GpuSpec], vllm_version: str | None) -> list[int]:
 
 def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSpace, workload: Workload | None,
                          vllm_version: str | None, fewer_cards: bool = False,
-                         rig: RigLayout | None = None) -> list[Candidate]:
+                         rig: RigLayout | None = None, hosts: list[Host] | None = None,
+                         ray_address: str | None = None) -> list[Candidate]:
     """Every configuration of ``space`` around ``base`` on ``cards`` (one GpuSpec per
     selected card), each checked by the planner: runnable ones with the largest
     fitting utilization and an exploring ``max_num_seqs``, the others with
     ``pruned_because``; ``rig``: the hosts and link the cards sit in (None: one host),
-    planned with every candidate. Raises ValueError (naming the input) when the space is empty or
+    planned with every candidate; ``hosts``: the rig's hosts (two or more) — a candidate
+    whose layout their launch plan refuses (:func:`app.hosts.plan.launch_plan`, with
+    ``ray_address``) is pruned with the plan's reason. Raises ValueError (naming the input) when the space is empty or
     a checkpoint's model is unknown (the planner's ModelNotFoundError)."""
     if not cards:
         raise ValueError("tune needs at least one card: give --sim-gpu/--sim-gpu-count or select GPUs")
@@ -274,9 +283,26 @@ def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSp
         except ValueError as e:
             out.append(Candidate(key, base, label, len(use), f"invalid options: {e}"))
             continue
+        refused = rig_refusal(cfg, hosts, ray_address)
+        if refused is not None:
+            out.append(Candidate(key, cfg, label, len(use), refused))
+            continue
         cand = _fit(cfg, use, arch, workload, vllm_version, key, label, rig)
         out.append(cand)
     return out
+
+
+def rig_refusal(cfg: ServerConfig, hosts: list[Host] | None, ray_address: str | None = None) -> str | None:
+    """Why the launch plan of a rig of ``hosts`` (two or more) refuses ``cfg``'s layout —
+    ``launch_plan: `` and :func:`app.hosts.plan.launch_plan`'s :class:`PlanError` — or
+    None (it accepts it, or there is no rig)."""
+    if hosts is None or len(hosts) < 2:
+        return None
+    try:
+        launch_plan(list(hosts), cfg, ray_address=ray_address)
+    except PlanError as e:
+        return f"launch_plan: {e}"
+    return None
 
 
 def _fit(cfg: ServerConfig, cards: list[GpuSpec], arch: ModelArch, workload: Workload | None,

@@ -42,6 +42,8 @@ from typing import Any, Callable, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import ServerConfig
+from app.hosts.link import SshOptions
+from app.hosts.spec import Host
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
 from app.loadgen.capacity import Capacity, crossing_users
 from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPrefix
@@ -56,7 +58,8 @@ from app.server.launch import LaunchError
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.tuner import model as rig_model
-from app.tuner.space import (Candidate, TuneSpace, enumerate_candidates, recommended_max_num_seqs, server_flags)
+from app.tuner.space import (Candidate, TuneSpace, enumerate_candidates, recommended_max_num_seqs, rig_refusal,
+                             server_flags)
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +82,13 @@ class TuneSpec(BaseModel):
     (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
     ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
     budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
-    the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`)."""
+    the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`).
+    ``hosts``: the rig of two or more hosts every launch goes over (the profile's
+    ``hosts:``; their agents, :meth:`app.run.controller.RunController._launch_rig`) and
+    ``ray_address`` the Ray cluster the Ray backend attaches to — stored with the tune, so
+    ``--resume`` relaunches on the same hosts (no secret: :class:`app.hosts.spec.Host`
+    refuses them; how the hosts are reached, SSH options, is not stored: the resuming
+    command gives it); ``hardware`` is then the rig's cards (``hosts``/``link`` set)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -109,6 +118,24 @@ class TuneSpec(BaseModel):
     max_users: float = Field(1024.0, ge=1, description="the highest level a search probes")
     startup_timeout: float = Field(900.0, gt=0)
     grace: Optional[float] = Field(None, gt=0)
+    hosts: list[Host] = Field(default_factory=list)
+    ray_address: Optional[str] = None
+
+    @property
+    def multi_host(self) -> bool:
+        """Launches over two or more hosts (their agents), not one local server."""
+        return len(self.hosts) >= 2
+
+    def candidates(self, workload: Workload | None = None) -> list[Candidate]:
+        """Every configuration of the space, checked by the planner on the rig's cards and
+        link (:meth:`HardwareFingerprint.rig_layout`) and, over hosts, by the rig's launch
+        plan (:func:`app.tuner.space.enumerate_candidates`). Raises ValueError naming the
+        input. ``workload``: :meth:`workload`, when the caller has it."""
+        return enumerate_candidates(self.config, self.hardware.planner_cards(), self.space,
+                                    workload or self.workload(),
+                                    self.vllm_version, fewer_cards=self.objective in ("cost", "energy"),
+                                    rig=self.hardware.rig_layout(), hosts=self.hosts if self.multi_host else None,
+                                    ray_address=self.ray_address)
 
     def workload(self) -> Workload:
         """The planner's workload of this tune (its capacity search is the one measured)."""
@@ -252,12 +279,19 @@ class Measurement(BaseModel):
 
 class ControllerRig:
     """The rig the tuner measures on: launches through a :class:`RunController` (the
-    engine, sim rig, interpreter and timeouts of ``spec``), runs the search, stops the
-    server. ``check_abort`` is called while it waits; it raises to stop."""
+    engine, sim rig, interpreter, hosts and timeouts of ``spec``), runs the search, stops
+    the server. ``ssh``: how ``spec.hosts`` are reached (:class:`app.hosts.link.SshOptions`;
+    None: the user's SSH agent, config and known hosts); ``expose``: the user confirmed a
+    server beyond loopback (``--expose``, the window's dialog) — a rig's head binds its
+    address, so a launch over hosts is refused without it. ``check_abort`` is called
+    while it waits; it raises to stop."""
 
-    def __init__(self, spec: TuneSpec, controller: RunController) -> None:
+    def __init__(self, spec: TuneSpec, controller: RunController, *, ssh: SshOptions | None = None,
+                 expose: bool = False) -> None:
         self.spec = spec
         self.ctl = controller
+        self.ssh = ssh
+        self.expose = expose
 
     def measure(self, cfg: ServerConfig, ramp: RampSpec, record: RecordSpec,
                 check_abort: Callable[[], None]) -> Measurement:
@@ -265,8 +299,9 @@ class ControllerRig:
         t0 = time.monotonic()
         try:
             target = LaunchTarget(engine=s.engine, config=cfg, sim_args=list(s.sim_args), python=s.python,
-                                  use_nvml=s.engine == "vllm" and not s.hardware.is_cpu,
-                                  startup_timeout=s.startup_timeout, grace=s.grace)
+                                  use_nvml=s.engine == "vllm" and not s.hardware.is_cpu and not s.multi_host,
+                                  startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
+                                  hosts=list(s.hosts), ssh=self.ssh, ray_address=s.ray_address)
             try:
                 left = ctl.launch(target)
             except (LaunchError, ValueError) as e:
@@ -311,19 +346,20 @@ class Tuner:
     """Runs one tune (see the module docstring). ``controller``: the run controller to
     launch through (None: one of its own, closed at the end); ``store``: the run store
     (None: the controller's); ``rig``: what measures a configuration (None: a
-    :class:`ControllerRig` on the controller; benchmarks give the step-level engine of a
-    hidden "true rig"). Call :meth:`run` (blocking; off the GUI thread) and
-    :meth:`abort` from anywhere."""
+    :class:`ControllerRig` on the controller, with ``ssh`` and ``expose`` for a rig of
+    hosts; benchmarks give the step-level engine of a hidden "true rig"). Call
+    :meth:`run` (blocking; off the GUI thread) and :meth:`abort` from anywhere."""
 
     def __init__(self, spec: TuneSpec, *, controller: RunController | None = None, store: Any = None,
                  listener: TuneListener | None = None, pricing: Pricing | None = None,
                  tune_id: int | None = None, state: TuneState | None = None,
-                 clock: Callable[[], float] = time.monotonic, rig: Any = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, rig: Any = None, ssh: SshOptions | None = None,
+                 expose: bool = False) -> None:
         self.spec = spec
         self._own_ctl = controller is None
         self.ctl = controller or RunController(store=store)
         self.store = store if store is not None and not callable(store) else self.ctl.store
-        self.rig = rig or ControllerRig(spec, self.ctl)
+        self.rig = rig or ControllerRig(spec, self.ctl, ssh=ssh, expose=expose)
         self.listener = listener or TuneListener()
         self.pricing = pricing
         self.state = state or TuneState()
@@ -404,7 +440,7 @@ class Tuner:
     # ------------------------------------------------------------------ steps
     def _default_name(self) -> str:
         hw = self.spec.hardware
-        return f"tune {self.spec.config.model} on {hw.count}× {hw.gpu}{' (sim)' if self.spec.engine == 'sim' else ''}"
+        return f"tune {self.spec.config.model} on {hw.cards_text()}{' (sim)' if self.spec.engine == 'sim' else ''}"
 
     def _save(self, message: str, status: str | None = None) -> None:
         self.state.wall_seconds = self._wall_before + (self._clock() - self._t0)
@@ -421,9 +457,7 @@ class Tuner:
 
     def _prepare(self) -> None:
         """Enumerate (the planner prunes) and predict; keeps what was measured before."""
-        s = self.spec
-        cands = enumerate_candidates(s.config, self.cards, s.space, self.workload, s.vllm_version,
-                                     fewer_cards=s.objective in ("cost", "energy"), rig=s.hardware.rig_layout())
+        cands = self.spec.candidates(self.workload)
         self._cands = {c.key: c for c in cands}
         old = {c.key: c for c in self.state.candidates}
         merged = []
@@ -717,6 +751,9 @@ class Tuner:
         if same is not None:
             return self._entry(same, s.config)
         errors = [f"{f.problem}: {f.message}" for f in p.findings if f.verdict == "error"]
+        refused = rig_refusal(s.config, s.hosts, s.ray_address)  # over hosts: their launch plan's word
+        if refused is not None:
+            errors.insert(0, refused)
         if errors:
             return {"key": "starting flags", "server": server_flags(s.config), "measured": False, "users": None,
                     "error": "cannot start: " + errors[0]}
