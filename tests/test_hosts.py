@@ -842,6 +842,35 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120, cwd=ROOT)
 
 
+def test_plan_head_serves_on_the_profiles_port():
+    """The head's ``vllm serve`` of a plan (mp and Ray) carries the profile's ``--port``, in
+    ``hosts plan``'s text, its ssh lines and the window's exported script, so the head
+    serves where the profile says and not on vLLM's default 8000
+    (``FrontendArgs.port``, vllm/entrypoints/openai/cli_args.py, 0.32.0); a headless part and
+    a Ray node have no API server and no port; no port set → none on the line."""
+    from app.hosts.plan import script
+
+    hosts = hosts_from(["dyno@10.0.0.11", "dyno@10.0.0.12"])
+    for cfg in (ServerConfig(model="/m", port=8123, pipeline_parallel_size=2),
+                ServerConfig(model="/m", port=8123, data_parallel_size=2),
+                ServerConfig(model="/m", port=8123, pipeline_parallel_size=2, distributed_executor_backend="ray")):
+        plan = launch_plan(hosts, cfg)
+        head = next(c for c in plan if c.role == "head")
+        assert "--port 8123" in head.shell() and "--port 8123" in head.ssh_line(), head.shell()
+        assert ServerConfig.from_command_line(head.shell()).port == 8123
+        assert all("--port 8123" not in c.shell() for c in plan if c is not head)
+        assert script(plan).count("--port 8123") == 1 and render(plan).count("--port 8123") == 1
+    plain = launch_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert all("--port" not in c.shell() for c in plain)
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--pipeline-parallel-size", "2",
+             "--port", "8123", "--ssh")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "--port 8123" in lines[0] and "--headless" not in lines[0] and "--port" not in lines[1]
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--port", "0")
+    assert r.returncode == 2 and "--port" in r.stderr
+
+
 def test_cli_hosts_plan_ray_and_check_layout_errors():
     r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--pipeline-parallel-size", "2",
              "--backend", "ray", "--gpus-per-host", "1")
