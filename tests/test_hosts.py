@@ -937,3 +937,54 @@ def test_the_preview_and_a_saved_profile_keep_the_ray_backend_and_its_cluster():
     assert base.ray_address == "10.0.0.9:6379"
     again = profile_from_settings("rig-2", engine="vllm", server=server, base=base)
     assert again.ray_address == "10.0.0.9:6379" and [h.ssh for h in again.hosts] == ["10.0.0.1", "10.0.0.2"]
+
+
+def test_runs_show_lists_each_hosts_part_of_a_rig_run(dyno_home, tiny_model, capsys):
+    """``vllm-dyno runs show ID`` of a rig run: each host's part (host, role, rank, the argv
+    its agent ran, the CPU-build defaults its agent filled in) from the run's
+    ``config["hosts"]``, written as app.run.controller ``RunController._attach_run`` records
+    it (RunRecorder.set_context(hosts=…) into a real SQLite run store); the API key stays
+    redacted; a one-host run prints no parts."""
+    import shlex
+
+    from app.cli import main
+    from app.planner.launch_defaults import cpu_build_defaults
+    from app.planner.plan import fix_to_flags
+    from app.run.record import RunRecorder
+    from app.store import RunStore
+
+    hosts = hosts_from(["dyno@10.0.0.11", "dyno@10.0.0.12:2222"])
+    cfg = ServerConfig(model=str(tiny_model), data_parallel_size=2, env={"VLLM_API_KEY": "s3cret"})
+    plan = mp_plan(hosts, cfg)
+    py = "/opt/vllm/bin/python"
+    filled = cpu_build_defaults(plan[1].config, vllm_version="0.32.0+cpu", environ={})  # host 1's agent filled in
+    assert filled.fix, filled
+    launched = {c.host.label(): {"argv": (filled.config if i else c.config).to_argv(py, "serve"),
+                                 "defaults": filled.as_dict() if i else None} for i, c in enumerate(plan)}
+    with RunStore(dyno_home / "runs.sqlite") as store:
+        rec = RunRecorder(store, name="two hosts", engine="vllm", profile_data=None, gpu_count=2)
+        rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
+                                "server": c.config.model_dump(mode="json"), **launched[c.host.label()]}
+                               for c in plan])
+        rec.finish("done")
+        rig_run = rec.run_id
+        one = RunRecorder(store, name="one host", engine="vllm", profile_data=None)
+        one.finish("done")
+    assert main(["runs", "show", str(rig_run)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "  parts over 2 hosts:" in lines
+    i = lines.index("    host dyno@10.0.0.11: head, rank 0")
+    j = lines.index("    host dyno@10.0.0.12:2222: headless, rank 1")
+    head_argv = shlex.split(lines[i + 1].split("argv: ", 1)[1])
+    assert head_argv[:5] == [py, "-m", "vllm.entrypoints.cli.main", "serve", str(tiny_model)]
+    assert "--headless" not in head_argv and "--data-parallel-address" in head_argv
+    assert j == i + 2  # the head filled in nothing: no defaults line
+    other = shlex.split(lines[j + 1].split("argv: ", 1)[1])
+    assert other[other.index("--data-parallel-start-rank") + 1] == "1" and "--headless" in other
+    said = lines[j + 2].split("CPU-build defaults filled in by its agent: ", 1)[1]
+    assert "VLLM_CPU_KVCACHE_SPACE=" in said and said == fix_to_flags(filled.fix)
+    assert lines[j + 3:j + 3 + len(filled.chosen)] == [f"          {c}" for c in filled.chosen]
+    assert "s3cret" not in out
+    assert main(["runs", "show", str(one.run_id)]) == 0
+    assert "parts over" not in capsys.readouterr().out
