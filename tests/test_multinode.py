@@ -9,7 +9,9 @@ pipeline parallel 2) launched over both hosts, ramped, one host lost mid-ramp (i
 or its server part killed) → the run stops naming it, nothing is left, records are kept.
 ``vllm-dyno run PROFILE`` with ``hosts:`` as a real subprocess (the sim rig: what it prints,
 its exit status, the run and the rig's fingerprint in the store, a host's agent killed
-mid-ramp); each host's agent filling in the CPU build's defaults for its own host.
+mid-ramp); each host's agent filling in the CPU build's defaults for its own host. The Ray
+backend's cluster started for real by the agents (Ray 2.60.0 of ``.venv-ray``) under a
+simulated head, a host lost → no Ray process left.
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
