@@ -86,12 +86,15 @@ def test_reaper_exits_with_server_code_and_kills_leftovers(tmp_path):
     assert wait_group_gone(p.pid, 5.0) == []
 
 
-@pytest.mark.parametrize("how", ["pipe closed", "server exits"])
+@pytest.mark.parametrize("how", ["pipe closed", "server exits", "app kills the group"])
 def test_reaper_ends_a_child_that_left_the_group_but_not_the_session(tmp_path, how):
     """A server's child in a process group of its own (as Ray 2.60.0's raylet starts each
     worker: ``ray::IDLE``'s group is its own pid, tests/test_multinode.py) but still in the
     reaper's session, ignoring SIGTERM: the reaper ends it when the app's pipe closes and
-    when the server exits, not only the group's members."""
+    when the server exits, and the supervisor's SIGKILL after the grace
+    (app.server.procs.kill_group) too; it counts as a member of the server's group."""
+    from app.server.procs import kill_group
+
     import psutil
 
     script = tmp_path / "server.py"
@@ -109,8 +112,11 @@ def test_reaper_ends_a_child_that_left_the_group_but_not_the_session(tmp_path, h
     try:
         worker = int(p.stdout.readline().strip())
         assert os.getpgid(worker) == worker != p.pid and os.getsid(worker) == p.pid  # own group, the session
+        assert worker in [m.pid for m in group_members(p.pid)]
         if how == "pipe closed":
             p.stdin.close()  # the app (or a host's agent) gone
+        elif how == "app kills the group":
+            kill_group(p.pid)
         p.wait(20)
         t = time.monotonic()
         while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE \

@@ -106,11 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         # runs on the stdin thread: no signal.signal() here (main thread only). The session's
         # members that left the group first (the group's SIGKILL ends this process too)
         for pid in _group_pids(pgid):
-            if pid != os.getpid() and os.getpgid(pid) != pgid:
-                try:
+            try:
+                if pid != os.getpid() and os.getpgid(pid) != pgid:
                     os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            except (ProcessLookupError, PermissionError):  # gone meanwhile
+                pass
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
