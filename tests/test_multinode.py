@@ -568,7 +568,7 @@ def test_a_ray_launch_of_the_cpu_build_is_refused_before_anything_starts(bed, tm
 
 # ---- `vllm-dyno run PROFILE` over a rig (issue 21: the CLI, the hosts' defaults, the fingerprint) ----
 
-def _ray_nodes(bed, address: str) -> list[tuple[str, bool]]:
+def _ray_nodes(bed, address: str, tmp: str) -> list[tuple[str, bool]]:
     """The Ray cluster's nodes as a driver in the head's namespace sees them
     (``ray.nodes()``: each node's ``NodeManagerAddress`` and ``Alive``), with ``RAY_ADDRESS``."""
     import json
@@ -577,12 +577,28 @@ def _ray_nodes(bed, address: str) -> list[tuple[str, bool]]:
     code = ("import json, ray; ray.init(logging_level='ERROR'); "
             "print(json.dumps([[n['NodeManagerAddress'], n['Alive']] for n in ray.nodes()])); ray.shutdown()")
     r = subprocess.run(["ip", "netns", "exec", bed.hosts[0].ns, str(RAY_PYTHON), "-c", code], capture_output=True,
-                       text=True, timeout=120, env=dict(os.environ, RAY_ADDRESS=address, RAY_USAGE_STATS_ENABLED="0"))
+                       text=True, timeout=120,
+                       env=dict(os.environ, RAY_ADDRESS=address, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp))
     assert r.returncode == 0, r.stderr[-2000:]
     return [tuple(x) for x in json.loads(r.stdout.strip().splitlines()[-1])]
 
 
 RAY_PYTHON = ROOT / ".venv-ray" / "bin" / "python"
+
+
+@pytest.fixture
+def ray_tmp():
+    """A folder for Ray's sessions (logs, sockets; ``RAY_TMPDIR``, ray _common/utils.py
+    ``get_user_temp_dir``) instead of the machine's /tmp/ray, short for the sockets' paths;
+    removed after the test."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _ray_processes(h) -> dict[int, tuple[str, int, int]]:
@@ -603,7 +619,7 @@ def _ray_processes(h) -> dict[int, tuple[str, int, int]]:
 
 
 @pytest.mark.parametrize("kill", [1, 0], ids=["worker-agent-killed", "head-agent-killed"])
-def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path, kill):
+def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path, ray_tmp, kill):
     """The Ray backend's cluster start for real (app.hosts.plan.ray_plan through
     ``RunController._launch_rig``): each host's agent starts its ``ray start --block`` node
     (``python -m ray.scripts.scripts start``, Ray 2.60.0 of ``.venv-ray``, ``make ray``) —
@@ -622,8 +638,8 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
     stops the part or dies (app.server.reaper). Ray is kept small
     through the hosts' environment (one CPU and a 100 MiB object store,
     ``RAY_OVERRIDE_RESOURCES``, python/ray/_private/resource_and_label_spec.py; no usage
-    stats), not through the plan, whose ``ray start`` is the users'. Prints the cluster's
-    start time."""
+    stats, its sessions in a folder of the test's: ``RAY_TMPDIR``), not through the plan, whose
+    ``ray start`` is the users'. Prints the cluster's start time."""
     import json
 
     from app.hosts.plan import RAY_STARTED
@@ -635,7 +651,7 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
         pytest.skip("needs Ray in .venv-ray (make ray; make test builds it)")
     hosts = [Host(ssh=h.destination, dyno=DYNO, python=str(RAY_PYTHON)) for h in bed.hosts]
     env = {"RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 1, "object_store_memory": 100 * 2**20}),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": ray_tmp}
     cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", pipeline_parallel_size=2,
                        distributed_executor_backend="ray", max_num_seqs=16, max_model_len=4096, env=env)
     ev = _Events()
@@ -661,7 +677,7 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
             assert argv[f"{hosts[1].ssh} ray"][-4:] == ["--address", f"{head}:6379", "--node-ip-address",
                                                         bed.hosts[1].address]
             assert "--distributed-executor-backend" in argv[hosts[0].ssh] and ctl.url.startswith(f"http://{head}:")
-            nodes = _ray_nodes(bed, f"{head}:6379")
+            nodes = _ray_nodes(bed, f"{head}:6379", ray_tmp)
             assert sorted(a for a, alive in nodes if alive) == sorted(h.address for h in bed.hosts), nodes
             print(f"\nRay cluster of 2 nodes up {max(started) - s0:.1f} s after the launch began (head node "
                   f"{started[0] - s0:.1f} s, worker {started[1] - s0:.1f} s); the rig ready in {ready:.1f} s")
