@@ -10,7 +10,8 @@ with stdout/stderr inherited (the app reads them directly). Then:
 - stdin EOF (the app exited, even by SIGKILL) → SIGTERM to the server, SIGKILL to the
   whole group 3 s later (vLLM's engine does not notice its parent dying);
 - the server exits on its own → the reaper exits with the server's code, after
-  SIGKILLing whatever is left of the group (orphaned ``VLLM::EngineCore`` etc.).
+  SIGKILLing whatever is left of the group and of its session (orphaned
+  ``VLLM::EngineCore`` etc., a Ray node's workers in groups of their own).
 
 The reaper prints one line ``DYNO_REAPER server_pid=N`` on stderr before the server's
 output starts, so the app learns the server's pid, and ``DYNO_REAPER server_signal=N``
