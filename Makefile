@@ -5,7 +5,7 @@ VENV := .venv
 VPY := $(VENV)/bin/python
 TINY_MODEL := build/tiny-llama
 
-.PHONY: run test lint deps vllm model system unit e2e test-multinode clean bench package package-test install-desktop icons screenshot
+.PHONY: run test lint deps vllm ray model system unit e2e test-multinode clean bench package package-test install-desktop icons screenshot
 
 $(VENV)/.dyno-ok: pyproject.toml
 	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
@@ -20,13 +20,17 @@ system:
 vllm:
 	@bash scripts/setup-vllm.sh
 
+# Ray (its own venv, .venv-ray) for the multinode test of the Ray backend's cluster start
+ray:
+	@bash scripts/setup-ray.sh
+
 model: vllm
 	@[ -f $(TINY_MODEL)/config.json ] || .venv-vllm/bin/python scripts/make_tiny_model.py $(TINY_MODEL)
 
 run: deps
 	$(VENV)/bin/vllm-dyno
 
-test: deps vllm model lint
+test: deps vllm ray model lint
 	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests
 
 # the import contracts of pyproject.toml (layers, Qt-free core, the GUI through the run
@@ -36,7 +40,7 @@ lint: deps
 	$(VENV)/bin/pyflakes app widgets
 
 # the rig of two hosts as network namespaces (needs root; part of `make test` too)
-test-multinode: deps
+test-multinode: deps ray
 	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m multinode
 
 unit: deps lint

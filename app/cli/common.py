@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import sys
 import textwrap
 from pathlib import Path
@@ -457,6 +458,26 @@ def rig_row_text(row: dict) -> str:
            f"clock offset {row['offset_s'] * 1e3:+.2f} ± {row['bound_s'] * 1e3:.2f} ms (round trip "
            f"{row['rtt_s'] * 1e3:.2f} ms)")
     return f"host {row['host']}: {role}, {state} — {row.get('hostname') or '?'}, {cards}; {off}"
+
+
+def part_lines(part: dict) -> list[str]:
+    """One host's part of a recorded rig run (a row of the run's ``config["hosts"]``, as
+    app.run.controller ``RunController._attach_run`` records it): ``host DEST: ROLE, rank
+    R``, the argv its agent ran (shell-quoted, secrets redacted as the store keeps them),
+    then the CPU build's defaults its agent filled in (the flags and why each), if any."""
+    # deferred: only `runs show` of a rig run needs it (vllm-dyno starts light)
+    from app.planner.plan import fix_to_flags
+
+    rank = f", rank {part['rank']}" if part.get("rank") is not None else ""
+    out = [f"host {part.get('host') or '?'}: {part.get('role') or '?'}{rank}"]
+    argv = part.get("argv") or []
+    out.append("    argv: " + (shlex.join(argv) if argv else "(not recorded: the part did not start)"))
+    d = part.get("defaults") or {}
+    if d.get("fix"):
+        out.append(f"    CPU-build defaults filled in by its agent: {fix_to_flags(d['fix'])}")
+        out += [f"      {c}" for c in d.get("chosen") or []]
+    out += [f"    CPU build of vLLM: {n}" for n in d.get("notes") or []]
+    return out
 
 
 def perturb_seed(text: str) -> int:

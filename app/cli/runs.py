@@ -25,6 +25,7 @@ from app.cli.common import (
     level_table,
     number_list,
     output_file,
+    part_lines,
     positive_number,
     positive_seconds,
     print_exposure,
@@ -68,6 +69,11 @@ def cmd_runs(a: argparse.Namespace) -> int:
                     from app.profiles.model import HardwareFingerprint
 
                     print(f"  hardware: {HardwareFingerprint.model_validate(s['hardware']).describe()}")
+                parts = (r.get("config") or {}).get("hosts") or []
+                if parts:  # a rig's run: what each host ran, as its agent reported it
+                    print(f"  parts over {len({p.get('host') for p in parts})} hosts:")
+                    for p in parts:
+                        print("\n".join("    " + ln for ln in part_lines(p)))
                 cap = r.get("capacity") or {}
                 if cap.get("kv_cache_tokens") is not None:
                     print(f"  KV cache: {cap['kv_cache_tokens']:,} tokens; max concurrency "

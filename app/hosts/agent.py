@@ -38,7 +38,7 @@ from app.config import ServerConfig, exposure_problem
 from app.hosts.protocol import PROTOCOL, ProtocolError, decode, encode, samples_to_wire
 from app.planner.cards import host_cores, node_memory
 from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
-from app.server.interpreter import InterpreterError, inspect_interpreter, resolve_python
+from app.server.interpreter import InterpreterError, inspect_interpreter, ray_interpreter, resolve_python
 from app.server.launch import LaunchError
 from app.server.reaper import EOF_GRACE_S
 from app.server.supervisor import StateChange, Supervisor
@@ -93,7 +93,7 @@ def host_facts(indices: list[int] | None = None) -> dict[str, Any]:
 def probe(python: str | None, model: str | None) -> dict[str, Any]:
     """What a launch plan checks on this host: ``vllm`` (the interpreter's vLLM: python,
     version, distribution, launch form, ``cpu_build``, ``ray`` — the version of Ray installed
-    for that interpreter or None — or ``error``, app.server.interpreter), ``shm``
+    for that interpreter or None — or ``error`` with ``ray`` still, app.server.interpreter), ``shm``
     (``/dev/shm`` total and free bytes, None without it), ``interfaces`` (name → its
     non-loopback addresses, psutil), ``model`` (``path`` and ``exists`` for a local path;
     None for a Hugging Face id, which is not looked up)."""
@@ -103,6 +103,10 @@ def probe(python: str | None, model: str | None) -> dict[str, Any]:
                                 "launch_form": vi.launch_form, "cpu_build": vi.is_cpu_build, "ray": vi.ray_version}
     except InterpreterError as e:
         vllm = {"error": str(e)}
+        try:  # a host's Ray node needs only Ray (a simulated rig's hosts need no vLLM)
+            vllm["ray"] = ray_interpreter(resolve_python(python))[1]
+        except InterpreterError:
+            vllm["ray"] = None
     try:
         st = os.statvfs("/dev/shm")
         shm: dict[str, int] | None = {"total_bytes": st.f_blocks * st.f_frsize, "free_bytes": st.f_bavail * st.f_frsize}

@@ -100,11 +100,13 @@ class HostCommand:
 
     def shell(self, program: str = "vllm") -> str:
         """The command line to run on the host (``CUDA_VISIBLE_DEVICES=… vllm serve …``, or
-        ``VLLM_HOST_IP=… ray start …``)."""
+        ``VLLM_HOST_IP=… ray start …``); the head's ``vllm serve`` carries the profile's
+        ``--port`` when it sets one (vLLM's default, 8000, otherwise), a headless part has
+        no API server and no port."""
         if self.kind == "ray":
             pre = self.config.shell_env()
             return (pre + " " if pre else "") + shlex.join(["ray", *self.args])
-        return self.config.shell_command(program, "serve")
+        return self.config.shell_command(program, "serve", include_port=True)
 
     def title(self) -> str:
         """The comment line that heads this host's command: ``# DEST — head`` /

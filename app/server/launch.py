@@ -12,7 +12,7 @@ import socket
 from app.config import ConfigError, ServerConfig, check_model_path
 from app.helper_process import helper_argv
 from app.server.interpreter import (InterpreterError, VllmInterpreter, inspect_interpreter, metadata_shim,
-                                    needs_serve_form, resolve_python)
+                                    needs_serve_form, ray_interpreter, resolve_python)
 
 
 class LaunchError(RuntimeError):
@@ -106,7 +106,8 @@ def prepare(
     node of a multi-host launch, app.hosts.plan.ray_plan: ``ray`` with ``sim_args`` — e.g.
     ``start --block --head …`` — run by the vLLM interpreter as ``python -m
     ray.scripts.scripts``, the module of Ray's ``ray`` entry point, ray-project/ray
-    python/ray/scripts/scripts.py; the config gives only its environment and cards). ``extra_env``: only
+    python/ray/scripts/scripts.py; the interpreter needs Ray, not vLLM; the config gives only
+    its environment and cards). ``extra_env``: only
     what the server gets on top of the app's own environment (``config.env``,
     ``CUDA_VISIBLE_DEVICES`` …); it is handed to the reaper as data, which applies it to
     the server alone (app.server.reaper, issue 15 item 1). ``reservation``: the server's
@@ -115,10 +116,10 @@ def prepare(
     LaunchError.
     """
     interp = None
-    if engine in ("vllm", "ray"):
+    ray_python = None
+    if engine == "vllm":
         try:
-            if engine == "vllm":
-                check_model_path(config)
+            check_model_path(config)
         except ConfigError as e:
             raise LaunchError(str(e)) from e
 
@@ -126,17 +127,22 @@ def prepare(
             interp = inspect_interpreter(resolve_python(python))
         except InterpreterError as e:
             raise LaunchError(str(e)) from e
+    elif engine == "ray":  # a Ray node needs Ray in its interpreter; vLLM only where vllm serve runs
+        try:
+            ray_python = ray_interpreter(resolve_python(python))[0]
+        except InterpreterError as e:
+            raise LaunchError(str(e)) from e
     reservation = PortReservation(config.host, config.port)
     try:
-        return _prepared(config.model_copy(update={"port": reservation.port}), engine, interp, sim_args) + (
-            reservation,)
+        return _prepared(config.model_copy(update={"port": reservation.port}), engine, interp, sim_args,
+                         ray_python) + (reservation,)
     except BaseException:
         reservation.close()
         raise
 
 
-def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
-              sim_args: list[str] | None) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None]:
+def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None, sim_args: list[str] | None,
+              ray_python: str | None = None) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None]:
     # what the server's environment differs in from the app's
     env = {k: v for k, v in config.to_environ().items() if os.environ.get(k) != v}
 
@@ -163,8 +169,8 @@ def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
             default("HF_HUB_OFFLINE", "1")
         default("PYTHONUNBUFFERED", "1")
     elif engine == "ray":
-        assert interp is not None
-        argv = [interp.python, "-m", "ray.scripts.scripts", *(sim_args or [])]
+        assert ray_python is not None
+        argv = [ray_python, "-m", "ray.scripts.scripts", *(sim_args or [])]
         default("PYTHONUNBUFFERED", "1")
     elif engine == "sim":
         argv = helper_argv("app.sim.server") + ["--model", config.model] + config.option_argv() + list(sim_args or [])

@@ -16,11 +16,14 @@ from app.telemetry.nvml import gpu_memory_by_pid
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
-    """Live (non-zombie) processes whose process group id is ``pgid``."""
+    """Live (non-zombie) processes whose process group id is ``pgid``, or whose session id
+    is: the supervisor starts the reaper as the leader of a new session and group (one id),
+    and a server's child that moved to a group of its own stays in the session (Ray 2.60's
+    workers under a host's ``ray start``, app.server.reaper)."""
     out = []
     for p in psutil.process_iter(["pid", "status"]):
         try:
-            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+            if pgid in (os.getpgid(p.pid), os.getsid(p.pid)) and p.info["status"] != psutil.STATUS_ZOMBIE:
                 out.append(p)
         except (ProcessLookupError, psutil.Error, PermissionError):
             continue
@@ -28,7 +31,14 @@ def group_members(pgid: int) -> list[psutil.Process]:
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
-    """Send ``sig`` to the whole group; a group that is already gone is fine."""
+    """Send ``sig`` to the whole group and to the members of its session that left it
+    (:func:`group_members`); a group that is already gone is fine."""
+    for p in group_members(pgid):
+        try:
+            if os.getpgid(p.pid) != pgid:
+                os.kill(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):

@@ -5,11 +5,13 @@ its stdin. It starts the server (argv after ``--``) as its child in the same gro
 with stdout/stderr inherited (the app reads them directly). Then:
 
 - stdin line ``term`` → SIGTERM to the server's main process (graceful stop);
-- stdin line ``kill`` → SIGKILL to the whole group;
+- stdin line ``kill`` → SIGKILL to the whole group (and to every process of the reaper's
+  session that left the group: a server's child in a process group of its own);
 - stdin EOF (the app exited, even by SIGKILL) → SIGTERM to the server, SIGKILL to the
   whole group 3 s later (vLLM's engine does not notice its parent dying);
 - the server exits on its own → the reaper exits with the server's code, after
-  SIGKILLing whatever is left of the group (orphaned ``VLLM::EngineCore`` etc.).
+  SIGKILLing whatever is left of the group and of its session (orphaned
+  ``VLLM::EngineCore`` etc., a Ray node's workers in groups of their own).
 
 The reaper prints one line ``DYNO_REAPER server_pid=N`` on stderr before the server's
 output starts, so the app learns the server's pid, and ``DYNO_REAPER server_signal=N``
@@ -102,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def kill_group() -> None:
-        # runs on the stdin thread: no signal.signal() here (main thread only)
+        # runs on the stdin thread: no signal.signal() here (main thread only). The session's
+        # members that left the group first (the group's SIGKILL ends this process too)
+        for pid in _group_pids(pgid):
+            try:
+                if pid != os.getpid() and os.getpgid(pid) != pgid:
+                    os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # gone meanwhile
+                pass
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = child.wait()
     sys.stderr.flush()
     # Leftovers of the server (engine core, workers) must not outlive it: SIGKILL every
-    # other member of the group, then exit with the server's code.
+    # other member of the group and the session, then exit with the server's code.
     others = [p for p in _group_pids(pgid) if p != os.getpid()]
     for pid in others:
         try:
@@ -166,11 +175,17 @@ def _death_signal():
 
 
 def _group_pids(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` and of the session the reaper leads (its id is the
+    same: the supervisor starts the reaper in a new session): a server's child that moved
+    to a process group of its own stays in the session — Ray 2.60.0's raylet starts each
+    worker in its own group (its ``process_group_cleanup_enabled``; seen on the test bed:
+    ``ray::IDLE``'s group is its own pid, tests/test_multinode.py), so the workers of a
+    host's Ray node (``ray start --block``, app.hosts.plan) are not in the node's group."""
     pids = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
-                if os.getpgid(int(name)) == pgid:
+                if os.getpgid(int(name)) == pgid or os.getsid(int(name)) == pgid:
                     pids.append(int(name))
             except (ProcessLookupError, PermissionError):
                 pass
