@@ -52,6 +52,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     pl.set_defaults(func=cmd_hosts_plan)
 
 
+def ray_address(text: str) -> str:
+    """``--ray-address``'s type: ``HOST:PORT`` (app.hosts.spec.parse_ray_address), checked
+    as the option is read, before any host is contacted."""
+    try:
+        parse_ray_address(text, "--ray-address")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _layout_options(p: argparse.ArgumentParser, *, model: bool) -> None:
     """The layout of ``hosts plan`` (and ``hosts check``: there, given at all, it is planned and checked)."""
     p.add_argument("--tensor-parallel-size", type=count, help="TP: ranks per pipeline stage (default 1)")
@@ -62,7 +72,7 @@ def _layout_options(p: argparse.ArgumentParser, *, model: bool) -> None:
                    "vllm serve, the default) or ray (a Ray cluster of the hosts, vllm serve on the head)")
     p.add_argument("--port", type=number_type(int, low=1, high=65535, what="a TCP port", example="8000"),
                    help="the head's API server port (default: vLLM's, 8000)")
-    p.add_argument("--ray-address", metavar="HOST:PORT", help="with --backend ray: a running Ray cluster to attach "
+    p.add_argument("--ray-address", type=ray_address, metavar="HOST:PORT", help="with --backend ray: a running Ray cluster to attach "
                    "to (no ray start on the hosts)")
 
 
