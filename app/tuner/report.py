@@ -21,6 +21,7 @@ Qt-free; shared by ``vllm-dyno tune`` (:mod:`app.cli.tune`) and the window's Tun
 """
 from __future__ import annotations
 
+import functools
 import math
 import shlex
 from dataclasses import dataclass
@@ -72,13 +73,23 @@ def rig_target(hosts: list[Host], ssh: SshOptions | None = None, timeout: float 
     every host's agent is opened (``ssh``) for its hello (its NVML cards, or the CPU
     build's cores and memory) and the head probed for its vLLM version — the fingerprint
     a launch's run records (:func:`app.run.hardware.rig_hardware`: "N hosts × C× CARD").
-    Blocking (SSH; the agents are closed again). Raises ValueError naming the host
-    (app.hosts.link.HostError) or saying the head has no vLLM."""
+    Blocking (SSH; the agents are closed again) the first time; then cached per hosts and
+    ``ssh`` for the life of the process, as :func:`local_target`'s interpreter probe is
+    (the Tune tab asks again at every change of its form). Raises ValueError naming the
+    host (app.hosts.link.HostError) or saying the head has no vLLM (not cached)."""
+    return _rig_target(tuple(h.model_dump_json() for h in hosts), ssh, timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _rig_target(hosts_json: tuple[str, ...], ssh: SshOptions | None, timeout: float
+                ) -> tuple[HardwareFingerprint, str | None]:
+    """:func:`rig_target` of the hosts as JSON (hashable: the cache's key)."""
     # deferred: SSH and the rig's fingerprint only for a tune over hosts
     from app.hosts.link import HostError
     from app.hosts.rig import Rig
     from app.run.hardware import rig_hardware
 
+    hosts = [Host.model_validate_json(h) for h in hosts_json]
     try:
         with Rig(hosts, ssh=ssh) as rig:
             rig.open(timeout)
