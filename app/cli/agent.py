@@ -94,8 +94,6 @@ def _layout_plan(a: argparse.Namespace, hosts: list[Host], interfaces: dict[str,
     if a.ray_address and a.backend != "ray":
         raise ValueError(f"--ray-address {a.ray_address} is a Ray cluster for the Ray backend: add --backend ray, "
                          "or drop --ray-address")
-    if a.ray_address:
-        parse_ray_address(a.ray_address, "--ray-address")
     sizes = {"tensor_parallel_size": a.tensor_parallel_size, "pipeline_parallel_size": a.pipeline_parallel_size,
              "data_parallel_size": a.data_parallel_size}
     opts = {k: v for k, v in sizes.items() if v and v > 1}  # 1: vLLM's default
