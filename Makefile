@@ -1,21 +1,39 @@
 # vLLM Dyno — two commands: `make run` and `make test`. Both are idempotent.
+# Contributors: `make check` (the inner loop), `make test-fast`, `make e2e`, `make multinode`
+# (CONTRIBUTING.md: the tiers and what each costs).
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 TINY_MODEL := build/tiny-llama
+# every pytest run prints its 25 slowest tests (pyproject.toml addopts)
+PYTEST := QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra
 
-.PHONY: run test lint deps vllm ray model system unit e2e test-multinode clean bench package package-test install-desktop icons screenshot
+.PHONY: run test check test-fast e2e multinode coverage lint deps test-deps vllm ray model system test-system clean bench package package-test install-desktop icons screenshot
 
+# The minutes beside a target: its wall time on the 2-core development machine, venvs
+# present, nothing else running (CONTRIBUTING.md has them with one core kept busy too).
+
+# the app alone (`make run`): no test or bench extras
+$(VENV)/.dyno-app-ok: pyproject.toml
+	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --disable-pip-version-check -e .
+	@touch $@
+
+# the app with what the tests and benchmarks need
 $(VENV)/.dyno-ok: pyproject.toml
 	@[ -x $(VPY) ] || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
-	@touch $@
+	@touch $@ $(VENV)/.dyno-app-ok
 
-deps: system $(VENV)/.dyno-ok
+deps: system $(VENV)/.dyno-app-ok
+test-deps: $(VENV)/.dyno-ok
 
+# Debian packages: Qt's libraries for the window; --test adds Xvfb, Chromium and iproute2
 system:
 	@bash scripts/setup-system.sh
+test-system:
+	@bash scripts/setup-system.sh --test
 
 vllm:
 	@bash scripts/setup-vllm.sh
@@ -30,46 +48,65 @@ model: vllm
 run: deps
 	$(VENV)/bin/vllm-dyno
 
-test: deps vllm ray model lint
-	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests
-
 # the import contracts of pyproject.toml (layers, Qt-free core, the GUI through the run
 # controller) and unused imports/names in the shipped code
-lint: deps
+lint: test-deps
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pyflakes app widgets
 
-# the rig of two hosts as network namespaces (needs root; part of `make test` too)
-test-multinode: deps ray
-	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m multinode
+# the inner loop: lint and the unit tier (no process, no Qt, no socket)
+check: lint
+	$(PYTEST) tests/unit -p no:pytestqt -n 2
 
-unit: deps lint
-	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests -m "not e2e"
+# + the integration tier (the sim, local processes, Qt offscreen, Xvfb, Chromium): the
+# isolated tests on both cores, then those marked serial (timing, many processes) alone
+test-fast: check test-system
+	$(PYTEST) tests/integration -n 2 -m "not serial"
+	$(PYTEST) tests/integration -m serial
 
-bench: deps vllm model
+# the real CPU build of vLLM (tiny model), one launch per configuration
+e2e: test-deps vllm model
+	$(PYTEST) tests/e2e
+
+# two hosts as network namespaces (root; skipped otherwise), Ray's cluster
+multinode: test-deps test-system vllm ray model
+	$(PYTEST) tests/multinode
+
+# everything: what .ci/run calls
+test: test-fast e2e multinode
+
+# line coverage of app/ and widgets/ over the whole suite, subprocesses included
+# (pyproject.toml [tool.coverage]); the report in build/coverage
+coverage: test-deps test-system vllm ray model
+	rm -rf build/coverage && mkdir -p build/coverage
+	COVERAGE_FILE=$(CURDIR)/build/coverage/.coverage QT_QPA_PLATFORM=offscreen $(VENV)/bin/coverage run -m pytest -q -ra -p no:xdist tests
+	$(VENV)/bin/coverage combine -q --data-file=$(CURDIR)/build/coverage/.coverage build/coverage
+	$(VENV)/bin/coverage report --data-file=$(CURDIR)/build/coverage/.coverage | tail -1
+
+bench: test-deps vllm model
 	@for b in benchmarks/*.py; do echo "== $$b"; $(VPY) $$b || exit 1; done
 
 clean:
 	rm -rf build dist *.egg-info
 
-icons: deps
+icons: test-deps
 	QT_QPA_PLATFORM=offscreen $(VPY) scripts/render_icons.py
 
-package: deps
+package: test-deps
 	$(VPY) -m pip install -q --disable-pip-version-check 'pyinstaller>=6.5'
 	$(VPY) -m PyInstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/vllm-dyno.spec
 	@du -sh dist/vllm-dyno
 
 package-test:
 	@[ -x dist/vllm-dyno/vllm-dyno ] || { echo "no build: run make package first"; exit 1; }
-	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests/test_packaging.py
+	QT_QPA_PLATFORM=offscreen $(VPY) -m pytest -q -ra tests/integration/test_packaging.py
 
 install-desktop:
 	install -Dm644 packaging/linux/io.github.vllm_dyno.VllmDyno.desktop ~/.local/share/applications/io.github.vllm_dyno.VllmDyno.desktop
 	install -Dm644 packaging/linux/io.github.vllm_dyno.VllmDyno.metainfo.xml ~/.local/share/metainfo/io.github.vllm_dyno.VllmDyno.metainfo.xml
 	for s in 16 24 32 48 64 128 256 512; do install -Dm644 resources/icons/vllm-dyno-$$s.png ~/.local/share/icons/hicolor/$${s}x$${s}/apps/vllm-dyno.png; done
 
-screenshot: deps
+screenshot: test-deps
 	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py resources/screenshots/main-window.png
 	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py --verdict resources/screenshots/verdict.png
 	QT_QPA_PLATFORM=offscreen $(VPY) scripts/screenshot.py --tune --time-scale 20 resources/screenshots/tune.png

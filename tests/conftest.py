@@ -1,5 +1,7 @@
 """Shared fixtures. Every test gets its own VLLM_DYNO_HOME; one real CPU vLLM server
-(the tiny local model, max_num_seqs 8) is shared by all e2e tests of a session."""
+(the tiny local model, max_num_seqs 8) is shared by all e2e tests of a session.
+
+Tests live in tier folders (tests/plugins/tiers.py): unit, integration, e2e, multinode."""
 from __future__ import annotations
 
 import contextlib
@@ -18,6 +20,9 @@ VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 CASES = ROOT / "tests" / "cases"
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+#: the tiers by folder and the unit tier's guard; the Qt fixtures (gui_guard, main_window)
+pytest_plugins = ["tests.plugins.tiers", "tests.plugins.qt"]
 
 
 # ---- the tests read nothing beside the checkout -----------------------------------------
@@ -146,7 +151,25 @@ def tiny_vllm(tiny_model: Path, vllm_python: str, what: str = "vLLM", **kw):
 def vllm_server(tiny_model, vllm_python):
     """One real vLLM (CPU build) for the whole session: yields the ready Supervisor.
 
-    The server is stopped at the end and its whole process group must be gone.
+    It runs with ``VLLM_SERVER_DEV_MODE=1``: vLLM 0.32 then serves ``POST
+    /reset_prefix_cache`` (vllm/entrypoints/serve/dev/cache/api_router.py), which the run
+    controller calls before every level, as a user's measuring server should. The server
+    is stopped at the end and its whole process group must be gone.
     """
-    with tiny_vllm(tiny_model, vllm_python, "shared vLLM") as sup:
+    with tiny_vllm(tiny_model, vllm_python, "shared vLLM", env={"VLLM_SERVER_DEV_MODE": "1"}) as sup:
+        yield sup
+
+
+#: the n-gram speculative config of :func:`vllm_variant_server` (no draft model needed)
+NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
+
+
+@pytest.fixture(scope="session")
+def vllm_variant_server(tiny_model, vllm_python):
+    """The second and last shared real vLLM: every option the first one has at vLLM's
+    default turned the other way for the tests that need it — ``--no-enable-prefix-caching``
+    (the prefix-cache counters stay 0), ``--speculative-config`` n-gram (spec-decode
+    counters), no dev mode (``POST /reset_prefix_cache`` answers 404)."""
+    with tiny_vllm(tiny_model, vllm_python, "vLLM without prefix caching, with n-gram speculation",
+                   enable_prefix_caching=False, speculative_config=NGRAM) as sup:
         yield sup

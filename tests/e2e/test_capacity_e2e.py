@@ -11,14 +11,12 @@ import json
 import subprocess
 import sys
 
-import pytest
 
 from app.config import ServerConfig
 from app.loadgen.spec import RampSpec
 from app.run.controller import LaunchTarget, RunController
 
 
-@pytest.mark.e2e
 def test_find_capacity_on_the_cpu_build(vllm_server, tmp_path):
     url = vllm_server.url
     ctl = RunController()

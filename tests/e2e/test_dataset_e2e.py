@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from app.config import ServerConfig
 from app.loadgen.prompts import dataset_lengths
@@ -18,7 +17,6 @@ from app.store import RunStore
 SHAPES = [(12, 8), (30, 16), (6, 24), (20, 40), (9, 5), (15, 32)]
 
 
-@pytest.mark.e2e
 def test_a_sharegpt_ramp_gets_the_datasets_output_lengths(vllm_server, tmp_path, dyno_home):
     convs = [{"id": f"c{i}", "conversations": [
         {"from": "human", "value": " ".join(["tell me about the sea"] * (p // 5) + ["please"] * (p % 5))},

@@ -24,9 +24,8 @@ import pytest
 from app.server.procs import group_members, wait_group_gone
 from app.server.reaper import EOF_GRACE_S
 from tests.conftest import ROOT
-from tests.test_kill_matrix import run_cell
+from tests.integration.test_kill_matrix import run_cell
 
-pytestmark = pytest.mark.e2e
 
 #: the stop grace `vllm-dyno run` gives a vLLM server (SIGTERM → SIGKILL), seconds
 STOP_GRACE_S = 20.0

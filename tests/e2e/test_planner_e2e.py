@@ -3,7 +3,6 @@ tokens vs the logged figure, and calibration on a live measured ramp (fit on hal
 levels, predict the other half, report the error per level — run with -s)."""
 from __future__ import annotations
 
-import pytest
 
 from app.planner.calibrate import MeasuredLevel, calibrate_and_save, hardware_fingerprint, level_errors, load_calibration
 from app.planner.accuracy import compare_launch, compare_ramp
@@ -11,7 +10,6 @@ from app.planner.cards import cards_for
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
 
-pytestmark = pytest.mark.e2e
 
 PROMPT, OUTPUT = 32, 64
 

@@ -14,12 +14,10 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 from app.profiles import ProfileLibrary, to_vllm_config_yaml
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.e2e
 
 _ACCEPT = textwrap.dedent("""\
     import sys

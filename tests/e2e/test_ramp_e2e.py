@@ -48,7 +48,6 @@ def _knee_checks(res) -> list[str]:
     return problems
 
 
-@pytest.mark.e2e
 def test_ramp_finds_knee_at_max_num_seqs(vllm_server):
     """Throughput at 8 > 3 × at 1, TTFT p99 at 16 > 2 × at 8, the knee at 8, no failures.
 

@@ -3,21 +3,20 @@
 cache (on by default in V1), token counts reconcile with the client's, the server's TTFT
 agrees with the client's within its buckets plus the client's HTTP overhead.
 
-The shared server runs without ``VLLM_SERVER_DEV_MODE``: it offers no ``POST
-/reset_prefix_cache`` (404), and the levels say the cache was not reset; a second server
-in dev mode (one launch for this module) resets it before every level."""
+The shared server runs in dev mode (``VLLM_SERVER_DEV_MODE=1``, tests/conftest.py): the
+controller resets its prefix cache before every level. The variant server runs without
+it: it offers no ``POST /reset_prefix_cache`` (404), and the levels say the cache was not
+reset. No launch of this module's own."""
 from __future__ import annotations
 
 import json
 
-import pytest
 
 from app.config import ServerConfig
 from app.loadgen.server_stats import server_summary
 from app.loadgen.spec import RampSpec
 from app.run.controller import LaunchTarget, RecordSpec, RunController
 from app.store import RunStore
-from tests.conftest import tiny_server_config
 
 #: a document of a few hundred tokens shared by every prompt (several 16-token KV blocks)
 SHARED = " ".join(f"Section {i}: the pump at station {i} runs at {i * 7 % 50} litres a minute." for i in range(30))
@@ -63,39 +62,29 @@ def _check_level(st) -> None:
     assert any(n.startswith("TTFT:") for n in sv.notes) and any(n.startswith("output tokens:") for n in sv.notes)
 
 
-@pytest.mark.e2e
-def test_shared_server_levels_carry_its_metrics(vllm_server, tmp_path):
+def test_dev_mode_server_resets_the_prefix_cache_before_each_level(vllm_server, tmp_path):
+    """``VLLM_SERVER_DEV_MODE=1``: vLLM 0.32 serves ``POST /reset_prefix_cache``
+    (``vllm/entrypoints/serve/dev/cache/api_router.py``, answering ``{"success": true}``)."""
+    assert vllm_server.config.env.get("VLLM_SERVER_DEV_MODE") == "1"
     with RunStore() as store:
         res = _ramp(vllm_server.url, store, _prompts(tmp_path))
         stored = store.levels(res.run_id)
     for st in res.steps:
         _check_level(st)
-        assert st.server.prefix_cache_reset is None  # no dev mode: no POST /reset_prefix_cache
+        assert st.server.prefix_cache_reset is True
     assert [d["server"]["prefix_cache_hit_rate"] for d in stored] == [s.server.prefix_cache_hit_rate
                                                                       for s in res.steps]
+    assert server_summary(res.steps) == []
+
+
+def test_a_server_without_dev_mode_says_the_cache_was_not_reset(vllm_variant_server, tmp_path):
+    """Without dev mode vLLM answers ``POST /reset_prefix_cache`` with 404: each level
+    records that it could not reset, and the summary names the variable that would."""
+    assert "VLLM_SERVER_DEV_MODE" not in vllm_variant_server.config.env
+    with RunStore() as store:
+        res = _ramp(vllm_variant_server.url, store, _prompts(tmp_path))
+    for st in res.steps:
+        assert st.server is not None and st.server.prefix_cache_reset is None, st.server
+        assert st.server.ttft_count > 0 and st.server.generation_tokens > 0
     (msg,) = server_summary(res.steps)
     assert "not reset" in msg and "VLLM_SERVER_DEV_MODE=1" in msg
-
-
-@pytest.mark.e2e
-def test_dev_mode_server_resets_the_prefix_cache_before_each_level(tiny_model, vllm_python, tmp_path):
-    """``VLLM_SERVER_DEV_MODE=1``: vLLM 0.32 serves ``POST /reset_prefix_cache``
-    (``vllm/entrypoints/serve/dev/cache/api_router.py``, answering ``{"success": true}``)."""
-    cfg = tiny_server_config(tiny_model, env={"VLLM_SERVER_DEV_MODE": "1"})
-    with RunStore() as store:
-        ctl = RunController(store=store)
-        try:
-            assert ctl.launch(LaunchTarget("vllm", cfg, python=vllm_python, telemetry=False)) == []
-            assert ctl.wait_ready(600), ctl.failure_text
-            url = ctl.url
-            spec = RampSpec(url=url, model="tiny", levels=[2, 4], step_seconds=8, warmup_seconds=1,
-                            output_tokens=16, prompts_file=_prompts(tmp_path), request_timeout=60)
-            res = ctl.ramp(spec, record=RecordSpec(name="dev mode"), timeout=240)
-        finally:
-            ctl.close()
-    assert res.status == "done", res.stop_reason
-    for st in res.steps:
-        print(f"dev mode, level {st.level:g}: {st.server.model_dump(exclude={'resolution'}) if st.server else None}")
-        _check_level(st)
-        assert st.server.prefix_cache_reset is True
-    assert server_summary(res.steps) == []

@@ -1,9 +1,10 @@
 """Real vLLM (CPU build, tiny model): launch, capacity facts, a completion, stops, faults.
 
-Launch budget (issue #2): the shared `vllm_server` fixture (1), the CLI serve + Ctrl-C
-test (1), the CLI serve with no other flag (1, issue 16), the SIGKILLed owner (1, killed
-while loading), and two launches that fail within seconds (an option vLLM rejects, a
-context longer than the model allows).
+Launch budget: the shared `vllm_server` fixture (tests/conftest.py), the CLI serve with no
+other flag then Ctrl-C (1, issue 16), and two launches that fail within seconds (an option
+vLLM rejects, a context longer than the model allows). An owner SIGKILLed while vLLM runs
+is the kill matrix's app-SIGKILL cell on the real build (tests/e2e/test_kill_matrix_e2e.py)
+and, while loading, its cells against the sim (tests/integration/test_kill_matrix.py).
 """
 import json
 import os
@@ -11,18 +12,16 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import urllib.request
 
 import psutil
 import pytest
 
-from app.server.procs import group_members, wait_group_gone
+from app.server.procs import group_members
 from app.server.supervisor import ServerState, Supervisor
 from tests.conftest import ROOT, tiny_server_config
 
-pytestmark = pytest.mark.e2e
 
 
 def test_shared_server_capacity_and_completion(vllm_server):
@@ -57,80 +56,6 @@ def test_the_cpu_builds_launch_passes_through_its_phases_in_order(vllm_server):
     assert ph["ready"] <= ready_at - vllm_server.started_t + 1.0
 
 
-def test_cli_serve_ready_then_ctrl_c(tiny_model, vllm_python, tmp_path):
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--model", str(tiny_model), "--max-num-seqs", "8",
-           "--python", vllm_python, "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--quiet-log"]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    out = []
-    pgid = None
-    deadline = time.monotonic() + 600
-    try:
-        for line in p.stdout:
-            out.append(line)
-            if "maximum concurrency" in line:
-                break
-            assert time.monotonic() < deadline, "".join(out)
-        text = "".join(out)
-        assert "state: ready" in text and "CPU KV cache size: 1,048,576 tokens" in text, text
-        assert "launch: loading weights" in text and "launch: starting the API server" in text, text
-        # the server group: the reaper is the child of the CLI process and leads the group
-        kids = psutil.Process(p.pid).children()
-        pgid = os.getpgid(kids[0].pid)
-        assert len(group_members(pgid)) >= 2
-        p.send_signal(signal.SIGINT)  # Ctrl-C
-        rest, _ = p.communicate(timeout=60)
-        assert p.returncode == 0, text + rest
-        assert "no process of the server group is left" in rest
-        assert group_members(pgid) == []
-    finally:
-        if p.poll() is None:
-            p.kill()
-        if pgid:
-            os.killpg(pgid, signal.SIGKILL) if group_members(pgid) else None
-
-
-def test_owner_sigkilled_leaves_no_server(tiny_model, vllm_python, tmp_path):
-    """A child Python owning a Supervisor is SIGKILLed while vLLM runs (engine core up):
-    within 5 s no process of the server group remains."""
-    code = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(ROOT)!r})
-        from tests.conftest import tiny_server_config
-        from app.server.supervisor import Supervisor
-        from pathlib import Path
-        sup = Supervisor(tiny_server_config(Path({str(tiny_model)!r})), python={vllm_python!r})
-        sup.start()
-        print(sup.pgid, flush=True)
-        time.sleep(600)
-    """)
-    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    pgid = int(owner.stdout.readline())
-    try:
-        deadline = time.monotonic() + 300
-        while True:  # wait until vLLM's engine core exists: the process that orphans in the field
-            titles = []
-            for pr in group_members(pgid):
-                try:
-                    titles.append(" ".join(pr.cmdline()))
-                except psutil.Error:
-                    pass
-            if any(t.startswith("VLLM::") for t in titles):
-                break
-            assert time.monotonic() < deadline, titles
-            time.sleep(0.5)
-        owner.send_signal(signal.SIGKILL)
-        owner.wait(10)
-        t0 = time.monotonic()
-        left = wait_group_gone(pgid, 8.0)
-        elapsed = time.monotonic() - t0
-        assert left == [] and elapsed < 5.0, f"left {left} after {elapsed:.1f} s"
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-        if group_members(pgid):
-            os.killpg(pgid, signal.SIGKILL)
-
-
 def _failed_launch(tiny_model, vllm_python, **kw):
     sup = Supervisor(tiny_server_config(tiny_model, **kw), python=vllm_python, startup_timeout=300)
     sup.start()
@@ -154,11 +79,13 @@ def test_vllm_exiting_during_startup_fails_with_log_tail(tiny_model, vllm_python
     assert any("max_model_len" in l or "max_position_embeddings" in l for l in fail.log_tail), fail.log_tail[-10:]
 
 
-def test_cli_serve_with_no_other_flag_starts_on_the_cpu_build(tiny_model):
+def test_cli_serve_with_no_other_flag_starts_on_the_cpu_build_then_ctrl_c(tiny_model):
     """Issue 16 item 1: `vllm-dyno serve --model build/tiny-llama` and nothing else, on a
     machine without a GPU: the CPU build's defaults are chosen and printed before the
-    launch (a KV cache size instead of 0.92 of the NUMA node, the in-process executor) and
-    the server reaches ready with that KV cache."""
+    launch (a KV cache size instead of 0.92 of the NUMA node, the in-process executor), the
+    launch's phases are printed as vLLM logs them, and the server reaches ready with that
+    KV cache. Ctrl-C then stops it: exit 0 and no process of its group left (the reaper,
+    a child of the CLI, leads the group)."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")}
     cmd = [sys.executable, "-m", "app.cli", "serve", "--model", "build/tiny-llama"]
@@ -174,6 +101,7 @@ def test_cli_serve_with_no_other_flag_starts_on_the_cpu_build(tiny_model):
             assert time.monotonic() < deadline, "".join(out)
         text = "".join(out)
         assert "state: ready" in text, text[-4000:]
+        assert "launch: loading weights" in text and "launch: starting the API server" in text, text
         chosen = text.index("CPU build of vLLM — chosen for what you did not set")
         assert chosen < text.index("state: loading")
         assert "--distributed-executor-backend uni" in text and "VLLM_ENABLE_V1_MULTIPROCESSING=0" in text
@@ -182,7 +110,8 @@ def test_cli_serve_with_no_other_flag_starts_on_the_cpu_build(tiny_model):
         assert f"CPU KV cache size: {n * 2**30 // 1024:,} tokens" in text, text[-2000:]
         kids = psutil.Process(p.pid).children()
         pgid = os.getpgid(kids[0].pid)
-        p.send_signal(signal.SIGINT)
+        assert len(group_members(pgid)) >= 2
+        p.send_signal(signal.SIGINT)  # Ctrl-C
         rest, _ = p.communicate(timeout=60)
         assert p.returncode == 0, text + rest
         assert "no process of the server group is left" in rest and group_members(pgid) == []

@@ -20,7 +20,6 @@ from app.telemetry.hub import Telemetry
 from app.telemetry.metrics_parse import parse_metrics
 from app.telemetry.nvml_source import NvmlSource
 
-pytestmark = pytest.mark.e2e
 
 CONCURRENCY = 6
 LOAD_SECONDS = 30.0

@@ -9,14 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from app.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.e2e
 def test_tune_the_cpu_build_in_two_launches(tmp_path):
     out = tmp_path / "tune.json"
     r = subprocess.run([sys.executable, "-m", "app.cli", "tune", str(ROOT / "profiles" / "cpu-tiny-llama.yaml"),

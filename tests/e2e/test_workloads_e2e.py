@@ -5,18 +5,15 @@ and after a ramp with :func:`app.telemetry.metrics_parse.parse_metrics` —
 vllm/v1/metrics/loggers.py, 0.32.0; vLLM ≈0.10 also exported the deprecated
 ``vllm:gpu_prefix_cache_*`` twins, read as a fallback). The shared server runs with
 prefix caching at vLLM V1's default (on: vllm/config/cache.py, 0.32.0); one more server
-in this module runs with ``--no-enable-prefix-caching``, where vLLM records no lookups
+(tests/conftest.py's variant) runs with ``--no-enable-prefix-caching``, where vLLM records no lookups
 (vllm/v1/core/kv_cache_manager.py ``record_prefix_cache_stats``: the counters stay 0)."""
 from __future__ import annotations
 
 import urllib.request
 
-import pytest
-
 from app.loadgen.generator import run_ramp
 from app.loadgen.spec import RampSpec
 from app.telemetry.metrics_parse import parse_metrics
-from tests.conftest import tiny_vllm
 
 
 def prefix_counters(url: str) -> tuple[float, float]:
@@ -47,14 +44,12 @@ def ramp(url: str, **kw):
 SHARED = {"shared_prefix": {"tokens": 256, "fraction": 1.0, "count": 2}}
 
 
-@pytest.mark.e2e
 def test_shared_prefix_ramp_hits_the_servers_prefix_cache(vllm_server):
     res, q, h = ramp(vllm_server.url, **SHARED)
     assert res.steps[0].n_ok >= 4 and res.steps[0].failures == {}
     assert q > 0 and h > 0.5 * q, (q, h)  # ≈ 256 of ≈ 272 tokens of each request after the first two
 
 
-@pytest.mark.e2e
 def test_multi_turn_chat_ramp_reports_per_turn_ttft(vllm_server):
     # 200-token messages: the CPU build caches blocks of 128 tokens (cache_config_info block_size), so
     # a history must pass 128 tokens before a later turn can hit it
@@ -73,16 +68,8 @@ def test_multi_turn_chat_ramp_reports_per_turn_ttft(vllm_server):
     assert min(by_turn[3]) > max(by_turn[1])
 
 
-@pytest.fixture(scope="module")
-def server_without_prefix_caching(tiny_model, vllm_python):
-    """One more real vLLM, with --no-enable-prefix-caching (this module only)."""
-    with tiny_vllm(tiny_model, vllm_python, "vLLM without prefix caching", enable_prefix_caching=False) as sup:
-        yield sup
-
-
-@pytest.mark.e2e
-def test_shared_prefix_ramp_without_prefix_caching_hits_nothing(server_without_prefix_caching):
-    assert "--no-enable-prefix-caching" in server_without_prefix_caching.argv
-    res, q, h = ramp(server_without_prefix_caching.url, **SHARED)
+def test_shared_prefix_ramp_without_prefix_caching_hits_nothing(vllm_variant_server):
+    assert "--no-enable-prefix-caching" in vllm_variant_server.argv
+    res, q, h = ramp(vllm_variant_server.url, **SHARED)
     assert res.steps[0].n_ok >= 4
     assert (q, h) == (0, 0)

@@ -1,0 +1,183 @@
+"""Capacity search (issue 17, item 1): the next-level rule, the judgement and interval of
+each probed level, and the whole search through the run controller against the
+simulated rig and through `vllm-dyno ramp --find-capacity`."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from app.config import ServerConfig
+from app.loadgen.capacity import capacity_of, met_probability, next_level, search_levels
+from app.loadgen.records import RequestRecord
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec, spec_to_wall
+from app.loadgen.stats import compute_step_stats, records_to_rig, to_rig_time
+
+
+def walk(search: CapacitySearch, capacity: float, mode: str = "concurrency") -> list[float]:
+    """The levels the search probes against a server whose true capacity is ``capacity``."""
+    hist: list[tuple[float, bool]] = []
+    while (nxt := next_level(search, hist, mode)) is not None:
+        assert nxt not in [lv for lv, _ in hist], f"probed {nxt} twice: {hist}"
+        hist.append((nxt, nxt <= capacity))
+        assert len(hist) < 40
+    return [lv for lv, _ in hist]
+
+
+def test_doubling_then_bisect_to_ten_percent_or_one_user():
+    s = CapacitySearch()
+    assert walk(s, 14) == [1, 2, 4, 8, 16, 12, 14, 15]
+    assert walk(s, 1) == [1, 2]
+    assert walk(s, 0) == [1]  # even one user breaks it: capacity 0
+    lv = walk(s, 100)
+    assert lv[:8] == [1, 2, 4, 8, 16, 32, 64, 128]
+    met = max(x for x in lv if x <= 100)
+    broke = min(x for x in lv if x > 100)
+    assert broke - met <= max(1, 0.1 * met)
+    for cap in range(0, 300, 7):  # the answer is always bracketed to the resolution
+        lv = walk(s, cap)
+        met = max((x for x in lv if x <= cap), default=0)
+        broke = min((x for x in lv if x > cap), default=None)
+        assert met <= cap and (broke is None or broke - met <= max(1, 0.1 * met)), (cap, lv)
+
+
+def test_starts_from_a_prediction_and_halves_down_when_it_breaks():
+    s = CapacitySearch(start=24, max_level=256)
+    assert walk(s, 30)[:2] == [24, 48]
+    lv = walk(s, 5)
+    assert lv[:4] == [24, 12, 6, 3] and max(x for x in lv if x <= 5) == 5
+    assert walk(CapacitySearch(max_level=20), 1000) == [1, 2, 4, 8, 16, 20]  # stops at max_level: all met
+
+
+def test_rate_search_in_requests_per_second():
+    lv = walk(CapacitySearch(start=1, max_level=64), 5.3, mode="rate")
+    met = max(x for x in lv if x <= 5.3)
+    broke = min(x for x in lv if x > 5.3)
+    assert broke - met <= max(0.1, 0.1 * met) and met <= 5.3
+
+
+def test_repeats_restart_from_start():
+    s = CapacitySearch(repeat=2)
+    judged: list[tuple[int, float, bool]] = []
+    while (nxt := search_levels(s, judged, "concurrency")) is not None:
+        rep, lv = nxt
+        judged.append((rep, lv, lv <= 6))
+    assert [lv for rep, lv, _ in judged if rep == 0] == [lv for rep, lv, _ in judged if rep == 1] == [1, 2, 4, 8, 6, 7]
+
+
+def test_spec_validation_names_the_field():
+    with pytest.raises(ValidationError, match="whole numbers"):
+        RampSpec(search=CapacitySearch(start=1.5), slo=SLO(ttft_p99=1))
+    with pytest.raises(ValidationError, match="above max_level"):
+        RampSpec(search=CapacitySearch(start=64, max_level=8), slo=SLO(ttft_p99=1))
+    spec = RampSpec(search=CapacitySearch(start=2, max_level=64), mode="rate", requests_per_level=100,
+                    slo=SLO(ttft_p99=1))
+    assert spec.levels == [] and spec.planned_seconds is None
+    wall = spec_to_wall(spec, 10.0)  # a rig rate of 2 req/s is 20 req/s of wall time on a 10× sim
+    assert wall.search.start == 20 and wall.search.max_level == 640 and wall.search.min_step == pytest.approx(1.0)
+
+
+def _level(idx: int, users: float, ttfts: list[float], fail: int = 0, slo: SLO | None = None):
+    """A level from requests: one every 0.1 s, TTFT as given, 8 tokens 20 ms apart."""
+    recs = []
+    for i, t in enumerate(ttfts):
+        offs = (t + 0.02 * np.arange(8)).astype(np.float32)
+        recs.append(RequestRecord(level_idx=idx, level=users, t_start=100 * idx + 0.1 * i, ttft=t, e2e=float(offs[-1]),
+                                  output_tokens=8, chunk_offsets=offs))
+    for i in range(fail):
+        recs.append(RequestRecord(level_idx=idx, level=users, t_start=100 * idx + 0.05 + 0.1 * i, e2e=0.01,
+                                  status="http_500", error="boom"))
+    n = len(ttfts)
+    st = compute_step_stats(recs, idx=idx, level=users, mode="concurrency", t_start=100 * idx,
+                            t_end=100 * idx + 0.1 * n + 1, window_start=100 * idx,
+                            window_end=100 * idx + 0.1 * n + 1, slo=slo)
+    return st, recs
+
+
+def test_interval_from_the_bootstrap():
+    slo = SLO(ttft_p99=1.0)
+    rng = np.random.default_rng(3)
+    clear_met = list(rng.uniform(0.2, 0.5, 200))
+    # p99 just under the bound with a few requests near it: "met", but not surely
+    borderline = list(rng.uniform(0.3, 0.97, 196)) + [0.99, 0.995, 1.01, 1.02]
+    clear_broken = list(rng.uniform(0.5, 3.0, 200))
+    levels = [_level(0, 4, clear_met, slo=slo), _level(1, 8, clear_broken, slo=slo), _level(2, 6, borderline, slo=slo),
+              _level(3, 7, clear_broken, slo=slo)]
+    steps = [st for st, _ in levels]
+    recs = [r for _, rs in levels for r in rs]
+    assert steps[2].slo_met and not steps[1].slo_met
+    p = met_probability([r for r in recs if r.level_idx == 2], slo)
+    assert 0.05 < p < 0.95  # the bootstrap is unsure about the borderline level
+    assert met_probability([r for r in recs if r.level_idx == 0], slo) == 1.0
+    assert met_probability([r for r in recs if r.level_idx == 1], slo) == 0.0
+    cap = capacity_of(steps, recs, slo, CapacitySearch())
+    assert cap.users == 6 and cap.next_users == 7 and cap.limited_by == "ttft"
+    assert cap.users_low == 4 and cap.users_high == 6  # 6 is not surely met; 7 surely broken
+    assert cap.requests == 200 and not cap.few_requests
+    assert [lv.users for lv in cap.levels] == [4, 8, 6, 7] and [lv.met for lv in cap.levels] == [True, False, True, False]
+    assert "6 users at TTFT p99 ≤ 1 s (4–6)" in cap.sentence and "7 users broke it (ttft)" in cap.sentence
+
+
+def test_failure_rate_slo_and_few_requests():
+    slo = SLO(ttft_p99=2.0, failure_rate=0.05)
+    a = _level(0, 1, [0.3] * 40, slo=slo)
+    b = _level(1, 2, [0.3] * 40, fail=10, slo=slo)
+    assert b[0].slo_broken == ["failure_rate 20.0% > 5.0%"]
+    cap = capacity_of([a[0], b[0]], a[1] + b[1], slo, CapacitySearch())
+    assert cap.users == 1 and cap.limited_by == "failures" and cap.few_requests
+    assert "p99 from 40 requests (< 100)" in cap.sentence
+
+
+def test_records_to_rig_scales_times():
+    r = RequestRecord(level_idx=0, level=1, t_start=1.0, ttft=0.1, e2e=0.5, output_tokens=3,
+                      chunk_offsets=np.array([0.1, 0.3, 0.5], np.float32))
+    (g,) = records_to_rig([r], 10.0)
+    assert (g.t_start, g.ttft, g.e2e) == pytest.approx((10.0, 1.0, 5.0))
+    assert g.tpot == pytest.approx(2.0) and list(g.chunk_offsets) == pytest.approx([1.0, 3.0, 5.0])
+    st, _ = _level(0, 2.0, [0.1] * 5)
+    assert to_rig_time(st.model_copy(update={"mode": "rate"}), 10.0).level == pytest.approx(0.2)
+
+
+K = 10.0
+RIG = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "2", "--sim-time-scale", str(K), "--sim-seed", "1"]
+CFG = ServerConfig(model="Qwen/Qwen2.5-7B-Instruct", served_model_name="q7", tensor_parallel_size=2, max_num_seqs=64,
+                   max_model_len=4096)
+
+
+DEMO = ServerConfig(model="hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", served_model_name="llama70",
+                    tensor_parallel_size=8, quantization="awq_marlin", max_model_len=8192, max_num_seqs=128)
+DEMO_RIG = ["--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--sim-time-scale", "20", "--sim-seed", "1"]
+
+
+def test_crossing_users_interpolates_where_the_tightest_p99_meets_its_bound():
+    """A search that met the SLO at 6 users and broke it at 7 resolves to 6; where between
+    them the tightest p99 crossed its bound comes from both levels' latencies."""
+    from app.loadgen.capacity import Capacity, CapacityLevel, crossing_users, level_headroom
+    slo = {"ttft_p99": 2.0, "tpot_p99": 0.06}
+    assert level_headroom({"ttft_p99": 1.6, "tpot_p99": 0.05, "e2e_p99": 9.0}, slo) == pytest.approx(1.2)
+    assert level_headroom({"ttft_p99": 1.0}, {"failure_rate": 0.01}) is None
+
+    def lv(users, met, ttft, tpot=0.03, repeat=0):
+        return CapacityLevel(users=users, met=met, requests=100, few_requests=False, repeat=repeat,
+                             stats={"ttft_p99": ttft, "tpot_p99": tpot})
+
+    def cap(levels, users=6.0):
+        return Capacity(users=users, users_low=users, users_high=users, slo=slo, levels=levels)
+
+    # headroom 2/1.6 = 1.25 at 6, 2/2.5 = 0.8 at 7: crosses 1 at 6 + 0.25/0.45
+    assert crossing_users(cap([lv(4, True, 1.0), lv(6, True, 1.6), lv(7, False, 2.5), lv(8, False, 4.0)])) == \
+        pytest.approx(6 + 0.25 / 0.45)
+    # the same 6 with a barely-broken 7 is further up than with a badly broken one
+    near = crossing_users(cap([lv(6, True, 1.9), lv(7, False, 2.05)]))
+    far = crossing_users(cap([lv(6, True, 1.9), lv(7, False, 4.0)]))
+    assert 6 < far < near < 7
+    # TPOT the tightest bound at 7 (0.09 > 0.06): headroom 0.667 there
+    assert crossing_users(cap([lv(6, True, 1.0, 0.05), lv(7, False, 1.1, 0.09)])) == \
+        pytest.approx(6 + (1.2 - 1) / (1.2 - 0.06 / 0.09))
+    assert crossing_users(cap([lv(6, True, 1.6)])) == 6  # nothing broke above it
+    assert crossing_users(cap([lv(6, True, 1.6), lv(7, False, 1.7)])) == 6  # 7 broke on failures only
+    assert crossing_users(cap([lv(2, False, 3.0)], users=0.0)) is None
+    # the last repeat's levels
+    assert crossing_users(cap([lv(6, True, 1.6), lv(7, False, 2.5), lv(5, True, 1.0, repeat=1),
+                               lv(6, False, 2.2, repeat=1)], users=5.5)) == pytest.approx(5 + 1.0 / 1.0909, rel=1e-3)
