@@ -217,7 +217,7 @@ class VllmOption:
 
 
 #: ServerConfig fields that are NOT vLLM options, and why (everything else must carry a
-#: VllmOption; tests/test_config.py fails on a field that is neither)
+#: VllmOption; tests/unit/test_config.py fails on a field that is neither)
 INTERNAL_FIELDS: dict[str, str] = {
     "model": "vLLM's positional MODEL (`vllm serve MODEL`, `--model` for api_server); resolved from profiles",
     "gpus": "which cards: exported as CUDA_VISIBLE_DEVICES, not an option",

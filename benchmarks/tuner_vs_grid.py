@@ -102,7 +102,7 @@ from app.tuner.tune import ControllerRig, Tuner, TuneSpec  # noqa: E402
 
 #: the sim's time scale over HTTP: at most MAX_K, and the rig's output tokens/s × k at
 #: most WALL_TOKENS_PER_S (what the sim and the load generator stream on 2 cores,
-#: tests/test_plan_predict.py); below k = 1 a case runs offline only
+#: tests/integration/test_plan_predict.py); below k = 1 a case runs offline only
 MAX_K = 10.0
 WALL_TOKENS_PER_S = 2000.0
 #: searches averaged for the grid's top configurations and the tuner's pick

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotently create .venv-ray with Ray (ray==2.60.0) for the multinode test of the Ray
-# backend's cluster start (tests/test_multinode.py): the CPU build of vLLM refuses the Ray
+# backend's cluster start (tests/multinode/test_multinode.py): the CPU build of vLLM refuses the Ray
 # executor, so the real Ray cluster there is started by the agents with this interpreter
 # and the served part is the sim. A separate venv: .venv and .venv-vllm stay as they are.
 set -euo pipefail

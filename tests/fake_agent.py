@@ -1,4 +1,4 @@
-"""A stand-in for ``vllm-dyno agent`` of another version (tests/test_multinode.py): it says
+"""A stand-in for ``vllm-dyno agent`` of another version (tests/multinode/test_multinode.py): it says
 a hello with ``--version`` (and ``--protocol``, default 1) and waits for its input to end, as an old install would."""
 import json
 import os

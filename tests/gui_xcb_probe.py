@@ -1,4 +1,4 @@
-"""Run by tests/test_gui_xcb.py in a process of its own on an Xvfb display with Qt's xcb
+"""Run by tests/integration/test_gui_xcb.py in a process of its own on an Xvfb display with Qt's xcb
 platform: open the main window as a user's first start does (no saved geometry), wait
 until it is shown, grab the whole screen to ``argv[1]`` (PNG) and print, as JSON, where
 the window, its status bar and the first-run strip are against the screen, the screen's

@@ -179,7 +179,7 @@ def _group_pids(pgid: int) -> list[int]:
     same: the supervisor starts the reaper in a new session): a server's child that moved
     to a process group of its own stays in the session — Ray 2.60.0's raylet starts each
     worker in its own group (its ``process_group_cleanup_enabled``; seen on the test bed:
-    ``ray::IDLE``'s group is its own pid, tests/test_multinode.py), so the workers of a
+    ``ray::IDLE``'s group is its own pid, tests/multinode/test_multinode.py), so the workers of a
     host's Ray node (``ray start --block``, app.hosts.plan) are not in the node's group."""
     pids = []
     for name in os.listdir("/proc"):

@@ -1,6 +1,6 @@
 """The one entry point to NVML (nvidia-ml-py, ``import pynvml``) in the app.
 
-No other module under ``app/`` imports ``pynvml`` (tests/test_layering.py checks it):
+No other module under ``app/`` imports ``pynvml`` (tests/integration/test_layering.py checks it):
 telemetry sampling (:class:`app.telemetry.nvml_source.NvmlSource`), the planner's card
 list (:func:`app.planner.gpus.gpus_from_nvml`), the hardware fingerprint and the
 leftover-process scan (:func:`app.server.procs.find_leftovers`) all come through here.

@@ -1,6 +1,6 @@
 """Issue 15, the kill-order matrix's main cells against the real CPU build of vLLM (the
 tiny local model, the built-in *CPU tiny model* profile through ``vllm-dyno run``), with
-the assertions of tests/test_kill_matrix.py: zero processes left within the grace + 5 s,
+the assertions of tests/integration/test_kill_matrix.py: zero processes left within the grace + 5 s,
 no traceback, the run stored with the right status, a partial level kept, and a SIGKILLed
 app losing no completed record beyond the store's bound. Plus the kill order that left a
 permanent orphan (the reaper, then the app): vLLM's engine core is the process that does

@@ -2,7 +2,7 @@
 reaper (alone, and then the app), a SIGKILLed writer of the run store, a Ctrl-C during
 ``vllm-dyno run``, a SIGKILLed server whose log carries vLLM's ulimit warning, and a level
 whose requests mostly fail. Real processes throughout (sim servers, reapers, the CLI, the
-load generator), real SQLite; the kill-order matrix is tests/test_kill_matrix.py."""
+load generator), real SQLite; the kill-order matrix is tests/integration/test_kill_matrix.py."""
 from __future__ import annotations
 
 import errno

@@ -21,7 +21,7 @@ def test_a_prompts_file_shows_its_length_histograms(main_window, qtbot, tmp_path
     assert len(bars) == 1 and sum(view.lengths["prompt"]["counts"]) == view.lengths["prompt"]["n"]
     assert "builtin:chat: 1000 entries" in view.caption.text() and "prompt: mean" in view.stats.text()
     out = os.environ.get("DATASET_SHOT")
-    if out:  # a look at it: DATASET_SHOT=/tmp/x.png pytest tests/test_gui_dataset.py
+    if out:  # a look at it: DATASET_SHOT=/tmp/x.png pytest tests/integration/test_gui_dataset.py
         w.resize(1600, 1000)
         pump(qtbot, lambda: True, 0.5, "")
         w.grab().save(out)

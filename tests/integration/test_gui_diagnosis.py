@@ -31,7 +31,7 @@ def _marked(pane, n: int) -> list[str]:
 
 
 def test_a_config_refusal_scrolls_the_log_to_the_value_error_line(main_window, qtbot):
-    """vLLM 0.32's ValidationError for VllmConfig (tests/test_diagnose_config.py AWQ_032: awq on an
+    """vLLM 0.32's ValidationError for VllmConfig (tests/unit/test_diagnose_config.py AWQ_032: awq on an
     unquantized checkpoint, the quantization_mismatch rule reads vLLM's message inside it) at the
     end of a long log: the launch fails, the Log tab scrolls the `Value error, …` line into view
     and marks it; the banner shows vLLM's words without the [type=…] tail."""
@@ -111,7 +111,7 @@ def test_an_engine_that_dies_after_ready_is_shown_as_such(sim_window, qtbot):
 
 
 def test_evidence_that_repeats_a_line_marks_each_one(gui_guard, qtbot):
-    """Two field errors with the same message (tests/test_diagnose_config.py PARALLEL_TWO_032):
+    """Two field errors with the same message (tests/unit/test_diagnose_config.py PARALLEL_TWO_032):
     both message lines and both field names are marked, the first field's name is the cause."""
     from tests.unit.test_diagnose_config import PARALLEL_TWO_032
     from widgets.log_pane import EVIDENCE_OTHER_COLOR, LogPane

@@ -1,5 +1,5 @@
 """Issue 15 item 10 in the window: a read-only home (a tmpfs remounted read-only; root
-only, skipped otherwise — tests/test_disk_faults.py covers the logic without root). The
+only, skipped otherwise — tests/integration/test_disk_faults.py covers the logic without root). The
 window opens on it, History lists the runs recorded before, nothing raises."""
 from __future__ import annotations
 

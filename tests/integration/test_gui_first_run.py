@@ -1,7 +1,7 @@
 """Issue 19, item 2: the first-run strip — shown on a first start, its steps ticked in
 order (a later step ticks the earlier ones), gone for good once dismissed (gui.ini), and
 a window closed while it waits to hide counts it done. The whole flow (launch → search →
-verdict ticking each step) is in tests/test_gui_session.py::test_find_capacity_through_the_window."""
+verdict ticking each step) is in tests/integration/test_gui_session.py::test_find_capacity_through_the_window."""
 from __future__ import annotations
 
 from widgets.main_window import MainWindow

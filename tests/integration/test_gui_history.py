@@ -147,7 +147,7 @@ def test_history_compare_and_profile_from_run(sim_window, qtbot, tmp_path, dyno_
     data = json.loads((tmp_path / "run.json").read_text())
     assert data["id"] == r8 and len(data["levels"]) == 3 and data["requests"] and data["samples"]
     assert data["server_log"]
-    h.export_html(r8, tmp_path / "run.html")  # the report (rendered in Chromium by tests/test_report_html.py)
+    h.export_html(r8, tmp_path / "run.html")  # the report (rendered in Chromium by tests/integration/test_report_html.py)
     page = (tmp_path / "run.html").read_text()
     assert f"Run #{r8}" in page and "<svg" in page and "vllm serve" in page
     h.export_csv(r8, tmp_path / "run.csv")

@@ -1,5 +1,5 @@
 """Issue 15 item 13 in the window: a deeply nested settings.yaml and hostile profile
-files (tests/test_hostile_files.py has the attacks) no longer stop the window's start."""
+files (tests/unit/test_hostile_files.py has the attacks) no longer stop the window's start."""
 from __future__ import annotations
 
 from tests.unit.test_hostile_files import GOOD, PROFILE_ATTACKS, SETTINGS_ATTACKS

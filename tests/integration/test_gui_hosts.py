@@ -113,7 +113,7 @@ def load_rig_profile(w, qtbot, hosts: list, **server):
     return p
 
 
-def _click(dlg, button) -> int:
+def click_button(dlg, button) -> int:
     """Show ``dlg`` as exec() would, click ``button``; what exec() would return."""
     dlg.show()
     button.click()
@@ -150,7 +150,7 @@ def test_the_plan_dialog_before_a_rig_launch_and_its_export(main_window, qtbot, 
         with pytest.raises(OSError):  # cannot replace a folder: nothing half-written, no temporary left
             dlg.export(blocked)
         assert sorted(x.name for x in tmp_path.iterdir()) == ["a-folder.sh", "rig.sh"]
-        return _click(dlg, dlg.buttons.button(QDialogButtonBox.Cancel))
+        return click_button(dlg, dlg.buttons.button(QDialogButtonBox.Cancel))
 
     w._run_dialog = answer
     w.launch()
@@ -226,7 +226,7 @@ def test_the_window_launches_a_rig_and_shows_its_hosts_ready_then_lost(main_wind
     load_rig_profile(w, qtbot, [{"ssh": "localhost"}, {"ssh": "127.0.0.1"}], tensor_parallel_size=4,
                  pipeline_parallel_size=2)
     shown = []
-    w._run_dialog = lambda dlg: shown.append(dlg.commands.toPlainText()) or _click(dlg, dlg.launch_button)
+    w._run_dialog = lambda dlg: shown.append(dlg.commands.toPlainText()) or click_button(dlg, dlg.launch_button)
     w.launch()
     assert len(shown) == 1 and "# 127.0.0.1 — headless, rank 1" in shown[0]  # the plan came first
     pump(qtbot, lambda: w.controller.state in ("ready", "failed"), 180, "the rig becomes ready")

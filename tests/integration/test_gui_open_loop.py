@@ -1,6 +1,6 @@
 """Open-loop traffic on the Ramp tab (issue 20, item 5): the Traffic choice, req/s
 levels, burstiness, the cap, the rate search and the profile round trip. The rate ramp
-run through the window against the sim is in tests/test_gui_session.py. pytest-qt,
+run through the window against the sim is in tests/integration/test_gui_session.py. pytest-qt,
 offscreen."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The Results tab's client-vs-server table (issue 20, item 6): a real ResultsTable, its
 rows from levels with server figures (written by prometheus_client with vLLM's names,
-see tests/test_server_stats.py), the gap in words under it, and the one-off notes (no
+see tests/unit/test_server_stats.py), the gap in words under it, and the one-off notes (no
 /metrics; a prefix cache that was not reset)."""
 from __future__ import annotations
 

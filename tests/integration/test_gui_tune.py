@@ -22,7 +22,7 @@ K = 20.0
 #: on 2 loaded cores a 100 ms hiccup of the wall clock is 2 s of the rig's at 20× — under the whole
 #: suite no level met the profile's SLO. (The stop test's other failure there, the sim outliving the
 #: 15 s wait, was the sim's: a request arriving while it stopped was queued on the stopped engine;
-#: tests/test_sim_server.py::test_sigint_under_closed_loop_load_stops_the_sim_at_once.)
+#: tests/integration/test_sim_server.py::test_sigint_under_closed_loop_load_stops_the_sim_at_once.)
 TUNE_SLO_MS = {"ttft": 6000.0, "tpot": 150.0}
 
 
@@ -39,7 +39,7 @@ def tune_window(main_window, qtbot):
     return w
 
 
-def _narrow(t, **keep) -> None:
+def narrow_space(t, **keep) -> None:
     """Tick only the given values of each dimension (field → values)."""
     for field, values in keep.items():
         for v, box in t.boxes[field].items():
@@ -104,7 +104,7 @@ def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot
     t = w.tune
     t.slo_ttft.setValue(TUNE_SLO_MS["ttft"])
     t.slo_tpot.setValue(TUNE_SLO_MS["tpot"])
-    _narrow(t, tensor_parallel_size=[8, 4, 2], kv_cache_dtype=["auto"], enforce_eager=[False],
+    narrow_space(t, tensor_parallel_size=[8, 4, 2], kv_cache_dtype=["auto"], enforce_eager=[False],
             max_num_batched_tokens=[2048])
     assert t.selection() == {"tp": [2, 4, 8], "kv_cache_dtype": ["auto"], "enforce_eager": [False],
                              "max_num_batched_tokens": [2048]}
@@ -165,7 +165,7 @@ def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot
 def test_stop_mid_tune_leaves_no_process(tune_window, qtbot):
     w = tune_window
     t = w.tune
-    _narrow(t, tensor_parallel_size=[8, 4], kv_cache_dtype=["auto"], enforce_eager=[False],
+    narrow_space(t, tensor_parallel_size=[8, 4], kv_cache_dtype=["auto"], enforce_eager=[False],
             max_num_batched_tokens=[2048])
     t.max_launches.setValue(3)
     before = {p.pid for p in _children()}

@@ -44,6 +44,9 @@ from app.store import LOSS_BOUND_S, RunStore
 from app.telemetry.metrics_parse import parse_metrics
 from tests.app_process import CRASH_RE, AppProcess, sim_profile
 
+#: the cells judge a loss bound in tenths of a second and run three phases at once: alone
+pytestmark = pytest.mark.serial
+
 TARGETS = ("app", "reaper", "server", "loadgen")
 PHASES = ("loading", "ready", "mid-ramp")
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGKILL": signal.SIGKILL}

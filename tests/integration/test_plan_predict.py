@@ -221,6 +221,8 @@ def measure_capacity(cfg: ServerConfig, gpu: str, count: int, slo: SLO, start: f
     return json.loads(out.read_text())["capacity"], pacing
 
 
+@pytest.mark.serial  # it judges the sim's pacing: alone, not beside another worker
+@pytest.mark.timeout(900)
 def test_predicted_users_at_slo_match_the_simulated_rig(tmp_path, capsys):
     """Plan vs sim: the plan's predicted users at SLO within 15 % of the capacity a
     search measures on the simulated rig over HTTP, or inside the measured interval

@@ -18,7 +18,7 @@ from app.profiles import (
     to_vllm_config_yaml,
 )
 from app.profiles.io import write_profile
-from tests.unit.test_profiles import GOOD, saver_script
+from tests.unit.test_profiles import GOOD, lib, saver_script  # noqa: F401  (lib: a fixture)
 
 
 def test_kill_while_saving_leaves_old_profile_intact(tmp_path, lib):

@@ -246,7 +246,7 @@ def fails_with(cfg: ServerConfig, args: list[str], text: str, code: str | None =
 
 def test_sim_parser_accepts_every_option_none_dropped():
     """config → the argv the Supervisor passes → the sim's parser → config: equal, for
-    every vLLM option ServerConfig declares (tests/test_config.py ALL_OPTIONS)."""
+    every vLLM option ServerConfig declares (tests/unit/test_config.py ALL_OPTIONS)."""
     from app.config import VLLM_OPTIONS
     from app.sim.server import non_default_args, build_parser, config_from_args
     from tests.unit.test_config import ALL_OPTIONS

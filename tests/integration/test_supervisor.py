@@ -89,7 +89,7 @@ def test_reaper_exits_with_server_code_and_kills_leftovers(tmp_path):
 @pytest.mark.parametrize("how", ["pipe closed", "server exits", "app kills the group"])
 def test_reaper_ends_a_child_that_left_the_group_but_not_the_session(tmp_path, how):
     """A server's child in a process group of its own (as Ray 2.60.0's raylet starts each
-    worker: ``ray::IDLE``'s group is its own pid, tests/test_multinode.py) but still in the
+    worker: ``ray::IDLE``'s group is its own pid, tests/multinode/test_multinode.py) but still in the
     reaper's session, ignoring SIGTERM: the reaper ends it when the app's pipe closes and
     when the server exits, and the supervisor's SIGKILL after the grace
     (app.server.procs.kill_group) too; it counts as a member of the server's group."""
@@ -104,7 +104,11 @@ def test_reaper_ends_a_child_that_left_the_group_but_not_the_session(tmp_path, h
             "import os, signal, time; os.setpgid(0, 0); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
             "print(os.getpid(), flush=True); time.sleep(600)"], stdout=subprocess.PIPE)
         print(child.stdout.readline().decode().strip(), flush=True)
-        {"sys.exit(0)" if how == "server exits" else "time.sleep(600)"}
+        if {how == "server exits"!r}:  # once the test has seen the worker in the group
+            while not os.path.exists({str(tmp_path / "go")!r}):
+                time.sleep(0.02)
+            sys.exit(0)
+        time.sleep(600)
     """))
     p = subprocess.Popen(helper_argv("app.server.reaper") + ["--", sys.executable, str(script)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -113,6 +117,7 @@ def test_reaper_ends_a_child_that_left_the_group_but_not_the_session(tmp_path, h
         worker = int(p.stdout.readline().strip())
         assert os.getpgid(worker) == worker != p.pid and os.getsid(worker) == p.pid  # own group, the session
         assert worker in [m.pid for m in group_members(p.pid)]
+        (tmp_path / "go").touch()
         if how == "pipe closed":
             p.stdin.close()  # the app (or a host's agent) gone
         elif how == "app kills the group":

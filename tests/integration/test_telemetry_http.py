@@ -187,7 +187,7 @@ def test_hub_feeds_bank_and_run_store(rig, tmp_path):
 
 def test_cli_bad_input(capsys):
     for argv, opt in ((["--url", "localhost:8000"], "--url"), (["--gpus", "a,b"], "--gpus")):
-        with pytest.raises(SystemExit) as ei:  # argparse's error: the option, exit 2 (tests/test_cli_args.py)
+        with pytest.raises(SystemExit) as ei:  # argparse's error: the option, exit 2 (tests/unit/test_cli_args.py)
             cli_main(["telemetry", *argv, "--seconds", "1"])
         assert ei.value.code == 2
         assert f"argument {opt}:" in capsys.readouterr().err

@@ -3,7 +3,7 @@ from __future__ import annotations
 import time
 import pytest
 from tests.plugins.qt import pump
-from tests.integration.test_gui_hosts import _click, load_rig_profile
+from tests.integration.test_gui_hosts import click_button, load_rig_profile
 
 
 def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_window, qtbot):
@@ -33,7 +33,7 @@ def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_wind
 
         def answer(dlg):
             said.append((dlg.launch_button.text(), list(dlg.preview.exposure)))
-            return _click(dlg, dlg.launch_button)
+            return click_button(dlg, dlg.launch_button)
 
         w._run_dialog = answer
         w.launch()

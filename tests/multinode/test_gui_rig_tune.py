@@ -3,7 +3,7 @@ from __future__ import annotations
 import time
 import pytest
 from tests.plugins.qt import pump
-from tests.integration.test_gui_tune import K, TUNE_SLO_MS, _narrow
+from tests.integration.test_gui_tune import K, TUNE_SLO_MS, narrow_space
 
 
 def test_a_tune_over_the_profiles_hosts_shows_them_in_the_hosts_view(main_window, qtbot, monkeypatch):
@@ -40,7 +40,7 @@ def test_a_tune_over_the_profiles_hosts_shows_them_in_the_hosts_view(main_window
         assert "would span hosts" in span["pruned_because"], span
         t.slo_ttft.setValue(TUNE_SLO_MS["ttft"])
         t.slo_tpot.setValue(TUNE_SLO_MS["tpot"])
-        _narrow(t, tensor_parallel_size=[4], pipeline_parallel_size=[2], data_parallel_size=[1],
+        narrow_space(t, tensor_parallel_size=[4], pipeline_parallel_size=[2], data_parallel_size=[1],
                 kv_cache_dtype=["auto"], enforce_eager=[False], max_num_batched_tokens=[2048])
         t.max_launches.setValue(1)
         t.start_btn.click()

@@ -268,7 +268,7 @@ for cmd in ("serve", "plan", "run", "tune"):
 
 #: vLLM's own lists, which change with its version (and the executor may be a class's
 #: qualified name, vllm/v1/executor/abstract.py resolve_obj_by_qualname): the planner
-#: judges them for its version (plan: exit 1, tests/test_planner_quantization.py) and
+#: judges them for its version (plan: exit 1, tests/unit/test_planner_quantization.py) and
 #: vLLM at launch (its words, app.planner.diagnose)
 VLLM_JUDGES = ("--distributed-executor-backend", "--quantization", "--kv-cache-dtype")
 

@@ -1,6 +1,6 @@
 """The hosts of a rig (issue 21): the profile's ``hosts:`` block, the agent's line protocol
 and clock-offset arithmetic, and the agent itself as a local process (``localhost``: the
-same agent and protocol as over SSH, without SSH; the SSH path is tests/test_multinode.py)."""
+same agent and protocol as over SSH, without SSH; the SSH path is tests/multinode/test_multinode.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -245,7 +245,7 @@ def _probe(version="0.32.0", form="serve", shm=16 << 30, ifaces=None, model=True
 
 def test_a_sim_rig_needs_no_vllm_on_its_hosts_but_a_ray_plan_needs_ray():
     """A simulated rig's parts run the app's sim server: hosts whose interpreter has no vLLM
-    (only Ray, as tests/test_multinode.py's Ray cluster uses) pass its checks, but not a
+    (only Ray, as tests/multinode/test_multinode.py's Ray cluster uses) pass its checks, but not a
     vLLM launch's; its Ray plan still needs Ray on every host, one version."""
     hosts = four_cards()[:2]
     ifaces = [{"ens1": ["10.0.0.11"]}, {"ens1": ["10.0.0.12"]}]

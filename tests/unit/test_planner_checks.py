@@ -18,7 +18,7 @@ def seed(count: int, **kw):
 
 def test_seed_scenario_fits_and_notes_no_p2p():
     """GeForce cards without P2P: information, not a warning — NCCL and vLLM handle it
-    themselves (tests/test_planner_parallel.py has the sources)."""
+    themselves (tests/unit/test_planner_parallel.py has the sources)."""
     for n in (4, 8):
         p = seed(n)
         assert p.verdict == "ok" and p.problem is None and p.fix is None
