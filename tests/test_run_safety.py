@@ -94,3 +94,17 @@ def test_the_controller_stops_a_ramp_on_the_thermal_limit_for_every_front_end(tm
         out = ctl.wait_ramp(30)
         ctl.close()
         assert out is not None and out.status == "done", out
+
+
+def test_ramp_takes_settings_failure_rate_unless_given_its_own():
+    """``ramp`` without --max-failure-rate: the spec's default, the Settings' (0.2; the
+    controller then applies the user's Settings); --max-failure-rate: this ramp's."""
+    from app.cli import build_parser
+    from app.cli.ramp import spec_from_args
+    from app.settings import SafetyLimits
+
+    p = build_parser()
+    assert spec_from_args(p.parse_args(["ramp", "--levels", "1"])).max_failure_rate == \
+        SafetyLimits().max_failure_rate
+    assert spec_from_args(p.parse_args(["ramp", "--levels", "1", "--max-failure-rate", "0.35"])).max_failure_rate \
+        == 0.35
