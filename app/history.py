@@ -98,8 +98,9 @@ def delete_run(store, run_id: int) -> None:
 
 def export_json(store, run_id: int, *, requests: bool = True, samples: bool = True, log: bool = True) -> dict:
     """Everything about a run as one JSON-ready mapping: the run row, ``levels``,
-    ``requests`` (chunk offsets as lists, s; ``turn`` of a multi-turn conversation), ``samples`` ([t, source, name, value]) and
-    ``server_log`` ([t, stream, line]). Times in session-clock seconds."""
+    ``requests`` (chunk offsets as lists, s; ``turn``: of its multi-turn conversation),
+    ``samples`` ([t, source, name, value]) and ``server_log`` ([t, stream, line]). Times
+    in session-clock seconds."""
     r = get_run(store, run_id)
     if requests:
         reqs = store.requests(run_id)

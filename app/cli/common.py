@@ -468,9 +468,9 @@ def profile_for_launch(a: argparse.Namespace):
     """The profile ``a.profile`` (a library name or a YAML file) for a command that
     launches it (``run``, ``tune``): the vLLM options and the sim rig's options given on
     the command line override its own (a rig option on a profile of another engine is
-    refused, unless ``--engine sim`` is given), ``--api-key-file`` is applied, a host beyond loopback needs ``--expose`` and
-    its ``env:`` is screened (a shared file: loader and interpreter variables need
-    ``--trust-env``; app.profiles.env_policy) — the profile returned holds only what may
+    refused, unless ``--engine sim`` is given), ``--api-key-file`` is applied, a host
+    beyond loopback needs ``--expose`` and its ``env:`` is screened (a shared file: loader
+    and interpreter variables need ``--trust-env``; app.profiles.env_policy) — the profile returned holds only what may
     reach the server. Returns ``(profile, config, trusted, builtin)``
     — ``trusted`` the pairs the user confirmed, ``builtin`` whether it ships with the app.
     Raises :class:`BadInput` naming the profile and the fix."""

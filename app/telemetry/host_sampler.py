@@ -1,8 +1,8 @@
 """The host sampler (psutil): the machine and the server's process tree.
 
-Samples (names declared in :mod:`app.telemetry.names`), source ``host``: ``cpu_pct`` (all cores, 0–100), ``memory_used_bytes``,
-``memory_available_bytes``, ``memory_total_bytes``. Source ``server`` (when a server is
-set): ``rss_bytes`` (sum of resident set sizes), ``cpu_pct`` (sum of per-process CPU %,
+Samples (names declared in :mod:`app.telemetry.names`), source ``host``: ``cpu_pct``
+(all cores, 0–100), ``memory_used_bytes``, ``memory_available_bytes``,
+``memory_total_bytes``. Source ``server`` (when a server is set): ``rss_bytes`` (sum of resident set sizes), ``cpu_pct`` (sum of per-process CPU %,
 100 = one full core — how the CPU build and CPU offload show), ``processes`` (count).
 
 The server tree is every live process in process group ``pgid`` (the supervisor's
