@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import math
 import os
 import re
 import shlex
@@ -23,7 +24,7 @@ import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Callable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -155,6 +156,33 @@ def parse_token_count(text: str) -> int:
         return int(float(s[:-1] if mult > 1 else s) * mult)
     except (ValueError, OverflowError):  # OverflowError: "inf", "1e400"
         raise argparse.ArgumentTypeError(f"invalid token count {text!r}: use e.g. 8192 or 32k") from None
+
+
+def number_parser(kind: type = float, *, low: float | None = None, high: float | None = None,
+                  low_open: bool = False, high_open: bool = False, what: str = "a number",
+                  example: str = "1") -> Callable[[str], Any]:
+    """A parser of a number a user typed (an option's value): ``kind`` (int or float)
+    within ``low``..``high`` (open ends with ``low_open``/``high_open``); NaN and
+    infinities refused. Raises ValueError saying the value, what is wanted (``what``) and
+    an ``example`` (the command line's ``number_type`` wraps it; the sim rig's options
+    use it for the command line, profiles and the form alike)."""
+    def parse(text: str):
+        try:
+            v = kind(str(text).strip())
+        except (ValueError, OverflowError):
+            raise ValueError(f"{text!r} is not {what}, e.g. {example}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{text!r} is not {what}: give a finite value, e.g. {example}")
+        below = low is not None and (v < low or (low_open and v == low))
+        above = high is not None and (v > high or (high_open and v == high))
+        if below or above:
+            lo = "" if low is None else f"{'>' if low_open else '≥'} {low:g}"
+            hi = "" if high is None else f"{'<' if high_open else '≤'} {high:g}"
+            raise ValueError(f"{text}: give {what} {' and '.join(x for x in (lo, hi) if x)}, e.g. {example}")
+        return v
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,10 @@ LEVEL_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "to
                  "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
                  "failure_rate", "window_s", "stop_reason", "offered_rps", "achieved_rps", "n_scheduled", "n_delayed",
                  "n_held", "rate_short"]
+#: request columns of the CSV export (``ramp --requests-csv``'s, app.loadgen.export, less its tpot):
+#: ``turn`` is a multi-turn request's turn of its conversation (0: none; empty: not recorded)
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
-                   "tokens_source", "status", "error", "n_chunks"]
+                   "tokens_source", "status", "error", "n_chunks", "turn"]
 
 
 class RunNotFound(LookupError):
@@ -96,8 +98,9 @@ def delete_run(store, run_id: int) -> None:
 
 def export_json(store, run_id: int, *, requests: bool = True, samples: bool = True, log: bool = True) -> dict:
     """Everything about a run as one JSON-ready mapping: the run row, ``levels``,
-    ``requests`` (chunk offsets as lists, s), ``samples`` ([t, source, name, value]) and
-    ``server_log`` ([t, stream, line]). Times in session-clock seconds."""
+    ``requests`` (chunk offsets as lists, s; ``turn``: of its multi-turn conversation),
+    ``samples`` ([t, source, name, value]) and ``server_log`` ([t, stream, line]). Times
+    in session-clock seconds."""
     r = get_run(store, run_id)
     if requests:
         reqs = store.requests(run_id)
@@ -129,7 +132,8 @@ def levels_csv(store, run_id: int) -> str:
 def requests_csv(store, run_id: int) -> str:
     """CSV of the run's requests (:data:`REQUEST_COLUMNS`; no chunk times)."""
     get_run(store, run_id)
-    rows = [[q.get(c) for c in REQUEST_COLUMNS[:-1]] + [int(q["chunk_offsets"].size)] for q in store.requests(run_id)]
+    rows = [[int(q["chunk_offsets"].size) if c == "n_chunks" else q.get(c) for c in REQUEST_COLUMNS]
+            for q in store.requests(run_id)]
     return _csv(rows, REQUEST_COLUMNS)
 
 

@@ -49,12 +49,20 @@ SCHEMA_VERSION = 1
 GUI_INI = "gui.ini"
 
 
+#: the failure-rate limit of a ramp (a fraction of a level's finished requests, 0–1): the
+#: Settings' default and every ramp's that does not set its own (RampSpec, ``ramp``) — one value
+DEFAULT_MAX_FAILURE_RATE = 0.2
+
+
 class SafetyLimits(BaseModel):
-    """Ramp safety stops (on by default): °C below the slowdown threshold, failure rate 0..1."""
+    """Ramp safety stops (on by default), applied by the run controller to every ramp
+    (app.run.safety): ``thermal_margin_c`` °C below a card's slowdown temperature stops
+    the ramp; ``max_failure_rate`` (a fraction 0–1 of a level's finished requests) stops
+    the level and the ramp; ``enabled`` False: neither."""
 
     enabled: bool = True
     thermal_margin_c: float = Field(3.0, ge=0)
-    max_failure_rate: float = Field(0.2, gt=0, le=1)
+    max_failure_rate: float = Field(DEFAULT_MAX_FAILURE_RATE, gt=0, le=1)
 
 
 class Pricing(BaseModel):

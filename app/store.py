@@ -79,6 +79,8 @@ log = logging.getLogger(__name__)
 # v1: the tables below.
 # v2: runs.writer — the process marker of the app writing a run (issue 15, item 8) — and
 #     the tunes table (issue 18).
+# v3: the launches table (issue 19).
+# v4: requests.turn — a multi-turn request's turn of its conversation (issue 32).
 
 #: v1 tables: name → (column definitions, table constraints). Frozen: do not edit for v2+.
 _V1_TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -257,8 +259,17 @@ def _migrate_2_to_3(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS launches_key ON launches(key, id)")
 
 
+def _migrate_3_to_4(db: sqlite3.Connection) -> None:
+    """v3 → v4: ``requests.turn`` — the turn of the request's conversation in a multi-turn
+    ramp (1, 2, …; 0: not a conversation's turn; NULL: a request stored before v4, its
+    turn not recorded)."""
+    if "turn" not in _columns(db, "requests"):
+        db.execute("ALTER TABLE requests ADD COLUMN turn INTEGER")
+
+
 #: ``MIGRATIONS[v]`` upgrades a store from version v to v+1 (called inside a transaction)
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1, _migrate_1_to_2, _migrate_2_to_3]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1, _migrate_1_to_2, _migrate_2_to_3,
+                                                          _migrate_3_to_4]
 #: the layout version this app writes (``PRAGMA user_version``)
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -315,7 +326,7 @@ _RUN_JSON = ("config", "spec", "plan", "capacity", "summary")
 _LEVEL_COLS = ("output_tps", "total_tps", "rps", "goodput_rps", "ttft_p50", "ttft_p99", "tpot_p50",
                "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "failure_rate")
 _REQ_COLS = ("run_id", "level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
-             "tokens_source", "status", "error", "chunk_offsets")
+             "tokens_source", "status", "error", "chunk_offsets", "turn")
 
 
 def _dumps(v: Any) -> str | None:
@@ -729,9 +740,11 @@ class RunStore:
         """Buffer per-request records.
 
         Each record is a mapping or an object with attributes ``level_idx, level, t_start,
-        ttft, e2e, prompt_tokens, output_tokens, tokens_source, status, error`` and
+        ttft, e2e, prompt_tokens, output_tokens, tokens_source, status, error``,
         ``chunk_offsets`` (float32 seconds after ``t_start``, one per streamed chunk; stored
-        as raw little-endian float32 bytes) — :class:`app.loadgen.records.RequestRecord`.
+        as raw little-endian float32 bytes) and ``turn`` (a multi-turn ramp's turn of the
+        conversation, 1, 2, …; 0 or absent: not a conversation's turn) —
+        :class:`app.loadgen.records.RequestRecord`.
         """
         new = []
         for r in records:
@@ -740,12 +753,13 @@ class RunStore:
             blob = None if offs is None else np.asarray(offs, dtype="<f4").tobytes()
             new.append((run_id, get("level_idx"), get("level"), get("t_start"), get("ttft"), get("e2e"),
                         get("prompt_tokens"), get("output_tokens"), get("tokens_source"), get("status"),
-                        get("error"), blob))
+                        get("error"), blob, int(get("turn") or 0)))
         with self._lock:
             self._pending["requests"].extend(new)
 
     def requests(self, run_id: int, level_idx: int | None = None) -> list[dict[str, Any]]:
-        """Request records of a run (dicts; ``chunk_offsets`` as a float32 numpy array)."""
+        """Request records of a run (dicts; ``chunk_offsets`` as a float32 numpy array;
+        ``turn`` None for a request stored before the store kept it, layout v4)."""
         sql, args = f"SELECT {','.join(_REQ_COLS[1:])} FROM requests WHERE run_id=?", [run_id]
         if level_idx is not None:
             sql += " AND level_idx=?"

@@ -226,7 +226,8 @@ def read_run(store: Any, run_id: int, slo: SLO | None = None) -> RunInputs:
     if not steps:
         raise WhatIfError(f"run {run_id} has no completed level to start from")
     k = float(summary.get("time_scale") or 1.0)
-    records = records_to_rig([RequestRecord(**r) for r in store.requests(run_id)], k)
+    # a request stored before the store kept turns (layout v4) has turn None: none known
+    records = records_to_rig([RequestRecord(**{**r, "turn": r["turn"] or 0}) for r in store.requests(run_id)], k)
     verdict = summary.get("verdict") or {}
     jpt = verdict.get("j_per_token") if SLO.model_validate(verdict.get("slo") or {}) == slo else None
     return RunInputs(run_id, run.get("engine") or "vllm", cfg, HardwareFingerprint.model_validate(hw), spec, slo,

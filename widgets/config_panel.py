@@ -43,7 +43,7 @@ from PySide6.QtWidgets import (
 from app.config import (GROUP_MODEL, QUANTIZATION_METHODS, SPEC_METHODS_MODEL_FREE, SPECULATIVE_METHODS, VLLM_OPTIONS,
                         ServerConfig, VllmOption)
 from app.planner.checks import valid_pp_sizes, valid_tp_sizes
-from app.profiles.model import SimRig
+from app.profiles.model import SIM_RIG_OPTIONS, SimRig
 
 ENGINES = [("vllm", "vLLM"), ("sim", "Simulated rig"), ("attach", "Attach to a URL")]
 #: used until the installed vLLM's list (or its version's list) is known
@@ -500,6 +500,11 @@ class GpuTable(QTableWidget):
         self.selection_changed.emit()
 
 
+def _text_of(ed: QWidget) -> str:
+    """The text of a line edit or an editable combo box."""
+    return ed.currentText() if isinstance(ed, QComboBox) else ed.text()
+
+
 class ConfigPanel(QScrollArea):
     """The server form. ``changed`` fires on every edit (the plan panel debounces it)."""
 
@@ -552,6 +557,26 @@ class ConfigPanel(QScrollArea):
         self.sim_row.setLayout(rig)
         rig.setContentsMargins(0, 0, 0, 0)
         f.addRow("Rig", self.sim_row)
+        # the rig's other options with a form row, generated from their declaration (SimRig's
+        # SimOption: label, help, choices); empty = the rig's default
+        self.sim_options: dict[str, QWidget] = {}
+        for name, opt in SIM_RIG_OPTIONS.items():
+            if opt.label is None:
+                continue
+            if opt.choices:
+                ed: QWidget = QComboBox()
+                ed.setEditable(True)
+                ed.addItems(["", *opt.choices])
+                ed.lineEdit().setPlaceholderText("default")
+                ed.currentTextChanged.connect(self._edited)
+            else:
+                ed = QLineEdit()
+                ed.setPlaceholderText("default")
+                ed.textChanged.connect(self._edited)
+            ed.setToolTip(f"{opt.flag}: {opt.help}")
+            ed.setObjectName(f"sim_{name}")
+            f.addRow(opt.label, ed)
+            self.sim_options[name] = ed
         self.attach_url = QLineEdit("http://127.0.0.1:8000")
         self.attach_model = QLineEdit()
         self.attach_model.setPlaceholderText("served model name (empty: the first /v1/models lists)")
@@ -760,6 +785,8 @@ class ConfigPanel(QScrollArea):
         eng = self.engine_key()
         f = self._engine_form
         f.setRowVisible(self.sim_row, eng == "sim")
+        for ed in self.sim_options.values():
+            f.setRowVisible(ed, eng == "sim")
         f.setRowVisible(self.attach_url, eng == "attach")
         f.setRowVisible(self.attach_model, eng == "attach")
         self.gpu_box.setVisible(eng == "vllm")
@@ -776,12 +803,16 @@ class ConfigPanel(QScrollArea):
 
     def sim_rig(self, time_scale: float | None = None):
         """The simulated rig as the form shows it (:class:`app.profiles.model.SimRig`):
-        the card and count from the form, the seed, time scale and perturbation
+        the card and count and the rig options with a row (cooling, ambient: empty = the
+        rig's default) from the form, the seed, time scale and perturbation
         (``--sim-perturb``) of the loaded profile's rig; ``time_scale`` (the window's,
-        tests and benchmarks) overrides."""
+        tests and benchmarks) overrides. Raises ValueError naming the option (a row's
+        text that is not a value of it)."""
 
         base = self._sim_rig or SimRig()
         upd: dict[str, Any] = {"gpu": self.sim_gpu.currentText() or "RTX 4090", "count": self.sim_count.value()}
+        for name, ed in self.sim_options.items():
+            upd[name] = SimRig.option_value(name, _text_of(ed))
         if time_scale is not None and time_scale != 1.0:
             upd["time_scale"] = time_scale
         return base.model_copy(update=upd)
@@ -841,12 +872,20 @@ class ConfigPanel(QScrollArea):
 
     def set_engine(self, engine: str, sim_gpu: str | None = None, sim_count: int | None = None,
                    attach_url: str | None = None, attach_model: str | None = None, sim_rig: Any = None) -> None:
-        """Show the engine; ``sim_rig``: the loaded profile's SimRig (its seed, time
-        scale and perturbation are kept for :meth:`sim_rig`)."""
+        """Show the engine; ``sim_rig``: the loaded profile's SimRig (its options with a
+        row are shown — cooling, ambient —, its seed, time scale and perturbation are kept
+        for :meth:`sim_rig`)."""
         self._sim_rig = sim_rig
         self._loading = True
         try:
             self._set_combo_data(self.engine, engine)
+            for name, ed in self.sim_options.items():
+                v = getattr(sim_rig, name, None) if sim_rig is not None else None
+                text = "" if v is None else SIM_RIG_OPTIONS[name].text(v)
+                if isinstance(ed, QComboBox):
+                    ed.setCurrentText(text)
+                else:
+                    ed.setText(text)
             if sim_gpu:
                 if self.sim_gpu.findText(sim_gpu) < 0:
                     self.sim_gpu.addItem(sim_gpu)

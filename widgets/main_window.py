@@ -656,7 +656,10 @@ class MainWindow(QMainWindow):
             self.reset_session_views()
         self._engine_shown = eng
         try:
-            self.state.set_config(self.config.build_config())
+            cfg = self.config.build_config()
+            if eng == "sim":
+                self.config.sim_rig()  # the rig's rows (cooling, ambient) are checked as the flags are
+            self.state.set_config(cfg)
         except ValueError as e:
             self.state.set_config_error(str(e))
         self._replan()

@@ -231,7 +231,8 @@ class RunAdapter(QObject):
     # ------------------------------------------------------------------ ramp
     def run_ramp(self, spec, safety=None, record: RecordSpec | None = None) -> None:
         """Start a ramp (a :class:`app.loadgen.spec.RampSpec` in rig seconds whose url is
-        this server's). ``safety``: Settings' SafetyLimits; ``record``: record it as a run."""
+        this server's). ``safety``: the window's SafetyLimits (None: the user's Settings, as
+        the controller reads them for every ramp); ``record``: record it as a run."""
         self.core.start_ramp(spec, record=record, safety=safety)
         self._ramp_open = True
         self.ramp_started.emit(self.core.ramp_spec)

@@ -4,7 +4,6 @@ formatting and the per-level table of ``run`` and ``runs show``."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import shlex
@@ -16,7 +15,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from app.config import (VLLM_OPTIONS, ConfigError, ServerConfig, config_from_namespace, exposure_lines,
-                        read_secret_file)
+                        number_parser, read_secret_file)
 from app.fileio import write_atomic
 
 
@@ -226,25 +225,22 @@ def number_type(kind: type = float, *, low: float | None = None, high: float | N
                 example: str = "1") -> Callable[[str], Any]:
     """An argparse ``type``: ``kind`` (int or float) within ``low``..``high`` (open ends
     with ``low_open``/``high_open``); NaN and infinities refused. The error says the
-    value, what is wanted (``what``) and an ``example``."""
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except (ValueError, OverflowError):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}, e.g. {example}") from None
-        if isinstance(v, float) and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}: give a finite value, e.g. {example}")
-        below = low is not None and (v < low or (low_open and v == low))
-        above = high is not None and (v > high or (high_open and v == high))
-        if below or above:
-            lo = "" if low is None else f"{'>' if low_open else '≥'} {low:g}"
-            hi = "" if high is None else f"{'<' if high_open else '≤'} {high:g}"
-            raise argparse.ArgumentTypeError(f"{text}: give {what} {' and '.join(x for x in (lo, hi) if x)}, "
-                                             f"e.g. {example}")
-        return v
+    value, what is wanted (``what``) and an ``example`` (:func:`app.config.number_parser`)."""
+    return argparse_type(number_parser(kind, low=low, high=high, low_open=low_open, high_open=high_open,
+                                       what=what, example=example))
 
-    parse.__name__ = what  # argparse names the type in some messages
-    return parse
+
+def argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type`` from a parser that raises ValueError saying what is wanted
+    (argparse names the option before it)."""
+    def typed(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    typed.__name__ = getattr(parse, "__name__", "value")
+    return typed
 
 
 #: a duration in seconds > 0 (``--startup-timeout``, ``--grace``, ``--step-seconds`` …)
@@ -338,18 +334,6 @@ def vllm_version(text: str) -> str:
     if not re.fullmatch(r"\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.+-]*)?", str(text).strip()):
         raise argparse.ArgumentTypeError(f"{text!r} is not a vLLM version, e.g. 0.32.0")
     return str(text).strip()
-
-
-def sim_gpu(text: str) -> str:
-    """An argparse ``type``: a card of the sim's GPU catalog (``vllm-dyno plan --list-gpus``)."""
-    # deferred: the catalog is read only when the option is given
-    from app.planner.gpus import UnknownGpuError, lookup_gpu
-
-    try:
-        lookup_gpu(text)
-    except UnknownGpuError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
 
 
 def link_name(text: str) -> str:
@@ -480,23 +464,13 @@ def part_lines(part: dict) -> list[str]:
     return out
 
 
-def perturb_seed(text: str) -> int:
-    """argparse type: ``--sim-perturb``'s seed, a whole number ≥ 0 (0: no perturbation)."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a seed: give a whole number such as 7 (0: none)") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text}: give a seed ≥ 1 (0: no perturbation)")
-    return v
-
-
 def profile_for_launch(a: argparse.Namespace):
     """The profile ``a.profile`` (a library name or a YAML file) for a command that
-    launches it (``run``, ``tune``): the vLLM options given on the command line override
-    its own, ``--api-key-file`` is applied, a host beyond loopback needs ``--expose`` and
-    its ``env:`` is screened (a shared file: loader and interpreter variables need
-    ``--trust-env``; app.profiles.env_policy) — the profile returned holds only what may
+    launches it (``run``, ``tune``): the vLLM options and the sim rig's options given on
+    the command line override its own (a rig option on a profile of another engine is
+    refused, unless ``--engine sim`` is given), ``--api-key-file`` is applied, a host
+    beyond loopback needs ``--expose`` and its ``env:`` is screened (a shared file: loader
+    and interpreter variables need ``--trust-env``; app.profiles.env_policy) — the profile returned holds only what may
     reach the server. Returns ``(profile, config, trusted, builtin)``
     — ``trusted`` the pairs the user confirmed, ``builtin`` whether it ships with the app.
     Raises :class:`BadInput` naming the profile and the fix."""
@@ -505,6 +479,7 @@ def profile_for_launch(a: argparse.Namespace):
     from app.profiles import ProfileLibrary, ProfileNotFound, read_profile
     from app.profiles.env_policy import CLI_FIX, EnvRefused, screen_env
     from app.profiles.io import ProfileError
+    from app.profiles.model import SIM_RIG_OPTIONS
 
     builtin = False
     try:
@@ -515,6 +490,17 @@ def profile_for_launch(a: argparse.Namespace):
             p, builtin = entry.profile, entry.read_only
     except (ProfileError, ProfileNotFound) as e:
         raise BadInput(str(e)) from None
+    rig = sim_rig_overrides(a)
+    if rig:  # the rig's options given here override the profile's sim: block
+        engine = getattr(a, "engine", None) or p.engine
+        if engine != "sim":
+            flags = ", ".join(SIM_RIG_OPTIONS[k].flag for k in rig)
+            raise BadInput(f"{flags}: options of the simulated rig, and profile {p.name!r} runs engine {p.engine}"
+                           + (" (add --engine sim)" if hasattr(a, "engine") else ""))
+        try:
+            p = p.updated(engine="sim", sim={**(p.sim.model_dump() if p.sim is not None else {}), **rig})
+        except ValueError as e:
+            raise BadInput(f"sim options: {e}") from None
     cfg = config_from_args(a, base=p.server_config(resolve=False))
     exposed = exposure_problem(cfg.host)
     if exposed and not getattr(a, "expose", False):  # a profile's host beyond loopback needs the user's word (issue 15)
@@ -552,39 +538,46 @@ def spec_acceptance(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e).split(" ", 2)[-1]) from None
 
 
+def add_sim_rig_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The simulated rig's options (``--sim-gpu``, ``--sim-gpu-count``, ``--sim-cooling`` …),
+    generated from their one declaration (:data:`app.profiles.model.SIM_RIG_OPTIONS`):
+    ``dest`` ``sim_…``, default None (not given), the value checked as a profile's is.
+    Read them back with :func:`sim_rig_overrides` or :func:`sim_args_from`."""
+    # deferred: the profile model only for the commands that describe a rig
+    from app.profiles.model import SIM_RIG_OPTIONS
+
+    for opt in SIM_RIG_OPTIONS.values():
+        p.add_argument(opt.flag, dest=opt.dest, type=argparse_type(opt.parse), metavar=opt.metavar,
+                       help=("sim: " + opt.help).replace("%", "%%"))
+
+
 def add_sim_options(p: argparse.ArgumentParser) -> None:
-    """The simulated rig's options (``--sim-gpu``, ``--sim-gpu-count`` …) of the
-    commands that launch ``--engine sim``."""
-    p.add_argument("--sim-gpu", type=sim_gpu, help="sim: GPU catalog name, e.g. 'RTX 4090'")
-    p.add_argument("--sim-gpu-count", type=positive_int, help="sim: number of GPUs")
-    p.add_argument("--sim-hosts", type=positive_int, metavar="N",
-                   help="sim: the cards sit in N hosts (evenly; default 1), joined by --sim-link")
-    p.add_argument("--sim-link", type=link_name, metavar="NAME",
-                   help="sim: the link between the hosts (10gbe, 25gbe, 100gbe, ib-hdr200, ib-ndr400)")
-    p.add_argument("--sim-time-scale", type=positive_number, help="sim: run k× faster than the wall clock (tests)")
-    p.add_argument("--sim-seed", type=seed_number)
-    p.add_argument("--sim-perturb", type=perturb_seed, metavar="SEED",
-                   help="sim: a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
-                        "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)")
+    """The options of the commands that launch ``--engine sim`` (``serve``, ``tune``): the
+    rig's (:func:`add_sim_rig_options`) and the launch's own test switches."""
+    add_sim_rig_options(p)
     p.add_argument("--sim-calibrated", action="store_true",
                    help="sim: step with the parameters `vllm-dyno calibrate` saved for these cards")
     p.add_argument("--sim-engine-dies-at-request", type=positive_int, metavar="N",
                    help="sim: the engine dies on the N-th request, as vLLM's does on a fatal error after ready")
-    p.add_argument("--sim-spec-acceptance", type=spec_acceptance, metavar="A",
-                   help="sim, with --speculative-config: the chance each draft token is accepted given the one "
-                        "before (0-1; position i: A^i; default 0.7)")
+
+
+def sim_rig_overrides(a: argparse.Namespace) -> dict[str, Any]:
+    """The rig options given on the command line: SimRig field → value (those given)."""
+    # deferred: the profile model only for the commands that describe a rig
+    from app.profiles.model import SIM_RIG_OPTIONS
+
+    return {name: v for name, opt in SIM_RIG_OPTIONS.items() if (v := getattr(a, opt.dest, None)) is not None}
 
 
 def sim_args_from(a: argparse.Namespace) -> list[str]:
     """The sim server's argv from :func:`add_sim_options`' values (those given)."""
+    # deferred: the profile model only for the commands that describe a rig
+    from app.profiles.model import SIM_RIG_OPTIONS
+
     out = []
-    for flag, v in (("--sim-gpu", a.sim_gpu), ("--sim-gpu-count", a.sim_gpu_count),
-                    ("--sim-hosts", getattr(a, "sim_hosts", None)), ("--sim-link", getattr(a, "sim_link", None)),
-                    ("--sim-time-scale", a.sim_time_scale), ("--sim-seed", a.sim_seed),
-                    ("--sim-perturb", getattr(a, "sim_perturb", None)),
-                    ("--sim-spec-acceptance", getattr(a, "sim_spec_acceptance", None))):
-        if v is not None:
-            out += [flag, str(v)]
+    for name, v in sim_rig_overrides(a).items():
+        opt = SIM_RIG_OPTIONS[name]
+        out += [opt.flag, opt.text(v)]
     if getattr(a, "sim_calibrated", False):
         out.append("--sim-calibrated")
     if getattr(a, "sim_engine_dies_at_request", None) is not None:

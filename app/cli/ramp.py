@@ -93,8 +93,9 @@ def register(sub) -> None:
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=non_negative, default=0.0)
     p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
-    p.add_argument("--max-failure-rate", type=fraction, default=0.5,
-                   help="abort when a level's failures pass this fraction")
+    p.add_argument("--max-failure-rate", type=fraction,
+                   help="abort when a level's failures pass this fraction (default: Settings' safety limit, "
+                        "0.2 unless changed there)")
     p.add_argument("--max-total-seconds", type=positive_seconds, help="cap on the whole ramp")
     p.add_argument("--slo-ttft-p99", type=positive_seconds, help="stop after a level whose TTFT p99 exceeds this (s)")
     p.add_argument("--slo-tpot-p99", type=positive_seconds, help="… TPOT p99 (s/token)")
@@ -116,11 +117,13 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "prompt_tokens": a.prompt_tokens, "output_tokens": 128 if a.output_tokens is None else a.output_tokens,
                 "length_spread": 0.0 if a.fixed_lengths else 0.25,
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
-                "max_failure_rate": a.max_failure_rate, "max_total_seconds": a.max_total_seconds, "seed": a.seed,
+                "max_total_seconds": a.max_total_seconds, "seed": a.seed,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
                         "failure_rate": a.slo_failure_rate},
                 "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency,
                 "burstiness": a.burstiness, **workload_kw(a)}
+    if a.max_failure_rate is not None:
+        kw["max_failure_rate"] = a.max_failure_rate
     if a.prompts_file and a.output_tokens is not None:  # a cap on the answers' lengths (and the draw for
         ot = a.output_tokens                              # records without one)
         kw["output_cap"] = ot[1] if isinstance(ot, tuple) else ot
@@ -300,8 +303,13 @@ def run(a: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"vllm-dyno ramp: {e}", file=sys.stderr)
         return 2
-    # the thermal stop from Settings, as in the window; the failure-rate limit is this command's option
-    safety = load_settings().safety.model_copy(update={"max_failure_rate": a.max_failure_rate})
+    # the safety stops from Settings, as in the window; --max-failure-rate: this ramp's own limit
+    safety = load_settings().safety
+    if a.max_failure_rate is not None:
+        if not safety.enabled:
+            print(f"note: the safety limits are off in Settings: --max-failure-rate {a.max_failure_rate:g} is not "
+                  "applied (settings.yaml: safety.enabled; the window: Settings → Safety limits)", file=sys.stderr)
+        safety = safety.model_copy(update={"max_failure_rate": a.max_failure_rate})
     prog = _Progress(sys.stdout)
     ctl = RunController(listener=_Listener(prog))
     target = LaunchTarget(engine="attach", config=ServerConfig(model=spec.model or "attached"),

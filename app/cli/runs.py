@@ -16,6 +16,7 @@ import threading
 from app.cli.common import (
     BadInput,
     add_security_options,
+    add_sim_rig_options,
     add_ssh_options,
     add_workload_options,
     workload_kw,
@@ -269,6 +270,7 @@ def register(sub) -> None:
     x = sub.add_parser("run", help="run a profile headless: plan, launch, ramp, record, stop, print the table")
     x.add_argument("profile", help="profile name (see `profiles list`) or a profile YAML file")
     add_server_options(x, model_required=False)  # override the profile's vLLM options
+    add_sim_rig_options(x.add_argument_group("the simulated rig (a profile of engine sim; override its sim: block)"))
     add_security_options(x)
     add_ssh_options(x)  # a profile with hosts: how they are reached (as `hosts check`)
     x.add_argument("--python", type=executable, help="interpreter with vLLM installed (engine vllm)")

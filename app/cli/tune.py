@@ -45,6 +45,7 @@ from app.cli.common import (
     rig_exposure_problem,
     seed_number,
     sim_args_from,
+    sim_rig_overrides,
     ssh_options,
     write_or_print,
 )
@@ -181,15 +182,9 @@ def spec_from_args(a: argparse.Namespace):
     python = a.python
     if engine == "sim":
         rig = prof.sim if prof is not None and prof.sim is not None else None
-        gpu = a.sim_gpu or (rig.gpu if rig else None)
-        count = a.sim_gpu_count or (rig.count if rig else None)
-        if not gpu or not count:
+        over = sim_rig_overrides(a)  # every rig option given (profile_for_launch applied them to a profile's)
+        if rig is None and ("gpu" not in over or "count" not in over):
             raise BadInput("--engine sim needs the rig: --sim-gpu NAME --sim-gpu-count N")
-        over = {"gpu": gpu, "count": count}
-        for k, v in (("time_scale", a.sim_time_scale), ("seed", a.sim_seed), ("perturb", a.sim_perturb),
-                     ("hosts", a.sim_hosts), ("link", a.sim_link)):
-            if v is not None:
-                over[k] = v
         base = rig.model_dump() if rig else {}
         sim_args, hardware, version = sim_target(SimRig(**{**base, **over}),
                                                  calibrated="--sim-calibrated" in sim_args_from(a), hosts=hosts or None)

@@ -11,6 +11,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.loadgen.datasets import FORMATS, load_dataset
+from app.settings import DEFAULT_MAX_FAILURE_RATE
 
 Length = Union[int, tuple[int, int]]
 """A token length: fixed ``n`` or a uniform range ``(lo, hi)`` inclusive."""
@@ -209,7 +210,9 @@ class RampSpec(BaseModel):
     ignore_eos: bool = True
     temperature: float = Field(0.0, ge=0)
     request_timeout: float = Field(300.0, gt=0)
-    max_failure_rate: float = Field(0.5, ge=0, le=1)
+    max_failure_rate: float = Field(DEFAULT_MAX_FAILURE_RATE, ge=0, le=1, description=(
+        "a level whose failed requests pass this fraction (0–1) is aborted and the ramp stopped; the run "
+        "controller sets it from the user's Settings (app.run.safety)"))
     min_requests_for_abort: int = Field(5, ge=1)
     slo: SLO = Field(default_factory=SLO)
     max_total_seconds: Optional[float] = Field(None, gt=0)

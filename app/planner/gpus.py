@@ -151,6 +151,37 @@ def link_name(name: str | None) -> str | None:
         raise ValueError(str(e)) from None
 
 
+#: the simulated rig's cooling presets (``--sim-cooling``, a profile's ``sim: {cooling}``): each
+#: card's thermal resistance as a factor of a cooler that holds 80 °C at TDP in a 25 °C room
+#: (app.sim.gpus); open 0.9, blower4 1.05 (4-card blower box), chassis8 1.12 (8-card
+#: chassis), poor 1.35 — assumptions for a plausible picture, not measurements
+COOLING = {"open": 0.9, "blower4": 1.05, "chassis8": 1.12, "poor": 1.35}
+#: the cooling factors a rig may be given instead of a preset (lowest, highest)
+COOLING_RANGE = (0.2, 5.0)
+#: the sim rig's room temperatures (``--sim-ambient-c``), °C (lowest, highest), and its default
+AMBIENT_RANGE_C = (0.0, 60.0)
+DEFAULT_AMBIENT_C = 25.0
+
+
+def cooling_text(value: str | float) -> str:
+    """A rig's cooling as a profile and the sim server's ``--sim-cooling`` keep it: a
+    preset's name (:data:`COOLING`) or a factor in :data:`COOLING_RANGE` (1 = holds 80 °C
+    at TDP; 2 = twice as hot above the room). Raises ValueError naming the presets."""
+    text = str(value).strip()
+    if text.lower() in COOLING:
+        return text.lower()
+    try:
+        f = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r}: give a cooling preset ({', '.join(COOLING)}) or a factor such as 1.1 "
+                         "(1 = holds 80 °C at TDP)") from None
+    lo, hi = COOLING_RANGE
+    if not lo <= f <= hi:  # NaN fails too
+        raise ValueError(f"{text}: give a cooling factor between {lo:g} and {hi:g} (1 = holds 80 °C at TDP), "
+                         f"or a preset ({', '.join(COOLING)})")
+    return f"{f:g}"
+
+
 def rig_layout(hosts: int, cards_per_host: int, link: str | LinkSpec | None) -> RigLayout:
     """The layout ``hosts`` × ``cards_per_host`` joined by ``link`` (a catalog name or a
     LinkSpec). Raises ValueError for a count below 1, :class:`UnknownLinkError` for an

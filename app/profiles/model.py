@@ -28,18 +28,21 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Literal, Optional, Union
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from app.config import ServerConfig, option_name
+from app.config import ServerConfig, number_parser, option_name
+from app.engine.specdecode import check_acceptance
 from app.hosts.spec import Host, hosts_from, parse_ray_address
 from app.profiles.env_policy import expansion_problem, valid_env_name
 from app.loadgen.spec import SLO, RampSpec
 from app.loadgen.stats import peak_level
 from app.paths import repo_root
 from app.planner.cards import cards_for
-from app.planner.gpus import link_name, rig_layout
+from app.planner.gpus import (AMBIENT_RANGE_C, COOLING, COOLING_RANGE, DEFAULT_AMBIENT_C, UnknownGpuError,
+                              cooling_text, link_name, lookup_gpu, rig_layout)
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
@@ -107,47 +110,157 @@ def resolve_model_path(model: str) -> str:
     return m
 
 
+def _catalog_gpu(text: str) -> str:
+    """A card of the GPU catalog (``vllm-dyno plan --list-gpus``), as given."""
+    try:
+        lookup_gpu(str(text))
+    except UnknownGpuError as e:
+        raise ValueError(str(e)) from None
+    return str(text)
+
+
+def _link(text: str) -> str | None:
+    """A link of the link catalog → its catalog name."""
+    return link_name(str(text))
+
+
+def _checked_acceptance(text: str) -> float:
+    try:
+        return check_acceptance(text)
+    except ValueError as e:  # named by the option (argparse, pydantic): the value and the fix only
+        raise ValueError(str(e).removeprefix("--sim-spec-acceptance ")) from None
+
+
+def _perturb(text: str) -> int:
+    try:
+        v = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not a seed: give a whole number such as 7 (0: none)") from None
+    if v < 0:
+        raise ValueError(f"{text}: give a seed ≥ 1 (0: no perturbation)")
+    return v
+
+
+@dataclass(frozen=True)
+class SimOption:
+    """The declaration of one option of the simulated rig, attached to its :class:`SimRig`
+    field — the one place it is declared: every front end's ``--sim-…`` option (``serve
+    --engine sim``, ``run``, ``tune``: :func:`app.cli.common.add_sim_options`), a profile's
+    ``sim:`` key (the field), the form's row (``label``) and the sim server's argv
+    (:meth:`SimRig.argv`) are generated from it.
+
+    ``flag``: the sim server's option (app.sim.server), also the front ends'; ``help``: what
+    it sets, with its unit and default; ``metavar``; ``parse``: the text a user typed → the
+    value, ValueError saying what is wanted (the option's name is added by whoever asks:
+    argparse, the profile's loader, the form); ``label``: the form's row (None: not on the
+    form, or — GPU and count — on its own row); ``choices``: offered by the form's list."""
+
+    flag: str
+    help: str
+    metavar: str
+    parse: Callable[[str], Any]
+    label: str | None = None
+    choices: tuple[str, ...] = ()
+
+    @property
+    def dest(self) -> str:
+        """The argparse destination: ``--sim-ambient-c`` → ``sim_ambient_c``."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+    def text(self, value: Any) -> str:
+        """``value`` as the sim server's argv writes it."""
+        return repr(value) if isinstance(value, float) else str(value)
+
+
 class SimRig(BaseModel):
-    """The virtual rig of engine ``sim``: catalog GPU name, card count, time scale
-    (k× faster than the wall clock; tests only), random seed and ``perturb``: the seed
-    of a hidden "true rig" whose step-time parameters differ from the planner's
-    (``--sim-perturb``, app.sim.perturb; None or 0: none); ``spec_acceptance``: with a
-    speculative config, the chance each draft token is accepted given the one before
-    (``--sim-spec-acceptance``, app.engine.specdecode; None: its default); ``hosts``:
-    the cards sit in that many hosts, evenly, joined by ``link`` (a link-catalog name;
-    ``--sim-hosts``/``--sim-link``, app.engine.steptime models the traffic between them)."""
+    """The virtual rig of engine ``sim`` (a profile's ``sim:`` block); each field is one
+    option of the rig, declared by its :class:`SimOption` (:data:`SIM_RIG_OPTIONS`).
+
+    ``gpu``: catalog GPU name; ``count``: cards; ``hosts``: the cards sit in that many
+    hosts, evenly, joined by ``link`` (a link-catalog name; app.engine.steptime models the
+    traffic between them); ``time_scale``: k× faster than the wall clock (tests only);
+    ``seed``: random seed; ``perturb``: the seed of a hidden "true rig" whose step-time
+    parameters differ from the planner's (app.sim.perturb; None or 0: none);
+    ``spec_acceptance``: with a speculative config, the chance each draft token is accepted
+    given the one before (app.engine.specdecode; None: its default); ``cooling``: a preset
+    or a factor of each card's thermal resistance (:data:`app.planner.gpus.COOLING`; None:
+    blower4 up to 4 cards, chassis8 above) and ``ambient_c``: the room's temperature, °C
+    (None: 25 °C) — how hot the cards run under load (app.sim.gpus)."""
 
     model_config = ConfigDict(extra="forbid")
-    gpu: str = "RTX 4090"
-    count: int = Field(8, ge=1, le=64)
-    hosts: Optional[int] = Field(None, ge=1, le=64)
-    link: Optional[str] = None
-    time_scale: Optional[float] = Field(None, gt=0)
-    seed: Optional[int] = None
-    perturb: Optional[int] = Field(None, ge=0)
-    spec_acceptance: Optional[float] = Field(None, ge=0, le=1)
+    gpu: Annotated[str, SimOption(
+        "--sim-gpu", "GPU catalog name, e.g. 'RTX 4090'", "NAME", _catalog_gpu)] = "RTX 4090"
+    count: Annotated[int, Field(ge=1, le=64), SimOption(
+        "--sim-gpu-count", "number of GPUs (1-64)", "N",
+        number_parser(int, low=1, high=64, what="a number of GPUs", example="8"))] = 8
+    hosts: Annotated[Optional[int], Field(ge=1, le=64), SimOption(
+        "--sim-hosts", "the cards sit in N hosts (evenly; default 1), joined by --sim-link", "N",
+        number_parser(int, low=1, high=64, what="a number of hosts", example="2"))] = None
+    link: Annotated[Optional[str], SimOption(
+        "--sim-link", "the link between the hosts (10gbe, 25gbe, 100gbe, ib-hdr200, ib-ndr400)", "NAME",
+        _link)] = None
+    time_scale: Annotated[Optional[float], Field(gt=0, allow_inf_nan=False), SimOption(
+        "--sim-time-scale", "run k× faster than the wall clock (tests)", "K",
+        number_parser(float, low=0, low_open=True, what="a time scale", example="10"))] = None
+    seed: Annotated[Optional[int], Field(ge=0, le=2**32 - 1), SimOption(
+        "--sim-seed", "the rig's random seed (a whole number)", "SEED",
+        number_parser(int, low=0, high=2**32 - 1, what="a seed (a whole number)", example="0"))] = None
+    perturb: Annotated[Optional[int], Field(ge=0), SimOption(
+        "--sim-perturb", "a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
+        "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)", "SEED", _perturb)] = None
+    spec_acceptance: Annotated[Optional[float], Field(ge=0, le=1), SimOption(
+        "--sim-spec-acceptance", "with --speculative-config: the chance each draft token is accepted given the one "
+        "before (0-1; position i: A^i; default 0.7)", "A", _checked_acceptance)] = None
+    cooling: Annotated[Optional[str], SimOption(
+        "--sim-cooling", "how well the cards are cooled: a preset (open, blower4, chassis8, poor) or a factor "
+        f"{COOLING_RANGE[0]:g}-{COOLING_RANGE[1]:g} of a cooler that holds 80 °C at TDP in a 25 °C room (2: twice "
+        "as hot above the room; default blower4 up to 4 cards, chassis8 above)", "PRESET|FACTOR", cooling_text,
+        label="Cooling", choices=tuple(COOLING))] = None
+    ambient_c: Annotated[Optional[float], SimOption(
+        "--sim-ambient-c", f"the room's temperature around the cards, °C ({AMBIENT_RANGE_C[0]:g}-"
+        f"{AMBIENT_RANGE_C[1]:g}; default {DEFAULT_AMBIENT_C:g})", "°C",
+        number_parser(float, low=AMBIENT_RANGE_C[0], high=AMBIENT_RANGE_C[1], what="a temperature in °C",
+                      example="25"), label="Ambient °C")] = None
 
-    @field_validator("link")
+    @field_validator("*", mode="before")
     @classmethod
-    def _link(cls, v: Optional[str]) -> Optional[str]:
-        return link_name(v)
+    def _option(cls, v: Any, info) -> Any:
+        """Every value through its option's ``parse`` (a profile's YAML, a form's text)."""
+        opt = SIM_RIG_OPTIONS.get(info.field_name)
+        if v is None or opt is None or isinstance(v, bool):
+            return v
+        return opt.parse(v if isinstance(v, str) else str(v))
 
     def argv(self) -> list[str]:
-        """The sim server's own options (``--sim-gpu …``), see app.cli.serve."""
-        out = ["--sim-gpu", self.gpu, "--sim-gpu-count", str(self.count)]
-        if self.hosts is not None:
-            out += ["--sim-hosts", str(self.hosts)]
-        if self.link is not None:
-            out += ["--sim-link", self.link]
-        if self.time_scale is not None:
-            out += ["--sim-time-scale", repr(self.time_scale)]
-        if self.seed is not None:
-            out += ["--sim-seed", str(self.seed)]
-        if self.perturb:
-            out += ["--sim-perturb", str(self.perturb)]
-        if self.spec_acceptance is not None:
-            out += ["--sim-spec-acceptance", repr(self.spec_acceptance)]
+        """The sim server's own options (``--sim-gpu …``, app.sim.server): every option set,
+        in declaration order."""
+        out: list[str] = []
+        for name, opt in SIM_RIG_OPTIONS.items():
+            v = getattr(self, name)
+            if v is not None:
+                out += [opt.flag, opt.text(v)]
         return out
+
+    @classmethod
+    def option_value(cls, name: str, text: str) -> Any:
+        """Field ``name``'s value from the text a user typed (empty: None — the rig's
+        default). Raises ValueError naming the option's flag and what is wanted."""
+        opt = SIM_RIG_OPTIONS[name]
+        if not str(text).strip():
+            return None
+        try:
+            return opt.parse(str(text).strip())
+        except ValueError as e:
+            raise ValueError(f"{opt.flag}: {e}") from None
+
+
+#: field name → its SimOption, in field order (= the sim server's argv order = the form's order)
+SIM_RIG_OPTIONS: dict[str, SimOption] = {
+    name: spec
+    for name, info in SimRig.model_fields.items()
+    for spec in info.metadata
+    if isinstance(spec, SimOption)
+}
 
 
 class HardwareFingerprint(BaseModel):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -28,6 +29,7 @@ from app import __version__
 from app.comparison import Comparison, CompareRow, curves_svg, load_series, run_settings
 from app.config import ServerConfig
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
+from app.telemetry import names
 
 _env = Environment(loader=PackageLoader("app.report", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -42,10 +44,32 @@ LEVEL_COLUMNS = (("level", "level", 1, "{:g}"), ("requests", "n_measured", 1, "{
                  ("ITL p50 ms", "itl_p50", 1000, "{:.1f}"), ("e2e p99 s", "e2e_p99", 1, "{:.2f}"))
 #: an open-loop run's column: the rate each level achieved (requests sent ÷ the seconds it sent)
 RATE_COLUMN = ("sent req/s", "achieved_rps", 1, "{:.2f}")
-#: telemetry series summarised (name → what, unit)
-TELEMETRY = {"power_w": ("power", "W"), "temp_gpu_c": ("GPU temperature", "°C"), "mem_used_gib": ("memory used", "GiB"),
-             "util_gpu_pct": ("GPU utilisation", "%"), "kv_cache_usage_pct": ("KV cache usage", "%"),
-             "running": ("running requests", ""), "waiting": ("waiting requests", "")}
+
+
+@dataclass(frozen=True)
+class TelemetryRow:
+    """A row of the report's telemetry table: ``what`` it shows, the ``producer`` and
+    ``series`` as the telemetry layer declares them (:data:`app.telemetry.names.PRODUCERS`:
+    only that producer's sources are summarised — the cards' memory, not the host's), the
+    display ``unit`` and ``scale`` (displayed = stored × scale: bytes → GiB, a fraction → %)."""
+
+    what: str
+    producer: str
+    series: str
+    unit: str
+    scale: float = 1.0
+
+
+#: the telemetry series summarised, in the table's order
+TELEMETRY: tuple[TelemetryRow, ...] = (
+    TelemetryRow("power", "gpu", "power_w", "W"),
+    TelemetryRow("GPU temperature", "gpu", "temp_gpu_c", "°C"),
+    TelemetryRow("memory used", "gpu", names.MEMORY_USED_BYTES, "GiB", 1 / 2**30),
+    TelemetryRow("GPU utilisation", "gpu", "util_gpu_pct", "%"),
+    TelemetryRow("KV cache usage", "metrics", names.KV_CACHE_USAGE, "%", 100.0),
+    TelemetryRow("running requests", "metrics", names.RUNNING, ""),
+    TelemetryRow("waiting requests", "metrics", names.WAITING, ""),
+)
 
 
 def _cell(d: dict[str, Any], key: str, scale: float, fmt: str) -> str:
@@ -71,17 +95,21 @@ def _server_config(run: dict[str, Any]) -> ServerConfig | None:
 
 
 def telemetry_summary(samples: list[tuple[float, str, str, float | None]]) -> list[dict[str, Any]]:
-    """Per (source, series) of :data:`TELEMETRY`: samples, mean and max (rows sorted by
-    series, then source)."""
-    groups: dict[tuple[str, str], list[float]] = {}
+    """Per row of :data:`TELEMETRY` and source of its producer: samples, mean and max in
+    the row's display unit (rows in the table's order, then by source; a gap — NULL —
+    is not a value)."""
+    rows = {(r.producer, r.series): r for r in TELEMETRY}
+    groups: dict[tuple[int, str], list[float]] = {}
+    order = {r: i for i, r in enumerate(TELEMETRY)}
     for _, source, name, value in samples:
-        if name in TELEMETRY and value is not None:
-            groups.setdefault((name, source), []).append(float(value))
+        row = rows.get((names.producer_of(source) or "", name))
+        if row is not None and value is not None and value == value:
+            groups.setdefault((order[row], source), []).append(float(value))
     out = []
-    for (name, source), vals in sorted(groups.items()):
-        what, unit = TELEMETRY[name]
-        out.append({"series": what, "source": source, "unit": unit, "n": len(vals),
-                    "mean": statistics.fmean(vals), "max": max(vals)})
+    for (i, source), vals in sorted(groups.items()):
+        row = TELEMETRY[i]
+        out.append({"series": row.what, "source": source, "unit": row.unit, "n": len(vals),
+                    "mean": statistics.fmean(vals) * row.scale, "max": max(vals) * row.scale})
     return out
 
 

@@ -20,7 +20,8 @@ the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
   every conversion to rig seconds: ramp specs are written in rig seconds and run
   ÷ k; level stats, the knee and the stop reason come back × k (docs/design.md,
   "Sim time");
-- safety stops from Settings (thermal margin, failure rate: :mod:`app.run.safety`);
+- safety stops from Settings (thermal margin, failure rate: :mod:`app.run.safety`), on
+  every ramp unless its caller opts out with ``NO_SAFETY``;
 - the diagnosis of a failed launch, and of a server whose engine died after it was
   ready (one place: :func:`app.planner.diagnose.diagnose`, structured: code, evidence
   lines, fix, ``after_ready``). A ramp that ends badly asks whether the server died
@@ -68,9 +69,9 @@ from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
 from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
 from app.run.record import RunRecorder
 from app.run.events import RunListener, State
-from app.run.safety import CHECK_INTERVAL_S, apply_safety, thermal_stop_reason
+from app.run.safety import CHECK_INTERVAL_S, NoSafety, apply_safety, resolve_safety, thermal_stop_reason
 from app.run.verdict import Verdict, build_verdict, model_label, observe
-from app.settings import load_settings
+from app.settings import SafetyLimits, load_settings
 from app.server import procs
 from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
@@ -205,7 +206,7 @@ class RampOutcome:
 class _Ramp:
     """A running ramp."""
 
-    def __init__(self, spec: Any, record: RecordSpec | None, safety: Any | None) -> None:
+    def __init__(self, spec: Any, record: RecordSpec | None, safety: SafetyLimits | None) -> None:
         self.spec = spec
         self.record = record
         self.safety = safety
@@ -1001,13 +1002,17 @@ class RunController:
         return closed
 
     # ------------------------------------------------------------------ ramps
-    def start_ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: Any | None = None) -> None:
+    def start_ramp(self, spec: Any, *, record: RecordSpec | None = None,
+                   safety: SafetyLimits | NoSafety | None = None) -> None:
         """Start a ramp against the ready server and return at once. ``spec``: a
         :class:`app.loadgen.spec.RampSpec` in rig seconds (its ``url`` this server's);
         ``record``: record it as a run (ignored while a run opened by :meth:`open_run` is
-        open: the ramp records into that one); ``safety``: Settings' SafetyLimits (None:
-        no thermal stop, the spec's own failure-rate limit). Progress through the
-        listener; the end through ``on_ramp_done`` and :meth:`wait_ramp`."""
+        open: the ramp records into that one); ``safety``: the stops it runs with
+        (:func:`app.run.safety.resolve_safety`) — None: the user's Settings (every front
+        end's default); a SafetyLimits: those (``ramp --max-failure-rate``);
+        :data:`app.run.safety.NO_SAFETY`: none (no thermal stop, the spec's own
+        failure-rate limit). Progress through the listener; the end through
+        ``on_ramp_done`` and :meth:`wait_ramp`."""
 
         if self.target is not None and self.target.engine == "attach" and not self.sim_info:
             # attached while the server was still starting (/sim/info did not answer then): a sim
@@ -1017,12 +1022,13 @@ class RunController:
             if info:
                 self.sim_info = info
                 self.time_scale = self.client.time_scale = time_scale_of(info)
+        limits = resolve_safety(safety)
         with self._lock:
             if self.ramp_running:
                 raise RuntimeError("a ramp is already running; abort it first")
             if not self.ready:
                 raise RuntimeError("no server is ready: launch (or attach to) one first")
-            r = _Ramp(apply_safety(spec, safety), record, safety)
+            r = _Ramp(apply_safety(spec, limits), record, limits)
             self._ramp = r
         # A full (generation-2) collection walks every object of the process (the GUI's
         # Qt wrappers, pyqtgraph, pydantic models) and stopped its event loop for ≈ 55 ms
@@ -1035,10 +1041,10 @@ class RunController:
         r.thread = threading.Thread(target=self._ramp_main, args=(r,), name="ramp", daemon=True)
         r.thread.start()
 
-    def ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: Any | None = None,
+    def ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: SafetyLimits | NoSafety | None = None,
              timeout: float | None = None) -> RampOutcome:
         """Run a ramp to its end (blocking) and return its outcome; on ``timeout`` (s) it
-        is aborted and what it completed is returned."""
+        is aborted and what it completed is returned. ``safety``: as :meth:`start_ramp`."""
         self.start_ramp(spec, record=record, safety=safety)
         out = self.wait_ramp(timeout)
         if out is None:

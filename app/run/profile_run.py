@@ -24,7 +24,6 @@ from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.controller import OK_STATUSES, LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
 from app.run.verdict import Verdict
 from app.server.launch import LaunchError
-from app.settings import load_settings
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +141,8 @@ class ProfileRun:
     to change for this run (e.g. ``{"levels": [1, 2], "step_seconds": 5}``; rig seconds
     for a time-scaled sim). ``force``: launch even when the planner's verdict is
     ``error``. ``telemetry``: sample GPUs (NVML or the sim rig), host and ``/metrics``.
-    ``safety``: Settings' SafetyLimits (None → the user's settings, as the window uses).
+    ``safety``: the SafetyLimits to run with (None → the user's Settings, as the window
+    uses; :data:`app.run.safety.NO_SAFETY`: none — see :meth:`RunController.start_ramp`).
     ``startup_timeout`` and ``grace`` in seconds (see app.server.supervisor).
     ``trusted_env``: the ``env:`` pairs the user confirmed (``--trust-env``, their own
     ``--env``); any other key a shared profile may not set makes the run
@@ -184,9 +184,7 @@ class ProfileRun:
         self.startup_timeout = startup_timeout
         self.grace = grace
         self.expose = expose
-        if safety is None:
-            safety = load_settings().safety
-        self.safety = safety
+        self.safety = safety  # None: the controller reads the user's Settings when the ramp starts
         self.on_phase, self.on_line, self.on_level_start = on_phase, on_line, on_level_start
         self.on_level, self.on_records, self.on_defaults, self.on_part = on_level, on_records, on_defaults, on_part
         self.ssh = ssh

@@ -1,6 +1,10 @@
 """Ramp safety stops, from the user's Settings (:class:`app.settings.SafetyLimits`).
 
-The run controller applies them to every ramp, whichever front end started it:
+The run controller applies them to every ramp, whichever front end started it (the
+window's Ramp, the Tune tab, ``run``, ``ramp``, ``tune``): a caller that gives no limits
+gets the user's Settings (:func:`resolve_safety`), one that gives its own (``ramp
+--max-failure-rate``) gets those, and only :data:`NO_SAFETY`, given explicitly, runs a
+ramp without them.
 
 - :func:`apply_safety`: the failure-rate limit becomes the ramp's ``max_failure_rate``
   (the load generator stops a level whose failures pass it); safety off → 1.0 (never).
@@ -13,14 +17,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.settings import SafetyLimits, load_settings
+
 #: seconds between two thermal checks of a running ramp
 CHECK_INTERVAL_S = 0.5
 
 
+class NoSafety:
+    """The type of :data:`NO_SAFETY`."""
+
+    def __repr__(self) -> str:
+        return "NO_SAFETY"
+
+
+#: a caller's explicit opt-out of the safety stops: no thermal stop, and the ramp spec's own
+#: ``max_failure_rate`` (benchmarks and tests that measure a failing server on purpose)
+NO_SAFETY = NoSafety()
+
+
+def resolve_safety(safety: SafetyLimits | NoSafety | None) -> SafetyLimits | None:
+    """The limits a ramp runs with: ``None`` (the caller gave none) → the user's Settings,
+    read now (a change in Settings applies from the next ramp); a SafetyLimits → those;
+    :data:`NO_SAFETY` → None (no limits). Raises TypeError for anything else."""
+    if isinstance(safety, NoSafety):
+        return None
+    if safety is None:
+        return load_settings().safety
+    if not isinstance(safety, SafetyLimits):
+        raise TypeError(f"safety={safety!r}: give SafetyLimits, None (the user's Settings) or NO_SAFETY")
+    return safety
+
+
 def apply_safety(spec: Any, safety: Any | None) -> Any:
-    """``spec`` (a RampSpec) with the failure-rate limit of ``safety`` (SafetyLimits or
-    None = leave the spec's own limit): enabled → ``max_failure_rate`` = the setting's
-    fraction; disabled → 1.0."""
+    """``spec`` (a RampSpec) with the failure-rate limit of ``safety`` (SafetyLimits, as
+    :func:`resolve_safety` gives it; None = leave the spec's own limit): enabled →
+    ``max_failure_rate`` = the setting's fraction; disabled → 1.0."""
     if safety is None:
         return spec
     rate = safety.max_failure_rate if safety.enabled else 1.0

@@ -12,9 +12,10 @@ Per card, in rig time:
 - above the slowdown temperature the SM clock drops 4 % per °C (floor 50 %), with NVML's
   "thermal (software)" clocks-event bit 0x20 set; idle sets bit 0x1.
 
-Cooling presets (``--sim-cooling``): open 0.9, blower4 1.05 (4-card blower box),
-chassis8 1.12 (8-card chassis), poor 1.35, or a number. All constants are assumptions
-for a plausible picture, not measurements.
+Cooling presets (``--sim-cooling``, :data:`app.planner.gpus.COOLING`, where the rig's
+options are checked): open 0.9, blower4 1.05 (4-card blower box), chassis8 1.12 (8-card
+chassis), poor 1.35, or a number; the room's temperature ``--sim-ambient-c`` (°C). All
+constants are assumptions for a plausible picture, not measurements.
 """
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ import os
 import random
 import uuid
 
+from app.planner.gpus import AMBIENT_RANGE_C, COOLING, cooling_text
 from app.sim.model_adapter import Card, SimPlan
 from app.telemetry.gpu_source import GpuInfo, GpuProcess, GpuReading, SessionInfo, SourceStatus, TelemetryDocument
 from app.telemetry.throttle import decode
 
-COOLING = {"open": 0.9, "blower4": 1.05, "chassis8": 1.12, "poor": 1.35}
 TAU_S = 45.0
 ACTIVITY = 0.8  # share of TDP drawn at 100 % utilization by inference steps (assumed)
 #: memory the driver reserves on each virtual card (NVML memory info v2 ``reserved``), bytes;
@@ -39,18 +40,22 @@ IDLE = 0x1
 
 def cooling_factor(value: str | None, gpu_count: int) -> float:
     """``--sim-cooling`` → factor; default blower4 up to 4 cards, chassis8 above.
-    Raises ValueError naming the presets."""
+    Raises ValueError naming the option and the presets (:func:`app.planner.gpus.cooling_text`)."""
     if value is None:
         return COOLING["blower4" if gpu_count <= 4 else "chassis8"]
-    if value in COOLING:
-        return COOLING[value]
     try:
-        f = float(value)
-    except ValueError:
-        raise ValueError(f"--sim-cooling {value!r}: use one of {', '.join(COOLING)} or a number such as 1.1") from None
-    if not 0.2 <= f <= 5:
-        raise ValueError(f"--sim-cooling {f}: use a factor between 0.2 and 5 (1 = holds 80 °C at TDP)")
-    return f
+        text = cooling_text(value)
+    except ValueError as e:
+        raise ValueError(f"--sim-cooling {e}") from None
+    return COOLING[text] if text in COOLING else float(text)
+
+
+def ambient_c(value: float) -> float:
+    """``--sim-ambient-c`` (°C) if within :data:`app.planner.gpus.AMBIENT_RANGE_C`, else ValueError naming it."""
+    lo, hi = AMBIENT_RANGE_C
+    if not lo <= value <= hi:
+        raise ValueError(f"--sim-ambient-c {value:g}: give the room's temperature in °C, {lo:g} to {hi:g}")
+    return value
 
 
 class VirtualGpu:

@@ -1,6 +1,12 @@
 """The simulated rig's server process: ``python -m app.sim.server --model M [vLLM options]
 --sim-gpu NAME --sim-gpu-count N --sim-time-scale K --sim-seed S [--sim-cooling C]
-[--sim-perturb SEED] [--sim-hosts H --sim-link NAME]``.
+[--sim-ambient-c °C] [--sim-perturb SEED] [--sim-hosts H --sim-link NAME]``.
+
+The rig's options are declared once, on :class:`app.profiles.model.SimRig` (every front
+end's ``--sim-…`` options, a profile's ``sim:`` block and the form are generated from
+it, and it writes this server's argv); ``--sim-cooling C`` and ``--sim-ambient-c T`` set
+how hot the cards run (app/sim/gpus.py): ``--sim-cooling 2 --sim-ambient-c 45`` brings a
+loaded card to its slowdown temperature within a minute of rig time.
 
 ``--sim-hosts H --sim-link NAME``: the cards sit in H hosts (N ÷ H each, ranks in
 order) joined by a link of the link catalog; the step times send what crosses hosts
@@ -49,10 +55,11 @@ from app.config import add_server_options, config_from_namespace
 from app.engine.balance import DpBalancer
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, check_acceptance
 from app.planner.calibrate import hardware_fingerprint, load_calibration
+from app.planner.gpus import DEFAULT_AMBIENT_C
 from app.sim import model_adapter as ma
 from app.sim import vlog
 from app.sim.engine import SimEngine
-from app.sim.gpus import GpuBank, cooling_factor
+from app.sim.gpus import GpuBank, ambient_c, cooling_factor
 from app.sim.http_api import ApiServer
 from app.sim.metrics import SimMetrics
 from app.sim.perturb import true_params
@@ -72,8 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-link", help="the link between the hosts (link catalog name, e.g. ib-hdr200)")
     p.add_argument("--sim-time-scale", type=float, default=1.0, help="rig runs k× faster than the wall clock")
     p.add_argument("--sim-seed", type=int, default=0)
-    p.add_argument("--sim-cooling", help="open, blower4, chassis8, poor or a factor (1 = 80 °C at TDP)")
-    p.add_argument("--sim-ambient-c", type=float, default=25.0)
+    p.add_argument("--sim-cooling", help="open, blower4, chassis8, poor or a factor (1 = 80 °C at TDP; default "
+                                         "blower4 up to 4 cards, chassis8 above)")
+    p.add_argument("--sim-ambient-c", type=float, default=DEFAULT_AMBIENT_C, help="the room's temperature, °C")
     p.add_argument("--sim-eta-mem", type=float, help="override the memory-bandwidth efficiency η_mem")
     p.add_argument("--sim-eta-c", type=float, help="override the compute efficiency η_c")
     p.add_argument("--sim-t-cpu", type=float, help="override the per-step CPU time, seconds")
@@ -209,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                   where="arg_utils.py:1")
     try:
         cooling = cooling_factor(a.sim_cooling, a.sim_gpu_count)
+        ambient_c(a.sim_ambient_c)
         if a.sim_gpu_count < 1:
             raise ValueError(f"--sim-gpu-count {a.sim_gpu_count}: the rig needs at least 1 GPU")
         cfg = config_from_args(a)
@@ -293,7 +302,8 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
                          # vLLM's batch queue: pipeline_parallel_size batches in flight (vllm/config/vllm.py:577)
                          max_concurrent_batches=plan.pp) for r in range(plan.dp)]
     info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
-            "seed": a.sim_seed, "cooling": cooling, "model": a.model, "served_model_name": served,
+            "seed": a.sim_seed, "cooling": cooling, "ambient_c": a.sim_ambient_c, "model": a.model,
+            "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
             "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,

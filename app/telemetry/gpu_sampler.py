@@ -16,6 +16,7 @@ from typing import Callable
 
 from app.clock import SessionClock
 from app.telemetry.gpu_source import SERIES_FIELDS, GpuReading, GpuSource, SessionInfo, SourceStatus
+from app.telemetry.names import LOST, VRAM_HEADROOM_BYTES
 from app.telemetry.periodic import PeriodicSampler
 from app.telemetry.series import Sample
 
@@ -27,7 +28,7 @@ def reading_samples(t: float, r: GpuReading, seen: set[str] | None = None) -> li
     gave before (updated in place) — a lost card gets a NaN gap for each."""
     src = f"gpu{r.index}"
     if r.state == "lost":
-        out = [Sample(t, src, "lost", 1.0)]
+        out = [Sample(t, src, LOST, 1.0)]
         if seen:
             out += [Sample(t, src, f, math.nan) for f in sorted(seen)]
         return out
@@ -35,7 +36,7 @@ def reading_samples(t: float, r: GpuReading, seen: set[str] | None = None) -> li
     out = [Sample(t, src, f, float(d[f])) for f in SERIES_FIELDS if d[f] is not None]
     head = r.vram_headroom_bytes
     if head is not None:
-        out.append(Sample(t, src, "vram_headroom_bytes", float(head)))
+        out.append(Sample(t, src, VRAM_HEADROOM_BYTES, float(head)))
     if seen is not None and len(seen) < len(out):
         seen.update(s.name for s in out)
     return out

@@ -18,6 +18,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.telemetry.names import GPU_READING_SERIES
+
 SCHEMA = "vllm-dyno.gpu-telemetry/1"
 
 #: source states: ok; no_driver (no library / driver not loaded); driver_mismatch
@@ -131,12 +133,9 @@ class GpuReading(BaseModel):
         return ""
 
 
-#: numeric reading fields that become time series (sample name = field name)
-SERIES_FIELDS: tuple[str, ...] = (
-    "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes", "util_gpu_pct",
-    "util_memory_pct", "temp_gpu_c", "temp_memory_c", "temp_slowdown_c", "temp_shutdown_c", "power_w", "power_limit_w",
-    "clock_sm_mhz", "clock_mem_mhz", "throttle_reasons", "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "fan_pct",
-)
+#: numeric reading fields that become time series (sample name = field name; declared in
+#: app.telemetry.names with their units)
+SERIES_FIELDS: tuple[str, ...] = GPU_READING_SERIES
 
 
 class GpuInfo(BaseModel):

@@ -1,8 +1,8 @@
 """The host sampler (psutil): the machine and the server's process tree.
 
-Samples, source ``host``: ``cpu_pct`` (all cores, 0–100), ``memory_used_bytes``,
-``memory_available_bytes``, ``memory_total_bytes``. Source ``server`` (when a server is
-set): ``rss_bytes`` (sum of resident set sizes), ``cpu_pct`` (sum of per-process CPU %,
+Samples (names declared in :mod:`app.telemetry.names`), source ``host``: ``cpu_pct``
+(all cores, 0–100), ``memory_used_bytes``, ``memory_available_bytes``,
+``memory_total_bytes``. Source ``server`` (when a server is set): ``rss_bytes`` (sum of resident set sizes), ``cpu_pct`` (sum of per-process CPU %,
 100 = one full core — how the CPU build and CPU offload show), ``processes`` (count).
 
 The server tree is every live process in process group ``pgid`` (the supervisor's
@@ -19,6 +19,7 @@ import os
 import psutil
 
 from app.clock import SessionClock
+from app.telemetry.names import HOST_SERIES, SERVER_SERIES
 from app.telemetry.periodic import PeriodicSampler
 from app.telemetry.series import Sample
 
@@ -78,14 +79,11 @@ class HostSampler(PeriodicSampler):
         cpu = psutil.cpu_percent(None)
         vm = psutil.virtual_memory()
         t = self.clock.now()
-        out = [Sample(t, "host", "cpu_pct", float(cpu)),
-               Sample(t, "host", "memory_used_bytes", float(vm.used)),
-               Sample(t, "host", "memory_available_bytes", float(vm.available)),
-               Sample(t, "host", "memory_total_bytes", float(vm.total))]
+        # in the order of app.telemetry.names.HOST_SERIES / SERVER_SERIES
+        out = [Sample(t, "host", name, float(v))
+               for name, v in zip(HOST_SERIES, (cpu, vm.used, vm.available, vm.total), strict=True)]
         if self.pgid is not None or self.root_pid is not None:
-            rss, pct, n = self._tree()
-            out += [Sample(t, "server", "rss_bytes", float(rss)), Sample(t, "server", "cpu_pct", pct),
-                    Sample(t, "server", "processes", float(n))]
+            out += [Sample(t, "server", name, float(v)) for name, v in zip(SERVER_SERIES, self._tree(), strict=True)]
         self.latest = {f"{s.source}.{s.name}": s.value for s in out}
         return out
 

@@ -1,7 +1,7 @@
 """The ``/metrics`` scraper: server-side series at a set rate (default 2 Hz).
 
 Samples, source ``metrics`` (totals over engines) and, with several engines,
-``metrics.e<engine>`` per engine:
+``metrics.e<engine>`` per engine (names declared in :data:`app.telemetry.names.METRICS_SERIES`):
 
 - ``up`` 1/0; on 0 the main series get a NaN gap and the reason is logged (once per
   change of reason) and kept in ``last_error``.
@@ -24,6 +24,8 @@ from typing import Any
 
 from app.clock import SessionClock
 from app.telemetry.http_source import fetch_text
+from app.telemetry.names import (COUNTER_SERIES, HISTOGRAM_SERIES, KV_CACHE_USAGE, KV_CACHE_USAGE_MAX,
+                                 KV_CAPACITY_TOKENS, QUANTILES, RUNNING, UP, WAITING, quantile_series)
 from app.telemetry.metrics_parse import (MetricsParseError, MetricsSnapshot, histogram_delta, histogram_quantile,
                                           parse_metrics)
 from app.telemetry.periodic import PeriodicSampler
@@ -31,21 +33,15 @@ from app.telemetry.series import Sample
 
 log = logging.getLogger(__name__)
 
-#: sample prefix → histogram name (new names; old ones are accepted by the parser)
-HISTOGRAMS = {
-    "ttft": "time_to_first_token_seconds",
-    "itl": "inter_token_latency_seconds",
-    "e2e": "e2e_request_latency_seconds",
-    "queue": "request_queue_time_seconds",
-}
-#: sample name → counter name
-COUNTERS = {
-    "prompt_tokens": "prompt_tokens_total",
-    "generation_tokens": "generation_tokens_total",
-    "preemptions": "num_preemptions_total",
-}
-GAP_SERIES = ("running", "waiting", "kv_cache_usage", "prompt_tokens_per_s", "generation_tokens_per_s")
-QUANTILES = (0.5, 0.9, 0.99)
+#: sample prefix (app.telemetry.names.HISTOGRAM_SERIES) → histogram name (new names; old ones are
+#: accepted by the parser)
+HISTOGRAMS = dict(zip(HISTOGRAM_SERIES, ("time_to_first_token_seconds", "inter_token_latency_seconds",
+                                         "e2e_request_latency_seconds", "request_queue_time_seconds")))
+#: sample prefix (app.telemetry.names.COUNTER_SERIES) → counter name
+COUNTERS = dict(zip(COUNTER_SERIES, ("prompt_tokens_total", "generation_tokens_total", "num_preemptions_total")))
+#: sample name → the gauge it reads (per engine: ``metrics.e<engine>``)
+GAUGES = {RUNNING: "num_requests_running", WAITING: "num_requests_waiting", KV_CACHE_USAGE: "kv_cache_usage_perc"}
+GAP_SERIES = (RUNNING, WAITING, KV_CACHE_USAGE, "prompt_tokens_per_s", "generation_tokens_per_s")
 
 
 class MetricsDeriver:
@@ -62,10 +58,10 @@ class MetricsDeriver:
 
     def gap(self, t: float) -> list[Sample]:
         self.latest = {"up": False}
-        return [Sample(t, "metrics", "up", 0.0)] + [Sample(t, "metrics", n, math.nan) for n in GAP_SERIES]
+        return [Sample(t, "metrics", UP, 0.0)] + [Sample(t, "metrics", n, math.nan) for n in GAP_SERIES]
 
     def feed(self, t: float, snap: MetricsSnapshot) -> list[Sample]:
-        out = [Sample(t, "metrics", "up", 1.0)]
+        out = [Sample(t, "metrics", UP, 1.0)]
         latest: dict[str, Any] = {"up": True, "engines": sorted(snap.engines)}
 
         def put(name: str, v: float | None, src: str = "metrics") -> None:
@@ -74,12 +70,12 @@ class MetricsDeriver:
             if v is not None:
                 out.append(Sample(t, src, name, float(v)))
 
-        put("running", snap.total("num_requests_running"))
-        put("waiting", snap.total("num_requests_waiting"))
-        put("kv_cache_usage", snap.mean("kv_cache_usage_perc"))
-        put("kv_cache_usage_max", snap.max("kv_cache_usage_perc"))
+        put(RUNNING, snap.total(GAUGES[RUNNING]))
+        put(WAITING, snap.total(GAUGES[WAITING]))
+        put(KV_CACHE_USAGE, snap.mean(GAUGES[KV_CACHE_USAGE]))
+        put(KV_CACHE_USAGE_MAX, snap.max(GAUGES[KV_CACHE_USAGE]))
         if snap.num_gpu_blocks is not None and snap.block_size is not None:
-            put("kv_capacity_tokens", snap.num_gpu_blocks * snap.block_size)
+            put(KV_CAPACITY_TOKENS, snap.num_gpu_blocks * snap.block_size)
         prev = self.prev
         dt = t - prev[0] if prev else 0.0
         for short, cname in COUNTERS.items():
@@ -100,13 +96,12 @@ class MetricsDeriver:
                 continue
             b = sorted(d.buckets.items())
             for q in QUANTILES:
-                put(f"{short}_p{round(q * 100)}_s", histogram_quantile(q, b))
+                put(quantile_series(short, q), histogram_quantile(q, b))
             put(f"{short}_mean_s", d.sum / d.count)
         if self.split_engines and len(snap.engines) > 1:
             for e in sorted(snap.engines):
                 src = f"metrics.e{e}"
-                for name, g in (("running", "num_requests_running"), ("waiting", "num_requests_waiting"),
-                                ("kv_cache_usage", "kv_cache_usage_perc")):
+                for name, g in GAUGES.items():
                     put(name, snap.gauge_by_engine(g).get(e), src)
                 cur = snap.counter_by_engine("generation_tokens").get(e)
                 old = prev[1].counter_by_engine("generation_tokens").get(e) if prev else None

@@ -19,6 +19,10 @@
    capacity (:func:`app.tuner.space.recommended_max_num_seqs`) and search again from
    there: the recommendation's users, verdict and flags are those of this launch.
 
+Every search runs with the user's safety stops (Settings, applied by the run controller to
+every ramp: :mod:`app.run.safety`); a thermal stop ends the tune — no further launch —
+with the controller's sentence as its ``stop_reason`` (``TuneState.safety_stop``).
+
 Objectives (score, higher is better): ``users`` (users at the SLO), ``throughput``
 (output tokens/s at that level), ``cost`` (GPU-hours per million output tokens there:
 :func:`app.telemetry.derived.cost_per_mtok` with Settings' prices, cards × hours without
@@ -210,6 +214,9 @@ class TuneState(BaseModel):
     launches: list[LaunchRecord] = Field(default_factory=list)
     phase: str = "measure"  # measure → confirm → done
     stop_reason: str = ""
+    #: the run controller's sentence when a launch's search hit a safety stop (a card within
+    #: Settings' margin of its slowdown temperature, app.run.safety): the tune launches no more
+    safety_stop: Optional[str] = None
     recommendation: Optional[dict[str, Any]] = None
     runner_up: Optional[dict[str, Any]] = None
     baseline: Optional[dict[str, Any]] = None
@@ -604,6 +611,9 @@ class Tuner:
         self.state.launches = [x for x in self.state.launches if x.status != "running"]
         while True:
             self._check_abort()
+            if self.state.safety_stop:
+                self.state.stop_reason = self.state.safety_stop
+                return
             over = self._budget_left(reserve)
             if over:
                 self.state.stop_reason = over
@@ -640,6 +650,8 @@ class Tuner:
                              self._check_abort)
         rec.wall_seconds = self._clock() - t0
         rec.run_id, rec.rig_seconds, rec.status, rec.error = m.run_id, m.rig_seconds, m.status, m.error
+        if m.status == "safety":  # the controller's thermal stop: no further launch heats the cards again
+            self.state.safety_stop = self.state.stop_reason = m.error or "safety stop"
         if m.capacity is not None and m.status == "done":
             cap = m.capacity
             rec.users, rec.users_low, rec.users_high, rec.output_tps = cap.users, cap.users_low, cap.users_high, cap.output_tps
@@ -678,6 +690,8 @@ class Tuner:
         cfg = self._recommended_config(best)
         if len(self.state.launches) >= self.spec.max_launches:
             return  # no launch left: the recommendation stays unconfirmed
+        if self.state.safety_stop:
+            return  # stopped for safety: the recommendation stays unconfirmed
         self._check_abort()
         self._launch_and_search(cfg, best.key, "confirm", best.measured_users or 1.0)
 
@@ -723,7 +737,8 @@ class Tuner:
                     f"{conf.users:g} users ({_fmt_iv(conf.users_low, conf.users_high)}): max_num_seqs stays {seqs_was})"))
             else:
                 why = (f"the confirming launch failed: {conf.error}" if conf is not None
-                       else "no launch was left to confirm it")
+                       else (f"the tune stopped: {st.safety_stop}" if st.safety_stop
+                             else "no launch was left to confirm it"))
                 rec.update(verified=False, sentence=(measured.sentence if measured else best.key) + (
                     f" — measured with max_num_seqs {seqs_was}; max_num_seqs {seqs} is not confirmed: {why}"))
             st.recommendation = rec
@@ -769,6 +784,7 @@ class Tuner:
         """The JSON of ``vllm-dyno tune --json``: ``recommendation`` (``server``, ``users``,
         ``output_tps``, ``sentence``, ``verified`` …), ``runner_up``, ``baseline``,
         ``launches`` (count) with ``launch_log``, ``rig_seconds``, ``wall_seconds``,
+        ``safety_stop`` (the controller's sentence when a thermal stop ended it, else null),
         ``candidates`` (``server``, ``predicted_users``, ``measured_users`` or null,
         ``pruned_because`` or null; ``predicted_tps``/``measured_tps`` output tok/s,
         ``levels``: the measured levels as :class:`app.planner.calibrate.MeasuredLevel`
@@ -781,6 +797,7 @@ class Tuner:
             "recommendation": st.recommendation, "runner_up": st.runner_up, "baseline": st.baseline,
             "launches": len(st.launches), "launch_log": [x.model_dump() for x in st.launches],
             "rig_seconds": st.rig_seconds, "wall_seconds": st.wall_seconds, "stop_reason": st.stop_reason,
+            "safety_stop": st.safety_stop,
             "factors": st.factors, "residual": st.residual, "phase": st.phase,
             "candidates": [{"key": r.key, "server": r.server, "cards": r.cards, "checkpoint": r.checkpoint,
                             "screen_users": r.screen_users,

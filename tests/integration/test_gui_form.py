@@ -81,6 +81,36 @@ def test_engine_switch_shows_matching_fields(main_window, qtbot):
                                          "--sim-perturb", "7"]
 
 
+def test_the_rigs_cooling_and_ambient_rows_come_from_its_declaration(main_window, qtbot):
+    """The form's sim rows for cooling and the room's temperature: generated from the
+    rig's declaration (SimRig's SimOption), filled from a profile's sim: block, written to
+    the sim server's argv and the saved profile; a bad value is the form's error, named by
+    the option, and Launch waits for a fix."""
+    from app.profiles.model import SIM_RIG_OPTIONS
+
+    w = main_window
+    labelled = [n for n, o in SIM_RIG_OPTIONS.items() if o.label]
+    assert labelled == ["cooling", "ambient_c"] and set(w.config.sim_options) == set(labelled)
+    w.config.set_engine("sim", "RTX 4090", 8, sim_rig=SimRig(seed=3, cooling="2", ambient_c=45))
+    pump(qtbot, lambda: w.act_launch.isEnabled(), 20, "the demo rig can launch")
+    assert all(ed.isVisibleTo(w) for ed in w.config.sim_options.values())
+    assert w.config.sim_options["cooling"].currentText() == "2" and w.config.sim_options["ambient_c"].text() == "45.0"
+    assert w.config.sim_rig().argv()[-4:] == ["--sim-cooling", "2", "--sim-ambient-c", "45.0"]
+    saved = w.config.to_profile()["sim"]
+    assert (saved["cooling"], saved["ambient_c"], saved["seed"]) == ("2", 45.0, 3)
+    w.config.sim_options["cooling"].setCurrentText("poor")
+    w.config.sim_options["ambient_c"].setText("")
+    rig = w.config.sim_rig()
+    assert rig.cooling == "poor" and rig.ambient_c is None and "--sim-ambient-c" not in rig.argv()
+    w.config.sim_options["ambient_c"].setText("99")
+    pump(qtbot, lambda: w.plan_error is not None, 10, "a form error is reported")
+    assert "--sim-ambient-c" in w.act_launch.toolTip() and not w.act_launch.isEnabled()
+    w.config.sim_options["ambient_c"].setText("30")
+    pump(qtbot, lambda: w.act_launch.isEnabled(), 20, "Launch comes back once the row is fixed")
+    w.config.set_engine("vllm")
+    assert not any(ed.isVisibleTo(w) for ed in w.config.sim_options.values())
+
+
 def test_geometry_and_last_profile_are_remembered(gui_guard, qtbot, dyno_home):
     from widgets.main_window import MainWindow
 

@@ -129,6 +129,54 @@ def test_the_report_renders_offline_in_chromium_with_the_stores_numbers(recorded
     assert s.returncode == 0 and shot.stat().st_size > 20_000, s.stderr[-2000:]
 
 
+def test_every_telemetry_row_names_a_series_its_producer_declares():
+    """A row asking for a series no producer writes would be silently empty in every
+    report (it was: ``mem_used_gib``, ``kv_cache_usage_pct``)."""
+    from app.report import TELEMETRY
+    from app.telemetry.names import PRODUCERS
+
+    bad = [(r.what, r.producer, r.series) for r in TELEMETRY
+           if r.producer not in PRODUCERS or r.series not in PRODUCERS[r.producer]]
+    assert bad == [], f"report rows naming series no producer writes: {bad}"
+    assert {r.what for r in TELEMETRY} >= {"memory used", "KV cache usage"}
+
+
+def test_every_telemetry_row_of_a_sim_run_shows_the_stores_mean(recorded, dyno_home):
+    """The report of a sim run has every telemetry row — memory used (GiB) and KV cache
+    usage (%) among them — and each row's mean is the stored series' mean, converted,
+    within 1 %; every series the run stored is one its producer declares."""
+    from app.report import TELEMETRY, run_report
+    from app.telemetry.names import PRODUCERS, producer_of
+
+    rid = recorded[0]
+    with RunStore() as store:
+        samples = store.samples(rid)
+        page = run_report(store, rid)
+    undeclared = {(src, name) for _, src, name, _ in samples
+                  if name not in PRODUCERS.get(producer_of(src) or "", {})}
+    assert undeclared == set(), f"stored series no producer declares: {sorted(undeclared)}"
+    t = _Table("telemetry")
+    t.feed(page)
+    assert t.rows[0] == ["series", "source", "samples", "mean", "max"]
+    shown = {(r[0], r[1]): r for r in t.rows[1:]}
+    assert {r.what for r in TELEMETRY} == {what for what, _ in shown}, shown.keys()
+    for row in TELEMETRY:
+        sources = [src for what, src in shown if what == row.what]
+        assert sources and all(producer_of(src) == row.producer for src in sources), (row, sources)
+        for src in sources:
+            vals = [v for _, s_, name, v in samples if s_ == src and name == row.series and v is not None]
+            cells = shown[(row.what, src)]
+            assert int(cells[2]) == len(vals) > 0
+            mean = sum(vals) / len(vals) * row.scale
+            number, unit = cells[3].rsplit(" ", 1) if row.unit else (cells[3], "")
+            assert unit == row.unit
+            assert float(number) == pytest.approx(mean, rel=0.01, abs=1e-9), (row.what, src, cells, mean)
+    memory = [float(r[3].split()[0]) for (what, _), r in shown.items() if what == "memory used"]
+    assert all(1.0 < m < 24.0 for m in memory), memory  # GiB of a 24 GiB card, not bytes
+    kv = [float(r[4].split()[0]) for (what, _), r in shown.items() if what == "KV cache usage"]
+    assert kv and all(0.0 < m <= 100.0 for m in kv), kv  # a percentage, not a fraction
+
+
 def _level(idx, level, tps, ttft):
     return {"idx": idx, "level": level, "mode": "concurrency", "t_start": 10.0 * idx, "t_end": 10.0 * idx + 9,
             "window_start": 10.0 * idx, "window_end": 10.0 * idx + 8, "window_s": 8.0, "n_measured": 40, "n_ok": 40,

@@ -67,6 +67,20 @@ SERVER_BAD: dict[str, list[str]] = {
                              '{"method": "eagle", "num_speculative_tokens": 3}', "{not json", "[1]"],
 }
 
+#: the sim rig's options (app.profiles.model.SIM_RIG_OPTIONS), shared by serve, run and tune
+SIM_BAD: dict[str, list[str]] = {
+    "--sim-gpu": ["No Such GPU"],
+    "--sim-gpu-count": ["abc", "0", "-8", "65"],
+    "--sim-hosts": ["abc", "0", "-2"],
+    "--sim-link": ["eth0", "", "infiniband"],
+    "--sim-time-scale": ["abc", "0", "-1", "inf"],
+    "--sim-seed": ["abc", "-1", "1.5"],
+    "--sim-perturb": ["abc", "-1"],
+    "--sim-spec-acceptance": ["abc", "1.5", "-0.1", "nan"],
+    "--sim-cooling": ["arctic", "0.1", "9", "nan", ""],
+    "--sim-ambient-c": ["abc", "-5", "99", "nan", "inf"],
+}
+
 #: (subcommand, option) → bad values; positionals by their dest
 BAD: dict[tuple[str, str], list[str]] = {
     ("agent", "--gpus"): ["abc", "-1"],
@@ -100,12 +114,6 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("hosts plan", "--gpus-per-host"): ["abc", "0"],
     ("serve", "--startup-timeout"): ["-5", "0", "abc", "nan", "inf"],
     ("serve", "--grace"): ["-1", "0", "abc"],
-    ("serve", "--sim-gpu"): ["No Such GPU"],
-    ("serve", "--sim-gpu-count"): ["abc", "0", "-8"],
-    ("serve", "--sim-hosts"): ["abc", "0", "-2"],
-    ("serve", "--sim-link"): ["eth0", ""],
-    ("serve", "--sim-time-scale"): ["abc", "0", "-1", "inf"],
-    ("serve", "--sim-seed"): ["abc", "-1", "1.5"],
     ("serve", "--sim-engine-dies-at-request"): ["abc", "0"],
     ("serve", "--engine"): ["warp"],
     ("serve", "--python"): ["/nonexistent/python3"],
@@ -217,18 +225,8 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("profiles delete", "name"): ["no such profile", "CPU tiny model"],
     ("profiles save-run", "run_id"): ["abc", "0", "999"],
     ("profiles save-run", "--which"): ["worst"],
-    ("serve", "--sim-perturb"): ["abc", "-1"],
-    ("serve", "--sim-spec-acceptance"): ["abc", "1.5", "-0.1", "nan"],
-    ("tune", "--sim-spec-acceptance"): ["abc", "2"],
     ("tune", "profile"): ["no such profile", "/nonexistent/p.yaml"],
     ("tune", "--engine"): ["warp"],
-    ("tune", "--sim-gpu"): ["No Such GPU"],
-    ("tune", "--sim-gpu-count"): ["abc", "0"],
-    ("tune", "--sim-hosts"): ["abc", "0"],
-    ("tune", "--sim-link"): ["infiniband"],
-    ("tune", "--sim-time-scale"): ["abc", "0", "inf"],
-    ("tune", "--sim-seed"): ["abc", "-1"],
-    ("tune", "--sim-perturb"): ["abc", "-1"],
     ("tune", "--sim-engine-dies-at-request"): ["abc", "0"],
     ("tune", "--python"): ["/nonexistent/python3"],
     ("tune", "--startup-timeout"): ["-5", "0", "abc"],
@@ -264,6 +262,9 @@ BAD: dict[tuple[str, str], list[str]] = {
 }
 for cmd in ("serve", "plan", "run", "tune"):
     for opt, vals in SERVER_BAD.items():
+        BAD.setdefault((cmd, opt), vals)
+for cmd in ("serve", "run", "tune"):
+    for opt, vals in SIM_BAD.items():
         BAD.setdefault((cmd, opt), vals)
 
 #: vLLM's own lists, which change with its version (and the executor may be a class's

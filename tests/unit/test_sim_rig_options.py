@@ -127,3 +127,67 @@ def test_one_set_of_factors_for_every_configuration_of_the_rig():
     d = default_params(lookup_gpu("RTX 4090"), 8, 4)
     for params in (None, true_params(d, 9)):
         assert true_params_of(rig_plan(cfg, 8, params=params), seed) == true_params(d, seed)
+
+
+# ------------------------------------------------------------------ the rig's options, declared once
+HOT = ["--sim-cooling", "2", "--sim-ambient-c", "45"]
+
+
+def test_every_rig_option_is_the_sim_servers_and_travels_in_its_argv():
+    """SimRig's declaration (SIM_RIG_OPTIONS) is the sim server's options: each flag is one
+    of its parser's, and a rig's argv parses back to the rig's values there."""
+    from app.profiles.model import SIM_RIG_OPTIONS, SimRig
+    from app.sim.server import build_parser as sim_parser
+
+    flags = {s for act in sim_parser()._actions for s in act.option_strings}
+    assert {o.flag for o in SIM_RIG_OPTIONS.values()} <= flags
+    rig = SimRig(gpu="RTX 5090", count=4, hosts=2, link="ib-hdr200", time_scale=10, seed=3, perturb=7,
+                 spec_acceptance=0.6, cooling="poor", ambient_c=45)
+    a = sim_parser().parse_args(["--model", "m", *rig.argv()])
+    assert (a.sim_gpu, a.sim_gpu_count, a.sim_hosts, a.sim_link, a.sim_time_scale, a.sim_seed, a.sim_perturb,
+            a.sim_spec_acceptance, a.sim_cooling, a.sim_ambient_c) == (
+        "RTX 5090", 4, 2, "ib-hdr200", 10.0, 3, 7, 0.6, "poor", 45.0)
+    assert SimRig(cooling=2).cooling == "2" and SimRig(cooling="Poor").cooling == "poor"
+
+
+@pytest.mark.parametrize("block,words", [("cooling: arctic", "sim.cooling.*cooling preset"),
+                                         ("cooling: 0.1", "sim.cooling.*between 0.2 and 5"),
+                                         ("ambient_c: 99", "sim.ambient_c.*°C ≥ 0 and ≤ 60"),
+                                         ("ambient_c: hot", "sim.ambient_c.*not a temperature")])
+def test_a_profiles_bad_rig_value_is_named(block, words):
+    from app.profiles.io import ProfileError, parse_profile
+
+    with pytest.raises((ProfileError, ValueError), match=words):
+        parse_profile(f"name: t\nengine: sim\nserver: {{model: m}}\nsim: {{gpu: RTX 4090, count: 2, {block}}}\n")
+
+
+def test_every_front_end_takes_the_rigs_cooling_and_ambient(tmp_path, dyno_home, capsys):
+    """``serve --engine sim``, ``run`` (over a profile's sim: block), ``tune`` and a
+    profile's ``sim:`` block all reach the sim server with --sim-cooling and
+    --sim-ambient-c; ``run`` refuses them on a profile of another engine."""
+    from app.cli import build_parser
+    from app.cli.common import BadInput, profile_for_launch, sim_args_from
+    from app.cli.tune import spec_from_args
+    from app.profiles.io import parse_profile
+    from app.run.controller import LaunchTarget
+
+    p = build_parser()
+    a = p.parse_args(["serve", "--model", "m", "--engine", "sim", "--sim-gpu", "RTX 4090", *HOT])
+    assert sim_args_from(a) == ["--sim-gpu", "RTX 4090", *HOT[:3], "45.0"]
+    prof = parse_profile("name: t\nengine: sim\nserver: {model: m}\nsim: {gpu: RTX 4090, count: 2, cooling: 2, "
+                         "ambient_c: 45}\n")
+    assert LaunchTarget.from_profile(prof).sim_args[-4:] == [*HOT[:3], "45.0"]
+    f = tmp_path / "p.yaml"
+    f.write_text("name: t\nengine: sim\nserver: {model: Qwen/Qwen2.5-7B-Instruct}\nsim: {gpu: RTX 4090, count: 2, "
+                 "seed: 4}\n")
+    a = p.parse_args(["run", str(f), *HOT])
+    run_prof = profile_for_launch(a)[0]
+    assert (run_prof.sim.cooling, run_prof.sim.ambient_c, run_prof.sim.seed, run_prof.sim.count) == ("2", 45.0, 4, 2)
+    a = p.parse_args(["tune", str(f), *HOT, "--slo-ttft-p99", "2", "--dry-run"])
+    assert spec_from_args(a).sim_args[-4:] == [*HOT[:3], "45.0"]
+    a = p.parse_args(["tune", "--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "2", "--model",
+                      "Qwen/Qwen2.5-7B-Instruct", *HOT, "--slo-ttft-p99", "2"])
+    assert spec_from_args(a).sim_args[-4:] == [*HOT[:3], "45.0"]
+    f.write_text("name: v\nengine: vllm\nserver: {model: m}\n")
+    with pytest.raises(BadInput, match="--sim-cooling, --sim-ambient-c: options of the simulated rig"):
+        profile_for_launch(p.parse_args(["run", str(f), *HOT]))

@@ -20,7 +20,7 @@ from app.store import RunStore
 from app.tuner import model as rig_model
 from app.tuner.offline import OfflineRig
 from app.tuner.space import (MAX_UTILIZATION, TuneSpace, enumerate_candidates, recommended_max_num_seqs)
-from app.tuner.tune import CandidateResult, TuneAborted, Tuner, TuneSpec
+from app.tuner.tune import CandidateResult, Measurement, TuneAborted, Tuner, TuneSpec
 
 AWQ70 = "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"
 DEMO = ServerConfig(model=AWQ70, served_model_name="llama70", tensor_parallel_size=8, quantization="awq_marlin",
@@ -215,6 +215,43 @@ def test_an_interrupted_tune_resumes_where_it_stopped(tmp_path):
     assert any(c["key"] == first[0]["key"] and c["measured_users"] == first[0]["measured_users"]
                for c in res["candidates"])
     assert res["recommendation"] is not None
+
+
+class _HotAt:
+    """A true rig whose n-th launch hits the run controller's thermal stop."""
+
+    SENTENCE = "safety stop: GPU 3 reached 84 °C, within 3 °C of its slowdown temperature 87 °C"
+
+    def __init__(self, rig: OfflineRig, n: int) -> None:
+        self.rig, self.n = rig, n
+
+    def measure(self, cfg, ramp, record, check_abort):
+        if self.rig.launches + 1 == self.n:
+            self.rig.launches += 1
+            return Measurement(status="safety", error=self.SENTENCE, run_id=7, rig_seconds=30.0)
+        return self.rig.measure(cfg, ramp, record, check_abort)
+
+
+@pytest.mark.parametrize("hot_at", [1, 2])
+def test_a_thermal_stop_ends_the_tune_in_the_controllers_words(tmp_path, hot_at):
+    """A launch stopped for heat ends the tune: no further launch (no confirming one), the
+    controller's sentence is the tune's stop reason and the failed launch's error; what was
+    measured before stays, unconfirmed."""
+    spec = spec_of(SMALL, max_launches=4)
+    hot = _HotAt(OfflineRig(spec, 103), hot_at)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        t = Tuner(spec, store=store, rig=hot)
+        t.run()
+        res = t.result()
+        assert store.get_tune(t.tune_id)["status"] == "done"
+    assert res["stop_reason"] == res["safety_stop"] == _HotAt.SENTENCE
+    assert hot.rig.launches == res["launches"] == hot_at
+    assert res["launch_log"][-1]["status"] == "safety" and res["launch_log"][-1]["error"] == _HotAt.SENTENCE
+    if hot_at == 1:
+        assert res["recommendation"] is None
+    else:
+        rec = res["recommendation"]
+        assert rec is not None and not rec["verified"] and _HotAt.SENTENCE in rec["sentence"]
 
 
 def test_an_unreachable_slo_gives_no_recommendation(tmp_path):
