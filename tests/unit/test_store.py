@@ -243,36 +243,3 @@ def test_a_v3_store_gains_the_requests_turn_and_keeps_its_rows(tmp_path, monkeyp
         rows = history.requests_csv(s, rid).splitlines()
         assert rows[0].split(",")[-1] == "turn" and [r.split(",")[-1] for r in rows[1:]] == ["", "3", "0"]
     assert _user_version(p) == SCHEMA_VERSION == 4
-
-
-def test_a_multi_turn_runs_export_has_each_requests_turn(tmp_path, dyno_home, capsys):
-    """A multi-turn ramp through the run controller, recorded; ``runs export ID`` (JSON)
-    and ``--what requests`` (CSV) carry each request's turn of its conversation, as the
-    load generator sent them (``ramp --requests-csv`` has them too)."""
-    import csv
-    import io
-    import json
-
-    from app.cli import main
-    from app.config import ServerConfig
-    from app.loadgen.spec import RampSpec
-    from app.run.controller import LaunchTarget, RecordSpec, RunController
-    from tests.loadgen_server import Script, ScriptedServer
-
-    with RunStore() as store, ScriptedServer(Script(ttft=0.01, itl=0.002)) as srv:
-        ctl = RunController(store=store)
-        ctl.launch(LaunchTarget("attach", ServerConfig(model="m"), attach_url=srv.url, telemetry=False))
-        spec = RampSpec(url=srv.url, levels=[2], step_seconds=1.5, prompt_tokens=16, output_tokens=4,
-                        length_spread=0, multi_turn={"turns": 3})
-        out = ctl.ramp(spec, record=RecordSpec(name="conversations"), timeout=60)
-        ctl.close()
-        store.flush()
-    assert out.status == "done" and out.run_id is not None, out.stop_reason
-    sent = sorted((r.t_start, r.turn) for r in out.records)
-    assert {t for _, t in sent} == {1, 2, 3}
-    assert main(["runs", "export", str(out.run_id)]) == 0
-    exported = json.loads(capsys.readouterr().out)["requests"]
-    assert sorted((q["t_start"], q["turn"]) for q in exported) == sent
-    assert main(["runs", "export", str(out.run_id), "--format", "csv", "--what", "requests"]) == 0
-    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
-    assert sorted(int(r["turn"]) for r in rows) == sorted(t for _, t in sent)
