@@ -27,7 +27,7 @@ from app.profiles import ProfileLibrary, parse_profile
 from app.run.safety import thermal_stop_reason
 from app.store import RunStore
 from app.telemetry.series import Sample, SeriesBank
-from widgets.testing import gui_guard, main_window, pump  # noqa: F401  (fixtures)
+from tests.plugins.qt import pump
 
 ROOT = Path(__file__).resolve().parents[2]
 K = 20.0
