@@ -77,14 +77,17 @@ def test_dev_mode_server_resets_the_prefix_cache_before_each_level(vllm_server, 
     assert server_summary(res.steps) == []
 
 
-def test_a_server_without_dev_mode_says_the_cache_was_not_reset(vllm_variant_server, tmp_path):
-    """Without dev mode vLLM answers ``POST /reset_prefix_cache`` with 404: each level
-    records that it could not reset, and the summary names the variable that would."""
+def test_a_server_without_dev_mode_records_no_reset(vllm_variant_server, tmp_path):
+    """Without dev mode vLLM 0.32 answers ``POST /reset_prefix_cache`` with 404: each level
+    records that the cache was not reset (None). This server also runs without prefix
+    caching, so it counts no prefix-cache queries and the run's summary has nothing to
+    warn about (the "not reset" sentence needs a cache that was hit: tests/unit/
+    test_server_stats.py and the sim's tests/integration/test_gui_server_stats.py)."""
     assert "VLLM_SERVER_DEV_MODE" not in vllm_variant_server.config.env
     with RunStore() as store:
         res = _ramp(vllm_variant_server.url, store, _prompts(tmp_path))
     for st in res.steps:
         assert st.server is not None and st.server.prefix_cache_reset is None, st.server
         assert st.server.ttft_count > 0 and st.server.generation_tokens > 0
-    (msg,) = server_summary(res.steps)
-    assert "not reset" in msg and "VLLM_SERVER_DEV_MODE=1" in msg
+        assert not st.server.prefix_cache_queries, st.server
+    assert server_summary(res.steps) == []
