@@ -101,8 +101,11 @@ def test_port_dropped_with_warning_and_secrets_refused():
 
 
 # ---------------------------------------------------------------------- built-ins
-def test_builtins_pass_the_planner_for_their_own_hardware(lib):
+def test_builtins_pass_the_planner_for_their_own_hardware(lib, monkeypatch):
     from app.run.profile_run import plan_profile
+
+    # the CPU profile's model: the tiny Llama's config in tests/cases (no `make model` here)
+    monkeypatch.setenv("VLLM_DYNO_TINY_MODEL", str(ROOT / "tests" / "cases" / "tiny-llama"))
 
     entries = [e for e in lib.scan().entries if e.source == "builtin"]
     names = {e.name for e in entries}
@@ -121,9 +124,16 @@ def test_builtins_pass_the_planner_for_their_own_hardware(lib):
 
 
 def test_cpu_builtin_model_resolves_to_repo_or_user_path(lib, monkeypatch, tmp_path):
+    import app.profiles.model as profile_model
+
     p = lib.get("CPU tiny model")
-    monkeypatch.chdir(tmp_path)  # not the checkout: falls back to the repo root
-    assert resolve_model_path(p.model) == str(ROOT / "build" / "tiny-llama")
+    checkout = tmp_path / "checkout"  # a checkout whose `make model` has run
+    (checkout / "build" / "tiny-llama").mkdir(parents=True)
+    monkeypatch.setattr(profile_model, "repo_root", lambda: checkout)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # not the checkout: falls back to the checkout's root
+    assert resolve_model_path(p.model) == str(checkout / "build" / "tiny-llama")
     mine = tmp_path / "my-model"
     mine.mkdir()
     monkeypatch.setenv("VLLM_DYNO_TINY_MODEL", str(mine))
