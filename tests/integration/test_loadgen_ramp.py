@@ -34,6 +34,7 @@ def errors_ms(res, srv, ttft, itl):
             np.percentile(np.abs(i), 99) * 1e3, (np.median(t) - server_late) * 1e3, len(ok))
 
 
+@pytest.mark.serial  # judges the client's timing: alone
 def test_timing_accuracy_at_concurrency_1():
     """TTFT and ITL as the client measures them, against a server scripted to 100 ms / 20 ms:
     within 2 ms (medians). The TTFT bound is on the client's own share (measured minus the
@@ -51,6 +52,7 @@ def test_timing_accuracy_at_concurrency_1():
     assert tm >= 0 and abs(own) < 2.0 and abs(im) < 2.0
 
 
+@pytest.mark.serial  # judges the client's timing: alone
 def test_256_in_flight_and_timing_accuracy():
     """aiohttp's default pool (100) must not cap the level: exactly 256 streams at once.
 
