@@ -61,7 +61,7 @@ check: lint
 # + the integration tier (the sim, local processes, Qt offscreen, Xvfb, Chromium, the CPU
 # build's argument parser): the isolated tests on four workers (most of their time is
 # waiting on a sim or a window), then those marked serial (timing, many processes) alone
-test-fast: check test-system vllm model
+test-fast: check test-system vllm ray model
 	$(PYTEST) tests/integration -n 4 -m "not serial"
 	$(PYTEST) tests/integration -m serial
 

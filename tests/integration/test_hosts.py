@@ -17,7 +17,8 @@ from app.hosts.protocol import (PROTOCOL, ClockSample, ProtocolError, best_offse
                                 samples_from_wire, samples_to_wire)
 from app.hosts.spec import Host, hosts_from
 from app.telemetry.series import Sample, SeriesBank
-from tests.unit.test_hosts import ROOT, VLLM_PYTHON, all_gone, cli_main, four_cards, ray_interpreter_path, run_agent_cmd
+from tests.unit.test_hosts import (ROOT, SINCE, VLLM_PYTHON, all_gone, cli_main, four_cards, ray_interpreter_path,
+                                    run_agent_cmd)
 
 
 def test_local_agent_hello_clock_and_telemetry():
@@ -395,3 +396,19 @@ def test_cli_hosts_plan_ray_and_check_layout_errors():
     assert r.returncode == 2 and "a layout to check needs its model: add --model" in r.stderr
     r = cli_main("check", "dyno@10.255.255.1", "dyno@10.255.255.2", "--model", "/m", "--data-parallel-size", "3")
     assert r.returncode == 2 and "the layout does not fit: data_parallel_size 3 replicas cannot be spread" in r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(VLLM_PYTHON), reason="the CPU build of vLLM (.venv-vllm) is not installed")
+def test_every_option_of_the_table_is_in_the_installed_build():
+    """Each option of the table is an argument of the installed CPU build 0.32.0:
+    vllm/engine/arg_utils.py EngineArgs.add_cli_args, --headless in
+    vllm/entrypoints/launchers/cli_args.py, the serve subcommand in
+    vllm/entrypoints/cli/serve.py."""
+    import glob
+    (pkg,) = glob.glob(os.path.join(ROOT, ".venv-vllm", "lib", "python3*", "site-packages", "vllm"))
+    text = "".join(open(os.path.join(pkg, *p.split("/")), encoding="utf-8").read() for p in
+                   ("engine/arg_utils.py", "entrypoints/launchers/cli_args.py"))
+    for o in SINCE:
+        if o != "serve":
+            assert f'"--{o}"' in text, o
+    assert 'name = "serve"' in open(os.path.join(pkg, "entrypoints", "cli", "serve.py"), encoding="utf-8").read()
