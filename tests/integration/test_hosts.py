@@ -13,8 +13,7 @@ from app.config import ServerConfig
 from app.hosts.link import AgentLink, HostError
 from app.hosts.plan import launch_plan, mp_plan, ray_plan, render
 from app.hosts.rig import Rig
-from app.hosts.protocol import (PROTOCOL, ClockSample, ProtocolError, best_offset, clock_sample, decode, encode,
-                                samples_from_wire, samples_to_wire)
+from app.hosts.protocol import PROTOCOL
 from app.hosts.spec import Host, hosts_from
 from app.telemetry.series import Sample, SeriesBank
 from tests.unit.test_hosts import (ROOT, SINCE, VLLM_PYTHON, all_gone, cli_main, four_cards, ray_interpreter_path,

@@ -2,21 +2,7 @@
 from __future__ import annotations
 import signal
 import time
-from app.profiles import (
-    Profile,
-    ProfileError,
-    ProfileLibrary,
-    ProfileNotFound,
-    dump_profile,
-    import_command_line,
-    import_text,
-    import_vllm_config_yaml,
-    parse_profile,
-    read_profile,
-    resolve_model_path,
-    to_command_line,
-    to_vllm_config_yaml,
-)
+from app.profiles import parse_profile, read_profile
 from app.profiles.io import write_profile
 from tests.unit.test_profiles import GOOD, lib, saver_script  # noqa: F401  (lib: a fixture)
 

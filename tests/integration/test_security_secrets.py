@@ -4,7 +4,7 @@ import argparse
 import os
 import pytest
 from app.cli.common import apply_api_key_file
-from app.config import (REDACTED, ServerConfig, redact_argv, redact_secrets, redact_text, secret_option_of)
+from app.config import ServerConfig
 from app.loadgen.spec import RampSpec
 from app.run.controller import LaunchTarget, RecordSpec, RunController
 from app.store import RunStore
