@@ -42,13 +42,14 @@ __all__ = ["FORBIDDEN_SOURCES", "MEASURED_KEYS", "BENCH_OPTIONS", "RealRunError"
 #: where the library lives, relative to a checkout's root
 DEFAULT_FOLDER = Path("benchmarks") / "data" / "realgpu"
 
-#: the keys of ``vllm bench serve --save-result`` (vllm/benchmarks/serve.py, 0.10–0.32) that a
-#: point may publish: counts, ``duration`` (s), throughputs (requests/s, tokens/s); latencies
+#: the keys of ``vllm bench serve --save-result`` (vllm/benchmarks/serve.py, 0.10–0.32; before it
+#: benchmarks/benchmark_serving.py, whose ``input_throughput`` is kept) that a point may publish:
+#: counts, ``duration`` (s), throughputs (requests/s, tokens/s); latencies
 #: (ms) are matched by :data:`_LATENCY_KEY` (``mean_``/``median_``/``std_``/``pNN_`` of
 #: ttft, tpot, itl, e2el)
 MEASURED_KEYS = frozenset({
     "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
+    "request_throughput", "request_goodput", "input_throughput", "output_throughput", "total_token_throughput",
     "max_output_tokens_per_s", "max_concurrent_requests",
 })
 _LATENCY_KEY = re.compile(r"(mean|median|std|p\d{1,2}(\.\d+)?)_(ttft|tpot|itl|e2el)_ms")
@@ -178,7 +179,9 @@ def _option_names(v: dict[str, Any], what: str) -> dict[str, Any]:
 
 class Point(_Strict):
     """One published run: ``label`` (unique in the set), ``model``/``vllm_version`` when
-    they differ from the set's, ``serve``/``bench`` overrides of the set's options, and
+    they differ from the set's, ``serve``/``bench`` overrides of the set's options (``env``:
+    the server's environment variables, e.g. ``VLLM_ATTENTION_BACKEND``, where a choice has
+    no flag), and
     ``measured``: every figure published for it under ``vllm bench serve --save-result``'s
     keys (ms, s, requests/s, tokens/s), exactly as published."""
 
@@ -186,6 +189,7 @@ class Point(_Strict):
     model: str | None = None
     vllm_version: str | None = None
     serve: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
     bench: dict[str, Any] = Field(default_factory=dict)
     measured: dict[str, float]
     note: str = ""
@@ -257,6 +261,7 @@ class RealRunSet(_Strict):
     model: str = Field(min_length=1)
     vllm_version: str = Field(pattern=r"^\d+\.\d+(\.\d+)?([.+-]?[A-Za-z0-9.]+)?$")
     serve: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
     bench: dict[str, Any] = Field(default_factory=dict)
     assumed: list[Assumed] = Field(default_factory=list)
     points: list[Point] = Field(min_length=1)
@@ -298,6 +303,10 @@ class RealRunSet(_Strict):
     def serve_of(self, p: Point) -> dict[str, Any]:
         """``vllm serve`` options of point ``p``: the set's, then the point's."""
         return {**self.serve, **p.serve}
+
+    def env_of(self, p: Point) -> dict[str, str]:
+        """The server's environment variables for point ``p``: the set's, then the point's."""
+        return {**self.env, **p.env}
 
     def bench_of(self, p: Point) -> dict[str, Any]:
         """``vllm bench serve`` options of point ``p``: the set's, then the point's."""
