@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from app.cli.common import (
-    BadInput,
     add_workload_options,
     cards_from_args,
     workload_kw,
