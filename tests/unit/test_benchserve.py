@@ -307,3 +307,15 @@ def test_calibration_on_the_recorded_file(recorded):
         calibrate_on_results(p, [("open.json", {**recorded, "max_concurrency": None})])
     with pytest.raises(BenchInputError, match="--request-rate 4"):
         calibrate_on_results(p, [("rate.json", {**recorded, "request_rate": 4.0})])
+
+
+def test_a_summary_file_with_other_lengths_than_the_flags_is_noted(recorded):
+    """Without --save-detailed the file has only totals: lengths far from the flags'
+    are said (the flags describe another dataset), lengths that agree are not."""
+    from app.planner.benchserve import lengths_note
+
+    summary = {k: v for k, v in recorded.items() if k not in ("input_lens", "output_lens")}
+    assert lengths_note(summary, [(32, 32)] * 40) is None
+    note = lengths_note(summary, [(512, 128)] * 40)
+    assert "prompt 33 measured vs 512 predicted" in note and "output 32 measured vs 128" in note
+    assert lengths_note(recorded, [(512, 128)] * 40) is None  # its own lengths are used instead
