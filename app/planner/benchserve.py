@@ -759,7 +759,10 @@ def measured_level_of(result: dict[str, Any], name: str) -> tuple[MeasuredLevel,
         ot = round((result.get("total_output_tokens") or 0) / done)
     if pt < 1 or ot < 1:
         raise BenchInputError(f"{name}: no token counts (total_input_tokens, total_output_tokens)")
-    ms = lambda k: (result[k] / 1000.0) if isinstance(result.get(k), (int, float)) and result[k] > 0 else None  # noqa: E731
+    def ms(k: str) -> float | None:
+        v = result.get(k)
+        return v / 1000.0 if isinstance(v, (int, float)) and v > 0 else None
+
     users = min(mc, int(result.get("num_prompts") or mc))
     return MeasuredLevel(users, float(result["output_throughput"]), ms("mean_ttft_ms"), ms("mean_tpot_ms")), pt, ot
 

@@ -260,7 +260,8 @@ def test_the_recorded_run_predicted(recorded):
     one's range (the defaults were fitted on another ramp of this build)."""
     pred = _cpu_prediction(recorded)
     reqs = pred.requests
-    assert pred.metrics["completed"] == 40 and reqs.output_lens == [32] * 40 and reqs.input_lens == recorded["input_lens"]
+    assert pred.metrics["completed"] == 40 and reqs.output_lens == [32] * 40
+    assert reqs.input_lens == recorded["input_lens"]
     ends = sorted(s + lat for s, lat in zip(reqs.start_times, reqs.latencies))
     starts = sorted(reqs.start_times)
     assert starts[:4] == [0.0] * 4  # inf rate: the first four at once, the rest as slots free up
