@@ -106,8 +106,8 @@ def calibrate_bench_results(a: argparse.Namespace):
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.planner.benchserve import (BenchInputError, NotServable, bench_plan, calibrate_on_results,
                                         measured_level_of, read_result)
-    from app.planner.calibrate import hardware_fingerprint, save_calibration
-    from app.planner.versions import installed_version
+    from app.planner.calibrate import hardware_fingerprint, save_calibration  # deferred: as above
+    from app.planner.versions import installed_version  # deferred: as above
 
     if not a.model:
         raise BadInput("--bench-result needs the server it measured: --model M (and --gpu, --count and its "

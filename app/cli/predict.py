@@ -105,12 +105,12 @@ def render(pred, measured: dict[str, Any] | None = None, compare_name: str | Non
 def cmd_predict(a: argparse.Namespace) -> int:
     # deferred: only this command needs them (vllm-dyno starts light)
     from pydantic import ValidationError
-
+    # deferred: only this command needs them, as above
     from app.planner.benchserve import (BENCH_OPTIONS, BenchInputError, NotServable, bench_args_from,
                                         bench_prediction, check_traffic, compare_rows, lengths_note, read_result,
                                         result_lengths)
-    from app.planner.models import ModelNotFoundError
-    from app.planner.versions import installed_version
+    from app.planner.models import ModelNotFoundError  # deferred: as above
+    from app.planner.versions import installed_version  # deferred: as above
 
     try:
         bench = bench_args_from(a)

@@ -625,7 +625,7 @@ def predict_bench(model: str, gpu: str | Sequence[str], count: int | None, vllm_
     ``vllm_version`` (None: the newest the planner knows). ``kw``: those of
     :func:`bench_prediction`. Raises BenchInputError, ValueError for unknown cards or
     models."""
-    from app.planner.cards import cards_for
+    from app.planner.cards import cards_for  # deferred: it loads the NVML reader, only this entry needs it
 
     if isinstance(serve, ServerConfig):
         config = serve.model_copy(update={"model": model})
