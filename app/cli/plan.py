@@ -24,6 +24,7 @@ from app.cli.common import (
     spec_acceptance,
     vllm_version,
 )
+from app.engines import Engine
 
 
 def _counts(text: str) -> list[int]:
@@ -135,7 +136,7 @@ def _cards(a: argparse.Namespace, world: int):
 
     count = a.count[0] if a.count else None
     try:
-        return cards_for(engine="vllm", gpu=a.gpu or None, count=(count or world) if len(a.gpu) == 1 else None,
+        return cards_for(engine=Engine.VLLM, gpu=a.gpu or None, count=(count or world) if len(a.gpu) == 1 else None,
                          busy_gib=a.busy_gib)
     except NoGpuFound as e:
         raise BadInput(f"{e}: name the cards with --gpu \"RTX 4090\" --count 4") from None

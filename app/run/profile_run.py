@@ -86,7 +86,7 @@ def plan_profile(profile: Profile, vllm_version: str | None = None):
     (:meth:`HardwareFingerprint.rig_layout`)."""
 
     hw = profile.hardware
-    if profile.engine == "sim" and profile.sim is not None:
+    if profile.engine.simulated and profile.sim is not None:
         hw = HardwareFingerprint(gpu=profile.sim.gpu, count=profile.sim.count, hosts=profile.sim.hosts,
                                  link=profile.sim.link)
     if hw is None:
@@ -313,7 +313,7 @@ class ProfileRun:
 
     def _launch_and_ramp(self, target: LaunchTarget, res: RunResult) -> None:
         ctl, prof = self.controller, self.profile
-        if target.engine != "attach":
+        if target.engine.launches:
             self._set_phase(Phase.LAUNCHING)
         try:
             ctl.launch(target, check_leftovers=False)

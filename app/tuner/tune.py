@@ -43,9 +43,10 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import ServerConfig
+from app.engines import TUNABLE, CardSamples, Engine, names
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
@@ -80,8 +81,8 @@ TUNE_RESOLUTION = 0.05
 
 
 class TuneSpec(BaseModel):
-    """What to tune. ``engine`` ``vllm`` (this machine's cards or the CPU build) or
-    ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
+    """What to tune. ``engine`` a tunable :class:`app.engines.Engine`: ``vllm`` (this
+    machine's cards or the CPU build) or ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
     profile's); ``hardware`` the cards (the planner's view of them); the workload
     (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
     ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
@@ -97,7 +98,7 @@ class TuneSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = ""
-    engine: Literal["vllm", "sim"] = "sim"
+    engine: Engine = Engine.SIM
     config: ServerConfig
     sim_args: list[str] = Field(default_factory=list)
     hardware: HardwareFingerprint
@@ -124,6 +125,14 @@ class TuneSpec(BaseModel):
     grace: Optional[float] = Field(None, gt=0)
     hosts: list[Host] = Field(default_factory=list)
     ray_address: Optional[str] = None
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, v: Any) -> Engine:
+        e = Engine.parse(v)
+        if e is None or not e.spec.tunable:
+            raise ValueError(f"engine {v!r}: a tune launches its servers on {names(TUNABLE)}")
+        return e
 
     @property
     def multi_host(self) -> bool:
@@ -306,7 +315,8 @@ class ControllerRig:
         t0 = time.monotonic()
         try:
             target = LaunchTarget(engine=s.engine, config=cfg, sim_args=list(s.sim_args), python=s.python,
-                                  use_nvml=s.engine == "vllm" and not s.hardware.is_cpu and not s.multi_host,
+                                  use_nvml=s.engine.spec.card_samples is CardSamples.NVML and not s.hardware.is_cpu
+                                  and not s.multi_host,
                                   startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
                                   hosts=list(s.hosts), ssh=self.ssh, ray_address=s.ray_address)
             try:
@@ -447,7 +457,7 @@ class Tuner:
     # ------------------------------------------------------------------ steps
     def _default_name(self) -> str:
         hw = self.spec.hardware
-        return f"tune {self.spec.config.model} on {hw.cards_text()}{' (sim)' if self.spec.engine == 'sim' else ''}"
+        return f"tune {self.spec.config.model} on {hw.cards_text()}{' (sim)' if self.spec.engine.simulated else ''}"
 
     def _save(self, message: str, status: str | None = None) -> None:
         self.state.wall_seconds = self._wall_before + (self._clock() - self._t0)
