@@ -134,6 +134,8 @@ class Engine(StrEnum):
     @classmethod
     def parse(cls, value: object) -> Engine | None:
         """``value`` as an engine; None when it names none (a store row of another version)."""
+        if not isinstance(value, str):
+            return None
         try:
             return cls(value)
         except ValueError:

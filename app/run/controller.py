@@ -40,6 +40,7 @@ GUI thread; :meth:`start_ramp` and :meth:`abort_ramp` return at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import threading
@@ -55,11 +56,11 @@ from app.hosts.link import HostError, SshOptions
 from app.hosts.plan import RAY_STARTED, HostCommand, PlanError, launch_plan
 from app.hosts.rig import Rig
 from app.hosts.spec import Host
-from app.loadgen.generator import LoadGenerator
+from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.live import ClientSeries
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.server_stats import with_notes
-from app.loadgen.spec import spec_to_wall
+from app.loadgen.spec import RampSpec, spec_to_wall
 from app.loadgen.capacity import Capacity, capacity_of
 from app.loadgen.spec import CapacitySearch
 from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_stop_reason, to_rig_time
@@ -76,8 +77,10 @@ from app.settings import SafetyLimits, load_settings
 from app.server import procs
 from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
-from app.server.supervisor import Supervisor, health_status
+from app.server.supervisor import StateChange, Supervisor, health_status
+from app.store import RunStore
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
+from app.telemetry.gpu_source import GpuSource
 from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.hub import Telemetry
 from app.telemetry.nvml_source import NvmlSource
@@ -212,7 +215,7 @@ class RampOutcome:
 class _Ramp:
     """A running ramp."""
 
-    def __init__(self, spec: Any, record: RecordSpec | None, safety: SafetyLimits | None) -> None:
+    def __init__(self, spec: RampSpec, record: RecordSpec | None, safety: SafetyLimits | None) -> None:
         self.spec = spec
         self.record = record
         self.safety = safety
@@ -284,16 +287,14 @@ class RunController:
 
     # ------------------------------------------------------------------ store
     @property
-    def store(self):
+    def store(self) -> RunStore:
         """The run store (opened on first use)."""
         with self._lock:
             if self._store is None:
                 if callable(self._store_src):
                     self._store = self._store_src()
                 else:
-                    from app.store import RunStore  # opened lazily: the GUI starts without a database
-
-                    self._store = RunStore()
+                    self._store = RunStore()  # opened lazily: the GUI starts without a database
             return self._store
 
     def close(self) -> list[int]:
@@ -374,7 +375,7 @@ class RunController:
         return r is not None and not r.done.is_set()
 
     @property
-    def ramp_spec(self) -> Any:
+    def ramp_spec(self) -> RampSpec | None:
         r = self._ramp
         return r.spec if r is not None else None
 
@@ -459,7 +460,7 @@ class RunController:
             sup = Supervisor(target.config, engine=target.engine, python=target.python, sim_args=target.sim_args,
                              startup_timeout=target.startup_timeout, grace=grace, clock=self.clock)
             sup.on_line(self._line)
-            sup.on_state(lambda ch, sup=sup: self._on_server_state(sup, ch))
+            sup.on_state(functools.partial(self._on_server_state, sup))
             self.supervisor = sup
             sup.start()  # raises LaunchError for bad input, before starting anything
         except Exception as e:
@@ -527,9 +528,8 @@ class RunController:
             tag = f"[{h} ray]" if ray else f"[{h}]"
             if ray:
                 started[h] = threading.Event()
-            link.on_log(lambda stream, text, t, tag=tag, ev=started.get(h) if ray else None:
-                        self._rig_line(tag, stream, text, t, ev), part=cmd.part)
-            link.on_state(lambda st, h=h, role=cmd.role: self._on_host_state(h, role, st), part=cmd.part)
+            link.on_log(functools.partial(self._rig_line, tag, started=started.get(h) if ray else None), part=cmd.part)
+            link.on_state(functools.partial(self._on_host_state, h, cmd.role), part=cmd.part)
             try:  # the CPU build's working defaults: each agent for its own host (its interpreter, cores)
                 launched = rig.call(link.launch(cmd.config, engine=Engine.RAY if ray else target.engine,
                                                 sim_args=list(cmd.args) if ray else target.sim_args, part=cmd.part,
@@ -640,7 +640,8 @@ class RunController:
 
     def _close_rig(self, timeout: float = 60.0) -> list[int]:
         """End every host's server part and close the agents (idempotent); leftovers."""
-        rig, left = self.rig, []
+        rig = self.rig
+        left: list[int] = []
         if rig is None:
             return left
         self._rig_stopping = True
@@ -762,7 +763,7 @@ class RunController:
         f = sup.parser.facts
         return progress(f.phase, dict(f.phase_times), sup.started_t, self.clock.now(), self.launch_expected)
 
-    def _on_server_state(self, sup: Supervisor, ch) -> None:
+    def _on_server_state(self, sup: Supervisor, ch: StateChange) -> None:
         """Supervisor thread: follow the server's states."""
         if sup is not self.supervisor:
             return  # a stale supervisor's late news
@@ -872,7 +873,7 @@ class RunController:
         if t is None or not t.telemetry:
             return
         cpu_build = sup is not None and sup.interpreter is not None and sup.interpreter.is_cpu_build
-        gpu_source = None
+        gpu_source: GpuSource | None = None
         try:
             if t.engine.resolved(bool(self.sim_info)).spec.card_samples is CardSamples.SIM_HTTP:
                 if at_ready and self.url:
@@ -922,7 +923,7 @@ class RunController:
         rec = self.run
         return rec if rec is not None and rec.open else None
 
-    def _new_recorder(self, record: RecordSpec, spec: Any = None) -> RunRecorder:
+    def _new_recorder(self, record: RecordSpec, spec: RampSpec | dict[str, Any] | None = None) -> RunRecorder:
         prof = record.profile
         t = self.target
         engine = prof.engine if prof is not None else (Engine.SIM if self.sim_info else
@@ -977,10 +978,11 @@ class RunController:
         return rig_hardware(engine, rig.hosts, [hellos.get(h.label()) or {} for h in rig.hosts], info=self.sim_info,
                             vllm_version=version)
 
-    def open_run(self, record: RecordSpec) -> int:
+    def open_run(self, record: RecordSpec) -> int | None:
         """Open a run that spans the launch (``vllm-dyno run``): a failed launch is
         recorded in it; the next ramp records into it and leaves it open; close it with
-        :meth:`close_run`. Returns the run id."""
+        :meth:`close_run`. Returns the run id (None while the store refuses the run: it is
+        kept in memory, :attr:`RunRecorder.problem`)."""
         spec = record.profile.ramp.model_dump(mode="json") if record.profile is not None else None
         self.run = self._new_recorder(record, spec)
         if self.ready:
@@ -1008,7 +1010,7 @@ class RunController:
         return closed
 
     # ------------------------------------------------------------------ ramps
-    def start_ramp(self, spec: Any, *, record: RecordSpec | None = None,
+    def start_ramp(self, spec: RampSpec, *, record: RecordSpec | None = None,
                    safety: SafetyLimits | NoSafety | None = None) -> None:
         """Start a ramp against the ready server and return at once. ``spec``: a
         :class:`app.loadgen.spec.RampSpec` in rig seconds (its ``url`` this server's);
@@ -1020,7 +1022,8 @@ class RunController:
         failure-rate limit). Progress through the listener; the end through
         ``on_ramp_done`` and :meth:`wait_ramp`."""
 
-        if self.target is not None and self.target.engine.spec.may_be_sim and not self.sim_info:
+        if self.target is not None and self.target.engine.spec.may_be_sim and not self.sim_info \
+                and self.url is not None:
             # attached while the server was still starting (/sim/info did not answer then): a sim
             # found only now must not be measured at k = 1 (every rig figure, and its server
             # figures against the client's, would be off by k)
@@ -1047,7 +1050,7 @@ class RunController:
         r.thread = threading.Thread(target=self._ramp_main, args=(r,), name="ramp", daemon=True)
         r.thread.start()
 
-    def ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: SafetyLimits | NoSafety | None = None,
+    def ramp(self, spec: RampSpec, *, record: RecordSpec | None = None, safety: SafetyLimits | NoSafety | None = None,
              timeout: float | None = None) -> RampOutcome:
         """Run a ramp to its end (blocking) and return its outcome; on ``timeout`` (s) it
         is aborted and what it completed is returned. ``safety``: as :meth:`start_ramp`."""
@@ -1186,7 +1189,7 @@ class RunController:
         if self.failure is not None and r.gen is not None:
             r.gen.abort()
 
-    def _ended_by_server(self, r: _Ramp, res, status: str) -> bool:
+    def _ended_by_server(self, r: _Ramp, res: RampResult, status: str) -> bool:
         """Whether a ramp's end may be the server's doing: it failed, or stopped on a
         failure-rate or generator error — not an abort asked for by the user, and not a
         pre-flight failure with no request sent (an unreachable URL is not a death)."""
@@ -1196,7 +1199,7 @@ class RunController:
             return False
         return bool(res.records)
 
-    def _outcome(self, r: _Ramp, res, k: float) -> RampOutcome:
+    def _outcome(self, r: _Ramp, res: RampResult, k: float) -> RampOutcome:
         """The generator's result → the ramp's outcome in rig seconds."""
         with r.lock:
             steps = list(r.steps)
@@ -1256,7 +1259,8 @@ class RunController:
         (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
         prices = load_settings().pricing
         plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)
-        model = model_label(t.config.model) if config is not None else (self.api_model or served or "the model")
+        model = (model_label(t.config.model) if t is not None and config is not None
+                 else (self.api_model or served or "the model"))
         verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
                                 j_per_token=jpt, pricing=prices, plan=plan,
                                 mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())

@@ -17,9 +17,10 @@ import urllib.request
 from typing import Any
 
 from app.engines import Cards, Engine
-from app.hosts.spec import rig_link
+from app.hosts.spec import Host, rig_link
 from app.planner.cards import host_memory_gib
-from app.profiles.model import HardwareFingerprint
+from app.profiles.model import HardwareFingerprint, SimRig
+from app.server.supervisor import Supervisor
 from app.telemetry.nvml import read_cards
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def time_scale_of(info: dict[str, Any]) -> float:
     return k if k > 0 else 1.0
 
 
-def sim_hardware(rig: Any, info: dict[str, Any] | None = None) -> HardwareFingerprint:
+def sim_hardware(rig: SimRig | None, info: dict[str, Any] | None = None) -> HardwareFingerprint:
     """The fingerprint of a simulated rig: ``rig`` (a profile's ``SimRig`` with ``gpu``,
     ``count``, ``hosts``, ``link``) when given, else the rig its ``/sim/info`` mapping
     ``info`` names (``gpu``, ``gpu_count``, ``hosts``, ``link``; a run of ``vllm-dyno
@@ -73,7 +74,8 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
             if cards.names:
                 uniq = list(dict.fromkeys(cards.names))
                 ccs = [c.compute_capability for c in cards.cards]
-                cc = None if None in ccs else min(a + b / 10 for a, b in ccs)
+                known = [c for c in ccs if c is not None]
+                cc = None if len(known) < len(ccs) else min(a + b / 10 for a, b in known)
                 return HardwareFingerprint(gpu=" + ".join(uniq), count=len(cards.names),
                                            memory_gib=round(min(cards.memory_gib), 2), compute_capability=cc,
                                            driver=cards.driver, vllm_version=vllm_version, recorded_at=time.time())
@@ -83,8 +85,8 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
                                vllm_version=vllm_version, recorded_at=time.time())
 
 
-def rig_hardware(engine: Engine | str, hosts: list[Any], hellos: list[dict[str, Any]], *, info: dict[str, Any] | None = None,
-                 vllm_version: str | None = None) -> HardwareFingerprint:
+def rig_hardware(engine: Engine | str, hosts: list[Host], hellos: list[dict[str, Any]], *,
+                 info: dict[str, Any] | None = None, vllm_version: str | None = None) -> HardwareFingerprint:
     """The fingerprint of a rig of several hosts (issue 21), the same type as one
     machine's so that History, Compare, calibrate and the what-if read it alike: ``hosts``
     the rig's :class:`app.hosts.spec.Host` list, ``hellos`` each host's agent ``hello`` in
@@ -132,8 +134,8 @@ def rig_hardware(engine: Engine | str, hosts: list[Any], hellos: list[dict[str, 
                                recorded_at=time.time(), hosts=n, link=link)
 
 
-def hardware_for(engine: Engine | str, *, rig: Any = None, supervisor=None, info: dict[str, Any] | None = None,
-                 gpus: list[int] | None = None) -> HardwareFingerprint | None:
+def hardware_for(engine: Engine | str, *, rig: SimRig | None = None, supervisor: Supervisor | None = None,
+                 info: dict[str, Any] | None = None, gpus: list[int] | None = None) -> HardwareFingerprint | None:
     """The fingerprint of a run, by the engine's cards (``Engine.spec.cards``): the rig for
     a simulated one, ``sim`` (``rig`` or the ``/sim/info`` mapping ``info``); this
     machine's cards (NVML) or ``CPU`` for the machine's, ``vllm`` (version and CPU build

@@ -25,7 +25,7 @@ import functools
 import math
 import shlex
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
@@ -40,6 +40,9 @@ from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.tuner.space import TuneSpace
 from app.tuner.tune import TuneSpec
+
+if TYPE_CHECKING:  # the library only for the save (deferred there)
+    from app.profiles import ProfileLibrary
 
 #: what a workload is when neither the user nor a profile's ramp says (tokens)
 DEFAULT_PROMPT_TOKENS = 512
@@ -153,6 +156,7 @@ def target_of(start: TuneStart) -> tuple[list[str], HardwareFingerprint, str | N
     engine vllm: :func:`local_target`, or over hosts :func:`rig_target`). Raises
     ValueError in words."""
     hosts = list(start.hosts) if len(start.hosts) >= 2 else None
+    version: str | None
     if not start.engine.spec.tunable:
         raise ValueError(f"engine {start.engine}: a tune launches its servers ({' or '.join(TUNABLE)}), it cannot "
                          "attach")
@@ -582,15 +586,16 @@ def export_config(path: str, server: dict[str, Any]) -> None:
     write_atomic(path, vllm_config_yaml(server))
 
 
-def tune_ramp_fields(spec: Any) -> dict[str, Any]:
+def tune_ramp_fields(spec: TuneSpec) -> dict[str, Any]:
     """What a tune (a :class:`app.tuner.tune.TuneSpec`) judged its candidates on, as
     RampSpec fields: the SLO and the request shape."""
     return {"slo": spec.slo.model_dump(exclude_none=True), "prompt_tokens": spec.prompt_tokens,
             "output_tokens": spec.output_tokens, "length_spread": spec.length_spread}
 
 
-def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None, engine: Engine | str = Engine.VLLM,
-                    library: Any = None, ramp: dict[str, Any] | None = None) -> str:
+def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None,
+                    engine: Engine | str = Engine.VLLM, library: ProfileLibrary | None = None,
+                    ramp: dict[str, Any] | None = None) -> str:
     """Save the recommendation as the user profile ``name``: ``base``'s engine, rig, ramp
     and env (the profile the tune started from) with the recommended server options —
     its recorded results dropped (they were measured with other flags); without a base,
