@@ -64,16 +64,18 @@ check: lint  # 1.7 min
 # build's argument parser): the isolated tests on four workers (most of their time is
 # waiting on a sim or a window), then those marked serial (timing, many processes) alone
 test-fast: check test-system vllm ray model  # + 12.5 min
-	$(PYTEST) tests/integration -n 4 -m "not serial"
+	$(PYTEST) tests/integration -n 4 --dist worksteal -m "not serial"
 	$(PYTEST) tests/integration -m serial
 
 # the real CPU build of vLLM (tiny model), one launch per configuration
 e2e: test-deps vllm model  # 13.2 min
 	$(PYTEST) tests/e2e
 
-# two hosts as network namespaces (root; skipped otherwise), Ray's cluster
+# two hosts as network namespaces (root; skipped otherwise), Ray's cluster: three xdist
+# workers, each with a bed of its own (tests/multinode/conftest.py) — the tier waits on
+# SSH keepalives, agents and ramps far more than it computes (2.7 of 9.5 min on one worker)
 multinode: test-deps test-system vllm ray model  # 9.3 min
-	$(PYTEST) tests/multinode
+	$(PYTEST) tests/multinode -n 3 --dist worksteal
 
 # everything: what .ci/run calls
 test: test-fast e2e multinode  # 37.3 min from a fresh clone, setup included

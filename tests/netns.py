@@ -1,6 +1,7 @@
 """The multi-host test bed on one machine (issue 21): each "host" is a network namespace
 with a veth pair to a bridge in the root namespace (private addresses 10.77.N.0/24, N
-from this process's pid so that two runs do not meet), and an SSH server in it
+a subnet no other bed on this machine holds, chosen under a lock so that beds made at
+once — the multinode tier's xdist workers, two runs — do not meet), and an SSH server in it
 (tests/ssh_server.py: asyncssh's server, a generated host key, one authorized client
 key). The test process reaches the hosts at their addresses through the bridge; the
 hosts reach each other on it too.
@@ -11,7 +12,9 @@ and is safe to call after a partial setup or a failed test.
 """
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import itertools
 import os
 import signal
 import subprocess
@@ -23,6 +26,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SSH_PORT = 2222
+#: the beds this process made: with the pid, a tag no other bed's names share
+_BEDS = itertools.count()
+#: held while a bed picks its subnet and adds its bridge (beds made at once by xdist workers)
+LOCK = Path(tempfile.gettempdir()) / "dyno-netns-bed.lock"
+
+
+def _free_subnet(start: int) -> int:
+    """The first N from ``start`` (wrapping in 20…219) with no address 10.77.N.x on any
+    link of the root namespace."""
+    used = _ip("-o", "addr", "show").stdout
+    for k in range(200):
+        n = 20 + (start - 20 + k) % 200
+        if f" 10.77.{n}." not in used:
+            return n
+    raise RuntimeError("no free 10.77.N.0/24 subnet for a test bed: 200 beds are up (ip -o addr show)")
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -106,13 +124,16 @@ class Bed:
         # deferred: the bed's keys need asyncssh, which unavailable() checked first
         import asyncssh
 
-        tag = os.getpid() % 10000
-        bed = cls(tag=tag, subnet=20 + os.getpid() % 200, tmp=Path(tempfile.mkdtemp(prefix="dyno-bed-")))
+        tag = (os.getpid() * 8 + next(_BEDS)) % 100000
+        bed = cls(tag=tag, subnet=0, tmp=Path(tempfile.mkdtemp(prefix="dyno-bed-")))
         try:
+            with open(LOCK, "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                bed.subnet = _free_subnet(20 + os.getpid() % 200)
+                bed.bridge = f"dyb{tag}"
+                _ip("link", "add", bed.bridge, "type", "bridge")
+                _ip("addr", "add", f"10.77.{bed.subnet}.1/24", "dev", bed.bridge)
             bed._keys(asyncssh, n)
-            bed.bridge = f"dyb{tag}"
-            _ip("link", "add", bed.bridge, "type", "bridge")
-            _ip("addr", "add", f"10.77.{bed.subnet}.1/24", "dev", bed.bridge)
             _ip("link", "set", bed.bridge, "up")
             for i in range(n):
                 bed._add_host(i)

@@ -1,7 +1,7 @@
 """``vllm-dyno``: with no subcommand it opens the GUI; headless subcommands otherwise.
 
 The one composition root: it imports ``widgets`` lazily, only for the GUI. Each
-command family is one module of this package (``serve``, ``plan``, ``calibrate``,
+command family is one module of this package (``serve``, ``plan``, ``predict``, ``calibrate``,
 ``ramp``, ``telemetry``, ``runs``, ``compare``, ``profiles``, ``tune``, ``agent``) with a
 ``register(subparsers)`` function; the package is the top layer of ``app`` (see the
 import-linter contracts in pyproject.toml) and its modules do not import each other
@@ -20,6 +20,7 @@ from app import __version__
 COMMAND_MODULES = [
     "app.cli.serve",
     "app.cli.plan",
+    "app.cli.predict",
     "app.cli.calibrate",
     "app.cli.ramp",
     "app.cli.telemetry",

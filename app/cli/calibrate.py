@@ -1,4 +1,5 @@
-"""``vllm-dyno calibrate RUN_ID``: fit the performance model to a recorded real run.
+"""``vllm-dyno calibrate RUN_ID`` or ``--bench-result FILE``: fit the performance model
+to a recorded real run, or to ``vllm bench serve`` result files.
 
 The run's levels (closed-loop concurrency, rig seconds) and its request shape are read
 from the run store; the model's parameters (η_mem, η_c, t_cpu, per-sequence and
@@ -6,8 +7,16 @@ per-request overheads — :data:`app.planner.calibrate.FIT_DEFAULT`) are fitted 
 output tokens/s and mean TTFT and saved under the run's hardware fingerprint
 (``calibration/`` in the data directory). From then on the planner predicts with them
 for those cards, and a sim started with ``--sim-calibrated`` on the same cards steps
-with them. Exit status: 0 saved (or shown with ``--dry-run``), 2 the run cannot be
-used (with the reason).
+with them.
+
+``--bench-result FILE`` (repeatable) takes ``vllm bench serve --save-result`` files
+instead, measured on the user's rig without vllm-dyno: each closed-loop run
+(``--max-concurrency N``, ``--request-rate inf``) is one level of N users; the cards and
+the ``vllm serve`` options are given as ``vllm-dyno predict`` takes them (``--model``,
+``--gpu``, ``--count``, the server's options), and the fit is saved under those cards'
+fingerprint (:func:`app.planner.benchserve.calibrate_on_results`). Exit status: 0 saved
+(or shown with ``--dry-run``), 1 the fit could not be saved or vLLM would not serve the
+configuration, 2 the run or file cannot be used (with the reason).
 """
 from __future__ import annotations
 
@@ -15,7 +24,8 @@ import argparse
 import sys
 from typing import Any
 
-from app.cli.common import run_number
+from app.cli.common import BadInput, cards_from_args, config_from_args, executable, input_file, positive_int, \
+    run_number, vllm_version
 from app.engines import Engine
 
 
@@ -90,13 +100,60 @@ def calibrate_run(store, run_id: int, dry_run: bool = False):
     return fp, fitted, before, after, path
 
 
+def calibrate_bench_results(a: argparse.Namespace):
+    """Fit to ``a.bench_result``'s files on the cards and options of ``a`` and (unless
+    ``--dry-run``) save: ``(fingerprint, params, before, after, path)`` as
+    :func:`calibrate_run`. Raises CalibrationInputError for a file that cannot be used,
+    app.planner.benchserve.NotServable for a configuration vLLM would refuse."""
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from app.planner.benchserve import (BenchInputError, NotServable, bench_plan, calibrate_on_results,
+                                        measured_level_of, read_result)
+    from app.planner.calibrate import hardware_fingerprint, save_calibration
+    from app.planner.versions import installed_version
+
+    if not a.model:
+        raise BadInput("--bench-result needs the server it measured: --model M (and --gpu, --count and its "
+                       "vllm serve options, as vllm-dyno predict takes them)")
+    try:
+        results = [(f, read_result(f)) for f in a.bench_result]
+        shapes = [measured_level_of(r, f)[1:] for f, r in results]
+    except BenchInputError as e:
+        raise CalibrationInputError(str(e)) from None
+    cfg = config_from_args(a)
+    cards = cards_from_args(a.gpu, a.count, cfg.world_size)
+    try:
+        p = bench_plan(cfg, cards, shapes, a.vllm_version or installed_version(a.python), use_calibration=False)
+        cal = calibrate_on_results(p, results)
+    except NotServable:
+        raise
+    except BenchInputError as e:
+        raise CalibrationInputError(str(e)) from None
+    fp = hardware_fingerprint(p.cards)
+    path = None if a.dry_run else save_calibration(fp, cal.params, cal.info)
+    return fp, cal.params, cal.before, cal.after, path
+
+
 def cmd_calibrate(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
+    from app.planner.benchserve import NotServable
     from app.store import RunStore
 
+    if (a.run_id is None) == (not a.bench_result):
+        raise BadInput("give a run id (vllm-dyno runs list) or --bench-result FILE (vllm bench serve "
+                       "--save-result), not both" if a.bench_result else
+                       "give a run id (vllm-dyno runs list) or --bench-result FILE (vllm bench serve --save-result)")
+    if a.run_id is not None and (a.model or a.gpu):
+        raise BadInput("a run is calibrated on its own model and cards: drop --model/--gpu (they go with "
+                       "--bench-result)")
     try:
-        with RunStore() as store:
-            fp, params, before, after, path = calibrate_run(store, a.run_id, a.dry_run)
+        if a.bench_result:
+            fp, params, before, after, path = calibrate_bench_results(a)
+        else:
+            with RunStore() as store:
+                fp, params, before, after, path = calibrate_run(store, a.run_id, a.dry_run)
+    except NotServable as e:
+        print(f"vllm-dyno calibrate: {e}", file=sys.stderr)
+        return 1
     except (CalibrationInputError, LookupError, ValueError) as e:
         print(f"vllm-dyno calibrate: {e}", file=sys.stderr)
         return 2
@@ -115,12 +172,27 @@ def cmd_calibrate(a: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("calibrate", help="fit the performance model to a recorded run of real cards",
+    # deferred: only this command needs it (vllm-dyno starts light)
+    from app.config import add_server_options
+
+    p = sub.add_parser("calibrate", help="fit the performance model to a recorded run or vllm bench serve results",
                        description="Fit the performance model (η_mem, η_c, CPU time per step and per "
-                                   "request) to the levels of a recorded run of real cards, show the error "
-                                   "per level before and after, and save the fit for these cards: the "
-                                   "planner, the predicted curves and `serve --engine sim --sim-calibrated` "
-                                   "use it from then on.")
-    p.add_argument("run_id", type=run_number, help="a run id (vllm-dyno runs list)")
+                                   "request) to the levels of a recorded run of real cards — or to `vllm bench "
+                                   "serve --save-result` files (--bench-result) with the server's --model, "
+                                   "--gpu, --count and options —, show the error per level before and after, and "
+                                   "save the fit for these cards: the planner, `vllm-dyno predict`, the predicted "
+                                   "curves and `serve --engine sim --sim-calibrated` use it from then on.")
+    p.add_argument("run_id", type=run_number, nargs="?", help="a run id (vllm-dyno runs list)")
     p.add_argument("--dry-run", action="store_true", help="show the fit, do not save it")
+    p.add_argument("--bench-result", type=input_file, action="append", default=[], metavar="FILE",
+                   help="a vllm bench serve --save-result file of a closed-loop run (--max-concurrency N, "
+                        "--request-rate inf), repeatable (one per concurrency); instead of a run id")
+    add_server_options(p, model_required=False)
+    p.add_argument("--gpu", action="append", default=[], metavar="NAME[:GIB[:CC]]",
+                   help="with --bench-result: the cards it ran on (as vllm-dyno predict --gpu; 'CPU' for the CPU "
+                        "build)")
+    p.add_argument("--count", type=positive_int, help="with --bench-result: number of cards of a single --gpu")
+    p.add_argument("--vllm-version", type=vllm_version,
+                   help="with --bench-result: the vLLM version it ran (default: the installed one)")
+    p.add_argument("--python", type=executable, help="interpreter with vLLM (to read its version)")
     p.set_defaults(func=cmd_calibrate)

@@ -215,6 +215,26 @@ def config_from_args(a: argparse.Namespace, base: ServerConfig | None = None) ->
         raise BadInput(str(e)) from None
 
 
+def cards_from_args(gpu: list[str], count: int | None, world: int, busy_gib: float = 0.0):
+    """The cards a planning command plans for, chosen by
+    :func:`app.planner.cards.cards_for`: the ``--gpu`` names (one card each; a single
+    name × ``count``, default ``world`` = TP × PP), else the cards NVML sees on this
+    machine. Exits 2 (:class:`BadInput`) naming ``--gpu`` for a card it cannot plan."""
+    # deferred: only the planning commands need it (vllm-dyno starts light)
+    from app.planner.cards import NoGpuFound, cards_for
+    from app.planner.gpus import UnknownGpuError
+
+    try:
+        return cards_for(engine=Engine.VLLM, gpu=gpu or None, count=(count or world) if len(gpu) == 1 else None,
+                         busy_gib=busy_gib)
+    except NoGpuFound as e:
+        raise BadInput(f"{e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
+    except UnknownGpuError as e:
+        raise BadInput(f"--gpu {e.name!r}: {e}") from None
+    except ValueError as e:
+        raise BadInput(f"--gpu {e}") from None
+
+
 # ---------------------------------------------------------------------- argument types
 # The one mechanism for checking a command's own options: an argparse ``type`` from
 # here. argparse then prints ``vllm-dyno CMD: error: argument --OPTION: MESSAGE`` with

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from app.cli.common import (
-    BadInput,
     add_workload_options,
+    cards_from_args,
     workload_kw,
     config_from_args,
     executable,
@@ -24,7 +24,6 @@ from app.cli.common import (
     spec_acceptance,
     vllm_version,
 )
-from app.engines import Engine
 
 
 def _counts(text: str) -> list[int]:
@@ -127,23 +126,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cards(a: argparse.Namespace, world: int):
-    """The cards to plan for, chosen by :func:`app.planner.cards.cards_for`: the ``--gpu``
-    names (one card each; a single name × ``--count``, default TP × PP = ``world``), else
-    the cards NVML sees on this machine."""
-    # deferred: only this command needs it (vllm-dyno starts light)
-    from app.planner.cards import NoGpuFound, cards_for
-    from app.planner.gpus import UnknownGpuError
-
-    count = a.count[0] if a.count else None
-    try:
-        return cards_for(engine=Engine.VLLM, gpu=a.gpu or None, count=(count or world) if len(a.gpu) == 1 else None,
-                         busy_gib=a.busy_gib)
-    except NoGpuFound as e:
-        raise BadInput(f"{e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
-    except UnknownGpuError as e:
-        raise BadInput(f"--gpu {e.name!r}: {e}") from None
-    except ValueError as e:
-        raise BadInput(f"--gpu {e}") from None
+    """The cards to plan for (:func:`app.cli.common.cards_from_args`): the ``--gpu``
+    names, a single name × ``--count`` (default TP × PP = ``world``), else the cards
+    NVML sees on this machine."""
+    return cards_from_args(a.gpu, a.count[0] if a.count else None, world, a.busy_gib)
 
 
 def _host(a: argparse.Namespace):

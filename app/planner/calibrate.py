@@ -197,8 +197,8 @@ def spread_level(model: StepTimeModel, users: int, engines: int, prompt_tokens: 
 
 
 def fit_factors(sets: Sequence[MeasuredSet], names: Sequence[str] = FIT_DEFAULT,
-                prior_weight: float = PRIOR_WEIGHT, ttft_weight: float = 0.5, tpot_weight: float = 0.5
-                ) -> dict[str, float]:
+                prior_weight: float = PRIOR_WEIGHT, ttft_weight: float = 0.5, tpot_weight: float = 0.5,
+                min_levels: int = 2) -> dict[str, float]:
     """One factor per parameter in ``names``, shared by every configuration in ``sets``
     (each configuration's parameters = its own defaults × the factors: the rig's
     efficiencies and overheads, whatever the split or the flags), fitted to all their
@@ -206,8 +206,10 @@ def fit_factors(sets: Sequence[MeasuredSet], names: Sequence[str] = FIT_DEFAULT,
     ``ttft_weight`` / ``tpot_weight``, where measured) of
     :func:`app.engine.steptime.predict_level`, plus
     ``prior_weight`` × Σ log(factor)² (unidentified terms stay at 1). Nelder–Mead in
-    log space, restarted once. Raises ValueError with fewer than 2 levels in all."""
-    if sum(len(s.levels) for s in sets) < 2:
+    log space, restarted once. Raises ValueError with fewer than ``min_levels`` levels
+    in all (one level — a single ``vllm bench serve`` result — leans on the prior for
+    the terms it cannot tell apart)."""
+    if sum(len(s.levels) for s in sets) < max(1, min_levels):
         raise ValueError("calibration needs at least 2 measured levels of a ramp")
     multi_card = any(s.model.tp > 1 for s in sets)
     names = [n for n in names if not (n in ("allreduce_alpha_s", "link_gbs") and not multi_card)]

@@ -1,17 +1,15 @@
 """The planner against the real CPU vLLM (shared ``vllm_server``): predicted KV cache
 tokens vs the logged figure, and calibration on a live measured ramp (fit on half the
-levels, predict the other half, report the error per level — run with -s)."""
+levels, predict the other half, report the error per level — run with -s). The ramp is the
+session's ``measured_ramp`` (tests/e2e/conftest.py), the one the knee test judges."""
 from __future__ import annotations
-
 
 from app.planner.calibrate import MeasuredLevel, calibrate_and_save, hardware_fingerprint, level_errors, load_calibration
 from app.planner.accuracy import compare_launch, compare_ramp
 from app.planner.cards import cards_for
 from app.planner.models import resolve_model
 from app.planner.plan import Workload, plan
-
-
-PROMPT, OUTPUT = 32, 64
+from tests.e2e.conftest import KNEE_OUTPUT as OUTPUT, KNEE_PROMPT as PROMPT
 
 
 def cpu_plan(server, **kw):
@@ -32,15 +30,10 @@ def test_predicted_kv_tokens_match_the_log(vllm_server):
     print(f"\nKV cache tokens: predicted {p.kv_cache_tokens:,}, logged {f.kv_cache_tokens:,}")
 
 
-def test_calibration_on_a_live_ramp(vllm_server, capsys):
-    from app.loadgen.generator import run_ramp
-    from app.loadgen.spec import RampSpec
-
-    spec = RampSpec(url=vllm_server.url, model=vllm_server.config.api_model_name, levels=[1, 2, 4, 8, 16],
-                    step_seconds=6.0, warmup_seconds=1.0, prompt_tokens=PROMPT, output_tokens=OUTPUT,
-                    ignore_eos=True, max_total_seconds=240)
-    res = run_ramp(spec, timeout=300)
-    assert res.status == "done", res.stop_reason
+def test_calibration_on_a_live_ramp(vllm_server, measured_ramp, capsys):
+    """Fit on the session's measured ramp (tests/e2e/conftest.py: the one the knee test
+    judges, 10 s a level), levels 1, 4 and 16; the other levels are predicted."""
+    res = measured_ramp[1][-1]
     measured = [MeasuredLevel(int(s.level), s.output_tps, s.ttft_mean) for s in res.steps if s.n_ok]
     assert len(measured) == 5
     p = cpu_plan(vllm_server, use_calibration=False)

@@ -222,43 +222,43 @@ def measure_capacity(cfg: ServerConfig, gpu: str, count: int, slo: SLO, start: f
 
 
 @pytest.mark.timeout(900)  # a search the loaded machine could not pace is measured again, slower
-def test_predicted_users_at_slo_match_the_simulated_rig(tmp_path, capsys):
+@pytest.mark.parametrize("combo", COMBOS, ids=[c[0].split(" (")[0] for c in COMBOS])
+def test_predicted_users_at_slo_match_the_simulated_rig(combo, tmp_path, capsys):
     """Plan vs sim: the plan's predicted users at SLO within 15 % of the capacity a
     search measures on the simulated rig over HTTP, or inside the measured interval
     between the last level that met the SLO and the first that broke it — for the demo
-    profile and three other rigs and models. The search starts at the prediction (as
-    CapacitySearch.start allows) and measures ≥ 100 requests a level once each user has
-    finished one; a search the loaded machine could not pace (the sim ran > 2 % of its
-    steps late) is measured again at half the time scale. The table is printed."""
-    rows = []
-    for name, cfg_of, gpu, count, slo in COMBOS:
-        cfg = cfg_of()
-        t = time.perf_counter()
-        p = sim_plan(cfg, gpu, count, Workload(512, 128, (1,), slo=slo))
-        t_plan = time.perf_counter() - t
-        pred = p.predicted_users_at_slo
-        assert pred is not None and pred >= 1, name
-        k = max(1.0, min(MAX_K, math.floor(WALL_CHUNKS_PER_S / max(p.capacity.output_tps, 1.0))))
-        t = time.perf_counter()
+    profile and three other rigs and models (one test each, so that xdist workers share
+    them). The search starts at the prediction (as CapacitySearch.start allows) and
+    measures ≥ 100 requests a level once each user has finished one; a search the loaded
+    machine could not pace (the sim ran > 2 % of its steps late) is measured again at half
+    the time scale. The row is printed."""
+    name, cfg_of, gpu, count, slo = combo
+    cfg = cfg_of()
+    t = time.perf_counter()
+    p = sim_plan(cfg, gpu, count, Workload(512, 128, (1,), slo=slo))
+    t_plan = time.perf_counter() - t
+    pred = p.predicted_users_at_slo
+    assert pred is not None and pred >= 1, name
+    k = max(1.0, min(MAX_K, math.floor(WALL_CHUNKS_PER_S / max(p.capacity.output_tps, 1.0))))
+    t = time.perf_counter()
+    cap, pacing = measure_capacity(cfg, gpu, count, slo, pred, k, tmp_path)
+    late = (pacing.get("coalesced_steps") or 0) / max(1, pacing.get("steps") or 1)
+    if late > MAX_COALESCED and k > 1:  # the machine did not keep up: once more, slower
+        k = max(1.0, k // 2)
         cap, pacing = measure_capacity(cfg, gpu, count, slo, pred, k, tmp_path)
         late = (pacing.get("coalesced_steps") or 0) / max(1, pacing.get("steps") or 1)
-        if late > MAX_COALESCED and k > 1:  # the machine did not keep up: once more, slower
-            k = max(1.0, k // 2)
-            cap, pacing = measure_capacity(cfg, gpu, count, slo, pred, k, tmp_path)
-            late = (pacing.get("coalesced_steps") or 0) / max(1, pacing.get("steps") or 1)
-        rows.append((name, pred, cap["users"], cap["next_users"], k, late, t_plan, time.perf_counter() - t))
+    meas, nxt = cap["users"], cap["next_users"]
+    interval = f"{meas:g}–{nxt:g}" if nxt is not None else f"≥ {meas:g}"
     table = [f"{'rig / model':<38} {'predicted':>9} {'measured':>8} {'interval':>9} {'k':>4} {'late':>6} "
-             f"{'plan s':>7} {'sim s':>6}"]
-    for name, pred, meas, nxt, k, late, tp, tm in rows:
-        interval = f"{meas:g}–{nxt:g}" if nxt is not None else f"≥ {meas:g}"
-        table.append(f"{name:<38} {pred:>9g} {meas:>8g} {interval:>9} {k:>4g} {late:>6.1%} {tp:>7.2f} {tm:>6.0f}")
+             f"{'plan s':>7} {'sim s':>6}",
+             f"{name:<38} {pred:>9g} {meas:>8g} {interval:>9} {k:>4g} {late:>6.1%} {t_plan:>7.2f} "
+             f"{time.perf_counter() - t:>6.0f}"]
     with capsys.disabled():
         print("\n" + "\n".join(table))
-    for name, pred, meas, nxt, *_ in rows:
-        within = meas > 0 and abs(pred - meas) <= 0.15 * meas
-        inside = meas <= pred <= (nxt if nxt is not None else math.inf)
-        assert within or inside, f"{name}: predicted {pred:g} users, measured {meas:g} (next broke at {nxt})\n" + \
-            "\n".join(table)
+    within = meas > 0 and abs(pred - meas) <= 0.15 * meas
+    inside = meas <= pred <= (nxt if nxt is not None else math.inf)
+    assert within or inside, f"{name}: predicted {pred:g} users, measured {meas:g} (next broke at {nxt})\n" + \
+        "\n".join(table)
 
 
 # ------------------------------------------------------------------ the Plan tab

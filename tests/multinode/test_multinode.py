@@ -47,21 +47,6 @@ ROOT = netns.ROOT
 DYNO = f"{sys.executable} -m app.cli"  # the same package on every "host" (one checkout, cwd = ROOT)
 
 
-@pytest.fixture(scope="module")
-def bed():
-    why = netns.unavailable()
-    if why:
-        pytest.skip(why)
-    b = netns.Bed.make(2)
-    try:
-        yield b
-    finally:
-        b.close()
-    assert not any(h.ns in os.popen("ip netns list").read() for h in b.hosts)
-    links = os.popen("ip -o link").read()
-    assert b.bridge not in links and not any(h.veth + "@" in links for h in b.hosts)
-
-
 def ssh_options(bed, **kw) -> SshOptions:
     """How the app reaches the bed's hosts: its generated client key and known-hosts
     file only (no SSH agent, no ~/.ssh/config); ``kw`` overrides."""

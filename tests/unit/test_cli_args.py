@@ -18,13 +18,18 @@ import pytest
 
 from app.cli import build_parser, main
 
+#: a real vllm bench serve result (tests/cases/benchserve/), for calibrate's and predict's cases
+BENCH_RESULT = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "cases" / "benchserve"
+                   / "cpu-tiny-llama-c4.json")
+
 #: arguments every case of a subcommand starts with (the rest valid), then option + bad value
 BASE: dict[str, list[str]] = {
     "serve": ["--model", "Llama-3-8B", "--engine", "sim", "--sim-gpu", "RTX 4090"],
     "cleanup": [],
     "plan": ["--model", "Llama-3-8B", "--gpu", "RTX 4090"],
     "diagnose": [],
-    "calibrate": [],
+    "calibrate": ["--bench-result", BENCH_RESULT, "--model", "Llama-3-8B", "--gpu", "RTX 4090"],
+    "predict": ["--model", "Llama-3-8B", "--gpu", "RTX 4090"],
     "ramp": ["--url", "http://127.0.0.1:9", "--levels", "1"],
     "telemetry": ["--no-gpu", "--seconds", "1"],
     "runs list": [],
@@ -141,6 +146,27 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("diagnose", "logfile"): ["/nonexistent/vllm.log", "/"],
     ("diagnose", "--silent-for"): ["abc", "-1"],
     ("calibrate", "run_id"): ["abc", "0", "999"],
+    ("calibrate", "--bench-result"): ["/nonexistent/result.json", "/"],
+    ("calibrate", "--gpu"): ["No Such GPU", "X:abc:8.9"],
+    ("calibrate", "--count"): ["abc", "0"],
+    ("calibrate", "--vllm-version"): ["abc"],
+    ("calibrate", "--python"): ["/nonexistent/python3"],
+    ("predict", "--gpu"): ["No Such GPU", "X:abc:8.9", "X:16:zz"],
+    ("predict", "--count"): ["abc", "0", "-1"],
+    ("predict", "--vllm-version"): ["abc"],
+    ("predict", "--python"): ["/nonexistent/python3"],
+    ("predict", "--dataset-name"): ["sharegpt"],  # without --lengths-file
+    ("predict", "--random-input-len"): ["abc", "0", "-5", "1.5"],
+    ("predict", "--random-output-len"): ["abc", "0"],
+    ("predict", "--random-range-ratio"): ["abc", "1", "-0.1", "nan", '{"input": 0.3}', '{"input": 2, "output": 0}'],
+    ("predict", "--num-prompts"): ["abc", "0"],
+    ("predict", "--request-rate"): ["abc", "0", "-1", "nan"],
+    ("predict", "--burstiness"): ["abc", "0", "nan"],
+    ("predict", "--max-concurrency"): ["abc", "0"],
+    ("predict", "--seed"): ["abc", "-1"],
+    ("predict", "--lengths-file"): ["/nonexistent/lengths.jsonl", "/"],
+    ("predict", "--json"): ["/nonexistent/dir/p.json", "/"],
+    ("predict", "--compare"): ["/nonexistent/result.json", "/", "-"],
     ("ramp", "--url"): ["notaurl", "http://", "ftp://x", "http://h:99999"],
     ("ramp", "--levels"): ["a,b", "0", "-1", ","],
     ("ramp", "--max-level"): ["abc", "0"],
@@ -260,7 +286,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("tune", "--resume"): ["abc", "0", "999"],
     ("tune", "--show"): ["abc", "0", "999"],
 }
-for cmd in ("serve", "plan", "run", "tune"):
+for cmd in ("serve", "plan", "run", "tune", "predict", "calibrate"):
     for opt, vals in SERVER_BAD.items():
         BAD.setdefault((cmd, opt), vals)
 for cmd in ("serve", "run", "tune"):
@@ -275,7 +301,10 @@ VLLM_JUDGES = ("--distributed-executor-backend", "--quantization", "--kv-cache-d
 
 #: options with no bad value, and why
 EXEMPT: dict[tuple[str, str], str] = {
-    **{(cmd, opt): "vLLM's list (VLLM_JUDGES)" for cmd in ("serve", "plan", "run", "tune") for opt in VLLM_JUDGES},
+    **{(cmd, opt): "vLLM's list (VLLM_JUDGES)" for cmd in ("serve", "plan", "run", "tune", "predict", "calibrate")
+       for opt in VLLM_JUDGES},
+    ("predict", "--served-model-name"): "any name",
+    ("calibrate", "--served-model-name"): "any name",
     ("tune", "--served-model-name"): "any name",
     ("tune", "--save-profile"): "any name (checked when saved)",
     ("serve", "--served-model-name"): "any name",
@@ -290,7 +319,7 @@ EXEMPT: dict[tuple[str, str], str] = {
     ("hosts check", "--model"): "a path on the hosts, checked there (the probe's model finding)",
 }
 #: where the subcommand needs no base: ``plan``'s api-key-file is not an option of plan
-NOT_OPTIONS = {("plan", "--api-key-file")}
+NOT_OPTIONS = {("plan", "--api-key-file"), ("predict", "--api-key-file"), ("calibrate", "--api-key-file")}
 
 #: a bad value whose message names something other than the option (what it names)
 NAMED = {
