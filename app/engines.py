@@ -174,22 +174,28 @@ class Engine(StrEnum):
 
 SPECS: dict[Engine, EngineSpec] = {
     Engine.VLLM: EngineSpec(
-        label="vLLM", hint="launch the real server", short="vLLM", selectable=True, tunable=True, launch=Launch.VLLM_SERVER, agent_part="server",
-        headless=False, stop_grace_s=20.0, cards=Cards.MACHINE, card_samples=CardSamples.NVML,
-        samples_from_launch=True, may_be_sim=False, vllm_rules=None, calibrated=True),
+        label="vLLM", hint="launch the real server", short="vLLM", selectable=True, tunable=True,
+        launch=Launch.VLLM_SERVER, agent_part="server", headless=False, stop_grace_s=20.0,
+        cards=Cards.MACHINE, card_samples=CardSamples.NVML, samples_from_launch=True, may_be_sim=False,
+        vllm_rules=None, calibrated=True),
     Engine.SIM: EngineSpec(
-        label="Simulated rig", hint="a vLLM-compatible server timed by the performance model", short="sim", selectable=True, tunable=True, launch=Launch.SIM_SERVER,
-        agent_part="server", headless=False, stop_grace_s=10.0, cards=Cards.SIM_RIG,
-        card_samples=CardSamples.SIM_HTTP, samples_from_launch=False, may_be_sim=False, vllm_rules=SIM_VLLM_RULES,
-        calibrated=False),
+        label="Simulated rig", hint="a vLLM-compatible server timed by the performance model", short="sim",
+        selectable=True, tunable=True,
+        launch=Launch.SIM_SERVER, agent_part="server", headless=False, stop_grace_s=10.0,
+        cards=Cards.SIM_RIG, card_samples=CardSamples.SIM_HTTP, samples_from_launch=False, may_be_sim=False,
+        vllm_rules=SIM_VLLM_RULES, calibrated=False),
     Engine.ATTACH: EngineSpec(
-        label="Attach to a URL", hint="benchmark a server that is already running", short="attach", selectable=True, tunable=False, launch=Launch.NOTHING,
-        agent_part=None, headless=False, stop_grace_s=20.0, cards=Cards.UNKNOWN, card_samples=CardSamples.NVML,
-        samples_from_launch=False, may_be_sim=True, vllm_rules=None, calibrated=True),
+        label="Attach to a URL", hint="benchmark a server that is already running", short="attach",
+        selectable=True, tunable=False,
+        launch=Launch.NOTHING, agent_part=None, headless=False, stop_grace_s=20.0,
+        cards=Cards.UNKNOWN, card_samples=CardSamples.NVML, samples_from_launch=False, may_be_sim=True,
+        vllm_rules=None, calibrated=True),
     Engine.RAY: EngineSpec(
-        label="Ray node", hint="a host's Ray node under a multi-host launch with the Ray backend", short="ray", selectable=False, tunable=False, launch=Launch.RAY_NODE, agent_part="ray",
-        headless=True, stop_grace_s=20.0, cards=Cards.MACHINE, card_samples=CardSamples.NVML,
-        samples_from_launch=False, may_be_sim=False, vllm_rules=None, calibrated=True),
+        label="Ray node", hint="a host's Ray node under a multi-host launch with the Ray backend", short="ray",
+        selectable=False, tunable=False,
+        launch=Launch.RAY_NODE, agent_part="ray", headless=True, stop_grace_s=20.0,
+        cards=Cards.MACHINE, card_samples=CardSamples.NVML, samples_from_launch=False, may_be_sim=False,
+        vllm_rules=None, calibrated=True),
 }
 
 #: the engines a profile, the window's selector and a run may name, in the selector's order

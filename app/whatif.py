@@ -230,8 +230,8 @@ def read_run(store: Any, run_id: int, slo: SLO | None = None) -> RunInputs:
     records = records_to_rig([RequestRecord(**{**r, "turn": r["turn"] or 0}) for r in store.requests(run_id)], k)
     verdict = summary.get("verdict") or {}
     jpt = verdict.get("j_per_token") if SLO.model_validate(verdict.get("slo") or {}) == slo else None
-    return RunInputs(run_id, Engine.parse(run.get("engine")) or Engine.VLLM, cfg, HardwareFingerprint.model_validate(hw),
-                     spec, slo, steps, records, jpt)
+    engine = Engine.parse(run.get("engine")) or Engine.VLLM
+    return RunInputs(run_id, engine, cfg, HardwareFingerprint.model_validate(hw), spec, slo, steps, records, jpt)
 
 
 def search_spec(spec: RampSpec, slo: SLO) -> RampSpec:

@@ -1146,7 +1146,8 @@ class MainWindow(QMainWindow):
             prof = None
         eng = self.config.engine_key()
         rig = self.current_profile if self.current_profile is not None and len(self.current_profile.hosts) >= 2 else None
-        return TuneStart(engine=eng, config=cfg, sim=self.config.sim_rig(self.sim_time_scale) if eng.simulated else None,
+        sim = self.config.sim_rig(self.sim_time_scale) if eng.simulated else None
+        return TuneStart(engine=eng, config=cfg, sim=sim,
                          python=self.settings.vllm_python, ramp=self.ramp.plan_ramp(), profile=prof,
                          hosts=tuple(rig.hosts) if rig is not None else (), ray_address=rig.ray_address if rig else None,
                          ssh=self.ssh_options if rig is not None else None)

@@ -308,7 +308,8 @@ class LevelResult:
     preemptions: int
 
 
-def closed_loop(make_scheduler: Callable[[], Scheduler], users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
+def closed_loop(make_scheduler: Callable[[], Scheduler], users: int, prompt_len: int, output_len: int,
+                duration_s: float = 120.0,
                 warmup_s: float = 20.0, request_overhead_s: float = 0.0) -> LevelResult:
     """:func:`run_level` with fixed lengths for ``warmup_s + duration_s`` rig seconds,
     summarised over the window after the warm-up: output tokens sampled in it ÷ its
@@ -352,7 +353,8 @@ class RigStepModel(Protocol):
                          prefill_attention: float = 0.0, spec_tokens: int = 0) -> float | tuple[float, float]: ...
 
 
-def sim_level(sim_plan: RigPlan, step_model: RigStepModel, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
+def sim_level(sim_plan: RigPlan, step_model: RigStepModel, users: int, prompt_len: int, output_len: int,
+              duration_s: float = 120.0,
               warmup_s: float = 20.0) -> LevelResult:
     """:func:`closed_loop` on the rig of ``sim_plan`` (:class:`app.sim.model_adapter.SimPlan`)
     stepping with ``step_model`` (:class:`~app.sim.model_adapter.StepModel`), its

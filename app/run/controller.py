@@ -528,7 +528,8 @@ class RunController:
             tag = f"[{h} ray]" if ray else f"[{h}]"
             if ray:
                 started[h] = threading.Event()
-            link.on_log(functools.partial(self._rig_line, tag, started=started.get(h) if ray else None), part=cmd.part)
+            link.on_log(functools.partial(self._rig_line, tag, started=started.get(h) if ray else None),
+                        part=cmd.part)
             link.on_state(functools.partial(self._on_host_state, h, cmd.role), part=cmd.part)
             try:  # the CPU build's working defaults: each agent for its own host (its interpreter, cores)
                 launched = rig.call(link.launch(cmd.config, engine=Engine.RAY if ray else target.engine,

@@ -169,9 +169,11 @@ class ProfileRun:
     agent, config and known hosts); :meth:`rig_status` is each host's state.
     """
 
-    def __init__(self, profile: Profile, *, store: RunStore | None = None, python: str | None = None, clock: SessionClock | None = None,
+    def __init__(self, profile: Profile, *, store: RunStore | None = None, python: str | None = None,
+                 clock: SessionClock | None = None,
                  ramp_overrides: dict[str, Any] | None = None, force: bool = False, telemetry: bool = True,
-                 use_planner: bool = True, safety: SafetyLimits | NoSafety | None = None, startup_timeout: float = 900.0,
+                 use_planner: bool = True, safety: SafetyLimits | NoSafety | None = None,
+                 startup_timeout: float = 900.0,
                  grace: float = 20.0, expose: bool = False, on_phase: Callable[[Phase, str], None] | None = None,
                  on_line: Callable[[str, str, float], None] | None = None,
                  on_level_start: Callable[[dict], None] | None = None,

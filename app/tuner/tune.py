@@ -387,7 +387,8 @@ class Tuner:
     def __init__(self, spec: TuneSpec, *, controller: RunController | None = None, store: Any = None,
                  listener: TuneListener | None = None, pricing: Pricing | None = None,
                  tune_id: int | None = None, state: TuneState | None = None,
-                 clock: Callable[[], float] = time.monotonic, rig: MeasuringRig | None = None, ssh: SshOptions | None = None,
+                 clock: Callable[[], float] = time.monotonic, rig: MeasuringRig | None = None,
+                 ssh: SshOptions | None = None,
                  expose: bool = False) -> None:
         self.spec = spec
         self._own_ctl = controller is None
