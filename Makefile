@@ -49,10 +49,12 @@ run: deps
 	$(VENV)/bin/vllm-dyno
 
 # the import contracts of pyproject.toml (layers, Qt-free core, the GUI through the run
-# controller) and unused imports/names in the shipped code
+# controller), unused imports/names in the shipped code, and the static types of the
+# packages [tool.mypy] names (its `files`)
 lint: test-deps
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pyflakes app widgets
+	$(VENV)/bin/mypy
 
 # the inner loop: lint and the unit tier (no process, no Qt, no socket)
 check: lint  # 1.7 min

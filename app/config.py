@@ -166,7 +166,7 @@ def number_parser(kind: type = float, *, low: float | None = None, high: float |
     infinities refused. Raises ValueError saying the value, what is wanted (``what``) and
     an ``example`` (the command line's ``number_type`` wraps it; the sim rig's options
     use it for the command line, profiles and the form alike)."""
-    def parse(text: str):
+    def parse(text: str) -> float:  # an int for kind int
         try:
             v = kind(str(text).strip())
         except (ValueError, OverflowError):
@@ -465,7 +465,7 @@ def _host_ips(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
         infos = socket.getaddrinfo(h, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):
         return []
-    return [ipaddress.ip_address(i[4][0].split("%", 1)[0]) for i in infos]
+    return [ipaddress.ip_address(str(i[4][0]).split("%", 1)[0]) for i in infos]
 
 
 def is_loopback_host(host: str) -> bool:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app.engines import Engine
 from app.profiles.io import profile_from_data
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 
@@ -173,19 +174,20 @@ def profile_from_run(store, run_id: int, name: str | None = None, *, which: str 
         if server is None:
             raise ValueError(f"run {run_id} was recorded without a profile (e.g. by `vllm-dyno ramp`): "
                              "give the server settings (a vLLM --config mapping) to make one")
-        data = {"engine": r.get("engine") or "vllm"}
+        data = {"engine": r.get("engine") or Engine.VLLM.value}
         if r.get("spec"):
             data["ramp"] = {k: v for k, v in r["spec"].items() if k not in ("url", "model")}
     if server is not None:
         data["server"] = server
     data["name"] = name or data.get("name") or r["name"] or f"run {run_id}"
-    if data.get("engine") == "attach" and not data.get("attach_url"):
+    engine = Engine.parse(data.get("engine") or Engine.VLLM)
+    if engine is not None and not engine.launches and not data.get("attach_url"):
         data["attach_url"] = (r.get("spec") or {}).get("url", "http://127.0.0.1:8000")
     data["results"] = results_of(store, run_id, which).model_dump(mode="json")
     hw = (r.get("summary") or {}).get("hardware")
     if hw:
         data["hardware"] = HardwareFingerprint.model_validate(hw).model_dump(exclude_none=True)
-        if data.get("engine") == "sim" and not data.get("sim"):  # a `ramp` run against a sim: its rig
+        if engine is not None and engine.simulated and not data.get("sim"):  # a `ramp` run against a sim: its rig
             data["sim"] = {"gpu": data["hardware"]["gpu"], "count": data["hardware"].get("count", 1)}
 
     return profile_from_data(data, f"run {run_id}")

@@ -37,6 +37,7 @@ from typing import Any, Sequence
 
 from app.config import ServerConfig
 from app.engine.steptime import PerfParams, default_params
+from app.engines import Engine
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity, capacity_of, slo_text
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
@@ -49,7 +50,6 @@ from app.planner.predict import predict_ramp
 from app.profiles.io import ProfileError, profile_from_data
 from app.profiles.model import HardwareFingerprint
 from app.settings import Pricing
-from app.sim.model_adapter import VLLM_RULES
 from app.telemetry.derived import cost_per_mtok
 
 class WhatIfError(ValueError):
@@ -185,7 +185,7 @@ class RunInputs:
     levels and requests (rig s), and the J/token of its recorded verdict."""
 
     run_id: int
-    engine: str
+    engine: Engine
     config: ServerConfig
     hardware: HardwareFingerprint
     spec: RampSpec
@@ -230,8 +230,8 @@ def read_run(store: Any, run_id: int, slo: SLO | None = None) -> RunInputs:
     records = records_to_rig([RequestRecord(**{**r, "turn": r["turn"] or 0}) for r in store.requests(run_id)], k)
     verdict = summary.get("verdict") or {}
     jpt = verdict.get("j_per_token") if SLO.model_validate(verdict.get("slo") or {}) == slo else None
-    return RunInputs(run_id, run.get("engine") or "vllm", cfg, HardwareFingerprint.model_validate(hw), spec, slo,
-                     steps, records, jpt)
+    engine = Engine.parse(run.get("engine")) or Engine.VLLM
+    return RunInputs(run_id, engine, cfg, HardwareFingerprint.model_validate(hw), spec, slo, steps, records, jpt)
 
 
 def search_spec(spec: RampSpec, slo: SLO) -> RampSpec:
@@ -278,8 +278,9 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
     pricing = pricing or Pricing()
     ri = read_run(store, run_id, slo)
     hw, cfg = ri.hardware, ri.config
-    sim = ri.engine == "sim"
-    version = VLLM_RULES if sim else _version(hw)
+    # the engine's vLLM rules (the sim's own) or the run's version; a saved calibration unless it is the sim's
+    defaults_only = not ri.engine.spec.calibrated
+    version = ri.engine.plan_version(_version(hw))
     try:
         model = resolve_model(cfg.model)
         cards0 = hw.planner_cards()
@@ -291,9 +292,9 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
     if base.perf is None:
         raise WhatIfError(f"run {run_id}: the planner finds its settings do not fit {hw.describe()} "
                           f"({base.problem}); nothing to predict from")
-    calibration = None if sim else load_calibration(hardware_fingerprint(base.cards, rig))
+    calibration = None if defaults_only else load_calibration(hardware_fingerprint(base.cards, rig))
     run_params = calibration or base.perf.params
-    source = ("the sim's (vLLM 0.32 defaults)" if sim else
+    source = (f"the {ri.engine.spec.short}'s (vLLM {version} defaults)" if defaults_only else
               f"{calibration.source} for {hardware_fingerprint(base.cards, rig)}" if calibration else
               f"{run_params.source} — not calibrated: vllm-dyno calibrate {run_id} fits them to this run")
     perf0 = build_step_model(base, run_params)
@@ -302,7 +303,7 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
                          [s.level for s in ri.steps]).steps
     acc = _accuracy(ri.steps, again)
     search = search_spec(ri.spec, ri.slo)
-    wi = WhatIf(run_id, cfg.model, hw.cards_text() + (" (sim)" if sim else ""), ri.slo.model_dump(
+    wi = WhatIf(run_id, cfg.model, hw.cards_text() + (" (sim)" if ri.engine.simulated else ""), ri.slo.model_dump(
         exclude_none=True), search.shape, source, acc, currency=pricing.currency)
     # the measured row
     judge = ri.spec.search or CapacitySearch(start=min(s.level for s in ri.steps),
@@ -341,7 +342,7 @@ def what_if(store: Any, run_id: int, targets: Sequence[tuple[str | None, int | N
             if key in seen:
                 continue
             seen.add(key)
-            params = _params_for(cards, v.tensor_parallel_size or 1, calibration, base, sim)
+            params = _params_for(cards, v.tensor_parallel_size or 1, calibration, base, defaults_only)
             wi.rows.append(_predict(f"{count}× {gpu} (predicted)", gpu, v, cards, model, version, params, search,
                                     pricing))
     for r in wi.rows:
@@ -356,11 +357,12 @@ def _version(hw: HardwareFingerprint) -> str | None:
 
 
 def _params_for(cards: list[GpuSpec], tp: int, calibration: PerfParams | None, base: Plan,
-                sim: bool) -> PerfParams | None:
-    """The parameters for ``cards`` at tensor parallel size ``tp``: the sim's defaults; a
-    calibration of their own; the run's calibration carried over (:func:`transfer_params`);
-    else None (the planner's defaults for them)."""
-    if sim:
+                defaults_only: bool) -> PerfParams | None:
+    """The parameters for ``cards`` at tensor parallel size ``tp``: the defaults for an
+    engine without calibration (``defaults_only``: the sim's); a calibration of their own;
+    the run's calibration carried over (:func:`transfer_params`); else None (the planner's
+    defaults for them)."""
+    if defaults_only:
         return None
     own = load_calibration(hardware_fingerprint(cards))
     if own is not None or calibration is None:

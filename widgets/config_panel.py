@@ -42,10 +42,12 @@ from PySide6.QtWidgets import (
 
 from app.config import (GROUP_MODEL, QUANTIZATION_METHODS, SPEC_METHODS_MODEL_FREE, SPECULATIVE_METHODS, VLLM_OPTIONS,
                         ServerConfig, VllmOption)
+from app.engines import SELECTABLE, Cards, Engine
 from app.planner.checks import valid_pp_sizes, valid_tp_sizes
 from app.profiles.model import SIM_RIG_OPTIONS, SimRig
 
-ENGINES = [("vllm", "vLLM"), ("sim", "Simulated rig"), ("attach", "Attach to a URL")]
+#: the engine selector's entries, in order (app.engines: each engine's label and hint)
+ENGINES = SELECTABLE
 #: used until the installed vLLM's list (or its version's list) is known
 FALLBACK_QUANT = list(QUANTIZATION_METHODS)
 GIB = 2**30
@@ -540,10 +542,9 @@ class ConfigPanel(QScrollArea):
         eng = QGroupBox("Engine")
         f = QFormLayout(eng)
         self.engine = QComboBox()
-        for key, label in ENGINES:
-            self.engine.addItem(label, key)
-        self.engine.setToolTip("vLLM: launch the real server · Simulated rig: a vLLM-compatible server timed by "
-                               "the performance model · Attach: benchmark a server that is already running")
+        for e in ENGINES:
+            self.engine.addItem(e.spec.label, e.value)
+        self.engine.setToolTip(" · ".join(f"{e.spec.label}: {e.spec.hint}" for e in ENGINES))
         f.addRow("Engine", self.engine)
         self.sim_gpu = QComboBox()
         self.sim_count = QSpinBox()
@@ -716,10 +717,10 @@ class ConfigPanel(QScrollArea):
             self._refill_parallel()
 
     def card_count(self) -> int:
-        eng = self.engine_key()
-        if eng == "sim":
+        cards = self.engine_key().spec.cards
+        if cards is Cards.SIM_RIG:
             return self.sim_count.value()
-        if eng == "vllm":
+        if cards is Cards.MACHINE:
             return max(1, len(self.gpu_table.selected())) if self.gpu_table.readings else 1
         return 1
 
@@ -784,12 +785,12 @@ class ConfigPanel(QScrollArea):
     def _engine_changed(self, *_: Any) -> None:
         eng = self.engine_key()
         f = self._engine_form
-        f.setRowVisible(self.sim_row, eng == "sim")
+        f.setRowVisible(self.sim_row, eng.simulated)
         for ed in self.sim_options.values():
-            f.setRowVisible(ed, eng == "sim")
-        f.setRowVisible(self.attach_url, eng == "attach")
-        f.setRowVisible(self.attach_model, eng == "attach")
-        self.gpu_box.setVisible(eng == "vllm")
+            f.setRowVisible(ed, eng.simulated)
+        f.setRowVisible(self.attach_url, not eng.launches)
+        f.setRowVisible(self.attach_model, not eng.launches)
+        self.gpu_box.setVisible(eng.spec.cards is Cards.MACHINE)
         self._refill_parallel()
 
     def _browse_model(self) -> None:
@@ -798,8 +799,9 @@ class ConfigPanel(QScrollArea):
             self.model.setCurrentText(d)
 
     # ------------------------------------------------------------------ values
-    def engine_key(self) -> str:
-        return self.engine.currentData() or "vllm"
+    def engine_key(self) -> Engine:
+        """The selected engine (vLLM while nothing is selected)."""
+        return Engine.parse(self.engine.currentData()) or Engine.VLLM
 
     def sim_rig(self, time_scale: float | None = None):
         """The simulated rig as the form shows it (:class:`app.profiles.model.SimRig`):
@@ -841,7 +843,7 @@ class ConfigPanel(QScrollArea):
             v = ed.value()
             if v is not None:
                 kw[field] = v
-        if self.engine_key() == "vllm" and self.gpu_table.readings:
+        if self.engine_key().spec.cards is Cards.MACHINE and self.gpu_table.readings:
             kw["gpus"] = self.gpu_table.selected()
 
         try:
@@ -870,7 +872,7 @@ class ConfigPanel(QScrollArea):
             self._loading = False
         self.changed.emit()
 
-    def set_engine(self, engine: str, sim_gpu: str | None = None, sim_count: int | None = None,
+    def set_engine(self, engine: Engine | str, sim_gpu: str | None = None, sim_count: int | None = None,
                    attach_url: str | None = None, attach_model: str | None = None, sim_rig: Any = None) -> None:
         """Show the engine; ``sim_rig``: the loaded profile's SimRig (its options with a
         row are shown — cooling, ambient —, its seed, time scale and perturbation are kept
@@ -878,7 +880,7 @@ class ConfigPanel(QScrollArea):
         self._sim_rig = sim_rig
         self._loading = True
         try:
-            self._set_combo_data(self.engine, engine)
+            self._set_combo_data(self.engine, Engine(engine).value)
             for name, ed in self.sim_options.items():
                 v = getattr(sim_rig, name, None) if sim_rig is not None else None
                 text = "" if v is None else SIM_RIG_OPTIONS[name].text(v)
@@ -907,13 +909,13 @@ class ConfigPanel(QScrollArea):
         name is kept as the server's ``served-model-name``."""
         cfg = self.build_config()
         server = cfg.to_vllm_config()
-        data: dict[str, Any] = {"schema_version": 1, "engine": self.engine_key(), "server": server,
-                                "env": dict(cfg.env)}
+        eng = self.engine_key()
+        data: dict[str, Any] = {"schema_version": 1, "engine": eng, "server": server, "env": dict(cfg.env)}
         if cfg.gpus is not None:
             data["gpus"] = list(cfg.gpus)
-        if self.engine_key() == "sim":
+        if eng.simulated:
             data["sim"] = self.sim_rig().model_dump(exclude_none=True)
-        if self.engine_key() == "attach":
+        if not eng.launches:
             data["attach_url"] = self.attach_url.text().strip()
             if self.attach_model.text().strip():
                 server["served-model-name"] = self.attach_model.text().strip()

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 
 from app import __version__
 from app.config import exposure_lines, exposure_problem
+from app.engines import Engine
 from app.hosts.preview import rig_preview
 from app.loadgen.spec import parse_length
 from app.paths import data_dir
@@ -422,10 +423,10 @@ class MainWindow(QMainWindow):
 
     def _maybe_switch_to_real(self) -> None:
         """First run on a machine with NVIDIA GPUs and vLLM: start on the real engine."""
-        if self._first_run and self.nvml_ok and self.vllm_version and self.config.engine_key() == "sim" \
+        if self._first_run and self.nvml_ok and self.vllm_version and self.config.engine_key().simulated \
                 and not self.controller.server_running:
             self._first_run = False
-            self.config.set_engine("vllm")
+            self.config.set_engine(Engine.VLLM)
 
     # ------------------------------------------------------------------ profiles
     def _refresh_profile_list(self, current: str | None = None) -> None:
@@ -657,7 +658,7 @@ class MainWindow(QMainWindow):
         self._engine_shown = eng
         try:
             cfg = self.config.build_config()
-            if eng == "sim":
+            if eng.simulated:
                 self.config.sim_rig()  # the rig's rows (cooling, ambient) are checked as the flags are
             self.state.set_config(cfg)
         except ValueError as e:
@@ -697,7 +698,7 @@ class MainWindow(QMainWindow):
     def _replan(self, *_: Any) -> None:
         if self._closed:
             return
-        if self.config.engine_key() == "attach":
+        if not self.config.engine_key().planned:
             self.planner.stop()
             self.state.clear_plan("Attached servers are not planned: ramp and /metrics only.")
             return
@@ -765,9 +766,9 @@ class MainWindow(QMainWindow):
         self._show_state(c.state, "")
         reason = self.launch_block_reason()
         self.act_launch.setEnabled(reason is None)
-        self.act_launch.setText("&Connect" if self.config.engine_key() == "attach" else "&Launch")
-        self.act_launch.setToolTip(reason or ("Attach to the URL" if self.config.engine_key() == "attach"
-                                              else "Launch the server as configured"))
+        launches = self.config.engine_key().launches
+        self.act_launch.setText("&Launch" if launches else "&Connect")
+        self.act_launch.setToolTip(reason or ("Launch the server as configured" if launches else "Attach to the URL"))
         self.act_ramp.setEnabled(c.ready and not c.ramp_running and not self.tuning)
         self.act_ramp.setToolTip("the tune runs its own searches" if self.tuning else
                                  "" if c.ready else "Launch (or attach to) a server first")
@@ -782,7 +783,7 @@ class MainWindow(QMainWindow):
 
     def _show_state(self, state: str, reason: str) -> None:
         color = STATE_COLORS.get(state, "#777")
-        eng = {"vllm": "vLLM", "sim": "sim", "attach": "attach"}.get(self.config.engine_key(), "")
+        eng = self.config.engine_key().spec.short
         self.state_label.setText(f"<span style='color:{color}'>●</span> {eng}: <b>{state}</b>")
         self.state_label.setToolTip(reason or state)
         if state in ("starting", "loading") and not self._closed:
@@ -826,7 +827,7 @@ class MainWindow(QMainWindow):
             raise ValueError(self.state.config_error or "the form is not complete")
         eng = self.config.engine_key()
         return LaunchTarget(
-            engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng == "sim" else [],
+            engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng.simulated else [],
             python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
             gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz,
@@ -853,7 +854,7 @@ class MainWindow(QMainWindow):
         self.results.clear()
         self.curves.set_measured([])
         self.controller.launch(req)
-        self.tabs.setCurrentWidget(self.dashboard if req.engine == "attach" else self.log_pane)
+        self.tabs.setCurrentWidget(self.log_pane if req.engine.launches else self.dashboard)
         self._update_controls()
 
     def confirm_exposure(self, req: LaunchTarget, lead: str = "The server") -> LaunchTarget | None:
@@ -862,7 +863,7 @@ class MainWindow(QMainWindow):
         key is set (issue 15, item 4); returns the request with ``expose`` set, the
         request unchanged for loopback, or None when the user declines. ``lead``: what
         would listen (the dialog's first words)."""
-        if req.engine == "attach" or exposure_problem(req.config.host) is None:
+        if not req.engine.launches or exposure_problem(req.config.host) is None:
             return req
         lines = exposure_lines(req.config.host, req.config.port, {**os.environ, **req.config.env})
         ans = QMessageBox.question(
@@ -1056,7 +1057,7 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(f"The ramp is not recorded: {e}", 15000)
             return None
         plan = None
-        if self.plan is not None and self.config.engine_key() != "attach":
+        if self.plan is not None and self.config.engine_key().planned:
             try:
                 plan = self.plan.as_dict()
             except Exception:
@@ -1145,7 +1146,8 @@ class MainWindow(QMainWindow):
             prof = None
         eng = self.config.engine_key()
         rig = self.current_profile if self.current_profile is not None and len(self.current_profile.hosts) >= 2 else None
-        return TuneStart(engine=eng, config=cfg, sim=self.config.sim_rig(self.sim_time_scale) if eng == "sim" else None,
+        sim = self.config.sim_rig(self.sim_time_scale) if eng.simulated else None
+        return TuneStart(engine=eng, config=cfg, sim=sim,
                          python=self.settings.vllm_python, ramp=self.ramp.plan_ramp(), profile=prof,
                          hosts=tuple(rig.hosts) if rig is not None else (), ray_address=rig.ray_address if rig else None,
                          ssh=self.ssh_options if rig is not None else None)

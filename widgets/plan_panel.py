@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engines import Engine
 from app.planner.cards import cards_for
 from app.planner.checks import weights_room_gib
 from app.planner.models import resolve_model
@@ -34,7 +35,6 @@ from app.planner.pcie import read_host_pcie
 from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
 from app.planner.plan import Workload, fix_to_flags, plan
 from app.planner.render import users_at_slo_text
-from app.sim.model_adapter import VLLM_RULES as SIM_VLLM_RULES
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
 
@@ -63,7 +63,7 @@ class PlanInputs:
     predicts what the sim will serve (None: the default)."""
 
     config: Any
-    engine: str
+    engine: Engine
     sim_gpu: str
     sim_count: int
     readings: list
@@ -81,14 +81,16 @@ def compute_plan(inp: PlanInputs):
 
     cfg = inp.config
     model = resolve_model(cfg.model)
-    sim = inp.engine == "sim"
+    eng = Engine(inp.engine)
+    sim = eng.simulated
     # the sim rig; else the selected cards' NVML readings; without readings the CPU build
-    gpus = cards_for(engine=inp.engine, gpu=inp.sim_gpu if sim else None, count=max(1, inp.sim_count) if sim else None,
+    gpus = cards_for(engine=eng, gpu=inp.sim_gpu if sim else None, count=max(1, inp.sim_count) if sim else None,
                      readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
     wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
                                                                                 inp.levels)
     if sim:  # planned as the sim plans its rig: its vLLM rules and its (default) step-time parameters
-        return plan(cfg, gpus, model, wl, SIM_VLLM_RULES, use_calibration=False, spec_acceptance=inp.spec_acceptance)
+        return plan(cfg, gpus, model, wl, eng.plan_version(inp.vllm_version), use_calibration=eng.spec.calibrated,
+                    spec_acceptance=inp.spec_acceptance)
     # this machine's IOMMU matters to its own cards only (not to a sim rig)
     host = read_host_pcie() if inp.readings else None
     try:

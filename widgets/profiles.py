@@ -38,7 +38,7 @@ def ramp_fields(profile: Profile) -> dict[str, Any]:
 def apply_to_form(profile: Profile, config_panel, ramp_panel) -> None:
     """Show ``profile`` in the server form and the ramp form."""
     sim = profile.sim
-    attach_model = profile.server.get("served-model-name") if profile.engine == "attach" else None
+    attach_model = None if profile.engine.launches else profile.server.get("served-model-name")
     config_panel.set_engine(profile.engine, sim.gpu if sim else None, sim.count if sim else None,
                             profile.attach_url, attach_model, sim_rig=sim)
     config_panel.set_config(profile.server_config())

@@ -15,6 +15,7 @@ from PySide6.QtGui import QFont, QFontDatabase, QTextCharFormat, QTextCursor, QT
 from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QLabel, QMessageBox, QPushButton, QTextEdit,
                                QVBoxLayout, QWidget)
 
+from app.engines import Engine
 from app.fileio import write_atomic
 from app.hosts.preview import RigPreview
 
@@ -52,7 +53,7 @@ class RigPlanDialog(QDialog):
     """``preview``: what to show; ``engine``: ``vllm`` or ``sim`` (the sim's agents run
     the simulated server with these options). ``exec()`` returns Accepted for Launch."""
 
-    def __init__(self, preview: RigPreview, engine: str = "vllm", parent: QWidget | None = None) -> None:
+    def __init__(self, preview: RigPreview, engine: Engine | str = Engine.VLLM, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.preview = preview
         n = len(preview.hosts)
@@ -60,7 +61,7 @@ class RigPlanDialog(QDialog):
         v = QVBoxLayout(self)
         v.addWidget(_para(f"<b>vLLM over {n} hosts</b> (multiprocessing backend): the first host is the head and "
                           "serves the API; every host runs the command below, started through its agent over SSH."))
-        if engine == "sim":
+        if Engine(engine).simulated:
             v.addWidget(_para("Engine sim: each host's agent runs the simulated server with these options "
                               "instead of vLLM."))
         if preview.error:

@@ -103,9 +103,9 @@ def _run(shot: Path, argv: list[str] | None) -> int:
          f"at {avail.x()},{avail.y()} ({QApplication.platformName()})")
     status, pgid = 1, None
     try:
-        if win.config.engine_key() != "sim":
+        if not win.config.engine_key().simulated:
             win.load_profile(profiles.DEMO_NAME, quiet=True)
-        if win.config.engine_key() != "sim":
+        if not win.config.engine_key().simulated:
             raise SmokeFailed(f"the demo profile {profiles.DEMO_NAME!r} does not select the simulated rig")
         wait_until(lambda: win.plan is not None or (win.plan_error is not None), 30, "the demo profile is planned",
                    deadline)

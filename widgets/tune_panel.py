@@ -45,6 +45,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.engines import Engine
 from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
@@ -818,7 +819,7 @@ class TunePanel(QWidget):
             raise ValueError("no recommendation to save yet")
         base = self.start.profile if self.start is not None else None
         ramp = report.tune_ramp_fields(self.tuned_spec) if self.tuned_spec is not None else None
-        path = report.save_as_profile(name, server, base, engine=self.start.engine if self.start else "vllm",
+        path = report.save_as_profile(name, server, base, engine=self.start.engine if self.start else Engine.VLLM,
                                       ramp=ramp)
         self.profile_saved.emit(name)
         return path

@@ -26,6 +26,7 @@ from typing import Any
 
 from app.cli.common import BadInput, cards_from_args, config_from_args, executable, input_file, positive_int, \
     run_number, vllm_version
+from app.engines import Engine
 
 
 class CalibrationInputError(ValueError):
@@ -40,7 +41,8 @@ def measured_levels(run: dict[str, Any], levels: list[dict[str, Any]]):
     from app.planner.calibrate import MeasuredLevel
 
     rid = run["id"]
-    if run.get("engine") == "sim":
+    engine = Engine.parse(run.get("engine"))
+    if engine is not None and not engine.spec.calibrated:  # the sim's step times are its own defaults
         raise CalibrationInputError(f"run {rid} ran on the simulated rig: calibrate on a run of real cards "
                                     "(a sim run only gives back the sim's own parameters)")
     hw = (run.get("summary") or {}).get("hardware")
@@ -82,7 +84,7 @@ def calibrate_run(store, run_id: int, dry_run: bool = False):
         raise CalibrationInputError(f"run {run_id} recorded no settings (profile) to plan with")
     profile = profile_from_data(data, f"run {run_id}")
     hw = HardwareFingerprint.model_validate(run["summary"]["hardware"])
-    profile = profile.model_copy(update={"hardware": hw, "engine": "vllm"})
+    profile = profile.model_copy(update={"hardware": hw, "engine": Engine.VLLM})
     plan = plan_profile(profile)
     if plan is None:
         raise CalibrationInputError(f"run {run_id}: the planner cannot plan its settings on {hw.gpu}")

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from app.config import (VLLM_OPTIONS, ConfigError, ServerConfig, config_from_namespace, exposure_lines,
                         number_parser, read_secret_file)
+from app.engines import Engine
 from app.fileio import write_atomic
 
 
@@ -224,7 +225,7 @@ def cards_from_args(gpu: list[str], count: int | None, world: int, busy_gib: flo
     from app.planner.gpus import UnknownGpuError
 
     try:
-        return cards_for(engine="vllm", gpu=gpu or None, count=(count or world) if len(gpu) == 1 else None,
+        return cards_for(engine=Engine.VLLM, gpu=gpu or None, count=(count or world) if len(gpu) == 1 else None,
                          busy_gib=busy_gib)
     except NoGpuFound as e:
         raise BadInput(f"{e}: name the cards with --gpu \"RTX 4090\" --count 4") from None
@@ -512,13 +513,13 @@ def profile_for_launch(a: argparse.Namespace):
         raise BadInput(str(e)) from None
     rig = sim_rig_overrides(a)
     if rig:  # the rig's options given here override the profile's sim: block
-        engine = getattr(a, "engine", None) or p.engine
-        if engine != "sim":
+        engine = Engine.parse(getattr(a, "engine", None) or p.engine)
+        if engine is None or not engine.simulated:
             flags = ", ".join(SIM_RIG_OPTIONS[k].flag for k in rig)
             raise BadInput(f"{flags}: options of the simulated rig, and profile {p.name!r} runs engine {p.engine}"
                            + (" (add --engine sim)" if hasattr(a, "engine") else ""))
         try:
-            p = p.updated(engine="sim", sim={**(p.sim.model_dump() if p.sim is not None else {}), **rig})
+            p = p.updated(engine=Engine.SIM, sim={**(p.sim.model_dump() if p.sim is not None else {}), **rig})
         except ValueError as e:
             raise BadInput(f"sim options: {e}") from None
     cfg = config_from_args(a, base=p.server_config(resolve=False))

@@ -36,6 +36,7 @@ from app.cli.common import (
     unsaved_text,
     workload_kw,
 )
+from app.engines import Engine
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
 from app.loadgen.datasets import summary_text, text_histogram
 from app.loadgen.prompts import dataset_lengths
@@ -312,7 +313,7 @@ def run(a: argparse.Namespace) -> int:
         safety = safety.model_copy(update={"max_failure_rate": a.max_failure_rate})
     prog = _Progress(sys.stdout)
     ctl = RunController(listener=_Listener(prog))
-    target = LaunchTarget(engine="attach", config=ServerConfig(model=spec.model or "attached"),
+    target = LaunchTarget(engine=Engine.ATTACH, config=ServerConfig(model=spec.model or "attached"),
                           attach_url=spec.url, attach_model=spec.model)
     interrupted = False
     try:

@@ -127,7 +127,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         p, cfg, trusted, builtin = profile_for_launch(a)
     except BadInput as e:
         return int(e.code or 2)
-    unconfirmed = rig_exposure_problem(f"profile {p.name!r}", list(p.hosts), a.expose) if p.engine != "attach" else None
+    unconfirmed = rig_exposure_problem(f"profile {p.name!r}", list(p.hosts), a.expose) if p.engine.launches else None
     if unconfirmed:  # refused here, before any host is reached
         return err(unconfirmed)
     over: dict = {}

@@ -21,6 +21,7 @@ from app.cli.common import (
     sim_args_from,
 )
 from app.config import add_server_options, exposure_problem
+from app.engines import SERVABLE, Engine
 from app.run.events import RunListener, State
 
 
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="launch and supervise a server in the foreground (Ctrl-C stops it)")
     add_server_options(p)
     add_security_options(p)
-    p.add_argument("--engine", choices=["vllm", "sim"], default="vllm")
+    p.add_argument("--engine", choices=[e.value for e in SERVABLE], default=Engine.VLLM.value)
     p.add_argument("--python", type=executable, help="interpreter with vLLM installed (default: VLLM_DYNO_VLLM_PYTHON, .venv-vllm, python3)")
     p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for ready")
     p.add_argument("--grace", type=positive_seconds, default=20.0, help="seconds between SIGTERM and SIGKILL on stop")

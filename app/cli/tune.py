@@ -50,6 +50,7 @@ from app.cli.common import (
     write_or_print,
 )
 from app.config import KV_CACHE_DTYPES, add_server_options, exposure_problem
+from app.engines import TUNABLE, Engine
 
 
 def _int_list(name: str):
@@ -91,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tune", help="find the vLLM flags that serve the most users at your SLO, in a few launches",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("profile", nargs="?", help="profile name or YAML file (its engine, flags, rig and ramp shape)")
-    p.add_argument("--engine", choices=["vllm", "sim"], help="default: the profile's, else vllm")
+    p.add_argument("--engine", choices=[e.value for e in TUNABLE], help="default: the profile's, else vllm")
     add_server_options(p, model_required=False)
     add_sim_options(p)
     add_security_options(p)
@@ -176,11 +177,12 @@ def spec_from_args(a: argparse.Namespace):
         if exposed and not a.expose:
             raise BadInput(exposed)
         apply_api_key_file(a)
-    engine = a.engine or (prof.engine if prof is not None and prof.engine in ("vllm", "sim") else "vllm")
+    engine = Engine(a.engine) if a.engine else (prof.engine if prof is not None and prof.engine.spec.tunable
+                                                else Engine.VLLM)
     ramp = prof.ramp if prof is not None else None
     sim_args: list[str] = []
     python = a.python
-    if engine == "sim":
+    if engine.simulated:
         rig = prof.sim if prof is not None and prof.sim is not None else None
         over = sim_rig_overrides(a)  # every rig option given (profile_for_launch applied them to a profile's)
         if rig is None and ("gpu" not in over or "count" not in over):
@@ -360,7 +362,7 @@ def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     if a.save_profile:
         base = profile_for_launch(a)[0] if a.profile else None
         try:
-            path = save_as_profile(a.save_profile, rec["server"], base, engine=a.engine or "vllm",
+            path = save_as_profile(a.save_profile, rec["server"], base, engine=Engine(a.engine or Engine.VLLM),
                                    ramp=tune_ramp_fields(spec))
         except (ValueError, OSError) as e:
             return err(f"--save-profile {a.save_profile!r}: {e}")

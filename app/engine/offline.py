@@ -27,16 +27,24 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Hashable, Iterator, Protocol, Sequence
 
 from app.engine.balance import DpBalancer
 from app.engine.scheduler import Request, Scheduler
+from app.engine.steptime import PerfParams
 
 #: a request's lengths: () → (prompt tokens, max_tokens)
 Lengths = Callable[[], tuple[int, int]]
-#: a user's next request: user → (prompt tokens, max_tokens, block hashes or None, turn); its
-#: ``think(user)`` → the seconds the user thinks before sending it (asked first)
-NextRequest = Callable[[int], tuple[int, int, object, int]]
+
+
+class NextRequest(Protocol):
+    """A user's next request: ``(user)`` → (prompt tokens, max_tokens, its KV block hashes
+    or None, turn); ``think(user)`` → the seconds the user thinks before sending it
+    (asked first)."""
+
+    def __call__(self, user: int) -> tuple[int, int, Sequence[Hashable] | None, int]: ...
+
+    def think(self, user: int) -> float: ...
 
 
 @dataclass
@@ -91,6 +99,33 @@ class LevelRun:
         return max(ends) if ends else None
 
 
+@dataclass(slots=True)
+class _LevelState:
+    """Where a level of :func:`run_level` is: requests counted after the warm-up
+    (``issued``), sent (``n``), ended (``done``) and in flight; whether it stopped sending,
+    why and when; whether the warm-up settled, when counting began (``w0``) and the
+    deadline by time."""
+
+    w0: float
+    deadline: float
+    settled: bool
+    issued: int = 0
+    n: int = 0
+    done: int = 0
+    in_flight: int = 0
+    stopped: bool = False
+    reason: str = "duration"
+    t_stop: float = math.inf
+
+
+@dataclass(slots=True)
+class _Arrival:
+    """An open-loop arrival: ``scheduled`` (rig s), ``sent`` (None: not yet, or never),
+    ``waited`` at the concurrency cap."""
+
+    scheduled: float
+    sent: float | None = None
+    waited: bool = False
 
 
 def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Lengths, *, warmup_s: float = 0.0,
@@ -128,88 +163,90 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     arrivals: list[tuple[float, int, Flight]] = []  # sent, not yet at the front end's engine client
     step = step_s if step_s is not None else math.inf
     flights: list[Flight] = []
-    st = {"issued": 0, "stopped": False, "reason": "duration", "t_stop": math.inf, "n": 0, "done": 0,
-          "settled": not settle_n, "w0": math.inf if settle_n else warmup_s}
-    st["deadline"] = st["w0"] + step
+    w0 = math.inf if settle_n else warmup_s
+    st = _LevelState(w0=w0, deadline=w0 + step, settled=not settle_n)
 
     def settle(now: float) -> None:
-        st.update(settled=True, w0=max(now, warmup_s))
-        st["deadline"] = st["w0"] + step
+        st.settled, st.w0 = True, max(now, warmup_s)
+        st.deadline = st.w0 + step
+
+    def stop(reason: str, t: float) -> None:
+        st.stopped, st.reason, st.t_stop = True, reason, t
 
     def may_issue(t: float) -> bool:
         """Account for one more request at ``t`` (``may_issue`` of the load generator)."""
-        if st["stopped"]:
+        if st.stopped:
             return False
-        if not st["settled"] and t >= warmup_s + step:  # it did not settle in time: the warm-up stands
+        if not st.settled and t >= warmup_s + step:  # it did not settle in time: the warm-up stands
             settle(warmup_s)
-        if t >= st["deadline"]:
-            st.update(stopped=True, reason="duration", t_stop=st["deadline"])
+        if t >= st.deadline:
+            stop("duration", st.deadline)
             return False
-        if quota is not None and t >= st["w0"]:
-            if st["issued"] >= quota:
-                st.update(stopped=True, reason="count", t_stop=t)
+        if quota is not None and t >= st.w0:
+            if st.issued >= quota:
+                stop("count", t)
                 return False
-            st["issued"] += 1
+            st.issued += 1
         return True
 
     def send(uid: int, t: float, first: bool = False) -> None:
         """User ``uid`` wants to send at ``t`` (a multi-turn user after thinking)."""
-        if st["stopped"]:
+        if st.stopped:
             return
         if next_request is not None and not first:
-            t += next_request.think(uid)  # type: ignore[attr-defined]
+            t += next_request.think(uid)
         if may_issue(t):
             issue(uid, t)
 
     def issue(uid: int, t: float) -> None:
-        hashes, turn = None, 0
+        hashes: Sequence[Hashable] | None = None
+        turn = 0
         if next_request is None:
             p, o = lengths()
         else:  # drawn once the request is sent, as the load generator draws it
             p, o, hashes, turn = next_request(uid)
-        st["n"] += 1
+        st.n += 1
         arrive = t + request_overhead_s
-        f = Flight(uid, t, Request(f"u{uid}-{st['n']}", p, o, arrive, block_hashes=hashes), ended, turn=turn)
+        f = Flight(uid, t, Request(f"u{uid}-{st.n}", p, o, arrive, block_hashes=hashes), ended, turn=turn)
         f.req.sink = f
         flights.append(f)
-        st["in_flight"] += 1
-        heapq.heappush(arrivals, (arrive, st["n"], f))
+        st.in_flight += 1
+        heapq.heappush(arrivals, (arrive, st.n, f))
 
     def ended(f: Flight, t: float) -> None:
         """``f`` ended at ``t``: its engine is told, it counts (settling), then its user's next
         (open loop: the next arrival waiting at the cap, unless the level stopped sending)."""
         balancer.finished(f.engine)
-        st["done"] += 1
-        st["in_flight"] -= 1
-        if not st["settled"] and st["done"] >= settle_n:
+        st.done += 1
+        st.in_flight -= 1
+        if not st.settled and st.done >= settle_n:
             settle(t)
         if not open_loop:
             send(f.user, t)
         elif waiting:
-            if st["stopped"] or t >= st["deadline"]:
+            if st.stopped or t >= st.deadline:
                 waiting.clear()  # held back: never sent
             else:
                 entry = waiting.pop(0)
-                entry[1] = t
+                entry.sent = t
                 issue(-1, t)
 
-    waiting: list[list] = []  # open loop: arrivals waiting at the cap, [scheduled, sent, waited]
-    opened: list[list] = []  # open loop: every arrival
-    st["in_flight"] = 0
-    times = iter(send_times) if open_loop else iter(())
+    waiting: list[_Arrival] = []  # open loop: arrivals waiting at the cap
+    opened: list[_Arrival] = []  # open loop: every arrival
+    times: Iterator[float] = iter(send_times) if send_times is not None else iter(())
     next_at = next(times, math.inf) if open_loop else math.inf
 
     def arrive_at(t: float) -> None:
         """Open loop: the request scheduled at ``t`` arrives."""
         if not may_issue(t):
             return
-        entry = [t, None, False]
+        entry = _Arrival(t)
         opened.append(entry)
-        if max_concurrency is not None and st["in_flight"] >= max_concurrency:
-            entry[2] = True
+        if max_concurrency is not None and st.in_flight >= max_concurrency:
+            entry.waited = True
             waiting.append(entry)
         else:
-            entry[1] = t
+            entry.sent = t
             issue(-1, t)
 
     def counts() -> list[tuple[int, int, float]]:
@@ -226,7 +263,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             due = e.next_due
             if due is not None and due < t:
                 t = due
-        if next_at < t and not st["stopped"]:  # open loop: the next request is sent (or waits)
+        if next_at < t and not st.stopped:  # open loop: the next request is sent (or waits)
             arrive_at(next_at)
             next_at = next(times, math.inf)
             continue
@@ -248,12 +285,12 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         for e in woken:  # the engine-core loop: schedule what it can, complete what has ended
             if e.advance(t):
                 t_end = t
-    if not st["settled"]:
+    if not st.settled:
         settle(warmup_s)
-    if not st["stopped"]:  # every user's requests ended before the level did (cannot send more)
-        st.update(stopped=True, reason="duration", t_stop=min(st["deadline"], t_end))
-    return LevelRun(users, flights, st["w0"], st["deadline"], st["t_stop"], t_end, st["reason"],
-                    sum(e.num_preemptions for e in engs), [tuple(a) for a in opened])
+    if not st.stopped:  # every user's requests ended before the level did (cannot send more)
+        stop("duration", min(st.deadline, t_end))
+    return LevelRun(users, flights, st.w0, st.deadline, st.t_stop, t_end, st.reason,
+                    sum(e.num_preemptions for e in engs), [(a.scheduled, a.sent, a.waited) for a in opened])
 
 
 @dataclass
@@ -271,7 +308,8 @@ class LevelResult:
     preemptions: int
 
 
-def closed_loop(make_scheduler, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
+def closed_loop(make_scheduler: Callable[[], Scheduler], users: int, prompt_len: int, output_len: int,
+                duration_s: float = 120.0,
                 warmup_s: float = 20.0, request_overhead_s: float = 0.0) -> LevelResult:
     """:func:`run_level` with fixed lengths for ``warmup_s + duration_s`` rig seconds,
     summarised over the window after the warm-up: output tokens sampled in it ÷ its
@@ -289,7 +327,34 @@ def closed_loop(make_scheduler, users: int, prompt_len: int, output_len: int, du
                        sum(itls) / len(itls) if itls else float("nan"), len(sent), lv.preemptions)
 
 
-def sim_level(sim_plan, step_model, users: int, prompt_len: int, output_len: int, duration_s: float = 120.0,
+class RigPlan(Protocol):
+    """What :func:`sim_level` reads of a sim rig's plan (:class:`app.sim.model_adapter.SimPlan`)."""
+
+    @property
+    def num_blocks(self) -> int: ...
+
+    @property
+    def max_num_seqs(self) -> int: ...
+
+    @property
+    def max_num_batched_tokens(self) -> int: ...
+
+
+class RigStepModel(Protocol):
+    """What :func:`sim_level` reads of a sim rig's step model (:class:`app.sim.model_adapter.StepModel`)."""
+
+    @property
+    def pipeline_parallel_size(self) -> int: ...
+
+    @property
+    def params(self) -> PerfParams: ...
+
+    def engine_step_time(self, decode_batch: int, decode_context_sum: float, prefill_tokens: int,
+                         prefill_attention: float = 0.0, spec_tokens: int = 0) -> float | tuple[float, float]: ...
+
+
+def sim_level(sim_plan: RigPlan, step_model: RigStepModel, users: int, prompt_len: int, output_len: int,
+              duration_s: float = 120.0,
               warmup_s: float = 20.0) -> LevelResult:
     """:func:`closed_loop` on the rig of ``sim_plan`` (:class:`app.sim.model_adapter.SimPlan`)
     stepping with ``step_model`` (:class:`~app.sim.model_adapter.StepModel`), its

@@ -274,6 +274,8 @@ class Scheduler:
         """Cache ``r``'s blocks that became full and computed (a block another request
         cached first stays ``r``'s own, uncached, as in vLLM)."""
         hs = r.block_hashes
+        if hs is None:  # no hashes: nothing to cache (the caller checks)
+            return
         full = min(r.computed // BLOCK, len(hs))
         cache = self.cache
         for i in range(r.n_hashed, full):
@@ -376,7 +378,7 @@ class Scheduler:
                 r.blocks += want
             work.append((r, n))
             budget -= n
-            if k:
+            if k and drafts is not None:  # k > 0 only with drafts
                 drafts[r] = k
                 spec_tok += k
                 dec_b += 1
@@ -552,7 +554,9 @@ class Scheduler:
         """Drafts of ``r`` accepted out of ``k`` (``accept``), counted as vLLM's
         ``SpecDecodingStats.observe_draft`` does: one draft, k draft tokens, the accepted
         ones, and one per position below the accepted count."""
-        a = max(0, min(k, int(self.accept(r, k))))
+        accept = self.accept
+        assert accept is not None  # speculative decoding needs one (__init__)
+        a = max(0, min(k, int(accept(r, k))))
         self.spec_drafts += 1
         self.spec_draft_tokens += k
         self.spec_accepted += a

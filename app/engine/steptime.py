@@ -56,9 +56,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
-from app.engine.gpu import GpuSpec, RigLayout
+from app.engine.gpu import GpuSpec, LinkSpec, RigLayout
 
 
 #: s of CPU time per layer per engine step without CUDA graphs (``--enforce-eager``: vLLM
@@ -190,6 +190,14 @@ class StepTimeModel:
             return False
         return r.host_of(stage * self.tp + self.tp - 1) != r.host_of((stage + 1) * self.tp)
 
+    @property
+    def host_link(self) -> LinkSpec:
+        """The link between the rig's hosts: asked only where ranks span hosts, which needs one."""
+        link = self.rig.link if self.rig is not None else None
+        if link is None:
+            raise ValueError("the rig has no link between hosts: its ranks do not span hosts")
+        return link
+
     def allreduce_s(self, nbytes: float) -> float:
         """One ring all-reduce of ``nbytes`` over the TP group, s (0 when TP = 1); over
         the inter-host link when the group spans hosts (module docstring)."""
@@ -198,7 +206,7 @@ class StepTimeModel:
         n, h = self.tp, self.tp_hosts
         if h == 1:
             return self.params.allreduce_alpha_s + 2 * (n - 1) / n * nbytes / (self.params.link_gbs * 1e9)
-        link = self.rig.link  # type: ignore[union-attr]  # tp_hosts > 1 only with a link
+        link = self.host_link  # tp_hosts > 1 only with a link
         bw = min(self.params.link_gbs, link.bandwidth_gbs)
         return (self.params.allreduce_alpha_s + 2 * (h - 1) * link.latency_s
                 + 2 * (n - 1) / n * nbytes / (bw * 1e9))
@@ -207,7 +215,7 @@ class StepTimeModel:
         """Sending ``nbytes`` of activations from pipeline stage ``stage`` to the next, s:
         α + S / B_intra within a host, α + λ_link + S / min(B_intra, B_link) between hosts."""
         if self.boundary_crosses_hosts(stage):
-            link = self.rig.link  # type: ignore[union-attr]
+            link = self.host_link
             bw = min(self.params.link_gbs, link.bandwidth_gbs)
             return self.params.allreduce_alpha_s + link.latency_s + nbytes / (bw * 1e9)
         return self.params.allreduce_alpha_s + nbytes / (self.params.link_gbs * 1e9)
@@ -374,7 +382,7 @@ class StepTimeModel:
         return len(self.stages)
 
     @property
-    def engine_step_time(self):
+    def engine_step_time(self) -> Callable[..., float | tuple[float, float]]:
         """What the engine's scheduler steps with (:data:`app.engine.scheduler.StepTime`):
         :meth:`step_time` with one stage, :meth:`pipeline_step_time` with several."""
         return self.step_time if len(self.stages) == 1 else self.pipeline_step_time

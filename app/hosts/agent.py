@@ -35,6 +35,7 @@ import psutil
 from app import __version__
 from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
+from app.engines import AGENT_ENGINES, Engine, names
 from app.hosts.protocol import PROTOCOL, ProtocolError, decode, encode, samples_to_wire
 from app.planner.cards import host_cores, node_memory
 from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
@@ -53,11 +54,12 @@ log = logging.getLogger(__name__)
 #: seconds the agent gives its server between SIGTERM and SIGKILL when its channel
 #: closes: the reaper's own grace, so either path ends the server as fast
 SHUTDOWN_GRACE_S = EOF_GRACE_S
-#: the engines the agent launches (``attach`` launches nothing; ``ray``: ``ray start``)
-ENGINES = ("vllm", "sim", "ray")
+#: the engines the agent launches (``attach`` launches nothing; ``ray``: ``ray start``),
+#: each as its part (``Engine.spec.agent_part``)
+ENGINES = AGENT_ENGINES
 #: the parts an agent runs at once, one of each: ``server`` (vLLM or the sim) and ``ray``
 #: (the host's Ray node, under the head's ``vllm serve`` with the Ray backend)
-PARTS = ("server", "ray")
+PARTS = tuple(dict.fromkeys(e.spec.agent_part for e in AGENT_ENGINES if e.spec.agent_part))
 
 
 class _Hangup(Exception):
@@ -254,16 +256,18 @@ class Agent:
         running = self.parts.get(part)
         if running is not None and not running.exited:
             raise LaunchError(f"this agent already runs its {part} part; stop it first")
-        engine = msg.get("engine", "vllm")
-        if engine not in ENGINES or (engine == "ray") != (part == "ray"):
-            raise LaunchError(f"engine {engine!r} for part {part!r}: an agent launches 'vllm' or 'sim' as the "
-                              "server part and 'ray' as the ray part")
+        asked = msg.get("engine", Engine.VLLM.value)
+        engine = Engine.parse(asked)
+        if engine is None or engine.spec.agent_part != part:
+            runs = " and ".join(f"{names(tuple(e for e in ENGINES if e.spec.agent_part == p))} as the {p} part"
+                             for p in PARTS)
+            raise LaunchError(f"engine {asked!r} for part {part!r}: an agent launches {runs}")
         config = ServerConfig.model_validate(msg["config"])
         exposed = exposure_problem(config.host)
         if exposed and not msg.get("expose"):
             raise LaunchError(exposed)
         defaults = None
-        if engine == "vllm" and msg.get("fill_defaults"):
+        if engine.runs_vllm and msg.get("fill_defaults"):
             defaults = cpu_defaults(config, msg.get("python"))
             if defaults is not None:
                 config = defaults.config

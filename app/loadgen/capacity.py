@@ -255,7 +255,7 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
     users = float(np.mean(caps)) if caps else 0.0
     if mode == "concurrency" and len(caps) == 1:
         users = caps[0]
-    cap = Capacity(
+    out = Capacity(
         mode=mode, users=users, users_low=min(lows, default=0.0), users_high=max(highs, default=0.0),
         next_users=next_st.level if next_st else None,
         output_tps=best_st.output_tps if best_st else None, ttft_p99=best_st.ttft_p99 if best_st else None,
@@ -264,8 +264,8 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
         limited_by=_limited_by(next_st, slo), repeats=len(caps), repeat_users=caps,
         spread=float(np.std(caps, ddof=1)) if len(caps) > 1 else None,
         slo=slo.model_dump(exclude_none=True), levels=levels)
-    cap.sentence = capacity_sentence(cap)
-    return cap
+    out.sentence = capacity_sentence(out)
+    return out
 
 
 def level_headroom(stats: dict, slo: dict) -> float | None:

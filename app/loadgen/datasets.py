@@ -45,11 +45,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Literal, Optional, get_args
 
 from app.paths import hf_cache_dirs
 
-FORMATS = ("sharegpt", "chat", "prompt", "csv", "parquet")
+#: a dataset file's format (``--prompts-format``)
+DatasetFormat = Literal["sharegpt", "chat", "prompt", "csv", "parquet"]
+FORMATS: tuple[DatasetFormat, ...] = get_args(DatasetFormat)
 #: the most entries read from a dataset (a ramp sends far fewer; 20,000 draws give its
 #: length distribution's percentiles to about 1 %)
 MAX_ENTRIES = 20_000
@@ -272,6 +274,7 @@ def _read_json(path: Path, fmt: str | None) -> Dataset:
     kinds: list[str] = []
     for where, obj in _json_records(path, budget):
         kind = _record_kind(obj, fmt, path, where)  # detected per record: {"prompt"} and {"messages"} lines may mix
+        assert isinstance(obj, dict)  # _record_kind refuses anything else
         if kind not in kinds:
             kinds.append(kind)
         e = _KINDS[kind][1](obj, path, where)
@@ -296,10 +299,11 @@ def _pick(columns: list[str], column: str | None, src: object, what: str) -> tup
                                f"{', '.join(columns[:12])}): give one of them with --prompts-column")
         text = column if column in columns else low[column.lower()]
     else:
-        text = next((low[c] for c in TEXT_COLUMNS if c in low), None)
-        if text is None:
+        found = next((low[c] for c in TEXT_COLUMNS if c in low), None)
+        if found is None:
             raise DatasetError(f"prompts_file {src}: no text column ({'/'.join(TEXT_COLUMNS)}) in the {what} "
                                f"(columns: {', '.join(columns[:12])}): name it with --prompts-column")
+        text = found
     answer = next((low[c] for c in ANSWER_COLUMNS if c in low and low[c] != text), None)
     return text, answer
 
@@ -372,18 +376,19 @@ def _read_parquet(path: Path, column: str | None) -> Dataset:
             row += 1
             where = f"row {row}"
             if kind is not None:
-                e = _KINDS[kind][1](rec, path, where)
+                entry = _KINDS[kind][1](rec, path, where)
             else:
                 cell = rec.get(text)
                 if not isinstance(cell, str) or not cell.strip():
                     raise DatasetError(f"prompts_file {path} {where}: the {text!r} value is empty or not text: "
                                        "fill it or remove the row")
                 a = rec.get(answer) if answer else None
-                e = Entry(cell, estimate_tokens(cell), estimate_tokens(a) if isinstance(a, str) and a.strip() else None)
-            if e is None:
+                entry = Entry(cell, estimate_tokens(cell),
+                              estimate_tokens(a) if isinstance(a, str) and a.strip() else None)
+            if entry is None:
                 skipped += 1
                 continue
-            entries.append(e)
+            entries.append(entry)
             if len(entries) >= MAX_ENTRIES:
                 return _done(str(path), "parquet", entries, skipped, True)
     return _done(str(path), "parquet", entries, skipped, False)
@@ -424,7 +429,7 @@ def builtin_chat(size: int = BUILTIN_SIZE, seed: int = 0) -> tuple[Entry, ...]:
     rng = random.Random(seed)
     mu_p = math.log(SHAREGPT_MEAN_PROMPT) - SIGMA_PROMPT ** 2 / 2
     mu_o = math.log(SHAREGPT_MEAN_OUTPUT) - SIGMA_OUTPUT ** 2 / 2
-    out = []
+    out: list[Entry] = []
     while len(out) < size:
         p = round(rng.lognormvariate(mu_p, SIGMA_PROMPT))
         o = round(rng.lognormvariate(mu_o, SIGMA_OUTPUT))

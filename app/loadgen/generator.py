@@ -23,7 +23,7 @@ import subprocess
 import threading
 import collections
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from app.clock import SessionClock
 from app.helper_process import helper_argv, signal_name
@@ -77,7 +77,7 @@ class LoadGenerator:
         self.api_key = api_key
         self.on_records, self.on_level_start, self.on_level, self.on_done = on_records, on_level_start, on_level, on_done
         self.result = RampResult()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
         self._err_tail: collections.deque[str] = collections.deque(maxlen=40)
         self._lock = threading.Lock()
@@ -92,11 +92,13 @@ class LoadGenerator:
         if self.api_key:
             env["DYNO_API_KEY"] = self.api_key
         # its own process group: a Ctrl-C at the terminal reaches the app, which stops the ramp
-        self.proc = subprocess.Popen(helper_argv("app.loadgen.worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, process_group=0)
+        proc = subprocess.Popen(helper_argv("app.loadgen.worker"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, process_group=0)
+        self.proc = proc
+        assert proc.stdin is not None  # every stream a pipe
         msg = json.dumps({"spec": self.spec.model_dump(mode="json"), "t0": self.clock.t0}) + "\n"
-        self.proc.stdin.write(msg.encode())
-        self.proc.stdin.flush()
+        proc.stdin.write(msg.encode())
+        proc.stdin.flush()
         self._reader = threading.Thread(target=self._read, name="loadgen-reader", daemon=True)
         self._reader.start()
         threading.Thread(target=self._read_err, name="loadgen-stderr", daemon=True).start()
@@ -105,7 +107,7 @@ class LoadGenerator:
     def abort(self) -> None:
         """Ask the ramp to stop now; records already completed are kept (idempotent)."""
         p = self.proc
-        if p is None or p.poll() is not None:
+        if p is None or p.poll() is not None or p.stdin is None:
             return
         try:
             p.stdin.write(b"abort\n")
@@ -145,7 +147,7 @@ class LoadGenerator:
     def __enter__(self) -> "LoadGenerator":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self.proc is not None:
             self.stop()
 
@@ -154,7 +156,8 @@ class LoadGenerator:
         if p is None:
             return
         try:
-            p.stdin.close()
+            if p.stdin is not None:
+                p.stdin.close()
         except OSError:
             pass
         try:
@@ -165,14 +168,19 @@ class LoadGenerator:
 
     # ---- reader ----------------------------------------------------------------------
     def _read_err(self) -> None:
-        for raw in self.proc.stderr:
+        proc = self.proc
+        if proc is None or proc.stderr is None:  # started with the process, every stream a pipe
+            return
+        for raw in proc.stderr:
             line = raw.decode(errors="replace").rstrip()
             self._err_tail.append(line)
             log.debug("loadgen: %s", line)
 
     def _read(self) -> None:
         r = self.result
-        f = self.proc.stdout
+        proc = self.proc
+        assert proc is not None and proc.stdout is not None  # started with the process, every stream a pipe
+        f = proc.stdout
         try:
             while True:
                 fr = read_frame(f)
@@ -193,8 +201,9 @@ class LoadGenerator:
             r.status, r.error = "error", f"{type(e).__name__}: {e}"
             self.abort()
         finally:
+            rc: int | None
             try:
-                rc = self.proc.wait(10)
+                rc = proc.wait(10)
             except subprocess.TimeoutExpired:
                 rc = None
             if r.status == "running":
@@ -250,7 +259,7 @@ class LoadGenerator:
 
 
 
-def run_ramp(spec: RampSpec, timeout: float | None = None, **kw) -> RampResult:
+def run_ramp(spec: RampSpec, timeout: float | None = None, **kw: Any) -> RampResult:
     """Run a ramp to its end in a generator process and return the result (blocking).
 
     Keyword arguments go to :class:`LoadGenerator`. On ``timeout`` (s) the ramp is

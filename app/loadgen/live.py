@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
+
+from app.loadgen.records import RequestRecord
 
 
 @dataclass
@@ -59,7 +62,7 @@ class ClientSeries:
         with self._lock:
             self._tok = np.zeros(4096, dtype=np.float64)
             self._tok_max = -1
-            self._tok_min = None
+            self._tok_min: int | None = None
             self._win: dict[int, tuple[list[float], list[float]]] = {}
             self._done_w: list[tuple[float, float, float, float, float]] = []
             self._next_w: int | None = None
@@ -70,7 +73,7 @@ class ClientSeries:
             self.version = 0
 
     # ------------------------------------------------------------------ feeding (any thread)
-    def add(self, records) -> None:
+    def add(self, records: Iterable[RequestRecord]) -> None:
         """Add finished :class:`app.loadgen.records.RequestRecord` objects."""
         with self._lock:
             for r in records:

@@ -30,6 +30,7 @@ import math
 import os
 import random
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import aiohttp
@@ -55,6 +56,18 @@ def auth_headers() -> dict:
     """``Authorization`` header from ``VLLM_API_KEY``/``OPENAI_API_KEY`` (never argv)."""
     key = os.environ.get("DYNO_API_KEY") or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
     return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+@dataclass
+class _LevelState:
+    """Where a level of :meth:`Ramp._level` is: why it stopped sending (None: not yet), the
+    requests counted after the warm-up (``issued``) and ended (``done``), and when the last
+    request sent after the warm-up ended (session clock)."""
+
+    reason: str | None = None
+    issued: int = 0
+    done: int = 0
+    last_measured_end: float | None = None
 
 
 class Ramp:
@@ -119,8 +132,8 @@ class Ramp:
                         reason = "capacity search done"
                         break
                     repeat, level = nxt
-                elif idx < len(spec.levels):
-                    level = spec.levels[idx]
+                elif idx < len(spec.level_values):
+                    level = spec.level_values[idx]
                 else:
                     break
                 if self.abort.is_set():
@@ -253,7 +266,7 @@ class Ramp:
         win["deadline"] = win["w0"] + step
         cap = self.ramp_start + spec.max_total_seconds if spec.max_total_seconds else math.inf
         stop = asyncio.Event()
-        state = {"reason": None, "issued": 0, "done": 0, "last_measured_end": None}
+        state = _LevelState()
 
         def settle(now: float) -> None:
             """End the warm-up: at ``now``, or ``warmup_seconds`` after the level began if later."""
@@ -270,11 +283,11 @@ class Ramp:
             if stop.is_set():
                 return False
             if quota is not None and time.monotonic() >= win["w0"]:
-                if state["issued"] >= quota:
-                    state["reason"] = state["reason"] or "count"
+                if state.issued >= quota:
+                    state.reason = state.reason or "count"
                     stop.set()
                     return False
-                state["issued"] += 1
+                state.issued += 1
             return True
 
         async def one(conv: dict | None = None) -> RequestRecord:
@@ -299,22 +312,22 @@ class Ramp:
                 c = conv["c"]
                 rec.turn = c.turn
                 if rec.ok:
-                    c.reply("".join(text), rec.prompt_tokens if rec.tokens_source == "server_usage" else None,
+                    c.reply("".join(text or []), rec.prompt_tokens if rec.tokens_source == "server_usage" else None,
                             rec.output_tokens, est)
                 else:
                     conv["c"] = None
             recs.append(rec)
             self.emit_record(rec)
-            state["done"] += 1
-            if not settled.is_set() and state["done"] >= settle_n:
+            state.done += 1
+            if not settled.is_set() and state.done >= settle_n:
                 settle(time.monotonic())
             if rec.t_start + self.t0 >= win["w0"]:
-                state["last_measured_end"] = max(state["last_measured_end"] or 0.0, rec.t_end + self.t0)
+                state.last_measured_end = max(state.last_measured_end or 0.0, rec.t_end + self.t0)
             if not rec.ok:
                 n_fail = sum(1 for r in recs if not r.ok)
                 if len(recs) >= spec.min_requests_for_abort and n_fail / len(recs) > spec.max_failure_rate:
-                    if state["reason"] not in ("aborted",):
-                        state["reason"] = "failure_rate"
+                    if state.reason not in ("aborted",):
+                        state.reason = "failure_rate"
                     stop.set()
             return rec
 
@@ -330,7 +343,7 @@ class Ramp:
             async def user(u: int) -> None:
                 """A multi-turn user: conversations one after another, thinking between turns."""
                 conv: dict = {"c": None}
-                think = spec.multi_turn.think_s
+                think = spec.multi_turn.think_s if spec.multi_turn is not None else 0.0
                 rng = random.Random(f"think:{spec.seed}:{idx}:{u}")
                 while may_issue():
                     rec = await one(conv)
@@ -406,13 +419,13 @@ class Ramp:
         deadline, w0 = win["deadline"], win["w0"]
         t_stop = time.monotonic()
         if self.abort.is_set():
-            state["reason"] = "aborted"
-        elif state["reason"] is None:
-            state["reason"] = "total_cap" if cap <= deadline and t_stop >= cap else "duration"
+            state.reason = "aborted"
+        elif state.reason is None:
+            state.reason = "total_cap" if cap <= deadline and t_stop >= cap else "duration"
         stop.set()
         if "first" in scrapes and not scrapes["first"].done() and win["w0"] > time.monotonic():
             scrapes.pop("first").cancel()  # stopped before its window began: no window to read
-        if state["reason"] != "count" and state["reason"] != "aborted" and "first" in scrapes:
+        if state.reason != "count" and state.reason != "aborted" and "first" in scrapes:
             scrapes["last"] = asyncio.create_task(self._scrape())
         if spec.mode == "rate":
             arr_task.cancel()
@@ -420,7 +433,7 @@ class Ramp:
 
         # drain the in-flight requests (cancel them when aborting or failing)
         pending = set(tasks)
-        if state["reason"] in ("aborted", "failure_rate", "total_cap"):
+        if state.reason in ("aborted", "failure_rate", "total_cap"):
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
@@ -435,22 +448,24 @@ class Ramp:
                 remaining = {t for t in remaining if not t.done()}
             ab.cancel()
             if self.abort.is_set():
-                state["reason"] = "aborted"
+                state.reason = "aborted"
             for t in pending:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         t_end = time.monotonic()
-        if state["reason"] == "aborted":
+        if state.reason == "aborted":
             for t in scrapes.values():
                 t.cancel()
             scrapes.clear()
-        elif state["reason"] == "count" and "first" in scrapes:
+        elif state.reason == "count" and "first" in scrapes:
             scrapes["last"] = asyncio.create_task(self._scrape())
 
-        w0, w1 = level_window(state["reason"], w0, deadline, t_stop, state["last_measured_end"])
+        reason = state.reason
+        assert reason is not None  # set when the level stopped sending (above)
+        w0, w1 = level_window(reason, w0, deadline, t_stop, state.last_measured_end)
         st = compute_step_stats(recs, idx=idx, level=level, mode=spec.mode, t_start=self.rel(t_level),
                                 t_end=self.rel(t_end), window_start=self.rel(w0), window_end=self.rel(w1),
-                                slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=state["reason"],
+                                slo=spec.slo, max_in_flight=self.max_in_flight, stop_reason=reason,
                                 arrivals=[tuple(e) for e in sched] if spec.mode == "rate" else None,
                                 send_end=self.rel(t_stop))
         if "last" in scrapes:

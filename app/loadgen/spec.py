@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.loadgen.datasets import FORMATS, load_dataset
+from app.loadgen.datasets import Dataset, DatasetFormat, load_dataset
 from app.settings import DEFAULT_MAX_FAILURE_RATE
 
 Length = Union[int, tuple[int, int]]
@@ -203,7 +203,7 @@ class RampSpec(BaseModel):
     prompts_file: Optional[Path] = Field(None, description=(
         "a dataset (app.loadgen.datasets): a ShareGPT/chat/{\"prompt\": …} JSON(L), CSV or Parquet file, "
         "builtin:chat, or hf:OWNER/NAME from the Hugging Face cache; sampled with the seed"))
-    prompts_format: Optional[Literal[FORMATS]] = Field(None, description="the dataset's format; None → detected")
+    prompts_format: Optional[DatasetFormat] = Field(None, description="the dataset's format; None → detected")
     prompts_column: Optional[str] = Field(None, min_length=1, description="CSV/Parquet: the text column")
     output_cap: Optional[int] = Field(None, ge=1, description=(
         "a dataset with answers: max_tokens is the answer's length, at most this (None: uncapped)"))
@@ -240,7 +240,7 @@ class RampSpec(BaseModel):
 
     @field_validator("prompt_tokens", "output_tokens")
     @classmethod
-    def _length(cls, v: Length, info) -> Length:
+    def _length(cls, v: Length, info: ValidationInfo) -> Length:
         if isinstance(v, tuple):
             lo, hi = v
             if lo < 1 or hi < lo:
@@ -302,7 +302,7 @@ class RampSpec(BaseModel):
         lo = max(1, round(t * (1 - self.length_spread)))
         return lo, max(lo, round(t * (1 + self.length_spread)))
 
-    def dataset(self):
+    def dataset(self) -> Dataset | None:
         """The :class:`app.loadgen.datasets.Dataset` of ``prompts_file`` (cached), None
         without one. Raises DatasetError (a ValueError) for a bad file."""
         if self.prompts_file is None:
@@ -357,7 +357,8 @@ class RampSpec(BaseModel):
         how = "fixed" if fixed else f"uniform, seed {self.seed}"
         if self.prompts_file is not None:
             try:
-                answers = self.dataset().has_answers
+                ds = self.dataset()  # a Dataset: prompts_file is set
+                answers = ds is not None and ds.has_answers
             except ValueError:
                 answers = False
             if answers:  # app.loadgen.prompts.LengthSampler: the answers' lengths, capped
@@ -383,8 +384,15 @@ class RampSpec(BaseModel):
             top = self.search.max_level
             return int(top) if self.mode == "concurrency" else (self.max_concurrency or 1024)
         if self.mode == "concurrency":
-            return int(max(self.levels))
+            return int(max(self.level_values))
         return self.max_concurrency or 1024
+
+    @property
+    def level_values(self) -> list[float]:
+        """``levels`` as validation leaves them: never None (``max_level``'s, or [] for a search)."""
+        if self.levels is None:
+            raise ValueError("a RampSpec built without validation has no levels")
+        return self.levels
 
     @property
     def chat(self) -> bool:
@@ -398,7 +406,7 @@ class RampSpec(BaseModel):
         or a capacity search chooses them (``search``): then the cap, if any."""
         if self.step_seconds is None or self.search is not None:
             return self.max_total_seconds
-        total = len(self.levels) * (self.warmup_seconds + self.step_seconds)
+        total = len(self.level_values) * (self.warmup_seconds + self.step_seconds)
         return min(total, self.max_total_seconds) if self.max_total_seconds else total
 
 
@@ -425,7 +433,7 @@ def spec_to_wall(spec: RampSpec, k: float, *, durations: bool = True) -> RampSpe
         return spec
     upd: dict = {"slo": slo_to_wall(spec.slo, k)}
     if spec.mode == "rate":  # a rig rate of r req/s is r·k req/s of wall time
-        upd["levels"] = [x * k for x in spec.levels]
+        upd["levels"] = [x * k for x in spec.level_values]
         if spec.search is not None:
             sr = spec.search
             upd["search"] = sr.model_copy(update={"start": sr.start * k, "max_level": sr.max_level * k,

@@ -22,18 +22,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any, Callable
 
 DONE = b"[DONE]"
 _decode = json.JSONDecoder().raw_decode
 
 
+_fast_loads: Callable[[bytes], Any] | None
 try:  # orjson parses a vLLM token chunk in ≈ 0.8 µs against ≈ 2.3 µs for the stdlib
     from orjson import loads as _fast_loads
 except ImportError:  # pragma: no cover - orjson is a dependency; keep working without it
     _fast_loads = None
 
 
-def loads(payload: bytes):
+def loads(payload: bytes) -> Any:
     """JSON of one payload (UTF-8 bytes); ValueError when it is not JSON.
 
     orjson first; what it rejects goes to the standard library's parser, which also
@@ -46,7 +48,7 @@ def loads(payload: bytes):
     return _std_loads(payload)
 
 
-def _std_loads(payload: bytes):
+def _std_loads(payload: bytes) -> Any:
     s = payload.decode()
     if s[:1] in (" ", "\t", "\n"):
         s = s.lstrip()

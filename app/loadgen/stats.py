@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel
@@ -191,7 +191,7 @@ class StepStats(BaseModel):
 
 def rate_note(st: Any) -> str | None:
     """:attr:`StepStats.rate_note` of a StepStats or its stored dict."""
-    get = (lambda k: st.get(k)) if isinstance(st, dict) else (lambda k: getattr(st, k, None))
+    get: Callable[[str], Any] = (lambda k: st.get(k)) if isinstance(st, dict) else (lambda k: getattr(st, k, None))
     why = get("rate_short")
     if not why or get("offered_rps") is None or get("achieved_rps") is None:
         return None
@@ -242,7 +242,7 @@ def open_loop_figures(records: Sequence[RequestRecord], level: float, w0: float,
                     key=lambda r: r.t_start)
         if ok:
             early = ok[:max(1, len(ok) // 4)]
-            e2e_early = sum(r.e2e for r in early) / len(early)
+            e2e_early = sum(r.e2e or 0.0 for r in early) / len(early)  # each has one (filtered above)
             # in requests: a window that goes on past the sending (a count-limited level's
             # drain) sees those sent last complete too
             fill = achieved * max(0.0, e2e_early - warmup_s - (w1 - s1))
@@ -332,8 +332,8 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         turns=turn_stats(ok),
     )
     if mode == "rate":
-        arr = arrivals if arrivals is not None else [(r.t_start, r.t_start, False) for r in records]
-        for k, v in open_loop_figures(records, level, w0, w1, send_end, arr, st.rps, w0 - t_start).items():
+        sends = arrivals if arrivals is not None else [(r.t_start, r.t_start, False) for r in records]
+        for k, v in open_loop_figures(records, level, w0, w1, send_end, sends, st.rps, w0 - t_start).items():
             setattr(st, k, v)
     st.slo_broken = slo_breaches(st, slo)
     # a window shorter than the median request measures how the level started, not how it runs
@@ -433,14 +433,15 @@ def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float 
         return (b.output_tps / a.output_tps) ** (1.0 / math.log2(b.level / a.level)) - 1.0
 
     for i, (a, b) in enumerate(zip(s, s[1:])):
-        if b.level <= a.level:
+        ta, tb = a.ttft_p99, b.ttft_p99
+        if b.level <= a.level or not ta or not tb:  # (every level kept has a TTFT p99)
             continue
         g = growth(a, b)
-        r = b.ttft_p99 / a.ttft_p99
+        r = tb / ta
         later_growth = any(growth(a, c) >= gain for c in s[i + 2:] if c.level > a.level)
         if g < gain and r >= ttft_ratio and not later_growth:
             return Knee(level=a.level, next_level=b.level, output_tps=a.output_tps, next_output_tps=b.output_tps,
-                        ttft_p99=a.ttft_p99, next_ttft_p99=b.ttft_p99, gain_per_doubling=g, ttft_ratio=r)
+                        ttft_p99=ta, next_ttft_p99=tb, gain_per_doubling=g, ttft_ratio=r)
     return None
 
 

@@ -34,8 +34,10 @@ import struct
 import sys
 import threading
 import traceback
+from typing import IO, Any, Callable, Coroutine
 
 from app.loadgen.client import PreflightError, time_feeds
+from app.loadgen.records import RequestRecord
 from app.loadgen.runner import Ramp
 from app.loadgen.spec import RampSpec
 
@@ -43,14 +45,14 @@ BATCH_SECONDS = 0.1
 BATCH_MAX = 512
 
 
-def write_frame(f, kind: str, payload) -> None:
+def write_frame(f: IO[bytes], kind: str, payload: object) -> None:
     data = pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL)
     f.write(struct.pack(">I", len(data)) + data)
     f.flush()
 
 
-def read_frame(f):
-    """Read one frame from a binary file; None at end of stream."""
+def read_frame(f: IO[bytes]) -> tuple[str, Any] | None:
+    """Read one frame ``(kind, payload)`` from a binary file; None at end of stream."""
     head = f.read(4)
     if len(head) < 4:
         return None
@@ -95,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     wt = threading.Thread(target=writer, name="frames", daemon=True)
     wt.start()
+    runner: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop  # optional (extra "bench"): a faster event loop
 
@@ -120,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-async def _amain(spec, t0: float, frames: queue.SimpleQueue) -> None:
+async def _amain(spec: RampSpec, t0: float, frames: queue.SimpleQueue) -> None:
     time_feeds()  # stream arrivals timed as aiohttp receives them (this process only)
 
     loop = asyncio.get_running_loop()
@@ -140,7 +143,7 @@ async def _amain(spec, t0: float, frames: queue.SimpleQueue) -> None:
             frames.put(("records", batch.copy()))
             batch.clear()
 
-    def emit_record(rec) -> None:
+    def emit_record(rec: RequestRecord) -> None:
         batch.append(rec.to_tuple())
         if len(batch) >= BATCH_MAX:
             flush()

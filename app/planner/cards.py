@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import psutil
 
+from app.engines import SELECTABLE, Cards, Engine, names
 from app.planner.gpus import GIB, GpuSpec, cpu_device, gpus_from_cards, nvml_card, parse_cc, resolve_gpu
 from app.telemetry.nvml import NvmlUnavailable, read_cards
 
@@ -235,7 +236,7 @@ def _nvml_cards(indices: Sequence[int] | None, nvml: Any) -> list[GpuSpec]:
     return cards
 
 
-def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, count: int | None = None,
+def cards_for(*, engine: Engine | str = Engine.VLLM, gpu: str | Sequence[str] | None = None, count: int | None = None,
               memory_gib: float | None = None, busy_gib: float = 0.0, indices: Sequence[int] | None = None,
               readings: Sequence[Any] | None = None, cpu_build: bool = False, nvml: Any = None,
               cc: float | None = None) -> list[GpuSpec]:
@@ -262,19 +263,24 @@ def cards_for(*, engine: str = "vllm", gpu: str | Sequence[str] | None = None, c
     - **this machine through NVML** — none of the above: :func:`app.telemetry.nvml.read_cards`
       for ``indices`` (all when None); ``nvml`` a pynvml-shaped double in tests.
 
-    ``engine`` is ``vllm`` (default) or ``sim``; ``attach`` is refused (an attached
-    server's cards are not known). Raises ValueError for conflicting sources or bad
-    input, ``app.planner.gpus.UnknownGpuError`` for a name the catalog does not know
-    without memory and compute capability, :class:`NoGpuFound` when NVML (or the
-    readings) give no card.
+    ``engine`` (an :class:`app.engines.Engine` or its name) says which: its ``spec.cards``
+    — the simulated rig's (``sim``) or the machine's (``vllm``, the default); ``attach`` is
+    refused (an attached server's cards are not known), and so is an engine that is not
+    selectable (``ray``: a host's part of a launch, planned as that launch). Raises
+    ValueError for conflicting sources or bad input, ``app.planner.gpus.UnknownGpuError``
+    for a name the catalog does not know without memory and compute capability,
+    :class:`NoGpuFound` when NVML (or the readings) give no card.
     """
-    if engine == "attach":
+    planned = tuple(e for e in SELECTABLE if e.planned)
+    eng = Engine.parse(engine)
+    if eng is not None and eng.spec.cards is Cards.UNKNOWN:
         raise ValueError("an attached server is not planned: its cards are not known")
-    if engine not in ("vllm", "sim"):
-        raise ValueError(f"engine {engine!r}: plan for 'vllm' or 'sim'")
+    if eng not in planned:
+        raise ValueError(f"engine {getattr(engine, 'value', engine)!r}: plan for {names(planned)}")
+    assert eng is not None
     if count is not None and count < 1:
         raise ValueError(f"count={count}: plan at least one card")
-    if engine == "sim":
+    if eng.spec.cards is Cards.SIM_RIG:
         if not gpu:
             raise ValueError("a sim rig needs its GPU name, e.g. gpu=\"RTX 4090\"")
         return _named_cards(gpu, count, memory_gib, busy_gib, cc)

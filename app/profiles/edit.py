@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.engines import Engine
 from app.hosts.spec import Host
 from app.profiles.model import Profile
 
@@ -20,7 +21,7 @@ MEASURED_FIELDS = ("engine", "sim", "attach_url", "server", "env", "gpus")
 DEMO_NAME = "Sim demo: 8x RTX 4090 Llama-3-70B AWQ"
 
 
-def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env: dict[str, str] | None = None,
+def profile_from_settings(name: str, *, engine: Engine | str, server: dict[str, Any], env: dict[str, str] | None = None,
                           gpus: list[int] | int | None = None, sim: dict[str, Any] | None = None,
                           attach_url: str | None = None, ramp: dict[str, Any] | None = None,
                           base: Profile | None = None, hosts: list[Host] | None = None,
@@ -40,9 +41,10 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
     """
     data: dict[str, Any] = {"name": name, "engine": engine, "server": dict(server), "env": dict(env or {}),
                             "gpus": gpus}
-    if engine == "sim":
+    eng = Engine.parse(engine)  # None: not an engine (the profile's validation names it)
+    if eng is not None and eng.simulated:
         data["sim"] = dict(sim or {})
-    if engine == "attach":
+    if eng is not None and not eng.launches:
         data["attach_url"] = attach_url
     if ramp is not None:
         data["ramp"] = {k: v for k, v in ramp.items() if k not in ("url", "model")}
@@ -54,7 +56,7 @@ def profile_from_settings(name: str, *, engine: str, server: dict[str, Any], env
         data["ray_address"] = ray_address
     if base is not None:
         data["description"], data["notes"] = base.description, base.notes
-        if engine == "sim" and base.sim is not None:
+        if eng is not None and eng.simulated and base.sim is not None:
             data["sim"] = {**base.sim.model_dump(exclude_none=True), **data["sim"]}
         new = Profile.model_validate(data)
         if _same_settings(base, new):
@@ -67,10 +69,13 @@ def _same_settings(a: Profile, b: Profile) -> bool:
     """Whether a run of ``a`` measured ``b`` too: same engine and rig (or URL), same
     effective launch settings (vLLM's defaults filled in: an unset
     ``gpu_memory_utilization`` is 0.9), same environment and cards."""
-    if (a.engine, a.attach_url if a.engine == "attach" else None) != (b.engine,
-                                                                       b.attach_url if b.engine == "attach" else None):
+    def url(p: Profile) -> str | None:  # only an attached server is its URL
+        return None if p.engine.launches else p.attach_url
+
+    if (a.engine, url(a)) != (b.engine, url(b)):
         return False
-    if a.engine == "sim" and (a.sim.gpu, a.sim.count) != (b.sim.gpu, b.sim.count):
+    if a.engine.simulated and a.sim is not None and b.sim is not None \
+            and (a.sim.gpu, a.sim.count) != (b.sim.gpu, b.sim.count):
         return False
 
     def eff(p: Profile) -> dict[str, Any]:
@@ -78,4 +83,4 @@ def _same_settings(a: Profile, b: Profile) -> bool:
         d["gpu_memory_utilization"] = d.get("gpu_memory_utilization") or 0.9
         return d
 
-    return eff(a) == eff(b) and (a.engine == "sim" or a.gpu_indices() == b.gpu_indices())
+    return eff(a) == eff(b) and (a.engine.simulated or a.gpu_indices() == b.gpu_indices())

@@ -5,7 +5,7 @@ A profile on disk is YAML (``schema_version`` :data:`SCHEMA_VERSION`)::
     schema_version: 1
     name: 8x RTX 4090 Llama-3-70B AWQ
     description: …
-    engine: vllm            # vllm | sim | attach
+    engine: vllm            # vllm | sim | attach (app.engines: the selectable engines)
     sim: {gpu: RTX 4090, count: 8}          # the virtual rig (engine sim)
     server:                 # exactly a `vllm serve --config` file: long option names
       model: hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4
@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from app.config import ServerConfig, number_parser, option_name
 from app.engine.specdecode import check_acceptance
+from app.engines import SELECTABLE, Engine, names
 from app.hosts.spec import Host, hosts_from, parse_ray_address
 from app.profiles.env_policy import expansion_problem, valid_env_name
 from app.loadgen.spec import SLO, RampSpec
@@ -46,8 +47,6 @@ from app.planner.gpus import (AMBIENT_RANGE_C, COOLING, COOLING_RANGE, DEFAULT_A
 
 #: the schema written by this version; older files are migrated on load (app.profiles.io)
 SCHEMA_VERSION = 1
-
-Engine = Literal["vllm", "sim", "attach"]
 
 #: the ramp of a profile that does not say (concurrency 1, 2, 4 … 64, 20 s per level)
 DEFAULT_RAMP: dict[str, Any] = {"max_level": 64, "step_seconds": 20.0}
@@ -329,7 +328,7 @@ class HardwareFingerprint(BaseModel):
         name the catalog does not know without ``memory_gib`` and
         ``compute_capability``."""
 
-        return cards_for(engine="vllm", gpu=self.gpu, count=self.count, memory_gib=self.memory_gib,
+        return cards_for(engine=Engine.VLLM, gpu=self.gpu, count=self.count, memory_gib=self.memory_gib,
                          cc=self.compute_capability)
 
 
@@ -429,7 +428,7 @@ class Profile(BaseModel):
     schema_version: int = SCHEMA_VERSION
     name: str = Field(..., min_length=1, max_length=120)
     description: str = ""
-    engine: Engine = "vllm"
+    engine: Engine = Engine.VLLM
     sim: Optional[SimRig] = None
     attach_url: Optional[str] = None
     server: dict[str, Any]
@@ -449,6 +448,14 @@ class Profile(BaseModel):
         if not v or any(c in v for c in "\n\r\t/\\\0"):
             raise ValueError(f"name {v!r}: one line of text without / or \\")
         return v
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, v: Any) -> Engine:
+        e = Engine.parse(v)
+        if e is None or not e.spec.selectable:
+            raise ValueError(f"engine {v!r}: a profile runs {names(SELECTABLE)}")
+        return e
 
     @field_validator("server", mode="before")
     @classmethod
@@ -540,9 +547,9 @@ class Profile(BaseModel):
         if self.ray_address and self.server.get("distributed-executor-backend") != "ray":
             raise ValueError(f"ray_address {self.ray_address} names a Ray cluster for the Ray backend: add "
                              "'distributed-executor-backend: ray' to server:, or drop ray_address")
-        if self.engine == "sim" and self.sim is None:
+        if self.engine.simulated and self.sim is None:
             self.sim = SimRig()
-        if self.engine == "attach" and not self.attach_url:
+        if not self.engine.launches and not self.attach_url:
             raise ValueError("engine attach needs attach_url: the base URL of the running server, "
                              "e.g. http://127.0.0.1:8000")
         return self
@@ -604,7 +611,7 @@ class Profile(BaseModel):
         d: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "name": self.name}
         if self.description:
             d["description"] = self.description
-        d["engine"] = self.engine
+        d["engine"] = self.engine.value
         if self.sim is not None:
             d["sim"] = self.sim.model_dump(exclude_none=True)
         if self.attach_url:
@@ -654,7 +661,7 @@ def variant_name(name: str, base: "Profile | None", profile: "Profile", limit: i
     if base.engine != profile.engine:
         changes.append(f"engine {profile.engine}")
     rig = (lambda p: (p.sim.gpu, p.sim.count) if p.sim is not None else None)
-    if profile.engine == "sim" and rig(base) != rig(profile) and profile.sim is not None:
+    if profile.engine.simulated and rig(base) != rig(profile) and profile.sim is not None:
         changes.append(f"rig {profile.sim.count}× {profile.sim.gpu}")
     if base.gpus != profile.gpus:
         changes.append(f"gpus {profile.gpus if profile.gpus is not None else 'all'}")

@@ -40,6 +40,7 @@ GUI thread; :meth:`start_ramp` and :meth:`abort_ramp` return at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import threading
@@ -49,16 +50,17 @@ from typing import Any, Callable
 
 from app.clock import SessionClock
 from app.config import ServerConfig, exposure_problem
+from app.engines import CardSamples, Engine
 from app.hosts.checks import rig_findings, socket_interfaces
 from app.hosts.link import HostError, SshOptions
 from app.hosts.plan import RAY_STARTED, HostCommand, PlanError, launch_plan
 from app.hosts.rig import Rig
 from app.hosts.spec import Host
-from app.loadgen.generator import LoadGenerator
+from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.live import ClientSeries
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.server_stats import with_notes
-from app.loadgen.spec import spec_to_wall
+from app.loadgen.spec import RampSpec, spec_to_wall
 from app.loadgen.capacity import Capacity, capacity_of
 from app.loadgen.spec import CapacitySearch
 from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_stop_reason, to_rig_time
@@ -75,8 +77,10 @@ from app.settings import SafetyLimits, load_settings
 from app.server import procs
 from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
-from app.server.supervisor import Supervisor, health_status
+from app.server.supervisor import StateChange, Supervisor, health_status
+from app.store import RunStore
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
+from app.telemetry.gpu_source import GpuSource
 from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.hub import Telemetry
 from app.telemetry.nvml_source import NvmlSource
@@ -103,14 +107,16 @@ def _part_key(cmd: HostCommand) -> str:
 
 @dataclass
 class LaunchTarget:
-    """What to start. ``engine``: ``vllm``, ``sim`` or ``attach``. ``sim_args``: the sim
-    rig's options (``--sim-gpu …``, ``SimRig.argv()``). ``python``: the vLLM interpreter
-    (None → app.server.interpreter.resolve_python). ``attach_url``/``attach_model``: the
-    server to attach to. ``use_nvml``: sample this machine's cards (not for the sim, nor
-    the CPU build). Intervals in seconds between samples; ``startup_timeout`` and
-    ``grace`` (SIGTERM → SIGKILL) in seconds, ``grace`` None = 10 s for the sim, 20 s for
-    vLLM. ``expose``: the user confirmed a ``config.host`` beyond loopback (``--expose``,
-    the window's dialog); without it such a launch is refused (issue 15, item 4).
+    """What to start. ``engine``: an :class:`app.engines.Engine` — ``vllm``, ``sim`` or
+    ``attach`` (a name is taken as its engine). ``sim_args``: the sim rig's options
+    (``--sim-gpu …``, ``SimRig.argv()``). ``python``: the vLLM interpreter (None →
+    app.server.interpreter.resolve_python). ``attach_url``/``attach_model``: the server to
+    attach to. ``use_nvml``: sample this machine's cards (not for the sim, nor the CPU
+    build). Intervals in seconds between samples; ``startup_timeout`` and ``grace``
+    (SIGTERM → SIGKILL) in seconds, ``grace`` None = the engine's
+    (``Engine.spec.stop_grace_s``: 10 s for the sim, 20 s for vLLM). ``expose``: the user
+    confirmed a ``config.host`` beyond loopback (``--expose``, the window's dialog);
+    without it such a launch is refused (issue 15, item 4).
     ``fill_defaults``: the CPU build's working defaults are still to be filled in for
     what the user did not set (:meth:`RunController.launch_defaults`; False once done; a
     rig's are filled in by each host's agent for its own interpreter and cores).
@@ -121,7 +127,7 @@ class LaunchTarget:
     ``ray_address``: a running Ray cluster (``HOST:PORT``) the Ray backend attaches to
     instead of starting one on the hosts (the profile's ``ray_address``)."""
 
-    engine: str
+    engine: Engine
     config: ServerConfig
     sim_args: list[str] = field(default_factory=list)
     python: str | None = None
@@ -140,17 +146,20 @@ class LaunchTarget:
     rig_timeout: float = 180.0
     ray_address: str | None = None
 
+    def __post_init__(self) -> None:
+        self.engine = Engine(self.engine)
+
     @property
     def multi_host(self) -> bool:
         """A launch over two or more hosts (their agents), not one local server."""
-        return self.engine != "attach" and len(self.hosts) >= 2
+        return self.engine.launches and len(self.hosts) >= 2
 
     @classmethod
     def from_profile(cls, profile: Profile, **kw: Any) -> "LaunchTarget":
         """The target of a profile: its engine, server config, sim rig or attach URL;
         ``kw`` sets the other fields."""
         cfg = profile.server_config()
-        sim = profile.sim.argv() if profile.engine == "sim" and profile.sim else []
+        sim = profile.sim.argv() if profile.engine.simulated and profile.sim else []
         # attached: the served model is the first one /v1/models lists (the load generator asks)
         kw.setdefault("hosts", list(profile.hosts))
         kw.setdefault("ray_address", profile.ray_address)
@@ -206,7 +215,7 @@ class RampOutcome:
 class _Ramp:
     """A running ramp."""
 
-    def __init__(self, spec: Any, record: RecordSpec | None, safety: SafetyLimits | None) -> None:
+    def __init__(self, spec: RampSpec, record: RecordSpec | None, safety: SafetyLimits | None) -> None:
         self.spec = spec
         self.record = record
         self.safety = safety
@@ -278,16 +287,14 @@ class RunController:
 
     # ------------------------------------------------------------------ store
     @property
-    def store(self):
+    def store(self) -> RunStore:
         """The run store (opened on first use)."""
         with self._lock:
             if self._store is None:
                 if callable(self._store_src):
                     self._store = self._store_src()
                 else:
-                    from app.store import RunStore  # opened lazily: the GUI starts without a database
-
-                    self._store = RunStore()
+                    self._store = RunStore()  # opened lazily: the GUI starts without a database
             return self._store
 
     def close(self) -> list[int]:
@@ -368,7 +375,7 @@ class RunController:
         return r is not None and not r.done.is_set()
 
     @property
-    def ramp_spec(self) -> Any:
+    def ramp_spec(self) -> RampSpec | None:
         r = self._ramp
         return r.spec if r is not None else None
 
@@ -382,7 +389,7 @@ class RunController:
         end that plans or records first (``vllm-dyno run``) calls it before. Blocking
         (interpreter probe, planner). Never raises: when the interpreter cannot be probed
         the target is left as it is and the launch reports why."""
-        if target.engine != "vllm" or not target.fill_defaults or target.multi_host:
+        if not target.engine.runs_vllm or not target.fill_defaults or target.multi_host:
             return target  # a rig's interpreters are on its hosts: each agent fills in its own (_launch_rig)
         done = replace(target, fill_defaults=False)
         try:
@@ -421,7 +428,7 @@ class RunController:
             self.bank = SeriesBank()
             self.client = ClientSeries()
             self._ready.clear()
-        if target.engine == "attach":
+        if not target.engine.launches:  # attach to the server at the URL
             self.url = (target.attach_url or "").rstrip("/")
             if not self.url:
                 raise ValueError("attach: give the server's URL (attach_url), e.g. http://127.0.0.1:8000")
@@ -446,14 +453,14 @@ class RunController:
             exposed = None if target.expose else exposure_problem(target.config.host)
             if exposed:  # binding beyond loopback needs the user's word (--expose, the window's dialog)
                 raise LaunchError(exposed)
-            grace = target.grace if target.grace is not None else (10.0 if target.engine == "sim" else 20.0)
+            grace = target.grace if target.grace is not None else target.engine.spec.stop_grace_s
             if target.multi_host:
                 self._launch_rig(target, grace)
                 return []
             sup = Supervisor(target.config, engine=target.engine, python=target.python, sim_args=target.sim_args,
                              startup_timeout=target.startup_timeout, grace=grace, clock=self.clock)
             sup.on_line(self._line)
-            sup.on_state(lambda ch, sup=sup: self._on_server_state(sup, ch))
+            sup.on_state(functools.partial(self._on_server_state, sup))
             self.supervisor = sup
             sup.start()  # raises LaunchError for bad input, before starting anything
         except Exception as e:
@@ -467,7 +474,7 @@ class RunController:
             raise
         self.url = sup.url
         self.api_model = target.config.api_model_name
-        if target.engine == "vllm":
+        if target.engine.spec.samples_from_launch:
             self._start_telemetry(sup, at_ready=False)  # the cards from the first second of the launch
         return []
 
@@ -521,15 +528,15 @@ class RunController:
             tag = f"[{h} ray]" if ray else f"[{h}]"
             if ray:
                 started[h] = threading.Event()
-            link.on_log(lambda stream, text, t, tag=tag, ev=started.get(h) if ray else None:
-                        self._rig_line(tag, stream, text, t, ev), part=cmd.part)
-            link.on_state(lambda st, h=h, role=cmd.role: self._on_host_state(h, role, st), part=cmd.part)
+            link.on_log(functools.partial(self._rig_line, tag, started=started.get(h) if ray else None),
+                        part=cmd.part)
+            link.on_state(functools.partial(self._on_host_state, h, cmd.role), part=cmd.part)
             try:  # the CPU build's working defaults: each agent for its own host (its interpreter, cores)
-                launched = rig.call(link.launch(cmd.config, engine="ray" if ray else target.engine,
+                launched = rig.call(link.launch(cmd.config, engine=Engine.RAY if ray else target.engine,
                                                 sim_args=list(cmd.args) if ray else target.sim_args, part=cmd.part,
                                                 expose=target.expose, startup_timeout=target.startup_timeout,
                                                 fill_defaults=(not ray and target.fill_defaults
-                                                               and target.engine == "vllm")),
+                                                               and target.engine.runs_vllm)),
                                     target.rig_timeout)
             except HostError as e:
                 raise LaunchError(f"host {h} ({cmd.role}) did not start its part: {e}") from None
@@ -584,7 +591,7 @@ class RunController:
         for one server)."""
         if self.rig is None or self.failure is not None:
             return
-        if self.target is not None and self.target.engine == "sim" and self.url:
+        if self.target is not None and self.target.engine.simulated and self.url:
             self.sim_info = sim_info(self.url)
             self.time_scale = time_scale_of(self.sim_info)
         self.client.time_scale = self.time_scale
@@ -634,7 +641,8 @@ class RunController:
 
     def _close_rig(self, timeout: float = 60.0) -> list[int]:
         """End every host's server part and close the agents (idempotent); leftovers."""
-        rig, left = self.rig, []
+        rig = self.rig
+        left: list[int] = []
         if rig is None:
             return left
         self._rig_stopping = True
@@ -756,7 +764,7 @@ class RunController:
         f = sup.parser.facts
         return progress(f.phase, dict(f.phase_times), sup.started_t, self.clock.now(), self.launch_expected)
 
-    def _on_server_state(self, sup: Supervisor, ch) -> None:
+    def _on_server_state(self, sup: Supervisor, ch: StateChange) -> None:
         """Supervisor thread: follow the server's states."""
         if sup is not self.supervisor:
             return  # a stale supervisor's late news
@@ -764,7 +772,7 @@ class RunController:
         if st == "loading":
             self._set_state(State.LOADING, ch.reason)
         elif st == "ready":
-            if self.target is not None and self.target.engine == "sim":
+            if self.target is not None and self.target.engine.simulated:
                 self.sim_info = sim_info(sup.url)
                 self.time_scale = time_scale_of(self.sim_info)
             self.client.time_scale = self.time_scale
@@ -828,7 +836,7 @@ class RunController:
                 if time.monotonic() > deadline:
                     return False
                 time.sleep(0.2)
-        if url is None or self.target is None or self.target.engine != "attach":
+        if url is None or self.target is None or self.target.engine.launches:
             return False
         code = health_status(url, timeout=3.0)
         if code is not None and code < 500:
@@ -866,9 +874,9 @@ class RunController:
         if t is None or not t.telemetry:
             return
         cpu_build = sup is not None and sup.interpreter is not None and sup.interpreter.is_cpu_build
-        gpu_source = None
+        gpu_source: GpuSource | None = None
         try:
-            if t.engine == "sim" or (t.engine == "attach" and self.sim_info):
+            if t.engine.resolved(bool(self.sim_info)).spec.card_samples is CardSamples.SIM_HTTP:
                 if at_ready and self.url:
                     gpu_source = HttpGpuSource(self.url)  # the rig serves its cards once it is up (attached too)
             elif t.use_nvml and not cpu_build and self.rig is None:  # a rig's cards come from its agents
@@ -916,10 +924,11 @@ class RunController:
         rec = self.run
         return rec if rec is not None and rec.open else None
 
-    def _new_recorder(self, record: RecordSpec, spec: Any = None) -> RunRecorder:
+    def _new_recorder(self, record: RecordSpec, spec: RampSpec | dict[str, Any] | None = None) -> RunRecorder:
         prof = record.profile
         t = self.target
-        engine = prof.engine if prof is not None else ("sim" if self.sim_info else (t.engine if t else "attach"))
+        engine = prof.engine if prof is not None else (Engine.SIM if self.sim_info else
+                                                       (t.engine if t else Engine.ATTACH))
         name = record.name or (prof.name if prof is not None else f"ramp {self.url or ''}".strip())
         gpu_count = 1
         if prof is not None:
@@ -937,9 +946,8 @@ class RunController:
             if sup is not None:
                 rec.attach_server(sup)
             t = self.target
-            engine = t.engine if t is not None else "attach"
-            if engine == "attach" and self.sim_info:
-                engine = "sim"  # an attached sim is recorded as one, with its cards (compare counts them)
+            # an attached sim is recorded as one, with its cards (compare counts them)
+            engine = (t.engine if t is not None else Engine.ATTACH).resolved(bool(self.sim_info))
             if self.rig is not None:  # a rig's cards are its hosts', from their agents' hellos
                 hw = self._rig_hardware(engine)
                 # each host's part: its config, the argv its agent ran, the CPU build's defaults it filled in
@@ -953,12 +961,12 @@ class RunController:
                                   gpus=t.config.gpus if t is not None else None)
             self.hardware = hw
             rec.set_context(hardware=hw, time_scale=self.time_scale, model=self.api_model)
-            if hw is not None and (engine == "sim" or self.rig is not None):
+            if hw is not None and (engine.simulated or self.rig is not None):
                 rec.gpu_count = hw.count
         except Exception:
             log.exception("could not record the server of run %s", rec.run_id)
 
-    def _rig_hardware(self, engine: str) -> HardwareFingerprint | None:
+    def _rig_hardware(self, engine: Engine) -> HardwareFingerprint | None:
         """The launched rig's fingerprint (app.run.hardware.rig_hardware): its hosts' cards
         from their agents' hellos (the sim's from the head's ``/sim/info``), the head's vLLM
         version from its probe; None without a rig."""
@@ -967,14 +975,15 @@ class RunController:
             return None
         hellos = {link.host.label(): link.hello for link in list(rig.links)}
         head = (self._rig_probes[0].get("vllm") or {}) if self._rig_probes else {}
-        version = head.get("version") if engine == "vllm" else None
+        version = head.get("version") if engine.runs_vllm else None
         return rig_hardware(engine, rig.hosts, [hellos.get(h.label()) or {} for h in rig.hosts], info=self.sim_info,
                             vllm_version=version)
 
-    def open_run(self, record: RecordSpec) -> int:
+    def open_run(self, record: RecordSpec) -> int | None:
         """Open a run that spans the launch (``vllm-dyno run``): a failed launch is
         recorded in it; the next ramp records into it and leaves it open; close it with
-        :meth:`close_run`. Returns the run id."""
+        :meth:`close_run`. Returns the run id (None while the store refuses the run: it is
+        kept in memory, :attr:`RunRecorder.problem`)."""
         spec = record.profile.ramp.model_dump(mode="json") if record.profile is not None else None
         self.run = self._new_recorder(record, spec)
         if self.ready:
@@ -1002,7 +1011,7 @@ class RunController:
         return closed
 
     # ------------------------------------------------------------------ ramps
-    def start_ramp(self, spec: Any, *, record: RecordSpec | None = None,
+    def start_ramp(self, spec: RampSpec, *, record: RecordSpec | None = None,
                    safety: SafetyLimits | NoSafety | None = None) -> None:
         """Start a ramp against the ready server and return at once. ``spec``: a
         :class:`app.loadgen.spec.RampSpec` in rig seconds (its ``url`` this server's);
@@ -1014,7 +1023,8 @@ class RunController:
         failure-rate limit). Progress through the listener; the end through
         ``on_ramp_done`` and :meth:`wait_ramp`."""
 
-        if self.target is not None and self.target.engine == "attach" and not self.sim_info:
+        if self.target is not None and self.target.engine.spec.may_be_sim and not self.sim_info \
+                and self.url is not None:
             # attached while the server was still starting (/sim/info did not answer then): a sim
             # found only now must not be measured at k = 1 (every rig figure, and its server
             # figures against the client's, would be off by k)
@@ -1041,7 +1051,7 @@ class RunController:
         r.thread = threading.Thread(target=self._ramp_main, args=(r,), name="ramp", daemon=True)
         r.thread.start()
 
-    def ramp(self, spec: Any, *, record: RecordSpec | None = None, safety: SafetyLimits | NoSafety | None = None,
+    def ramp(self, spec: RampSpec, *, record: RecordSpec | None = None, safety: SafetyLimits | NoSafety | None = None,
              timeout: float | None = None) -> RampOutcome:
         """Run a ramp to its end (blocking) and return its outcome; on ``timeout`` (s) it
         is aborted and what it completed is returned. ``safety``: as :meth:`start_ramp`."""
@@ -1180,7 +1190,7 @@ class RunController:
         if self.failure is not None and r.gen is not None:
             r.gen.abort()
 
-    def _ended_by_server(self, r: _Ramp, res, status: str) -> bool:
+    def _ended_by_server(self, r: _Ramp, res: RampResult, status: str) -> bool:
         """Whether a ramp's end may be the server's doing: it failed, or stopped on a
         failure-rate or generator error — not an abort asked for by the user, and not a
         pre-flight failure with no request sent (an unreachable URL is not a death)."""
@@ -1190,7 +1200,7 @@ class RunController:
             return False
         return bool(res.records)
 
-    def _outcome(self, r: _Ramp, res, k: float) -> RampOutcome:
+    def _outcome(self, r: _Ramp, res: RampResult, k: float) -> RampOutcome:
         """The generator's result → the ramp's outcome in rig seconds."""
         with r.lock:
             steps = list(r.steps)
@@ -1225,20 +1235,21 @@ class RunController:
                           {s.idx: s.repeat for s in steps}, seed=spec.seed)
         cap.shape = spec.shape
         t = self.target
-        engine = t.engine if t is not None else "attach"
+        engine = t.engine if t is not None else Engine.ATTACH
+        measured = Engine.SIM if self.sim_info else engine  # an attached sim: its rig's cards
         hw = self.hardware
-        if hw is None and (engine != "attach" or self.sim_info):  # not recorded: read it now
+        if hw is None and measured.planned:  # not recorded: read it now
             try:
-                hw = hardware_for("sim" if self.sim_info else engine, supervisor=self.supervisor, info=self.sim_info,
+                hw = hardware_for(measured, supervisor=self.supervisor, info=self.sim_info,
                                   gpus=t.config.gpus if t is not None else None)
             except Exception:
                 log.exception("could not read the hardware for the verdict")
         if hw is not None:
-            rig = hw.cards_text() + (" (sim)" if engine == "sim" or self.sim_info else "")
+            rig = hw.cards_text() + (" (sim)" if engine.simulated or self.sim_info else "")
             gpus = hw.count
         else:
             rig, gpus = f"the server at {self.url}", 1
-        config = t.config.model_dump() if t is not None and engine != "attach" else None
+        config = t.config.model_dump() if t is not None and engine.launches else None
         if config is not None:
             gpus = max(gpus if hw is not None else 1,
                        (config.get("tensor_parallel_size") or 1) * (config.get("pipeline_parallel_size") or 1))
@@ -1249,7 +1260,8 @@ class RunController:
         (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
         prices = load_settings().pricing
         plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)
-        model = model_label(t.config.model) if config is not None else (self.api_model or served or "the model")
+        model = (model_label(t.config.model) if t is not None and config is not None
+                 else (self.api_model or served or "the model"))
         verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
                                 j_per_token=jpt, pricing=prices, plan=plan,
                                 mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
@@ -1288,7 +1300,7 @@ class RunController:
             self.last_supervisor, self.supervisor = sup, None
             if left:
                 log.error("processes of the server group survived the stop: %s", left)
-        attached = self.target is not None and self.target.engine == "attach"
+        attached = self.target is not None and not self.target.engine.launches
         if self.state != State.FAILED:
             self._set_state(State.IDLE if attached or self.target is None else State.STOPPED, "")
         self._ready.set()

@@ -8,6 +8,7 @@ import enum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only
+    from app.loadgen.spec import RampSpec
     from app.loadgen.stats import StepStats
     from app.planner.diagnose import Diagnosis
     from app.run.controller import RampOutcome
@@ -56,7 +57,7 @@ class RunListener:
     def on_launch_failed(self, reason: str, diagnosis: Diagnosis | None) -> None:
         """The server failed (to start, or after it was ready), with the diagnosis."""
 
-    def on_ramp_started(self, spec: Any) -> None:
+    def on_ramp_started(self, spec: RampSpec) -> None:
         """A ramp began (``spec`` in rig seconds)."""
 
     def on_level_start(self, ev: dict) -> None:

@@ -16,9 +16,11 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from app.hosts.spec import rig_link
+from app.engines import Cards, Engine
+from app.hosts.spec import Host, rig_link
 from app.planner.cards import host_memory_gib
-from app.profiles.model import HardwareFingerprint
+from app.profiles.model import HardwareFingerprint, SimRig
+from app.server.supervisor import Supervisor
 from app.telemetry.nvml import read_cards
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ def time_scale_of(info: dict[str, Any]) -> float:
     return k if k > 0 else 1.0
 
 
-def sim_hardware(rig: Any, info: dict[str, Any] | None = None) -> HardwareFingerprint:
+def sim_hardware(rig: SimRig | None, info: dict[str, Any] | None = None) -> HardwareFingerprint:
     """The fingerprint of a simulated rig: ``rig`` (a profile's ``SimRig`` with ``gpu``,
     ``count``, ``hosts``, ``link``) when given, else the rig its ``/sim/info`` mapping
     ``info`` names (``gpu``, ``gpu_count``, ``hosts``, ``link``; a run of ``vllm-dyno
@@ -72,7 +74,8 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
             if cards.names:
                 uniq = list(dict.fromkeys(cards.names))
                 ccs = [c.compute_capability for c in cards.cards]
-                cc = None if None in ccs else min(a + b / 10 for a, b in ccs)
+                known = [c for c in ccs if c is not None]
+                cc = None if len(known) < len(ccs) else min(a + b / 10 for a, b in known)
                 return HardwareFingerprint(gpu=" + ".join(uniq), count=len(cards.names),
                                            memory_gib=round(min(cards.memory_gib), 2), compute_capability=cc,
                                            driver=cards.driver, vllm_version=vllm_version, recorded_at=time.time())
@@ -82,15 +85,16 @@ def local_hardware(indices: list[int] | None, vllm_version: str | None, cpu_buil
                                vllm_version=vllm_version, recorded_at=time.time())
 
 
-def rig_hardware(engine: str, hosts: list[Any], hellos: list[dict[str, Any]], *, info: dict[str, Any] | None = None,
-                 vllm_version: str | None = None) -> HardwareFingerprint:
+def rig_hardware(engine: Engine | str, hosts: list[Host], hellos: list[dict[str, Any]], *,
+                 info: dict[str, Any] | None = None, vllm_version: str | None = None) -> HardwareFingerprint:
     """The fingerprint of a rig of several hosts (issue 21), the same type as one
     machine's so that History, Compare, calibrate and the what-if read it alike: ``hosts``
     the rig's :class:`app.hosts.spec.Host` list, ``hellos`` each host's agent ``hello`` in
     the same order (app.hosts.agent.host_facts: NVML ``cards`` with ``name``,
     ``memory_total_bytes``, ``compute_capability``; the CPU build's ``cpu`` ``cores`` and
-    ``memory_total_gib``). Engine ``sim``: the simulated cards of the head's ``/sim/info``
-    (``info``) over the rig's hosts. Engine ``vllm``: each host's selected cards (its
+    ``memory_total_gib``). An engine of simulated cards (``sim``, ``Engine.spec.cards``): the
+    simulated cards of the head's ``/sim/info`` (``info``) over the rig's hosts. Else
+    (``vllm``) the real cards: each host's selected cards (its
     ``gpus``; all when None) — names joined by ``" + "`` where they differ, the smallest
     card's memory (GiB), the lowest compute capability — or one ``CPU`` per host without
     NVML cards (the smallest host memory, the fewest cores). ``hosts`` is the host count;
@@ -98,7 +102,7 @@ def rig_hardware(engine: str, hosts: list[Any], hellos: list[dict[str, Any]], *,
     slowest = rig_link(hosts)
     link = slowest.name if slowest is not None else None
     n = len(hosts)
-    if engine == "sim":
+    if Engine(engine).spec.cards is Cards.SIM_RIG:
         hw = sim_hardware(None, info)
         return hw.model_copy(update={"hosts": n, "link": link or (info or {}).get("link")})
     names: list[str] = []
@@ -130,16 +134,18 @@ def rig_hardware(engine: str, hosts: list[Any], hellos: list[dict[str, Any]], *,
                                recorded_at=time.time(), hosts=n, link=link)
 
 
-def hardware_for(engine: str, *, rig: Any = None, supervisor=None, info: dict[str, Any] | None = None,
-                 gpus: list[int] | None = None) -> HardwareFingerprint | None:
-    """The fingerprint of a run: the rig for engine ``sim`` (``rig`` or the ``/sim/info``
-    mapping ``info``), this machine's cards (NVML) or ``CPU`` for engine ``vllm`` (version
-    and CPU build from the ``supervisor``'s interpreter and log; ``gpus``: the selected
-    CUDA indices), None for ``attach`` (the cards behind a URL are unknown). Blocking
-    (NVML): call it off the GUI thread."""
-    if engine == "sim":
+def hardware_for(engine: Engine | str, *, rig: SimRig | None = None, supervisor: Supervisor | None = None,
+                 info: dict[str, Any] | None = None, gpus: list[int] | None = None) -> HardwareFingerprint | None:
+    """The fingerprint of a run, by the engine's cards (``Engine.spec.cards``): the rig for
+    a simulated one, ``sim`` (``rig`` or the ``/sim/info`` mapping ``info``); this
+    machine's cards (NVML) or ``CPU`` for the machine's, ``vllm`` (version and CPU build
+    from the ``supervisor``'s interpreter and log; ``gpus``: the selected CUDA indices);
+    None for unknown ones, ``attach`` (the cards behind a URL). Blocking (NVML): call it
+    off the GUI thread."""
+    cards = Engine(engine).spec.cards
+    if cards is Cards.SIM_RIG:
         return sim_hardware(rig, info)
-    if engine == "vllm":
+    if cards is Cards.MACHINE:
         version, cpu = None, False
         if supervisor is not None:
             if supervisor.interpreter is not None:

@@ -15,15 +15,23 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from app.clock import SessionClock
+from app.config import ServerConfig
 from app.hosts.link import SshOptions
+from app.loadgen.spec import RampSpec
 from app.loadgen.stats import Knee, StepStats
+from app.planner.launch_defaults import LaunchDefaults
 from app.planner.models import resolve_model
-from app.planner.plan import Workload, plan
+from app.planner.plan import Plan, Workload, plan
 from app.profiles.env_policy import EnvRefused, screen_env
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.controller import OK_STATUSES, LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
+from app.run.record import RunRecorder
+from app.run.safety import NoSafety
 from app.run.verdict import Verdict
 from app.server.launch import LaunchError
+from app.server.supervisor import Supervisor
+from app.settings import SafetyLimits
+from app.store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +69,7 @@ class RunResult:
     time_scale: float = 1.0
     verdict: Verdict | None = None
     outcome: RampOutcome | None = None
-    outcome_spec: Any = None  # the RampSpec the ramp ran (rig seconds)
+    outcome_spec: RampSpec | None = None  # the RampSpec the ramp ran (rig seconds)
     unsaved: str | None = None
 
     @property
@@ -70,14 +78,14 @@ class RunResult:
         return self.status in OK_STATUSES
 
 
-def _added_options(before, after) -> dict[str, Any]:
+def _added_options(before: ServerConfig, after: ServerConfig) -> dict[str, Any]:
     """The vLLM options ``after`` sets that ``before`` (a ServerConfig) did not set or set
     otherwise, as a profile's ``server:`` keys."""
     old = before.to_vllm_config()
     return {k: v for k, v in after.to_vllm_config().items() if k != "model" and old.get(k) != v}
 
 
-def plan_profile(profile: Profile, vllm_version: str | None = None):
+def plan_profile(profile: Profile, vllm_version: str | None = None) -> Plan | None:
     """The planner's :class:`~app.planner.plan.Plan` of ``profile`` on its own hardware
     (the rig for engine sim, ``profile.hardware`` otherwise), for the ramp's request
     shape. Returns None when the profile names no hardware. Raises the planner's errors
@@ -86,7 +94,7 @@ def plan_profile(profile: Profile, vllm_version: str | None = None):
     (:meth:`HardwareFingerprint.rig_layout`)."""
 
     hw = profile.hardware
-    if profile.engine == "sim" and profile.sim is not None:
+    if profile.engine.simulated and profile.sim is not None:
         hw = HardwareFingerprint(gpu=profile.sim.gpu, count=profile.sim.count, hosts=profile.sim.hosts,
                                  link=profile.sim.link)
     if hw is None:
@@ -124,7 +132,7 @@ class _Listener(RunListener):
     def on_safety_stop(self, reason: str) -> None:
         self.run._set_phase(Phase.RAMPING, reason)
 
-    def on_launch_defaults(self, defaults) -> None:
+    def on_launch_defaults(self, defaults: LaunchDefaults) -> None:
         if self.run.on_defaults is not None:
             self.run.on_defaults(defaults)
 
@@ -161,15 +169,17 @@ class ProfileRun:
     agent, config and known hosts); :meth:`rig_status` is each host's state.
     """
 
-    def __init__(self, profile: Profile, *, store=None, python: str | None = None, clock: SessionClock | None = None,
+    def __init__(self, profile: Profile, *, store: RunStore | None = None, python: str | None = None,
+                 clock: SessionClock | None = None,
                  ramp_overrides: dict[str, Any] | None = None, force: bool = False, telemetry: bool = True,
-                 use_planner: bool = True, safety: Any | None = None, startup_timeout: float = 900.0,
+                 use_planner: bool = True, safety: SafetyLimits | NoSafety | None = None,
+                 startup_timeout: float = 900.0,
                  grace: float = 20.0, expose: bool = False, on_phase: Callable[[Phase, str], None] | None = None,
                  on_line: Callable[[str, str, float], None] | None = None,
                  on_level_start: Callable[[dict], None] | None = None,
                  on_level: Callable[[StepStats], None] | None = None,
                  on_records: Callable[[list], None] | None = None,
-                 on_defaults: Callable[[Any], None] | None = None,
+                 on_defaults: Callable[[LaunchDefaults], None] | None = None,
                  on_part: Callable[[dict], None] | None = None,
                  trusted_env: Mapping[str, str] | None = None, builtin: bool = False,
                  ssh: SshOptions | None = None) -> None:
@@ -189,12 +199,12 @@ class ProfileRun:
         self.on_level, self.on_records, self.on_defaults, self.on_part = on_level, on_records, on_defaults, on_part
         self.ssh = ssh
         self.phase = Phase.PLANNING
-        self.plan = None
+        self.plan: Plan | None = None
         self.controller = RunController(store=store, listener=_Listener(self), clock=clock)
         self._abort = threading.Event()
 
     @property
-    def supervisor(self):
+    def supervisor(self) -> Supervisor | None:
         """The server's supervisor (kept after the stop)."""
         c = self.controller
         return c.supervisor or c.last_supervisor
@@ -210,7 +220,7 @@ class ProfileRun:
         return rec.run_id if rec is not None else self._run_id
 
     _run_id: int | None = None
-    _rec = None  # the run's recorder (app.run.record.RunRecorder), once opened
+    _rec: RunRecorder | None = None  # the run's recorder, once opened
 
     def abort(self) -> None:
         """Stop the run as soon as possible (thread-safe, idempotent)."""
@@ -313,7 +323,7 @@ class ProfileRun:
 
     def _launch_and_ramp(self, target: LaunchTarget, res: RunResult) -> None:
         ctl, prof = self.controller, self.profile
-        if target.engine != "attach":
+        if target.engine.launches:
             self._set_phase(Phase.LAUNCHING)
         try:
             ctl.launch(target, check_leftovers=False)
@@ -331,7 +341,9 @@ class ProfileRun:
         if self.aborted:
             return
         self._set_phase(Phase.RAMPING)
-        spec = res.outcome_spec = prof.ramp_spec(ctl.url, ctl.api_model, **self.ramp_overrides)
+        url = ctl.url
+        assert url is not None  # ready: the server's URL is known
+        spec = res.outcome_spec = prof.ramp_spec(url, ctl.api_model, **self.ramp_overrides)
         ctl.start_ramp(spec, safety=self.safety)
         if self.aborted:  # an abort between the check above and the start found no ramp to stop
             ctl.abort_ramp("aborted by the user")

@@ -33,6 +33,7 @@ in rig seconds for a sim running ``time_scale``× faster than the wall clock
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -40,9 +41,11 @@ import time
 from typing import Any, Callable, Iterable
 
 from app.config import redact_argv, redact_secrets, redact_text, secret_values
+from app.loadgen.spec import RampSpec
 from app.loadgen.stats import Knee, StepStats, peak_level
 from app.profiles.model import HardwareFingerprint, ResultsSummary
-from app.store import StoreWriteError
+from app.server.supervisor import Supervisor
+from app.store import RunStore, StoreWriteError
 from app.telemetry.store_writer import StoreWriter
 
 log = logging.getLogger(__name__)
@@ -103,13 +106,14 @@ class RunRecorder:
     :meth:`save_pending`.
     """
 
-    def __init__(self, store, *, name: str, engine: str, profile_data: dict | None, spec: Any = None,
-                 plan: dict | None = None, gpu_count: int = 1, clock_wall0: float | None = None) -> None:
+    def __init__(self, store: RunStore, *, name: str, engine: str, profile_data: dict | None,
+                 spec: RampSpec | dict[str, Any] | None = None, plan: dict | None = None, gpu_count: int = 1,
+                 clock_wall0: float | None = None) -> None:
         self.store = store
         self.engine = engine
         self.time_scale = 1.0
         self.hardware: HardwareFingerprint | None = None
-        self.supervisor = None
+        self.supervisor: Supervisor | None = None
         self.gpu_count = gpu_count
         self.model: str | None = None
         #: secret values that must not reach the store (this process's secret-named variables; the
@@ -129,7 +133,8 @@ class RunRecorder:
         self._log_after = float("-inf")
         #: why the store does not hold everything yet (path and cause), None when it does
         self.problem: str | None = None
-        self._create = dict(name=name, engine=engine, spec=spec, plan=plan, clock_wall0=clock_wall0)
+        #: the run row to create (its config is the one known when it is created)
+        self._create = functools.partial(store.create_run, name, engine, spec=spec, plan=plan, clock_wall0=clock_wall0)
         self._fields: dict[str, Any] = {}  # run columns not written yet
         self._unsaved_levels: dict[int, StepStats] = {}
         self._early: dict[str, list] = {"requests": [], "server_log": [], "samples": []}  # before the run row
@@ -151,9 +156,7 @@ class RunRecorder:
             return False
 
     def _create_row(self) -> None:
-        c = self._create
-        rid = self.store.create_run(c["name"], c["engine"], config=self._config or None, spec=c["spec"],
-                                    plan=c["plan"], clock_wall0=c["clock_wall0"])
+        rid = self._create(config=self._config or None)
         self.run_id = rid
         self._writer = StoreWriter(self.store, rid)
         early, self._early = self._early, {"requests": [], "server_log": [], "samples": []}
@@ -177,15 +180,18 @@ class RunRecorder:
         with self._lock:
             if self.run_id is None and not self._try(self._create_row):
                 return False
+            rid = self.run_id
+            if rid is None:  # (created just above)
+                return False
             if self._fields:
                 fields = dict(self._fields)
-                if not self._try(lambda: self.store.update_run(self.run_id, **fields)):
+                if not self._try(lambda: self.store.update_run(rid, **fields)):
                     return False
                 for k in fields:
                     if self._fields.get(k) is fields[k]:
                         self._fields.pop(k)
             for idx, st in sorted(self._unsaved_levels.items()):
-                if not self._try(lambda st=st: self.store.add_level(self.run_id, st)):
+                if not self._try(functools.partial(self.store.add_level, rid, st)):
                     return False
                 self._unsaved_levels.pop(idx, None)
             if not self._try(self.store.flush):
@@ -203,9 +209,10 @@ class RunRecorder:
         """Set run columns now, or keep them for :meth:`save_pending`."""
         with self._lock:
             self._fields.update(fields)
-            if self.run_id is not None and self.problem is None:
+            rid = self.run_id
+            if rid is not None and self.problem is None:
                 pending = dict(self._fields)
-                if self._try(lambda: self.store.update_run(self.run_id, **pending)):
+                if self._try(lambda: self.store.update_run(rid, **pending)):
                     for k in pending:
                         if self._fields.get(k) is pending[k]:
                             self._fields.pop(k)
@@ -215,7 +222,7 @@ class RunRecorder:
         return self._open
 
     # ------------------------------------------------------------------ context
-    def attach_server(self, supervisor) -> None:
+    def attach_server(self, supervisor: Supervisor) -> None:
         """The :class:`app.server.supervisor.Supervisor` of the server this run measures:
         its launch config, argv and log-parsed capacity facts are recorded, and the log it
         printed so far (later lines come through :meth:`add_log_line`)."""
@@ -233,7 +240,7 @@ class RunRecorder:
                 self._add_rows("server_log", lines)
                 self._log_after = lines[-1][0]
 
-    def set_context(self, *, spec: Any = None, hardware: HardwareFingerprint | None = None,
+    def set_context(self, *, spec: RampSpec | dict[str, Any] | None = None, hardware: HardwareFingerprint | None = None,
                     time_scale: float | None = None, model: str | None = None,
                     lengths: dict | None = None, hosts: list[dict] | None = None) -> None:
         """Record the ramp spec (rig seconds), the hardware fingerprint, the sim's time
@@ -276,16 +283,17 @@ class RunRecorder:
         """Buffered rows into the store (which keeps them until a commit succeeds), or
         into the recorder while the run row does not exist yet."""
         with self._lock:
-            if self.run_id is None:
+            rid = self.run_id
+            if rid is None:
                 self._early[table].extend(rows)
                 self._maybe_retry()
                 return
         if table == "server_log":
-            self.store.add_log_lines(self.run_id, rows)
+            self.store.add_log_lines(rid, rows)
         elif table == "requests":
-            self.store.add_requests(self.run_id, rows)
+            self.store.add_requests(rid, rows)
         else:
-            self.store.add_samples(self.run_id, rows)
+            self.store.add_samples(rid, rows)
 
     def add_samples(self, samples: list) -> None:
         """Telemetry samples ``(t, source, name, value)`` (a sampler subscriber)."""
@@ -313,8 +321,9 @@ class RunRecorder:
             if not self._open:
                 return
             self._unsaved_levels[st.idx] = st
-            if self.problem is None and self.run_id is not None:
-                if self._try(lambda: self.store.add_level(self.run_id, st)):
+            rid = self.run_id
+            if self.problem is None and rid is not None:
+                if self._try(lambda: self.store.add_level(rid, st)):
                     self._unsaved_levels.pop(st.idx, None)
             else:
                 self._maybe_retry()
@@ -359,5 +368,6 @@ class RunRecorder:
             self._unsaved_levels.clear()
         if self._writer is not None:
             self._writer.close()
-        if self.run_id is not None:
-            self._try(lambda: self.store.delete_run(self.run_id))
+        rid = self.run_id
+        if rid is not None:
+            self._try(lambda: self.store.delete_run(rid))

@@ -15,9 +15,9 @@ ramp without them.
 """
 from __future__ import annotations
 
-from typing import Any
-
+from app.loadgen.spec import RampSpec
 from app.settings import SafetyLimits, load_settings
+from app.telemetry.series import SeriesBank
 
 #: seconds between two thermal checks of a running ramp
 CHECK_INTERVAL_S = 0.5
@@ -48,7 +48,7 @@ def resolve_safety(safety: SafetyLimits | NoSafety | None) -> SafetyLimits | Non
     return safety
 
 
-def apply_safety(spec: Any, safety: Any | None) -> Any:
+def apply_safety(spec: RampSpec, safety: SafetyLimits | None) -> RampSpec:
     """``spec`` (a RampSpec) with the failure-rate limit of ``safety`` (SafetyLimits, as
     :func:`resolve_safety` gives it; None = leave the spec's own limit): enabled →
     ``max_failure_rate`` = the setting's fraction; disabled → 1.0."""
@@ -58,7 +58,7 @@ def apply_safety(spec: Any, safety: Any | None) -> Any:
     return spec if spec.max_failure_rate == rate else spec.model_copy(update={"max_failure_rate": rate})
 
 
-def thermal_stop_reason(bank, margin_c: float) -> str | None:
+def thermal_stop_reason(bank: SeriesBank, margin_c: float) -> str | None:
     """The sentence to stop the ramp with, or None while every GPU is cool enough.
 
     ``bank``: a :class:`app.telemetry.series.SeriesBank` holding ``gpuN`` sources with

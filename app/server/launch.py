@@ -10,6 +10,7 @@ import os
 import socket
 
 from app.config import ConfigError, ServerConfig, check_model_path
+from app.engines import SERVABLE, Engine, Launch, names
 from app.helper_process import helper_argv
 from app.server.interpreter import (InterpreterError, VllmInterpreter, inspect_interpreter, metadata_shim,
                                     needs_serve_form, ray_interpreter, resolve_python)
@@ -97,11 +98,13 @@ def check_port(host: str, port: int) -> None:
 
 
 def prepare(
-    config: ServerConfig, engine: str = "vllm", python: str | None = None, sim_args: list[str] | None = None
+    config: ServerConfig, engine: Engine | str = Engine.VLLM, python: str | None = None,
+    sim_args: list[str] | None = None
 ) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None, PortReservation]:
     """Validate and build ``(config_with_port, argv, extra_env, interpreter, reservation)``.
 
-    ``engine``: ``vllm`` (needs an interpreter with vLLM), ``sim`` (runs
+    ``engine`` (an :class:`app.engines.Engine` or its name), by how it launches
+    (``engine.spec.launch``): ``vllm`` (needs an interpreter with vLLM), ``sim`` (runs
     ``app.sim.server`` with the same options plus ``sim_args``) or ``ray`` (a host's Ray
     node of a multi-host launch, app.hosts.plan.ray_plan: ``ray`` with ``sim_args`` — e.g.
     ``start --block --head …`` — run by the vLLM interpreter as ``python -m
@@ -115,9 +118,13 @@ def prepare(
     listens, or on any failure (this function closes it when it raises). Raises
     LaunchError.
     """
+    known = Engine.parse(engine)
+    if known is None:
+        raise LaunchError(_cannot_launch(engine))
+    engine = known
     interp = None
     ray_python = None
-    if engine == "vllm":
+    if engine.spec.launch is Launch.VLLM_SERVER:
         try:
             check_model_path(config)
         except ConfigError as e:
@@ -127,7 +134,7 @@ def prepare(
             interp = inspect_interpreter(resolve_python(python))
         except InterpreterError as e:
             raise LaunchError(str(e)) from e
-    elif engine == "ray":  # a Ray node needs Ray in its interpreter; vLLM only where vllm serve runs
+    elif engine.spec.launch is Launch.RAY_NODE:  # a Ray node needs Ray in its interpreter (vLLM: only where it serves)
         try:
             ray_python = ray_interpreter(resolve_python(python))[0]
         except InterpreterError as e:
@@ -141,7 +148,7 @@ def prepare(
         raise
 
 
-def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None, sim_args: list[str] | None,
+def _prepared(config: ServerConfig, engine: Engine, interp: VllmInterpreter | None, sim_args: list[str] | None,
               ray_python: str | None = None) -> tuple[ServerConfig, list[str], dict[str, str], VllmInterpreter | None]:
     # what the server's environment differs in from the app's
     env = {k: v for k, v in config.to_environ().items() if os.environ.get(k) != v}
@@ -150,7 +157,8 @@ def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
         if k not in env and k not in os.environ:
             env[k] = v
 
-    if engine == "vllm":
+    launch = engine.spec.launch
+    if launch is Launch.VLLM_SERVER:
         assert interp is not None
         form = interp.launch_form
         if form == "api_server" and needs_serve_form(config.extra_args):
@@ -168,14 +176,19 @@ def _prepared(config: ServerConfig, engine: str, interp: VllmInterpreter | None,
         if config.model_is_local:
             default("HF_HUB_OFFLINE", "1")
         default("PYTHONUNBUFFERED", "1")
-    elif engine == "ray":
+    elif launch is Launch.RAY_NODE:
         assert ray_python is not None
         argv = [ray_python, "-m", "ray.scripts.scripts", *(sim_args or [])]
         default("PYTHONUNBUFFERED", "1")
-    elif engine == "sim":
+    elif launch is Launch.SIM_SERVER:
         argv = helper_argv("app.sim.server") + ["--model", config.model] + config.option_argv() + list(sim_args or [])
         default("PYTHONUNBUFFERED", "1")
     else:
-        raise LaunchError(f"engine {engine!r} cannot be launched: use 'vllm' or 'sim' ('attach' launches nothing; "
-                          "'ray' is a host's Ray node of a multi-host launch)")
+        raise LaunchError(_cannot_launch(engine))
     return config, argv, env, interp
+
+
+def _cannot_launch(engine: object) -> str:
+    name = engine.value if isinstance(engine, Engine) else engine
+    return (f"engine {name!r} cannot be launched: use {names(SERVABLE)} ('attach' launches nothing; 'ray' is a "
+            "host's Ray node of a multi-host launch)")

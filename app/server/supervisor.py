@@ -44,6 +44,7 @@ from typing import Callable
 
 from app.clock import SessionClock
 from app.config import ServerConfig
+from app.engines import Engine
 from app.helper_process import helper_argv, signal_name
 from app.server import procs
 from app.server.launch import LaunchError, PortReservation, prepare
@@ -99,8 +100,9 @@ class StateChange:
 class Supervisor:
     """Owns one server process group.
 
-    ``config``: the ServerConfig (port chosen at launch when unset). ``engine``: ``vllm``
-    or ``sim``. ``python``: the vLLM interpreter (see interpreter.resolve_python).
+    ``config``: the ServerConfig (port chosen at launch when unset). ``engine``: an
+    :class:`app.engines.Engine` (or its name) that launches a process: ``vllm``, ``sim``
+    or ``ray``. ``python``: the vLLM interpreter (see interpreter.resolve_python).
     ``startup_timeout`` and ``grace`` in seconds; ``ready_health_interval``: seconds between
     ``/health`` checks once ready (a 5xx answer = the engine died; no answer is not taken
     as death while the process lives: a loaded server can be slow to answer). Subscribers are plain callables called
@@ -112,7 +114,7 @@ class Supervisor:
         self,
         config: ServerConfig,
         *,
-        engine: str = "vllm",
+        engine: Engine | str = Engine.VLLM,
         python: str | None = None,
         sim_args: list[str] | None = None,
         startup_timeout: float = 900.0,
@@ -123,7 +125,8 @@ class Supervisor:
         log_capacity: int = 20000,
     ) -> None:
         self.config = config
-        self.engine = engine
+        #: an :class:`app.engines.Engine` (a name that is none stays as given: :meth:`start` refuses it)
+        self.engine: Engine | str = Engine.parse(engine) or engine
         self.python = python
         self.sim_args = list(sim_args or [])
         self.startup_timeout = startup_timeout
@@ -186,7 +189,7 @@ class Supervisor:
     def headless(self) -> bool:
         """A headless part of a multi-node server (no API server, no port of its own): a
         ``--headless`` vLLM part, or a Ray node (engine ``ray``)."""
-        return self.engine == "ray" or "--headless" in self.config.extra_args
+        return (isinstance(self.engine, Engine) and self.engine.spec.headless) or "--headless" in self.config.extra_args
 
     @property
     def failure(self) -> StateChange | None:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from app.config import ServerConfig
+from app.engines import SIM_VLLM_RULES
 from app.planner.checks import dp_rank_out_of_bounds, quantization_capability_needs, quantization_mismatch
 from app.planner.gpus import GIB, GpuSpec, RigLayout, UnknownLinkError, load_links, lookup_gpu, lookup_link, rig_layout
 from app.planner.models import ModelArch, resolve_model
@@ -21,7 +22,8 @@ from app.planner.plan import Plan, build_step_model
 from app.planner.plan import plan as planner_plan
 
 BLOCK_SIZE = 16  # vLLM's KV block on GPUs, tokens
-VLLM_RULES = "0.32"  # the vLLM version whose defaults and wording the sim follows
+#: the vLLM version whose defaults and wording the sim follows (declared with the engine, app.engines)
+VLLM_RULES = SIM_VLLM_RULES
 
 
 # ---------------------------------------------------------------------------- catalogs

@@ -54,6 +54,7 @@ from aiohttp import web
 from app.config import add_server_options, config_from_namespace
 from app.engine.balance import DpBalancer
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, check_acceptance
+from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.gpus import DEFAULT_AMBIENT_C
 from app.sim import model_adapter as ma
@@ -301,8 +302,8 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
                          enable_prefix_caching=a.enable_prefix_caching is not False,
                          # vLLM's batch queue: pipeline_parallel_size batches in flight (vllm/config/vllm.py:577)
                          max_concurrent_batches=plan.pp) for r in range(plan.dp)]
-    info = {"engine": "sim", "vllm_version": VLLM_VERSION, "gpu": plan.card.name, "gpu_count": a.sim_gpu_count,
-            "seed": a.sim_seed, "cooling": cooling, "ambient_c": a.sim_ambient_c, "model": a.model,
+    info = {"engine": Engine.SIM.value, "vllm_version": VLLM_VERSION, "gpu": plan.card.name,
+            "gpu_count": a.sim_gpu_count, "seed": a.sim_seed, "cooling": cooling, "ambient_c": a.sim_ambient_c, "model": a.model,
             "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,

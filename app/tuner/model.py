@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from app.engine.steptime import StepTimeModel, predict_level
+from app.engine.steptime import CurvePoint, StepTimeModel, predict_level
 from app.loadgen.spec import SLO
 from app.planner.calibrate import FIT_DEFAULT, MeasuredLevel, MeasuredSet, apply_factors, fit_factors
 from app.planner.plan import Plan, Workload, build_step_model
@@ -63,7 +63,7 @@ def step_model(p: Plan, factors: dict[str, float] | None) -> StepTimeModel | Non
     return m
 
 
-def _meets(pt, slo: SLO) -> bool:
+def _meets(pt: CurvePoint, slo: SLO) -> bool:
     return ((slo.ttft_p99 is None or pt.ttft_s <= slo.ttft_p99) and (slo.tpot_p99 is None or pt.tpot_s <= slo.tpot_p99)
             and (slo.e2e_p99 is None or pt.e2e_s <= slo.e2e_p99))
 
@@ -72,14 +72,14 @@ def screen(p: Plan, factors: dict[str, float] | None, w: Workload) -> float:
     """Users at ``w.slo`` by the analytic steady state (means against the p99 bounds):
     the largest N (1 … 8192, bisected) whose per-engine level meets them; 0 when even
     one user does not. Only for ranking which candidates to predict properly."""
-    m = step_model(p, factors)
-    if m is None or w.slo is None:
+    m, slo = step_model(p, factors), w.slo
+    if m is None or slo is None:
         return 0.0
     cap, _ = p.concurrency_for(w.prompt_tokens, w.output_tokens)
     dp = p.dp
 
     def ok(n: int) -> bool:
-        return _meets(predict_level(m, max(1, round(n / dp)), w.prompt_tokens, w.output_tokens, max(1, cap)), w.slo)
+        return _meets(predict_level(m, max(1, round(n / dp)), w.prompt_tokens, w.output_tokens, max(1, cap)), slo)
 
     if not ok(1):
         return 0.0

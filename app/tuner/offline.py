@@ -25,6 +25,7 @@ from app.planner.predict import PredictedRamp, predict_ramp
 from app.sim import model_adapter as ma
 from app.sim.perturb import true_params_of
 from app.tuner.model import step_model
+from app.run.controller import RecordSpec
 from app.tuner.tune import Measurement, TuneSpec
 
 
@@ -47,7 +48,9 @@ class OfflineRig:
         if step_model(p, None) is None:
             return None, 0.0
         m = build_step_model(p, true_params_of(p, self.seed))
-        pred = predict_ramp(m, p.engine_limits(), ramp or self.workload.search_spec())
+        spec = ramp or self.workload.search_spec()
+        assert spec is not None  # a tune has an SLO, so its workload a search
+        pred = predict_ramp(m, p.engine_limits(), spec)
         return pred, sum(s.t_end - s.t_start for s in pred.steps)
 
     def startup_seconds(self, cfg: ServerConfig) -> float:
@@ -57,7 +60,8 @@ class OfflineRig:
         tp = cfg.tensor_parallel_size or 1
         return plan.load_s + 2.0 + 0.5 * tp + (0.0 if cfg.enforce_eager else 8.0)
 
-    def measure(self, cfg: ServerConfig, ramp: RampSpec, record, check_abort: Callable[[], None]) -> Measurement:
+    def measure(self, cfg: ServerConfig, ramp: RampSpec, record: RecordSpec,
+                check_abort: Callable[[], None]) -> Measurement:
         """One "launch": the search on the true rig (``record`` is not stored: nothing ran)."""
         self.launches += 1
         check_abort()

@@ -25,11 +25,12 @@ import functools
 import math
 import shlex
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import yaml
 
 from app.config import ServerConfig
+from app.engines import SIM_VLLM_RULES, TUNABLE, Engine
 from app.fileio import write_atomic
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
@@ -39,6 +40,9 @@ from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.tuner.space import TuneSpace
 from app.tuner.tune import TuneSpec
+
+if TYPE_CHECKING:  # the library only for the save (deferred there)
+    from app.profiles import ProfileLibrary
 
 #: what a workload is when neither the user nor a profile's ramp says (tokens)
 DEFAULT_PROMPT_TOKENS = 512
@@ -57,14 +61,14 @@ def sim_target(rig: SimRig, calibrated: bool = False, hosts: list[Host] | None =
     (:func:`app.run.hardware.rig_hardware`)."""
     # deferred: the sim's rules only for a sim tune; the rig's fingerprint only over hosts
     from app.run.hardware import rig_hardware
-    from app.sim.model_adapter import VLLM_RULES
 
+    rules = SIM_VLLM_RULES  # Engine.SIM.plan_version: the sim's own, whatever vLLM is installed
     args = rig.argv() + (["--sim-calibrated"] if calibrated else [])
     if hosts is not None and len(hosts) >= 2:
-        hw = rig_hardware("sim", hosts, [{} for _ in hosts],
+        hw = rig_hardware(Engine.SIM, hosts, [{} for _ in hosts],
                           info={"gpu": rig.gpu, "gpu_count": rig.count, "hosts": rig.hosts, "link": rig.link})
-        return args, HardwareFingerprint(gpu=hw.gpu, count=hw.count, hosts=hw.hosts, link=hw.link), VLLM_RULES
-    return args, HardwareFingerprint(gpu=rig.gpu, count=rig.count, hosts=rig.hosts, link=rig.link), VLLM_RULES
+        return args, HardwareFingerprint(gpu=hw.gpu, count=hw.count, hosts=hw.hosts, link=hw.link), rules
+    return args, HardwareFingerprint(gpu=rig.gpu, count=rig.count, hosts=rig.hosts, link=rig.link), rules
 
 
 def rig_target(hosts: list[Host], ssh: SshOptions | None = None, timeout: float = 180.0
@@ -101,7 +105,7 @@ def _rig_target(hosts_json: tuple[str, ...], ssh: SshOptions | None, timeout: fl
     if not vllm.get("version"):
         raise ValueError(f"host {hosts[0].label()}: no vLLM with its python ({hosts[0].python or 'the default'}): "
                          f"{vllm.get('error') or 'not found'}")
-    return rig_hardware("vllm", hosts, hellos, vllm_version=vllm["version"]), vllm["version"]
+    return rig_hardware(Engine.VLLM, hosts, hellos, vllm_version=vllm["version"]), vllm["version"]
 
 
 def local_target(python: str | None, gpus: list[int] | None) -> tuple[str, HardwareFingerprint, str | None]:
@@ -123,15 +127,16 @@ def local_target(python: str | None, gpus: list[int] | None) -> tuple[str, Hardw
 
 @dataclass(frozen=True)
 class TuneStart:
-    """What a tune starts from (the window's forms, a profile): ``engine`` ``sim`` or
-    ``vllm``, ``config`` the starting flags, ``sim`` the simulated rig (engine sim),
+    """What a tune starts from (the window's forms, a profile): ``engine`` an
+    :class:`app.engines.Engine`, a tunable one (``sim`` or ``vllm``; a name is taken as
+    its engine), ``config`` the starting flags, ``sim`` the simulated rig (engine sim),
     ``python`` the interpreter with vLLM (engine vllm; None: the default), ``ramp`` the
     profile's ramp (its lengths and SLO the defaults), ``profile`` the profile a saved
     recommendation is based on; ``hosts`` the profile's rig (two or more: every launch
     goes over them), ``ray_address`` its Ray cluster, ``ssh`` how the hosts are reached
     and ``expose`` whether the user confirmed the head's bind beyond loopback."""
 
-    engine: str
+    engine: Engine
     config: ServerConfig
     sim: Optional[SimRig] = None
     python: Optional[str] = None
@@ -142,17 +147,22 @@ class TuneStart:
     ssh: Optional[SshOptions] = None
     expose: bool = False
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "engine", Engine(self.engine))
+
 
 def target_of(start: TuneStart) -> tuple[list[str], HardwareFingerprint, str | None, str | None]:
     """``(sim_args, hardware, vllm_version, python)`` of ``start``'s rig (blocking for
     engine vllm: :func:`local_target`, or over hosts :func:`rig_target`). Raises
     ValueError in words."""
     hosts = list(start.hosts) if len(start.hosts) >= 2 else None
-    if start.engine == "sim":
+    version: str | None
+    if not start.engine.spec.tunable:
+        raise ValueError(f"engine {start.engine}: a tune launches its servers ({' or '.join(TUNABLE)}), it cannot "
+                         "attach")
+    if start.engine.simulated:
         args, hw, version = sim_target(start.sim or SimRig(), hosts=hosts)
         return args, hw, version, None
-    if start.engine != "vllm":
-        raise ValueError(f"engine {start.engine}: a tune launches its servers (sim or vllm), it cannot attach")
     if hosts:
         hw, version = rig_target(hosts, start.ssh)
         return [], hw, version, start.python
@@ -210,7 +220,7 @@ def scalar(tok: str) -> Any:
     return t
 
 
-def build_spec(*, engine: str, config: ServerConfig, hardware: HardwareFingerprint, slo: SLO,
+def build_spec(*, engine: Engine | str, config: ServerConfig, hardware: HardwareFingerprint, slo: SLO,
                space: dict[str, Any] | None = None, **kw: Any) -> TuneSpec:
     """The :class:`TuneSpec` of a tune: ``space`` the :class:`TuneSpace` fields (None
     values: the dimension's default), every other keyword a TuneSpec field
@@ -576,15 +586,16 @@ def export_config(path: str, server: dict[str, Any]) -> None:
     write_atomic(path, vllm_config_yaml(server))
 
 
-def tune_ramp_fields(spec: Any) -> dict[str, Any]:
+def tune_ramp_fields(spec: TuneSpec) -> dict[str, Any]:
     """What a tune (a :class:`app.tuner.tune.TuneSpec`) judged its candidates on, as
     RampSpec fields: the SLO and the request shape."""
     return {"slo": spec.slo.model_dump(exclude_none=True), "prompt_tokens": spec.prompt_tokens,
             "output_tokens": spec.output_tokens, "length_spread": spec.length_spread}
 
 
-def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None, engine: str = "vllm",
-                    library: Any = None, ramp: dict[str, Any] | None = None) -> str:
+def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None,
+                    engine: Engine | str = Engine.VLLM, library: ProfileLibrary | None = None,
+                    ramp: dict[str, Any] | None = None) -> str:
     """Save the recommendation as the user profile ``name``: ``base``'s engine, rig, ramp
     and env (the profile the tune started from) with the recommended server options —
     its recorded results dropped (they were measured with other flags); without a base,

@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from app.config import (INTERNAL_FIELDS, KV_CACHE_DTYPES, VLLM_OPTIONS, ServerConfig, dict_to_extra_args,
                         secret_option_problem)
@@ -91,7 +91,7 @@ class TuneSpace(BaseModel):
 
     @field_validator("tp", "pp", "dp", "max_num_batched_tokens")
     @classmethod
-    def _positive(cls, v: Optional[list[int]], info) -> Optional[list[int]]:
+    def _positive(cls, v: Optional[list[int]], info: ValidationInfo) -> Optional[list[int]]:
         if v is not None:
             if not v or any(int(x) < 1 for x in v):
                 raise ValueError(f"{info.field_name}: give one or more whole numbers ≥ 1, e.g. 1,2,4")
@@ -253,8 +253,10 @@ def enumerate_candidates(base: ServerConfig, cards: list[GpuSpec], space: TuneSp
     base_model = resolve_model(base.model)
     ckpts = dict(space.checkpoints) or {checkpoint_label(base, base_model): base.model}
     models = {label: (mid, base_model if mid == base.model else resolve_model(mid)) for label, mid in ckpts.items()}
-    kvs: list[Optional[str]] = list(space.kv_cache_dtype or ([base.kv_cache_dtype] if cpu else ["auto", "fp8"]))
-    eagers: list[Optional[bool]] = list(space.enforce_eager or ([base.enforce_eager] if cpu else [False, True]))
+    kvs: list[Optional[str]] = ([*space.kv_cache_dtype] if space.kv_cache_dtype
+                                else [base.kv_cache_dtype] if cpu else ["auto", "fp8"])
+    eagers: list[Optional[bool]] = ([*space.enforce_eager] if space.enforce_eager
+                                    else [base.enforce_eager] if cpu else [False, True])
     mnbts = space.max_num_batched_tokens or default_mnbt(cards, vllm_version)
     vary_items = list(space.vary.items())
     vary_combos = [dict(zip([k for k, _ in vary_items], vals)) for vals in

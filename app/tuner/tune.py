@@ -41,11 +41,12 @@ import math
 import threading
 import time
 from dataclasses import asdict
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import ServerConfig
+from app.engines import TUNABLE, CardSamples, Engine, names
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
@@ -54,7 +55,7 @@ from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPre
 from app.loadgen.stats import StepStats
 from app.planner.calibrate import MeasuredLevel
 from app.planner.models import resolve_model
-from app.planner.plan import Workload, check
+from app.planner.plan import Plan, Workload, check
 from app.profiles.model import HardwareFingerprint
 from app.run.controller import LaunchTarget, RecordSpec, RunController
 from app.run.verdict import Verdict
@@ -79,9 +80,14 @@ OBJECTIVES = ("users", "throughput", "cost", "energy")
 TUNE_RESOLUTION = 0.05
 
 
+def _or_lowest(score: float | None) -> float:
+    """A score to order by: None (not scored) below every score."""
+    return -math.inf if score is None else score
+
+
 class TuneSpec(BaseModel):
-    """What to tune. ``engine`` ``vllm`` (this machine's cards or the CPU build) or
-    ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
+    """What to tune. ``engine`` a tunable :class:`app.engines.Engine`: ``vllm`` (this
+    machine's cards or the CPU build) or ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
     profile's); ``hardware`` the cards (the planner's view of them); the workload
     (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
     ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
@@ -97,7 +103,7 @@ class TuneSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = ""
-    engine: Literal["vllm", "sim"] = "sim"
+    engine: Engine = Engine.SIM
     config: ServerConfig
     sim_args: list[str] = Field(default_factory=list)
     hardware: HardwareFingerprint
@@ -124,6 +130,14 @@ class TuneSpec(BaseModel):
     grace: Optional[float] = Field(None, gt=0)
     hosts: list[Host] = Field(default_factory=list)
     ray_address: Optional[str] = None
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _engine(cls, v: Any) -> Engine:
+        e = Engine.parse(v)
+        if e is None or not e.spec.tunable:
+            raise ValueError(f"engine {v!r}: a tune launches its servers on {names(TUNABLE)}")
+        return e
 
     @property
     def multi_host(self) -> bool:
@@ -284,6 +298,18 @@ class Measurement(BaseModel):
     verdict: Optional[Verdict] = None
 
 
+class MeasuringRig(Protocol):
+    """What the tuner measures a configuration on — a rig, not an engine (app.engines):
+    :class:`ControllerRig` launches it through the run controller on the spec's engine;
+    :class:`app.tuner.offline.OfflineRig` (benchmarks, tests) runs the search on the
+    step-level engine of a hidden "true rig", with no server. ``measure`` runs the
+    capacity search ``ramp`` on configuration ``cfg`` (recorded with ``record`` where
+    anything runs), calling ``check_abort`` while it waits."""
+
+    def measure(self, cfg: ServerConfig, ramp: RampSpec, record: RecordSpec,
+                check_abort: Callable[[], None]) -> Measurement: ...
+
+
 class ControllerRig:
     """The rig the tuner measures on: launches through a :class:`RunController` (the
     engine, sim rig, interpreter, hosts and timeouts of ``spec``), runs the search, stops
@@ -306,7 +332,8 @@ class ControllerRig:
         t0 = time.monotonic()
         try:
             target = LaunchTarget(engine=s.engine, config=cfg, sim_args=list(s.sim_args), python=s.python,
-                                  use_nvml=s.engine == "vllm" and not s.hardware.is_cpu and not s.multi_host,
+                                  use_nvml=s.engine.spec.card_samples is CardSamples.NVML and not s.hardware.is_cpu
+                                  and not s.multi_host,
                                   startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
                                   hosts=list(s.hosts), ssh=self.ssh, ray_address=s.ray_address)
             try:
@@ -360,13 +387,14 @@ class Tuner:
     def __init__(self, spec: TuneSpec, *, controller: RunController | None = None, store: Any = None,
                  listener: TuneListener | None = None, pricing: Pricing | None = None,
                  tune_id: int | None = None, state: TuneState | None = None,
-                 clock: Callable[[], float] = time.monotonic, rig: Any = None, ssh: SshOptions | None = None,
+                 clock: Callable[[], float] = time.monotonic, rig: MeasuringRig | None = None,
+                 ssh: SshOptions | None = None,
                  expose: bool = False) -> None:
         self.spec = spec
         self._own_ctl = controller is None
         self.ctl = controller or RunController(store=store)
         self.store = store if store is not None and not callable(store) else self.ctl.store
-        self.rig = rig or ControllerRig(spec, self.ctl, ssh=ssh, expose=expose)
+        self.rig: MeasuringRig = rig or ControllerRig(spec, self.ctl, ssh=ssh, expose=expose)
         self.listener = listener or TuneListener()
         self.pricing = pricing
         self.state = state or TuneState()
@@ -447,7 +475,7 @@ class Tuner:
     # ------------------------------------------------------------------ steps
     def _default_name(self) -> str:
         hw = self.spec.hardware
-        return f"tune {self.spec.config.model} on {hw.cards_text()}{' (sim)' if self.spec.engine == 'sim' else ''}"
+        return f"tune {self.spec.config.model} on {hw.cards_text()}{' (sim)' if self.spec.engine.simulated else ''}"
 
     def _save(self, message: str, status: str | None = None) -> None:
         self.state.wall_seconds = self._wall_before + (self._clock() - self._t0)
@@ -484,10 +512,18 @@ class Tuner:
     def _refit(self) -> None:
         sets = []
         for r in self.state.candidates:
-            if r.measured and r.levels and r.key in self._cands and self._cands[r.key].plan is not None:
+            plan = self._cands[r.key].plan if r.key in self._cands else None
+            if r.measured and r.levels and plan is not None:
                 lv = [MeasuredLevel(**x) for x in r.levels]
-                sets.append(rig_model.measured_set(self._cands[r.key].plan, lv, self.workload))
+                sets.append(rig_model.measured_set(plan, lv, self.workload))
         self.state.factors = rig_model.fit([s for s in sets if s is not None]) if sets else {}
+
+    def _plan_of(self, key: str) -> Plan:
+        """The planner's check of candidate ``key``, one that can start (each such has one)."""
+        plan = self._cands[key].plan
+        if plan is None:
+            raise ValueError(f"configuration {key}: the planner refused it, it was not to be predicted")
+        return plan
 
     def _repredict(self, first: bool = False) -> None:
         """Screen every runnable candidate, then the engine's prediction for the
@@ -495,7 +531,7 @@ class Tuner:
         f = self.state.factors or None
         live = [r for r in self.state.candidates if r.pruned_because is None]
         for r in live:
-            r.screen_users = rig_model.screen(self._cands[r.key].plan, f, self.workload)
+            r.screen_users = rig_model.screen(self._plan_of(r.key), f, self.workload)
         order = sorted(live, key=lambda r: -(r.screen_users or 0))
         chosen = {r.key for r in order[:rig_model.SCREEN_TOP]} | {r.key for r in live if r.measured}
         for r in live:
@@ -503,7 +539,7 @@ class Tuner:
                 r.predicted_users = r.predicted_tps = r.predicted_low = r.predicted_high = None
                 continue
             self._check_abort()
-            pr = rig_model.predict(self._cands[r.key].plan, f, self.workload)
+            pr = rig_model.predict(self._plan_of(r.key), f, self.workload)
             if pr is None:
                 continue
             r.predicted_users, r.predicted_tps = pr.users, pr.output_tps
@@ -583,14 +619,16 @@ class Tuner:
         best = self.best_measured()
         if best is None:
             return pick, ""
-        have = self._score(best, True)
+        have, pick_score = self._score(best, True), self._score(pick, False)
+        if have is None or pick_score is None:  # (both were chosen for having a score)
+            return pick, ""
         need = have + self._margin(best)
-        if self._score(pick, False) > need:
+        if pick_score > need:
             return pick, ""
         # a tie: predicted at least as good as the best measured, but within its spread —
         # the model cannot tell them apart, a launch can; measured while the budget's spare
         # launches last (the confirming launch stays reserved)
-        ties = [r for r in todo if self._score(r, False) >= have]
+        ties = [r for r in todo if _or_lowest(self._score(r, False)) >= have]
         if ties:
             return max(ties, key=self._rank), ""
         return None, (f"converged: no candidate is predicted to beat the best measured ({best.key}: "
@@ -630,12 +668,12 @@ class Tuner:
                        f"{best.key if best else 'none'}")
 
     # ------------------------------------------------------------------ launches
-    def _launch_and_search(self, cfg: ServerConfig, key: str, purpose: str, start: float
+    def _launch_and_search(self, cfg: ServerConfig, key: str, purpose: Literal["measure", "confirm"], start: float
                            ) -> tuple[LaunchRecord, Measurement]:
         """Launch ``cfg`` on the rig, run the capacity search from ``start`` users, stop.
         Never raises for a failed launch: the record says why."""
         s = self.spec
-        rec = LaunchRecord(n=len(self.state.launches) + 1, key=key, purpose=purpose)  # type: ignore[arg-type]
+        rec = LaunchRecord(n=len(self.state.launches) + 1, key=key, purpose=purpose)
         self.state.launches.append(rec)
         self._save(f"launch {rec.n} of ≤ {s.max_launches}: {key} ({purpose})")
         spec = self.workload.search_spec()
@@ -749,7 +787,8 @@ class Tuner:
             else:
                 rest = [r for r in st.candidates if r.pruned_because is None and r.key != best.key
                         and self._score(r, False) is not None]
-                st.runner_up = self._entry(max(rest, key=lambda r: self._score(r, False)), measured=False) if rest else None
+                st.runner_up = (self._entry(max(rest, key=lambda r: _or_lowest(self._score(r, False))), measured=False)
+                                if rest else None)
         st.baseline = self._baseline()
 
     def _baseline(self) -> dict[str, Any] | None:
