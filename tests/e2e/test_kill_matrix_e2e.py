@@ -36,6 +36,8 @@ STOP_GRACE_S = 20.0
 
 @pytest.mark.parametrize("target, sig", [("app", signal.SIGKILL), ("server", signal.SIGKILL)],
                          ids=["app-SIGKILL", "server-SIGKILL"])
+# not `launches`: the app-SIGKILL cell judges the store's loss bound in tenths of a second,
+# measured with nothing else running (Makefile: `make test`)
 def test_main_cells_mid_ramp_on_the_real_cpu_build(target, sig, tmp_path, tiny_model, vllm_python):
     args = ["run", "CPU tiny model", "--python", vllm_python, "--levels", "2,4", "--step-seconds", "5"]
     grace = EOF_GRACE_S if (target, sig) == ("app", signal.SIGKILL) else STOP_GRACE_S
@@ -67,6 +69,7 @@ OWNER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.launches  # its own vLLM; it judges the stop grace's seconds, no loss bound (Makefile: `make test`)
 def test_the_reaper_then_the_app_killed_leaves_no_vllm_process(tiny_model, vllm_python):
     owner = subprocess.Popen([sys.executable, "-c", OWNER.format(root=str(ROOT), model=str(tiny_model),
                                                                  python=vllm_python)],

@@ -14,9 +14,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 
 from app.profiles import ProfileLibrary, to_vllm_config_yaml
 from tests.conftest import ROOT
+
+#: vLLM's own parser (no server) and one `vllm-dyno run` of its own; no latency is judged
+#: beyond the calibrated sim's ±25 % on the levels it was fitted to (Makefile: `make test`)
+pytestmark = pytest.mark.launches
 
 
 _ACCEPT = textwrap.dedent("""\

@@ -66,12 +66,14 @@ def _failed_launch(tiny_model, vllm_python, **kw):
     return sup.failure
 
 
+@pytest.mark.launches
 def test_option_vllm_rejects_fails_with_vllm_message(tiny_model, vllm_python):
     fail = _failed_launch(tiny_model, vllm_python, extra_args=["--swap-space", "4"])
     assert "unrecognized arguments: --swap-space" in fail.reason, fail.reason
     assert "during startup" in fail.reason and fail.log_tail
 
 
+@pytest.mark.launches
 def test_vllm_exiting_during_startup_fails_with_log_tail(tiny_model, vllm_python):
     # the tiny model allows 2048 tokens of context; vLLM refuses a longer max_model_len
     fail = _failed_launch(tiny_model, vllm_python, max_model_len=100_000)
@@ -79,6 +81,7 @@ def test_vllm_exiting_during_startup_fails_with_log_tail(tiny_model, vllm_python
     assert any("max_model_len" in l or "max_position_embeddings" in l for l in fail.log_tail), fail.log_tail[-10:]
 
 
+@pytest.mark.launches
 def test_cli_serve_with_no_other_flag_starts_on_the_cpu_build_then_ctrl_c(tiny_model):
     """Issue 16 item 1: `vllm-dyno serve --model build/tiny-llama` and nothing else, on a
     machine without a GPU: the CPU build's defaults are chosen and printed before the

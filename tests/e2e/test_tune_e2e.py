@@ -10,7 +10,12 @@ import sys
 from pathlib import Path
 
 
+import pytest
+
 from app.store import RunStore
+
+#: it starts its own vLLM twice and judges request counts, not latency (Makefile: `make test`)
+pytestmark = pytest.mark.launches
 
 ROOT = Path(__file__).resolve().parents[2]
 
