@@ -231,6 +231,103 @@ def test_cli_diagnose_text():
     assert d.summary().startswith("Diagnosis: weights_do_not_fit")
 
 
-#: site (file:line in vLLM 0.32.0, as docs/vllm-raise-sites.md names it) → its wording, kind and fix: the
-#: rows marked covered in that table (tests/unit/test_raise_sites.py checks each is here)
-SITE_WORDINGS: dict[str, tuple[str, str, dict]] = {}
+#: site (file:line in vLLM 0.32.0, or "library N: source", as docs/vllm-raise-sites.md names it) → its
+#: wording (the site's template, its placeholders filled in) and kind: the rows marked covered in that table.
+#: tests/unit/test_raise_sites.py checks that each covered row is here, that the wording is the row's
+#: template, and that the diagnosis gives the row's kind and fix.
+SITE_WORDINGS: dict[str, tuple[str, str]] = {
+    'vllm/config/model.py:1444':
+        ('Quantization method specified in the model config (8) does not match the quantization method specified in the `quantization` argument (8).', 'quantization_mismatch'),
+    'vllm/config/model.py:1453':
+        ('Unknown quantization method: 8. Must be one of 8.', 'quantization_unknown'),
+    'vllm/config/model.py:1547':
+        ('Total number of attention heads (8) must be divisible by tensor parallel size (8).', 'tp_not_divisor_of_heads'),
+    'vllm/config/parallel.py:1052':
+        ("World size (8) is larger than the number of available GPUs (8) in this node. If this is intentional and you are using: - ray, set '--distributed-executor-backend ray'. - multiprocessing, set '--nnodes' appropriately.", 'not_enough_gpus'),
+    'vllm/config/scheduler.py:329':
+        ('max_num_batched_tokens (8) must be greater than or equal to max_num_seqs (8).', 'batched_tokens_below_num_seqs'),
+    'vllm/config/speculative.py:1188':
+        ('num_speculative_tokens was provided but without speculative model.', 'speculative_draft_missing'),
+    'vllm/config/speculative.py:1203':
+        ('Either prompt_lookup_max or prompt_lookup_min must be provided when using the ngram method.', 'speculative_ngram_lookup'),
+    'vllm/config/speculative.py:1210':
+        ('Either prompt_lookup_max or prompt_lookup_min must be provided when using the ngram method.', 'speculative_ngram_lookup'),
+    'vllm/config/speculative.py:1218':
+        ('prompt_lookup_min=8 must be <= prompt_lookup_max=8', 'speculative_ngram_lookup'),
+    'vllm/config/speculative.py:1504':
+        ('A speculative model was provided, but `num_speculative_tokens` was not provided', 'speculative_tokens_missing'),
+    'vllm/config/vllm.py:901':
+        ('The quantization method 8 is not supported for the current GPU. Minimum capability: 8. Current capability: 8.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py:402':
+        ('Quantization scheme is not supported for the current GPU. Required capability: 8. Current capability: 8.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py:410':
+        ('Quantization scheme is not supported for the current GPU. Min capability: 8. Current capability: 8.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py:946':
+        ('No compressed-tensors compatible scheme was found for layer_name=8, weight_quant=8, input_quant=8, output_quant=8, format=8', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/moe_wna16.py:87':
+        ('The quantization method moe_wna16 + awq is not supported for the current GPU. Minimum capability: 8. Current capability: 8.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/online/fp8.py:433':
+        ('FP8 PTPC online quant requires a kernel that honors per-token activation quantization; MarlinFP8 is W8A16 weight-only. Requires SM89+ for Cutlass FP8 or ROCm MI3xx for rowwise scaled_mm.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/online/nvfp4.py:101':
+        ('nvfp4_per_token online quantization requires a Blackwell (SM100) GPU.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/quark/quark.py:357':
+        ('Quantization scheme is not supported for the current GPU. Min capability: 8. Current capability: 8.', 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/layers/quantization/torchao.py:124':
+        ("torchao FP8 activation quantization config '8' requires GPU compute capability >= 8.9 (e.g., NVIDIA Ada Lovelace / Hopper or AMD MI300+)8. For older GPUs, consider using a non-FP8 config such as Int8WeightOnlyConfig or Int4WeightOnlyConfig.", 'quantization_unsupported_by_gpu'),
+    'vllm/model_executor/model_loader/weight_utils.py:375':
+        ('Cannot find the config file for 8', 'quantization_mismatch'),
+    'vllm/platforms/cuda.py:648':
+        ('Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your 8 GPU 8. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.', 'dtype_unsupported_by_gpu'),
+    'vllm/platforms/interface.py:1147':
+        ('8 quantization is currently not supported in 8.', 'quantization_unsupported_by_gpu'),
+    'vllm/platforms/rocm.py:1285':
+        ('Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your 8 GPU 8. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.', 'dtype_unsupported_by_gpu'),
+    'vllm/v1/core/kv_cache_utils.py:1010':
+        ('No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory reservation on the CPU backend, despite its name). See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details.', 'no_kv_cache_memory'),
+    'vllm/v1/worker/cpu_worker.py:83':
+        ('Available memory on node 8 (8/8 GiB) on startup is less than desired CPU memory utilization (8, 8 GiB). On the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU memory reserved (despite its name). To resolve: decrease `--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) or reduce CPU memory used by other processes.', 'not_enough_node_memory'),
+    'vllm/v1/worker/cpu_worker.py:219':
+        ('Available memory on node 8 (8/8 GiB) on kv cache allocation is less than requested memory for kv (8 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by other processes.', 'not_enough_node_memory'),
+    'vllm/v1/worker/cpu_worker.py:241':
+        ('Available memory on node 8 (8/8 GiB) on kv cache allocation is less than requested memory for kv (8/8 GiB). Reduce CPU memory used by other processes.', 'not_enough_node_memory'),
+    'vllm/v1/worker/gpu_worker.py:492':
+        ('DP adjusted local rank 8 is out of bounds for 8 devices.', 'not_enough_gpus'),
+    'vllm/v1/worker/gpu_worker.py:719':
+        ('Error in memory profiling. Initial free memory 8 GiB, current free memory 8 GiB. This happens when other processes sharing the same container release GPU memory while vLLM is profiling during initialization. To fix this, ensure consistent GPU memory allocation or isolate vLLM in its own container.', 'concurrent_launch'),
+    'vllm/v1/worker/xpu_worker.py:154':
+        ('DP adjusted local rank 8 is out of bounds for 8 devices.', 'not_enough_gpus'),
+    'library 1: transformers/dynamic_module_utils.py resolve_trust_remote_code, 5.19.0':
+        ('The repository 8 contains custom code which must be executed to correctly load the model.', 'trust_remote_code_needed'),
+    'library 2: transformers/dynamic_module_utils.py resolve_trust_remote_code, 5.19.0':
+        ('The repository 8 references custom code contained in 8 which must be executed to correctly load the model.', 'trust_remote_code_needed'),
+    'library 3: transformers/tokenization_utils_base.py from_pretrained, 5.19.0':
+        ("Can't load tokenizer for '8'. If you were trying to load it from 'https://huggingface.co/models', make sure you don't have a local directory with the same name.", 'tokenizer_load_failed'),
+    'library 4: transformers/tokenization_utils_tokenizers.py, 5.19.0':
+        ("Couldn't instantiate the backend tokenizer from one of: ", 'tokenizer_load_failed'),
+    'library 5: transformers/utils/import_utils.py SENTENCEPIECE_IMPORT_ERROR, 5.19.0':
+        ('8 requires the SentencePiece library but it was not found in your environment.', 'tokenizer_load_failed'),
+    'library 6: transformers/configuration_utils.py, 5.19.0':
+        ("It looks like the config file at '8.gguf' is not a valid JSON file.", 'gguf_model'),
+    'library 7: vllm/tokenizers/hf.py get_tokenizer, 0.32.0':
+        ('Failed to load the tokenizer. If the tokenizer is a custom tokenizer not yet available in the HuggingFace transformers library, consider setting `trust_remote_code=True` in LLM or using the `--trust-remote-code` flag in the CLI.', 'trust_remote_code_needed'),
+    'library 8: vllm/transformers_utils/config.py HFConfigParser.parse, 0.32.0':
+        ('Failed to load the model config. If the model is a custom model not yet available in the HuggingFace transformers library, consider setting `trust_remote_code=True` in LLM or using the `--trust-remote-code` flag in the CLI.', 'trust_remote_code_needed'),
+    'library 9: vllm/transformers_utils/config.py get_config, 0.32.0':
+        ("Invalid repository ID or local directory specified: '8'.", 'model_not_found'),
+    'library 10: OS error ENOSPC (errno 28)':
+        ("[Errno 28] No space left on device: '8'", 'disk_full'),
+    'library 11: OS error EACCES (errno 13)':
+        ("[Errno 13] Permission denied: '8'", 'permission_denied'),
+    'library 12: OS error EADDRINUSE (errno 98)':
+        ('[Errno 98] Address already in use', 'port_in_use'),
+    'library 13: huggingface_hub/file_download.py _check_disk_space, 2.4.0':
+        ('Not enough free disk space to download the file. The expected file size is: 8 MB. The target location 8 only has 8 MB free disk space.', 'disk_full'),
+    'library 14: torch c10/cuda/CUDACachingAllocator.cpp, 2.13.0':
+        ('CUDA out of memory. Tried to allocate 8 GiB. GPU 8 has a total capacity of 8 GiB of which 8 GiB is free.', 'cuda_oom'),
+    'library 15: torch/_inductor/exc.py InvalidCxxCompiler, 2.13.0':
+        ('No working C++ compiler found in torch._inductor.config.cpp.cxx: 8', 'no_c_compiler'),
+    'library 16: triton/runtime/build.py, 3.9.0':
+        ('Failed to find C compiler. Please specify via CC environment variable or set triton.knobs.build.impl.', 'no_c_compiler'),
+    'library 17: vllm/v1/worker/gpu_worker.py determine_available_memory (assert), 0.32.0':
+        ('Error in memory profiling. Initial free memory 8 GiB, current free memory 8 GiB.', 'concurrent_launch'),
+}
