@@ -869,6 +869,18 @@ RULES: list[Rule] = [
      10, _r_maxlen),
     ("batched_tokens_below_num_seqs", re.compile(
         r"max_num_batched_tokens \((\d+)\) must be greater than or equal to max_num_seqs \((\d+)\)"), 10, _r_batched),
+    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len (0.32.0): chunked prefill off
+    ("batched_tokens_below_max_model_len", re.compile(
+        r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)"), 10,
+     lambda m, c: (f"with chunked prefill off a prompt is prefilled in one step, and max_num_batched_tokens "
+                   f"{m.group(1)} is below max_model_len {m.group(2)}: raise max_num_batched_tokens to {m.group(2)} "
+                   f"(or lower max_model_len, or leave chunked prefill on).",
+                   {"max_num_batched_tokens": int(m.group(2))})),
+    # triton/language/core.py (3.9.0): an FP8 E4M3 KV cache below compute capability 8.9 (app.planner.checks.FP8_E4M3_KV)
+    ("kv_cache_dtype_unsupported_by_gpu", re.compile(r"type fp8e4nv not supported in this architecture"), 10,
+     _fixed("the FP8 E4M3 KV cache (--kv-cache-dtype fp8 / fp8_e4m3) needs compute capability 8.9 for vLLM's "
+            "Triton attention kernels; fp8_e5m2 is also one byte per value and compiles on this card.",
+            {"kv_cache_dtype": "fp8_e5m2"})),
     ("quantization_unknown", re.compile(r"Unknown quantization method: ([\w-]+)"), 10, _r_unknown_quant),
     ("option_not_accepted", re.compile(r"unrecognized arguments: (.*)$"), 10, _r_unrecognized),
     # vllm/config/speculative.py SpeculativeConfig.__post_init__ (0.32/0.33; the same sentences in 0.10/0.11's

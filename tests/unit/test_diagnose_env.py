@@ -244,6 +244,8 @@ SITE_WORDINGS: dict[str, tuple[str, str]] = {
         ('Total number of attention heads (8) must be divisible by tensor parallel size (8).', 'tp_not_divisor_of_heads'),
     'vllm/config/parallel.py:1052':
         ("World size (8) is larger than the number of available GPUs (8) in this node. If this is intentional and you are using: - ray, set '--distributed-executor-backend ray'. - multiprocessing, set '--nnodes' appropriately.", 'not_enough_gpus'),
+    'vllm/config/scheduler.py:319':
+        ('max_num_batched_tokens (8) is smaller than max_model_len (8). This effectively limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase max_num_batched_tokens or decrease max_model_len.', 'batched_tokens_below_max_model_len'),
     'vllm/config/scheduler.py:329':
         ('max_num_batched_tokens (8) must be greater than or equal to max_num_seqs (8).', 'batched_tokens_below_num_seqs'),
     'vllm/config/speculative.py:1188':
