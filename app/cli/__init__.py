@@ -42,13 +42,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _extra_joined(argv: list[str]) -> list[str]:
+    """``--extra --no-enable-chunked-prefill`` → ``--extra=--no-enable-chunked-prefill``: argparse
+    takes a value that starts with "-" and has no space for an option of its own and refuses
+    it; ``--extra`` takes one vLLM flag this way, or many in one string
+    (``--extra "--max-loras 4 --max-lora-rank 64"``)."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--extra" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
+            out.append("--extra=" + argv[i + 1])
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
+def _unknown_message(args: argparse.Namespace, unknown: list[str]) -> str:
+    """argparse's "unrecognized arguments" and, for a command that passes options on to
+    vLLM, the hint to give the ones it does not know with ``--extra``."""
+    said = f"unrecognized arguments: {' '.join(unknown)}"
+    if not hasattr(args, "extra") or not unknown[0].startswith("--"):
+        return said
+    flags = [u for u in unknown if u.startswith("--")]
+    return (f"{said}. vllm-dyno {args.command} has no option {', '.join(flags)} of its own; pass vLLM options it "
+            f"does not know with --extra, e.g. --extra \"{' '.join(unknown)}\" (several in one string), or "
+            f"--extra {unknown[0]} for one flag")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["_helper"]:  # frozen build re-entering itself (app.helper_process)
         mod = importlib.import_module(argv[1])
         return int(mod.main(argv[2:]) or 0)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(_extra_joined(argv))
+    if unknown:
+        parser.error(_unknown_message(args, unknown))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.command is None:

@@ -26,7 +26,10 @@ cpu_worker_busy_wait, p2p_hang_risk, p2p_forced, speculative_draft_unknown (the
 counted), cpu_speculative_without_iomp (info: the CPU build serves speculative decoding
 but warns that it is slow without Intel OpenMP preloaded), tp_spans_hosts (a rig of
 several hosts: a tensor-parallel group crosses the network; vLLM's docs advise TP within
-a node and PP across nodes).
+a node and PP across nodes), batched_tokens_below_max_model_len (chunked prefill off and
+max_num_batched_tokens below max_model_len), kv_cache_dtype_unsupported_by_gpu (an FP8 E4M3
+KV cache below compute capability 8.9), options_not_modelled (info: ``--extra`` options the
+plan's figures leave out).
 """
 from __future__ import annotations
 
@@ -846,6 +849,85 @@ def check_cpu_speculative(p: "Plan") -> Finding | None:
                    "package) for figures like a tuned CPU server's.")
 
 
+def check_chunked_prefill_batch(p: "Plan") -> Finding | None:
+    """Chunked prefill off (``--no-enable-chunked-prefill`` through ``--extra``) with a
+    ``max_num_batched_tokens`` below ``max_model_len``: vLLM refuses it
+    (vllm/config/scheduler.py SchedulerConfig.verify_max_model_len, 0.32.0: "max_num_batched_tokens
+    (B) is smaller than max_model_len (L). This effectively limits the maximum sequence
+    length to max_num_batched_tokens and makes vLLM reject longer sequences."). Only an
+    explicit ``max_num_batched_tokens``: unset, vLLM sizes it to the length itself."""
+    try:
+        extra = extra_args_to_dict(p.config.extra_args)
+    except ValueError:
+        return None
+    if extra.get("enable-chunked-prefill", True) is not False or p.config.max_num_batched_tokens is None:
+        return None
+    b, length = p.config.max_num_batched_tokens, p.effective.max_model_len
+    if b >= length:
+        return None
+    return Finding("batched_tokens_below_max_model_len", "error",
+                   f"with chunked prefill off every prompt is prefilled in one step, and max_num_batched_tokens {b:,} "
+                   f"is smaller than max_model_len {length:,}: vLLM {p.rules.version} stops with "
+                   f"\"max_num_batched_tokens ({b}) is smaller than max_model_len ({length})\". Raise "
+                   f"max_num_batched_tokens to {length:,}, lower max_model_len to {b:,}, or leave chunked prefill on.",
+                   candidates=[{"max_num_batched_tokens": length}, {"max_model_len": b}])
+
+
+#: KV cache dtypes stored as FP8 E4M3, which Triton (vLLM's attention kernels on cards without FlashAttention 3)
+#: compiles only from compute capability 8.9: triton/backends/nvidia/compiler.py (3.9.0) adds "fp8e4nv" to
+#: supported_fp8_dtypes only for capability >= 89, and triton/language/core.py raises "type fp8e4nv not
+#: supported in this architecture. The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')"; E5M2 (fp8e5) compiles on
+#: every card. The CPU build's attention takes fp8, fp8_e4m3 and fp8_e5m2 (vllm/v1/attention/backends/cpu_attn.py
+#: CPUAttentionBackend.supported_kv_cache_dtypes, 0.32.0).
+FP8_E4M3_KV = ("fp8", "fp8_e4m3")
+FP8_E4M3_MIN_CC = 89
+
+
+def check_kv_dtype_capability(p: "Plan") -> Finding | None:
+    """An FP8 E4M3 KV cache (:data:`FP8_E4M3_KV`) on a card below compute capability 8.9:
+    the attention kernel does not compile; fp8_e5m2 halves the KV cache the same way."""
+    if p.config.kv_cache_dtype not in FP8_E4M3_KV:
+        return None
+    low = _lowest_card(p)
+    if low is None or low.capability >= FP8_E4M3_MIN_CC:
+        return None
+    return Finding("kv_cache_dtype_unsupported_by_gpu", "error",
+                   f"--kv-cache-dtype {p.config.kv_cache_dtype} stores the KV cache as FP8 E4M3, which the attention "
+                   f"kernels (Triton) compile only from compute capability 8.9; the {low.name} has {low.cc:.1f}: "
+                   f"the launch stops with \"type fp8e4nv not supported in this architecture\". Use "
+                   f"--kv-cache-dtype fp8_e5m2 (also 1 byte per value) or auto.",
+                   candidates=[{"kv_cache_dtype": "fp8_e5m2"}, {"kv_cache_dtype": None}])
+
+
+#: options passed through ``--extra`` that a check reads (the rest are named as not modelled)
+MODELLED_EXTRA = {"enable-chunked-prefill"}
+#: options that change neither memory nor speed (not worth a note)
+NEUTRAL_EXTRA = {"seed", "served-model-name", "disable-log-requests", "disable-log-stats", "uvicorn-log-level",
+                 "api-key", "trust-remote-code", "revision", "tokenizer", "download-dir", "chat-template",
+                 "enable-log-requests", "load-format", "config-format", "tokenizer-mode", "hf-token",
+                 "code-revision", "tokenizer-revision", "allowed-origins", "root-path", "ssl-keyfile",
+                 "ssl-certfile", "response-role", "tool-call-parser", "enable-auto-tool-choice", "reasoning-parser"}
+
+
+def check_unmodelled_options(p: "Plan") -> Finding | None:
+    """Information: the ``--extra`` options the plan does not model are named, so that a
+    plan that fits is not read as covering them (LoRA adapters, swap space, offloading
+    take memory that is not in these figures)."""
+    try:
+        extra = extra_args_to_dict(p.config.extra_args)
+    except ValueError:
+        return None
+    names = [k for k in extra if k not in MODELLED_EXTRA and k not in NEUTRAL_EXTRA
+             and k not in p.rules.removed_options]
+    if not names:
+        return None
+    shown = ", ".join(f"--{k}" if extra[k] is True else f"--no-{k}" if extra[k] is False else f"--{k} {extra[k]}"
+                      for k in names)
+    return Finding("options_not_modelled", "info",
+                   f"not modelled: {shown} — {'its' if len(names) == 1 else 'their'} memory and speed are not in "
+                   f"these figures.")
+
+
 #: all checks in the order problems are reported (errors before warnings in the result)
 def check_tp_spans_hosts(p: "Plan") -> Finding | None:
     """A tensor-parallel group larger than a host's cards (``p.rig``) all-reduces twice a
@@ -877,5 +959,5 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
     check_context_fits, check_workload_len, check_graph_headroom,
     check_sampler, check_p2p, check_cpu_executor, check_speculative_draft, check_cpu_speculative,
-    check_tp_spans_hosts,
+    check_tp_spans_hosts, check_chunked_prefill_batch, check_kv_dtype_capability, check_unmodelled_options,
 ]

@@ -27,6 +27,16 @@ kernel's log is searched for its record of one of the server's processes
 (:func:`oom_records`); when that log cannot be read, the diagnosis says so and where to
 look. A line that only warns (vLLM's ulimit warning quotes ``OSError: [Errno 24]``) is
 never taken for the cause.
+
+An out-of-memory error is read by the launch phase the log had reached (loading weights,
+profiling, KV allocation, CUDA graph capture, serving: app.server.logparse.LAUNCH_PHASES)
+and sized from torch's figures (the allocation, the free and total memory, other
+processes) and vLLM's; memory that other processes took during the launch — torch's
+"Process P has M", workers of one model that found different KV memory, the profiling
+assertion of vLLM #56830 — is ``concurrent_launch``, which no option fixes. Environment
+and I/O kinds: ``trust_remote_code_needed``, ``tokenizer_load_failed``, ``disk_full``,
+``permission_denied``, ``no_c_compiler``, ``gguf_model``. The raise sites of vLLM 0.32.0
+each rule covers: docs/vllm-raise-sites.md (scripts/vllm_raise_sites.py).
 """
 from __future__ import annotations
 
@@ -53,6 +63,8 @@ from app.planner.plan import Plan, fix_to_flags, plan
 from app.server.logparse import LogParser, strip_ansi
 
 NCCL_SILENCE_S = 300.0
+#: gpu_memory_utilization when the log's non-default args do not name it (vllm/config/cache.py, 0.32.0)
+DEFAULT_UTILIZATION = 0.92
 _N = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
 _SIGNED = r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)"
 
@@ -89,6 +101,7 @@ class _Ctx:
     args: dict[str, Any]  # non-default args vLLM printed
     version: str | None = None  # the vLLM version the log names
     lines: list[str] = field(default_factory=list)  # the log's messages (vLLM's line prefix removed)
+    raw: list[str] = field(default_factory=list)  # the log's lines, prefix kept (the worker that printed each)
     at: int = 0  # index of the line the rule matched
 
     def get(self, *names: str, default: Any = None) -> Any:
@@ -98,7 +111,7 @@ class _Ctx:
         return default
 
 
-Rule = tuple[str, re.Pattern[str], int, Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]]
+Rule = tuple[str, re.Pattern[str], int, Callable[[re.Match[str], _Ctx], tuple[Any, ...]]]
 
 
 def _largest_power_of_two(n: int) -> int:
@@ -336,23 +349,218 @@ def _r_awq_bf16(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     return (f"this vLLM runs {m.group(1)} only in float16.", {"dtype": "half"})
 
 
-def _r_no_kv(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
-    u = c.get("gpu_memory_utilization")
-    fix = {"gpu_memory_utilization": min(0.95, round(float(u) + 0.03, 2))} if u and float(u) < 0.95 else {}
+#: torch's out-of-memory message (c10/cuda/CUDACachingAllocator.cpp, torch 2.4–2.13: "CUDA out of
+#: memory. Tried to allocate X. GPU d has a total capacity of T of which F is free. Process P has M
+#: memory in use. Including non-PyTorch memory, this process has N memory in use. …"; older
+#: builds spell it "capacty"); each "Process P has M" names another process on the card
+_TORCH_OOM = re.compile(r"Tried to allocate " + _N + r" ?([KMG]iB|B)\. GPU (\d+) has a total capaci?ty of " + _N
+                        + r" ?([KMG]iB|B) of which " + _N + r" ?([KMG]iB|B) is free")
+_TORCH_OTHER = re.compile(r"Process (\d+) has " + _N + r" ?([KMG]iB|B) memory in use")
+_UNIT = {"B": 2 ** -30, "KiB": 2 ** -20, "MiB": 2 ** -10, "GiB": 1.0}
+#: vllm/v1/worker/gpu_worker.py determine_available_memory (0.32.0): "Available KV cache memory: %s GiB",
+#: one line per worker (the figure may be negative)
+_KV_AVAIL = re.compile(r"Available KV cache memory: " + _SIGNED + r" ?GiB")
+_WORKER = re.compile(r"^\(([^) ]+) pid=")
+
+
+def _gib(n: str, unit: str) -> float:
+    return _num(n) * _UNIT[unit]
+
+
+@dataclass
+class _Oom:
+    """The figures of a torch out-of-memory message, GiB: the allocation that failed,
+    the card's total and free memory, and what other processes hold (pid → GiB)."""
+
+    tried: float
+    gpu: int
+    total: float
+    free: float
+    others: dict[int, float]
+
+    @property
+    def others_gib(self) -> float:
+        return sum(self.others.values())
+
+
+def _torch_oom(text: str) -> _Oom | None:
+    m = _TORCH_OOM.search(text)
+    if m is None:
+        return None
+    others = {int(o.group(1)): _gib(o.group(2), o.group(3)) for o in _TORCH_OTHER.finditer(text)}
+    return _Oom(_gib(m.group(1), m.group(2)), int(m.group(3)), _gib(m.group(4), m.group(5)),
+                _gib(m.group(6), m.group(7)), others)
+
+
+def _phase_at(c: _Ctx) -> "tuple[str | None, LogParser]":
+    """The launch phase the log had reached before the matched line (a key of
+    app.server.logparse.LAUNCH_PHASES: weights, profile, kv_cache, graphs, api, ready) and the
+    parser that read it (its facts: weights GiB, KV budget, graph memory)."""
+    parser = LogParser()
+    for line in c.lines[:c.at]:
+        parser.feed(line)
+    return parser.facts.phase, parser
+
+
+def _kv_figures(c: _Ctx) -> dict[str, float]:
+    """Each worker's "Available KV cache memory" before the matched line (worker name → GiB;
+    a log without vLLM's process prefix gives one worker, "")."""
+    out: dict[str, float] = {}
+    for line in c.raw[:c.at + 1] if c.raw else c.lines[:c.at + 1]:
+        m = _KV_AVAIL.search(line)
+        if m:
+            w = _WORKER.match(line)
+            out[w.group(1) if w else ""] = _num(m.group(1))
+    return out
+
+
+_SEQUENTIAL = ("no option fixes this: start the launches one after the other (vLLM sizes its budget from the "
+               "memory free when it starts and measures the whole card while profiling), or give each its own "
+               "GPUs (CUDA_VISIBLE_DEVICES / --gpus)")
+
+
+def _r_no_kv(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any], str]:
+    """"No available memory for the cache blocks" (vllm/v1/core/kv_cache_utils.py, 0.32.0),
+    sized from the workers' "Available KV cache memory: X GiB" lines before it. Workers
+    of one replica hold equal shares of the model, so figures that differ by more than a
+    GiB mean that something else took memory on the lowest one's card while vLLM
+    profiled (a second launch started at the same time): ``concurrent_launch``, which no
+    option fixes. A single negative figure is the budget's shortfall: the utilization
+    is raised by exactly that much of the card where the card's size is known (the
+    free-memory line), else the shortfall is given in GiB."""
+    kv = _kv_figures(c)
+    u = float(c.get("gpu_memory_utilization", default=DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION)
+    if len(kv) > 1 and max(kv.values()) - min(kv.values()) > 1.0:
+        low = min(kv, key=kv.get)
+        spread = max(kv.values()) - kv[low]
+        return (f"the workers of one model found different KV cache memory ({', '.join(f'{w or chr(63)}: {v:.2f} GiB' for w, v in kv.items())}): "
+                f"they hold equal shares of the model, so {spread:.2f} GiB on {low}'s card was taken by another "
+                f"process while vLLM profiled — usually a second launch started at the same time; {_SEQUENTIAL}.",
+                {}, "concurrent_launch")
+    neg = min(kv.values()) if kv else None
+    if neg is not None and neg < 0:
+        short = -neg
+        total = _total_from_log(c)
+        if total:
+            add = math.ceil((short + 0.5) / total * 100) / 100  # the shortfall and half a GiB of KV cache
+            new = round(u + add, 2)
+            if new <= 0.95:
+                return (f"the weights and the profiled activations take {short:.2f} GiB more than the budget "
+                        f"(gpu_memory_utilization {u} × {total:.2f} GiB; vLLM logged \"Available KV cache memory: "
+                        f"{neg:.2f} GiB\"): gpu_memory_utilization {new} covers that and half a GiB of KV cache. If "
+                        f"another launch started on this card at the same time, {_SEQUENTIAL}.",
+                        {"gpu_memory_utilization": new})
+            return (f"the weights and the profiled activations take {short:.2f} GiB more than the budget "
+                    f"(gpu_memory_utilization {u} × {total:.2f} GiB): no utilization up to 0.95 covers it — quantize, "
+                    f"spread the model over more GPUs (tensor_parallel_size), or lower max_num_batched_tokens (the "
+                    f"profiled activations grow with it). If another launch started on this card at the same time, "
+                    f"{_SEQUENTIAL}.", {})
+        return (f"the weights and the profiled activations take {short:.2f} GiB more than the budget (vLLM logged "
+                f"\"Available KV cache memory: {neg:.2f} GiB\"): raise gpu_memory_utilization by {short + 0.5:.2f} GiB "
+                f"÷ the card's memory (e.g. +{math.ceil((short + 0.5) / 80 * 100) / 100} on an 80 GiB card, "
+                f"+{math.ceil((short + 0.5) / 24 * 100) / 100} on a 24 GiB one), quantize or use more GPUs. If another "
+                f"launch started on this card at the same time, {_SEQUENTIAL}.", {})
+    fix = {"gpu_memory_utilization": min(0.95, round(u + 0.03, 2))} if u < 0.95 else {}
     return ("weights and activations take the whole memory budget, nothing is left for the KV cache: raise "
-            "gpu_memory_utilization, quantize, or spread the model over more GPUs.", fix)
+            "gpu_memory_utilization, quantize, or spread the model over more GPUs.", fix, "no_kv_cache_memory")
 
 
-def _r_oom(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
-    u = float(c.get("gpu_memory_utilization", default=0.92) or 0.92)
-    return ("the GPU ran out of memory while loading, profiling or capturing CUDA graphs: lower "
-            "gpu_memory_utilization (CUDA graphs live outside it), or --enforce-eager, quantize or use more GPUs.",
-            {"gpu_memory_utilization": round(max(0.5, u - 0.05), 2)})
+#: vllm/v1/worker/gpu_worker.py determine_available_memory (0.32.0, DEBUG): "Initial free memory: %s GiB;
+#: Requested memory: %f (util), %s GiB" — the requested memory is utilization × the card's total
+_REQUESTED = re.compile(r"Requested memory: " + _N + r" \(util\), " + _N + r" ?GiB")
 
 
-def _r_graph_oom(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
-    return ("the GPU ran out of memory while capturing CUDA graphs, which live outside gpu_memory_utilization.",
-            {"enforce_eager": True})
+def _total_from_log(c: _Ctx) -> float | None:
+    """The card's total memory, GiB, where the log gives it: torch's out-of-memory
+    message, or vLLM's requested memory ÷ its utilization (logged at DEBUG)."""
+    for line in reversed(c.lines):
+        o = _torch_oom(line)
+        if o is not None:
+            return o.total
+        r = _REQUESTED.search(line)
+        if r and _num(r.group(1)) > 0:
+            return _num(r.group(2)) / _num(r.group(1))
+    return None
+
+
+_PHASE_WORDS = {"engine": "while starting the engine", "weights": "while loading the weights",
+                "profile": "while profiling the activations (a forward pass of max_num_batched_tokens tokens)",
+                "kv_cache": "while allocating the KV cache", "graphs": "while capturing CUDA graphs",
+                "api": "after the engine started", "ready": "while serving"}
+
+
+def _r_oom(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any], str]:
+    """A torch out-of-memory error, by the launch phase the log had reached
+    (:func:`_phase_at`: LAUNCH_PHASES, vLLM 0.32.0's lines) and sized from torch's
+    figures (:func:`_torch_oom`) and vLLM's (weights, KV budget, graph memory):
+
+    - other processes hold memory the allocation lacks: they grew after vLLM's start-up
+      check (which passed), so another launch ran at the same time — ``concurrent_launch``;
+    - loading weights — ``weights_do_not_fit``: quantize or more GPUs (no utilization helps);
+    - profiling — the activations of max_num_batched_tokens tokens: halve it (at least
+      the allocation's share);
+    - KV allocation, graph capture, serving — the utilization lowered by the allocation
+      that failed less the free memory (+0.01), or --enforce-eager for the graphs;
+    - no phase and no figures: the utilization lowered by 0.05 (as before)."""
+    text = c.lines[c.at] if c.lines else m.string
+    o = _torch_oom(text)
+    phase, parser = _phase_at(c)
+    after_ready = parser.facts.ready or phase == "ready"
+    u = float(c.get("gpu_memory_utilization", default=DEFAULT_UTILIZATION) or DEFAULT_UTILIZATION)
+    where = _PHASE_WORDS.get("ready" if after_ready else phase or "", "")
+    if o is not None and o.others_gib >= 1.0 and o.others_gib + o.free >= o.tried:
+        pids = ", ".join(str(p) for p in o.others)
+        return (f"the GPU ran out of memory {where or 'during the launch'}: other processes (pid {pids}) hold "
+                f"{o.others_gib:.2f} GiB of GPU {o.gpu}'s {o.total:.2f} GiB and only {o.free:.2f} GiB was free for "
+                f"an allocation of {o.tried:.2f} GiB. vLLM's start-up check passed, so they took that memory during "
+                f"this launch — usually a second launch started at the same time; {_SEQUENTIAL}. A leftover vLLM: "
+                f"{CLEANUP_HINT}.", {}, "concurrent_launch")
+    short = None if o is None else max(0.0, o.tried - o.free)
+    if phase == "weights" and not after_ready:
+        w = parser.facts.model_loading_gib
+        extra = f" ({o.total:.2f} GiB card)" if o else ""
+        return (f"the GPU ran out of memory while loading the weights{extra}: the model's share per GPU does not "
+                f"fit{f' (loaded so far: {w} GiB)' if w else ''}; gpu_memory_utilization does not change this — use a "
+                f"quantized checkpoint or spread the model over more GPUs (tensor_parallel_size).", {},
+                "weights_do_not_fit")
+    if phase == "profile" and not after_ready:
+        cur = c.get("max_num_batched_tokens")
+        cur = int(cur) if cur else None
+        if cur:
+            n = max(256, 1 << ((cur // 2).bit_length() - 1))
+            if o is not None and o.tried > o.free > 0:
+                n = min(n, max(256, 1 << (int(cur * o.free / o.tried).bit_length() - 1)))
+            fix = {"max_num_batched_tokens": n} if n < cur else {}
+        else:
+            fix = {}
+        fig = f" (tried {o.tried:.2f} GiB, {o.free:.2f} GiB free of {o.total:.2f} GiB)" if o else ""
+        return (f"the GPU ran out of memory while profiling the activations{fig}: vLLM runs one forward pass of "
+                f"max_num_batched_tokens tokens to size them; fewer tokens per step "
+                f"{'(' + str(fix['max_num_batched_tokens']) + ')' if fix else '(lower --max-num-batched-tokens)'} "
+                f"lower that peak, or quantize / use more GPUs.", fix, "cuda_oom")
+    if phase in ("kv_cache", "graphs", "api", "ready") or after_ready:
+        total = o.total if o else None
+        down = (math.ceil(short / total * 100 - 1e-9) / 100 + 0.01) if o and total else 0.05  # the shortfall + 1 %
+        new = round(max(0.5, u - max(0.01, down)), 2)
+        fig = (f" an allocation of {o.tried:.2f} GiB found {o.free:.2f} GiB free of {o.total:.2f} GiB" if o else "")
+        if phase == "graphs" and not after_ready:
+            g = parser.facts.kv_cache_tokens
+            return (f"the GPU ran out of memory while capturing CUDA graphs, which live outside "
+                    f"gpu_memory_utilization:{fig or ' no figures in the log'}{f' (KV cache: {g:,} tokens)' if g else ''}."
+                    f" gpu_memory_utilization {new} leaves that room, or --enforce-eager captures none (slower "
+                    f"decoding).", {"gpu_memory_utilization": new}, "cuda_graph_oom_risk")
+        if after_ready:
+            return (f"the GPU ran out of memory while serving:{fig or ' no figures in the log'}. The KV cache, "
+                    f"sized by gpu_memory_utilization {u}, left too little for the activations of a full step: "
+                    f"gpu_memory_utilization {new} leaves that room (or lower max_num_seqs / max_num_batched_tokens).",
+                    {"gpu_memory_utilization": new}, "cuda_oom")
+        kv = parser.facts.available_kv_cache_gib
+        return (f"the GPU ran out of memory {where}:{fig or ' no figures in the log'}"
+                f"{f' (KV budget {kv} GiB)' if kv is not None else ''}; gpu_memory_utilization {new} fits it.",
+                {"gpu_memory_utilization": new}, "cuda_oom")
+    return ("the GPU ran out of memory while loading, profiling or capturing CUDA graphs (the log shows no phase): "
+            "lower gpu_memory_utilization (CUDA graphs live outside it), or --enforce-eager, quantize or use more "
+            "GPUs.", {"gpu_memory_utilization": round(max(0.5, u - 0.05), 2)}, "cuda_oom")
 
 
 def _r_maxlen(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
@@ -480,6 +688,108 @@ def _r_attention(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
             f"uses head_dim=64) or use a GPU.", {})
 
 
+#: what --trust-remote-code allows, said wherever it is offered
+REMOTE_CODE_WORD = ("--trust-remote-code lets the Python files in the model's repository (its configuration, "
+                    "modeling or tokenizer .py) run inside the server with your user's rights: read them first, "
+                    "and pin the commit you read with --revision")
+
+
+def _r_remote_code(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """The model (its config, or the tokenizer of a custom class) is custom code that
+    transformers refuses to run without trust_remote_code: vLLM's own sentence
+    (vllm/transformers_utils/config.py and vllm/tokenizers/hf.py, 0.32.0) or
+    transformers' (dynamic_module_utils.py resolve_trust_remote_code, 5.19)."""
+    what = "tokenizer" if "tokenizer" in m.group(0) else "model"
+    return (f"the {what} is custom code that transformers runs only when allowed: add --trust-remote-code. "
+            f"{REMOTE_CODE_WORD}. If the model was made with a newer transformers than vLLM's, upgrading "
+            f"transformers in vLLM's environment may make the custom code unnecessary.", {"trust_remote_code": True})
+
+
+def _r_tokenizer(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """A tokenizer that will not load (transformers 5.19: tokenization_utils_base.py "Can't
+    load tokenizer for 'X'", tokenization_utils_tokenizers.py "Couldn't instantiate the
+    backend tokenizer", utils/import_utils.py "requires the SentencePiece library")."""
+    if m.group("name"):
+        name = m.group("name")
+        return (f"no tokenizer could be loaded from {name!r}: its tokenizer files (tokenizer.json, or "
+                f"tokenizer.model / vocab files with tokenizer_config.json) are missing or unreadable there. Give "
+                f"one that has them with --tokenizer (a directory or Hub id, e.g. the base model the checkpoint was "
+                f"made from), or download the whole repository.", {})
+    return ("the tokenizer has only a slow (SentencePiece) form and the library to read it is not installed in "
+            "vLLM's environment: install it there (pip install sentencepiece; tiktoken for a tiktoken vocabulary) or "
+            "give a repository with a tokenizer.json via --tokenizer.", {})
+
+
+#: huggingface_hub file_download.py _check_disk_space (1.x): a warning before a download that will not fit
+_HF_DISK = re.compile(r"Not enough free disk space to download the file\. The expected file size is: " + _N
+                      + r" MB\. The target location (\S+) only has " + _N + r" MB free disk space")
+
+
+def _r_disk_full(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """The disk filled (ENOSPC, ``[Errno 28] No space left on device``), usually while
+    downloading the weights; huggingface_hub's warning before the download gives the
+    target and its free space."""
+    path, size, free = None, None, None
+    for line in c.lines[:c.at + 1]:
+        h = _HF_DISK.search(line)
+        if h:
+            size, path, free = _num(h.group(1)), h.group(2), _num(h.group(3))
+    if m.groupdict().get("path") and path is None:
+        path = m.group("path")
+    if m.re is _HF_DISK:
+        size, path, free = _num(m.group(1)), m.group(2), _num(m.group(3))
+    where = f" at {path}" if path else ""
+    figs = (f" (a file of {size / 1e3:.2f} GB, {free / 1e3:.2f} GB free there)" if size is not None and free is not None
+            else "")
+    return (f"the disk filled{where}{figs}: vLLM (huggingface_hub) downloads the whole checkpoint into the Hugging "
+            f"Face cache before loading. Free space there, or download to a disk with room: --download-dir DIR "
+            f"(or HF_HOME for the whole cache); `df -h` shows the free space.", {})
+
+
+def _r_denied(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """EACCES (``[Errno 13] Permission denied: 'P'``)."""
+    path = m.group(1)
+    return (f"vLLM may not read or write {path!r} (permission denied): usually the Hugging Face cache or a "
+            f"download directory owned by another user (root in a container). Make it writable for this user "
+            f"(chown), or point HF_HOME / --download-dir at a directory of your own.", {})
+
+
+def _r_compiler(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """No C/C++ compiler: torch.compile's inductor (torch/_inductor/exc.py InvalidCxxCompiler,
+    torch 2.13) or Triton's launcher build (triton/runtime/build.py "Failed to find C
+    compiler", triton 3.x)."""
+    if "Triton" in m.group(0) or "CC environment" in m.group(0):
+        return ("Triton builds a small C launcher for each kernel and found no C compiler: install one (Debian/"
+                "Ubuntu: apt-get install gcc; in a container image, the build-essential package) or point CC at "
+                "one. --enforce-eager does not avoid it: vLLM's own Triton kernels still need it.", {})
+    return ("torch.compile (inductor) found no working C++ compiler: install one (Debian/Ubuntu: apt-get install g++ "
+            "or build-essential) or set CXX; --enforce-eager turns torch.compile (and CUDA graphs) off, which avoids "
+            "the compiler at the cost of slower steps.", {"enforce_eager": True})
+
+
+def _r_gguf(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """A GGUF file given as the model: vLLM 0.32.0 has no GGUF loader (no gguf_loader.py in
+    vllm/model_executor/model_loader/, no ``gguf`` quantization) and looks for a
+    config.json: "Invalid repository ID or local directory specified: '….gguf'"
+    (vllm/transformers_utils/config.py), or transformers' "It looks like the config file
+    at '….gguf' is not a valid JSON file"."""
+    return (f"{m.group(1)!r} is a GGUF file (llama.cpp's format); vLLM {c.version or '0.32'} loads Hugging Face "
+            f"checkpoints (a directory or Hub id with config.json and safetensors), not GGUF. Serve the model the "
+            f"GGUF was made from, or a quantized checkpoint vLLM loads (AWQ, GPTQ, FP8, compressed-tensors).", {})
+
+
+def _r_profile_race(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    """vllm/v1/worker/gpu_worker.py determine_available_memory (0.32.0), an AssertionError:
+    "Error in memory profiling. Initial free memory X GiB, current free memory Y GiB. This
+    happens when other processes sharing the same container release GPU memory while
+    vLLM is profiling during initialization." (vLLM issue #56830)."""
+    init, now = _num(m.group(1)), _num(m.group(2))
+    return (f"another process on the same GPU released {now - init:.2f} GiB while vLLM profiled its memory (free "
+            f"memory went from {init} to {now} GiB): vLLM's profile assumes nobody else changes their memory "
+            f"meanwhile — usually another launch ending, or one starting and failing, at the same time; "
+            f"{_SEQUENTIAL}.", {})
+
+
 def _fixed(text: str, fix: dict[str, Any] | None = None) -> Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]:
     return lambda m, c: (text, dict(fix or {}))
 
@@ -559,6 +869,18 @@ RULES: list[Rule] = [
      10, _r_maxlen),
     ("batched_tokens_below_num_seqs", re.compile(
         r"max_num_batched_tokens \((\d+)\) must be greater than or equal to max_num_seqs \((\d+)\)"), 10, _r_batched),
+    # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len (0.32.0): chunked prefill off
+    ("batched_tokens_below_max_model_len", re.compile(
+        r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)"), 10,
+     lambda m, c: (f"with chunked prefill off a prompt is prefilled in one step, and max_num_batched_tokens "
+                   f"{m.group(1)} is below max_model_len {m.group(2)}: raise max_num_batched_tokens to {m.group(2)} "
+                   f"(or lower max_model_len, or leave chunked prefill on).",
+                   {"max_num_batched_tokens": int(m.group(2))})),
+    # triton/language/core.py (3.9.0): an FP8 E4M3 KV cache below compute capability 8.9 (app.planner.checks.FP8_E4M3_KV)
+    ("kv_cache_dtype_unsupported_by_gpu", re.compile(r"type fp8e4nv not supported in this architecture"), 10,
+     _fixed("the FP8 E4M3 KV cache (--kv-cache-dtype fp8 / fp8_e4m3) needs compute capability 8.9 for vLLM's "
+            "Triton attention kernels; fp8_e5m2 is also one byte per value and compiles on this card.",
+            {"kv_cache_dtype": "fp8_e5m2"})),
     ("quantization_unknown", re.compile(r"Unknown quantization method: ([\w-]+)"), 10, _r_unknown_quant),
     ("option_not_accepted", re.compile(r"unrecognized arguments: (.*)$"), 10, _r_unrecognized),
     # vllm/config/speculative.py SpeculativeConfig.__post_init__ (0.32/0.33; the same sentences in 0.10/0.11's
@@ -581,6 +903,24 @@ RULES: list[Rule] = [
         "the --speculative-config method is not one this vLLM knows (it lists the ones it takes above): use e.g. "
         "\"ngram\" (no draft model), \"eagle\"/\"eagle3\" with an EAGLE head in \"model\", or \"draft_model\" "
         "with a smaller model of the same tokenizer.")),
+    # environment and I/O (issue 36 item 5): each wording cited in tests/unit/test_diagnose_env.py
+    ("trust_remote_code_needed", re.compile(
+        r"consider setting `trust_remote_code=True`|contains custom code which must be executed|"
+        r"references custom code contained in|requires you to execute the (?:configuration|tokenizer) file"), 10,
+     _r_remote_code),
+    ("tokenizer_load_failed", re.compile(
+        r"Can't load tokenizer for '(?P<name>[^']*)'|(?P<conv>Couldn't instantiate the backend tokenizer|requires "
+        r"the SentencePiece library but it was not found)"), 11, _r_tokenizer),
+    ("disk_full", re.compile(r"\[Errno 28\] No space left on device(?:: '(?P<path>[^']*)')?"), 10, _r_disk_full),
+    ("disk_full", _HF_DISK, 50, _r_disk_full),
+    ("permission_denied", re.compile(r"\[Errno 13\] Permission denied: '([^']*)'"), 20, _r_denied),
+    ("no_c_compiler", re.compile(r"No working C\+\+ compiler found|InvalidCxxCompiler|Failed to find C compiler\. "
+                                 r"Please specify via CC environment"), 10, _r_compiler),
+    ("gguf_model", re.compile(r"(?:Invalid repository ID or local directory specified: |the config file at )"
+                              r"'([^']*\.gguf)'"), 12, _r_gguf),
+    ("concurrent_launch", re.compile(
+        r"Error in memory profiling\. Initial free memory " + _N + r" ?GiB, current free memory " + _N), 10,
+     _r_profile_race),
     ("shm_too_small", re.compile(r"Error while creating shared memory segment /dev/shm"), 10, _fixed(
         "/dev/shm is too small for NCCL (usual in containers): run the container with --ipc=host or a larger "
         "--shm-size.")),
@@ -595,8 +935,6 @@ RULES: list[Rule] = [
     ("model_gated", re.compile(r"(gated repo|Access to model .* is restricted)"), 15, _fixed(
         "the model is gated on the Hugging Face Hub: accept its licence and set HF_TOKEN.")),
     ("no_kv_cache_memory", re.compile(r"No available memory for the cache blocks"), 12, _r_no_kv),
-    ("cuda_graph_oom_risk", re.compile(r"CUDA out of memory.*(?:graph|Graph)|(?:capturing|Capturing) CUDA graph.*out of memory"),
-     30, _r_graph_oom),
     ("cuda_oom", re.compile(r"(torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory)"),
      40, _r_oom),
     ("invalid_config", re.compile(r"^(?:[\w.]*ValidationError: )?(\d+) validation errors? for (\w*Config)\s*$"), 60,
@@ -707,7 +1045,7 @@ def diagnose(lines: list[str], silent_for_s: float | None = None,
     clean = [strip_ansi(l) for l in lines if l is not None]
     msgs = [_message(l) for l in clean]
     ctx = _context(clean)
-    ctx.lines = msgs
+    ctx.lines, ctx.raw = msgs, clean
     ready_at = max((i for i, m in enumerate(msgs) if _READY.search(m)), default=-1)
     died = any(_DEATH.search(m) for m in msgs[ready_at + 1:]) if ready_at >= 0 else False
     post = after_ready if after_ready is not None else died
@@ -744,8 +1082,9 @@ def diagnose(lines: list[str], silent_for_s: float | None = None,
 def _made(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple) -> Diagnosis:
     rank, i, code, m, fn = best
     ctx.at = i
-    text, fix = fn(m, ctx)
-    return Diagnosis(code, text, fix, _evidence(clean, msgs, i))
+    said = fn(m, ctx)  # (explanation, fix) or (explanation, fix, code) where the figures decide the kind
+    text, fix = said[0], said[1]
+    return Diagnosis(said[2] if len(said) > 2 else code, text, fix, _evidence(clean, msgs, i))
 
 
 def _after_ready(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple | None, start: int) -> Diagnosis:
