@@ -139,10 +139,8 @@ def test_a_known_message_inside_value_error_takes_its_rule(log, problem, fix):
     (GMU_032, "CacheConfig", "gpu_memory_utilization: Input should be less than or equal to 1"),
     (ASSERT_032, "VllmConfig", "Invalid compile range endpoint: 0"),
     (NIXL_032, "VllmConfig", "decode_context_parallel_size=2 must be 1 or equal to the NIXL transfer parallel size=4"),
-    (SCHED_011, "SchedulerConfig", "max_num_batched_tokens (2048) is smaller than max_model_len (4096). This "
-                                   "effectively limits the maximum sequence length"),
 ], ids=["0.11-CacheConfig-value-error", "0.32-CacheConfig-field", "0.32-assertion",
-        "0.32-assertion-nixl", "0.11-engine-prefixed"])
+        "0.32-assertion-nixl"])
 def test_an_unknown_config_error_is_shown_in_vllms_words(log, cls, said):
     d = diagnose_text(log)
     assert d.problem == "invalid_config" and d.fix == {}
@@ -159,6 +157,16 @@ def test_an_unknown_config_error_is_shown_in_vllms_words(log, cls, said):
     assert d.evidence[len(first) + 1:] in ([], [lines[-1]])  # and the wrapper after it, where there is one
     assert "initialization failed" in lines[-1] or d.evidence[len(first) + 1:] == []
     assert not d.after_ready
+
+
+def test_the_engine_prefixed_scheduler_error_of_0_11_is_a_known_kind_with_its_fix():
+    """vLLM 0.11's SchedulerConfig refusal (chunked prefill off, max_num_batched_tokens
+    below max_model_len), once shown in vLLM's words only, is now its own kind (issue 36)
+    with the fix sized from the log's own numbers."""
+    d = diagnose_text(SCHED_011)
+    assert d.problem == "batched_tokens_below_max_model_len"
+    assert d.fix == {"max_num_batched_tokens": 4096}
+    assert "2048" in d.explanation and "4096" in d.explanation
 
 
 def test_several_errors_are_all_named_in_order():
