@@ -83,20 +83,26 @@ multinode: test-deps test-system vllm ray model  # 9.3 min
 test: test-fast test-deps test-system vllm ray model  # 37.3 min from a fresh clone, setup included
 	$(PYTEST) tests/e2e -m "not launches"
 	@mkdir -p build; \
-	$(PYTEST) tests/multinode -n 3 --dist worksteal > build/multinode.log 2>&1 & mn=$$!; \
+	$(PYTEST) tests/multinode -n 4 --dist worksteal > build/multinode.log 2>&1 & mn=$$!; \
 	trap 'kill $$mn 2>/dev/null' EXIT; \
-	echo "$(PYTEST) tests/e2e -m launches  (beside: tests/multinode -n 3 → build/multinode.log)"; \
+	echo "$(PYTEST) tests/e2e -m launches  (beside: tests/multinode -n 4 → build/multinode.log)"; \
 	$(PYTEST) tests/e2e -m launches; e=$$?; \
 	wait $$mn; m=$$?; trap - EXIT; \
-	echo "== tests/multinode -n 3 --dist worksteal (ran beside the e2e launches): build/multinode.log"; \
+	echo "== tests/multinode -n 4 --dist worksteal (ran beside the e2e launches): build/multinode.log"; \
 	cat build/multinode.log; \
 	exit $$(( e != 0 || m != 0 ))
 
 # line coverage of app/ and widgets/ over the whole suite, subprocesses included
-# (pyproject.toml [tool.coverage]); the report in build/coverage
+# (pyproject.toml [tool.coverage]: xdist's workers, the sims, CLIs and agents too), each
+# tier as `make test` runs it; the report in build/coverage
+COV := COVERAGE_FILE=$(CURDIR)/build/coverage/.coverage QT_QPA_PLATFORM=offscreen $(VENV)/bin/coverage run -m pytest -q -ra
 coverage: test-deps test-system vllm ray model
 	rm -rf build/coverage && mkdir -p build/coverage
-	COVERAGE_FILE=$(CURDIR)/build/coverage/.coverage QT_QPA_PLATFORM=offscreen $(VENV)/bin/coverage run -m pytest -q -ra -p no:xdist tests
+	-$(COV) tests/unit -p no:pytestqt -n 2
+	-$(COV) tests/integration -n 4 --dist worksteal -m "not serial"
+	-$(COV) tests/integration -m serial
+	-$(COV) tests/e2e
+	-$(COV) tests/multinode -n 3 --dist worksteal
 	$(VENV)/bin/coverage combine -q --data-file=$(CURDIR)/build/coverage/.coverage build/coverage
 	$(VENV)/bin/coverage report --data-file=$(CURDIR)/build/coverage/.coverage | tail -1
 

@@ -22,7 +22,7 @@ CASES = ROOT / "tests" / "cases"
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 #: the tiers by folder and the unit tier's guard; the Qt fixtures (gui_guard, main_window)
-pytest_plugins = ["tests.plugins.tiers", "tests.plugins.qt"]
+pytest_plugins = ["tests.plugins.tiers", "tests.plugins.qt", "tests.plugins.order"]
 
 
 # ---- the tests read nothing beside the checkout -----------------------------------------

@@ -19,9 +19,6 @@ import pytest
 from app.profiles import ProfileLibrary, to_vllm_config_yaml
 from tests.conftest import ROOT
 
-#: vLLM's own parser (no server) and one `vllm-dyno run` of its own; no latency is judged
-#: beyond the calibrated sim's ±25 % on the levels it was fitted to (Makefile: `make test`)
-pytestmark = pytest.mark.launches
 
 
 _ACCEPT = textwrap.dedent("""\
@@ -42,6 +39,7 @@ _ACCEPT = textwrap.dedent("""\
 """)
 
 
+@pytest.mark.launches  # vLLM's own parser, no server, nothing timed (Makefile: `make test`)
 def test_exported_config_yaml_is_accepted_by_vllm(vllm_python, tiny_model, tmp_path):
     lib = ProfileLibrary()
     files = {}
@@ -66,6 +64,8 @@ def test_exported_config_yaml_is_accepted_by_vllm(vllm_python, tiny_model, tmp_p
     assert "ENGINE-CONFIG 8 tiny" in r.stdout
 
 
+# not `launches`: the run's levels are fitted and the calibrated sim must land within 25 % of
+# them — measured beside the multinode tier, c=4 read half of c=1 and the fit missed by 51 %
 def test_vllm_dyno_run_cpu_tiny_builtin_records_a_run(vllm_python, tiny_model, dyno_home):
     from app.store import RunStore
 

@@ -79,6 +79,7 @@ def test_launch_ramp_plots_results_stop(sim_window, qtbot):
     assert not w.act_ramp.isEnabled() and w.act_launch.isEnabled()
 
 
+@pytest.mark.long(75)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
 def test_find_capacity_through_the_window(sim_window, qtbot):
     """Find capacity on the demo rig: the search picks its levels, each judged on ≥ 100
     requests, and the answer is the first thing shown — the verdict above Results."""

@@ -99,6 +99,7 @@ def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window
         t.selection()
 
 
+@pytest.mark.long(85)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
 def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot, tmp_path):
     w = tune_window
     t = w.tune

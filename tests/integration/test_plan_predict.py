@@ -221,6 +221,7 @@ def measure_capacity(cfg: ServerConfig, gpu: str, count: int, slo: SLO, start: f
     return json.loads(out.read_text())["capacity"], pacing
 
 
+@pytest.mark.long(75)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
 @pytest.mark.timeout(900)  # a search the loaded machine could not pace is measured again, slower
 @pytest.mark.parametrize("combo", COMBOS, ids=[c[0].split(" (")[0] for c in COMBOS])
 def test_predicted_users_at_slo_match_the_simulated_rig(combo, tmp_path, capsys):

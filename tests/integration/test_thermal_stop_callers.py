@@ -141,6 +141,7 @@ def test_run_ramp_and_tune_stop_for_heat_in_the_controllers_words(tmp_path, dyno
         assert store.get_run(runs["hot rig"])["config"]["argv"][-4:] == [*HOT[:3], "45.0"]
 
 
+@pytest.mark.long(50)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
 @pytest.mark.timeout(420)
 def test_the_windows_ramp_and_tune_tab_stop_for_heat(main_window, qtbot, dyno_home):
     """The profile's sim: block carries the heat (cooling 2, 45 °C): the form shows it,

@@ -12,6 +12,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from app.store import RunStore
 
@@ -34,6 +35,7 @@ def ours(home: str) -> list[psutil.Process]:
     return out
 
 
+@pytest.mark.long(170)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
 def test_tune_is_interrupted_and_resumed_against_the_perturbed_sim(tmp_path):
     home = str(tmp_path / "home")
     env = dict(os.environ, VLLM_DYNO_HOME=home)

@@ -445,6 +445,7 @@ def test_controller_runs_a_two_host_sim_rig_and_a_lost_host_stops_the_run(bed, t
                         output_tokens=32), ready_s=180, kill=kill, what=what)
 
 
+@pytest.mark.long(80)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
 @pytest.mark.parametrize("layout", ["data_parallel", "pipeline_parallel"])
 def test_controller_runs_vllm_over_two_hosts_and_a_lost_host_stops_the_run(bed, tmp_path, layout):
     """The CPU build of vLLM serving the tiny model as data parallel 2 or pipeline parallel 2
