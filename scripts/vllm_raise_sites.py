@@ -94,8 +94,9 @@ _UNREACHABLE: list[tuple[re.Pattern[str], str]] = [(re.compile(rx), why) for rx,
     (r"(?:^|/)entrypoints/launchers/api_server/entry\.py",
      "the API server's own exit on a signal, not a launch failure"),
     (r"(?:^|/)config/utils\.py",
-     "config helpers (hashing, dataclass overrides) on values vLLM's own argument parser already typed"),
-    (r"\bAITER\b|VLLM_XPU|VLLM_ROCM|ROCm DeepEP|only available on ROCm",
+     "config helpers (hashing, dataclass introspection, the worker's update_config RPC): the Python API, not a "
+     "launch's flags"),
+    (r"\bAITER\b|VLLM_XPU|VLLM_ROCM|ROCm DeepEP",
      "ROCm/XPU-only kernels or options: vLLM Dyno plans NVIDIA cards and the CPU build"),
     (r"platform plugin|No attribute named|is not a dataclass|not a class\b|has no recognized attributes",
      "an out-of-tree platform plugin or Python attribute lookup, not a flag"),
@@ -103,7 +104,7 @@ _UNREACHABLE: list[tuple[re.Pattern[str], str]] = [(re.compile(rx), why) for rx,
      r"values must be positive, got|one value per expert|Must have same (?:input|scheme|location)|expert index",
      "the KV block pool's or a kernel helper's internal state"),
     (r"weight update|Weight transfer|trainer connection|without a matching|called with conflicting|"
-     r"Draft model weight|sleep retention|must be a subclass of|expected a callable|Expected values to be a list|"
+     r"Draft model weight|sleep retention|Config override '|must be a subclass of|expected a callable|Expected values to be a list|"
      r"cannot be converted to|All options must be of the same type|Unsupported type \{type_hints\}",
      "the RL weight-transfer RPC, sleep mode's or the argument parser's Python API, not a `vllm serve` launch"),
     (r"NVLink detection|Error accepting a connection|Original file '%s' not modified",

@@ -12,8 +12,13 @@ the options in force).
 vLLM's configuration classes (``ModelConfig``, ``VllmConfig``, ``CacheConfig``, …) are
 pydantic dataclasses since 0.10: a refusal arrives as pydantic's ``ValidationError``
 (``1 validation error for ModelConfig`` / ``  Value error, <vLLM's message> [type=…]``).
-The rules match vLLM's message inside it; an error no rule knows is ``invalid_config``
-with vLLM's own words as the cause.
+The rules match vLLM's message inside it. A config refusal no specific rule knows is named
+by its phrasing (:data:`CONFIG_KINDS`: ``config_not_divisible``, ``config_conflict``,
+``config_out_of_range``, ``config_requires``, ``config_not_supported``,
+``config_invalid_value``) with the class, the options it names and vLLM's words, and the
+value as the fix where the message gives it ("max_cpu_loras (2) must be >= max_loras (4)"
+→ --max-cpu-loras 4); pydantic's own field errors, which have no such phrase, stay
+``invalid_config`` with vLLM's own words as the cause.
 
 The engine can also die after the server said ready (the first request kills it:
 ``EngineCore encountered a fatal error.``, then ``EngineDeadError``): the diagnosis then

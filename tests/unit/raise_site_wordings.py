@@ -1079,8 +1079,6 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
         ('Selective discard is not supported on CPU.', 'config_not_supported'),
     'vllm/v1/worker/gpu_worker.py:543':
         ('Unsupported device type: 8', 'config_not_supported'),
-    'vllm/v1/worker/gpu_worker.py:619':
-        ("Config override '8' is not supported. Supported configs: 8", 'config_not_supported'),
     'vllm/v1/worker/gpu_worker.py:1375':
         ("Profiling is not enabled. Please set --profiler-config to enable profiling. Example: '--profiler-config.profiler=torch --profiler-config.torch_profiler_dir=YOUR_DIR_PATH_TO_DUMP_TRACE'", 'config_requires'),
 }
