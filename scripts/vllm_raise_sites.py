@@ -91,6 +91,7 @@ _UNREACHABLE: list[tuple[re.Pattern[str], str]] = [(re.compile(rx), why) for rx,
     (r"(?:^|/)model_executor/model_loader/weight_cache/",
      "the weight-cache daemon (`vllm preload`, CUDA IPC between processes): a separate process vLLM Dyno does not "
      "start"),
+    (r"(?:^|/)[\w/]*_test\.py$", "vLLM's own test helpers, not imported by a launch"),
     (r"(?:^|/)entrypoints/launchers/api_server/entry\.py",
      "the API server's own exit on a signal, not a launch failure"),
     (r"(?:^|/)config/utils\.py",

@@ -860,7 +860,11 @@ video_pruning_rate watermark watermark_config weight_transfer_config worker_cls 
 #: the rank of the generic config rules: after every specific rule (≤ 50), before the pydantic header (60); one rank per kind, in order
 CONFIG_RANK = 51
 #: an exception line (not a warning that happens to use the phrase), or pydantic's "Value error, …"
-_EXC_LINE = (r"^(?:ERROR )?(?:\s*(?:Value error|Assertion failed), |(?:[\w.]+\.)?\w*(?:Error|Exception): )"
+#: the classes vLLM's config checks raise (a library's own error — pynvml's NVMLError_NotSupported in a
+#: traceback vLLM logs and goes on from — is not one)
+_EXC_LINE = (r"^(?:ERROR )?(?:\s*(?:Value error|Assertion failed), |(?:[\w.]+\.)?(?:ValueError|TypeError|"
+             r"NotImplementedError|RuntimeError|KeyError|IndexError|ArgumentTypeError|FileNotFoundError|Exception|"
+             r"\w*Config\w*Error): )"
              r"(?!.*(?:CUDA error|NCCL error|out of memory|died unexpectedly|exited unexpectedly|initialization failed|"
              r"EngineDeadError|EngineCore encountered))")
 #: (kind, phrase, head): the first that matches names the kind
@@ -1152,6 +1156,14 @@ RULES: list[Rule] = [
         "the model directory lacks its weight files (*.safetensors, or *.bin): the download stopped or only the "
         "config was copied. Download the whole repository again (huggingface-cli download ID --local-dir DIR) or "
         "point --model at a complete copy; with --load-format, give the format its files are in.")),
+    # an optional package a feature or a checkpoint format needs (vllm/config/speculative.py, the torchao, quark
+    # MX and INC quantization methods, 0.32.0: "… is required …  pip install X", "Please install X via `pip install
+    # X`", "Failed to import X")
+    ("package_missing", re.compile(r"^(?:ERROR )?(?:[\w.]+\.)?(?:ImportError|ModuleNotFoundError): .*?(?:pip install "
+                                   r"([\w.\-\[\]]+(?:[<>=]=?[\w.]+)?)|Failed to import (\w+))"), 20,
+     lambda m, c: (f"vLLM needs the Python package {m.group(1) or m.group(2)} for this feature or checkpoint format "
+                   f"and it is not installed in vLLM's environment: install it there (pip install "
+                   f"{m.group(1) or m.group(2)}), or serve without the option or checkpoint that needs it.", {})),
     # vllm/platforms/interface.py and cuda.py (0.32.0): CUDA_VISIBLE_DEVICES / --device-ids name a GPU the
     # driver does not show
     ("gpus_not_visible", re.compile(r"Physical device \S+ for logical device \S+ is not visible in (\w+)=|NVML "

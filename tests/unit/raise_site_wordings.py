@@ -368,7 +368,7 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
     'vllm/config/speculative.py:1588':
         ('Adaptive verification estimates per-position acceptance from the draft logits, which use_local_argmax_reduction never materializes. Disable one of them.', 'config_conflict'),
     'vllm/config/speculative.py:1598':
-        ('Arctic Inference is required for suffix decoding. Install via `pip install arctic-inference==0.1.1`.', 'config_requires'),
+        ('Arctic Inference is required for suffix decoding. Install via `pip install arctic-inference==0.1.1`.', 'package_missing'),
     'vllm/config/speculative.py:1612':
         ('suffix_decoding_max_tree_depth=8 must be >= 1', 'config_out_of_range'),
     'vllm/config/speculative.py:1617':
@@ -735,6 +735,8 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
         ('WNA16 linear scheme does not support 8', 'config_not_supported'),
     'vllm/model_executor/layers/quantization/inc/schemes/inc_wna16_linear.py:80':
         ('INC quantization with bits=8, sym=8 is not supported. Only 4-bit and 8-bit symmetric quantization is supported with Marlin kernels.', 'config_not_supported'),
+    'vllm/model_executor/layers/quantization/inc/schemes/inc_wna16_linear.py:362':
+        ('Failed to import auto_round_kernel. 8', 'package_missing'),
     'vllm/model_executor/layers/quantization/inc/schemes/inc_wna16_scheme.py:118':
         ('INC on XPU: unsupported config 8', 'config_not_supported'),
     'vllm/model_executor/layers/quantization/inc/schemes/inc_wna16_scheme.py:139':
@@ -868,7 +870,7 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
     'vllm/model_executor/layers/quantization/qutlass_utils.py:174':
         ('backend must be "torch" or "triton", got 8', 'config_invalid_value'),
     'vllm/model_executor/layers/quantization/torchao.py:176':
-        ('Please install torchao>=0.10.0 via `pip install torchao>=0.10.0` to use torchao quantization.', 'config_out_of_range'),
+        ('Please install torchao>=0.10.0 via `pip install torchao>=0.10.0` to use torchao quantization.', 'package_missing'),
     'vllm/model_executor/layers/quantization/turboquant/config.py:223':
         ('Unknown TurboQuant cache dtype: 8. Valid presets: 8', 'config_invalid_value'),
     'vllm/model_executor/layers/quantization/utils/b12x_moe.py:24':
@@ -951,18 +953,16 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
         ('Marlin W8A8 is not supported.', 'config_not_supported'),
     'vllm/model_executor/layers/quantization/utils/marlin_utils_fp8.py:244':
         ('Marlin W8A8 is not supported.', 'config_not_supported'),
-    'vllm/model_executor/layers/quantization/utils/marlin_utils_test.py:120':
-        ('num_bits must be 4 or 8, got 8', 'config_invalid_value'),
     'vllm/model_executor/layers/quantization/utils/mxfp4_utils.py:152':
-        ('The package `amd-quark` is required to use MX-FP4 models. Please install it with `pip install amd-quark`.', 'config_requires'),
+        ('The package `amd-quark` is required to use MX-FP4 models. Please install it with `pip install amd-quark`.', 'package_missing'),
     'vllm/model_executor/layers/quantization/utils/mxfp4_utils.py:175':
-        ('The package `amd-quark` is required to use MX-FP4 models. Please install it with `pip install amd-quark`.', 'config_requires'),
+        ('The package `amd-quark` is required to use MX-FP4 models. Please install it with `pip install amd-quark`.', 'package_missing'),
     'vllm/model_executor/layers/quantization/utils/mxfp6_utils.py:20':
-        ('The package `amd-quark` is required to use MX-FP6 models. Please install it with `pip install amd-quark`.', 'config_requires'),
+        ('The package `amd-quark` is required to use MX-FP6 models. Please install it with `pip install amd-quark`.', 'package_missing'),
     'vllm/model_executor/layers/quantization/utils/mxfp6_utils.py:34':
         ('Scale calculation mode 8 is not yet supported in MX-FP6 quantization', 'config_not_supported'),
     'vllm/model_executor/layers/quantization/utils/mxfp6_utils.py:69':
-        ('The package `amd-quark` is required to use MX-FP6 models. Please install it with `pip install amd-quark`.', 'config_requires'),
+        ('The package `amd-quark` is required to use MX-FP6 models. Please install it with `pip install amd-quark`.', 'package_missing'),
     'vllm/model_executor/layers/quantization/utils/quant_utils.py:30':
         ('8 must contain finite positive scales', 'config_invalid_value'),
     'vllm/model_executor/layers/quantization/utils/quant_utils.py:646':
@@ -1027,6 +1027,8 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
         ('Unsupported quantization config found for 8 in 8.', 'config_not_supported'),
     'vllm/model_executor/model_loader/weight_utils.py:606':
         ('Weight files referenced in index but missing: 8', 'model_weights_missing'),
+    'vllm/model_executor/model_loader/weight_utils.py:1362':
+        ('Please install instanttensor via `pip install vllm[instanttensor]`', 'package_missing'),
     'vllm/platforms/cpu.py:100':
         ('Unsupported OS', 'config_not_supported'),
     'vllm/platforms/cpu.py:150':

@@ -93,3 +93,19 @@ def test_the_specific_rules_still_win():
     d = diagnose([P + "ValueError: Total number of attention heads (32) must be divisible by tensor parallel size "
                       "(3)."])
     assert d.problem == "tp_not_divisor_of_heads" and d.fix == {"tensor_parallel_size": 2}
+
+
+@pytest.mark.parametrize("line, site, package", [
+    ("ImportError: The package `amd-quark` is required to use MX-FP4 models. Please install it with `pip install "
+     "amd-quark`.", "vllm/model_executor/layers/quantization/utils/mxfp4_utils.py:152", "amd-quark"),
+    ("ImportError: Please install torchao>=0.10.0 via `pip install torchao>=0.10.0` to use torchao quantization.",
+     "vllm/model_executor/layers/quantization/torchao.py:176", "torchao>=0.10.0"),
+    ("ImportError: Arctic Inference is required for suffix decoding. Install via `pip install "
+     "arctic-inference==0.1.1`.", "vllm/config/speculative.py:1598", "arctic-inference==0.1.1"),
+], ids=["quark", "torchao", "arctic"])
+def test_a_missing_optional_package_is_its_own_kind(line, site, package):
+    d = diagnose([P + line])
+    assert d.problem == "package_missing" and d.fix == {}, site
+    assert f"pip install {package}" in d.explanation
+    # the generic "requires" kind does not take it
+    assert not d.explanation.startswith("vLLM refused")
