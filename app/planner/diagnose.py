@@ -1250,6 +1250,10 @@ def _match(msg: str) -> tuple[int, str, re.Match[str], Callable] | None:
         m = rx.search(text)
         if m and (hit is None or rank < hit[0]):
             hit = (rank, code, m, fn)
+    if hit is not None and CONFIG_RANK <= hit[0] < CONFIG_RANK + len(CONFIG_KINDS):
+        # the generic config kinds order the phrases of one line; between lines they rank alike, so the
+        # latest refusal is the cause (an earlier one was caught and logged)
+        hit = (CONFIG_RANK,) + hit[1:]
     return hit
 
 

@@ -109,3 +109,12 @@ def test_a_missing_optional_package_is_its_own_kind(line, site, package):
     assert f"pip install {package}" in d.explanation
     # the generic "requires" kind does not take it
     assert not d.explanation.startswith("vLLM refused")
+
+
+def test_the_latest_refusal_is_the_cause_whatever_its_phrase():
+    # an earlier ValueError vLLM caught and logged ("not supported") does not outrank the refusal that ended the
+    # launch ("Unknown dtype", vllm/config/model.py:2480, 0.32.0)
+    log = [P + "ValueError: Cascade attention is not supported with this backend",
+           P + "ValueError: Unknown dtype: 'float8'"]
+    d = diagnose(log)
+    assert d.problem == "config_invalid_value" and "float8" in d.explanation
