@@ -907,7 +907,7 @@ _SUBJECT = re.compile(r"(?:`|')?(--[a-z][\w-]*|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b
                       r"((?:must|should|cannot|can not|can't|is|are)\b\s*(?:be\s*|not\s*)*)?"
                       r"(divisible by|a multiple of|less than or equal to|greater than or equal to|less than|"
                       r"smaller than|greater than|larger than|at least|at most|exceeds?|<=|>=|<|>)\s*"
-                      r"(?:[`'\w.-]*[A-Za-z_`'][`'\w.-]*\s*){0,4}?[(=]?\s*(-?\d+)\b(?!\.\d)")
+                      r"(?:[`'\w.-]*[A-Za-z_`'][`'\w.-]*\s*){0,4}?[(=]?\s*(-?\d+)\b(?!\.\d)(?!\s*[-+*/])")
 
 
 def _options_named(text: str) -> list[str]:
@@ -935,13 +935,26 @@ def _config_where(c: _Ctx) -> str:
     return ""
 
 
+def _is_subject(x: re.Match[str]) -> bool:
+    """Whether the option of a :data:`_SUBJECT` match is what the message refuses — "X
+    must be …", "X exceeds …", "requires --x <= N" — and not a condition of it ("… is not
+    supported with data_parallel_size > 1", "… only when data_parallel_size > 1"), whose
+    value the fix must not set."""
+    before = x.string[:x.start()].rstrip(" `'")
+    if re.search(r"\b(?:with|when|if|unless|and|or|for|while)$", before):
+        return False
+    if x.group(3) or x.group(4).startswith("exceed"):
+        return True
+    return x.group(1).startswith("--") and before.endswith("requires")
+
+
 def _sized(text: str) -> dict[str, Any]:
     """The value the message asks for, as a fix, where its subject is a flag of ``vllm
     serve`` and the bound a whole number: "X (v) must be divisible by N" → the largest
     multiple of N up to v (N when v is below it); "less than N" → N − 1, "at most / <= /
     exceeds N" and "cannot be larger than / must not exceed N" → N, "greater than N" → N +
     1, "at least / >= N" → N. {} otherwise (the words then say what to change)."""
-    s = _SUBJECT.search(text)
+    s = next((x for x in _SUBJECT.finditer(text) if _is_subject(x)), None)
     if s is None:
         return {}
     name = s.group(1)[2:].replace("-", "_") if s.group(1).startswith("--") else s.group(1)

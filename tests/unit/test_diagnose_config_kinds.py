@@ -118,3 +118,17 @@ def test_the_latest_refusal_is_the_cause_whatever_its_phrase():
            P + "ValueError: Unknown dtype: 'float8'"]
     d = diagnose(log)
     assert d.problem == "config_invalid_value" and "float8" in d.explanation
+
+
+@pytest.mark.parametrize("line, site", [
+    ("ValueError: mm_tensor_ipc='torch_shm' is not supported with data_parallel_size > 1 or tensor_parallel_size > 1 "
+     "or pipeline_parallel_size > 1.", "vllm/config/model.py:1606"),
+    ("ValueError: data_parallel_external_lb can only be set when data_parallel_size > 1",
+     "vllm/config/parallel.py:548"),
+    ("ValueError: FlashInfer ReplaySSM speculative decoding requires --replayssm-buffer-len >= 1 + "
+     "num_speculative_tokens (4); got 3", "vllm/config/vllm.py:3379"),
+])
+def test_a_condition_or_a_sum_is_not_sized_into_a_fix(line, site):
+    # the option after "with"/"when" is the condition of the refusal, not its subject; "1 + N" is not the bound 1
+    d = diagnose([P + line])
+    assert d.problem.startswith("config_") and d.fix == {}, site
