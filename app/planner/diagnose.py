@@ -914,8 +914,16 @@ def _options_named(text: str) -> list[str]:
     """The options a message names, in order: ``--flags`` and snake_case names, as
     ``--flag`` where they are options of ``vllm serve`` (:data:`SERVE_OPTIONS`)."""
     out: list[str] = []
-    for t in re.findall(r"--[a-z][\w-]*|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", text):
+    for x in re.finditer(r"--[a-z][\w-]*|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", text):
+        t = x.group(0)
         name = t[2:].replace("-", "_") if t.startswith("--") else t
+        # a snake_case word is an option where vLLM treats it as one (a subject or an assignment: "ec_role is",
+        # "dp_shared_memory requires", "specify kv_role"), not a layer's or a tensor's name in passing
+        if not t.startswith("--") and name not in SERVE_OPTIONS and not (
+                re.match(r"`?'?\s*(?:=|\(|must|should|cannot|can't|can only|requires?|is|are|was|only|to be)\b|`?'?\s*[=(]",
+                         text[x.end():]) or re.search(r"(?:specify|set|unset|enable|disable|use)\s+`?$", text[:x.start()],
+                                                      re.I)):
+            continue
         shown = f"--{name.replace('_', '-')}" if name in SERVE_OPTIONS else t
         if shown not in out:
             out.append(shown)
@@ -1180,7 +1188,7 @@ RULES: list[Rule] = [
     # vllm/platforms/interface.py and cuda.py (0.32.0): CUDA_VISIBLE_DEVICES / --device-ids name a GPU the
     # driver does not show
     ("gpus_not_visible", re.compile(r"Physical device \S+ for logical device \S+ is not visible in (\w+)=|NVML "
-                                    r"returned no GPU PCI bus ID rows"), 10, _fixed(
+                                    r"returned no GPU PCI bus ID rows|Failed to infer device type"), 10, _fixed(
         "a GPU vLLM was told to use is not visible to the driver: CUDA_VISIBLE_DEVICES (or --device-ids) names a "
         "device that is not there, or NVML sees none (a container without the GPUs: --gpus all). `nvidia-smi -L` "
         "lists the devices this process sees.")),

@@ -44,7 +44,7 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
     'vllm/config/compilation.py:1549':
         ('No valid cudagraph sizes after rounding to multiple of 8 (num_speculative_tokens + 1) please adjust num_speculative_tokens (8) or max_cudagraph_capture_size (8) or cudagraph_capture_sizes (8)', 'config_not_divisible'),
     'vllm/config/device.py:55':
-        ('Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.', 'config_requires'),
+        ('Failed to infer device type, please set the environment variable `VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue.', 'gpus_not_visible'),
     'vllm/config/ec_manager_config.py:22':
         ('manager_config requires encoder_cache_manager_cls to be set.', 'config_requires'),
     'vllm/config/ec_transfer.py:85':

@@ -132,3 +132,17 @@ def test_a_condition_or_a_sum_is_not_sized_into_a_fix(line, site):
     # the option after "with"/"when" is the condition of the refusal, not its subject; "1 + N" is not the bound 1
     d = diagnose([P + line])
     assert d.problem.startswith("config_") and d.fix == {}, site
+
+
+def test_only_options_are_named_not_layers():
+    # vllm/config/lora.py:146 (0.32.0): wo_ud and down_proj are layers, not options
+    d = diagnose([P + "ValueError: Inkling LoRA requires INKLING_MULTIMEM_AR=0: the Lamport fused-collective path "
+                      "bypasses the LoRA-wrapped wo_ud and dense down_proj layers on decode-sized batches"])
+    assert d.problem == "config_requires" and "wo_ud" not in d.explanation.split(":")[0]
+
+
+def test_no_device_is_an_invisible_gpu():
+    # vllm/config/device.py:55 (0.32.0): no GPU (or its driver) in the container
+    d = diagnose([P + "RuntimeError: Failed to infer device type, please set the environment variable "
+                      "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue."])
+    assert d.problem == "gpus_not_visible" and "nvidia-smi" in d.explanation
