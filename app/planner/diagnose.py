@@ -12,8 +12,13 @@ the options in force).
 vLLM's configuration classes (``ModelConfig``, ``VllmConfig``, ``CacheConfig``, …) are
 pydantic dataclasses since 0.10: a refusal arrives as pydantic's ``ValidationError``
 (``1 validation error for ModelConfig`` / ``  Value error, <vLLM's message> [type=…]``).
-The rules match vLLM's message inside it; an error no rule knows is ``invalid_config``
-with vLLM's own words as the cause.
+The rules match vLLM's message inside it. A config refusal no specific rule knows is named
+by its phrasing (:data:`CONFIG_KINDS`: ``config_not_divisible``, ``config_conflict``,
+``config_out_of_range``, ``config_requires``, ``config_not_supported``,
+``config_invalid_value``) with the class, the options it names and vLLM's words, and the
+value as the fix where the message gives it ("max_cpu_loras (2) must be >= max_loras (4)"
+→ --max-cpu-loras 4); pydantic's own field errors, which have no such phrase, stay
+``invalid_config`` with vLLM's own words as the cause.
 
 The engine can also die after the server said ready (the first request kills it:
 ``EngineCore encountered a fatal error.``, then ``EngineDeadError``): the diagnosis then
@@ -790,6 +795,232 @@ def _r_profile_race(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
             f"{_SEQUENTIAL}.", {})
 
 
+#: the options of `vllm serve` (vllm/engine/arg_utils.py EngineArgs fields, vLLM 0.32.0; --flag-name is
+#: the field with "-" for "_"): an option a config error names is one of these when it is a flag
+SERVE_OPTIONS = frozenset("""
+additional_config aggregate_engine_logging all2all_backend allow_deprecated_quantization
+allowed_local_media_path allowed_media_domains async_scheduling attention_backend attention_config
+aux_output_config block_size code_revision collect_detailed_traces compilation_config config_format convert
+cp_kv_cache_interleave_size cpu_distributed_timeout_seconds cpu_offload_gb cpu_offload_params
+cudagraph_capture_sizes cudagraph_metrics custom_histogram_buckets data_parallel_address data_parallel_backend
+data_parallel_external_lb data_parallel_hybrid_lb data_parallel_multi_port_external_lb data_parallel_rank
+data_parallel_rpc_port data_parallel_size data_parallel_size_local data_parallel_start_rank
+dbo_decode_token_threshold dbo_prefill_token_threshold dcp_comm_backend dcp_kv_cache_interleave_size
+dcp_q_replicate decode_context_parallel_size default_mm_loras device_ids diffusion_config disable_cascade_attn
+disable_chunked_mm_input disable_custom_all_reduce disable_hybrid_kv_cache_manager disable_log_stats
+disable_nccl_for_dp_synchronization disable_sliding_window distributed_executor_backend
+distributed_timeout_seconds download_dir dp_sync_interval dtype ec_manager_config ec_transfer_config
+elastic_ep_max_dp_size enable_batch_sharded_sampling enable_chunked_prefill enable_cumem_allocator enable_dbo
+enable_elastic_ep enable_ep_weight_filter enable_eplb enable_expert_parallel enable_fault_tolerance
+enable_flashinfer_autotune enable_hc_sp enable_layerwise_nvtx_tracing enable_logging_iteration_details
+enable_lora enable_mamba_cache_stochastic_rounding enable_mamba_shared_prefix_checkpoint enable_mfu_metrics
+enable_mixed_moe_lora_format enable_mm_embeds enable_mm_processor_stats enable_moe_shared_loras
+enable_nccl_comm_suspend enable_prefix_caching enable_prompt_embeds enable_return_routed_experts
+enable_shm_tensor_arena enable_sleep_mode enable_tower_connector_lora enable_trace_replay enforce_eager
+engram_config eplb_config expert_placement_strategy fail_on_environ_validation fault_tolerance_config
+fully_sharded_loras gdn_prefill_backend generation_config gpu_memory_utilization hf_config_path hf_overrides
+hf_token ignore_patterns interleave_mm_strings io_processor_plugin ir_op_priority jit_monitor_mode
+jit_monitor_verbose kda_decode_backend kda_prefill_backend kernel_config kv_cache_dtype
+kv_cache_dtype_skip_layers kv_cache_memory_bytes kv_cache_metrics kv_cache_metrics_sample kv_events_config
+kv_offloading_backend kv_offloading_size kv_sharing_fast_prefill kv_transfer_config language_model_only
+limit_mm_per_prompt linear_backend load_format log_config_file log_level logging_config logits_processors
+logprobs_mode long_prefill_token_threshold long_prefill_token_threshold_adaptive lora_dtype lora_target_modules
+mamba_backend mamba_block_size mamba_cache_dtype mamba_cache_mode mamba_cache_philox_rounds mamba_config
+mamba_ssm_cache_dtype mamba_ssu_algorithm master_addr master_port max_cpu_loras max_cudagraph_capture_size
+max_logprobs max_lora_cls_labels max_lora_rank max_loras max_model_len max_num_active_seqs
+max_num_batched_tokens max_num_queued_reqs max_num_queued_tokens max_num_scheduled_tokens max_num_seqs
+max_parallel_loading_workers media_io_kwargs mm_device_do_normalize mm_encoder_attn_backend
+mm_encoder_attn_dtype mm_encoder_fp8_scale_path mm_encoder_fp8_scale_save_margin mm_encoder_fp8_scale_save_path
+mm_encoder_only mm_encoder_tp_mode mm_hasher_algorithm mm_ipc_gpu_memory_gb mm_processor_cache_gb
+mm_processor_cache_type mm_processor_device mm_processor_kwargs mm_shm_cache_max_object_size_mb mm_tensor_ipc
+model model_class_overrides model_impl model_loader_extra_config model_weights moe_backend nnodes node_rank
+num_gpu_blocks_override numa_bind numa_bind_cpus numa_bind_nodes offload_backend offload_group_size
+offload_num_in_group offload_params offload_prefetch_step optimization_level otlp_traces_endpoint
+override_generation_config per_request_spec_decode_metrics performance_mode pipeline_parallel_size pooler_config
+prefill_context_parallel_size prefill_schedule_interval prefix_cache_retention_interval prefix_caching_hash_algo
+prefix_match_unit profiler_config pt_load_map_location quantization quantization_config ray_workers_use_nsight
+reasoning_config reasoning_parser reasoning_parser_plugin renderer_num_workers replayssm_buffer_len
+return_sampling_mask revision runner safetensors_load_strategy safetensors_prefetch_block_size
+safetensors_prefetch_num_threads scheduler_cls scheduler_reserve_full_isl scheduling_policy seed
+served_model_name show_hidden_metrics_for_version shutdown_timeout skip_mm_profiling skip_tokenizer_init
+sleep_mode_offload_cudagraph sleep_preserve_parameter_names sparse_indexer_topk_backend spec_method spec_model
+spec_tokens specialize_active_lora speculative_config stream_interval structured_outputs_config
+swa_bounded_replay tensor_parallel_size tokenizer tokenizer_mode tokenizer_revision tokens_only
+trust_remote_code ubatch_size use_fp64_gumbel use_replayssm use_tqdm_on_load video_pruning_method
+video_pruning_rate watermark watermark_config weight_transfer_config worker_cls worker_extension_cls
+""".split())
+
+# ---------------------------------------------------------------------- config refusals by kind
+# Most of vLLM's refusals of a configuration are a ValueError (or TypeError, NotImplementedError) from
+# a config class's __post_init__ / validators (vllm/config/*.py, vllm/engine/arg_utils.py
+# create_engine_config, vLLM 0.32.0) whose message names the option and says what is wrong in one of a
+# few phrasings; inside a pydantic ValidationError it is the "  Value error, …" line. The kinds below
+# are those phrasings; the explanation names the class (from the traceback's file, or the pydantic
+# header), the option(s) and vLLM's own words, and the fix is sized where the message gives the value.
+#: the rank of the generic config rules: after every specific rule (≤ 50), before the pydantic header (60); one rank per kind, in order
+CONFIG_RANK = 51
+#: an exception line (not a warning that happens to use the phrase), or pydantic's "Value error, …"
+#: the classes vLLM's config checks raise (a library's own error — pynvml's NVMLError_NotSupported in a
+#: traceback vLLM logs and goes on from — is not one)
+_EXC_LINE = (r"^(?:ERROR )?(?:\s*(?:Value error|Assertion failed), |(?:[\w.]+\.)?(?:ValueError|TypeError|"
+             r"NotImplementedError|RuntimeError|KeyError|IndexError|ArgumentTypeError|FileNotFoundError|Exception|"
+             r"\w*Config\w*Error): )"
+             r"(?!.*(?:CUDA error|NCCL error|out of memory|died unexpectedly|exited unexpectedly|initialization failed|"
+             r"EngineDeadError|EngineCore encountered))")
+#: (kind, phrase, head): the first that matches names the kind
+CONFIG_KINDS: list[tuple[str, str, str]] = [
+    ("config_not_divisible", r"divisible by|\bdivisible\b|multiple of|must divide|evenly divide", "a size that must divide another"),
+    ("config_conflict", r"cannot be used (?:with|together|in conjunction)|cannot both|mutually exclusive|"
+                        r"cannot be (?:paired|combined|enabled|set) (?:with|together)|(?:are|is) (?:not )?incompatible|"
+                        r"not compatible with|\bCannot use\b|\bconflict|can't be set|cannot be (?:set|used|enabled) "
+                        r"(?:in|when|with)|\bOnly one\b|more than one|specified via both|only one allowed|Cannot set both|cannot be "
+                        r"mixed|referenced by both|Disable one of|not (?:currently )?compatible",
+     "options it does not take together"),
+    ("config_out_of_range", r"must be (?:less|greater|smaller|larger|lower|higher|bigger) than|must be (?:>=|<=|>|<)|"
+                            r"\bmust be (?:positive|non-negative|nonnegative|at least|at most|between|in (?:the )?range|"
+                            r"a positive)|must not (?:exceed|be (?:greater|larger|less|smaller))|cannot (?:exceed|be "
+                            r"(?:greater|larger|less|smaller|negative|more|zero))|\bexceeds?\b|is (?:larger|greater|"
+                            r"smaller|less|more) than|out of (?:range|bounds)|should be (?:less|greater|at least|at "
+                            r"most|>=|<=)|(?:>=|<=|<|>) ?-?\d", "a value out of range"),
+    ("config_requires", r"\brequires?\b|\brequired\b|must be (?:set|provided|specified|enabled|given|True|False)|"
+                        r"Please (?:specify|set|provide)|needs? to be|only (?:valid|allowed|applicable|works?) (?:with|when|for)|"
+                        r"must (?:also )?(?:set|specify|provide|enable)", "an option that needs another"),
+    ("config_not_supported", r"not (?:yet )?supported|does not support|doesn't support|\bunsupported\b|only supported|"
+                             r"is supported only|only supports?|not (?:yet )?implemented|not available|currently only|"
+                             r"is deprecated|no longer supported|not allowed|has been removed|can only be (?:set|used)|not applicable|"
+                             r"does not (?:have|contain)|is not (?:compatible|valid|multimodal)|\bonly (?:be )?(?:set|valid|works?)\b|"
+                             r"was removed|do not support|does not yet support|supports only|currently supports|"
+                             r"is currently supported|\bOnly \w+ is\b|no compatible|No valid|Unable to use",
+     "a setting it does not support here"),
+    ("config_invalid_value", r"\bInvalid\b|\bUnknown\b|\bUnrecognized\b|must be one of|must be (?:a |an )?(?:'|\"|string|"
+                             r"integer|int\b|float|bool|dict|list|valid|either)|\bValid \w+|[Ss]upported \w+ (?:are|is)|"
+                             r"\bgot\b|not a valid|is not (?:a|an) |\bexpected\b|must be\b|should be\b|must (?:not )?(?:contain|use|have|differ|fit)|"
+                             r"not found|does not match|should (?:only )?be|must (?:be )?(?:strictly )?increasing|(?i:invalid)|must not be|"
+                             r"\bMissing\b|Cannot find|Could not find|Expected\b|must (?:also )?(?:be|match|align|precede)|"
+                             r"should have the same|need to have same|have the same precision|but \w+ is not enabled",
+     "a value it does not take"),
+]
+#: the config class of a vLLM file (a traceback's ``File ".../vllm/config/<name>.py"``)
+_CONFIG_FILE = re.compile(r'File "[^"]*/vllm/((?:config|engine|model_executor|platforms|v1)/[\w/]+)\.py", line \d+, '
+                          r'in (\w+)')
+_SUBJECT = re.compile(r"(?:`|')?(--[a-z][\w-]*|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b)(?:`|')?(?:\s*[=(]\s*(-?\d+)\)?)?\s*"
+                      r"((?:must|should|cannot|can not|can't|is|are)\b\s*(?:be\s*|not\s*)*)?"
+                      r"(divisible by|a multiple of|less than or equal to|greater than or equal to|less than|"
+                      r"smaller than|greater than|larger than|at least|at most|exceeds?|<=|>=|<|>)\s*"
+                      r"(?:[`'\w.-]*[A-Za-z_`'][`'\w.-]*\s*){0,4}?[(=]?\s*(-?\d+)\b(?!\.\d)(?!\s*[-+*/])")
+
+
+def _options_named(text: str) -> list[str]:
+    """The options a message names, in order: ``--flags`` and snake_case names, as
+    ``--flag`` where they are options of ``vllm serve`` (:data:`SERVE_OPTIONS`)."""
+    out: list[str] = []
+    for x in re.finditer(r"--[a-z][\w-]*|\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", text):
+        t = x.group(0)
+        name = t[2:].replace("-", "_") if t.startswith("--") else t
+        # a snake_case word is an option where vLLM treats it as one (a subject or an assignment: "ec_role is",
+        # "dp_shared_memory requires", "specify kv_role"), not a layer's or a tensor's name in passing
+        if not t.startswith("--") and name not in SERVE_OPTIONS and not (
+                re.match(r"`?'?\s*(?:=|\(|must|should|cannot|can't|can only|requires?|is|are|was|only|to be)\b|`?'?\s*[=(]",
+                         text[x.end():]) or re.search(r"(?:specify|set|unset|enable|disable|use)\s+`?$", text[:x.start()],
+                                                      re.I)):
+            continue
+        shown = f"--{name.replace('_', '-')}" if name in SERVE_OPTIONS else t
+        if shown not in out:
+            out.append(shown)
+    return out
+
+
+def _config_where(c: _Ctx) -> str:
+    """The class that refused: the pydantic header's, else the last vLLM file of the
+    traceback above the line (``vllm/config/scheduler.py`` SchedulerConfig.verify…)."""
+    b = validation_block(c.lines, c.at) if c.lines else None
+    if b is not None:
+        return b.cls
+    for line in reversed(c.lines[max(0, c.at - 40):c.at]):
+        f = _CONFIG_FILE.search(line)
+        if f:
+            return f"vllm/{f.group(1)}.py {f.group(2)}"
+    return ""
+
+
+def _is_subject(x: re.Match[str]) -> bool:
+    """Whether the option of a :data:`_SUBJECT` match is what the message refuses — "X
+    must be …", "X exceeds …", "requires --x <= N" — and not a condition of it ("… is not
+    supported with data_parallel_size > 1", "… only when data_parallel_size > 1"), whose
+    value the fix must not set."""
+    before = x.string[:x.start()].rstrip(" `'")
+    if re.search(r"\b(?:with|when|if|unless|and|or|for|while)$", before):
+        return False
+    if x.group(3) or x.group(4).startswith("exceed"):
+        return True
+    return x.group(1).startswith("--") and before.endswith("requires")
+
+
+def _sized(text: str) -> dict[str, Any]:
+    """The value the message asks for, as a fix, where its subject is a flag of ``vllm
+    serve`` and the bound a whole number: "X (v) must be divisible by N" → the largest
+    multiple of N up to v (N when v is below it); "less than N" → N − 1, "at most / <= /
+    exceeds N" and "cannot be larger than / must not exceed N" → N, "greater than N" → N +
+    1, "at least / >= N" → N. {} otherwise (the words then say what to change)."""
+    s = next((x for x in _SUBJECT.finditer(text) if _is_subject(x)), None)
+    if s is None:
+        return {}
+    name = s.group(1)[2:].replace("-", "_") if s.group(1).startswith("--") else s.group(1)
+    if name not in SERVE_OPTIONS:
+        return {}
+    v = int(s.group(2)) if s.group(2) is not None else None
+    neg = bool(re.search(r"not|n't", s.group(3) or ""))
+    rel, n = s.group(4), int(s.group(5))
+    if rel in ("divisible by", "a multiple of"):
+        if n <= 0 or neg:
+            return {}
+        val = n if v is None or v < n else v // n * n
+    elif neg:  # "cannot be larger than N", "must not exceed N": at most N; "cannot be less than N": at least N
+        val = n
+        if rel in ("at least", "at most", ">=", "<=", "<", ">"):
+            return {}
+    elif rel in ("less than", "smaller than", "<"):
+        val = n - 1
+    elif rel in ("greater than", "larger than", ">"):
+        val = n + 1
+    else:
+        val = n
+    return {name: val} if val != v else {}
+
+
+def _r_config(kind: str, head: str) -> Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]:
+    def explain(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+        words = _PYD_TAIL.sub("", m.string[m.end(1):]).strip()
+        opts = _options_named(words)
+        where = _config_where(c)
+        fix = _sized(words) if kind in ("config_not_divisible", "config_out_of_range") else {}
+        what = f"{head} ({', '.join(opts[:3])})" if opts else head
+        flags = [o for o in opts if o.startswith("--")]
+        if fix:
+            todo = f"{fix_to_flags(fix)} is the value it asks for"
+        elif re.search(r"per_partition|per[ -](?:TP )?rank|per GPU", words):
+            todo = ("a layer's size per GPU is the model's size ÷ tensor_parallel_size: another --tensor-parallel-size "
+                    "(one that leaves that size a multiple), or a checkpoint quantized for this split, fixes it")
+        elif flags:
+            todo = f"change {' or '.join(flags[:2])} as vLLM's words say, or leave it unset for vLLM's default"
+        elif opts:
+            todo = ("the names are vLLM's own (fields of a JSON option such as --speculative-config or "
+                    "--compilation-config, of the model's config, or a flag's internal name): change the setting they "
+                    "stand for as vLLM's words say")
+        else:
+            todo = "change the option it names (or the model) as vLLM's words say"
+        return (f"vLLM refused {what}: \"{words.rstrip('.')}\"{f' ({where})' if where else ''}. {todo[0].upper()}{todo[1:]}.",
+                fix)
+    return explain
+
+
+def _config_rules() -> list[Rule]:
+    # the phrases of config_invalid_value are case-sensitive ("Invalid", "Unknown" open vLLM's sentences)
+    return [(kind, re.compile(f"({_EXC_LINE}).*?" + (f"(?:{phrase})" if kind == "config_invalid_value" else
+                                                     f"(?i:{phrase})")),
+             CONFIG_RANK + i, _r_config(kind, head)) for i, (kind, phrase, head) in enumerate(CONFIG_KINDS)]
+
+
 def _fixed(text: str, fix: dict[str, Any] | None = None) -> Callable[[re.Match[str], _Ctx], tuple[str, dict[str, Any]]]:
     return lambda m, c: (text, dict(fix or {}))
 
@@ -928,15 +1159,51 @@ RULES: list[Rule] = [
         "the port is taken by another program: launch on another port (vLLM Dyno picks a free one).")),
     ("attention_unsupported", re.compile(r"Unsupported CPU attention configuration: (head_dim=\d+)"), 10,
      _r_attention),
+    # vllm/platforms/cuda.py get_attn_backend_cls and vllm/platforms/interface.py / cpu.py (0.32.0): no
+    # attention backend (or MLA prefill backend) takes the model's attention on this device
+    ("attention_unsupported", re.compile(r"Selected backend (\S+) is not valid for this configuration\. Reason: (.*)"),
+     10, lambda m, c: (f"the attention backend chosen with --attention-backend ({m.group(1)}) cannot run this model "
+                       f"here ({m.group(2).strip()}): drop --attention-backend and vLLM picks one that can.",
+                       {"attention_backend": None})),
+    ("attention_unsupported", re.compile(r"No valid (?:attention|(?:CPU )?MLA prefill) backend found(?: for (\S+))?"),
+     10, _fixed("no attention backend of this vLLM runs this model's attention on this device (vLLM lists each "
+                "backend's reason: head size, dtype, KV cache dtype, block size or compute capability): change what "
+                "the reasons name (--kv-cache-dtype auto, --block-size, --dtype) or use a card or vLLM build that has "
+                "such a backend.")),
+    # vllm/model_executor/model_loader/default_loader.py and weight_utils.py (0.32.0): a directory without the
+    # weights, or an index that names files that are not there (a download that stopped)
+    ("model_weights_missing", re.compile(r"Cannot find any model weights with `([^`]*)`|Weight files referenced in "
+                                         r"index but missing: (.*)"), 10, _fixed(
+        "the model directory lacks its weight files (*.safetensors, or *.bin): the download stopped or only the "
+        "config was copied. Download the whole repository again (huggingface-cli download ID --local-dir DIR) or "
+        "point --model at a complete copy; with --load-format, give the format its files are in.")),
+    # an optional package a feature or a checkpoint format needs (vllm/config/speculative.py, the torchao, quark
+    # MX and INC quantization methods, 0.32.0: "… is required …  pip install X", "Please install X via `pip install
+    # X`", "Failed to import X")
+    ("package_missing", re.compile(r"^(?:ERROR )?(?:[\w.]+\.)?(?:ImportError|ModuleNotFoundError): .*?(?:pip install "
+                                   r"([\w.\-\[\]]+(?:[<>=]=?[\w.]+)?)|Failed to import (\w+))"), 20,
+     lambda m, c: (f"vLLM needs the Python package {m.group(1) or m.group(2)} for this feature or checkpoint format "
+                   f"and it is not installed in vLLM's environment: install it there (pip install "
+                   f"{m.group(1) or m.group(2)}), or serve without the option or checkpoint that needs it.", {})),
+    # vllm/platforms/interface.py and cuda.py (0.32.0): CUDA_VISIBLE_DEVICES / --device-ids name a GPU the
+    # driver does not show
+    ("gpus_not_visible", re.compile(r"Physical device \S+ for logical device \S+ is not visible in (\w+)=|NVML "
+                                    r"returned no GPU PCI bus ID rows|Failed to infer device type"), 10, _fixed(
+        "a GPU vLLM was told to use is not visible to the driver: CUDA_VISIBLE_DEVICES (or --device-ids) names a "
+        "device that is not there, or NVML sees none (a container without the GPUs: --gpus all). `nvidia-smi -L` "
+        "lists the devices this process sees.")),
     ("model_not_found", re.compile(
         r"(Repository Not Found|is not a local folder and is not a valid model identifier|"
         r"does not appear to have a file named config\.json|Invalid repository ID or local directory)"), 15, _fixed(
         "the model was not found: check the path or id (offline mode needs the model in the local cache).")),
     ("model_gated", re.compile(r"(gated repo|Access to model .* is restricted)"), 15, _fixed(
         "the model is gated on the Hugging Face Hub: accept its licence and set HF_TOKEN.")),
-    ("no_kv_cache_memory", re.compile(r"No available memory for the cache blocks"), 12, _r_no_kv),
+    ("no_kv_cache_memory", re.compile(r"No available memory for the cache blocks|Cannot auto-fit max_model_len: not "
+                                      r"enough GPU memory"), 12, _r_no_kv),
     ("cuda_oom", re.compile(r"(torch\.(?:cuda\.)?OutOfMemoryError|CUDA out of memory|CUDA error: out of memory)"),
      40, _r_oom),
+    # config refusals by kind (the generic rules above: CONFIG_KINDS)
+    *_config_rules(),
     ("invalid_config", re.compile(r"^(?:[\w.]*ValidationError: )?(\d+) validation errors? for (\w*Config)\s*$"), 60,
      _r_invalid_config),
     ("engine_dead", re.compile(r"(EngineDeadError|EngineCore encountered an issue|Engine core proc \S+ died "
@@ -1004,6 +1271,10 @@ def _match(msg: str) -> tuple[int, str, re.Match[str], Callable] | None:
         m = rx.search(text)
         if m and (hit is None or rank < hit[0]):
             hit = (rank, code, m, fn)
+    if hit is not None and CONFIG_RANK <= hit[0] < CONFIG_RANK + len(CONFIG_KINDS):
+        # the generic config kinds order the phrases of one line; between lines they rank alike, so the
+        # latest refusal is the cause (an earlier one was caught and logged)
+        hit = (CONFIG_RANK,) + hit[1:]
     return hit
 
 
@@ -1090,7 +1361,8 @@ def _made(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple) -> Diagnosi
 def _after_ready(clean: list[str], msgs: list[str], ctx: _Ctx, best: tuple | None, start: int) -> Diagnosis:
     """The engine died after the server was ready: the cause a rule knows, else the first
     exception line of the engine's traceback, else the death itself."""
-    if best is not None and best[0] < 90:
+    if best is not None and best[0] < 90 and not CONFIG_RANK <= best[0] < CONFIG_RANK + len(CONFIG_KINDS):
+        # (a configuration is refused at start-up: a config phrase after ready is not the cause)
         d = _made(clean, msgs, ctx, best)
         then = "launch again with the fix." if d.fix else "launch again once that is changed."
         d.explanation = (f"the server was ready, then the engine died on a request: {d.explanation} The server "

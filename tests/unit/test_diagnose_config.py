@@ -134,16 +134,21 @@ def test_a_known_message_inside_value_error_takes_its_rule(log, problem, fix):
     assert "validation error for" in d.evidence[1]
 
 
-@pytest.mark.parametrize("log, cls, said", [
-    (GMU_011, "CacheConfig", "GPU memory utilization must be less than 1.0. Got 1.5"),
-    (GMU_032, "CacheConfig", "gpu_memory_utilization: Input should be less than or equal to 1"),
-    (ASSERT_032, "VllmConfig", "Invalid compile range endpoint: 0"),
-    (NIXL_032, "VllmConfig", "decode_context_parallel_size=2 must be 1 or equal to the NIXL transfer parallel size=4"),
+@pytest.mark.parametrize("log, cls, said, problem", [
+    (GMU_011, "CacheConfig", "GPU memory utilization must be less than 1.0. Got 1.5", "config_out_of_range"),
+    (GMU_032, "CacheConfig", "gpu_memory_utilization: Input should be less than or equal to 1", "invalid_config"),
+    (ASSERT_032, "VllmConfig", "Invalid compile range endpoint: 0", "config_invalid_value"),
+    (NIXL_032, "VllmConfig", "decode_context_parallel_size=2 must be 1 or equal to the NIXL transfer parallel size=4",
+     "config_invalid_value"),
 ], ids=["0.11-CacheConfig-value-error", "0.32-CacheConfig-field", "0.32-assertion",
         "0.32-assertion-nixl"])
-def test_an_unknown_config_error_is_shown_in_vllms_words(log, cls, said):
+def test_an_unknown_config_error_is_shown_in_vllms_words(log, cls, said, problem):
+    """A config error no specific rule knows is shown in vLLM's words with its class; its
+    kind is the phrase of vLLM's message (diagnose.CONFIG_KINDS: "must be less than" is
+    out of range, "Invalid …" an invalid value), or invalid_config for pydantic's own field
+    errors."""
     d = diagnose_text(log)
-    assert d.problem == "invalid_config" and d.fix == {}
+    assert d.problem == problem and d.fix == {}
     assert cls in d.explanation and said in d.explanation
     # vLLM's message only: not pydantic's kind, tail or link
     for noise in ("Value error,", "Assertion failed,", "[type=", "input_value", "errors.pydantic.dev"):
@@ -238,6 +243,8 @@ def test_cli_diagnose_shows_the_cause(tmp_path, capsys):
     log.write_text(NIXL_032)
     assert main(["diagnose", str(log), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["problem"] == "invalid_config" and out["fix"] == {} and out["after_ready"] is False
+    # "must be 1 or equal to": a value vLLM does not take (diagnose.CONFIG_KINDS), the class named
+    assert out["problem"] == "config_invalid_value" and out["fix"] == {} and out["after_ready"] is False
+    assert "VllmConfig" in out["explanation"]
     assert "decode_context_parallel_size=2 must be 1 or equal to the NIXL transfer parallel size=4" in out["explanation"]
     assert out["evidence"][0] == _value_error_line(NIXL_032)

@@ -3,13 +3,15 @@ and 5): each kind is fed every wording its rule knows, each wording cited (file,
 
 :data:`SITE_WORDINGS` is read by tests/unit/test_raise_sites.py: every row of
 docs/vllm-raise-sites.md marked covered has its wording here (keyed by the row's site),
-checked for its kind and fix.
+checked for its kind and fix: :data:`HAND_SITE_WORDINGS` written here, the rest generated
+into tests/unit/raise_site_wordings.py.
 """
 from __future__ import annotations
 
 import pytest
 
 from app.planner.diagnose import REMOTE_CODE_WORD, diagnose, diagnose_text
+from tests.unit.raise_site_wordings import GENERATED_SITE_WORDINGS
 
 P = "(EngineCore_DP0 pid=91) ERROR 02-10 14:03:10 [core.py:1098] "
 A = "(APIServer pid=77) ERROR 02-10 14:03:10 [api_server.py:80] "
@@ -235,7 +237,7 @@ def test_cli_diagnose_text():
 #: wording (the site's template, its placeholders filled in) and kind: the rows marked covered in that table.
 #: tests/unit/test_raise_sites.py checks that each covered row is here, that the wording is the row's
 #: template, and that the diagnosis gives the row's kind and fix.
-SITE_WORDINGS: dict[str, tuple[str, str]] = {
+HAND_SITE_WORDINGS: dict[str, tuple[str, str]] = {
     'vllm/config/model.py:1444':
         ('Quantization method specified in the model config (8) does not match the quantization method specified in the `quantization` argument (8).', 'quantization_mismatch'),
     'vllm/config/model.py:1453':
@@ -333,3 +335,7 @@ SITE_WORDINGS: dict[str, tuple[str, str]] = {
     'library 17: vllm/v1/worker/gpu_worker.py determine_available_memory (assert), 0.32.0':
         ('Error in memory profiling. Initial free memory 8 GiB, current free memory 8 GiB.', 'concurrent_launch'),
 }
+
+#: every covered row: the hand-written wordings above, and the reachable sites the generic config rules
+#: (app/planner/diagnose.py CONFIG_KINDS) and the other rules name, generated from vLLM 0.32.0's templates
+SITE_WORDINGS: dict[str, tuple[str, str]] = {**GENERATED_SITE_WORDINGS, **HAND_SITE_WORDINGS}

@@ -5,6 +5,7 @@ the diagnosis gives it the row's kind and fix; the counts at the top agree with 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ import pytest
 from app.planner.diagnose import diagnose
 from app.planner.plan import fix_to_flags
 from tests.unit.test_diagnose_env import SITE_WORDINGS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from vllm_raise_sites import site_line  # noqa: E402
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "vllm-raise-sites.md"
 
@@ -23,7 +27,7 @@ def _rows() -> list[dict[str, str]]:
             continue
         cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
         site, exc, wording, kind, predicts, fix, reachable, covered = cells
-        rows.append({"site": site, "wording": wording, "kind": kind, "fix": fix,
+        rows.append({"site": site, "exc": exc, "wording": wording, "kind": kind, "fix": fix,
                      "reachable": reachable.startswith("yes"), "covered": covered == "yes"})
     return rows
 
@@ -57,7 +61,7 @@ def test_a_covered_rows_wording_gets_its_kind_and_fix(row):
     wording, kind = SITE_WORDINGS[row["site"]]
     assert kind == row["kind"]
     assert _template_rx(row["wording"]).match(wording), "the test's wording is not the site's template"
-    d = diagnose([f"ERROR {wording}"])
+    d = diagnose([site_line(row["exc"], wording)])
     assert d is not None and d.problem == kind
     shown = fix_to_flags(d.fix) if d.fix else d.explanation.split(":")[0][:90].strip()
     assert shown == row["fix"]
