@@ -74,6 +74,24 @@ from app.engine.gpu import GpuSpec, RigLayout
 T_LAUNCH_LAYER_S = 40e-6
 
 
+def query_tile(gpu: GpuSpec, head_dim: int) -> int:
+    """Query rows one attention CTA of a prefill holds while it streams the KV cache
+    (FlashAttention-2's ``kBlockM``): each tile of that many prompt tokens reads the
+    context's K and V once, so a chunk of n tokens over c cached ones reads
+    n·(c + n/2)/tile tokens of KV, not n·(c + n/2). Source: FlashAttention-2's forward
+    launch templates (Dao-AILab/flash-attention csrc/flash_attn/src/flash_fwd_launch_template.h,
+    as vendored in pytorch/pytorch aten/src/ATen/native/transformers/cuda/flash_attn/
+    flash_fwd_launch_template.h at 04ff5bebd3a7, ``run_mha_fwd_hdim64/96/128``): 128 query
+    rows for head_dim ≤ 128 on A100/H100 (sm80/sm90); 64 × 64 tiles for causal attention on
+    sm86/sm89 (GeForce Ampere/Ada: "64 x 64 is the fastest for causal"); 64 for
+    head_dim > 128 (``run_mha_fwd_hdim192/256`` on cards with less shared memory: 64). The
+    query heads of a GQA group re-read the same KV from L2, not from memory (not counted)."""
+    cc = round(gpu.cc * 10)
+    if head_dim > 128 or cc in (86, 87, 89):
+        return 64
+    return 128
+
+
 @dataclass(frozen=True)
 class PerfParams:
     """Efficiencies and overheads of the step-time model (the calibrated quantities).
@@ -225,7 +243,10 @@ class StepTimeModel:
         tokens = decode_tokens + prefill_tokens + spec_tokens
         wbytes = st.dense_weight_bytes + st.expert_weight_bytes * self._expert_share(tokens)
         kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
-        kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) * st.kv_bytes_per_token
+        # prefill attention reads the context's KV once per tile of queries, not once per query
+        # (:func:`query_tile`); a chunk shorter than a tile still reads it once
+        tile = min(float(query_tile(st.gpu, st.head_dim)), max(prefill_tokens, 1.0))
+        kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) / tile * st.kv_bytes_per_token
         mem = (wbytes + kv_read + kv_prefill) / (p.eta_mem * st.gpu.bandwidth_gbs * 1e9)
         # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer
         att = 4 * st.layers * st.attn_heads * st.head_dim * (
