@@ -206,6 +206,26 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version
                       f"default ({cls})")
 
 
+#: AWQ's own GEMM kernel (vLLM ``AWQLinearMethod.apply``, vllm/model_executor/layers/quantization/awq.py,
+#: 0.4 – 0.32): below this many tokens a step runs ``awq_gemm`` (csrc/quantization/awq/gemm_kernels.cu,
+#: ``gemm_forward_4bit_cuda_m16nXk32``: a grid of ⌈tokens/16⌉ × OC/128 × split-k blocks, each loading and
+#: dequantizing its own tile of the 4-bit weights — the weights are read once per 16-token tile);
+#: from it on, ``awq_dequantize`` writes the whole weight in fp16 and ``torch.matmul`` reads it back
+#: (FP16_MATMUL_HEURISTIC_CONDITION = tokens ≥ 256)
+AWQ_M_TILE, AWQ_DEQUANT_FROM_TOKENS = 16, 256
+
+
+def weight_reads(st: "StageSpec", tokens: float) -> float:
+    """Bytes of the stage's dense weights a step of ``tokens`` tokens reads: once, except
+    with AWQ's own kernel (:data:`AWQ_M_TILE`): ⌈tokens/16⌉ times the 4-bit weights below
+    256 tokens, the 4-bit weights plus twice their fp16 form (written, then read) from 256."""
+    if st.weight_kernel != "awq_gemm" or tokens <= 0:
+        return st.dense_weight_bytes
+    if tokens >= AWQ_DEQUANT_FROM_TOKENS:
+        return st.dense_weight_bytes + 2 * st.dense_weight_bytes_16
+    return math.ceil(tokens / AWQ_M_TILE) * st.dense_weight_bytes
+
+
 @dataclass(frozen=True)
 class StageSpec:
     """What one card of a pipeline stage holds and does (bytes, parameter counts)."""
@@ -218,6 +238,11 @@ class StageSpec:
     kv_bytes_per_token: float      # this card
     attn_heads: float              # query heads on this card
     head_dim: int
+    #: the GEMM kernel of the quantized weights when it changes the bytes read (:func:`weight_reads`):
+    #: "awq_gemm" for AWQ served with ``--quantization awq``; "" otherwise
+    weight_kernel: str = ""
+    #: 16-bit bytes of the dense weights once dequantized (the AWQ kernel's large-batch path)
+    dense_weight_bytes_16: float = 0.0
 
 
 @dataclass
@@ -303,7 +328,7 @@ class StepTimeModel:
         draft tokens verified beside the decodes (each over the mean context)."""
         p = self.params
         tokens = decode_tokens + prefill_tokens + spec_tokens
-        wbytes = st.dense_weight_bytes + st.expert_weight_bytes * self._expert_share(tokens)
+        wbytes = weight_reads(st, tokens) + st.expert_weight_bytes * self._expert_share(tokens)
         kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
         # prefill attention reads the context's KV once per tile of queries, not once per query
         # (:func:`query_tile`); a chunk shorter than a tile still reads it once

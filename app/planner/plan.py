@@ -511,11 +511,17 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
         if s == e.pp - 1:
             active += m.embedding_params()  # lm_head
         hd = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else m.head_dim
+        dense = (slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes
+        # --quantization awq runs AWQ's own GEMM (vLLM keeps awq_marlin for a checkpoint served without the
+        # flag or with awq_marlin: AWQMarlinConfig.override_quantization_method)
+        awq = p.config.quantization == "awq" and bpp < e.dtype_bytes
         stages.append(StageSpec(
             gpu=slow.gpu, layers=len(layers),
-            dense_weight_bytes=(slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes,
+            dense_weight_bytes=dense,
             expert_weight_bytes=expert_bytes, active_params=active / e.tp,
-            kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd))
+            kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
+            weight_kernel="awq_gemm" if awq else "",
+            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0))
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
     extra = extra_args_to_dict(p.config.extra_args)
