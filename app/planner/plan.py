@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
 from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepTimeModel, default_levels,
-                                 default_params, predict_level)
+                                 async_scheduling_default, default_params, predict_level)
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.prompts import planned_lengths
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
@@ -511,13 +511,25 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
         if s == e.pp - 1:
             active += m.embedding_params()  # lm_head
         hd = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else m.head_dim
+        dense = (slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes
+        # --quantization awq runs AWQ's own GEMM (vLLM keeps awq_marlin for a checkpoint served without the
+        # flag or with awq_marlin: AWQMarlinConfig.override_quantization_method)
+        awq = p.config.quantization == "awq" and bpp < e.dtype_bytes
         stages.append(StageSpec(
             gpu=slow.gpu, layers=len(layers),
-            dense_weight_bytes=(slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes,
+            dense_weight_bytes=dense,
             expert_weight_bytes=expert_bytes, active_params=active / e.tp,
-            kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd))
+            kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
+            weight_kernel="awq_gemm" if awq else "",
+            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0))
     if params is None:
-        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None)
+        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
+    extra = extra_args_to_dict(p.config.extra_args)
+    steps = max(1, int(extra.get("num-scheduler-steps", 1) or 1))
+    on = extra.get("async-scheduling")
+    # the CPU build's forward pass runs on the cores that schedule: nothing to overlap
+    asyn = (bool(on) if on is not None else async_scheduling_default(p.rules.version, e.pp)) and \
+        stages[0].gpu.kind != "cpu"
     draft = None
     d = p.draft
     if d is not None and d.passes and d.weight_bytes > 0:
@@ -536,7 +548,7 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
                               max_num_batched_tokens=e.max_num_batched_tokens, rig=p.rig)
     return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
                          m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager, draft,
-                         rig=p.rig)
+                         rig=p.rig, scheduler_steps=steps, async_scheduling=asyn)
 
 
 # ---------------------------------------------------------------------- the predicted ramp
