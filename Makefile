@@ -57,30 +57,30 @@ lint: test-deps
 	$(VENV)/bin/mypy
 
 # the inner loop: lint and the unit tier (no process, no Qt, no socket)
-check: lint  # 1.7 min
+check: lint  # 2.3 min
 	$(PYTEST) tests/unit -p no:pytestqt -n 2
 
 # + the integration tier (the sim, local processes, Qt offscreen, Xvfb, Chromium, the CPU
 # build's argument parser): the isolated tests on four workers (most of their time is
 # waiting on a sim or a window), then those marked serial (timing, many processes) alone
-test-fast: check test-system vllm ray model  # + 12.5 min
+test-fast: check test-system vllm ray model  # + 12.1 min
 	$(PYTEST) tests/integration -n 4 --dist worksteal -m "not serial"
 	$(PYTEST) tests/integration -m serial
 
 # the real CPU build of vLLM (tiny model), one launch per configuration
-e2e: test-deps vllm model  # 13.2 min
+e2e: test-deps vllm model  # ≈ 13 min alone
 	$(PYTEST) tests/e2e
 
 # two hosts as network namespaces (root; skipped otherwise), Ray's cluster: three xdist
 # workers, each with a bed of its own (tests/multinode/conftest.py) — the tier waits on
 # SSH keepalives, agents and ramps far more than it computes (2.7 of 9.5 min on one worker)
-multinode: test-deps test-system vllm ray model  # 9.3 min
+multinode: test-deps test-system vllm ray model  # 5.5 min on 3 workers
 	$(PYTEST) tests/multinode -n 3 --dist worksteal
 
 # everything: what .ci/run calls. The e2e tests that measure latency run alone; then those
 # marked `launches` (their own vLLM, no latency judged: tests/e2e) run beside the multinode
 # tier, which mostly waits (its output follows theirs, from build/multinode.log)
-test: test-fast test-deps test-system vllm ray model  # 37.3 min from a fresh clone, setup included
+test: test-fast test-deps test-system vllm ray model  # 30.8 min from a fresh clone, setup included (37.3 before the tiers overlapped)
 	$(PYTEST) tests/e2e -m "not launches"
 	@mkdir -p build; \
 	$(PYTEST) tests/multinode -n 4 --dist worksteal > build/multinode.log 2>&1 & mn=$$!; \
