@@ -177,22 +177,14 @@ def _option_names(v: dict[str, Any], what: str) -> dict[str, Any]:
     return v
 
 
-class Point(_Strict):
-    """One published run: ``label`` (unique in the set), ``model``/``vllm_version`` when
-    they differ from the set's, ``serve``/``bench`` overrides of the set's options (``env``:
-    the server's environment variables, e.g. ``VLLM_ATTENTION_BACKEND``, where a choice has
-    no flag), and
-    ``measured``: every figure published for it under ``vllm bench serve --save-result``'s
-    keys (ms, s, requests/s, tokens/s), exactly as published."""
+class _Options(_Strict):
+    """What a set and each of its points may give: ``serve`` (``vllm serve`` options by
+    their names), ``env`` (the server's environment) and ``bench`` (``vllm bench serve``
+    options); a point's override the set's."""
 
-    label: str = Field(min_length=1)
-    model: str | None = None
-    vllm_version: str | None = None
     serve: dict[str, Any] = Field(default_factory=dict)
     env: dict[str, str] = Field(default_factory=dict)
     bench: dict[str, Any] = Field(default_factory=dict)
-    measured: dict[str, float]
-    note: str = ""
 
     @field_validator("serve")
     @classmethod
@@ -203,6 +195,21 @@ class Point(_Strict):
     @classmethod
     def _bench(cls, v: dict[str, Any]) -> dict[str, Any]:
         return _bench_names(v)
+
+
+class Point(_Options):
+    """One published run: ``label`` (unique in the set), ``model``/``vllm_version`` when
+    they differ from the set's, ``serve``/``bench`` overrides of the set's options (``env``:
+    the server's environment variables, e.g. ``VLLM_ATTENTION_BACKEND``, where a choice has
+    no flag), and
+    ``measured``: every figure published for it under ``vllm bench serve --save-result``'s
+    keys (ms, s, requests/s, tokens/s), exactly as published."""
+
+    label: str = Field(min_length=1)
+    model: str | None = None
+    vllm_version: str | None = None
+    measured: dict[str, float]
+    note: str = ""
 
     @field_validator("measured")
     @classmethod
@@ -250,7 +257,7 @@ class Comparison(_Strict):
         return v
 
 
-class RealRunSet(_Strict):
+class RealRunSet(_Options):
     """One published set of vLLM GPU runs (see the module docstring)."""
 
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
@@ -260,23 +267,10 @@ class RealRunSet(_Strict):
     hardware: Hardware
     model: str = Field(min_length=1)
     vllm_version: str = Field(pattern=r"^\d+\.\d+(\.\d+)?([.+-]?[A-Za-z0-9.]+)?$")
-    serve: dict[str, Any] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
-    bench: dict[str, Any] = Field(default_factory=dict)
     assumed: list[Assumed] = Field(default_factory=list)
     points: list[Point] = Field(min_length=1)
     comparisons: list[Comparison] = Field(default_factory=list)
     notes: str = ""
-
-    @field_validator("serve")
-    @classmethod
-    def _serve(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _option_names(v, "vllm serve")
-
-    @field_validator("bench")
-    @classmethod
-    def _bench(cls, v: dict[str, Any]) -> dict[str, Any]:
-        return _bench_names(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> "RealRunSet":
