@@ -44,6 +44,7 @@ from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import StepStats, records_to_rig
 from app.planner.calibrate import FIT_DEFAULT, hardware_fingerprint, load_calibration
 from app.planner.gpus import GpuSpec
+from app.planner.model_error import statement_for_plan
 from app.planner.models import resolve_model
 from app.planner.plan import Plan, apply_fix, build_step_model, fix_to_flags, plan
 from app.planner.predict import predict_ramp
@@ -97,6 +98,10 @@ class WhatIfRow:
     limited_by: str = ""
     problem: str | None = None
     note: str = ""
+    #: the model's measured error against published GPU runs for this row's cards, load,
+    #: layout and quantization (:mod:`app.planner.model_error`); "" for a measured row or
+    #: the CPU build
+    model_error: str = ""
 
     @property
     def layout_text(self) -> str:
@@ -153,6 +158,10 @@ class WhatIf:
                          + (r.limited_by if r.problem is None else f"does not run: {r.problem}"))
             if r.note:
                 lines.append(f"  {'':<28} {r.note}")
+        errors = list(dict.fromkeys(r.model_error for r in self.rows if r.model_error))
+        if errors:
+            lines.append("")
+            lines += [f"  {e}" for e in errors]
         lines.append("")
         lines.append("  scaling = (out tok/s ÷ the predicted same-cards row's) ÷ (GPUs ÷ its GPUs); cost from the "
                      "prices in Settings (rented; energy only where power was measured)")
@@ -390,7 +399,10 @@ def _predict(label: str, gpu: str, cfg: ServerConfig, cards: list[GpuSpec], mode
         row.note = (p.primary.message if p.primary else "the planner finds no KV cache room on these cards")
         return row
     cap = predict_ramp(p.perf, p.engine_limits(), search).capacity
-    return _row(label, gpu, len(p.cards), _layout(cfg), cap, pricing, None, note)
+    row = _row(label, gpu, len(p.cards), _layout(cfg), cap, pricing, None, note)
+    err = statement_for_plan(p, float(cap.users) if cap.users > 0 else None)
+    row.model_error = err.text if err is not None else ""
+    return row
 
 
 def _row(label: str, gpu: str, gpus: int, layout: dict[str, int], cap: Capacity, pricing: Pricing,

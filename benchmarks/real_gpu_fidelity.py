@@ -65,6 +65,8 @@ sys.path.insert(0, str(ROOT))
 from app.config import ServerConfig  # noqa: E402
 from app.loadgen.datasets import builtin_chat  # noqa: E402
 from app.planner.benchserve import BenchArgs, BenchInputError, predict_bench  # noqa: E402
+from app.planner.model_error import TABLE_PATH, PointError, build_table, offered_concurrency  # noqa: E402
+from app.planner.models import resolve_model  # noqa: E402
 from app.planner.realruns import DEFAULT_FOLDER, Point, RealRunSet, load_sets, lower_is_better  # noqa: E402
 
 #: Mean (prompt, output) tokens per request of a dataset when a point publishes no totals,
@@ -362,6 +364,7 @@ class SetResult:
     refused: dict[str, str] = field(default_factory=dict)
     comps: list[CompResult] = field(default_factory=list)
     sensitivity: list[dict[str, Any]] = field(default_factory=list)
+    predicted: dict[str, dict[str, Any] | None] = field(default_factory=dict)
 
     def errs(self, fig: str) -> list[float]:
         return [e[fig][3] for e in self.points.values() if fig in e]
@@ -391,6 +394,7 @@ def assemble(rs: RealRunSet, keys: dict[str, str], runner: Runner) -> SetResult:
             res.refused[p.label] = why
         res.points[p.label] = point_errors(p, pred)
     res.comps = [compare(rs, c, preds) for c in rs.comparisons]
+    res.predicted = preds
     return res
 
 
@@ -507,6 +511,49 @@ def to_json(results: list[SetResult], figs: dict[str, Any], seconds: float) -> d
     return {"overall": figs, "sets": sets, "seconds": seconds}
 
 
+# ---------------------------------------------------------------------- the product's error table
+def point_load(pc: PointConfig, p: Point, pred: dict[str, Any] | None) -> float:
+    """Concurrent requests per engine at the point (:func:`app.planner.model_error.offered_concurrency`;
+    the measured mean latency, else the predicted one)."""
+    b = pc.bench
+    return offered_concurrency(b.get("max_concurrency"), b.get("request_rate"), float(b.get("num_prompts", 1000)),
+                               p.measured.get("request_throughput"),
+                               p.measured.get("mean_e2el_ms") or (pred or {}).get("mean_e2el_ms"),
+                               int(pc.serve.get("data_parallel_size") or 1))
+
+
+def error_points(results: list[SetResult]) -> list[PointError]:
+    """Every point of ``results`` as the error table takes it (its tok/s, TTFT and TPOT
+    errors; a refused point's 100 %)."""
+    out = []
+    for r in results:
+        rs = r.rs
+        for p in rs.points:
+            pc = point_config(rs, p)
+            q = pc.serve.get("quantization") or resolve_model(pc.model).quant_method
+            errs = {f: e[3] for f, e in r.points[p.label].items() if f in ("tput", "ttft", "tpot")}
+            out.append(PointError(pc.gpu, round(point_load(pc, p, r.predicted.get(p.label)), 2), pc.count,
+                                  q or None, rs.role, rs.id, errs))
+    return out
+
+
+def library_digest(folder: str | Path) -> str:
+    """"N sets, sha256 …" of the library's YAML files (names and contents), so a table
+    says what it was computed from."""
+    import hashlib
+
+    h = hashlib.sha256()
+    files = sorted(Path(folder).glob("*.yaml"))
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return f"benchmarks/data/realgpu: {len(files)} files, sha256 {h.hexdigest()[:16]}"
+
+
+def error_table(results: list[SetResult], folder: str | Path) -> dict[str, Any]:
+    """The table :mod:`app.planner.model_error` ships, from these results."""
+    return build_table(error_points(results), library_digest(folder))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--folder", default=str(ROOT / DEFAULT_FOLDER), help="the library (default: the checkout's)")
@@ -515,9 +562,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-sensitivity", action="store_true", help="skip the low/high reruns of the assumptions")
     ap.add_argument("--points", action="store_true", help="print every point and comparison")
     ap.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
+    ap.add_argument("--write-error-table", nargs="?", const=str(TABLE_PATH), metavar="F",
+                    help="write the product's error table (default: app/planner/data/model_error.json) "
+                         "from the whole library (no --set)")
     ap.add_argument("--sens-cap", type=int, default=SENS_CAP,
                     help=f"requests per point in the sensitivity runs (default {SENS_CAP})")
     a = ap.parse_args(argv)
+    if a.write_error_table and a.set:
+        ap.error("--write-error-table takes the whole library: leave out --set")
     t0 = time.perf_counter()
     sets = [s for s in load_sets(a.folder) if not a.set or s.id in a.set]
     runner = Runner(a.jobs)
@@ -553,6 +605,12 @@ def main(argv: list[str] | None = None) -> int:
                 r.sensitivity.append({"field": c["field"], "value": c["value"], "low": c["low"], "high": c["high"],
                                       "median_abs_error": summ, "spread": spread})
     figs = print_report(results, a.points)
+    if a.write_error_table:
+        table = error_table(results, a.folder)
+        tmp = Path(a.write_error_table + ".tmp")
+        tmp.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        tmp.replace(a.write_error_table)
+        print(f"error table: {table['points']} points, {len(table['cells'])} cells → {a.write_error_table}")
     dt = time.perf_counter() - t0
     print(f"\n{len(sets)} sets, {sum(len(r.points) for r in results)} points in {dt:.1f} s")
     if a.json:

@@ -34,7 +34,7 @@ from app.planner.models import resolve_model
 from app.planner.pcie import read_host_pcie
 from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
 from app.planner.plan import Workload, fix_to_flags, plan
-from app.planner.render import users_at_slo_text
+from app.planner.render import model_error_text, users_at_slo_text
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
 
@@ -395,6 +395,9 @@ class PlanPanel(QScrollArea):
                          f"<small>(a capacity search: ≥ {P99_MIN_REQUESTS} requests a level)</small>")
         elif p.curve is not None:
             lines.append("Predicted users at SLO: set a TTFT or TPOT p99 bound in the Ramp tab")
+        err = model_error_text(p)
+        if err:
+            lines.append(f"<small>{html.escape(err[0].upper() + err[1:])}</small>")
         self.figures.setText("<br>".join(lines))
         if p.curve is not None:
             xs = [q.concurrency for q in p.curve.points]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from app.loadgen.capacity import fmt_users, slo_text
+from app.planner.model_error import statement_for_plan
 from app.planner.plan import Plan, Workload, fix_to_flags
 
 
@@ -47,6 +48,16 @@ def users_at_slo_text(p: Plan) -> str:
     if c.output_tps is not None and c.users > 0:
         s += f" — {c.output_tps:,.0f} output tok/s"
     return s
+
+
+def model_error_text(p: Plan) -> str:
+    """The model's measured error against published GPU runs for this plan's cards, load,
+    world size and quantization (:func:`app.planner.model_error.statement_for_plan`); ""
+    without a prediction or on the CPU build."""
+    if p.curve is None and p.capacity is None:
+        return ""
+    st = statement_for_plan(p)
+    return st.text if st is not None else ""
 
 
 def render_plan(p: Plan) -> str:
@@ -116,6 +127,9 @@ def render_plan(p: Plan) -> str:
             lines.append(f"  knee: {c.knee} users (limited by {c.knee_reason}); beyond it requests queue and TTFT grows")
     if p.capacity is not None:
         lines.append(f"  predicted users at SLO: {users_at_slo_text(p)}")
+    err = model_error_text(p)
+    if err:
+        lines.append(f"  {err}")
     lines.append("")
     lines.append(f"  verdict: {p.verdict.upper()}" + (f" — {p.problem}" if p.problem else ""))
     for f in p.findings:

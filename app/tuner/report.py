@@ -437,6 +437,9 @@ def summary_text(res: dict[str, Any]) -> str:
             out.append("(predicted only)")
     else:
         out.append(no_recommendation_text())
+    err = res.get("model_error")
+    if err:
+        out.append(f"predictions above (before fitting to these launches): {err['text']}")
     return "\n".join(out)
 
 

@@ -54,6 +54,7 @@ from app.loadgen.capacity import Capacity, crossing_users
 from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPrefix
 from app.loadgen.stats import StepStats
 from app.planner.calibrate import MeasuredLevel
+from app.planner.model_error import CPU as CPU_CLASS, card_class, statement as error_statement
 from app.planner.models import resolve_model
 from app.planner.plan import Plan, Workload, check
 from app.profiles.model import HardwareFingerprint
@@ -850,4 +851,31 @@ class Tuner:
                             "levels": list(r.levels) if r.measured else [],
                             "failed": r.failed, "pruned_because": r.pruned_because, "run_id": r.run_id}
                            for r in st.candidates],
+            "model_error": self.model_error(st),
         }
+
+    def model_error(self, state: TuneState | None = None) -> dict[str, Any] | None:
+        """How far the model behind the tune's predictions (the unmeasured candidates, the
+        starting flags) is from published GPU runs before it is fitted to this rig's
+        launches, for the recommended (else the best predicted) candidate's cards, load,
+        layout and quantization (:func:`app.planner.model_error.statement`, its
+        ``as_dict``); None on the CPU build or without a candidate."""
+        st = state or self.state
+        entry = st.recommendation
+        if entry is None:
+            ranked = [r for r in st.candidates if r.pruned_because is None and r.predicted_users]
+            if not ranked:
+                return None
+            best = max(ranked, key=lambda r: r.predicted_users or 0.0)
+            entry = {"server": best.server, "users": best.predicted_users}
+        gpu = self.spec.hardware.gpu
+        if card_class(gpu) == CPU_CLASS:
+            return None
+        srv = entry.get("server") or {}
+        dp = int(srv.get("data_parallel_size") or 1)
+        world = int(srv.get("tensor_parallel_size") or 1) * int(srv.get("pipeline_parallel_size") or 1) * dp
+        try:
+            quant = srv.get("quantization") or resolve_model(srv.get("model") or self.spec.config.model).quant_method
+            return error_statement(gpu, float(entry.get("users") or 1.0) / dp, world, quant).as_dict()
+        except (FileNotFoundError, LookupError, ValueError):
+            return None

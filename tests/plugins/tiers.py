@@ -25,6 +25,7 @@ error still fails its test.
 from __future__ import annotations
 
 import builtins
+import os
 import sys
 import threading
 from pathlib import Path
@@ -42,6 +43,10 @@ TIERS = {
 #: tier → the per-test timeout (s, pytest-timeout) where a test sets none: a stuck test
 #: fails in its tier's time instead of the suite's 600 s
 TIMEOUTS = {"unit": 60, "integration": 240, "e2e": 600, "multinode": 600}
+#: under coverage (`make coverage` sets COVERAGE_FILE; its subprocesses COVERAGE_PROCESS_START)
+#: Python runs 2–4× slower: the timeouts grow by this factor there (the unit tier's whole tunes
+#: took 60 s under coverage beside a benchmark)
+COVERAGE_TIMEOUT_SCALE = 4
 #: audit events of starting a process (CPython's audit events table)
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn",
                             "os.spawn", "os.system", "pty.spawn"})
@@ -172,7 +177,8 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(f"{item.nodeid}: marked {others[0]} but lives in tests/{tier}; move the file instead")
         item.add_marker(getattr(pytest.mark, tier))
         if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(TIMEOUTS[tier]))
+            covered = os.environ.get("COVERAGE_FILE") or os.environ.get("COVERAGE_PROCESS_START")
+            item.add_marker(pytest.mark.timeout(TIMEOUTS[tier] * (COVERAGE_TIMEOUT_SCALE if covered else 1)))
     if wrong:
         raise pytest.UsageError("tests marked for another tier than their folder:\n  " + "\n  ".join(wrong))
 

@@ -19,6 +19,7 @@ from app.sim.perturb import factors as true_factors
 from app.store import RunStore
 from app.tuner import model as rig_model
 from app.tuner.offline import OfflineRig
+from app.tuner.report import summary_text
 from app.tuner.space import (MAX_UTILIZATION, TuneSpace, enumerate_candidates, recommended_max_num_seqs)
 from app.tuner.tune import CandidateResult, Measurement, TuneAborted, Tuner, TuneSpec
 
@@ -176,6 +177,10 @@ def test_a_tune_on_a_hidden_true_rig(tmp_path):
     measured = [c for c in res["candidates"] if c["measured_users"] is not None]
     assert len(measured) == res["launches"] - 1  # the confirming launch measures a measured one again
     assert res["baseline"]["server"]["tensor_parallel_size"] == 8 and res["runner_up"] is not None
+    # how far the model behind the predictions is from published runs on these cards (issue 34 item 5)
+    err = res["model_error"]
+    assert err["gpu"] == "RTX 4090" and err["text"].startswith("model error ") and err["points"] >= 3
+    assert f"predictions above (before fitting to these launches): {err['text']}" in summary_text(res)
 
 
 class _StopAt:
