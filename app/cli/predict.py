@@ -99,23 +99,10 @@ def render(pred, measured: dict[str, Any] | None = None, compare_name: str | Non
             lines.append(f"  not in the file: {', '.join(missing)} (vllm bench serve --percentile-metrics "
                          "ttft,tpot,itl,e2el writes the E2EL figures)")
     lines += [f"  note: {n}" for n in pred.notes]
-    err = prediction_error(pred)
+    err = pred.model_error()
     if err:
         lines.append(f"  {err}")
     return "\n".join(x for x in lines if x)
-
-
-def prediction_error(pred) -> str:
-    """The model's measured error against published GPU runs at this prediction's cards,
-    load (:func:`app.planner.model_error.offered_concurrency` of the benchmark's options and
-    the predicted latency), layout and quantization; "" on the CPU build."""
-    from app.planner.model_error import offered_concurrency, statement_for_plan  # deferred: as above
-
-    b, m, p = pred.bench, pred.metrics, pred.plan
-    load = offered_concurrency(b.max_concurrency, b.request_rate, b.num_prompts, m.get("request_throughput"),
-                               m.get("mean_e2el_ms"))
-    st = statement_for_plan(p, load)
-    return st.text if st is not None else ""
 
 
 def cmd_predict(a: argparse.Namespace) -> int:

@@ -120,7 +120,58 @@ class PerfParams:
         return asdict(self)
 
 
-def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> PerfParams:
+#: s of CPU per running sequence per step by engine generation (the serial part of the
+#: scheduler, input preparation, sampling and output processing a step pays per sequence):
+#:
+#: - vLLM before 0.6 (the V0 engine, API server, scheduler and detokenizer in one process,
+#:   all serial with the GPU): 50 µs. vLLM's blog "vLLM v0.6.0: 2.7x Throughput Improvement
+#:   and 5x Latency Reduction" (2024-09-05, "Performance Analysis"): for Llama 3 8B on one
+#:   H100, v0.5.3 spent 33 % of the time in the HTTP API server, 29 % in scheduling and input
+#:   preparation and only 38 % on the GPU — CPU ≈ 1.6 × the GPU's decode step of a full
+#:   batch (≈ 7 ms at ~250 sequences: ≈ 11 ms, ≈ 45 µs a sequence);
+#: - 0.6 – 0.7 (V0 with asynchronous output processing, the same post: detokenization
+#:   overlapped with the next step, "the 33 %" gone): 30 µs — the scheduling share, 29 / 62
+#:   of the above;
+#: - 0.8 on (the V1 engine: ``VLLM_USE_V1`` default 1 from 0.8.0, the engine core in its own
+#:   process, detokenization in the frontend's): 20 µs, the earlier default.
+T_CPU_SEQ_V0_S, T_CPU_SEQ_V0_ASYNC_OUT_S, T_CPU_SEQ_V1_S = 50e-6, 30e-6, 20e-6
+
+
+def _version_tuple(version: str | None) -> tuple[int, ...] | None:
+    import re
+
+    if not version:
+        return None
+    parts = re.findall(r"\d+", str(version).split("+")[0])[:3]
+    return tuple(int(x) for x in parts) if parts else None
+
+
+def cpu_seq_default(version: str | None) -> float:
+    """Default ``t_cpu_seq_s`` for a vLLM version (None: the newest, V1):
+    :data:`T_CPU_SEQ_V0_S` before 0.6, :data:`T_CPU_SEQ_V0_ASYNC_OUT_S` before 0.8,
+    else :data:`T_CPU_SEQ_V1_S`."""
+    v = _version_tuple(version)
+    if v is None or v >= (0, 8):
+        return T_CPU_SEQ_V1_S
+    return T_CPU_SEQ_V0_S if v < (0, 6) else T_CPU_SEQ_V0_ASYNC_OUT_S
+
+
+#: the first vLLM release that schedules asynchronously by default (issue 34's reading of the
+#: release history; in 0.32.0 ``VllmConfig.__post_init__``, vllm/config/vllm.py:1585–1644, turns
+#: ``async_scheduling`` None into True unless the model is a pooling model, the speculative
+#: method is not EAGLE/n-gram-GPU/draft-model, the executor cannot, or pipeline parallelism runs
+#: on the V1 model runner)
+ASYNC_SCHEDULING_DEFAULT_FROM = (0, 29)
+
+
+def async_scheduling_default(version: str | None, pipeline_parallel_size: int = 1) -> bool:
+    """Whether vLLM ``version`` (None: the newest) schedules asynchronously when
+    ``--async-scheduling`` is not given (:data:`ASYNC_SCHEDULING_DEFAULT_FROM`)."""
+    v = _version_tuple(version)
+    return (v is None or v >= ASYNC_SCHEDULING_DEFAULT_FROM) and pipeline_parallel_size == 1
+
+
+def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version: str | None = None) -> PerfParams:
     """Defaults per GPU class (docs/perf-model.md): η_mem 0.75 for 16- and 8-bit weights
     ("0.7–0.8 measured for vLLM on A100/H100"; the same streaming kernels on GDDR cards —
     the RTX 4090 Mistral-7B reference curve implies ≈ 0.8); for 4-bit kernels 0.65 on
@@ -135,7 +186,8 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
     ramp's throughput at levels 1–16 (it was 60–64 % low with the earlier 5 ms, 0.3 ms and
     20 ms). Calibrate for other machines. GPUs: 5 ms per request; without CUDA graphs
     :data:`T_LAUNCH_LAYER_S` per layer and step (the CPU build has no CUDA graphs: 0, its
-    launch costs are in t_cpu)."""
+    launch costs are in t_cpu). ``version``: the vLLM release; the CPU time per sequence
+    depends on its engine (:func:`cpu_seq_default`)."""
     if gpu.kind == "cpu":
         return PerfParams(0.5, 0.3, 0.002, 1e-4, 0.0, 10.0, 0.01, 0.0, "default (CPU build, 2-core reference machine)")
     hbm = gpu.bandwidth_gbs >= 1500 and gpu.nvlink_gbs > 0
@@ -150,7 +202,8 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None) -> Perf
         alpha = (40 + 5 * tp) * 1e-6
         link = 16.0 if gpu.pcie_gen >= 5 else 9.0
         cls = "PCIe without P2P"
-    return PerfParams(eta, 0.5, 0.0025, 2e-5, alpha, link, 0.005, T_LAUNCH_LAYER_S, f"default ({cls})")
+    return PerfParams(eta, 0.5, 0.0025, cpu_seq_default(version), alpha, link, 0.005, T_LAUNCH_LAYER_S,
+                      f"default ({cls})")
 
 
 #: AWQ's own GEMM kernel (vLLM ``AWQLinearMethod.apply``, vllm/model_executor/layers/quantization/awq.py,
@@ -215,6 +268,15 @@ class StepTimeModel:
     #: overheads unused): None for ngram/suffix or without speculative decoding
     draft: "StepTimeModel | None" = None
     rig: RigLayout | None = None
+    #: engine steps per scheduling round (vLLM 0.6–0.7's ``--num-scheduler-steps``: the
+    #: scheduler and input preparation run once for n forward passes, vLLM's blog of
+    #: 2024-09-05 "multi-step scheduling"): the step's CPU time is divided by it
+    scheduler_steps: int = 1
+    #: asynchronous scheduling (``--async-scheduling``; :func:`async_scheduling_default`): the
+    #: engine core schedules step n+1 and processes step n's output while the GPU runs, so a
+    #: step takes the longer of its GPU and CPU work instead of their sum
+    #: (vllm/v1/engine/core.py ``step_with_batch_queue`` with a batch queue of 2, 0.32.0)
+    async_scheduling: bool = False
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -353,10 +415,11 @@ class StepTimeModel:
             total += self.params.t_launch_layer_s * sum(st.layers for st in self.stages)
             slowest += self.params.t_launch_layer_s * max(st.layers for st in self.stages)
         p = self.params
-        t = total + p.t_cpu_s + p.t_cpu_seq_s * running
+        cpu = (p.t_cpu_s + p.t_cpu_seq_s * running) / max(1, self.scheduler_steps)
+        t = max(total, cpu) if self.async_scheduling else total + cpu
         # the engine core schedules and processes outputs while the stages compute (the batch
         # queue, vllm/v1/engine/core.py:216): its CPU work bounds the interval only past the stage
-        return (t, t) if len(self.stages) == 1 else (t, max(slowest, p.t_cpu_s + p.t_cpu_seq_s * running))
+        return (t, t) if len(self.stages) == 1 else (t, max(slowest, cpu))
 
     def _step(self, decode_tokens: float, mean_context: float, prefill_tokens: float, prefill_context: float,
               spec_tokens: float = 0.0) -> float:

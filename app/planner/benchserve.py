@@ -68,6 +68,7 @@ from app.config import ServerConfig, number_parser
 from app.engine.offline import run_level
 from app.engine.scheduler import BLOCK
 from app.engine.steptime import PerfParams
+from app.planner.model_error import offered_concurrency, statement_for_plan
 from app.planner.calibrate import (PRIOR_WEIGHT, FIT_DEFAULT, LevelError, MeasuredLevel, MeasuredSet, apply_factors,
                                    fit_factors, level_errors)
 from app.planner.gpus import GpuSpec
@@ -558,6 +559,16 @@ class BenchPrediction:
     def figures(self) -> dict[str, Any]:
         """The :data:`BENCH_KEYS` figures."""
         return {k: self.metrics[k] for k in BENCH_KEYS}
+
+    def model_error(self) -> str:
+        """The model's measured error against published GPU runs at this prediction's cards,
+        load (:func:`app.planner.model_error.offered_concurrency` of the benchmark's options
+        and the predicted latency), layout and quantization; "" on the CPU build."""
+        b, m = self.bench, self.metrics
+        load = offered_concurrency(b.max_concurrency, b.request_rate, b.num_prompts, m.get("request_throughput"),
+                                   m.get("mean_e2el_ms"))
+        st = statement_for_plan(self.plan, load)
+        return st.text if st is not None else ""
 
     def result(self) -> dict[str, Any]:
         """A result in ``vllm bench serve --save-result``'s form: its traffic keys, the

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from app.config import ServerConfig, dict_to_extra_args, extra_args_to_dict
 from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepTimeModel, default_levels,
-                                 default_params, predict_level)
+                                 async_scheduling_default, default_params, predict_level)
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.prompts import planned_lengths
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
@@ -523,7 +523,13 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             weight_kernel="awq_gemm" if awq else "",
             dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0))
     if params is None:
-        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None)
+        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
+    extra = extra_args_to_dict(p.config.extra_args)
+    steps = max(1, int(extra.get("num-scheduler-steps", 1) or 1))
+    on = extra.get("async-scheduling")
+    # the CPU build's forward pass runs on the cores that schedule: nothing to overlap
+    asyn = (bool(on) if on is not None else async_scheduling_default(p.rules.version, e.pp)) and \
+        stages[0].gpu.kind != "cpu"
     draft = None
     d = p.draft
     if d is not None and d.passes and d.weight_bytes > 0:
@@ -542,7 +548,7 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
                               max_num_batched_tokens=e.max_num_batched_tokens, rig=p.rig)
     return StepTimeModel(stages, params, m.hidden, e.tp, m.experts if m.is_moe else 0,
                          m.experts_per_tok if m.is_moe else 0, e.max_num_batched_tokens, e.enforce_eager, draft,
-                         rig=p.rig)
+                         rig=p.rig, scheduler_steps=steps, async_scheduling=asyn)
 
 
 # ---------------------------------------------------------------------- the predicted ramp

@@ -31,8 +31,10 @@ def test_step_times_grow_with_batch_context_and_prompt():
     # 8192 tokens = 4 chunks of max_num_batched_tokens 2048
     assert m.max_num_batched_tokens == 2048
     assert m.step_time_mixed(32, 512, 0) == pytest.approx(m.step_time_decode(32, 512))
-    # batch 1 decode of a 7B bf16 model on a 4090 is bandwidth-bound: ≈ 14.5 GB / (0.65 · 1008 GB/s) + CPU
-    assert 0.020 < m.step_time_decode(1, 512) < 0.030
+    # batch 1 decode of a 7B bf16 model on a 4090 is bandwidth-bound: ≈ 14.5 GB / (η_mem · 1008 GB/s), no
+    # faster than the card's spec-sheet bandwidth (14.4 ms); the CPU's part hides behind it with async
+    # scheduling (vLLM's default from 0.29), so only the floor and a ceiling are asserted
+    assert 14.5 / 1008 < m.step_time_decode(1, 512) < 0.030
 
 
 def test_allreduce_nvlink_vs_pcie_without_p2p():

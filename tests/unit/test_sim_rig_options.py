@@ -86,7 +86,10 @@ def test_pipeline_stages_step_one_after_another_in_the_sim():
     sp = ma.plan_rig(cfg, "RTX 4090", 2)
     m = ma.StepModel(sp).model
     assert sp.pp == 2 and [st.layers for st in m.stages] == [14, 14]
-    one = ma.StepModel(ma.plan_rig(ServerConfig(model=QWEN7, max_model_len=4096), "RTX 4090", 1)).model
+    # vLLM 0.32 schedules asynchronously on one card but not with pipeline parallelism on the V1 model runner
+    # (vllm/config/vllm.py): compare with the one card scheduling synchronously, as each stage does
+    one = ma.StepModel(ma.plan_rig(ServerConfig(model=QWEN7, max_model_len=4096, extra_args=["--no-async-scheduling"]),
+                                   "RTX 4090", 1)).model
     assert sp.num_blocks > 1.8 * ma.plan_rig(ServerConfig(model=QWEN7, max_model_len=4096), "RTX 4090", 1).num_blocks
     # each stage reads half the weights: the step is about one card's, plus a send
     assert m.step_time_decode(8, 500) == pytest.approx(one.step_time_decode(8, 500), rel=0.1)

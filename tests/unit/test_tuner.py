@@ -111,7 +111,7 @@ def test_the_fit_recovers_what_the_measurements_determine():
     """Two measured splits of a perturbed rig (seed 103), one with 4 data parallel
     replicas: the bandwidth efficiency comes back within 10 % of the hidden factor, the
     compute efficiency (seen only through the prefills mixed into decode steps) within
-    25 %; the prediction of each measured split moves towards its measurement."""
+    30 %; the prediction of each measured split moves towards its measurement."""
     spec = spec_of(TuneSpace(kv_cache_dtype=["auto"], enforce_eager=[False], max_num_batched_tokens=[2048]))
     truth = OfflineRig(spec, 103)
     w = spec.workload()
@@ -124,7 +124,9 @@ def test_the_fit_recovers_what_the_measurements_determine():
         sets.append(rig_model.measured_set(cands[key].plan, lv, w))
     f = rig_model.fit(sets)
     real = true_factors(103)
-    for name, rel in (("eta_mem", 0.10), ("eta_compute", 0.25)):
+    # compute within 30 %: with asynchronous scheduling (vLLM's default from 0.29) a step is max(GPU, CPU),
+    # so the CPU's terms hide behind decode and only the prefill-heavy steps show η_compute
+    for name, rel in (("eta_mem", 0.10), ("eta_compute", 0.30)):
         assert f[name] == pytest.approx(real[name], rel=rel), (name, f, real)
     for key, users in measured.items():
         before = rig_model.predict(cands[key].plan, None, w).users
@@ -166,8 +168,14 @@ def test_a_tune_on_a_hidden_true_rig(tmp_path):
     assert rec["verified"] and rec["users"] >= 1 and rec["output_tps"] > 0 and rec["sentence"]
     assert all(v is not None for v in rec["server"].values())
     best = next(c for c in st.candidates if c.key == rec["key"])  # max_num_seqs per engine, from its share
-    assert rec["server"]["max_num_seqs"] == recommended_max_num_seqs(
-        best.measured_users / rec["server"]["data_parallel_size"], 512)
+    capped = recommended_max_num_seqs(best.measured_users / rec["server"]["data_parallel_size"], 512)
+    confirm = next(x for x in st.launches if x.purpose == "confirm")
+    if rec["server"]["max_num_seqs"] != capped:
+        # the capped max_num_seqs served fewer users on the confirming launch (data parallel replicas
+        # loaded unevenly past their share): the flags stay as measured, and the sentence says why
+        assert rec["server"]["max_num_seqs"] == 512 and confirm.users < best.measured_users
+        assert f"with max_num_seqs {capped} instead of 512 the confirming launch measured" in rec["sentence"]
+        assert "max_num_seqs stays 512" in rec["sentence"]
     assert isinstance(rec["server"]["enforce_eager"], bool)
     best_key, best_users, caps = best_of_space(spec, truth)
     assert caps[rec["key"]] >= 0.9 * best_users, (rec["key"], caps[rec["key"]], best_key, best_users)
