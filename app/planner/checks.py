@@ -900,13 +900,15 @@ def check_kv_dtype_capability(p: "Plan") -> Finding | None:
 
 
 #: options passed through ``--extra`` that a check reads (the rest are named as not modelled)
-MODELLED_EXTRA = {"enable-chunked-prefill"}
+MODELLED_EXTRA = {"enable-chunked-prefill", "enable-lora", "max-loras", "max-lora-rank", "lora-dtype",
+                  "fully-sharded-loras"}
 #: options that change neither memory nor speed (not worth a note)
 NEUTRAL_EXTRA = {"seed", "served-model-name", "disable-log-requests", "disable-log-stats", "uvicorn-log-level",
                  "api-key", "trust-remote-code", "revision", "tokenizer", "download-dir", "chat-template",
                  "enable-log-requests", "load-format", "config-format", "tokenizer-mode", "hf-token",
                  "code-revision", "tokenizer-revision", "allowed-origins", "root-path", "ssl-keyfile",
-                 "ssl-certfile", "response-role", "tool-call-parser", "enable-auto-tool-choice", "reasoning-parser"}
+                 "ssl-certfile", "response-role", "tool-call-parser", "enable-auto-tool-choice", "reasoning-parser",
+                 "max-cpu-loras", "lora-modules"}
 
 
 def check_unmodelled_options(p: "Plan") -> Finding | None:
@@ -926,6 +928,22 @@ def check_unmodelled_options(p: "Plan") -> Finding | None:
     return Finding("options_not_modelled", "info",
                    f"not modelled: {shown} — {'its' if len(names) == 1 else 'their'} memory and speed are not in "
                    f"these figures.")
+
+
+def check_lora(p: "Plan") -> Finding | None:
+    """Information with ``--enable-lora``: the adapter buffers each GPU holds (counted in the
+    weights, :func:`app.planner.memory.lora_gib`), and what is not modelled — the LoRA
+    kernels' time in the predicted speed, and on a MoE model the experts' adapters."""
+    e = p.effective
+    if e.lora_slots <= 0:
+        return None
+    gib = max((r.lora_gib for r in p.ranks), default=0.0)
+    moe = (" LoRA on the MoE experts is not counted either (its buffers grow with the experts: plan with "
+           "--max-loras as small as you can)." if p.model.is_moe else "")
+    return Finding("lora_memory", "info",
+                   f"LoRA: {e.lora_slots} adapter slot{'s' if e.lora_slots != 1 else ''} of rank ≤ {e.lora_rank} "
+                   f"take {gib:.2f} GiB on each GPU (in 'weights'; --max-loras and --max-lora-rank size them); the "
+                   f"adapters' kernels are not in the predicted speed.{moe}")
 
 
 #: all checks in the order problems are reported (errors before warnings in the result)
@@ -960,4 +978,5 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_context_fits, check_workload_len, check_graph_headroom,
     check_sampler, check_p2p, check_cpu_executor, check_speculative_draft, check_cpu_speculative,
     check_tp_spans_hosts, check_chunked_prefill_batch, check_kv_dtype_capability, check_unmodelled_options,
+    check_lora,
 ]

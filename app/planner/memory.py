@@ -65,6 +65,13 @@ class Effective:
     pp_partition: list[int]
     cpu_kv_space_gib: float | None = None
     cpu_utilization_budget: bool = False
+    #: LoRA (``--enable-lora``): adapter slots on the GPU (``--max-loras``; 0: LoRA off), their
+    #: rank (``--max-lora-rank``), bytes per element (``--lora-dtype``, auto: the model's) and
+    #: ``--fully-sharded-loras`` (:func:`lora_gib`)
+    lora_slots: int = 0
+    lora_rank: int = 16
+    lora_dtype_bytes: int = 2
+    lora_fully_sharded: bool = False
 
     @property
     def cpu_budget_from_utilization(self) -> bool:
@@ -123,6 +130,8 @@ class RankMemory:
     #: the speculative drafter's share of ``weights_gib`` and its KV bytes per token
     #: (beside ``kv_bytes_per_token``, the target's; ``kv_tokens`` counts both)
     draft_weights_gib: float = 0.0
+    #: the LoRA buffers' share of ``weights_gib`` (:func:`lora_gib`)
+    lora_gib: float = 0.0
     draft_kv_bytes_per_token: int = 0
 
     @property
@@ -172,6 +181,41 @@ def activation_gib(model: ModelArch, eff: Effective, layers_on_rank: int, last_s
     return act / GIB
 
 
+#: vLLM's LoRA defaults (vllm/config/lora.py, 0.32.0: ``max_loras`` 1, ``max_lora_rank`` 16)
+LORA_DEFAULT_SLOTS, LORA_DEFAULT_RANK = 1, 16
+
+
+def lora_gib(model: ModelArch, eff: Effective, layers_on_rank: int) -> float:
+    """The LoRA buffers one rank allocates while it loads the model (so in vLLM's "Model
+    loading took" figure), GiB: for every linear layer of a decoder layer, per slice,
+    ``lora_a_stacked`` (max_loras × 1 × a_out × input) and ``lora_b_stacked`` (max_loras ×
+    1 × output × rank) in the LoRA dtype — vllm/lora/layers/base_linear.py
+    ``create_lora_weights``, 0.32.0: a column-parallel layer (qkv_proj: q, k, v slices;
+    gate_up_proj: gate, up) has a = rank (rank ÷ TP fully sharded), its full input and its
+    output ÷ TP; a row-parallel one (o_proj, down_proj) has a = rank, its input ÷ TP and its
+    full output (÷ TP fully sharded). Every linear layer is a LoRA target by default
+    (vllm/lora/utils.py ``get_supported_lora_modules``). Not counted: MoE experts'
+    LoRA (the plan names it as not modelled) and the embedding/LM-head adapters of
+    models that declare them. 0 without LoRA."""
+    if eff.lora_slots <= 0 or layers_on_rank == 0:
+        return 0.0
+    tp, r, H = eff.tp, eff.lora_rank, model.hidden
+    r_col = r / tp if eff.lora_fully_sharded else r
+    q_out = model.heads * model.head_dim / tp
+    kv_out = max(1, model.kv_heads // tp) * model.head_dim  # fewer KV heads than ranks: one replicated each
+    o_in = model.heads * model.head_dim / tp
+    inter = (model.shared_intermediate if model.is_moe else model.intermediate) / tp
+    # column-parallel: A (a × input) + B (output ÷ TP × rank) per slice
+    qkv = 3 * r_col * H + (q_out + 2 * kv_out) * r
+    gate_up = (2 * r_col * H + 2 * inter * r) if inter > 0 else 0.0
+    # row-parallel: A (rank × input ÷ TP) + B (output × rank; ÷ TP fully sharded)
+    b_out = H / tp if eff.lora_fully_sharded else H
+    o = r * o_in + b_out * r
+    down = (r * inter + b_out * r) if inter > 0 else 0.0
+    per_layer = qkv + gate_up + o + down
+    return eff.lora_slots * per_layer * layers_on_rank * eff.lora_dtype_bytes / GIB
+
+
 def cuda_graphs_gib(eff: Effective, layers_on_rank: int) -> float:
     """CUDA graph memory (GiB): 0 with ``enforce_eager``, else a base plus a per-layer
     part (docs/perf-model.md: 0.1–1+ GiB). Assumed."""
@@ -199,6 +243,8 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec], draft: Dr
         w = model.weight_bytes(eff.quantization, eff.dtype_bytes, rng, embed=first, lm_head=last) / eff.tp / GIB
         act = activation_gib(model, eff, n_layers, last)
         bpt = model.kv_bytes_per_token(eff.kv_dtype_bytes, eff.tp, n_layers)
+        lw = lora_gib(model, eff, n_layers)
+        w += lw
         dw, dbpt = 0.0, 0
         if draft is not None and last:
             dw = draft.weight_bytes / eff.tp / GIB
@@ -231,7 +277,7 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec], draft: Dr
                 weights_gib=w, activation_gib=a, non_torch_gib=non_torch, kv_gib=kv,
                 kv_bytes_per_token=bpt, kv_tokens=blocks * eff.block_size, cuda_graphs_gib=graphs,
                 sampler_gib=sampler_gib(model, eff) if last and g.kind != "cpu" else 0.0,
-                draft_weights_gib=dw, draft_kv_bytes_per_token=dbpt,
+                draft_weights_gib=dw, draft_kv_bytes_per_token=dbpt, lora_gib=lw,
             ))
     return out
 

@@ -25,7 +25,8 @@ from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec, RigLayout
-from app.planner.memory import Draft, Effective, RankMemory, kv_dtype_bytes, plan_ranks, pp_partition
+from app.planner.memory import (LORA_DEFAULT_RANK, LORA_DEFAULT_SLOTS, Draft, Effective, RankMemory, kv_dtype_bytes,
+                                 plan_ranks, pp_partition)
 from app.planner.models import DTYPE_BYTES, ModelArch, ModelNotFoundError, quant_bytes_per_param, resolve_model
 from app.planner.pcie import HostPcie
 from app.planner.predict import EngineLimits, predict_ramp
@@ -410,6 +411,31 @@ def draft_of(cfg: ServerConfig, model: ModelArch, dtype_bytes: int) -> Draft | N
                  f"draft model {name}: {arch.layers} layers from {src}")
 
 
+def lora_settings(cfg: ServerConfig, model_dtype_bytes: int) -> dict[str, Any]:
+    """The :class:`Effective` LoRA fields from ``--enable-lora``, ``--max-loras``,
+    ``--max-lora-rank``, ``--lora-dtype`` and ``--fully-sharded-loras`` (passed as extra
+    arguments; vLLM's defaults :data:`app.planner.memory.LORA_DEFAULT_SLOTS` / ``_RANK``
+    and the model's dtype); none without ``--enable-lora``. A malformed number is left to
+    the option checks (vLLM refuses it)."""
+    try:
+        extra = extra_args_to_dict(cfg.extra_args)
+    except ValueError:
+        return {}
+    if not extra.get("enable-lora"):
+        return {}
+
+    def num(key: str, default: int) -> int:
+        try:
+            return max(1, int(extra.get(key) or default))
+        except (TypeError, ValueError):
+            return default
+
+    ldt = str(extra.get("lora-dtype") or "auto")
+    return {"lora_slots": num("max-loras", LORA_DEFAULT_SLOTS), "lora_rank": num("max-lora-rank", LORA_DEFAULT_RANK),
+            "lora_dtype_bytes": DTYPE_BYTES.get(ldt, model_dtype_bytes) if ldt != "auto" else model_dtype_bytes,
+            "lora_fully_sharded": bool(extra.get("fully-sharded-loras"))}
+
+
 def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec], rules: VllmRules) -> tuple[Effective, str | None]:
     """vLLM's effective values for ``cfg`` (and an error text when the PP layer
     partition is invalid)."""
@@ -437,6 +463,7 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
         utilization=cfg.gpu_memory_utilization or rules.default_utilization,
         enforce_eager=bool(cfg.enforce_eager), block_size=128 if cpu else 16, pp_partition=part,
         cpu_kv_space_gib=space, cpu_utilization_budget=rules.cpu_utilization_budget,
+        **lora_settings(cfg, dbytes),
     )
     return eff, part_err
 

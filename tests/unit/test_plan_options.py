@@ -73,12 +73,46 @@ def test_triton_fp8e4nv_refusal_in_a_log():
 
 
 def test_unmodelled_extra_options_are_named():
-    p = _plan(lookup_gpu("RTX 4090"), extra_args=["--enable-lora", "--max-loras", "32", "--max-lora-rank", "256",
-                                                  "--seed", "1"])
+    p = _plan(lookup_gpu("RTX 4090"), extra_args=["--cpu-offload-gb", "4", "--max-cpu-loras", "2", "--seed", "1"])
     f = _finding(p, "options_not_modelled")
     assert f.verdict == "info"
-    assert f.message.startswith("not modelled: --enable-lora, --max-loras 32, --max-lora-rank 256 — their memory")
-    assert "--seed" not in f.message
+    assert f.message.startswith("not modelled: --cpu-offload-gb 4 — its memory")
+    assert "--seed" not in f.message and "lora" not in f.message
+
+
+def test_lora_buffers_are_sized_as_vllm_allocates_them():
+    """vllm/lora/layers/base_linear.py create_lora_weights (0.32.0), Llama-3.1-8B (H 4096, 32 heads, 8 KV
+    heads of 128, intermediate 14336, 32 layers), bf16, per adapter slot and layer on one card:
+    qkv 3·r·4096 + (4096 + 2·1024)·r, gate_up 2·r·4096 + 2·14336·r, o r·4096 + 4096·r, down r·14336 + 4096·r
+    = 81,920·r elements; the defaults (1 slot, rank 16): 1,310,720 × 32 layers × 2 B = 80 MiB, as a PEFT
+    all-linear rank-16 adapter of this model (41.9 M parameters)."""
+    from app.planner.memory import lora_gib
+
+    base = _plan(lookup_gpu("H100 SXM"), max_model_len=8192)
+    p = _plan(lookup_gpu("H100 SXM"), max_model_len=8192, extra_args=["--enable-lora"])
+    assert (p.effective.lora_slots, p.effective.lora_rank) == (1, 16)
+    assert p.ranks[0].lora_gib == pytest.approx(81_920 * 16 * 32 * 2 / 2**30) == pytest.approx(0.078125)
+    assert p.ranks[0].weights_gib == pytest.approx(base.ranks[0].weights_gib + 0.078125)
+    assert p.ranks[0].kv_gib == pytest.approx(base.ranks[0].kv_gib - 0.078125)
+    f = _finding(p, "lora_memory")
+    assert f.verdict == "info" and "1 adapter slot of rank ≤ 16 take 0.08 GiB on each GPU" in f.message
+    assert _finding(p, "options_not_modelled") is None
+    # 32 slots of rank 256: 81,920 · 256 · 32 layers · 32 slots · 2 B = 40 GiB — more than a 4090 has
+    big = _plan(lookup_gpu("RTX 4090"), max_model_len=8192,
+                extra_args=["--enable-lora", "--max-loras", "32", "--max-lora-rank", "256"])
+    assert big.ranks[0].lora_gib == pytest.approx(40.0)
+    assert big.verdict == "error"
+    # TP 2: the column layers' B and the row layers' A halve, their A and B stay whole (not fully sharded)
+    tp2 = plan(ServerConfig(model=MODEL, max_model_len=8192, tensor_parallel_size=2, extra_args=["--enable-lora"]),
+               [lookup_gpu("H100 SXM")] * 2, from_catalog(MODEL), vllm_version="0.32.0", use_calibration=False)
+    per_layer = (3 * 16 * 4096 + (2048 + 2 * 512) * 16) + (2 * 16 * 4096 + 2 * 7168 * 16) \
+        + (16 * 2048 + 4096 * 16) + (16 * 7168 + 4096 * 16)
+    assert tp2.ranks[0].lora_gib == pytest.approx(per_layer * 32 * 2 / 2**30)
+    sharded = tp2.effective.__class__(**{**tp2.effective.__dict__, "lora_fully_sharded": True})
+    assert lora_gib(tp2.model, sharded, 32) < tp2.ranks[0].lora_gib
+    # --lora-dtype float32: twice the bytes
+    f32 = _plan(lookup_gpu("H100 SXM"), max_model_len=8192, extra_args=["--enable-lora", "--lora-dtype", "float32"])
+    assert f32.ranks[0].lora_gib == pytest.approx(2 * 0.078125)
 
 
 def test_extra_takes_one_flag(capsys):
