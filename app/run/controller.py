@@ -49,13 +49,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from app.clock import SessionClock
-from app.config import ServerConfig, exposure_problem
+from app.config import exposure_problem
 from app.engines import CardSamples, Engine
 from app.hosts.checks import rig_findings, socket_interfaces
-from app.hosts.link import HostError, SshOptions
+from app.hosts.link import HostError
 from app.hosts.plan import RAY_STARTED, HostCommand, PlanError, launch_plan
 from app.hosts.rig import Rig
-from app.hosts.spec import Host
 from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.live import ClientSeries
 from app.loadgen.prompts import dataset_lengths
@@ -70,6 +69,7 @@ from app.run.hardware import hardware_for, rig_hardware, sim_info, time_scale_of
 from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
 from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
 from app.run.record import RunRecorder
+from app.run.target import LaunchTarget
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, NoSafety, apply_safety, resolve_safety, thermal_stop_reason
 from app.run.verdict import Verdict, build_verdict, model_label, observe
@@ -103,67 +103,6 @@ def _part_key(cmd: HostCommand) -> str:
     """A part's key in :attr:`RunController.rig_parts`: its host's label (``"H ray"`` for
     the host's Ray node)."""
     return cmd.host.label() + (" ray" if cmd.part == "ray" else "")
-
-
-@dataclass
-class LaunchTarget:
-    """What to start. ``engine``: an :class:`app.engines.Engine` — ``vllm``, ``sim`` or
-    ``attach`` (a name is taken as its engine). ``sim_args``: the sim rig's options
-    (``--sim-gpu …``, ``SimRig.argv()``). ``python``: the vLLM interpreter (None →
-    app.server.interpreter.resolve_python). ``attach_url``/``attach_model``: the server to
-    attach to. ``use_nvml``: sample this machine's cards (not for the sim, nor the CPU
-    build). Intervals in seconds between samples; ``startup_timeout`` and ``grace``
-    (SIGTERM → SIGKILL) in seconds, ``grace`` None = the engine's
-    (``Engine.spec.stop_grace_s``: 10 s for the sim, 20 s for vLLM). ``expose``: the user
-    confirmed a ``config.host`` beyond loopback (``--expose``, the window's dialog);
-    without it such a launch is refused (issue 15, item 4).
-    ``fill_defaults``: the CPU build's working defaults are still to be filled in for
-    what the user did not set (:meth:`RunController.launch_defaults`; False once done; a
-    rig's are filled in by each host's agent for its own interpreter and cores).
-    ``hosts``: the profile's rig (two or more: a multi-host launch through the hosts'
-    agents, :meth:`RunController._launch_rig`); ``ssh``: how they are reached (None: the
-    user's SSH agent, config and known hosts); ``rig_timeout``: seconds to open every
-    host's agent and probe it, and for the Ray backend's cluster to come up;
-    ``ray_address``: a running Ray cluster (``HOST:PORT``) the Ray backend attaches to
-    instead of starting one on the hosts (the profile's ``ray_address``)."""
-
-    engine: Engine
-    config: ServerConfig
-    sim_args: list[str] = field(default_factory=list)
-    python: str | None = None
-    attach_url: str | None = None
-    attach_model: str | None = None
-    use_nvml: bool = True
-    telemetry: bool = True
-    gpu_interval: float = 0.25
-    metrics_interval: float = 0.5
-    startup_timeout: float = 900.0
-    grace: float | None = None
-    expose: bool = False
-    fill_defaults: bool = True
-    hosts: list[Host] = field(default_factory=list)
-    ssh: SshOptions | None = None
-    rig_timeout: float = 180.0
-    ray_address: str | None = None
-
-    def __post_init__(self) -> None:
-        self.engine = Engine(self.engine)
-
-    @property
-    def multi_host(self) -> bool:
-        """A launch over two or more hosts (their agents), not one local server."""
-        return self.engine.launches and len(self.hosts) >= 2
-
-    @classmethod
-    def from_profile(cls, profile: Profile, **kw: Any) -> "LaunchTarget":
-        """The target of a profile: its engine, server config, sim rig or attach URL;
-        ``kw`` sets the other fields."""
-        cfg = profile.server_config()
-        sim = profile.sim.argv() if profile.engine.simulated and profile.sim else []
-        # attached: the served model is the first one /v1/models lists (the load generator asks)
-        kw.setdefault("hosts", list(profile.hosts))
-        kw.setdefault("ray_address", profile.ray_address)
-        return cls(engine=profile.engine, config=cfg, sim_args=sim, attach_url=profile.attach_url, **kw)
 
 
 @dataclass

@@ -27,6 +27,7 @@ from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.controller import OK_STATUSES, LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
 from app.run.record import RunRecorder
 from app.run.safety import NoSafety
+from app.run.target import launch_target
 from app.run.verdict import Verdict
 from app.server.launch import LaunchError
 from app.server.supervisor import Supervisor
@@ -279,8 +280,8 @@ class ProfileRun:
         ctl = self.controller
         self._set_phase(Phase.PLANNING)
         # the CPU build's working defaults, before the plan and the record see the profile
-        target = ctl.launch_defaults(LaunchTarget.from_profile(
-            self.profile, python=self.python, telemetry=self.use_telemetry, startup_timeout=self.startup_timeout,
+        target = ctl.launch_defaults(launch_target(
+            profile=self.profile, python=self.python, telemetry=self.use_telemetry, startup_timeout=self.startup_timeout,
             grace=self.grace, expose=self.expose, ssh=self.ssh))
         before = self.profile.server_config()
         if target.config != before:

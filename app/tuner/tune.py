@@ -57,7 +57,8 @@ from app.planner.calibrate import MeasuredLevel
 from app.planner.models import resolve_model
 from app.planner.plan import Plan, Workload, check
 from app.profiles.model import HardwareFingerprint
-from app.run.controller import LaunchTarget, RecordSpec, RunController
+from app.run.controller import RecordSpec, RunController
+from app.run.target import launch_target
 from app.run.verdict import Verdict
 from app.server.launch import LaunchError
 from app.settings import Pricing
@@ -331,11 +332,11 @@ class ControllerRig:
         s, ctl = self.spec, self.ctl
         t0 = time.monotonic()
         try:
-            target = LaunchTarget(engine=s.engine, config=cfg, sim_args=list(s.sim_args), python=s.python,
-                                  use_nvml=s.engine.spec.card_samples is CardSamples.NVML and not s.hardware.is_cpu
-                                  and not s.multi_host,
-                                  startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
-                                  hosts=list(s.hosts), ssh=self.ssh, ray_address=s.ray_address)
+            target = launch_target(s.engine, cfg, sim_args=s.sim_args, python=s.python,
+                                   use_nvml=s.engine.spec.card_samples is CardSamples.NVML and not s.hardware.is_cpu
+                                   and not s.multi_host,
+                                   startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
+                                   hosts=s.hosts, ssh=self.ssh, ray_address=s.ray_address)
             try:
                 left = ctl.launch(target)
             except (LaunchError, ValueError) as e:
