@@ -39,47 +39,44 @@ GUI thread; :meth:`start_ramp` and :meth:`abort_ramp` return at once.
 """
 from __future__ import annotations
 
-import asyncio
 import functools
 import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from app.clock import SessionClock
 from app.config import exposure_problem
 from app.engines import CardSamples, Engine
-from app.hosts.checks import rig_findings, socket_interfaces
-from app.hosts.link import HostError
-from app.hosts.plan import RAY_STARTED, HostCommand, PlanError, launch_plan
 from app.hosts.rig import Rig
 from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.live import ClientSeries
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.server_stats import with_notes
 from app.loadgen.spec import RampSpec, spec_to_wall
-from app.loadgen.capacity import Capacity, capacity_of
-from app.loadgen.spec import CapacitySearch
-from app.loadgen.stats import Knee, StepStats, find_knee, records_to_rig, rig_stop_reason, to_rig_time
+from app.loadgen.capacity import Capacity
+from app.loadgen.stats import Knee, StepStats, find_knee, rig_stop_reason, to_rig_time
 from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
-from app.run.hardware import hardware_for, rig_hardware, sim_info, time_scale_of
-from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
+from app.run.hardware import hardware_for, sim_info, time_scale_of
+from app.planner.launch_defaults import cpu_build_defaults
 from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
+from app.run.handles import RigHandle
+from app.run.outcome import OK_STATUSES, RampOutcome, VerdictContext, ramp_energy, ramp_verdict
 from app.run.record import RunRecorder
 from app.run.target import LaunchTarget
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, NoSafety, apply_safety, resolve_safety, thermal_stop_reason
-from app.run.verdict import Verdict, build_verdict, model_label, observe
-from app.settings import SafetyLimits, load_settings
+from app.run.verdict import Verdict
+from app.settings import SafetyLimits
 from app.server import procs
 from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
 from app.server.supervisor import StateChange, Supervisor, health_status
 from app.store import RunStore
-from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
+from app.telemetry.derived import LevelEnergy
 from app.telemetry.gpu_source import GpuSource
 from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.hub import Telemetry
@@ -92,17 +89,8 @@ log = logging.getLogger(__name__)
 #: states in which a server is up (or coming up) under this controller
 RUNNING_STATES = (State.STARTING, State.LOADING, State.READY, State.STOPPING, State.ATTACHED)
 
-#: statuses of a ramp that ran to an orderly end
-OK_STATUSES = ("done", "slo_broken", "stopped")
-
 #: seconds between tries to save a finished run the store refused (a full disk)
 SAVE_RETRY_S = 5.0
-
-
-def _part_key(cmd: HostCommand) -> str:
-    """A part's key in :attr:`RunController.rig_parts`: its host's label (``"H ray"`` for
-    the host's Ray node)."""
-    return cmd.host.label() + (" ray" if cmd.part == "ray" else "")
 
 
 @dataclass
@@ -113,42 +101,6 @@ class RecordSpec:
     profile: Profile | None = None
     plan: dict | None = None
     name: str | None = None
-
-
-@dataclass
-class RampOutcome:
-    """What a ramp produced, in rig seconds.
-
-    ``status``: ``done``, ``slo_broken``, ``failed`` (failure-rate stop), ``stopped``
-    (total-duration cap), ``safety`` (thermal stop), ``aborted``, ``server_failed`` or
-    ``error`` (nothing ran: ``error`` holds the message). ``stop_reason``: one line for
-    humans. ``run_id``: the recorded run (None when not recorded, or not saved yet).
-    ``unsaved``: why the run is not (completely) in the run store yet — a full disk, a
-    read-only home: the path and the cause; the controller saves it when it can
-    (:meth:`RunController.save_pending`). ``records``: every
-    request (session-clock seconds, wall). ``capacity``: users at the SLO from the levels
-    (a capacity search's answer, or the ramp's levels judged the same way);
-    ``verdict``: the one-sentence answer with the rig, flags, cost and limit."""
-
-    status: str
-    stop_reason: str = ""
-    error: str | None = None
-    model: str | None = None
-    steps: list[StepStats] = field(default_factory=list)
-    knee: Knee | None = None
-    run_id: int | None = None
-    results: ResultsSummary | None = None
-    summary: dict[str, Any] | None = None
-    records: list = field(default_factory=list)
-    time_scale: float = 1.0
-    capacity: Capacity | None = None
-    verdict: Verdict | None = None
-    unsaved: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the ramp ran to an orderly end (all levels, an SLO stop or its cap)."""
-        return self.status in OK_STATUSES
 
 
 class _Ramp:
@@ -215,14 +167,9 @@ class RunController:
         self.launch_key: str | None = None
         self.launch_expected: dict[str, float] | None = None
         self._phase_seen: str | None = None
-        #: a multi-host launch: the hosts' agents, the plan launched, the head's host
-        self.rig: Rig | None = None
-        self.rig_plan: list[HostCommand] = []
-        self.rig_parts: dict[str, dict[str, Any]] = {}  # host (``"H ray"``: its Ray node) → its agent's ``launched`` reply
-        self._rig_probes: list[dict[str, Any]] = []  # each host's probe, in the hosts' order
-        self._rig_last: list[dict[str, Any]] = []  # rig_status() as the rig was closed
-        self._rig_stopping = False
-        self._rig_grace = 20.0  # s, SIGTERM → SIGKILL of each host's part
+        #: a multi-host launch (app.run.handles.RigHandle): its agents, plan and parts; kept once
+        #: closed, for rig_status()
+        self.rig_handle: RigHandle | None = None
 
     # ------------------------------------------------------------------ store
     @property
@@ -362,7 +309,7 @@ class RunController:
                 raise RuntimeError("a server is already running in this session; stop it first")
             self.target = target
             self.time_scale, self.sim_info, self.failure = 1.0, {}, None
-            self._rig_last = []
+            self.rig_handle = None
             self._failed.clear()
             self.bank = SeriesBank()
             self.client = ClientSeries()
@@ -418,118 +365,37 @@ class RunController:
         return []
 
     # ------------------------------------------------------------------ a rig of hosts (issue 21)
+    @property
+    def rig(self) -> Rig | None:
+        """The launched rig's agents (None: a one-host launch, or the rig is closed)."""
+        h = self.rig_handle
+        return h.rig if h is not None else None
+
     def _launch_rig(self, target: LaunchTarget, grace: float) -> None:
-        """Start the server of ``target`` over its hosts: open every host's agent (the rig),
-        probe them and refuse a layout with an error finding (app.hosts.checks), make the
-        launch plan of the config's backend (app.hosts.plan.launch_plan; NCCL/Gloo on the
-        interface that holds each host's address), start the head's part, then the others'
-        (the headless parts connect to the head's data-parallel RPC port or torch.distributed
-        master, which the head opens), and follow every part's state and every agent's
-        channel. The Ray backend: each host's ``ray start --block`` node first (the agent's
-        ``ray`` part, supervised and reaped as the server is), then — once every node said
-        :data:`RAY_STARTED` within ``rig_timeout`` — the head's ``vllm serve``. The head's
-        ``ready`` makes the controller ready; the URL is the head's API server. Raises
-        LaunchError (an agent that cannot be started, a finding, a plan the hosts cannot
-        run, a part the agent refused: each names the host); the caller closes the rig."""
-        self._rig_stopping = False
-        self._rig_grace = grace
-        self.rig_parts, self.rig_plan, self._rig_last, self._rig_probes = {}, [], [], []
-        rig = Rig(target.hosts, clock=self.clock, ssh=target.ssh)
-        self.rig = rig
-        try:
-            rig.open(timeout=target.rig_timeout)
-        except HostError as e:  # names the host and the fix
-            raise LaunchError(str(e)) from None
-        rig.on_lost(self._host_lost)
-        probes = [rig.call(link.probe(target.config.model), target.rig_timeout) for link in rig.links]
-        self._rig_probes = probes
-        try:
-            plan = launch_plan(target.hosts, target.config, ray_address=target.ray_address,
-                               interfaces=socket_interfaces(target.hosts, probes))
-        except PlanError as e:
-            raise LaunchError(str(e)) from None
-        # the rig's problems, each host's command against its vLLM version included
-        errors = [f for f in rig_findings(target.hosts, probes, plan, engine=target.engine) if f.level == "error"]
-        if errors:
-            raise LaunchError("the rig cannot run this launch: " + "; ".join(str(f) for f in errors))
-        self.rig_plan = plan
-        if target.telemetry:
-            rig.subscribe(self.bank)
-            rig.subscribe(self._samples)
-            rig.watch()
-        links = {link.host.label(): link for link in rig.links}
-        started: dict[str, threading.Event] = {}  # a Ray node's host → it said RAY_STARTED
-        for cmd in plan:  # the head first: the others join it (Ray: the nodes, then the head's server)
-            h, ray = cmd.host.label(), cmd.kind == "ray"
-            link = links[h]
-            if not ray and started:
-                self._wait_ray_cluster(started, target.rig_timeout)
-            tag = f"[{h} ray]" if ray else f"[{h}]"
-            if ray:
-                started[h] = threading.Event()
-            link.on_log(functools.partial(self._rig_line, tag, started=started.get(h) if ray else None),
-                        part=cmd.part)
-            link.on_state(functools.partial(self._on_host_state, h, cmd.role), part=cmd.part)
-            try:  # the CPU build's working defaults: each agent for its own host (its interpreter, cores)
-                launched = rig.call(link.launch(cmd.config, engine=Engine.RAY if ray else target.engine,
-                                                sim_args=list(cmd.args) if ray else target.sim_args, part=cmd.part,
-                                                expose=target.expose, startup_timeout=target.startup_timeout,
-                                                fill_defaults=(not ray and target.fill_defaults
-                                                               and target.engine.runs_vllm)),
-                                    target.rig_timeout)
-            except HostError as e:
-                raise LaunchError(f"host {h} ({cmd.role}) did not start its part: {e}") from None
-            self.rig_parts[_part_key(cmd)] = launched
-            if cmd.role == "head":
-                self.url = launched["url"]
-            d = launched.get("defaults")
-            if d and (d.get("chosen") or d.get("notes")):
-                self._emit("on_launch_defaults", LaunchDefaults(config=cmd.config, fix=d.get("fix") or {},
-                                                                chosen=list(d.get("chosen") or []),
-                                                                notes=list(d.get("notes") or []), host=h))
-            self._emit("on_rig_part", {"host": h, "role": cmd.role, "rank": cmd.rank, **launched})
+        """Start the server of ``target`` over its hosts (:meth:`app.run.handles.RigHandle.launch`);
+        the head's ``ready`` makes the controller ready; the URL is the head's API server.
+        Raises LaunchError naming the host; the caller closes the rig."""
+        h = RigHandle(target.hosts, clock=self.clock, ssh=target.ssh, grace=grace, on_line=self._line,
+                      emit=self._emit, on_loading=self._host_loading,
+                      on_ready=lambda: self._background("rig-ready", self._rig_ready),  # HTTP, the store: off its loop
+                      on_failed=self._host_failed, failure=lambda: self.failure[0] if self.failure else None)
+        self.rig_handle = h
+        h.launch(target, bank=self.bank if target.telemetry else None, samples=self._samples)
+        self.url = h.url
         self.api_model = target.config.api_model_name
 
-    def _rig_line(self, tag: str, stream: str, text: str, t: float, started: threading.Event | None) -> None:
-        """The rig's thread: a line of a host's part; a Ray node's :data:`RAY_STARTED` sets ``started``."""
-        if started is not None and RAY_STARTED in text:
-            started.set()
-        self._line(stream, f"{tag} {text}", t)
-
-    def _wait_ray_cluster(self, started: dict[str, threading.Event], timeout: float) -> None:
-        """Wait until every Ray node of the plan said :data:`RAY_STARTED` (its ``ray start``
-        log); raises LaunchError naming the hosts not up within ``timeout`` s, or the lost
-        host (a node's part that failed fails the run first, :meth:`_host_failed`)."""
-        deadline = time.monotonic() + timeout
-        while not all(e.is_set() for e in started.values()):
-            if self.failure is not None:
-                raise LaunchError(self.failure[0])
-            if time.monotonic() > deadline:
-                late = ", ".join(h for h, e in started.items() if not e.is_set())
-                raise LaunchError(f"the Ray cluster did not come up within {timeout:.0f} s: host(s) {late} never "
-                                  f"said {RAY_STARTED!r} (see their [host ray] log lines); check that each host "
-                                  "reaches the head's Ray port, or raise the rig timeout")
-            time.sleep(0.1)
-
-    def _on_host_state(self, host: str, role: str, st: dict[str, Any]) -> None:
-        """The rig's thread: a host's server part changed state (its agent's message)."""
-        state = st.get("state")
-        if self.rig is None or self._rig_stopping:
-            return
-        if state == "loading" and self.state == State.STARTING:
+    def _host_loading(self, host: str) -> None:
+        """The rig's thread: a host's part is loading."""
+        if self.state == State.STARTING:
             self._set_state(State.LOADING, f"host {host}")
-        elif state == "ready" and role == "head":
-            self._background("rig-ready", self._rig_ready)  # HTTP and the store: off the rig's loop
-        elif state == "failed":
-            self._host_failed(host, f"its server part ({role}) failed: {st.get('reason') or 'no reason given'}")
-        elif state == "stopped":
-            self._host_failed(host, f"its server part ({role}) stopped")
 
     def _rig_ready(self) -> None:
         """The head's API server answered: the rig is ready (as :meth:`_on_server_state`
         for one server)."""
-        if self.rig is None or self.failure is not None:
+        h = self.rig_handle
+        if self.rig is None or h is None or self.failure is not None:
             return
+        self.url = h.url or self.url
         if self.target is not None and self.target.engine.simulated and self.url:
             self.sim_info = sim_info(self.url)
             self.time_scale = time_scale_of(self.sim_info)
@@ -541,113 +407,26 @@ class RunController:
         self._set_state(State.READY, self.url or "")
         self._ready.set()
 
-    def _host_lost(self, host: str, why: str) -> None:
-        """The rig's thread: a host's agent channel ended without our close."""
-        self._host_failed(host, f"{why} (its agent is gone; its server part is ended with it)")
-
     def _host_failed(self, host: str, what: str) -> None:
         """A host of the rig was lost: the run fails naming it, and every other host's
         server part is ended now (off the rig's thread) rather than left to hang."""
-        if self.rig is None or self._rig_stopping or self.failure is not None:
+        h = self.rig_handle
+        if self.rig is None or h is None or h.stopping or self.failure is not None:
             return
         self._fail(f"host {host} was lost: {what}", None)
-        self._background("rig-end-parts", lambda: self._stop_rig_parts(exclude=host))
-
-    def _stop_rig_parts(self, exclude: str | None = None) -> list[int]:
-        """Stop every host's server part through its agent (SIGTERM, the grace, SIGKILL to
-        its group); the pids still alive after, of all hosts."""
-        rig = self.rig
-        if rig is None:
-            return []
-        grace = self._rig_grace
-
-        async def all_() -> list[Any]:
-            return await asyncio.gather(*(link.stop(grace) for link in rig.links
-                                          if not link.closed and link.host.label() != exclude),
-                                        return_exceptions=True)
-        try:
-            results = rig.call(all_(), grace + 60.0)
-        except Exception:
-            log.exception("could not stop the rig's server parts")
-            return []
-        left: list[int] = []
-        for r in results:
-            if isinstance(r, list):
-                left += r
-            elif isinstance(r, BaseException):
-                log.warning("a host's server part did not stop cleanly: %s", r)
-        return left
+        self._background("rig-end-parts", lambda: h.stop_parts(exclude=host))
 
     def _close_rig(self, timeout: float = 60.0) -> list[int]:
         """End every host's server part and close the agents (idempotent); leftovers."""
-        rig = self.rig
-        left: list[int] = []
-        if rig is None:
-            return left
-        self._rig_stopping = True
-        try:
-            left = self._stop_rig_parts()
-        finally:
-            try:
-                rig.close(timeout)
-            except Exception:
-                log.exception("could not close the rig")
-            self._rig_last = self.rig_status()  # the view keeps how each host ended
-            self.rig = None
-        return left
+        h = self.rig_handle
+        return h.close(timeout) if h is not None else []
 
     def rig_status(self) -> list[dict[str, Any]]:
-        """The hosts of the launched rig, one plain dict each in the profile's order (``[]``
-        for a one-host launch; the last rig's as it was closed once it is). Safe from any
-        thread: it only reads what the rig's thread writes (each link's hello, states,
-        offset, ``lost``). Keys: ``host`` (its label, the SSH destination), ``role``
-        (``head``/``headless``, a Ray node ``ray-worker``; ``""`` before the plan), ``rank``
-        (node rank or first DP rank, app.hosts.plan; None before the plan), ``state``
-        (``connecting`` until its agent's hello, ``starting`` until its part's first state
-        message — the head's server part on a host with two parts — then that message's:
-        ``loading``/``ready``/``failed``/``stopped``…; ``lost`` when its agent's channel
-        ended without our close), ``reason`` (why it failed or was lost; ``""``), a headless
-        part or Ray node counts as ready once the head is (it reports no readiness itself);
-        ``hostname``, ``cards`` (the hello's NVML card names; ``[]``: none, the CPU build),
-        ``offset_s``/``bound_s``/``rtt_s`` (its clock − the session's, the bound and the round
-        trip of the exchange used, s, app.hosts.protocol.ClockOffset; None before measured),
-        ``drift_ppm`` (None before two offsets 1 s apart)."""
-        rig = self.rig
-        if rig is None:
-            return [dict(r) for r in self._rig_last]
-        plan = {c.host.label(): c for c in list(self.rig_plan)}
-        links = {link.host.label(): link for link in list(rig.links)}
-        rows: list[dict[str, Any]] = []
-        for host in rig.hosts:
-            h = host.label()
-            link, cmd = links.get(h), plan.get(h)
-            row: dict[str, Any] = {"host": h, "role": cmd.role if cmd else "", "rank": cmd.rank if cmd else None,
-                                   "state": "connecting", "reason": "", "hostname": "", "cards": [],
-                                   "offset_s": None, "bound_s": None, "rtt_s": None, "drift_ppm": None}
-            if link is not None:
-                part = cmd.part if cmd else "server"
-                hello, off = link.hello, link.offset
-                states = [s for s in list(link.states) if s.get("part", "server") == part]
-                last = states[-1] if states else {}
-                row.update(hostname=str(hello.get("hostname") or ""),
-                           cards=[str(c.get("name") or "GPU") for c in hello.get("cards") or []],
-                           state=str(last.get("state") or "starting"),
-                           reason=str(last.get("reason") or "") if last.get("state") == "failed" else "",
-                           drift_ppm=link.drift_ppm)
-                if off is not None:
-                    row.update(offset_s=off.offset_s, bound_s=off.bound_s, rtt_s=off.rtt_s)
-                if link.lost:
-                    row.update(state="lost", reason=link.lost)
-            rows.append(row)
-        # a headless part has no API server of its own to answer: its agent reports it
-        # loading until it ends. The head's is ready only once every rank joined (DP: the
-        # engines' handshake, vllm/v1/engine/utils.py wait_for_engine_startup, vLLM 0.32.0;
-        # PP: the world's torch.distributed init), so with the head ready so are they.
-        if any(r["role"] == "head" and r["state"] == "ready" for r in rows):
-            for r in rows:
-                if r["role"] in ("headless", "ray-worker") and r["state"] == "loading":
-                    r["state"] = "ready"
-        return rows
+        """The hosts of the launched rig (:meth:`app.run.handles.RigHandle.status`: one
+        plain dict each in the profile's order, ``[]`` for a one-host launch; the last
+        rig's as it was closed once it is). Safe from any thread."""
+        h = self.rig_handle
+        return h.status() if h is not None else []
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Wait until the server is ready (or attached); False when it failed, was
@@ -888,13 +667,9 @@ class RunController:
             # an attached sim is recorded as one, with its cards (compare counts them)
             engine = (t.engine if t is not None else Engine.ATTACH).resolved(bool(self.sim_info))
             if self.rig is not None:  # a rig's cards are its hosts', from their agents' hellos
-                hw = self._rig_hardware(engine)
+                hw = self.rig_handle.hardware(engine, self.sim_info) if self.rig_handle is not None else None
                 # each host's part: its config, the argv its agent ran, the CPU build's defaults it filled in
-                rec.set_context(hosts=[{"host": c.host.label(), "role": c.role, "rank": c.rank,
-                                        "server": c.config.model_dump(mode="json"),
-                                        "argv": (self.rig_parts.get(_part_key(c)) or {}).get("argv") or [],
-                                        "defaults": (self.rig_parts.get(_part_key(c)) or {}).get("defaults")}
-                                       for c in self.rig_plan])
+                rec.set_context(hosts=self.rig_handle.part_records() if self.rig_handle is not None else [])
             else:
                 hw = hardware_for(engine, supervisor=sup, info=self.sim_info,
                                   gpus=t.config.gpus if t is not None else None)
@@ -904,19 +679,6 @@ class RunController:
                 rec.gpu_count = hw.count
         except Exception:
             log.exception("could not record the server of run %s", rec.run_id)
-
-    def _rig_hardware(self, engine: Engine) -> HardwareFingerprint | None:
-        """The launched rig's fingerprint (app.run.hardware.rig_hardware): its hosts' cards
-        from their agents' hellos (the sim's from the head's ``/sim/info``), the head's vLLM
-        version from its probe; None without a rig."""
-        rig = self.rig
-        if rig is None:
-            return None
-        hellos = {link.host.label(): link.hello for link in list(rig.links)}
-        head = (self._rig_probes[0].get("vllm") or {}) if self._rig_probes else {}
-        version = head.get("version") if engine.runs_vllm else None
-        return rig_hardware(engine, rig.hosts, [hellos.get(h.label()) or {} for h in rig.hosts], info=self.sim_info,
-                            vllm_version=version)
 
     def open_run(self, record: RecordSpec) -> int | None:
         """Open a run that spans the launch (``vllm-dyno run``): a failed launch is
@@ -1163,55 +925,18 @@ class RunController:
 
     def _verdict(self, r: _Ramp, steps: list[StepStats], records: list,
                  served: str | None = None) -> tuple[Capacity, Verdict]:
-        """Users at the SLO (:func:`app.loadgen.capacity.capacity_of`: a search's answer, or
-        the ramp's levels judged alike) and the verdict: the rig, the server's options,
-        what the server and cards showed at the level that broke the SLO, J/token at the
-        capacity level and the prices from Settings. ``served``: the model name the load
-        generator found (an attached server's)."""
-        spec, k = r.spec, self.time_scale
-        search = spec.search or CapacitySearch(start=min(s.level for s in steps), max_level=max(s.level for s in steps))
-        cap = capacity_of(steps, records_to_rig(records, k), spec.slo, search, spec.mode,
-                          {s.idx: s.repeat for s in steps}, seed=spec.seed)
-        cap.shape = spec.shape
-        t = self.target
-        engine = t.engine if t is not None else Engine.ATTACH
-        measured = Engine.SIM if self.sim_info else engine  # an attached sim: its rig's cards
-        hw = self.hardware
-        if hw is None and measured.planned:  # not recorded: read it now
-            try:
-                hw = hardware_for(measured, supervisor=self.supervisor, info=self.sim_info,
-                                  gpus=t.config.gpus if t is not None else None)
-            except Exception:
-                log.exception("could not read the hardware for the verdict")
-        if hw is not None:
-            rig = hw.cards_text() + (" (sim)" if engine.simulated or self.sim_info else "")
-            gpus = hw.count
-        else:
-            rig, gpus = f"the server at {self.url}", 1
-        config = t.config.model_dump() if t is not None and engine.launches else None
-        if config is not None:
-            gpus = max(gpus if hw is not None else 1,
-                       (config.get("tensor_parallel_size") or 1) * (config.get("pipeline_parallel_size") or 1))
-        best = next((s for s in steps if s.level == cap.users), None)
-        nxt = next((s for s in steps if s.level == cap.next_users), None)
-        jpt = self.energy(best).j_per_token if best is not None else None
-        obs = observe(self.bank, nxt, k) if nxt is not None and self.bank is not None else None
-        (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
-        prices = load_settings().pricing
+        """Users at the SLO and the verdict of a ramp's levels (:func:`app.run.outcome.ramp_verdict`)."""
         plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)
-        model = (model_label(t.config.model) if t is not None and config is not None
-                 else (self.api_model or served or "the model"))
-        verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
-                                j_per_token=jpt, pricing=prices, plan=plan,
-                                mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
-        return cap, verdict
+        return ramp_verdict(r.spec, steps, records, VerdictContext(
+            target=self.target, time_scale=self.time_scale, sim_info=self.sim_info, hardware=self.hardware,
+            supervisor=self.supervisor, url=self.url, api_model=self.api_model, bank=self.bank, plan=plan),
+            served=served)
 
     # ------------------------------------------------------------------ energy
     def energy(self, st: StepStats) -> LevelEnergy:
         """Power (W) and J/token of level ``st`` (rig seconds) from the live GPU power
-        samples (:func:`app.telemetry.derived.level_energy`)."""
-        power = gpu_series(self.bank, "power_w")
-        return level_energy(power, st.window_start, st.window_end, st.output_tps * st.window_s, self.time_scale)
+        samples (:func:`app.run.outcome.ramp_energy`)."""
+        return ramp_energy(self.bank, st, self.time_scale)
 
     # ------------------------------------------------------------------ stop
     def stop(self, reason: str | None = None, timeout: float = 30.0) -> list[int]:

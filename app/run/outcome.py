@@ -1,0 +1,140 @@
+"""What a ramp produced, assembled: :class:`RampOutcome`, the verdict and the energy.
+
+The run controller (:mod:`app.run.controller`) sequences a ramp; what its end reports is
+put together here — the outcome's fields and statuses, users at the SLO and the
+one-sentence verdict (:func:`ramp_verdict`: the rig, the server's options, what the
+server and cards showed where the SLO broke, J/token, the prices from Settings) and a
+level's power and J/token (:func:`ramp_energy`, the one definition in
+:func:`app.telemetry.derived.level_energy`). Figures are in rig seconds.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.engines import Engine
+from app.loadgen.capacity import Capacity, capacity_of
+from app.loadgen.spec import CapacitySearch, RampSpec
+from app.loadgen.stats import Knee, StepStats, records_to_rig
+from app.profiles.model import HardwareFingerprint, ResultsSummary
+from app.run.hardware import hardware_for
+from app.run.target import LaunchTarget
+from app.run.verdict import Verdict, build_verdict, model_label, observe
+from app.server.supervisor import Supervisor
+from app.settings import load_settings
+from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
+from app.telemetry.series import SeriesBank
+
+log = logging.getLogger(__name__)
+
+#: statuses of a ramp that ran to an orderly end
+OK_STATUSES = ("done", "slo_broken", "stopped")
+
+
+@dataclass
+class RampOutcome:
+    """What a ramp produced, in rig seconds.
+
+    ``status``: ``done``, ``slo_broken``, ``failed`` (failure-rate stop), ``stopped``
+    (total-duration cap), ``safety`` (thermal stop), ``aborted``, ``server_failed`` or
+    ``error`` (nothing ran: ``error`` holds the message). ``stop_reason``: one line for
+    humans. ``run_id``: the recorded run (None when not recorded, or not saved yet).
+    ``unsaved``: why the run is not (completely) in the run store yet — a full disk, a
+    read-only home: the path and the cause; the controller saves it when it can
+    (:meth:`RunController.save_pending`). ``records``: every
+    request (session-clock seconds, wall). ``capacity``: users at the SLO from the levels
+    (a capacity search's answer, or the ramp's levels judged the same way);
+    ``verdict``: the one-sentence answer with the rig, flags, cost and limit."""
+
+    status: str
+    stop_reason: str = ""
+    error: str | None = None
+    model: str | None = None
+    steps: list[StepStats] = field(default_factory=list)
+    knee: Knee | None = None
+    run_id: int | None = None
+    results: ResultsSummary | None = None
+    summary: dict[str, Any] | None = None
+    records: list = field(default_factory=list)
+    time_scale: float = 1.0
+    capacity: Capacity | None = None
+    verdict: Verdict | None = None
+    unsaved: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the ramp ran to an orderly end (all levels, an SLO stop or its cap)."""
+        return self.status in OK_STATUSES
+
+
+@dataclass
+class VerdictContext:
+    """What the verdict of a ramp reads of the session: the launch ``target`` (None:
+    none), the sim's ``time_scale`` k and ``/sim/info`` (``sim_info``, empty: not a sim),
+    the recorded ``hardware`` (None: read it now), the local ``supervisor`` (None: none),
+    the server's ``url`` and ``api_model``, the telemetry ``bank`` and the planner's
+    ``plan`` (``Plan.as_dict()``; None: not planned)."""
+
+    target: LaunchTarget | None
+    time_scale: float = 1.0
+    sim_info: dict[str, Any] = field(default_factory=dict)
+    hardware: HardwareFingerprint | None = None
+    supervisor: Supervisor | None = None
+    url: str | None = None
+    api_model: str | None = None
+    bank: SeriesBank | None = None
+    plan: dict[str, Any] | None = None
+
+
+def ramp_energy(bank: SeriesBank, st: StepStats, time_scale: float = 1.0) -> LevelEnergy:
+    """Power (W) and J/token of level ``st`` (rig seconds) from the GPU power samples in
+    ``bank`` (:func:`app.telemetry.derived.level_energy`; ``time_scale``: the sim's k)."""
+    power = gpu_series(bank, "power_w")
+    return level_energy(power, st.window_start, st.window_end, st.output_tps * st.window_s, time_scale)
+
+
+def ramp_verdict(spec: RampSpec, steps: list[StepStats], records: list[Any], ctx: VerdictContext,
+                 served: str | None = None) -> tuple[Capacity, Verdict]:
+    """Users at the SLO (:func:`app.loadgen.capacity.capacity_of`: a search's answer, or
+    the ramp's levels judged alike) and the verdict: the rig, the server's options,
+    what the server and cards showed at the level that broke the SLO, J/token at the
+    capacity level and the prices from Settings. ``spec``: the ramp (rig seconds);
+    ``steps``: its levels (rig seconds); ``records``: its requests (wall, session clock);
+    ``served``: the model name the load generator found (an attached server's)."""
+    k = ctx.time_scale
+    search = spec.search or CapacitySearch(start=min(s.level for s in steps), max_level=max(s.level for s in steps))
+    cap = capacity_of(steps, records_to_rig(records, k), spec.slo, search, spec.mode,
+                      {s.idx: s.repeat for s in steps}, seed=spec.seed)
+    cap.shape = spec.shape
+    t = ctx.target
+    engine = t.engine if t is not None else Engine.ATTACH
+    measured = Engine.SIM if ctx.sim_info else engine  # an attached sim: its rig's cards
+    hw = ctx.hardware
+    if hw is None and measured.planned:  # not recorded: read it now
+        try:
+            hw = hardware_for(measured, supervisor=ctx.supervisor, info=ctx.sim_info,
+                              gpus=t.config.gpus if t is not None else None)
+        except Exception:
+            log.exception("could not read the hardware for the verdict")
+    if hw is not None:
+        rig = hw.cards_text() + (" (sim)" if engine.simulated or ctx.sim_info else "")
+        gpus = hw.count
+    else:
+        rig, gpus = f"the server at {ctx.url}", 1
+    config = t.config.model_dump() if t is not None and engine.launches else None
+    if config is not None:
+        gpus = max(gpus if hw is not None else 1,
+                   (config.get("tensor_parallel_size") or 1) * (config.get("pipeline_parallel_size") or 1))
+    best = next((s for s in steps if s.level == cap.users), None)
+    nxt = next((s for s in steps if s.level == cap.next_users), None)
+    jpt = ramp_energy(ctx.bank, best, k).j_per_token if best is not None and ctx.bank is not None else None
+    obs = observe(ctx.bank, nxt, k) if nxt is not None and ctx.bank is not None else None
+    (p_lo, p_hi), (o_lo, o_hi) = spec.length_range("prompt_tokens"), spec.length_range("output_tokens")
+    prices = load_settings().pricing
+    model = (model_label(t.config.model) if t is not None and config is not None
+             else (ctx.api_model or served or "the model"))
+    verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
+                            j_per_token=jpt, pricing=prices, plan=ctx.plan,
+                            mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
+    return cap, verdict
