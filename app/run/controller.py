@@ -5,14 +5,10 @@ engine (``vllm``, ``sim``, ``attach``). ``vllm-dyno run`` (:mod:`app.run.profile
 ``vllm-dyno ramp`` (attach mode) and the GUI (``widgets.run_adapter``, an adapter turning
 the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
 
-- the server (:class:`app.server.supervisor.Supervisor`) and the leftover check — or,
-  for a profile whose ``hosts:`` name two or more machines, a rig of them (issue 21,
-  :meth:`RunController._launch_rig`): every host's agent (:class:`app.hosts.rig.Rig`),
-  the layout's checks and launch plan (:mod:`app.hosts.checks`, :mod:`app.hosts.plan`),
-  each host's part started through its agent, the head's API server as the URL, every
-  host's telemetry on the session clock; a host lost (its agent's channel closed, or its
-  server part ended) is a server failure naming the host, and the other hosts' parts
-  are ended at once;
+- the server and the leftover check: a local one (:class:`app.server.supervisor.Supervisor`),
+  an attached URL, or for a profile whose ``hosts:`` name two or more machines a rig of
+  them (:class:`app.run.handles.RigHandle`, issue 21); a host lost is a server failure
+  naming the host, and the other hosts' parts are ended at once;
 - telemetry (NVML, the sim rig's HTTP source, host, ``/metrics``) into one
   :class:`~app.telemetry.series.SeriesBank` (``bank``) and the client-side live series
   (``client``, :class:`app.loadgen.live.ClientSeries`);
@@ -23,14 +19,11 @@ the callbacks below into Qt signals) all drive it; the tuner will too. It owns:
 - safety stops from Settings (thermal margin, failure rate: :mod:`app.run.safety`), on
   every ramp unless its caller opts out with ``NO_SAFETY``;
 - the diagnosis of a failed launch, and of a server whose engine died after it was
-  ready (one place: :func:`app.planner.diagnose.diagnose`, structured: code, evidence
-  lines, fix, ``after_ready``). A ramp that ends badly asks whether the server died
-  (:meth:`RunController._server_died`): a launched server's exit or 5xx ``/health``
-  waits for the supervisor's verdict; an attached one is probed (its log is not ours);
+  ready (:func:`app.planner.diagnose.diagnose`; a ramp that ends badly asks
+  :func:`app.run.handles.local_died` or :func:`app.run.handles.attached_failure`);
 - recording: it is the only writer to the run store during a run
   (:class:`app.run.record.RunRecorder`): level rows are written once, in rig seconds;
-- J/token of a level (:meth:`RunController.energy`, the one definition in
-  :func:`app.telemetry.derived.level_energy`).
+- the outcome of a ramp, its verdict and J/token (assembled in :mod:`app.run.outcome`).
 
 Subscribers: a :class:`RunListener` whose methods are called on the controller's worker
 threads (supervisor, load-generator reader, ramp thread) — never block in them.
@@ -44,12 +37,12 @@ import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from app.clock import SessionClock
 from app.config import exposure_problem
-from app.engines import CardSamples, Engine
+from app.engines import Engine
 from app.hosts.rig import Rig
 from app.loadgen.generator import LoadGenerator, RampResult
 from app.loadgen.live import ClientSeries
@@ -61,26 +54,21 @@ from app.loadgen.stats import Knee, StepStats, find_knee, rig_stop_reason, to_ri
 from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
-from app.planner.launch_defaults import cpu_build_defaults
 from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
-from app.run.handles import RigHandle
-from app.run.outcome import OK_STATUSES, RampOutcome, VerdictContext, ramp_energy, ramp_verdict
+from app.run.handles import RigHandle, attached_failure, local_died, session_telemetry
+from app.run.outcome import OK_STATUSES, RampOutcome, UnsavedRuns, VerdictContext, ramp_energy, ramp_verdict
 from app.run.record import RunRecorder
-from app.run.target import LaunchTarget
+from app.run.target import LaunchTarget, with_cpu_defaults
 from app.run.events import RunListener, State
 from app.run.safety import CHECK_INTERVAL_S, NoSafety, apply_safety, resolve_safety, thermal_stop_reason
 from app.run.verdict import Verdict
 from app.settings import SafetyLimits
 from app.server import procs
-from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
-from app.server.supervisor import StateChange, Supervisor, health_status
+from app.server.supervisor import StateChange, Supervisor
 from app.store import RunStore
 from app.telemetry.derived import LevelEnergy
-from app.telemetry.gpu_source import GpuSource
-from app.telemetry.http_source import HttpGpuSource
 from app.telemetry.hub import Telemetry
-from app.telemetry.nvml_source import NvmlSource
 from app.telemetry.series import SeriesBank
 
 log = logging.getLogger(__name__)
@@ -88,9 +76,6 @@ log = logging.getLogger(__name__)
 
 #: states in which a server is up (or coming up) under this controller
 RUNNING_STATES = (State.STARTING, State.LOADING, State.READY, State.STOPPING, State.ATTACHED)
-
-#: seconds between tries to save a finished run the store refused (a full disk)
-SAVE_RETRY_S = 5.0
 
 
 @dataclass
@@ -157,11 +142,7 @@ class RunController:
         self._lock = threading.RLock()
         self._ready = threading.Event()
         self._bg: list[threading.Thread] = []
-        #: finished runs the store could not take yet (a full disk): retried every SAVE_RETRY_S
-        self.unsaved: list[RunRecorder] = []
-        self._outcomes: dict[int, RampOutcome] = {}  # id(recorder) → the outcome that reported it unsaved
-        self._saver: threading.Thread | None = None
-        self._closing = threading.Event()
+        self._pending = UnsavedRuns(lambda run_id: self._emit("on_run_saved", run_id))
         #: the launch's configuration key and the earlier launches' phase starts
         #: (:mod:`app.run.launch_timing`; None: no earlier launch of it)
         self.launch_key: str | None = None
@@ -186,7 +167,7 @@ class RunController:
     def close(self) -> list[int]:
         """:meth:`stop`, then close the run store if this controller opened it."""
         left = self.stop()
-        self._closing.set()
+        self._pending.closing.set()
         if self.unsaved:
             self.save_pending()
         if self._own_store and self._store is not None:
@@ -195,46 +176,20 @@ class RunController:
         return left
 
     # ------------------------------------------------------------------ runs not saved yet
-    def _keep_unsaved(self, rec: RunRecorder, outcome: "RampOutcome | None" = None) -> str:
-        """A finished run the store refused (part of): kept, retried in the background
-        (``outcome``'s ``run_id`` is set and ``unsaved`` cleared once it is saved);
-        returns the message for the user (the path, the cause, what happens next)."""
-        with self._lock:
-            if rec not in self.unsaved:
-                self.unsaved.append(rec)
-            if outcome is not None:
-                self._outcomes[id(rec)] = outcome
-            if not self._closing.is_set() and (self._saver is None or not self._saver.is_alive()):
-                self._saver = threading.Thread(target=self._save_loop, name="run-saver", daemon=True)
-                self._saver.start()
-        return (f"{rec.problem}. The results are kept in memory (shown here; export them to another disk if "
-                f"you need them now) and the run is saved as soon as the store can be written again")
+    @property
+    def unsaved(self) -> list[RunRecorder]:
+        """Finished runs the store could not take yet (a full disk): retried every
+        :data:`app.run.outcome.SAVE_RETRY_S` s (:class:`app.run.outcome.UnsavedRuns`)."""
+        return self._pending.runs
 
-    def _save_loop(self) -> None:
-        while self.unsaved and not self._closing.wait(SAVE_RETRY_S):
-            self.save_pending()
+    def _keep_unsaved(self, rec: RunRecorder, outcome: "RampOutcome | None" = None) -> str:
+        """A finished run the store refused (part of): kept and retried; the message for the user."""
+        return self._pending.keep(rec, outcome)
 
     def save_pending(self) -> list[RunRecorder]:
         """Try to write every finished run the store refused so far; each one saved is
         announced (``on_run_saved``). Returns those still unsaved."""
-        with self._lock:
-            todo = list(self.unsaved)
-        for rec in todo:
-            try:
-                ok = rec.save_pending()
-            except Exception:
-                log.exception("saving run %s failed", rec.run_id)
-                ok = False
-            if ok:
-                with self._lock:
-                    if rec in self.unsaved:
-                        self.unsaved.remove(rec)
-                    out = self._outcomes.pop(id(rec), None)
-                if out is not None:
-                    out.run_id, out.unsaved = rec.run_id, None
-                self._emit("on_run_saved", rec.run_id)
-        with self._lock:
-            return list(self.unsaved)
+        return self._pending.save()
 
     # ------------------------------------------------------------------ state
     def _set_state(self, state: State, reason: str = "") -> None:
@@ -275,23 +230,10 @@ class RunController:
         end that plans or records first (``vllm-dyno run``) calls it before. Blocking
         (interpreter probe, planner). Never raises: when the interpreter cannot be probed
         the target is left as it is and the launch reports why."""
-        if not target.engine.runs_vllm or not target.fill_defaults or target.multi_host:
-            return target  # a rig's interpreters are on its hosts: each agent fills in its own (_launch_rig)
-        done = replace(target, fill_defaults=False)
-        try:
-            interp = inspect_interpreter(resolve_python(target.python))
-        except Exception:  # InterpreterError, or no interpreter at all: the launch says so
-            return done
-        if not interp.is_cpu_build:
-            return done
-        try:
-            d = cpu_build_defaults(target.config, vllm_version=interp.version)
-        except Exception:  # defaults are a help: a failure here must not stop the launch
-            log.exception("could not work out the CPU build's defaults")
-            return done
-        if d.chosen or d.notes:
+        done, d = with_cpu_defaults(target)
+        if d is not None and (d.chosen or d.notes):
             self._emit("on_launch_defaults", d)
-        return replace(done, config=d.config)
+        return done
 
     def launch(self, target: LaunchTarget, *, check_leftovers: bool = True) -> list:
         """Start the server of ``target`` (or attach to its URL). Blocking: the leftover
@@ -542,40 +484,13 @@ class RunController:
             return self._failed.wait(wait)
         sup, url = self.supervisor, self.url
         if sup is not None:
-            deadline = time.monotonic() + 5.0  # a server that does not answer: exiting, or only slow
-            while True:
-                if sup.state.value in ("stopping", "stopped"):
-                    return False  # stopped on request (a failure stays "failed")
-                if sup.state.value == "failed" or sup.exited:
-                    return self._failed.wait(wait)
-                code = health_status(sup.url)
-                if code is not None:
-                    return self._failed.wait(wait) if code >= 500 else False
-                if time.monotonic() > deadline:
-                    return False
-                time.sleep(0.2)
+            return local_died(sup, lambda: self._failed.wait(wait))
         if url is None or self.target is None or self.target.engine.launches:
             return False
-        code = health_status(url, timeout=3.0)
-        if code is not None and code < 500:
+        failed = attached_failure(url, records, stop_reason)
+        if failed is None:
             return False
-        said = f"/health answered {code}" if code is not None else "it stopped answering (/health too)"
-        errors = [r.error for r in records if getattr(r, "error", None)][-20:]
-        diag = None
-        try:
-            diag = diagnose(errors, after_ready=True)
-        except Exception:
-            log.exception("diagnosis failed")
-        dead = code is not None or (diag is not None and bool(diag.evidence))  # 503, or vLLM's EngineDeadError
-        what = "its engine died" if dead else "it died or cannot be reached"
-        reason = f"the server at {url} was ready, then {said}: {what}" + (f" — the ramp: {stop_reason}"
-                                                                          if stop_reason else "")
-        if diag is not None and diag.problem == "engine_dead":
-            got = f" (the requests got: {diag.evidence[0]})" if diag.evidence else ""
-            diag.explanation = (f"the server was ready, then {said}: {what}{got}. It cannot serve any more; the "
-                                f"cause is in its own log, which is not read when attached: `vllm-dyno diagnose "
-                                f"LOGFILE` finds it.")
-        self._fail(reason, diag)
+        self._fail(*failed)
         return True
 
     @property
@@ -591,18 +506,9 @@ class RunController:
         t = self.target
         if t is None or not t.telemetry:
             return
-        cpu_build = sup is not None and sup.interpreter is not None and sup.interpreter.is_cpu_build
-        gpu_source: GpuSource | None = None
         try:
-            if t.engine.resolved(bool(self.sim_info)).spec.card_samples is CardSamples.SIM_HTTP:
-                if at_ready and self.url:
-                    gpu_source = HttpGpuSource(self.url)  # the rig serves its cards once it is up (attached too)
-            elif t.use_nvml and not cpu_build and self.rig is None:  # a rig's cards come from its agents
-                gpu_source = NvmlSource(t.config.gpus, server_pgid=sup.pgid if sup else None)
-            metrics_url = self.url if at_ready else None  # /metrics is served from ready on
-            tel = Telemetry(clock=self.clock, gpu_source=gpu_source, metrics_url=metrics_url,
-                            pgid=sup.pgid if sup else None, host=sup is not None, bank=self.bank,
-                            gpu_interval=t.gpu_interval, metrics_interval=t.metrics_interval)
+            tel = session_telemetry(t, sup, clock=self.clock, bank=self.bank, url=self.url, at_ready=at_ready,
+                                    sim=bool(self.sim_info), rig=self.rig is not None)
             tel.subscribe(self._samples)
         except Exception:
             log.exception("telemetry could not start; the run goes on without it")

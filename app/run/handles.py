@@ -22,20 +22,92 @@ import time
 from typing import Any, Callable, Protocol
 
 from app.clock import SessionClock
-from app.engines import Engine
+from app.engines import CardSamples, Engine
 from app.hosts.checks import rig_findings, socket_interfaces
 from app.hosts.link import HostError, SshOptions
 from app.hosts.plan import RAY_STARTED, HostCommand, PlanError, launch_plan
 from app.hosts.rig import Rig
 from app.hosts.spec import Host
+from app.planner.diagnose import Diagnosis, diagnose
 from app.planner.launch_defaults import LaunchDefaults
 from app.profiles.model import HardwareFingerprint
 from app.run.hardware import rig_hardware
 from app.run.target import LaunchTarget
 from app.server.launch import LaunchError
+from app.server.supervisor import Supervisor, health_status
+from app.telemetry.gpu_source import GpuSource
+from app.telemetry.http_source import HttpGpuSource
+from app.telemetry.hub import Telemetry
+from app.telemetry.nvml_source import NvmlSource
 from app.telemetry.series import SeriesBank
 
 log = logging.getLogger(__name__)
+
+
+def local_died(sup: Supervisor, failed: Callable[[], bool]) -> bool:
+    """Whether the local server of ``sup`` died under a ramp that ended badly: its process
+    has exited (or exits within 5 s while ``/health`` does not answer) or ``/health``
+    answers 5xx — then ``failed()`` (waits for the supervisor's failure, diagnosed from
+    its log). False when it was stopped on request or answers."""
+    deadline = time.monotonic() + 5.0  # a server that does not answer: exiting, or only slow
+    while True:
+        if sup.state.value in ("stopping", "stopped"):
+            return False  # stopped on request (a failure stays "failed")
+        if sup.state.value == "failed" or sup.exited:
+            return failed()
+        code = health_status(sup.url)
+        if code is not None:
+            return failed() if code >= 500 else False
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
+def attached_failure(url: str, records: list[Any], stop_reason: str = "") -> tuple[str, Diagnosis | None] | None:
+    """Whether the attached server at ``url`` (its log is not ours) died under a ramp that
+    ended badly: ``/health`` answers 5xx or nothing at all. Returns the failure — the
+    reason (with the ramp's ``stop_reason``) and a diagnosis from what the failed
+    ``records`` said — or None when it answers."""
+    code = health_status(url, timeout=3.0)
+    if code is not None and code < 500:
+        return None
+    said = f"/health answered {code}" if code is not None else "it stopped answering (/health too)"
+    errors = [r.error for r in records if getattr(r, "error", None)][-20:]
+    diag = None
+    try:
+        diag = diagnose(errors, after_ready=True)
+    except Exception:
+        log.exception("diagnosis failed")
+    dead = code is not None or (diag is not None and bool(diag.evidence))  # 503, or vLLM's EngineDeadError
+    what = "its engine died" if dead else "it died or cannot be reached"
+    reason = f"the server at {url} was ready, then {said}: {what}" + (f" — the ramp: {stop_reason}"
+                                                                      if stop_reason else "")
+    if diag is not None and diag.problem == "engine_dead":
+        got = f" (the requests got: {diag.evidence[0]})" if diag.evidence else ""
+        diag.explanation = (f"the server was ready, then {said}: {what}{got}. It cannot serve any more; the "
+                            f"cause is in its own log, which is not read when attached: `vllm-dyno diagnose "
+                            f"LOGFILE` finds it.")
+    return reason, diag
+
+
+def session_telemetry(target: LaunchTarget, sup: Supervisor | None, *, clock: SessionClock, bank: SeriesBank,
+                      url: str | None, at_ready: bool, sim: bool, rig: bool) -> Telemetry:
+    """The telemetry of a server (not started): its cards from the sim rig's HTTP source
+    (a sim, launched or attached — ``sim``: ``/sim/info`` answered — once ready) or
+    through NVML (``target.use_nvml``, not the CPU build, not a ``rig``: a rig's cards come
+    from its agents), ``/metrics`` from ``url`` once ready (``at_ready``), the local
+    server's process group (``sup``) — into ``bank`` on ``clock``, at the target's
+    intervals (s)."""
+    cpu_build = sup is not None and sup.interpreter is not None and sup.interpreter.is_cpu_build
+    gpu_source: GpuSource | None = None
+    if target.engine.resolved(sim).spec.card_samples is CardSamples.SIM_HTTP:
+        if at_ready and url:
+            gpu_source = HttpGpuSource(url)  # the rig serves its cards once it is up (attached too)
+    elif target.use_nvml and not cpu_build and not rig:
+        gpu_source = NvmlSource(target.config.gpus, server_pgid=sup.pgid if sup else None)
+    return Telemetry(clock=clock, gpu_source=gpu_source, metrics_url=url if at_ready else None,  # /metrics from ready
+                     pgid=sup.pgid if sup else None, host=sup is not None, bank=bank,
+                     gpu_interval=target.gpu_interval, metrics_interval=target.metrics_interval)
 
 
 class ServerHandle(Protocol):

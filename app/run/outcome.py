@@ -10,8 +10,9 @@ level's power and J/token (:func:`ramp_energy`, the one definition in
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from app.engines import Engine
 from app.loadgen.capacity import Capacity, capacity_of
@@ -19,6 +20,7 @@ from app.loadgen.spec import CapacitySearch, RampSpec
 from app.loadgen.stats import Knee, StepStats, records_to_rig
 from app.profiles.model import HardwareFingerprint, ResultsSummary
 from app.run.hardware import hardware_for
+from app.run.record import RunRecorder
 from app.run.target import LaunchTarget
 from app.run.verdict import Verdict, build_verdict, model_label, observe
 from app.server.supervisor import Supervisor
@@ -30,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: statuses of a ramp that ran to an orderly end
 OK_STATUSES = ("done", "slo_broken", "stopped")
+
+#: seconds between tries to save a finished run the store refused (a full disk)
+SAVE_RETRY_S = 5.0
 
 
 @dataclass
@@ -138,3 +143,59 @@ def ramp_verdict(spec: RampSpec, steps: list[StepStats], records: list[Any], ctx
                             j_per_token=jpt, pricing=prices, plan=ctx.plan,
                             mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
     return cap, verdict
+
+
+class UnsavedRuns:
+    """Finished runs the store could not take yet (a full disk, a read-only home), kept in
+    memory and retried every :data:`SAVE_RETRY_S` s on a background thread until
+    :attr:`closing` is set; ``on_saved(run_id)`` for each one saved (that thread, or the
+    caller of :meth:`save`). ``runs``: those still unsaved."""
+
+    def __init__(self, on_saved: Callable[[int | None], None]) -> None:
+        self.runs: list[RunRecorder] = []
+        self.closing = threading.Event()
+        self._on_saved = on_saved
+        self._outcomes: dict[int, RampOutcome] = {}  # id(recorder) → the outcome that reported it unsaved
+        self._saver: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def keep(self, rec: RunRecorder, outcome: RampOutcome | None = None) -> str:
+        """A finished run the store refused (part of): kept, retried in the background
+        (``outcome``'s ``run_id`` is set and ``unsaved`` cleared once it is saved);
+        returns the message for the user (the path, the cause, what happens next)."""
+        with self._lock:
+            if rec not in self.runs:
+                self.runs.append(rec)
+            if outcome is not None:
+                self._outcomes[id(rec)] = outcome
+            if not self.closing.is_set() and (self._saver is None or not self._saver.is_alive()):
+                self._saver = threading.Thread(target=self._loop, name="run-saver", daemon=True)
+                self._saver.start()
+        return (f"{rec.problem}. The results are kept in memory (shown here; export them to another disk if "
+                f"you need them now) and the run is saved as soon as the store can be written again")
+
+    def _loop(self) -> None:
+        while self.runs and not self.closing.wait(SAVE_RETRY_S):
+            self.save()
+
+    def save(self) -> list[RunRecorder]:
+        """Try to write every run kept so far; each one saved is announced. Returns those
+        still unsaved."""
+        with self._lock:
+            todo = list(self.runs)
+        for rec in todo:
+            try:
+                ok = rec.save_pending()
+            except Exception:
+                log.exception("saving run %s failed", rec.run_id)
+                ok = False
+            if ok:
+                with self._lock:
+                    if rec in self.runs:
+                        self.runs.remove(rec)
+                    out = self._outcomes.pop(id(rec), None)
+                if out is not None:
+                    out.run_id, out.unsaved = rec.run_id, None
+                self._on_saved(rec.run_id)
+        with self._lock:
+            return list(self.runs)

@@ -8,14 +8,19 @@ profile's hosts and Ray address, an attached server's config) is derived one way
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.config import ServerConfig
 from app.engines import Engine
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
+from app.planner.launch_defaults import LaunchDefaults, cpu_build_defaults
 from app.profiles.model import Profile
+from app.server.interpreter import inspect_interpreter, resolve_python
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -108,3 +113,28 @@ def launch_target(engine: Engine | str | None = None, config: ServerConfig | Non
         if kw.get(name) is not None:
             kw[name] = list(kw[name])
     return LaunchTarget(engine=eng, config=config, **kw)
+
+
+def with_cpu_defaults(target: LaunchTarget) -> tuple[LaunchTarget, LaunchDefaults | None]:
+    """``target`` with the CPU build's working defaults filled in where the user set
+    nothing (:func:`app.planner.launch_defaults.cpu_build_defaults`: a KV cache size, the
+    in-process executor), for engine ``vllm`` on an interpreter with the CPU build, and
+    what was chosen (None: nothing looked at). Once per target: the result has
+    ``fill_defaults`` False; a rig's are filled in by each host's agent. Blocking
+    (interpreter probe, planner). Never raises: when the interpreter cannot be probed the
+    target is left as it is and the launch reports why."""
+    if not target.engine.runs_vllm or not target.fill_defaults or target.multi_host:
+        return target, None  # a rig's interpreters are on its hosts: each agent fills in its own
+    done = replace(target, fill_defaults=False)
+    try:
+        interp = inspect_interpreter(resolve_python(target.python))
+    except Exception:  # InterpreterError, or no interpreter at all: the launch says so
+        return done, None
+    if not interp.is_cpu_build:
+        return done, None
+    try:
+        d = cpu_build_defaults(target.config, vllm_version=interp.version)
+    except Exception:  # defaults are a help: a failure here must not stop the launch
+        log.exception("could not work out the CPU build's defaults")
+        return done, None
+    return replace(done, config=d.config), d
