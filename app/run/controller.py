@@ -54,7 +54,7 @@ from app.loadgen.stats import Knee, StepStats, find_knee, rig_stop_reason, to_ri
 from app.planner.diagnose import Diagnosis, diagnose
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
-from app.run.launch_timing import HISTORY, LaunchProgress, expected_phases, launch_key, progress
+from app.run.launch_timing import LaunchProgress, LaunchTimer
 from app.run.handles import RigHandle, attached_failure, local_died, session_telemetry
 from app.run.outcome import OK_STATUSES, RampOutcome, UnsavedRuns, VerdictContext, ramp_energy, ramp_verdict
 from app.run.record import RunRecorder
@@ -143,11 +143,7 @@ class RunController:
         self._ready = threading.Event()
         self._bg: list[threading.Thread] = []
         self._pending = UnsavedRuns(lambda run_id: self._emit("on_run_saved", run_id))
-        #: the launch's configuration key and the earlier launches' phase starts
-        #: (:mod:`app.run.launch_timing`; None: no earlier launch of it)
-        self.launch_key: str | None = None
-        self.launch_expected: dict[str, float] | None = None
-        self._phase_seen: str | None = None
+        self.timing = LaunchTimer()  # the launch's key, the earlier launches' phase starts
         #: a multi-host launch (app.run.handles.RigHandle): its agents, plan and parts; kept once
         #: closed, for rig_status()
         self.rig_handle: RigHandle | None = None
@@ -277,7 +273,7 @@ class RunController:
                     return left
             target = self.launch_defaults(target)
             self.target = target
-            self._load_launch_history(target)
+            self.timing.load(lambda: self.store, target.engine, target.config, target.sim_args, target.python)
             exposed = None if target.expose else exposure_problem(target.config.host)
             if exposed:  # binding beyond loopback needs the user's word (--expose, the window's dialog)
                 raise LaunchError(exposed)
@@ -386,43 +382,21 @@ class RunController:
         if rec is not None:
             rec.add_log_line(stream, text, t)
         self._emit("on_line", stream, text, t)
-        sup = self.supervisor
-        if sup is not None and sup.parser.facts.phase != self._phase_seen:
-            self._phase_seen = sup.parser.facts.phase
+        if self.timing.new_phase(self.supervisor):
             p = self.launch_progress()
             if p is not None:
                 self._emit("on_launch_phase", p)
 
     # ------------------------------------------------------------------ launch timing
-    def _load_launch_history(self, target: LaunchTarget) -> None:
-        """The earlier ready launches of this configuration, for the expected time left
-        (a store that cannot be read only means no estimate)."""
-        self._phase_seen = None
-        self.launch_key = launch_key(target.engine, target.config, target.sim_args, target.python)
-        try:
-            self.launch_expected = expected_phases(self.store.launches(self.launch_key, HISTORY))
-        except Exception as e:  # the estimate is a help: a store problem must not stop a launch
-            log.debug("no launch history: %s", e)
-            self.launch_expected = None
-
-    def _save_launch_timing(self, sup: Supervisor) -> None:
-        """The launch became ready: keep its phase times for the next launch of it."""
-        if self.launch_key is None or sup.started_t is None or self.target is None:
-            return
-        ready_s = max(0.0, self.clock.now() - sup.started_t)
-        try:
-            self.store.add_launch(self.launch_key, self.target.engine, ready_s, sup.launch_phases())
-        except Exception as e:  # a full or read-only store: the next launch has no estimate, nothing else
-            log.info("launch time not kept: %s", e)
+    @property
+    def launch_key(self) -> str | None:
+        """The launch's configuration key (:func:`app.run.launch_timing.launch_key`; None before one)."""
+        return self.timing.key
 
     def launch_progress(self) -> LaunchProgress | None:
         """Where the launch is (phase from the log, elapsed s, expected s left after an
         earlier launch of the same configuration); None without a launched server."""
-        sup = self.supervisor
-        if sup is None or sup.started_t is None:
-            return None
-        f = sup.parser.facts
-        return progress(f.phase, dict(f.phase_times), sup.started_t, self.clock.now(), self.launch_expected)
+        return self.timing.progress(self.supervisor, self.clock.now())
 
     def _on_server_state(self, sup: Supervisor, ch: StateChange) -> None:
         """Supervisor thread: follow the server's states."""
@@ -437,7 +411,8 @@ class RunController:
                 self.time_scale = time_scale_of(self.sim_info)
             self.client.time_scale = self.time_scale
             self._start_telemetry(sup, at_ready=True)
-            self._save_launch_timing(sup)
+            if self.target is not None:
+                self.timing.save(lambda: self.store, self.target.engine, sup, self.clock.now())
             rec = self.run
             if rec is not None:
                 self._attach_run(rec)
