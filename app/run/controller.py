@@ -37,7 +37,6 @@ import gc
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from app.clock import SessionClock
@@ -52,15 +51,17 @@ from app.loadgen.spec import RampSpec, spec_to_wall
 from app.loadgen.capacity import Capacity
 from app.loadgen.stats import Knee, StepStats, find_knee, rig_stop_reason, to_rig_time
 from app.planner.diagnose import Diagnosis, diagnose
-from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
+from app.profiles.model import HardwareFingerprint, ResultsSummary
 from app.run.hardware import hardware_for, sim_info, time_scale_of
 from app.run.launch_timing import LaunchProgress, LaunchTimer
 from app.run.handles import RigHandle, attached_failure, local_died, session_telemetry
-from app.run.outcome import OK_STATUSES, RampOutcome, UnsavedRuns, VerdictContext, ramp_energy, ramp_verdict
-from app.run.record import RunRecorder
+from app.run.outcome import (OK_STATUSES, RampOutcome, UnsavedRuns, VerdictContext, ramp_energy, ramp_verdict,
+                             record_outcome)
+from app.run.ramp_state import RampRun
+from app.run.record import RecordSpec, RunRecorder, recorder_for
 from app.run.target import LaunchTarget, with_cpu_defaults
 from app.run.events import RunListener, State
-from app.run.safety import CHECK_INTERVAL_S, NoSafety, apply_safety, resolve_safety, thermal_stop_reason
+from app.run.safety import CHECK_INTERVAL_S, NoSafety, apply_safety, resolve_safety
 from app.run.verdict import Verdict
 from app.settings import SafetyLimits
 from app.server import procs
@@ -76,35 +77,6 @@ log = logging.getLogger(__name__)
 
 #: states in which a server is up (or coming up) under this controller
 RUNNING_STATES = (State.STARTING, State.LOADING, State.READY, State.STOPPING, State.ATTACHED)
-
-
-@dataclass
-class RecordSpec:
-    """How a run is recorded: the ``profile`` snapshot (None for ``vllm-dyno ramp``),
-    the planner's ``plan.as_dict()`` and the run's ``name`` (default: the profile's)."""
-
-    profile: Profile | None = None
-    plan: dict | None = None
-    name: str | None = None
-
-
-class _Ramp:
-    """A running ramp."""
-
-    def __init__(self, spec: RampSpec, record: RecordSpec | None, safety: SafetyLimits | None) -> None:
-        self.spec = spec
-        self.record = record
-        self.safety = safety
-        self.gen: LoadGenerator | None = None
-        self.recorder: RunRecorder | None = None  # the run this ramp opened (None: recorded in the open run, or not)
-        self.steps: list[StepStats] = []
-        self.safety_reason: str | None = None
-        self.abort_reason: str | None = None
-        self.aborted = threading.Event()
-        self.done = threading.Event()
-        self.outcome: RampOutcome | None = None
-        self.thread: threading.Thread | None = None
-        self.lock = threading.Lock()
 
 
 class RunController:
@@ -138,7 +110,7 @@ class RunController:
         self.failure: tuple[str, Diagnosis | None] | None = None
         self._failed = threading.Event()  # set with self.failure
         self.run: RunRecorder | None = None  # a run opened by open_run (spans the launch)
-        self._ramp: _Ramp | None = None
+        self._ramp: RampRun | None = None
         self._lock = threading.RLock()
         self._ready = threading.Event()
         self._bg: list[threading.Thread] = []
@@ -524,19 +496,9 @@ class RunController:
         return rec if rec is not None and rec.open else None
 
     def _new_recorder(self, record: RecordSpec, spec: RampSpec | dict[str, Any] | None = None) -> RunRecorder:
-        prof = record.profile
         t = self.target
-        engine = prof.engine if prof is not None else (Engine.SIM if self.sim_info else
-                                                       (t.engine if t else Engine.ATTACH))
-        name = record.name or (prof.name if prof is not None else f"ramp {self.url or ''}".strip())
-        gpu_count = 1
-        if prof is not None:
-            try:
-                gpu_count = prof.server_config(resolve=False).world_size
-            except Exception:
-                gpu_count = 1
-        return RunRecorder(self.store, name=name, engine=engine, profile_data=prof.to_data() if prof else None,
-                           spec=spec, plan=record.plan, gpu_count=gpu_count, clock_wall0=self.clock.wall0)
+        engine = Engine.SIM if self.sim_info else (t.engine if t else Engine.ATTACH)  # without a profile
+        return recorder_for(self.store, record, spec, engine=engine, url=self.url, clock_wall0=self.clock.wall0)
 
     def _attach_run(self, rec: RunRecorder) -> None:
         """The server's config, log, hardware and time scale into an open run."""
@@ -620,7 +582,7 @@ class RunController:
                 raise RuntimeError("a ramp is already running; abort it first")
             if not self.ready:
                 raise RuntimeError("no server is ready: launch (or attach to) one first")
-            r = _Ramp(apply_safety(spec, limits), record, limits)
+            r = RampRun(apply_safety(spec, limits), record, limits)
             self._ramp = r
         # A full (generation-2) collection walks every object of the process (the GUI's
         # Qt wrappers, pyqtgraph, pydantic models) and stopped its event loop for ≈ 55 ms
@@ -668,7 +630,7 @@ class RunController:
         if gen is not None:
             self._background("ramp-abort", gen.abort)
 
-    def _ramp_main(self, r: _Ramp) -> None:
+    def _ramp_main(self, r: RampRun) -> None:
         k = self.time_scale
         spec = r.spec
         try:
@@ -734,62 +696,28 @@ class RunController:
             log.exception("ramp failed")
             out = RampOutcome("error", f"{type(e).__name__}: {e}", error=f"{type(e).__name__}: {e}",
                               steps=list(r.steps), time_scale=k)
-        rec = r.recorder
-        if rec is not None:
-            try:
-                if out.status == "error" and not out.records and not out.steps and r.record is not None \
-                        and r.record.profile is None:
-                    rec.discard()  # nothing ran (`vllm-dyno ramp`'s failed pre-flight check): no run
-                else:
-                    out.summary, out.results = rec.finish(out.status, out.stop_reason, out.knee, error=out.error,
-                                                          verdict=out.verdict, users_at_slo=out.capacity)
-                    if rec.saved:
-                        out.run_id = rec.run_id
-                    else:
-                        out.unsaved = rec.problem
-                        self._emit("on_record_failed", self._keep_unsaved(rec, out))
-            except Exception as e:
-                log.exception("could not complete run %s", rec.run_id)
-                self._emit("on_record_failed", f"run {rec.run_id} could not be completed in the store: {e}")
+        if r.recorder is not None:
+            record_outcome(r.recorder, out, r.record, self._pending, self._emit)
         elif self.run is not None:
             out.run_id = self.run.run_id
         r.outcome = out
         r.done.set()
         self._emit("on_ramp_done", out)
 
-    def _check_safety(self, r: _Ramp) -> None:
+    def _check_safety(self, r: RampRun) -> None:
         """Ramp thread, every CHECK_INTERVAL_S: thermal limit, a failed server."""
-        s = r.safety
-        if s is not None and s.enabled and not r.safety_reason:
-            reason = thermal_stop_reason(self.bank, s.thermal_margin_c)
-            if reason:
-                with r.lock:
-                    r.safety_reason = reason
-                r.aborted.set()
-                if r.gen is not None:
-                    r.gen.abort()
-                self._emit("on_safety_stop", reason)
-        if self.failure is not None and r.gen is not None:
-            r.gen.abort()
+        reason = r.check_safety(self.bank, self.failure is not None)
+        if reason:
+            self._emit("on_safety_stop", reason)
 
-    def _ended_by_server(self, r: _Ramp, res: RampResult, status: str) -> bool:
-        """Whether a ramp's end may be the server's doing: it failed, or stopped on a
-        failure-rate or generator error — not an abort asked for by the user, and not a
-        pre-flight failure with no request sent (an unreachable URL is not a death)."""
-        if self.failure is not None:
-            return status not in OK_STATUSES
-        if status in OK_STATUSES or (status == "aborted" and r.abort_reason):
-            return False
-        return bool(res.records)
-
-    def _outcome(self, r: _Ramp, res: RampResult, k: float) -> RampOutcome:
+    def _outcome(self, r: RampRun, res: RampResult, k: float) -> RampOutcome:
         """The generator's result → the ramp's outcome in rig seconds."""
         with r.lock:
             steps = list(r.steps)
         status, reason = res.status, res.stop_reason or (res.error or "")
         if r.safety_reason:
             status, reason = "safety", r.safety_reason
-        elif self._ended_by_server(r, res, status) and self._server_died(list(res.records), reason):
+        elif r.ended_by_server(res, status, self.failure is not None) and self._server_died(list(res.records), reason):
             status, reason = "server_failed", self.failure_text
         elif status == "aborted" and r.abort_reason:
             reason = r.abort_reason
@@ -804,7 +732,7 @@ class RunController:
                 log.exception("could not compute the verdict")
         return out
 
-    def _verdict(self, r: _Ramp, steps: list[StepStats], records: list,
+    def _verdict(self, r: RampRun, steps: list[StepStats], records: list,
                  served: str | None = None) -> tuple[Capacity, Verdict]:
         """Users at the SLO and the verdict of a ramp's levels (:func:`app.run.outcome.ramp_verdict`)."""
         plan = r.record.plan if r.record is not None else (self.run.plan if self.run is not None else None)

@@ -20,7 +20,7 @@ from app.loadgen.spec import CapacitySearch, RampSpec
 from app.loadgen.stats import Knee, StepStats, records_to_rig
 from app.profiles.model import HardwareFingerprint, ResultsSummary
 from app.run.hardware import hardware_for
-from app.run.record import RunRecorder
+from app.run.record import RecordSpec, RunRecorder
 from app.run.target import LaunchTarget
 from app.run.verdict import Verdict, build_verdict, model_label, observe
 from app.server.supervisor import Supervisor
@@ -199,3 +199,27 @@ class UnsavedRuns:
                 self._on_saved(rec.run_id)
         with self._lock:
             return list(self.runs)
+
+
+def record_outcome(rec: RunRecorder, out: RampOutcome, record: RecordSpec | None, pending: UnsavedRuns,
+                   emit: Callable[..., None]) -> None:
+    """Finish the run ``rec`` a ramp opened with its outcome ``out`` (its summary and
+    results into ``out``; ``out.run_id`` once saved, else ``out.unsaved`` and the run kept
+    in ``pending``); a ramp of ``vllm-dyno ramp`` that ran nothing (a failed pre-flight
+    check: no profile, no request) is discarded. ``emit(name, *args)``: the listener's
+    ``on_record_failed``. Never raises."""
+    try:
+        if out.status == "error" and not out.records and not out.steps and record is not None \
+                and record.profile is None:
+            rec.discard()  # nothing ran (`vllm-dyno ramp`'s failed pre-flight check): no run
+            return
+        out.summary, out.results = rec.finish(out.status, out.stop_reason, out.knee, error=out.error,
+                                              verdict=out.verdict, users_at_slo=out.capacity)
+        if rec.saved:
+            out.run_id = rec.run_id
+        else:
+            out.unsaved = rec.problem
+            emit("on_record_failed", pending.keep(rec, out))
+    except Exception as e:
+        log.exception("could not complete run %s", rec.run_id)
+        emit("on_record_failed", f"run {rec.run_id} could not be completed in the store: {e}")
