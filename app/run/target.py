@@ -39,7 +39,7 @@ class LaunchTarget:
     what the user did not set (:meth:`RunController.launch_defaults`; False once done; a
     rig's are filled in by each host's agent for its own interpreter and cores).
     ``hosts``: the profile's rig (two or more: a multi-host launch through the hosts'
-    agents, :meth:`RunController._launch_rig`); ``ssh``: how they are reached (None: the
+    agents, :class:`app.run.handles.RigHandle`); ``ssh``: how they are reached (None: the
     user's SSH agent, config and known hosts); ``rig_timeout``: seconds to open every
     host's agent and probe it, and for the Ray backend's cluster to come up;
     ``ray_address``: a running Ray cluster (``HOST:PORT``) the Ray backend attaches to

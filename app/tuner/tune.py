@@ -95,7 +95,7 @@ class TuneSpec(BaseModel):
     budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
     the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`).
     ``hosts``: the rig of two or more hosts every launch goes over (the profile's
-    ``hosts:``; their agents, :meth:`app.run.controller.RunController._launch_rig`) and
+    ``hosts:``; their agents, :class:`app.run.handles.RigHandle`) and
     ``ray_address`` the Ray cluster the Ray backend attaches to — stored with the tune, so
     ``--resume`` relaunches on the same hosts (no secret: :class:`app.hosts.spec.Host`
     refuses them; how the hosts are reached, SSH options, is not stored: the resuming

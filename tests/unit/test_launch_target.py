@@ -43,8 +43,8 @@ def test_launch_target_is_built_only_by_its_builder() -> None:
     for folder in FOLDERS:
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel == BUILDER_MODULE:
-                continue
+            if rel == BUILDER_MODULE or "LaunchTarget" not in path.read_text(encoding="utf-8"):
+                continue  # parsed only where the name occurs: the tree is read in well under a second
             found += [f"{rel}:{n}" for n in _constructions(path)]
     assert not found, ("LaunchTarget(...) built by hand (use app.run.target.launch_target, the one builder): "
                        + ", ".join(found))
