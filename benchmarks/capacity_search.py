@@ -65,7 +65,8 @@ from app.planner.gpus import lookup_gpu  # noqa: E402
 from app.planner.models import resolve_model  # noqa: E402
 from app.planner.plan import Workload, plan  # noqa: E402
 from app.profiles.io import read_profile  # noqa: E402
-from app.run.controller import LaunchTarget, RunController  # noqa: E402
+from app.run.controller import RunController  # noqa: E402
+from app.run.target import launch_target  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,7 +129,7 @@ def run_case(name: str) -> list[tuple]:
         ctl = RunController()
         try:
             t0 = time.monotonic()
-            errs = ctl.launch(LaunchTarget("sim", cfg, sim_args=rig, telemetry=False))
+            errs = ctl.launch(launch_target("sim", cfg, sim_args=rig, telemetry=False))
             if errs:
                 raise SystemExit(f"{name}: launch refused: {errs}")
             if not ctl.wait_ready(120):

@@ -48,7 +48,8 @@ from app.planner.models import catalog_ids
 from app.planner.option_help import option_notes
 from app.planner.plan import apply_fix
 from app.planner.versions import installed_version, rules_for
-from app.run.controller import LaunchTarget, RecordSpec
+from app.run.controller import RecordSpec
+from app.run.target import LaunchTarget, launch_target
 from app.server.procs import end_leftovers, find_leftovers
 from app.settings import load_settings, save_settings
 from app.store import RunStore
@@ -826,8 +827,8 @@ class MainWindow(QMainWindow):
         if cfg is None:
             raise ValueError(self.state.config_error or "the form is not complete")
         eng = self.config.engine_key()
-        return LaunchTarget(
-            engine=eng, config=cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng.simulated else [],
+        return launch_target(
+            eng, cfg, sim_args=self.config.sim_rig(self.sim_time_scale).argv() if eng.simulated else [],
             python=self.settings.vllm_python, attach_url=self.config.attach_url.text().strip(),
             attach_model=self.config.attach_model.text().strip() or None, use_nvml=self.nvml_ok,
             gpu_interval=1.0 / self.settings.gpu_sample_hz, metrics_interval=1.0 / self.settings.metrics_scrape_hz,
@@ -909,7 +910,7 @@ class MainWindow(QMainWindow):
             cfg = cfg.model_copy(update={"host": start.hosts[0].reach})
             lead = (f"The tune launches over {len(start.hosts)} hosts "
                     f"({', '.join(h.label() for h in start.hosts)}); the head's API server")
-        req = self.confirm_exposure(LaunchTarget(engine=start.engine, config=cfg, hosts=list(start.hosts)), lead)
+        req = self.confirm_exposure(launch_target(start.engine, cfg, hosts=start.hosts), lead)
         return None if req is None else dataclasses.replace(start, expose=req.expose)
 
     def _run_dialog(self, dlg: QDialog) -> int:

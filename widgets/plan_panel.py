@@ -33,7 +33,7 @@ from app.planner.checks import weights_room_gib
 from app.planner.models import resolve_model
 from app.planner.pcie import read_host_pcie
 from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
-from app.planner.plan import Workload, fix_to_flags, plan
+from app.planner.plan import Workload, fix_to_flags, plan_for
 from app.planner.render import model_error_text, users_at_slo_text
 from widgets.axes import Log2Axis, log2, place_line
 from widgets.tasks import run_in_background
@@ -88,15 +88,16 @@ def compute_plan(inp: PlanInputs):
                      readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
     wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
                                                                                 inp.levels)
-    if sim:  # planned as the sim plans its rig: its vLLM rules and its (default) step-time parameters
-        return plan(cfg, gpus, model, wl, eng.plan_version(inp.vllm_version), use_calibration=eng.spec.calibrated,
-                    spec_acceptance=inp.spec_acceptance)
+    # the engine's vLLM rules and calibration (app.planner.plan.plan_for, as `vllm-dyno run` plans a profile):
+    # a sim rig is planned as the sim plans it, its pinned rules and its (default) step-time parameters
+    if sim:
+        return plan_for(eng, cfg, gpus, model, wl, inp.vllm_version, spec_acceptance=inp.spec_acceptance)
     # this machine's IOMMU matters to its own cards only (not to a sim rig)
     host = read_host_pcie() if inp.readings else None
     try:
-        return plan(cfg, gpus, model, wl, inp.vllm_version, host=host)
+        return plan_for(eng, cfg, gpus, model, wl, inp.vllm_version, host=host)
     except ImportError:  # no calibration module in this build
-        return plan(cfg, gpus, model, wl, inp.vllm_version, use_calibration=False, host=host)
+        return plan_for(eng, cfg, gpus, model, wl, inp.vllm_version, use_calibration=False, host=host)
 
 
 class PlanRunner(QObject):

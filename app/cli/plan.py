@@ -288,7 +288,8 @@ def cmd_plan(a: argparse.Namespace) -> int:
               "(or give one --count)", file=sys.stderr)
         return 2
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.planner.plan import plan
+    from app.engines import Engine
+    from app.planner.plan import plan_for
     from app.planner.render import render_plan
     from app.planner.versions import installed_version
 
@@ -327,7 +328,7 @@ def cmd_plan(a: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     version = a.vllm_version or installed_version(a.python)
-    p = plan(cfg, cards, model, wl, vllm_version=version, host=_host(a),
+    p = plan_for(Engine.VLLM, cfg, cards, model, wl, version, host=_host(a),
              spec_acceptance=getattr(a, "spec_acceptance", None), rig=rig if rig is not None and rig.multi_host else None)
     if a.json:
         print(json.dumps(p.as_dict(), indent=1, default=str))

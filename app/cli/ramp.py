@@ -289,8 +289,8 @@ class _Listener(RunListener):
 
 def run(a: argparse.Namespace) -> int:
     # deferred: only this command needs it (vllm-dyno starts light)
-    from app.config import ServerConfig
-    from app.run.controller import LaunchTarget, RecordSpec, RunController
+    from app.run.controller import RecordSpec, RunController
+    from app.run.target import launch_target
     from app.settings import load_settings
 
     apply_api_key_file(a)
@@ -313,8 +313,7 @@ def run(a: argparse.Namespace) -> int:
         safety = safety.model_copy(update={"max_failure_rate": a.max_failure_rate})
     prog = _Progress(sys.stdout)
     ctl = RunController(listener=_Listener(prog))
-    target = LaunchTarget(engine=Engine.ATTACH, config=ServerConfig(model=spec.model or "attached"),
-                          attach_url=spec.url, attach_model=spec.model)
+    target = launch_target(Engine.ATTACH, attach_url=spec.url, attach_model=spec.model)
     interrupted = False
     try:
         ctl.launch(target)

@@ -98,7 +98,8 @@ class _Printer(RunListener):
 
 def cmd_serve(a: argparse.Namespace) -> int:
     # deferred: only this command needs the run controller (vllm-dyno starts light)
-    from app.run.controller import LaunchTarget, RunController
+    from app.run.controller import RunController
+    from app.run.target import launch_target
     from app.server.launch import LaunchError
 
     cfg = config_from_args(a)
@@ -109,8 +110,8 @@ def cmd_serve(a: argparse.Namespace) -> int:
     done = threading.Event()
     ctl = RunController()
     ctl.listener = _Printer(ctl, not a.quiet_log, done)
-    target = LaunchTarget(engine=a.engine, config=cfg, python=a.python, sim_args=sim_args_from(a),
-                          telemetry=False, startup_timeout=a.startup_timeout, grace=a.grace, expose=a.expose)
+    target = launch_target(a.engine, cfg, python=a.python, sim_args=sim_args_from(a),
+                           telemetry=False, startup_timeout=a.startup_timeout, grace=a.grace, expose=a.expose)
     try:
         ctl.launch(target, check_leftovers=False)
     except LaunchError as e:

@@ -3,7 +3,7 @@
 backend's cluster and server (:func:`ray_plan`); :func:`launch_plan` picks by the
 config's ``distributed_executor_backend``. Shown and exported
 (``vllm-dyno hosts plan``), and launched by the run controller through each host's agent
-(app.run.controller ``RunController._launch_rig``). Each part gets ``VLLM_HOST_IP`` (its
+(app.run.handles ``RigHandle.launch``). Each part gets ``VLLM_HOST_IP`` (its
 host's address) and, where the probe found it, ``NCCL_SOCKET_IFNAME``/``GLOO_SOCKET_IFNAME``;
 ``--api-server-count`` stays on the head.
 

@@ -68,11 +68,12 @@ from app.config import ServerConfig, number_parser
 from app.engine.offline import run_level
 from app.engine.scheduler import BLOCK
 from app.engine.steptime import PerfParams
+from app.engines import Engine
 from app.planner.model_error import offered_concurrency, statement_for_plan
 from app.planner.calibrate import (PRIOR_WEIGHT, FIT_DEFAULT, LevelError, MeasuredLevel, MeasuredSet, apply_factors,
                                    fit_factors, level_errors)
 from app.planner.gpus import GpuSpec
-from app.planner.plan import Plan, Workload, fix_to_flags, plan
+from app.planner.plan import Plan, Workload, fix_to_flags, plan_for
 from app.planner.models import resolve_model
 
 #: The figures of a prediction, under the keys ``vllm bench serve --save-result`` writes,
@@ -586,8 +587,8 @@ def bench_plan(config: ServerConfig, cards: Sequence[GpuSpec], lengths: Sequence
     n = max(1, len(lengths))
     pt = max(1, round(sum(x for x, _ in lengths) / n))
     ot = max(1, round(sum(y for _, y in lengths) / n))
-    p = plan(config, list(cards), resolve_model(config.model), Workload(pt, ot, length_spread=0.0),
-             vllm_version=vllm_version, params=params, use_calibration=use_calibration, predict=False)
+    p = plan_for(Engine.VLLM, config, list(cards), resolve_model(config.model), Workload(pt, ot, length_spread=0.0),
+                 vllm_version, params=params, use_calibration=use_calibration, predict=False)
     f = p.primary
     if p.verdict == "error" and f is not None:
         fix = f"; fix: {fix_to_flags(f.fix)}" if f.fix else ""

@@ -22,6 +22,7 @@ from app.loadgen.prompts import planned_lengths
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
+from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec, RigLayout
@@ -683,6 +684,24 @@ def _rank_layouts(config: ServerConfig, f: Finding, gpus: list[GpuSpec], model: 
             out.append((len(q.cards), i, cand, tps))
     out.sort(key=lambda x: (-x[3], x[0], x[1]))
     return [(cand, tps) for _, _, cand, tps in out]
+
+
+def plan_for(engine: Engine | str, config: ServerConfig, gpus: list[GpuSpec], model: ModelArch,
+             workload: Workload | None = None, vllm_version: str | None = None, *, host: HostPcie | None = None,
+             spec_acceptance: float | None = None, rig: RigLayout | None = None, predict: bool = True,
+             use_calibration: bool = True, params: PerfParams | None = None) -> Plan:
+    """The one composition of a plan for a launch of ``engine`` (an
+    :class:`app.engines.Engine` or its name): :func:`plan` with the engine's vLLM rules
+    (``engine.plan_version(vllm_version)``: the sim's pinned rules, else ``vllm_version``,
+    the server's version; None → the newest known) and its calibration (a saved one for
+    the cards only where ``engine.spec.calibrated`` and ``use_calibration``; the sim's
+    step times are its own defaults). The window, ``vllm-dyno run``/``plan``/``calibrate``
+    and a profile's plan (:func:`app.run.profile_run.plan_profile`) all plan through it.
+    Other arguments as :func:`plan`."""
+    eng = Engine(engine)
+    return plan(config, gpus, model, workload, eng.plan_version(vllm_version), params=params,
+                use_calibration=use_calibration and eng.spec.calibrated, host=host, predict=predict,
+                spec_acceptance=spec_acceptance, rig=rig)
 
 
 def check(config: ServerConfig, gpus: list[GpuSpec], model: ModelArch, workload: Workload | None = None,

@@ -18,9 +18,16 @@ import hashlib
 import json
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+import logging
+from typing import TYPE_CHECKING, Any, Callable
 
 from app.server.logparse import PHASE_KEYS, PHASE_LABELS
+
+if TYPE_CHECKING:  # types only: the store and the supervisor are handed in
+    from app.server.supervisor import Supervisor
+    from app.store import RunStore
+
+log = logging.getLogger(__name__)
 
 #: how many earlier launches of a configuration the estimate uses (their median)
 HISTORY = 5
@@ -108,3 +115,52 @@ def progress(phase: str | None, phase_times: dict[str, float], started_t: float,
             p.remaining_s = max(0.0, left)
             p.overdue = left < 0
     return p
+
+
+class LaunchTimer:
+    """The timing of a session's launch: ``key`` (:func:`launch_key`; None before a
+    launch), ``expected`` (the earlier ready launches' phase starts, s after the launch
+    began, :func:`expected_phases`; None: no earlier launch) and the last phase seen."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.expected: dict[str, float] | None = None
+        self.phase_seen: str | None = None
+
+    def load(self, store: "Callable[[], RunStore]", engine: str, config: Any, sim_args: list[str] | None,
+             python: str | None) -> None:
+        """A launch begins: the earlier ready launches of this configuration from the run
+        store (``store()``, opened on first use), for the expected time left (a store that
+        cannot be opened or read only means no estimate)."""
+        self.phase_seen = None
+        self.key = launch_key(engine, config, sim_args, python)
+        try:
+            self.expected = expected_phases(store().launches(self.key, HISTORY))
+        except Exception as e:  # the estimate is a help: a store problem must not stop a launch
+            log.debug("no launch history: %s", e)
+            self.expected = None
+
+    def save(self, store: "Callable[[], RunStore]", engine: str, sup: "Supervisor", now: float) -> None:
+        """The launch of ``sup`` became ready at ``now`` (session-clock s): keep its phase
+        times in the run store (``store()``) for the next launch of it."""
+        if self.key is None or sup.started_t is None:
+            return
+        try:
+            store().add_launch(self.key, engine, max(0.0, now - sup.started_t), sup.launch_phases())
+        except Exception as e:  # a full or read-only store: the next launch has no estimate, nothing else
+            log.info("launch time not kept: %s", e)
+
+    def progress(self, sup: "Supervisor | None", now: float) -> LaunchProgress | None:
+        """Where the launch of ``sup`` is at ``now`` (:func:`progress`); None without a
+        launched server."""
+        if sup is None or sup.started_t is None:
+            return None
+        f = sup.parser.facts
+        return progress(f.phase, dict(f.phase_times), sup.started_t, now, self.expected)
+
+    def new_phase(self, sup: "Supervisor | None") -> bool:
+        """Whether the log of ``sup`` entered another phase since the last call."""
+        if sup is None or sup.parser.facts.phase == self.phase_seen:
+            return False
+        self.phase_seen = sup.parser.facts.phase
+        return True

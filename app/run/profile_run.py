@@ -21,12 +21,13 @@ from app.loadgen.spec import RampSpec
 from app.loadgen.stats import Knee, StepStats
 from app.planner.launch_defaults import LaunchDefaults
 from app.planner.models import resolve_model
-from app.planner.plan import Plan, Workload, plan
+from app.planner.plan import Plan, Workload, plan_for
 from app.profiles.env_policy import EnvRefused, screen_env
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.run.controller import OK_STATUSES, LaunchTarget, RampOutcome, RecordSpec, RunController, RunListener, State
 from app.run.record import RunRecorder
 from app.run.safety import NoSafety
+from app.run.target import launch_target
 from app.run.verdict import Verdict
 from app.server.launch import LaunchError
 from app.server.supervisor import Supervisor
@@ -101,8 +102,10 @@ def plan_profile(profile: Profile, vllm_version: str | None = None) -> Plan | No
         return None
     cfg = profile.server_config()
     wl = Workload.from_ramp(profile.ramp)  # the ramp's levels, lengths, warm-up and SLO are predicted
-    return plan(cfg, hw.planner_cards(), resolve_model(cfg.model), wl, vllm_version=vllm_version,
-                rig=hw.rig_layout())
+    acceptance = profile.sim.spec_acceptance if profile.engine.simulated and profile.sim is not None else None
+    # the engine's vLLM rules and calibration (the sim's pinned rules, its own step times), as the window plans it
+    return plan_for(profile.engine, cfg, hw.planner_cards(), resolve_model(cfg.model), wl, vllm_version,
+                    spec_acceptance=acceptance, rig=hw.rig_layout())
 
 
 class _Listener(RunListener):
@@ -279,8 +282,8 @@ class ProfileRun:
         ctl = self.controller
         self._set_phase(Phase.PLANNING)
         # the CPU build's working defaults, before the plan and the record see the profile
-        target = ctl.launch_defaults(LaunchTarget.from_profile(
-            self.profile, python=self.python, telemetry=self.use_telemetry, startup_timeout=self.startup_timeout,
+        target = ctl.launch_defaults(launch_target(
+            profile=self.profile, python=self.python, telemetry=self.use_telemetry, startup_timeout=self.startup_timeout,
             grace=self.grace, expose=self.expose, ssh=self.ssh))
         before = self.profile.server_config()
         if target.config != before:

@@ -38,12 +38,14 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from app.config import redact_argv, redact_secrets, redact_text, secret_values
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import Knee, StepStats, peak_level
-from app.profiles.model import HardwareFingerprint, ResultsSummary
+from app.engines import Engine
+from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 from app.server.supervisor import Supervisor
 from app.store import RunStore, StoreWriteError
 from app.telemetry.store_writer import StoreWriter
@@ -371,3 +373,32 @@ class RunRecorder:
         rid = self.run_id
         if rid is not None:
             self._try(lambda: self.store.delete_run(rid))
+
+
+@dataclass
+class RecordSpec:
+    """How a run is recorded: the ``profile`` snapshot (None for ``vllm-dyno ramp``),
+    the planner's ``plan.as_dict()`` and the run's ``name`` (default: the profile's)."""
+
+    profile: Profile | None = None
+    plan: dict | None = None
+    name: str | None = None
+
+
+def recorder_for(store: RunStore, record: RecordSpec, spec: RampSpec | dict[str, Any] | None = None, *,
+                 engine: Engine, url: str | None = None, clock_wall0: float | None = None) -> RunRecorder:
+    """A new run in ``store`` as ``record`` says: its name (``record.name``, the profile's,
+    else ``"ramp URL"``), its engine (the profile's, else ``engine``), the profile snapshot,
+    the ramp ``spec``, the plan and the cards a profile's layout uses (1 without one).
+    ``clock_wall0``: the session clock's wall time at 0 (s since the epoch)."""
+    prof = record.profile
+    name = record.name or (prof.name if prof is not None else f"ramp {url or ''}".strip())
+    gpu_count = 1
+    if prof is not None:
+        try:
+            gpu_count = prof.server_config(resolve=False).world_size
+        except Exception:
+            gpu_count = 1
+    return RunRecorder(store, name=name, engine=prof.engine if prof is not None else engine,
+                       profile_data=prof.to_data() if prof else None, spec=spec, plan=record.plan,
+                       gpu_count=gpu_count, clock_wall0=clock_wall0)

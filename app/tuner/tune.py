@@ -58,7 +58,8 @@ from app.planner.model_error import CPU as CPU_CLASS, card_class, statement as e
 from app.planner.models import resolve_model
 from app.planner.plan import Plan, Workload, check
 from app.profiles.model import HardwareFingerprint
-from app.run.controller import LaunchTarget, RecordSpec, RunController
+from app.run.controller import RecordSpec, RunController
+from app.run.target import launch_target
 from app.run.verdict import Verdict
 from app.server.launch import LaunchError
 from app.settings import Pricing
@@ -95,7 +96,7 @@ class TuneSpec(BaseModel):
     budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
     the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`).
     ``hosts``: the rig of two or more hosts every launch goes over (the profile's
-    ``hosts:``; their agents, :meth:`app.run.controller.RunController._launch_rig`) and
+    ``hosts:``; their agents, :class:`app.run.handles.RigHandle`) and
     ``ray_address`` the Ray cluster the Ray backend attaches to — stored with the tune, so
     ``--resume`` relaunches on the same hosts (no secret: :class:`app.hosts.spec.Host`
     refuses them; how the hosts are reached, SSH options, is not stored: the resuming
@@ -332,11 +333,11 @@ class ControllerRig:
         s, ctl = self.spec, self.ctl
         t0 = time.monotonic()
         try:
-            target = LaunchTarget(engine=s.engine, config=cfg, sim_args=list(s.sim_args), python=s.python,
-                                  use_nvml=s.engine.spec.card_samples is CardSamples.NVML and not s.hardware.is_cpu
-                                  and not s.multi_host,
-                                  startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
-                                  hosts=list(s.hosts), ssh=self.ssh, ray_address=s.ray_address)
+            target = launch_target(s.engine, cfg, sim_args=s.sim_args, python=s.python,
+                                   use_nvml=s.engine.spec.card_samples is CardSamples.NVML and not s.hardware.is_cpu
+                                   and not s.multi_host,
+                                   startup_timeout=s.startup_timeout, grace=s.grace, expose=self.expose,
+                                   hosts=s.hosts, ssh=self.ssh, ray_address=s.ray_address)
             try:
                 left = ctl.launch(target)
             except (LaunchError, ValueError) as e:

@@ -28,7 +28,7 @@ import pytest
 
 from app.config import ServerConfig
 from app.loadgen.spec import RampSpec
-from app.run import controller as controller_mod
+from app.run import outcome as outcome_mod
 from app.run.controller import LaunchTarget, RecordSpec, RunController, RunListener
 from app.store import RunStore, StoreWriteError, storage_cause
 from tests.loadgen_server import Script, ScriptedServer
@@ -141,7 +141,7 @@ class FullDisk:
 
 
 def test_full_disk_injected_keeps_the_ramp_and_saves_it_when_space_returns(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(controller_mod, "SAVE_RETRY_S", 0.2)
+    monkeypatch.setattr(outcome_mod, "SAVE_RETRY_S", 0.2)
     caplog.set_level(logging.WARNING)
     path = tmp_path / "runs.sqlite"
     store = RunStore(path, flush_interval=0.1)
@@ -232,7 +232,7 @@ def test_unwritable_folder_opens_read_only_and_refuses_writes_with_the_cause(tmp
 # ---------------------------------------------------------------------- the real faults (root: tmpfs)
 def test_full_tmpfs_during_a_ramp_keeps_every_level_and_saves_when_space_returns(tmp_path, monkeypatch, caplog):
     """Before: every level row was lost and a traceback printed."""
-    monkeypatch.setattr(controller_mod, "SAVE_RETRY_S", 0.2)
+    monkeypatch.setattr(outcome_mod, "SAVE_RETRY_S", 0.2)
     caplog.set_level(logging.WARNING)
     with tmpfs(tmp_path / "fs", "2m") as fs:
         path = fs / "runs.sqlite"

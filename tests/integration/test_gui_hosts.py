@@ -20,7 +20,7 @@ from PySide6.QtWidgets import QLabel
 
 from app.config import ServerConfig
 from app.hosts.plan import HostCommand
-from app.hosts.rig import Rig
+from app.run.handles import RigHandle
 from app.hosts.spec import Host, hosts_from
 from app.run.controller import RunController
 from widgets.hosts_view import REASON_COLOR, HostsView, cards_text
@@ -37,13 +37,14 @@ def _wait(cond, timeout: float, what: str) -> None:
 def test_rig_status_of_two_local_agents_and_the_view_of_it(qtbot):
     ctl = RunController()
     head, other = Host(ssh="localhost"), Host(ssh="127.0.0.1")
-    rig = Rig([head, other], clock=ctl.clock)
-    ctl.rig = rig
+    ctl.rig_handle = RigHandle([head, other], clock=ctl.clock)
+    rig = ctl.rig
+    assert rig is not None
     assert [r["state"] for r in ctl.rig_status()] == ["connecting", "connecting"]  # no hello yet
     try:
         rig.open(timeout=60)
         cfg = ServerConfig(model="Llama-3-8B")
-        ctl.rig_plan = [HostCommand(head, "head", 0, cfg), HostCommand(other, "headless", 1, cfg)]
+        ctl.rig_handle.plan = [HostCommand(head, "head", 0, cfg), HostCommand(other, "headless", 1, cfg)]
         rows = ctl.rig_status()
         assert [(r["host"], r["role"], r["rank"], r["state"]) for r in rows] == \
             [("localhost", "head", 0, "starting"), ("127.0.0.1", "headless", 1, "starting")]

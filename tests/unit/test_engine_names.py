@@ -66,9 +66,9 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the --backend option: vLLM's executor backend (mp | ray), not an engine",
     ("app/cli/agent.py", "a.backend == 'ray'"):
         "the --backend option: vLLM's executor backend (mp | ray), not an engine",
-    ("app/run/controller.py", "cmd.part == 'ray'"):
+    ("app/run/handles.py", "cmd.part == 'ray'"):
         "a host command's part (server | ray), not an engine",
-    ("app/run/controller.py", "cmd.kind == 'ray'"):
+    ("app/run/handles.py", "cmd.kind == 'ray'"):
         "a host command's kind (serve | ray: the host's Ray node), not an engine",
 }
 

@@ -538,23 +538,25 @@ def test_the_ray_cluster_wait_is_bounded_and_names_the_late_hosts():
     import threading
 
     from app.hosts.plan import RAY_STARTED
-    from app.run.controller import RunController
+    from app.clock import SessionClock
+    from app.hosts.spec import Host
+    from app.run.handles import RigHandle
     from app.server.launch import LaunchError
 
-    ctl = RunController()
+    ctl = RigHandle([Host(ssh="dyno@10.0.0.11"), Host(ssh="dyno@10.0.0.12")], clock=SessionClock())
     try:
         up, late = threading.Event(), threading.Event()
         started = {"dyno@10.0.0.11": up, "dyno@10.0.0.12": late}
-        ctl._rig_line("[dyno@10.0.0.11 ray]", "stdout", f"{RAY_STARTED}", 0.0, up)
-        ctl._rig_line("[dyno@10.0.0.12 ray]", "stdout", "Local node IP: 10.0.0.12", 0.0, late)
+        ctl.line("[dyno@10.0.0.11 ray]", "stdout", f"{RAY_STARTED}", 0.0, up)
+        ctl.line("[dyno@10.0.0.12 ray]", "stdout", "Local node IP: 10.0.0.12", 0.0, late)
         assert up.is_set() and not late.is_set()
         t = time.monotonic()
         with pytest.raises(LaunchError) as e:
-            ctl._wait_ray_cluster(started, 1.0)
+            ctl.wait_ray_cluster(started, 1.0)
         assert time.monotonic() - t < 10
         assert "did not come up within 1 s: host(s) dyno@10.0.0.12 never said 'Ray runtime started.'" in str(e.value)
         late.set()
-        ctl._wait_ray_cluster(started, 1.0)  # every node up: returns
+        ctl.wait_ray_cluster(started, 1.0)  # every node up: returns
     finally:
         ctl.close()
 
