@@ -79,6 +79,7 @@ from app.server.interpreter import inspect_interpreter, resolve_python
 from app.server.launch import LaunchError
 from app.server.supervisor import StateChange, Supervisor, health_status
 from app.store import RunStore
+from app.telemetry import names
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
 from app.telemetry.gpu_source import GpuSource
 from app.telemetry.http_source import HttpGpuSource
@@ -1271,7 +1272,7 @@ class RunController:
     def energy(self, st: StepStats) -> LevelEnergy:
         """Power (W) and J/token of level ``st`` (rig seconds) from the live GPU power
         samples (:func:`app.telemetry.derived.level_energy`)."""
-        power = gpu_series(self.bank, "power_w")
+        power = gpu_series(self.bank, names.POWER_W)
         return level_energy(power, st.window_start, st.window_end, st.output_tps * st.window_s, self.time_scale)
 
     # ------------------------------------------------------------------ stop
