@@ -35,6 +35,7 @@ from typing import Any, Sequence
 from app.history import cards_text, get_run
 from app.loadgen.stats import peak_level
 from app.settings import Pricing
+from app.telemetry import names
 from app.telemetry.derived import cost_per_mtok, level_energy, power_series
 
 
@@ -197,7 +198,7 @@ def load_series(store, run_ids: Sequence[int], gpus: dict[int, int] | None = Non
         v = s.get("verdict") or {}
         rs = RunSeries(rid, f"#{rid} {r['name']}", n, r["levels"], r["status"], k, users_at_slo=v.get("users"),
                        verdict=v.get("sentence"), settings=run_settings(r))
-        power = power_series(store.samples(rid, name="power_w"))
+        power = power_series(store.samples(rid, name=names.POWER_W))
         for d in rs.levels:
             w0, w1 = d.get("window_start"), d.get("window_end")
             if w0 is None or w1 is None:

@@ -1,7 +1,8 @@
 """Run history over the run store: list, show, delete, export (JSON, CSV), and turn a
 finished run back into a profile with its results.
 
-A run recorded by :class:`app.session.Session` keeps the profile snapshot under
+A run recorded by :class:`app.run.controller.RunController` (through
+:class:`app.run.record.RunRecorder`) keeps the profile snapshot under
 ``runs.config.profile``; runs from ``vllm-dyno ramp`` have none (``profile_from_run``
 then needs a ``server`` mapping from the caller).
 """

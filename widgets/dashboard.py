@@ -22,6 +22,7 @@ from PySide6.QtWidgets import QGraphicsItem
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.loadgen.live import BIN_S, SMOOTH_S
+from app.telemetry import names
 from widgets.plot_export import export_plot
 from widgets.axes import LegendFit, PlainLogAxis, nice_step, place_line
 
@@ -33,7 +34,8 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 TELEMETRY_TURNS = ("vram", "temp", "power", "requests")
 
 #: per-GPU plots: plot key → (sample name, scale to display units)
-GPU_SERIES = {"vram": ("memory_used_bytes", 1 / GIB), "temp": ("temp_gpu_c", 1.0), "power": ("power_w", 1.0)}
+GPU_SERIES = {"vram": (names.MEMORY_USED_BYTES, 1 / GIB), "temp": (names.TEMP_GPU_C, 1.0),
+              "power": (names.POWER_W, 1.0)}
 
 
 def gpu_color(i: int) -> str:
@@ -167,8 +169,8 @@ class Dashboard(QWidget):
         self.plots["power"].addItem(self.power_limit_line)
         self.power_limit_line.hide()
         rp = self.plots["requests"]
-        self.req_curves = {"running": rp.plot([], [], pen=pg.mkPen("#1f77b4", width=2), name="running"),
-                           "waiting": rp.plot([], [], pen=pg.mkPen("#ff7f0e", width=2), name="waiting")}
+        self.req_curves = {names.RUNNING: rp.plot([], [], pen=pg.mkPen("#1f77b4", width=2), name="running"),
+                           names.WAITING: rp.plot([], [], pen=pg.mkPen("#ff7f0e", width=2), name="waiting")}
         self.gpu_curves: dict[tuple[str, str], pg.PlotDataItem] = {}
         self.boundaries: list[tuple[float, float]] = []
         self._boundary_items: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
@@ -399,23 +401,23 @@ class Dashboard(QWidget):
                     self._note_y(plot_key, key, val * scale)
         if gpus and only in (None, "vram"):
             g0 = gpus[0]
-            if self._changed(bank, g0, "memory_total_bytes"):
-                t, val = bank.get(g0, "memory_total_bytes")
+            if self._changed(bank, g0, names.MEMORY_TOTAL_BYTES):
+                t, val = bank.get(g0, names.MEMORY_TOTAL_BYTES)
                 self.vram_total.setData(t, val / GIB, connect="finite")
                 fin = val[np.isfinite(val)]
                 if fin.size:
                     self.plots["vram"].setYRange(0, float(fin.max()) / GIB * 1.08, padding=0)
-            heads = [bank.last(g, "vram_headroom_bytes") for g in gpus]
+            heads = [bank.last(g, names.VRAM_HEADROOM_BYTES) for g in gpus]
             heads = [h[1] for h in heads if h is not None and h[1] == h[1]]
             if heads:
                 self._set_title("vram", f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB")
         if gpus and only in (None, "temp", "power"):
             g0 = gpus[0]
-            last = bank.last(g0, "temp_slowdown_c")
+            last = bank.last(g0, names.TEMP_SLOWDOWN_C)
             if last is not None and last[1] == last[1]:
                 if self.slowdown_line.value() != last[1] or not self.slowdown_line.isVisible():
                     place_line(self.slowdown_line, last[1], f"slowdown {last[1]:.0f} °C")
-            last = bank.last(g0, "power_limit_w")
+            last = bank.last(g0, names.POWER_LIMIT_W)
             if last is not None and last[1] == last[1]:
                 if self.power_limit_line.value() != last[1] or not self.power_limit_line.isVisible():
                     place_line(self.power_limit_line, last[1], f"limit {last[1]:.0f} W")
@@ -429,8 +431,8 @@ class Dashboard(QWidget):
                 self._seen_t(t)
                 c.setData(t, val, connect="finite")
                 self._note_y("requests", name, val)
-        if self._changed(bank, "metrics", "kv_cache_usage"):
-            t, val = bank.get("metrics", "kv_cache_usage")
+        if self._changed(bank, "metrics", names.KV_CACHE_USAGE):
+            t, val = bank.get("metrics", names.KV_CACHE_USAGE)
             ok = np.isfinite(val)
             self.kv_curve.setData(t[ok], val[ok] * 100.0)
 

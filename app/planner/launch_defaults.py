@@ -14,7 +14,7 @@ vLLM's own defaults do not work well on a machine without a GPU:
   4 GiB or what one ``max_model_len`` request needs, within what the node has available
   after the weights).
 - The default executor runs the model in a separate ``VLLM::Worker`` process that
-  busy-waits with the engine core (README, docs/vllm-facts.md): the in-process executor
+  busy-waits with the engine core (docs/cli.md, docs/vllm-facts.md): the in-process executor
   is ``--distributed-executor-backend uni`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
   (app.planner.checks.check_cpu_executor).
 

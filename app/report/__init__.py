@@ -62,10 +62,10 @@ class TelemetryRow:
 
 #: the telemetry series summarised, in the table's order
 TELEMETRY: tuple[TelemetryRow, ...] = (
-    TelemetryRow("power", "gpu", "power_w", "W"),
-    TelemetryRow("GPU temperature", "gpu", "temp_gpu_c", "°C"),
+    TelemetryRow("power", "gpu", names.POWER_W, "W"),
+    TelemetryRow("GPU temperature", "gpu", names.TEMP_GPU_C, "°C"),
     TelemetryRow("memory used", "gpu", names.MEMORY_USED_BYTES, "GiB", 1 / 2**30),
-    TelemetryRow("GPU utilisation", "gpu", "util_gpu_pct", "%"),
+    TelemetryRow("GPU utilisation", "gpu", names.UTIL_GPU_PCT, "%"),
     TelemetryRow("KV cache usage", "metrics", names.KV_CACHE_USAGE, "%", 100.0),
     TelemetryRow("running requests", "metrics", names.RUNNING, ""),
     TelemetryRow("waiting requests", "metrics", names.WAITING, ""),

@@ -25,6 +25,7 @@ from app.run.target import LaunchTarget
 from app.run.verdict import Verdict, build_verdict, model_label, observe
 from app.server.supervisor import Supervisor
 from app.settings import load_settings
+from app.telemetry import names
 from app.telemetry.derived import LevelEnergy, gpu_series, level_energy
 from app.telemetry.series import SeriesBank
 
@@ -95,7 +96,7 @@ class VerdictContext:
 def ramp_energy(bank: SeriesBank, st: StepStats, time_scale: float = 1.0) -> LevelEnergy:
     """Power (W) and J/token of level ``st`` (rig seconds) from the GPU power samples in
     ``bank`` (:func:`app.telemetry.derived.level_energy`; ``time_scale``: the sim's k)."""
-    power = gpu_series(bank, "power_w")
+    power = gpu_series(bank, names.POWER_W)
     return level_energy(power, st.window_start, st.window_end, st.output_tps * st.window_s, time_scale)
 
 

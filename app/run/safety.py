@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from app.loadgen.spec import RampSpec
 from app.settings import SafetyLimits, load_settings
+from app.telemetry import names
 from app.telemetry.series import SeriesBank
 
 #: seconds between two thermal checks of a running ramp
@@ -66,9 +67,9 @@ def thermal_stop_reason(bank: SeriesBank, margin_c: float) -> str | None:
     temperature at which to stop. Cards without a reading or a threshold are skipped
     (NaN is "no reading")."""
     for src, name in bank.keys():
-        if name != "temp_gpu_c":
+        if name != names.TEMP_GPU_C:
             continue
-        cur, slow = bank.last(src, name), bank.last(src, "temp_slowdown_c")
+        cur, slow = bank.last(src, name), bank.last(src, names.TEMP_SLOWDOWN_C)
         if cur is None or slow is None or cur[1] != cur[1] or slow[1] != slow[1]:
             continue
         if cur[1] >= slow[1] - margin_c:

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from app.loadgen.capacity import Capacity, fmt_users, slo_text
 from app.loadgen.stats import StepStats
 from app.settings import Pricing
+from app.telemetry import names
 from app.telemetry.derived import cost_per_mtok
 from app.telemetry.throttle import LIMITING, decode
 
@@ -80,18 +81,18 @@ def observe(bank: Any, st: StepStats, time_scale: float = 1.0) -> LevelObservati
         v = _window(bank, "metrics", name, t0, t1)
         return float(v.mean()) if v.size else None
 
-    kv = _window(bank, "metrics", "kv_cache_usage_max", t0, t1)
+    kv = _window(bank, "metrics", names.KV_CACHE_USAGE_MAX, t0, t1)
     if not kv.size:
-        kv = _window(bank, "metrics", "kv_cache_usage", t0, t1)
-    pre = _window(bank, "metrics", "preemptions_total", t0, t1)
+        kv = _window(bank, "metrics", names.KV_CACHE_USAGE, t0, t1)
+    pre = _window(bank, "metrics", names.PREEMPTIONS_TOTAL, t0, t1)
     reasons: list[str] = []
     for src, name in bank.keys():
-        if name == "throttle_reasons" and src.startswith("gpu"):
+        if name == names.THROTTLE_REASONS and src.startswith("gpu"):
             for m in _window(bank, src, name, t0, t1):
                 for r in decode(int(m) & LIMITING) or []:
                     if r not in reasons:
                         reasons.append(r)
-    return LevelObservation(running=mean("running"), waiting=mean("waiting"),
+    return LevelObservation(running=mean(names.RUNNING), waiting=mean(names.WAITING),
                             kv_usage_max=float(kv.max()) if kv.size else None,
                             preemptions=float(pre[-1] - pre[0]) if pre.size > 1 else None,
                             throttle=tuple(reasons))

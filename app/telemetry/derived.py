@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from app.telemetry import throttle
+from app.telemetry import names, throttle
 
 Series = tuple[np.ndarray, np.ndarray]
 LevelSpan = tuple[Any, float, float]
@@ -187,7 +187,7 @@ def power_series(samples: Iterable[tuple]) -> dict[str, Series]:
     ``RunStore.samples`` returns them): ``gpuN`` → (t, W) arrays; NULL values are gaps."""
     per: dict[str, tuple[list[float], list[float]]] = {}
     for t, src, name, v in samples:
-        if name == "power_w" and src.startswith("gpu"):
+        if name == names.POWER_W and src.startswith("gpu"):
             ts, vs = per.setdefault(src, ([], []))
             ts.append(t)
             vs.append(np.nan if v is None else v)

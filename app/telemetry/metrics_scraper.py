@@ -25,7 +25,8 @@ from typing import Any
 from app.clock import SessionClock
 from app.telemetry.http_source import fetch_text
 from app.telemetry.names import (COUNTER_SERIES, HISTOGRAM_SERIES, KV_CACHE_USAGE, KV_CACHE_USAGE_MAX,
-                                 KV_CAPACITY_TOKENS, QUANTILES, RUNNING, UP, WAITING, quantile_series)
+                                 KV_CAPACITY_TOKENS, QUANTILES, RUNNING, UP, WAITING, counter_rate,
+                                 counter_total, quantile_series)
 from app.telemetry.metrics_parse import (MetricsParseError, MetricsSnapshot, histogram_delta, histogram_quantile,
                                           parse_metrics)
 from app.telemetry.periodic import PeriodicSampler
@@ -41,7 +42,7 @@ HISTOGRAMS = dict(zip(HISTOGRAM_SERIES, ("time_to_first_token_seconds", "inter_t
 COUNTERS = dict(zip(COUNTER_SERIES, ("prompt_tokens_total", "generation_tokens_total", "num_preemptions_total")))
 #: sample name → the gauge it reads (per engine: ``metrics.e<engine>``)
 GAUGES = {RUNNING: "num_requests_running", WAITING: "num_requests_waiting", KV_CACHE_USAGE: "kv_cache_usage_perc"}
-GAP_SERIES = (RUNNING, WAITING, KV_CACHE_USAGE, "prompt_tokens_per_s", "generation_tokens_per_s")
+GAP_SERIES = (RUNNING, WAITING, KV_CACHE_USAGE, counter_rate("prompt_tokens"), counter_rate("generation_tokens"))
 
 
 class MetricsDeriver:
@@ -80,13 +81,13 @@ class MetricsDeriver:
         dt = t - prev[0] if prev else 0.0
         for short, cname in COUNTERS.items():
             cur = snap.counter(cname)
-            put(f"{short}_total", cur)
+            put(counter_total(short), cur)
             rate = None
             if cur is not None and prev and dt > 0:
                 old = prev[1].counter(cname)
                 if old is not None:
                     rate = (cur - old if cur >= old else cur) / dt
-            put(f"{short}_per_s", rate)
+            put(counter_rate(short), rate)
         for short, hname in HISTOGRAMS.items():
             h = snap.histogram(hname)
             if h is None or not prev:
@@ -106,7 +107,7 @@ class MetricsDeriver:
                 cur = snap.counter_by_engine("generation_tokens").get(e)
                 old = prev[1].counter_by_engine("generation_tokens").get(e) if prev else None
                 if cur is not None and old is not None and dt > 0:
-                    put("generation_tokens_per_s", (cur - old if cur >= old else cur) / dt, src)
+                    put(counter_rate("generation_tokens"), (cur - old if cur >= old else cur) / dt, src)
             latest["by_engine"] = {e: {"running": snap.gauge_by_engine("num_requests_running").get(e),
                                        "kv_cache_usage": snap.gauge_by_engine("kv_cache_usage_perc").get(e)}
                                    for e in sorted(snap.engines)}

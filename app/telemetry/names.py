@@ -1,5 +1,9 @@
 """The names of the telemetry series, declared once: what every producer writes and every
-reader (the HTML report, app.report) asks for.
+consumer reads — the Live tab (widgets.dashboard), the HTML report (app.report), the
+verdict's observation and the safety stop (app.run.verdict, app.run.safety), the
+comparison's and the controller's energy (app.comparison, app.run.controller,
+app.telemetry.derived). A consumer names a series by a constant of this module, never by
+a string of its own (tests/unit/test_telemetry_names.py fails on one no producer declares).
 
 A series is ``(source, name)`` (:class:`app.telemetry.series.Sample`); each producer
 writes under its own sources, and each of its names is declared here with the unit of
@@ -30,8 +34,11 @@ GPU_SERIES: dict[str, str] = {
 }
 #: the GPU reading's fields that are series (sample name = field name), in order
 GPU_READING_SERIES: tuple[str, ...] = tuple(GPU_SERIES)[:-2]
-MEMORY_USED_BYTES = "memory_used_bytes"
+MEMORY_TOTAL_BYTES, MEMORY_USED_BYTES = "memory_total_bytes", "memory_used_bytes"
 VRAM_HEADROOM_BYTES = "vram_headroom_bytes"
+TEMP_GPU_C, TEMP_SLOWDOWN_C = "temp_gpu_c", "temp_slowdown_c"
+POWER_W, POWER_LIMIT_W = "power_w", "power_limit_w"
+UTIL_GPU_PCT, THROTTLE_REASONS = "util_gpu_pct", "throttle_reasons"
 LOST = "lost"
 
 # ---------------------------------------------------------------------- metrics[.e<engine>]
@@ -52,10 +59,24 @@ def quantile_series(short: str, q: float) -> str:
     return f"{short}_p{round(q * 100)}_s"
 
 
+def counter_total(short: str) -> str:
+    """``preemptions`` → ``preemptions_total`` (the counter's value)."""
+    return f"{short}_total"
+
+
+def counter_rate(short: str) -> str:
+    """``preemptions`` → ``preemptions_per_s`` (the counter's rate)."""
+    return f"{short}_per_s"
+
+
+#: the engines' preemptions so far (a counter)
+PREEMPTIONS_TOTAL = counter_total("preemptions")
+
+
 METRICS_SERIES: dict[str, str] = {
     UP: "1 up / 0 down", RUNNING: "requests", WAITING: "requests", KV_CACHE_USAGE: "fraction 0–1",
     KV_CACHE_USAGE_MAX: "fraction 0–1", KV_CAPACITY_TOKENS: "tokens",
-    **{f"{c}_total": "count" for c in COUNTER_SERIES}, **{f"{c}_per_s": "per s" for c in COUNTER_SERIES},
+    **{counter_total(c): "count" for c in COUNTER_SERIES}, **{counter_rate(c): "per s" for c in COUNTER_SERIES},
     **{quantile_series(h, q): "s" for h in HISTOGRAM_SERIES for q in QUANTILES},
     **{f"{h}_mean_s": "s" for h in HISTOGRAM_SERIES},
 }
@@ -68,6 +89,13 @@ SERVER_SERIES: dict[str, str] = {"rss_bytes": "bytes", "cpu_pct": "% of one core
 #: producer → the series it writes
 PRODUCERS: dict[str, dict[str, str]] = {"gpu": GPU_SERIES, "metrics": METRICS_SERIES, "host": HOST_SERIES,
                                         "server": SERVER_SERIES}
+
+
+
+def declared(name: str, producer: str | None = None) -> bool:
+    """Whether ``producer`` (any producer when None) declares the series ``name``."""
+    return any(name in series for p, series in PRODUCERS.items() if producer in (None, p))
+
 
 _SOURCE = re.compile(r"^(?:[^:]+:)?(gpu)\d+$|^(?:[^:]+:)?(metrics)(?:\.e\d+)?$|^(?:[^:]+:)?(host|server)$")
 

@@ -110,7 +110,7 @@ def test_cpu_build_kv_tokens_from_kv_space(tiny_model):
 
 
 def test_cpu_build_default_executor_warns_and_the_fix_needs_both_settings(tiny_model):
-    """The CPU build's separate Worker process busy-waits (README); the fix is the
+    """The CPU build's separate Worker process busy-waits (docs/cli.md); the fix is the
     in-process executor, which takes the option AND the environment variable."""
     from app.planner.models import resolve_model
 

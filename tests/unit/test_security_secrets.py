@@ -125,8 +125,18 @@ def test_env_with_a_secret_name_on_the_command_line_is_refused(kv, capsys):
 
 
 def test_readme_no_longer_advises_a_key_on_the_command_line():
-    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8").read()
+    """Neither the README nor a page of docs/ advises a key on the command line; both the
+    README's short "Security" and docs/security.md give the key file."""
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    text = open(os.path.join(root, "README.md"), encoding="utf-8").read()
     assert "--env VLLM_API_KEY" not in text and "--api-key-file" in text and "## Security" in text
+    assert "docs/security.md" in text
+    for page in sorted(os.listdir(os.path.join(root, "docs"))):
+        if page.endswith(".md"):
+            doc = open(os.path.join(root, "docs", page), encoding="utf-8").read()
+            assert "--env VLLM_API_KEY" not in doc, page
+    security = open(os.path.join(root, "docs", "security.md"), encoding="utf-8").read()
+    assert "--api-key-file" in security and "never go on a command line" in security
 
 
 # ---------------------------------------------------------------------- the key file
