@@ -53,15 +53,18 @@ def heading(m: metrics.Metric) -> str:
     return h[:1].upper() + h[1:]
 
 
-#: the figures of the table, in order (app.metrics, view RESULTS)
+def columns() -> list[tuple[str, Callable[[Any], str]]]:
+    """(header, StepStats → text), one per figure of view RESULTS (app.metrics), in order (the J/token cell
+    is filled from ``energy_fn``)."""
+    return [(heading(m), _sent if m.name == "achieved_rps" else m.cell) for m in metrics.in_view(metrics.RESULTS)]
+
+
+#: the figures of the table, in order (app.metrics, view RESULTS; a table reads them when it is made)
 FIGURES: list[metrics.Metric] = metrics.in_view(metrics.RESULTS)
-#: (header, StepStats → text), one per figure (the J/token cell is filled from ``energy_fn``)
-COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
-    (heading(m), _sent if m.name == "achieved_rps" else m.cell) for m in FIGURES]
+COLUMNS = columns()
 #: the open-loop columns, shown when a level is a request rate (the Level column is then its offered rate)
 RATE_COLUMNS = tuple(heading(m) for m in FIGURES if m.rate)
-_COL = {m.name: i for i, m in enumerate(FIGURES)}
-TURNS_COLUMN = _COL["turns"]
+TURNS_COLUMN = next(i for i, m in enumerate(FIGURES) if m.name == "turns")
 
 
 class ResultsTable(QWidget):
@@ -90,7 +93,10 @@ class ResultsTable(QWidget):
         self.copy_btn.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.to_tsv()))
         top.addWidget(self.copy_btn)
         v.addLayout(top)
-        self.headers = [h for h, _ in COLUMNS]
+        self.figures = metrics.in_view(metrics.RESULTS)
+        self.columns = columns()
+        self._col = {m.name: i for i, m in enumerate(self.figures)}
+        self.headers = [h for h, _ in self.columns]
         self.table = QTableWidget(0, len(self.headers))
         self.table.setHorizontalHeaderLabels(self.headers)
         self.table.verticalHeader().setVisible(False)
@@ -157,30 +163,32 @@ class ResultsTable(QWidget):
     def _fill(self) -> None:
         self.table.setRowCount(len(self.steps))
         rate = any(getattr(st, "mode", "") == "rate" for st in self.steps)
-        for name in RATE_COLUMNS:
-            self.table.setColumnHidden(self.headers.index(name), not rate)
+        for col, m in enumerate(self.figures):
+            if m.rate:
+                self.table.setColumnHidden(col, not rate)
         self.table.horizontalHeaderItem(0).setText("Level (offered)" if rate else "Level")
-        numeric = [m.name not in ("slo_broken", "stop_reason", "turns") for m in FIGURES]
+        numeric = [m.name not in ("slo_broken", "stop_reason", "turns") for m in self.figures]
+        col_of = self._col
         for row, st in enumerate(self.steps):
-            vals = [fn(st) for _, fn in COLUMNS]
+            vals = [fn(st) for _, fn in self.columns]
             if st.mode == "rate":
-                vals[_COL["level"]] += " req/s"
+                vals[col_of["level"]] += " req/s"
             j = self.energy_fn(st) if self.energy_fn else None
-            vals[_COL["energy_j_per_token"]] = metrics.BY_NAME["energy_j_per_token"].format(j)
+            vals[col_of["energy_j_per_token"]] = metrics.BY_NAME["energy_j_per_token"].format(j)
             for col, text in enumerate(vals):
                 it = QTableWidgetItem(text)
                 if not st.steady:  # the figures of a start-up transient: say so on the whole row
                     it.setToolTip(st.unsteady_reason)
-                    if col == _COL["stop_reason"]:
+                    if col == col_of["stop_reason"]:
                         it.setForeground(Qt.darkYellow)
                 if numeric[col]:
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-                if col == _COL["slo_broken"] and not st.slo_met:
+                if col == col_of["slo_broken"] and not st.slo_met:
                     it.setForeground(Qt.red)
-                if col == _COL["achieved_rps"] and getattr(st, "rate_short", None):  # achieved < 95 % of offered
+                if col == col_of["achieved_rps"] and getattr(st, "rate_short", None):  # achieved < 95 % of offered
                     it.setForeground(Qt.red if st.rate_short != "draw" else Qt.darkYellow)
                     it.setToolTip(st.rate_note)
-                if col == TURNS_COLUMN and getattr(st, "turns", None):
+                if col == col_of["turns"] and getattr(st, "turns", None):
                     it.setToolTip("TTFT p50/p99 by conversation turn: " + turns_text(st.turns))
                 self.table.setItem(row, col, it)
         self._fill_server()
