@@ -48,7 +48,7 @@ from app.loadgen.arrivals import SHORT_FRACTION
 from app.loadgen.records import RequestRecord
 from app.loadgen.server_stats import ServerStats
 from app.loadgen.spec import SLO
-from app.metrics import PARTIAL_STOPS, is_partial  # noqa: F401  (PARTIAL_STOPS: read here by callers)
+from app.metrics import is_partial
 
 
 class TurnStats(BaseModel):
@@ -96,7 +96,7 @@ def turns_text(turns: Sequence[Any], max_turns: int = 8) -> str:
 class StepStats(BaseModel):
     """Statistics of one level. Times in s (session clock), rates per s, tokens.
     ``stop_reason``: ``duration``, ``count``, ``failure_rate``, or one of
-    :data:`PARTIAL_STOPS` (:attr:`partial`)."""
+    :data:`app.metrics.PARTIAL_STOPS` (:attr:`partial`)."""
 
     idx: int
     level: float
