@@ -4,9 +4,9 @@ A :class:`Metric` names one figure of a level — a :class:`app.loadgen.stats.St
 field (its JSON key, CSV column and SQL column: ``name``), or a figure a view derives from
 several fields (``text``) or from elsewhere (``field=False``: the GUI's J/token) — with its
 heading (``label`` and display ``unit``), the display ``scale`` (shown = stored × scale;
-stored values are in s, tokens/s, requests/s, fractions), its ``fmt``, the views that show
-it and, where ``vllm bench serve`` has the figure, its key there (``bench``: the value
-there is the stored one × ``scale``, e.g. ``p99_ttft_ms``).
+stored values are in s, tokens/s, requests/s, fractions; latencies shown in ms as ``vllm
+bench serve`` reports them — its keys are declared in app.planner.benchserve.BENCH_KEYS),
+its ``fmt`` and the views that show it.
 
 Every per-level view is generated from :data:`LEVEL_METRICS`, in its order:
 
@@ -70,8 +70,6 @@ class Metric:
     scale: float = 1.0
     fmt: str = "{:g}"
     views: frozenset[str] = frozenset(VIEWS)
-    #: ``vllm bench serve``'s key of the same figure (its value = stored × ``scale``); None when it has none
-    bench: Optional[str] = None
     #: the CLI's narrow heading (default: :attr:`heading` without its unit: the CLI's legend says them)
     abbr: Optional[str] = None
     #: the SQL type of its store column
@@ -166,9 +164,9 @@ _GUI_CSV_STORE = frozenset({RESULTS, CSV, STORE})
 _JSON = frozenset()  # in the JSON (the StepStats dump) only
 
 
-def _ms(name: str, label: str, bench: str | None, views: frozenset[str], tail: bool = False) -> Metric:
+def _ms(name: str, label: str, views: frozenset[str], tail: bool = False) -> Metric:
     """A latency: stored in s, shown in ms (as ``vllm bench serve`` reports it)."""
-    return Metric(name, label, "ms", 1000.0, "{:,.1f}", views, bench=bench, tail=tail)
+    return Metric(name, label, "ms", 1000.0, "{:,.1f}", views, tail=tail)
 
 
 #: every per-level figure, in the tables' reading order (the CSV's too; its open-loop columns last)
@@ -197,33 +195,31 @@ LEVEL_METRICS: tuple[Metric, ...] = (
            help="why a rate level fell short of its offered rate: server, client or draw"),
     Metric("n_measured", "requests", fmt="{:d}", views=_ALL, sql="INTEGER", abbr="reqs",
            help="requests sent in the measuring window (the latencies are theirs)"),
-    Metric("n_ok", "OK", fmt="{:d}", views=frozenset({RESULTS, CSV}), bench="completed",
+    Metric("n_ok", "OK", fmt="{:d}", views=frozenset({RESULTS, CSV}),
            help="of those, the successful"),
     Metric("failure_rate", "failures", "%", 100.0, "{:.1f} %", _ALL, abbr="fail",
            help="failed ÷ measured requests"),
     Metric("failures", "failures by status", views=_CSV, help="failed requests by status (CSV: status=n;…)"),
-    Metric("output_tps", "out tok/s", "tok/s", fmt="{:,.1f}", views=_ALL, bench="output_throughput",
+    Metric("output_tps", "out tok/s", "tok/s", fmt="{:,.1f}", views=_ALL,
            help="output tokens that arrived in the window ÷ its length"),
-    Metric("total_tps", "total tok/s", "tok/s", fmt="{:,.1f}", views=_GUI_CSV_STORE,
-           bench="total_token_throughput", help="output tokens plus the prompt tokens of requests sent in the window"),
-    Metric("rps", "req/s", "req/s", fmt="{:.2f}", views=_ALL, bench="request_throughput",
+    Metric("total_tps", "total tok/s", "tok/s", fmt="{:,.1f}", views=_GUI_CSV_STORE, help="output tokens plus the prompt tokens of requests sent in the window"),
+    Metric("rps", "req/s", "req/s", fmt="{:.2f}", views=_ALL,
            help="successful requests that ended in the window ÷ its length"),
-    Metric("goodput_rps", "goodput req/s", "req/s", fmt="{:.2f}", views=frozenset({RESULTS, REPORT, CSV, STORE}),
-           bench="request_goodput", help="those that also met every SLO bound"),
-    _ms("ttft_p50", "TTFT p50", "median_ttft_ms", _ALL),
-    _ms("ttft_p90", "TTFT p90", "p90_ttft_ms", _CSV_STORE),
-    _ms("ttft_p99", "TTFT p99", "p99_ttft_ms", _ALL, tail=True),
-    _ms("ttft_max", "TTFT max", None, _CSV),
-    _ms("ttft_mean", "TTFT mean", "mean_ttft_ms", _CSV),
-    _ms("tpot_p50", "TPOT p50", "median_tpot_ms", _ALL),
-    _ms("tpot_p99", "TPOT p99", "p99_tpot_ms", _ALL, tail=True),
-    _ms("tpot_mean", "TPOT mean", "mean_tpot_ms", _CSV),
-    _ms("itl_p50", "ITL p50", "median_itl_ms", _ALL),
-    _ms("itl_p99", "ITL p99", "p99_itl_ms", _GUI_CSV_STORE),
-    _ms("itl_mean", "ITL mean", "mean_itl_ms", _CSV),
-    Metric("e2e_p50", "E2E p50", "s", fmt="{:.2f}", views=_GUI_CSV_STORE, bench="median_e2el_ms"),
-    Metric("e2e_p99", "E2E p99", "s", fmt="{:.2f}", views=_ALL, bench="p99_e2el_ms", tail=True),
-    Metric("e2e_mean", "E2E mean", "s", fmt="{:.2f}", views=_CSV, bench="mean_e2el_ms"),
+    Metric("goodput_rps", "goodput req/s", "req/s", fmt="{:.2f}", views=frozenset({RESULTS, REPORT, CSV, STORE}), help="those that also met every SLO bound"),
+    _ms("ttft_p50", "TTFT p50", _ALL),
+    _ms("ttft_p90", "TTFT p90", _CSV_STORE),
+    _ms("ttft_p99", "TTFT p99", _ALL, tail=True),
+    _ms("ttft_max", "TTFT max", _CSV),
+    _ms("ttft_mean", "TTFT mean", _CSV),
+    _ms("tpot_p50", "TPOT p50", _ALL),
+    _ms("tpot_p99", "TPOT p99", _ALL, tail=True),
+    _ms("tpot_mean", "TPOT mean", _CSV),
+    _ms("itl_p50", "ITL p50", _ALL),
+    _ms("itl_p99", "ITL p99", _GUI_CSV_STORE),
+    _ms("itl_mean", "ITL mean", _CSV),
+    Metric("e2e_p50", "E2E p50", "s", fmt="{:.2f}", views=_GUI_CSV_STORE),
+    Metric("e2e_p99", "E2E p99", "s", fmt="{:.2f}", views=_ALL, tail=True),
+    Metric("e2e_mean", "E2E mean", "s", fmt="{:.2f}", views=_CSV),
     Metric("turns", "TTFT p50 by turn", "ms", views=frozenset({RESULTS}), text=_turns_text,
            help="a multi-turn ramp's TTFT per conversation turn (StepStats.turns)"),
     Metric("max_in_flight", "max in flight", fmt="{:d}", views=_CSV, help="the most requests in flight at once"),

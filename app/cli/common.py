@@ -151,7 +151,7 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
             cells.append("—" if text == metrics.NONE_TEXT else text)
         rows.append(cells)
     heads = [m.cli_heading for m in cols]
-    width = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(heads)]
+    width = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
 
     def line(cells: list[str]) -> str:  # numbers right-aligned; the SLO (words) last, left-aligned
         return " ".join(c if cols[i].name == "slo_broken" else c.rjust(width[i]) for i, c in enumerate(cells))

@@ -62,14 +62,6 @@ def test_every_step_stats_field_is_declared_once():
         assert set(m.views) <= set(VIEWS), (m.name, m.views)
 
 
-def test_the_bench_keys_are_vllm_bench_serves_and_in_its_units():
-    # vllm bench serve reports latencies in ms (…_ms) and throughputs per s: the value there = stored × scale
-    for m in LEVEL_METRICS:
-        if m.bench and m.bench.endswith("_ms"):
-            assert m.scale == 1000.0 or m.unit == "s", m.name
-    assert BY_NAME["ttft_p99"].bench == "p99_ttft_ms" and BY_NAME["output_tps"].bench == "output_throughput"
-
-
 def test_each_view_shows_exactly_its_declared_figures(tmp_path):
     lv = _level(slo_broken=["ttft_p99 0.0456 > 0.01"])
     d = lv.model_dump(mode="json")
@@ -119,7 +111,7 @@ def test_a_new_metric_needs_only_its_declaration(tmp_path, monkeypatch):
     """A dummy figure declared once reaches every view it names: the CLI table, the CSVs, the
     HTML report and the store (the Results tab: tests/integration/test_gui_workloads.py)."""
     dummy = Metric("ttft_p75", "TTFT p75", "ms", 1000.0, "{:,.1f}", frozenset({CLI, CSV, REPORT, STORE}),
-                   bench="p75_ttft_ms", field=False)
+                   field=False)
     monkeypatch.setattr(metrics, "LEVEL_METRICS", LEVEL_METRICS + (dummy,))
     monkeypatch.setattr(metrics, "BY_NAME", {**BY_NAME, dummy.name: dummy})
     d = {**_level().model_dump(mode="json"), "ttft_p75": 0.0377}
