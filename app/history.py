@@ -14,15 +14,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from app import metrics
 from app.engines import Engine
 from app.profiles.io import profile_from_data
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
 
-#: level columns of the CSV export and the ``runs show`` table
-LEVEL_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
-                 "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99",
-                 "failure_rate", "window_s", "stop_reason", "offered_rps", "achieved_rps", "n_scheduled", "n_delayed",
-                 "n_held", "rate_short"]
+#: level columns of the CSV export: ``ramp --csv``'s (one shape, declared in app.metrics)
+LEVEL_COLUMNS = metrics.csv_columns()
 #: request columns of the CSV export (``ramp --requests-csv``'s, app.loadgen.export, less its tpot):
 #: ``turn`` is a multi-turn request's turn of its conversation (0: none; empty: not recorded)
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
@@ -126,9 +124,9 @@ def _csv(rows: list[list[Any]], header: list[str]) -> str:
 
 
 def levels_csv(store, run_id: int) -> str:
-    """CSV of the run's levels (:data:`LEVEL_COLUMNS`; seconds, tokens/s, fractions)."""
-    lv = get_run(store, run_id)["levels"]
-    return _csv([[d.get(c) for c in LEVEL_COLUMNS] for d in lv], LEVEL_COLUMNS)
+    """CSV of the run's levels (:func:`app.metrics.levels_csv`, as ``ramp --csv``: :data:`LEVEL_COLUMNS`;
+    seconds, tokens/s, fractions)."""
+    return metrics.levels_csv(get_run(store, run_id)["levels"])
 
 
 def requests_csv(store, run_id: int) -> str:

@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from app.helper_process import marker_alive, process_marker
+from app.metrics import store_columns
 from app.paths import runs_db_path
 
 #: seconds between the background commits of buffered rows (start to start)
@@ -267,6 +268,21 @@ def _migrate_3_to_4(db: sqlite3.Connection) -> None:
         db.execute("ALTER TABLE requests ADD COLUMN turn INTEGER")
 
 
+def _missing_level_columns(db: sqlite3.Connection) -> list[str]:
+    """The ``levels`` columns the metric vocabulary declares (:func:`app.metrics.store_columns`) that the
+    table lacks, as ``name TYPE`` (a table not yet made lacks none: it is made whole)."""
+    have = _columns(db, "levels")
+    return [] if not have else [f"{m.name} {m.sql}" for m in store_columns() if m.name not in have]
+
+
+def _add_level_columns(db: sqlite3.Connection) -> None:
+    """Add the declared ``levels`` columns the table lacks (a figure declared after the file was made, e.g.
+    ``ttft_p90``): nullable, NULL for the levels stored before (their figures stay in ``stats``). Not a
+    layout version: an older vLLM Dyno reads and writes the file as before."""
+    for col in _missing_level_columns(db):
+        db.execute(f"ALTER TABLE levels ADD COLUMN {col}")
+
+
 #: ``MIGRATIONS[v]`` upgrades a store from version v to v+1 (called inside a transaction)
 MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_migrate_0_to_1, _migrate_1_to_2, _migrate_2_to_3,
                                                           _migrate_3_to_4]
@@ -298,7 +314,7 @@ def migrate(db: sqlite3.Connection, path: Path) -> tuple[int, int]:
     v = _user_version(db)
     if v > target:
         raise _newer_error(path, v, target)
-    if v == target:
+    if v == target and not _missing_level_columns(db):
         return v, v
     db.execute("BEGIN IMMEDIATE")
     old = v
@@ -308,6 +324,7 @@ def migrate(db: sqlite3.Connection, path: Path) -> tuple[int, int]:
             raise _newer_error(path, old, target)
         for step in MIGRATIONS[old:]:
             step(db)
+        _add_level_columns(db)
         if old != target:
             db.execute(f"PRAGMA user_version={int(target)}")
         db.execute("COMMIT")
@@ -323,8 +340,6 @@ def migrate(db: sqlite3.Connection, path: Path) -> tuple[int, int]:
 
 
 _RUN_JSON = ("config", "spec", "plan", "capacity", "summary")
-_LEVEL_COLS = ("output_tps", "total_tps", "rps", "goodput_rps", "ttft_p50", "ttft_p99", "tpot_p50",
-               "tpot_p99", "itl_p50", "itl_p99", "e2e_p50", "e2e_p99", "failure_rate")
 _REQ_COLS = ("run_id", "level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
              "tokens_source", "status", "error", "chunk_offsets", "turn")
 
@@ -776,9 +791,9 @@ class RunStore:
         """Store (or replace) one level's StepStats (a mapping or a pydantic model with
         ``idx``, ``level``, ``mode``, ``t_start``, ``t_end``, ``n_measured`` and the figures)."""
         d = stats.model_dump(mode="json") if hasattr(stats, "model_dump") else dict(stats)
-        cols = ("run_id", "idx", "level", "mode", "t_start", "t_end", "n_measured", *_LEVEL_COLS, "stats")
-        vals = (run_id, d["idx"], d["level"], d.get("mode", "concurrency"), d.get("t_start"), d.get("t_end"),
-                d.get("n_measured"), *(d.get(k) for k in _LEVEL_COLS), json.dumps(d, default=str))
+        figures = store_columns()  # app.metrics: idx, level, mode, t_start, t_end, the figures
+        cols = ("run_id", *(m.name for m in figures), "stats")
+        vals = (run_id, *(m.value(d) for m in figures), json.dumps(d, default=str))
         self._write(f"INSERT OR REPLACE INTO levels({','.join(cols)}) VALUES ({','.join('?' * len(cols))})", vals)
 
     def levels(self, run_id: int) -> list[dict[str, Any]]:

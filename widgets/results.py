@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import metrics
 from app.loadgen.arrivals import SHORT_FRACTION
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
@@ -34,69 +35,36 @@ VERDICT_STYLE = ("#verdict { background:#e8f1fb; border:1px solid #2f6db5; borde
                  "color:#102a43; }")
 
 
-def _ms(x: float | None) -> str:
-    return "–" if x is None else f"{x * 1000:.1f}"
-
-
-def _turns_ms(s: Any) -> str:
-    """A multi-turn level's TTFT p50 per conversation turn, ms: ``66 · 101 · 106`` (turn
-    1, 2, 3 …; the whole figures in the cell's tooltip); "–" for other ramps."""
-    turns = getattr(s, "turns", None) or []
-    if not turns:
-        return "–"
-    return " · ".join("–" if t.ttft_p50 is None else f"{t.ttft_p50 * 1e3:.0f}" for t in turns[:8]) + (" …" if len(turns) > 8 else "")
-
-
-def _s(x: float | None) -> str:
-    return "–" if x is None else f"{x:.2f}"
-
-
 def _sent(s: Any) -> str:
     """A rate level's achieved (sent) rate, marked when it fell short of the offered one."""
     a = getattr(s, "achieved_rps", None)
-    if a is None:
-        return "–"
+    text = metrics.BY_NAME["achieved_rps"].cell(s)
     why = getattr(s, "rate_short", None)
-    if not why:
-        return f"{a:.2f}"
+    if a is None or not why:
+        return text
     if a >= SHORT_FRACTION * s.offered_rps:  # sent as offered, completed fewer: requests queued up
-        return f"{a:.2f} ⚠ server behind"
-    return f"{a:.2f} ⚠ short ({why})"
+        return f"{text} ⚠ server behind"
+    return f"{text} ⚠ short ({why})"
 
 
-def _cap(s: Any) -> str:
-    """Requests the max_concurrency cap delayed / held back (never sent), a rate level."""
-    if getattr(s, "achieved_rps", None) is None:
-        return "–"
-    return f"{s.n_delayed} / {s.n_held}"
+def heading(m: metrics.Metric) -> str:
+    """A figure's column heading here: its heading, capitalised (``Out tok/s``, ``TTFT p99 ms``)."""
+    h = m.heading
+    return h[:1].upper() + h[1:]
 
 
+def columns() -> list[tuple[str, Callable[[Any], str]]]:
+    """(header, StepStats → text), one per figure of view RESULTS (app.metrics), in order (the J/token cell
+    is filled from ``energy_fn``)."""
+    return [(heading(m), _sent if m.name == "achieved_rps" else m.cell) for m in metrics.in_view(metrics.RESULTS)]
+
+
+#: the figures of the table, in order (app.metrics, view RESULTS; a table reads them when it is made)
+FIGURES: list[metrics.Metric] = metrics.in_view(metrics.RESULTS)
+COLUMNS = columns()
 #: the open-loop columns, shown when a level is a request rate (the Level column is then its offered rate)
-RATE_COLUMNS = ("Sent req/s", "Cap delayed / held")
-
-#: (header, StepStats → text)
-COLUMNS: list[tuple[str, Callable[[Any], str]]] = [
-    ("Level", lambda s: f"{s.level:g}" + (" req/s" if s.mode == "rate" else "")),
-    ("Sent req/s", _sent),
-    ("Cap delayed / held", _cap),
-    ("Requests", lambda s: str(s.n_measured)),
-    ("OK", lambda s: str(s.n_ok)),
-    ("Out tok/s", lambda s: f"{s.output_tps:,.0f}"),
-    ("Total tok/s", lambda s: f"{s.total_tps:,.0f}"),
-    ("Req/s", lambda s: f"{s.rps:.2f}"),
-    ("Goodput req/s", lambda s: f"{s.goodput_rps:.2f}"),
-    ("TTFT p50 ms", lambda s: _ms(s.ttft_p50)),
-    ("TTFT p99 ms", lambda s: _ms(s.ttft_p99)),
-    ("TPOT p50 ms", lambda s: _ms(s.tpot_p50)),
-    ("TPOT p99 ms", lambda s: _ms(s.tpot_p99)),
-    ("ITL p50 ms", lambda s: _ms(s.itl_p50)),
-    ("ITL p99 ms", lambda s: _ms(s.itl_p99)),
-    ("E2E p50 s", lambda s: _s(s.e2e_p50)),
-    ("E2E p99 s", lambda s: _s(s.e2e_p99)),
-    ("Failures", lambda s: f"{s.failure_rate:.1%}"),
-    ("TTFT p50 by turn ms", _turns_ms),
-]
-TURNS_COLUMN = next(i for i, (_, fn) in enumerate(COLUMNS) if fn is _turns_ms)
+RATE_COLUMNS = tuple(heading(m) for m in FIGURES if m.rate)
+TURNS_COLUMN = next(i for i, m in enumerate(FIGURES) if m.name == "turns")
 
 
 class ResultsTable(QWidget):
@@ -125,7 +93,10 @@ class ResultsTable(QWidget):
         self.copy_btn.clicked.connect(lambda: QGuiApplication.clipboard().setText(self.to_tsv()))
         top.addWidget(self.copy_btn)
         v.addLayout(top)
-        self.headers = [h for h, _ in COLUMNS] + ["J/token", "SLO", "Stop"]
+        self.figures = metrics.in_view(metrics.RESULTS)
+        self.columns = columns()
+        self._col = {m.name: i for i, m in enumerate(self.figures)}
+        self.headers = [h for h, _ in self.columns]
         self.table = QTableWidget(0, len(self.headers))
         self.table.setHorizontalHeaderLabels(self.headers)
         self.table.verticalHeader().setVisible(False)
@@ -192,30 +163,32 @@ class ResultsTable(QWidget):
     def _fill(self) -> None:
         self.table.setRowCount(len(self.steps))
         rate = any(getattr(st, "mode", "") == "rate" for st in self.steps)
-        for name in RATE_COLUMNS:
-            self.table.setColumnHidden(self.headers.index(name), not rate)
+        for col, m in enumerate(self.figures):
+            if m.rate:
+                self.table.setColumnHidden(col, not rate)
         self.table.horizontalHeaderItem(0).setText("Level (offered)" if rate else "Level")
+        numeric = [m.name not in ("slo_broken", "stop_reason", "turns") for m in self.figures]
+        col_of = self._col
         for row, st in enumerate(self.steps):
-            vals = [fn(st) for _, fn in COLUMNS]
+            vals = [fn(st) for _, fn in self.columns]
+            if st.mode == "rate":
+                vals[col_of["level"]] += " req/s"
             j = self.energy_fn(st) if self.energy_fn else None
-            vals.append("–" if j is None else f"{j:.3f}")
-            vals.append("met" if st.slo_met else "broken: " + "; ".join(st.slo_broken))
-            reason = st.stop_reason + ("; partial level (cut short)" if st.partial else "")
-            vals.append(reason if st.steady else f"{reason}; transient (window < e2e p50)")
+            vals[col_of["energy_j_per_token"]] = metrics.BY_NAME["energy_j_per_token"].format(j)
             for col, text in enumerate(vals):
                 it = QTableWidgetItem(text)
                 if not st.steady:  # the figures of a start-up transient: say so on the whole row
                     it.setToolTip(st.unsteady_reason)
-                    if col == len(vals) - 1:
+                    if col == col_of["stop_reason"]:
                         it.setForeground(Qt.darkYellow)
-                if col < len(COLUMNS) + 1:
+                if numeric[col]:
                     it.setTextAlignment(Qt.AlignRight | Qt.AlignVCenter)
-                if col == len(COLUMNS) + 1 and not st.slo_met:
+                if col == col_of["slo_broken"] and not st.slo_met:
                     it.setForeground(Qt.red)
-                if col == 1 and getattr(st, "rate_short", None):  # achieved < 95 % of offered: say why
+                if col == col_of["achieved_rps"] and getattr(st, "rate_short", None):  # achieved < 95 % of offered
                     it.setForeground(Qt.red if st.rate_short != "draw" else Qt.darkYellow)
                     it.setToolTip(st.rate_note)
-                if col == TURNS_COLUMN and getattr(st, "turns", None):
+                if col == col_of["turns"] and getattr(st, "turns", None):
                     it.setToolTip("TTFT p50/p99 by conversation turn: " + turns_text(st.turns))
                 self.table.setItem(row, col, it)
         self._fill_server()

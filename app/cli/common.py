@@ -111,48 +111,52 @@ TABLE_LEGEND = ("TTFT, TPOT, ITL in ms, e2e in s; reqs: requests sent in the mea
 
 def level_table(levels: list[dict], *, slo: bool = True) -> str:
     """The one per-level table (``ramp``, ``run``, ``runs show``): ``levels`` are StepStats
-    dicts (StepStats.model_dump() or RunStore.levels rows); latencies in ms, e2e in s. A
-    p99 from fewer than P99_MIN_REQUESTS requests carries :data:`FEW_MARK`, a level that
-    measured a start-up transient ``*`` (both explained under the table). ``slo``: show
+    dicts (StepStats.model_dump() or RunStore.levels rows); its columns are the figures of
+    view CLI (:mod:`app.metrics`), in their units (ms, s: :data:`TABLE_LEGEND`). A tail
+    percentile from fewer than P99_MIN_REQUESTS requests carries :data:`FEW_MARK`, a level
+    that measured a start-up transient ``*`` (both explained under the table). ``slo``: show
     the SLO column (False when the run had no SLO: "ok" would mean nothing)."""
     # deferred: app.cli.common is imported by every command; the capacity module only by those that print levels
+    from app import metrics
     from app.loadgen.capacity import P99_MIN_REQUESTS
     from app.loadgen.stats import is_partial, rate_note
 
     # open loop: the rate each level achieved (sent ÷ its sending time) beside the offered one (its level)
     rate = any(d.get("mode") == "rate" for d in levels)
-    head = (f"{'level':>7} " + (f"{'sent/s':>7} " if rate else "")
-            + f"{'reqs':>5} {'fail':>5} {'out tok/s':>9} {'req/s':>6} {'TTFT p50':>8} {'TTFT p99':>8} "
-            f"{'TPOT p50':>8} {'TPOT p99':>8} {'ITL p50':>7} {'e2e p99':>8}" + ("  SLO" if slo else ""))
-    lines = [head]
+    cols = [m for m in metrics.table_columns(metrics.CLI, levels) if slo or m.name != "slo_broken"]
     few_any = unsteady = partial = False
     notes = []
+    rows = []
     for d in levels:
         n_ok = d.get("n_ok")
         few = FEW_MARK if n_ok is not None and n_ok < P99_MIN_REQUESTS else ""
-        few_any = few_any or bool(few)
         mark = "*" if d.get("steady") is False else ""
         unsteady = unsteady or bool(mark)
         if is_partial(d):
             mark += PARTIAL_MARK
             partial = True
-        level = f"{d['level']:g}" + ("/s" if d.get("mode") == "rate" else "") + mark
-        p99 = (lambda v, nd=0: "—" if v is None else fmt(v, nd, 1e3) + few)
-        e2e = "—" if d.get("e2e_p99") is None else fmt(d["e2e_p99"], 2) + few
-        sent = ""
-        if rate:
-            a = d.get("achieved_rps")
-            sent = ("—" if a is None else f"{a:.2f}" + ("!" if d.get("rate_short") else "")).rjust(7) + " "
-            note = rate_note(d)
-            if note:
-                notes.append(f"! level {d['level']:g}/s: {note}")
-        row = (f"{level:>7} {sent}{d.get('n_measured', '—'):>5} {(d.get('failure_rate') or 0) * 100:>4.0f}% "
-               f"{fmt(d.get('output_tps')):>9} {fmt(d.get('rps'), 2):>6} {fmt(d.get('ttft_p50'), 0, 1e3):>8} "
-               f"{p99(d.get('ttft_p99')):>8} {fmt(d.get('tpot_p50'), 1, 1e3):>8} {p99(d.get('tpot_p99'), 1):>8} "
-               f"{fmt(d.get('itl_p50'), 1, 1e3):>7} {e2e:>8}")
-        if slo:
-            row += "  " + ("broken: " + "; ".join(d["slo_broken"]) if d.get("slo_broken") else "met")
-        lines.append(row)
+        note = rate_note(d) if rate else None
+        if note:
+            notes.append(f"! level {d['level']:g}/s: {note}")
+        cells = []
+        for m in cols:
+            text = m.cell(d)
+            if m.name == "level":
+                text += ("/s" if d.get("mode") == "rate" else "") + mark
+            elif m.name == "achieved_rps" and d.get("achieved_rps") is not None and d.get("rate_short"):
+                text += "!"
+            elif m.tail and m.value(d) is not None and few:
+                text += few
+                few_any = True
+            cells.append("—" if text == metrics.NONE_TEXT else text)
+        rows.append(cells)
+    heads = [m.cli_heading for m in cols]
+    width = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(heads)]
+
+    def line(cells: list[str]) -> str:  # numbers right-aligned; the SLO (words) last, left-aligned
+        return " ".join(c if cols[i].name == "slo_broken" else c.rjust(width[i]) for i, c in enumerate(cells))
+
+    lines = [line(heads)] + [line(r) for r in rows]
     lines.append(TABLE_LEGEND)
     if rate:
         lines.append("level N/s: offered request rate; sent/s: the rate achieved (requests sent ÷ the seconds the "

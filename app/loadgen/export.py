@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Iterable
 
+from app import metrics
 from app.fileio import write_atomic
 from app.loadgen.generator import RampResult
 from app.loadgen.prompts import dataset_lengths
@@ -18,11 +19,8 @@ from app.loadgen.records import RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, peak_level
 
-STEP_COLUMNS = ["idx", "level", "mode", "n_measured", "n_ok", "output_tps", "total_tps", "rps", "goodput_rps",
-                "ttft_p50", "ttft_p90", "ttft_p99", "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "itl_p50",
-                "itl_p99", "e2e_p50", "e2e_p99", "failure_rate", "failures", "max_in_flight", "window_s",
-                "stop_reason", "slo_broken", "offered_rps", "achieved_rps", "n_scheduled", "n_delayed", "n_held",
-                "rate_short"]
+#: the levels CSV's columns (one shape with ``runs export --format csv``: app.metrics, the figures in view CSV)
+STEP_COLUMNS = metrics.csv_columns()
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "tpot", "e2e", "prompt_tokens", "output_tokens",
                    "tokens_source", "status", "error", "n_chunks", "turn"]
 
@@ -74,16 +72,9 @@ def write_json(path: Path | str, result: RampResult, spec: RampSpec | None = Non
 
 
 def steps_csv(steps: Iterable[StepStats]) -> str:
-    """CSV text of the step stats, one row per level (columns :data:`STEP_COLUMNS`)."""
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow(STEP_COLUMNS)
-    for s in steps:
-        d = s.model_dump()
-        d["failures"] = ";".join(f"{k}={v}" for k, v in sorted(s.failures.items()))
-        d["slo_broken"] = "; ".join(s.slo_broken)
-        w.writerow(["" if d[c] is None else d[c] for c in STEP_COLUMNS])
-    return buf.getvalue()
+    """CSV text of the step stats, one row per level (:func:`app.metrics.levels_csv`: columns
+    :data:`STEP_COLUMNS`)."""
+    return metrics.levels_csv(steps)
 
 
 def requests_csv(records: Iterable[RequestRecord]) -> str:

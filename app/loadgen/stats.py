@@ -48,19 +48,7 @@ from app.loadgen.arrivals import SHORT_FRACTION
 from app.loadgen.records import RequestRecord
 from app.loadgen.server_stats import ServerStats
 from app.loadgen.spec import SLO
-
-
-#: stop reasons of a level cut short — stopped by the user, a signal or a dead load generator
-#: (``aborted``), or the ramp's total cap (``total_cap``): its figures come from part of its
-#: planned window (a *partial* level, kept and marked as such; issue 15, item 9)
-PARTIAL_STOPS = ("aborted", "total_cap")
-
-
-def is_partial(st: Any) -> bool:
-    """Whether a level (StepStats, or a mapping with ``stop_reason``) was cut short
-    (:data:`PARTIAL_STOPS`)."""
-    reason = st.get("stop_reason") if isinstance(st, dict) else getattr(st, "stop_reason", None)
-    return reason in PARTIAL_STOPS
+from app.metrics import is_partial
 
 
 class TurnStats(BaseModel):
@@ -108,7 +96,7 @@ def turns_text(turns: Sequence[Any], max_turns: int = 8) -> str:
 class StepStats(BaseModel):
     """Statistics of one level. Times in s (session clock), rates per s, tokens.
     ``stop_reason``: ``duration``, ``count``, ``failure_rate``, or one of
-    :data:`PARTIAL_STOPS` (:attr:`partial`)."""
+    :data:`app.metrics.PARTIAL_STOPS` (:attr:`partial`)."""
 
     idx: int
     level: float

@@ -25,7 +25,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from app import __version__
+from app import __version__, metrics
 from app.comparison import Comparison, CompareRow, curves_svg, load_series, run_settings
 from app.config import ServerConfig
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
@@ -34,17 +34,6 @@ from app.telemetry import names
 _env = Environment(loader=PackageLoader("app.report", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
 _env.filters["g"] = lambda v: "–" if v is None else (f"{v:g}" if isinstance(v, (int, float)) else str(v))
-
-#: the per-level table: (heading, level-dict key, scale, format); ms for TTFT/TPOT/ITL, s for e2e
-LEVEL_COLUMNS = (("level", "level", 1, "{:g}"), ("requests", "n_measured", 1, "{:d}"),
-                 ("failures", "failure_rate", 100, "{:.1f} %"), ("out tok/s", "output_tps", 1, "{:,.1f}"),
-                 ("req/s", "rps", 1, "{:.2f}"), ("goodput req/s", "goodput_rps", 1, "{:.2f}"),
-                 ("TTFT p50 ms", "ttft_p50", 1000, "{:,.0f}"), ("TTFT p99 ms", "ttft_p99", 1000, "{:,.0f}"),
-                 ("TPOT p50 ms", "tpot_p50", 1000, "{:.1f}"), ("TPOT p99 ms", "tpot_p99", 1000, "{:.1f}"),
-                 ("ITL p50 ms", "itl_p50", 1000, "{:.1f}"), ("e2e p99 s", "e2e_p99", 1, "{:.2f}"))
-#: an open-loop run's column: the rate each level achieved (requests sent ÷ the seconds it sent)
-RATE_COLUMN = ("sent req/s", "achieved_rps", 1, "{:.2f}")
-
 
 @dataclass(frozen=True)
 class TelemetryRow:
@@ -70,16 +59,6 @@ TELEMETRY: tuple[TelemetryRow, ...] = (
     TelemetryRow("running requests", "metrics", names.RUNNING, ""),
     TelemetryRow("waiting requests", "metrics", names.WAITING, ""),
 )
-
-
-def _cell(d: dict[str, Any], key: str, scale: float, fmt: str) -> str:
-    v = d.get(key)
-    if v is None:
-        return "–"
-    try:
-        return fmt.format(int(v) if fmt == "{:d}" else v * scale)
-    except (TypeError, ValueError):
-        return str(v)
 
 
 def _server_config(run: dict[str, Any]) -> ServerConfig | None:
@@ -122,15 +101,14 @@ def run_report(store, run_id: int) -> str:
     cfg = _server_config(run)
     levels = sorted(series.levels, key=lambda d: (d.get("idx", 0)))
     slo = ((run.get("spec") or {}).get("slo") or {})
-    cols = LEVEL_COLUMNS
-    if any(d.get("mode") == "rate" for d in levels):  # open loop: the level is the offered rate; the sent one beside it
-        cols = (("offered req/s", "level", 1, "{:g}"), RATE_COLUMN) + LEVEL_COLUMNS[1:]
-    rows = []
-    for d in levels:
-        broken = d.get("slo_broken") or []
-        rows.append({"cells": [_cell(d, k, sc, f) for _, k, sc, f in cols],
-                     "slo": ("broken: " + ", ".join(map(str, broken))) if broken else ("met" if any(
-                         v is not None for v in slo.values()) else "")})
+    # the per-level table (app.metrics, view REPORT); open loop: the level is the offered rate, the sent one beside it
+    cols = [m for m in metrics.table_columns(metrics.REPORT, levels) if m.name != "slo_broken"]
+    has_slo = any(v is not None for v in slo.values())
+    rows = [{"cells": [m.cell(d) for m in cols],
+             "slo": metrics.BY_NAME["slo_broken"].cell(d) if has_slo or d.get("slo_broken") else ""} for d in levels]
+    headings = [m.heading for m in cols]
+    if any(d.get("mode") == "rate" for d in levels):
+        headings[0] = "offered req/s"
     settings = run_settings(run)
     with_server = [d for d in levels if d.get("server")]
     server = {"headings": SERVER_COLUMNS, "rows": server_rows(with_server), "legend": SERVER_LEGEND,
@@ -141,7 +119,7 @@ def run_report(store, run_id: int) -> str:
         run=run, summary=summ, verdict=(summ.get("verdict") or {}).get("sentence"),
         created=time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created") or 0)),
         command=cfg.shell_command() if cfg else None, config_yaml=cfg.to_vllm_config_yaml() if cfg else None,
-        settings=settings, headings=[h for h, *_ in cols], rows=rows,
+        settings=settings, headings=headings, slo_heading=metrics.BY_NAME["slo_broken"].heading, rows=rows,
         slo={k: (f"{v * 100:g} %" if k == "failure_rate" else f"{v:g} s") for k, v in slo.items()
              if isinstance(v, (int, float))},
         svg=curves_svg(Comparison([series]).curves(), 960, 400) if levels else None,

@@ -67,3 +67,24 @@ def test_results_show_ttft_p50_per_turn_with_the_figures_in_the_tooltip(qtbot):
         t.resize(1500, 200)
         t.table.horizontalScrollBar().setValue(t.table.horizontalScrollBar().maximum())
         t.grab().save(os.path.join(os.environ["DYNO_SHOTS"], "results-turns.png"))
+
+
+def test_the_results_columns_are_the_declared_figures_and_a_new_one_shows(qtbot, monkeypatch):
+    """The Results tab's columns are app.metrics' view RESULTS, nothing else; a figure declared
+    there (a dummy) becomes a column with no other change (issue 33, item 3)."""
+    from app import metrics
+    from widgets.results import heading
+
+    t = ResultsTable()
+    qtbot.addWidget(t)
+    assert t.headers == [heading(m) for m in metrics.in_view(metrics.RESULTS)], "view results"
+    dummy = metrics.Metric("ttft_p75", "TTFT p75", "ms", 1000.0, "{:,.1f}", frozenset({metrics.RESULTS}),
+                           field=False)
+    monkeypatch.setattr(metrics, "LEVEL_METRICS", metrics.LEVEL_METRICS + (dummy,))
+    t = ResultsTable()
+    qtbot.addWidget(t)
+    st = _step(0, 2, [])
+    object.__setattr__(st, "ttft_p75", 0.0377)  # pydantic: extra attribute set for the dummy
+    t.add_step(st)
+    col = t.headers.index("TTFT p75 ms")
+    assert t.table.item(0, col).text() == "37.7"
