@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from app.engine.steptime import TERMS, AdjustedStepTimeModel, PerfParams, StepTimeModel
-from app.fileio import YamlError, read_yaml
+from app.fileio import YamlError, YamlLimits, read_yaml
 from app.planner.gpus import UnknownGpuError, lookup_gpu
 from app.planner.plan import Plan
 
@@ -60,6 +60,8 @@ MAX_RULES, MAX_LIST, MAX_NAME = 64, 64, 200
 FACTOR_RANGE = (1e-3, 1e3)
 MAX_ADD_S = 10.0
 _EFFICIENCIES = ("eta_mem", "eta_compute")
+#: a truth file is read as a profile is: no anchors or aliases, at most 256 KiB
+TRUTH_YAML_LIMITS = YamlLimits(max_bytes=256 * 1024, max_aliases=0)
 
 
 class TruthError(ValueError):
@@ -270,7 +272,7 @@ def load_truth(path: str | Path) -> Truth:
     """The truth in the YAML file ``path``. Raises :class:`TruthError` with the file's
     name, the place and the reason (unreadable, hostile or invalid)."""
     try:
-        data = read_yaml(path)
+        data = read_yaml(path, TRUTH_YAML_LIMITS)
     except YamlError as e:
         raise TruthError(e.located, f"{path}" + (f": {e.key}" if e.key else "")) from None
     except OSError as e:
