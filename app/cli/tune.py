@@ -358,7 +358,7 @@ def _offline_rig(a: argparse.Namespace, spec: Any) -> Any:
 
     if not a.offline:
         raise BadInput("--grid measures every candidate on the offline rig: add --offline (and --engine sim)")
-    if spec.engine != "sim":
+    if not Engine(spec.engine).simulated:
         raise BadInput("--offline measures the simulated rig without a server: give --engine sim")
     if a.resume:
         raise BadInput("--offline: a tune measured offline is not resumed; run it again (it is deterministic)")
