@@ -6,6 +6,8 @@ and the benchmark as ``vllm bench serve`` takes it, with its defaults (generated
 :class:`app.planner.benchserve.BenchArgs`: ``--random-input-len``, ``--num-prompts``,
 ``--request-rate`` …, plus ``--lengths-file``). Prints the figures ``vllm bench serve``
 prints, or writes them under its ``--save-result`` keys (``--json F``, ``-``: stdout).
+``--sim-truth FILE`` predicts the simulated rig of a truth (docs/sim-truth.md) — a
+what-if: "my cards' all-reduce is 2× worse than the model's".
 ``--compare RESULT.json`` lays a real result file beside the prediction, figure by
 figure with the error in %, predicting its own requests' lengths when the file has
 them (``--save-detailed``); a file measured with other traffic settings than the flags
@@ -36,6 +38,16 @@ def _result_file(text: str) -> str:
     return input_file(text)
 
 
+def _truth_file(text: str) -> Any:
+    """``--sim-truth``: a truth file (app.profiles.truth), read and validated."""
+    from app.profiles.truth import TruthError, load_truth  # deferred: only with a truth
+
+    try:
+        return load_truth(text)
+    except TruthError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     # deferred: only this command needs them (vllm-dyno starts light)
     from app.config import add_server_options
@@ -56,6 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="predict for this vLLM version (default: the installed one, else the newest known)")
     p.add_argument("--python", type=executable, help="interpreter with vLLM (to read its version)")
     add_bench_options(p.add_argument_group("vllm bench serve options (its flags and defaults)"))
+    p.add_argument("--sim-truth", type=_truth_file, metavar="FILE",
+                   help="predict the simulated rig of this truth (how its cards differ from the model; "
+                        "docs/sim-truth.md) instead of the model: a what-if")
     p.add_argument("--json", type=_json_target, metavar="FILE",
                    help="write the prediction under vllm bench serve --save-result's keys to FILE ('-': stdout)")
     p.add_argument("--compare", type=_result_file, metavar="RESULT.json",
@@ -135,7 +150,8 @@ def cmd_predict(a: argparse.Namespace) -> int:
     cards = cards_from_args(a.gpu, a.count, cfg.world_size)
     try:
         pred = bench_prediction(cfg, cards, bench, vllm_version=a.vllm_version or installed_version(a.python),
-                                lengths=lengths, lengths_source=source)
+                                lengths=lengths, lengths_source=source,
+                                under=a.sim_truth.apply if a.sim_truth is not None else None)
     except NotServable as e:
         print(f"vllm-dyno predict: {e}", file=sys.stderr)
         return 1

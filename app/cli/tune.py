@@ -131,6 +131,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     b = p.add_argument_group("budget and search")
     b.add_argument("--max-launches", type=positive_int, default=4, help="launches, the confirming one included "
                                                                          "(default 4)")
+    b.add_argument("--offline", action="store_true",
+                   help="with --engine sim: measure on the step-level engine under the sim's truth and perturbation "
+                        "(no server, no HTTP: minutes instead of hours); seeded, deterministic")
+    b.add_argument("--grid", action="store_true",
+                   help="with --offline: measure every candidate of the space (the exhaustive grid) instead of "
+                        "tuning; --json writes mode: grid with each candidate's true users")
     b.add_argument("--max-minutes", type=positive_number, help="stop launching after this many minutes (wall)")
     b.add_argument("--requests-per-level", type=positive_int, help="requests each search level is judged on "
                                                                     "(default 100: a p99)")
@@ -188,7 +194,8 @@ def spec_from_args(a: argparse.Namespace):
         if rig is None and ("gpu" not in over or "count" not in over):
             raise BadInput("--engine sim needs the rig: --sim-gpu NAME --sim-gpu-count N")
         base = rig.model_dump() if rig else {}
-        sim_args, hardware, version = sim_target(SimRig(**{**base, **over}),
+        a.sim_rig = SimRig(**{**base, **over})  # the offline rig's seed and truth (--offline)
+        sim_args, hardware, version = sim_target(a.sim_rig,
                                                  calibrated="--sim-calibrated" in sim_args_from(a), hosts=hosts or None)
     elif hosts:
         try:  # the hosts' cards, from their agents' hellos
@@ -280,7 +287,11 @@ def cmd_tune(a: argparse.Namespace) -> int:
                 return err(unconfirmed)
         else:
             spec = spec_from_args(a)
-            tuner = Tuner(spec, store=store, listener=Printer(), pricing=pricing, **rig)
+            measuring = _offline_rig(a, spec) if a.offline or a.grid else None
+            if a.grid:
+                store.close()
+                return _grid(a, spec, measuring)
+            tuner = Tuner(spec, store=store, listener=Printer(), pricing=pricing, rig=measuring, **rig)
     except BadInput as e:
         store.close()
         return int(e.code or 2)
@@ -336,6 +347,59 @@ def cmd_tune(a: argparse.Namespace) -> int:
         return _report(a, res, tuner.spec)
     finally:
         store.close()
+
+
+def _offline_rig(a: argparse.Namespace, spec: Any) -> Any:
+    """``--offline``: the sim's rig (its ``--sim-perturb`` seed and truth) measured on the
+    step-level engine (app.tuner.offline.OfflineRig), which the tuner only asks for measurements."""
+    # deferred: only --offline needs them
+    from app.profiles.truth import parse_truth
+    from app.tuner.offline import OfflineRig
+
+    if not a.offline:
+        raise BadInput("--grid measures every candidate on the offline rig: add --offline (and --engine sim)")
+    if not Engine(spec.engine).simulated:
+        raise BadInput("--offline measures the simulated rig without a server: give --engine sim")
+    if a.resume:
+        raise BadInput("--offline: a tune measured offline is not resumed; run it again (it is deterministic)")
+    sim = a.sim_rig
+    return OfflineRig(spec, sim.perturb or 0, parse_truth(sim.truth) if sim.truth else None)
+
+
+def _grid(a: argparse.Namespace, spec: Any, rig: Any) -> int:
+    """``--grid --offline``: every candidate of the space measured on the offline rig:
+    ``{"mode": "grid", "candidates": [{"key", "server", "true_users", "pruned_because", "error"}]}``,
+    ``true_users`` null where the candidate cannot start."""
+    # deferred: only --grid needs them
+    from app.sim import model_adapter as ma
+    from app.tuner.space import enumerate_candidates, server_flags
+
+    cards = spec.hardware.planner_cards()
+    cands = enumerate_candidates(spec.config, cards, spec.space, spec.workload(), spec.vllm_version,
+                                 rig=spec.hardware.rig_layout())
+    rows = []
+    for c in cands:
+        users, error = None, c.pruned_because
+        if error is None:
+            try:
+                pred, _ = rig.search(c.config)
+            except ma.Refusal as r:
+                pred, error = None, r.text
+            if pred is not None and pred.capacity is not None:
+                users = pred.capacity.users
+            elif error is None:
+                error = "no memory left for the KV cache"
+        rows.append({"key": c.key, "server": server_flags(c.config), "true_users": users, "error": error})
+        print(f"[grid] {c.key}: {users if users is not None else '— ' + str(error)}", flush=True)
+    measured = [r for r in rows if r["true_users"] is not None]
+    best = max(measured, key=lambda r: r["true_users"], default=None)
+    out = {"mode": "grid", "seed": spec.seed, "slo": spec.slo.model_dump(exclude_none=True),
+           "best": best, "candidates": rows}
+    if best is not None:
+        print(f"[grid] best of {len(measured)} startable of {len(rows)}: {best['key']} ({best['true_users']} users)")
+    if a.json:
+        write_or_print(json.dumps(out, indent=2, default=str), None if a.json == "-" else a.json)
+    return 0 if best is not None else 1
 
 
 def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:

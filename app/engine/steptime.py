@@ -55,8 +55,8 @@ several stages).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Callable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Callable, Protocol
 
 from app.engine.gpu import GpuSpec, LinkSpec, RigLayout
 
@@ -169,6 +169,12 @@ def async_scheduling_default(version: str | None, pipeline_parallel_size: int = 
     ``--async-scheduling`` is not given (:data:`ASYNC_SCHEDULING_DEFAULT_FROM`)."""
     v = _version_tuple(version)
     return (v is None or v >= ASYNC_SCHEDULING_DEFAULT_FROM) and pipeline_parallel_size == 1
+
+
+#: the step-time terms of :class:`PerfParams` a calibration, a perturbation
+#: (app.sim.perturb) or a truth (app.profiles.truth) may change, by their documented names
+TERMS = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "allreduce_alpha_s", "link_gbs", "t_request_s",
+         "t_launch_layer_s")
 
 
 def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version: str | None = None) -> PerfParams:
@@ -645,3 +651,50 @@ def predict_curve(model: StepTimeModel, prompt_tokens: int, output_tokens: int, 
             knee, why = b, "step time"
             break
     return Curve(pts, knee, why, capacity, prompt_tokens, output_tokens)
+
+
+class StepAdjust(Protocol):
+    """What a step of :class:`AdjustedStepTimeModel` pays beyond its model, by the step's
+    shape: ``(decode_batch, context_tokens, prefill_tokens)`` → (the parameters it steps
+    with, seconds added to the step, seconds added per prompt token of it). The
+    parameters returned must be one of a few objects (they key a cache of models)."""
+
+    def __call__(self, decode_batch: float, context_tokens: float, prefill_tokens: float
+                 ) -> tuple[PerfParams, float, float]: ...
+
+
+@dataclass
+class AdjustedStepTimeModel(StepTimeModel):
+    """A :class:`StepTimeModel` whose every step is changed by ``adjust`` (the hook of a
+    simulated rig's truth, app.profiles.truth): the step is computed by the plain model
+    with the parameters ``adjust`` picks for its shape (decoding sequences, their mean
+    context, prompt tokens), plus its added seconds (to the step's latency and, with
+    pipeline stages, to its interval). The plain :class:`StepTimeModel` has no hook, so
+    the engine pays nothing for it when no truth is set."""
+
+    adjust: StepAdjust | None = None
+    _variants: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def _variant(self, params: PerfParams) -> StepTimeModel:
+        m = self._variants.get(id(params))
+        if m is None:
+            kw = {f.name: getattr(self, f.name) for f in fields(StepTimeModel)}
+            kw["params"] = params
+            m = self._variants[id(params)] = StepTimeModel(**kw)
+        return m
+
+    def _step_parts(self, decode_tokens: float, mean_context: float, prefill_tokens: float,
+                    prefill_context: float, spec_tokens: float = 0.0) -> tuple[float, float]:
+        if self.adjust is None:
+            return super()._step_parts(decode_tokens, mean_context, prefill_tokens, prefill_context, spec_tokens)
+        params, add_s, per_token_s = self.adjust(decode_tokens, mean_context, prefill_tokens)
+        t, interval = self._variant(params)._step_parts(decode_tokens, mean_context, prefill_tokens,
+                                                        prefill_context, spec_tokens)
+        extra = add_s + per_token_s * prefill_tokens
+        return t + extra, interval + extra
+
+    def with_params(self, params: PerfParams) -> "StepTimeModel":
+        """The plain model with ``params`` (a truth's rules are tied to the parameters it was built on)."""
+        kw = {f.name: getattr(self, f.name) for f in fields(StepTimeModel)}
+        kw["params"] = params
+        return StepTimeModel(**kw)

@@ -603,19 +603,23 @@ def bench_plan(config: ServerConfig, cards: Sequence[GpuSpec], lengths: Sequence
 def bench_prediction(config: ServerConfig, cards: Sequence[GpuSpec], bench: BenchArgs, *,
                      vllm_version: str | None = None, lengths: Sequence[tuple[int, int]] | None = None,
                      lengths_source: str | None = None, special_tokens: int = DEFAULT_SPECIAL_TOKENS,
-                     use_calibration: bool = True, params: PerfParams | None = None) -> BenchPrediction:
+                     use_calibration: bool = True, params: PerfParams | None = None,
+                     under: Callable[[Plan], Plan] | None = None) -> BenchPrediction:
     """Predict ``bench`` against ``config`` served on ``cards``: the requests'
     lengths (``lengths`` when given — a result file's own —, else :func:`bench_lengths`),
     their arrivals (:func:`send_times`), the run on the plan's engine
     (:func:`run_bench`) and its figures (:func:`bench_metrics`). ``use_calibration``:
     a saved calibration for these cards (vllm-dyno calibrate) is used, else the
-    defaults; ``params`` overrides both."""
+    defaults; ``params`` overrides both. ``under``: the plan → the plan as a simulated
+    rig's truth has it step (``predict --sim-truth``: app.profiles.truth's ``Truth.apply``)."""
     if lengths is None:
         lengths = bench_lengths(bench, special_tokens)
         lengths_source = lengths_source or (f"--lengths-file {bench.lengths_file}" if bench.lengths_file
                                             else "the random dataset (vLLM's sampling, seed "
                                                  f"{bench.seed})")
     p = bench_plan(config, cards, lengths, vllm_version, use_calibration=use_calibration, params=params)
+    if under is not None:
+        p = under(p)
     times = send_times(len(lengths), bench.request_rate, bench.burstiness, bench.seed)
     reqs = run_bench(p, lengths, times, bench.max_concurrency)
     notes = []

@@ -183,6 +183,9 @@ class Plan:
     #: ramp (app.engine.specdecode; the sim's --sim-spec-acceptance default unless given)
     spec_acceptance: float = DEFAULT_ACCEPTANCE
     rig: RigLayout | None = None
+    #: the share of the planned KV cache the engine gets (a simulated rig's truth,
+    #: app.profiles.truth ``kv_tokens_scale``; 1: all of it)
+    kv_tokens_scale: float = 1.0
 
     @property
     def dp(self) -> int:
@@ -248,7 +251,8 @@ class Plan:
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
         # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
-        return EngineLimits.of_tokens(self.kv_cache_tokens, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
+        kv = self.kv_cache_tokens if self.kv_tokens_scale == 1.0 else int(self.kv_cache_tokens * self.kv_tokens_scale)
+        return EngineLimits.of_tokens(kv, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                       spec_tokens=self.config.num_speculative_tokens,
                                       spec_acceptance=self.spec_acceptance,
                                       enable_prefix_caching=self.config.enable_prefix_caching is not False,

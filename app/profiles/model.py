@@ -25,6 +25,7 @@ is refused (use the environment variable ``VLLM_API_KEY``).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -140,6 +141,23 @@ def _perturb(text: str) -> int:
     return v
 
 
+def _truth_file(text: str) -> dict:
+    """``--sim-truth FILE``: the truth in a YAML file (app.profiles.truth), as its mapping."""
+    from app.profiles.truth import load_truth  # deferred: only a rig with a truth reads one
+
+    return load_truth(text).mapping()
+
+
+def _inline_truth(value: Any) -> dict:
+    """A profile's ``sim: {truth: {…}}``: a mapping, validated; never a path."""
+    from app.profiles.truth import parse_truth  # deferred: as above
+
+    if not isinstance(value, dict):
+        raise ValueError("give the truth inline as a mapping (name, terms, rules; docs/sim-truth.md), never a "
+                         "path: a profile carries its truth with it")
+    return parse_truth(value).mapping()
+
+
 @dataclass(frozen=True)
 class SimOption:
     """The declaration of one option of the simulated rig, attached to its :class:`SimRig`
@@ -167,7 +185,9 @@ class SimOption:
         return self.flag.lstrip("-").replace("-", "_")
 
     def text(self, value: Any) -> str:
-        """``value`` as the sim server's argv writes it."""
+        """``value`` as the sim server's argv writes it (a mapping as JSON)."""
+        if isinstance(value, dict):
+            return json.dumps(value, separators=(",", ":"))
         return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -179,7 +199,9 @@ class SimRig(BaseModel):
     hosts, evenly, joined by ``link`` (a link-catalog name; app.engine.steptime models the
     traffic between them); ``time_scale``: k× faster than the wall clock (tests only);
     ``seed``: random seed; ``perturb``: the seed of a hidden "true rig" whose step-time
-    parameters differ from the planner's (app.sim.perturb; None or 0: none);
+    parameters differ from the planner's (app.sim.perturb; None or 0: none); ``truth``: an
+    inline truth mapping, how the rig's cards differ from the model by configuration and
+    step (app.profiles.truth, docs/sim-truth.md; never a path);
     ``spec_acceptance``: with a speculative config, the chance each draft token is accepted
     given the one before (app.engine.specdecode; None: its default); ``cooling``: a preset
     or a factor of each card's thermal resistance (:data:`app.planner.gpus.COOLING`; None:
@@ -207,6 +229,10 @@ class SimRig(BaseModel):
     perturb: Annotated[Optional[int], Field(ge=0), SimOption(
         "--sim-perturb", "a hidden 'true rig' whose step-time parameters differ from the planner's by seeded "
         "factors (0.6–1.6×), not shown — a test bed for tuning (0: none)", "SEED", _perturb)] = None
+    truth: Annotated[Optional[dict], SimOption(
+        "--sim-truth", "a hidden 'true rig' described in a YAML file: how its cards differ from the model by "
+        "configuration and step (docs/sim-truth.md), not shown — a test bed for tuning and a what-if", "FILE",
+        _truth_file)] = None
     spec_acceptance: Annotated[Optional[float], Field(ge=0, le=1), SimOption(
         "--sim-spec-acceptance", "with --speculative-config: the chance each draft token is accepted given the one "
         "before (0-1; position i: A^i; default 0.7)", "A", _checked_acceptance)] = None
@@ -226,6 +252,8 @@ class SimRig(BaseModel):
     def _option(cls, v: Any, info) -> Any:
         """Every value through its option's ``parse`` (a profile's YAML, a form's text)."""
         opt = SIM_RIG_OPTIONS.get(info.field_name)
+        if info.field_name == "truth" and v is not None:
+            return _inline_truth(v)
         if v is None or opt is None or isinstance(v, bool):
             return v
         return opt.parse(v if isinstance(v, str) else str(v))

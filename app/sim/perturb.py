@@ -26,12 +26,11 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from app.engine.steptime import PerfParams
+from app.engine.steptime import TERMS, PerfParams
 from app.planner.plan import Plan, build_step_model
 
 #: the PerfParams terms a true rig perturbs, in the order their factors are drawn
-PERTURBED = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "allreduce_alpha_s", "link_gbs", "t_request_s",
-             "t_launch_layer_s")
+PERTURBED = TERMS
 #: the factors' range (× the planner's value)
 FACTOR_RANGE = (0.6, 1.6)
 #: efficiencies (shares of a peak) cannot exceed this

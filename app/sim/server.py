@@ -26,6 +26,11 @@ with ``VLLM_KEEP_ALIVE_ON_ENGINE_DEATH=1``.
 seeded factors (:func:`app.sim.perturb.true_params`); ``/sim/info`` then says
 ``perturbed: true`` and the seed, and shows no parameters (``perf``).
 
+``--sim-truth FILE|JSON``: the rig steps as a truth says its cards differ from the model,
+by configuration and step (app.profiles.truth, docs/sim-truth.md; a profile's launch
+passes its inline ``truth:`` as JSON); ``/sim/info`` then says ``truth: true`` only —
+no name, rules, parameters (``perf``) — and the KV cache is the truth's share of the plan's.
+
 ``--speculative-config '{…}'``: each decoding step verifies ``num_speculative_tokens``
 drafts and emits 1 + accepted tokens in one chunk, each draft position accepted with
 probability ``--sim-spec-acceptance A`` given the one before (position i: A^i;
@@ -64,6 +69,7 @@ from app.sim.gpus import GpuBank, ambient_c, cooling_factor
 from app.sim.http_api import ApiServer
 from app.sim.metrics import SimMetrics
 from app.sim.perturb import true_params
+from app.profiles.truth import Truth, TruthError, truth_argument
 
 VLLM_VERSION = "0.32.0"
 
@@ -92,6 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-perturb", type=int, default=0, metavar="SEED",
                    help="a hidden 'true rig': step-time parameters × seeded factors in 0.6–1.6 (0: none), not "
                         "shown in /sim/info — a test bed for tuning")
+    p.add_argument("--sim-truth", metavar="FILE|JSON",
+                   help="a hidden 'true rig': how its cards differ from the model by configuration and step, a "
+                        "YAML file or its mapping as JSON (docs/sim-truth.md); not shown in /sim/info")
     p.add_argument("--sim-spec-acceptance", type=float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help="with --speculative-config: the chance each draft token is accepted given the one before "
                         f"(0-1; position i is accepted with A^i, app/engine/specdecode.py; default {DEFAULT_ACCEPTANCE})")
@@ -207,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         check_acceptance(a.sim_spec_acceptance)
+        truth = truth_argument(a.sim_truth) if a.sim_truth else None
+    except TruthError as e:
+        print(f"error: --sim-truth {e}", file=sys.stderr)
+        return 2
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -270,12 +283,12 @@ def main(argv: list[str] | None = None) -> int:
         vlog.emit(f"init engine (profile, create kv cache, warmup model) took {profile_s + graphs_s:.2f} seconds",
                   process=core, where="core.py:210")
     try:
-        return asyncio.run(_serve(a, plan, cooling))
+        return asyncio.run(_serve(a, plan, cooling, truth))
     except KeyboardInterrupt:
         return 0
 
 
-async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int:
+async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float, truth: Truth | None = None) -> int:
     k = a.sim_time_scale
     served = (a.served_model_name or [a.model])[0]
     host, port = a.host or "127.0.0.1", a.port or 8000
@@ -289,13 +302,18 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
     steps = ma.StepModel(plan, a.sim_eta_mem, a.sim_eta_c, a.sim_t_cpu, params=calibrated)
     if a.sim_perturb:  # the hidden true rig: never logged nor shown
         steps.model = steps.model.with_params(true_params(steps.params, a.sim_perturb))
+    num_blocks = plan.num_blocks
+    if truth is not None:  # the hidden truth: never logged nor shown
+        rig = truth.for_plan(plan.plan)
+        steps.model = rig.model(steps.model)
+        num_blocks = max(1, int(plan.num_blocks * rig.kv_tokens_scale))
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True
     spec_k = plan.plan.config.num_speculative_tokens
-    metrics = SimMetrics(served, plan.num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto", spec_k)
+    metrics = SimMetrics(served, num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto", spec_k)
     balancer = DpBalancer(plan.dp)
     t0 = time.monotonic()
-    engines = [SimEngine(plan.num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.engine_step_time, gpus,
+    engines = [SimEngine(num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.engine_step_time, gpus,
                          metrics, k, a.sim_seed, request_overhead_s=steps.params.t_request_s, index=r, t0=t0,
                          on_done=balancer.finished, spec_tokens=spec_k, spec_acceptance=a.sim_spec_acceptance,
                          # vLLM V1 caches prefixes unless told not to (vllm/config/cache.py, 0.32.0)
@@ -307,17 +325,17 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float) -> int
             "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
-            "max_model_len": plan.max_model_len, "num_gpu_blocks": plan.num_blocks, "kv_cache_tokens": plan.kv_tokens,
+            "max_model_len": plan.max_model_len, "num_gpu_blocks": num_blocks, "kv_cache_tokens": num_blocks * ma.BLOCK_SIZE,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
             "enable_prefix_caching": a.enable_prefix_caching is not False,
             "hosts": a.sim_hosts, "link": plan.plan.rig.link.name if plan.plan.rig and plan.plan.rig.link else None,
-            "perturbed": bool(a.sim_perturb)}
+            "perturbed": bool(a.sim_perturb), "truth": truth is not None}
     if spec_k:
         info["speculative"] = {"method": plan.plan.config.speculative_method, "num_speculative_tokens": spec_k,
                                "acceptance": a.sim_spec_acceptance}
     if a.sim_perturb:
         info["perturb_seed"] = a.sim_perturb
-    else:
+    elif truth is None:
         info["perf"] = steps.params.as_dict()
     api = ApiServer(engines, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
                     die_at_request=a.sim_engine_dies_at_request, balancer=balancer)

@@ -81,6 +81,7 @@ SIM_BAD: dict[str, list[str]] = {
     "--sim-time-scale": ["abc", "0", "-1", "inf"],
     "--sim-seed": ["abc", "-1", "1.5"],
     "--sim-perturb": ["abc", "-1"],
+    "--sim-truth": ["/nonexistent/truth.yaml", "/"],
     "--sim-spec-acceptance": ["abc", "1.5", "-0.1", "nan"],
     "--sim-cooling": ["arctic", "0.1", "9", "nan", ""],
     "--sim-ambient-c": ["abc", "-5", "99", "nan", "inf"],
@@ -153,6 +154,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("calibrate", "--python"): ["/nonexistent/python3"],
     ("predict", "--gpu"): ["No Such GPU", "X:abc:8.9", "X:16:zz"],
     ("predict", "--count"): ["abc", "0", "-1"],
+    ("predict", "--sim-truth"): ["/nonexistent/truth.yaml", "/"],
     ("predict", "--vllm-version"): ["abc"],
     ("predict", "--python"): ["/nonexistent/python3"],
     ("predict", "--dataset-name"): ["sharegpt"],  # without --lengths-file
