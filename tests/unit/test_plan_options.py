@@ -88,6 +88,10 @@ def test_lora_buffers_are_sized_as_vllm_allocates_them():
     all-linear rank-16 adapter of this model (41.9 M parameters)."""
     from app.planner.memory import lora_gib
 
+    def _plan(gpu, **kw):  # memory only: no predicted ramp
+        return plan(ServerConfig(model=MODEL, **kw), [gpu], from_catalog(MODEL), vllm_version="0.32.0",
+                    use_calibration=False, predict=False)
+
     base = _plan(lookup_gpu("H100 SXM"), max_model_len=8192)
     p = _plan(lookup_gpu("H100 SXM"), max_model_len=8192, extra_args=["--enable-lora"])
     assert (p.effective.lora_slots, p.effective.lora_rank) == (1, 16)
@@ -104,7 +108,8 @@ def test_lora_buffers_are_sized_as_vllm_allocates_them():
     assert big.verdict == "error"
     # TP 2: the column layers' B and the row layers' A halve, their A and B stay whole (not fully sharded)
     tp2 = plan(ServerConfig(model=MODEL, max_model_len=8192, tensor_parallel_size=2, extra_args=["--enable-lora"]),
-               [lookup_gpu("H100 SXM")] * 2, from_catalog(MODEL), vllm_version="0.32.0", use_calibration=False)
+               [lookup_gpu("H100 SXM")] * 2, from_catalog(MODEL), vllm_version="0.32.0", use_calibration=False,
+               predict=False)
     per_layer = (3 * 16 * 4096 + (2048 + 2 * 512) * 16) + (2 * 16 * 4096 + 2 * 7168 * 16) \
         + (16 * 2048 + 4096 * 16) + (16 * 7168 + 4096 * 16)
     assert tp2.ranks[0].lora_gib == pytest.approx(per_layer * 32 * 2 / 2**30)
