@@ -28,6 +28,8 @@ Recipe, a new per-level figure: add the field to StepStats and compute it
 """
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
@@ -263,9 +265,6 @@ def csv_columns(metrics: Sequence[Metric] | None = None) -> list[str]:
 def levels_csv(levels: Iterable[Any], metrics: Sequence[Metric] | None = None) -> str:
     """CSV text of levels (StepStats or their dicts), one row per level: the :data:`CSV` figures, raw
     (seconds, tokens/s, fractions; failures as ``status=n;…``, the broken SLO bounds joined by ``; ``)."""
-    import csv
-    import io
-
     cols = in_view(CSV, metrics)
     buf = io.StringIO()
     w = csv.writer(buf)

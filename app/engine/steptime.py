@@ -55,6 +55,7 @@ several stages).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Protocol
 
@@ -138,8 +139,6 @@ T_CPU_SEQ_V0_S, T_CPU_SEQ_V0_ASYNC_OUT_S, T_CPU_SEQ_V1_S = 50e-6, 30e-6, 20e-6
 
 
 def _version_tuple(version: str | None) -> tuple[int, ...] | None:
-    import re
-
     if not version:
         return None
     parts = re.findall(r"\d+", str(version).split("+")[0])[:3]

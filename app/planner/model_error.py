@@ -31,6 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from app.planner.gpus import load_catalog
+
 #: the shipped table (package data, written by ``benchmarks/real_gpu_fidelity.py --write-error-table``)
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "model_error.json"
 
@@ -56,8 +58,6 @@ def card_class(name: str) -> str:
     split of its defaults, app/engine/steptime.py ``default_params``: the RTX 5090's
     GDDR7 reaches 1,792 GB/s without it), else :data:`GDDR`. An unknown name is GDDR
     (what an unlisted consumer card is)."""
-    from app.planner.gpus import load_catalog
-
     if name.strip().lower() == "cpu":
         return CPU
     spec = load_catalog().get(name)
