@@ -373,9 +373,9 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             assert ctl.wait_ready(ready_s), f"{ctl.failure_text}\n" + "\n".join(
                 text for _, _, text in list(ctl.rig.links[0].log_lines)[-30:] if ctl.rig)
             took = time.monotonic() - t0
-            assert [c.role for c in ctl.rig_plan] == ["head", "headless"]
+            assert [c.role for c in ctl.rig_handle.plan] == ["head", "headless"]
             assert ctl.url.startswith(f"http://{bed.hosts[0].address}:")
-            assert {h.ssh for h in hosts} == set(ctl.rig_parts)
+            assert {h.ssh for h in hosts} == set(ctl.rig_handle.parts)
             ctl.start_ramp(RampSpec(url=ctl.url, **spec_kw), record=RecordSpec(name="two hosts"))
             t = time.monotonic()
             while (len(ev.records) < 3 or time.monotonic() - t < 4.0) and ctl.ramp_running \
@@ -387,7 +387,7 @@ def _lost_host_run(bed, tmp_path, target_kw: dict, spec_kw: dict, ready_s: float
             if what == "agent":
                 os.kill(ctl.rig.links[kill].agent_pid, 9)
             else:  # the part's processes, not its reaper (the group leader): the agent reports the death
-                pgid = ctl.rig_parts[lost.destination]["pgid"]
+                pgid = ctl.rig_handle.parts[lost.destination]["pgid"]
                 for p in psutil.process_iter():
                     try:
                         if p.pid != pgid and os.getpgid(p.pid) == pgid:
@@ -533,7 +533,7 @@ def test_a_ray_launch_of_the_cpu_build_is_refused_before_anything_starts(bed, tm
             assert f"host(s) {names} run the CPU build of vLLM, which cannot run the Ray backend" in msg
             assert "does not support ray" in msg and "drop distributed_executor_backend: ray" in msg
             assert f"Ray is not installed for the vLLM interpreter on host(s) {names}" in msg
-            assert ctl.state == State.FAILED and ctl.rig is None and ctl.rig_parts == {}  # no part was started
+            assert ctl.state == State.FAILED and ctl.rig is None and (ctl.rig_handle is None or ctl.rig_handle.parts == {})  # no part was started
             print(f"\nRay launch of the CPU build refused in {took:.1f} s: {msg}")
         finally:
             ctl.close()
@@ -608,7 +608,7 @@ def _ray_processes(h) -> dict[int, tuple[str, int, int]]:
 @pytest.mark.parametrize("kill", [1, 0], ids=["worker-agent-killed", "head-agent-killed"])
 def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path, ray_tmp, kill):
     """The Ray backend's cluster start for real (app.hosts.plan.ray_plan through
-    ``RunController._launch_rig``): each host's agent starts its ``ray start --block`` node
+    ``app.run.handles.RigHandle.launch``): each host's agent starts its ``ray start --block`` node
     (``python -m ray.scripts.scripts start``, Ray 2.60.0 of ``.venv-ray``, ``make ray``) —
     ``--head --port 6379`` on host 0, ``--address HEAD:6379`` on host 1 — the controller
     waits for both nodes' "Ray runtime started.", then starts the head's server part with
@@ -650,7 +650,7 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
                                            hosts=hosts, ssh=ssh_options(bed), expose=True, rig_timeout=240)) == []
             assert ctl.wait_ready(240), ctl.failure_text
             ready = time.monotonic() - t0
-            assert [(c.kind, c.role) for c in ctl.rig_plan] == [("ray", "ray-head"), ("ray", "ray-worker"),
+            assert [(c.kind, c.role) for c in ctl.rig_handle.plan] == [("ray", "ray-head"), ("ray", "ray-worker"),
                                                                 ("serve", "head")]
             head = bed.hosts[0].address
             started = []  # session s at which each node said it
@@ -658,7 +658,7 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
                 t = [t for t, _, text in link.log_lines if RAY_STARTED in text]
                 assert t, list(link.log_lines)[-30:]
                 started.append(t[0])
-            argv = {k: v["argv"] for k, v in ctl.rig_parts.items()}
+            argv = {k: v["argv"] for k, v in ctl.rig_handle.parts.items()}
             assert argv[f"{hosts[0].ssh} ray"][1:] == ["-m", "ray.scripts.scripts", "start", "--block", "--head",
                                                        "--port", "6379", "--node-ip-address", head]
             assert argv[f"{hosts[1].ssh} ray"][-4:] == ["--address", f"{head}:6379", "--node-ip-address",
@@ -668,7 +668,7 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
             assert sorted(a for a, alive in nodes if alive) == sorted(h.address for h in bed.hosts), nodes
             print(f"\nRay cluster of 2 nodes up {max(started) - s0:.1f} s after the launch began (head node "
                   f"{started[0] - s0:.1f} s, worker {started[1] - s0:.1f} s); the rig ready in {ready:.1f} s")
-            pgids = {h.ns: ctl.rig_parts[f"{hh.ssh} ray"]["pgid"] for h, hh in zip(bed.hosts, hosts)}
+            pgids = {h.ns: ctl.rig_handle.parts[f"{hh.ssh} ray"]["pgid"] for h, hh in zip(bed.hosts, hosts)}
             for h in bed.hosts:  # every Ray process of a host is in its ray part's group
                 ray_procs = _ray_processes(h)
                 assert any("gcs_server" in c for c, *_ in ray_procs.values()) == (h is bed.hosts[0]), ray_procs
