@@ -708,6 +708,21 @@ def test_a_real_ray_cluster_started_by_the_agents_under_a_sim_head(bed, tmp_path
                                                            (hosts[0].ssh, "head")]
 
 
+def _requests_done(url: str) -> float:
+    """``vllm:request_success_total`` of the server at ``url`` (its /metrics; 0 when unreachable)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(url.rstrip("/") + "/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0.0
+    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
+               if s.name == "vllm:request_success_total")
+
+
 def _rig_profile(bed, tmp_path, levels: list[int], step_s: float) -> str:
     """A sim rig profile over the bed's two hosts (engine sim, data parallel 2: a head and
     a headless part), written as YAML; returns its path."""
@@ -828,7 +843,13 @@ def test_cli_run_a_host_whose_agent_is_killed_mid_ramp_is_the_stop_reason(bed, t
         while not any(x.startswith("[ramping]") for x in lines) and p.poll() is None and time.monotonic() - t < 240:
             time.sleep(0.1)
         assert any(x.startswith("[ramping]") for x in lines), "".join(lines)
-        time.sleep(4.0)  # some requests complete
+        # some requests complete first (the head's own counter, not a fixed sleep: beside a busy core
+        # the first request of the 70B sim took longer than 4 s)
+        url = next(x.split()[1] for x in lines if x.startswith("[ready] "))
+        t = time.monotonic()
+        while _requests_done(url) < 2 and p.poll() is None and time.monotonic() - t < 120:
+            time.sleep(0.2)
+        assert _requests_done(url) >= 2, "".join(lines)
         agents = [pid for pid in h1.pids() if psutil.Process(pid).cmdline()[:4] == [sys.executable, "-m", "app.cli",
                                                                                      "agent"]]  # not its shell
         assert len(agents) == 1, agents
