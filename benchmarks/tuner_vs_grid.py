@@ -82,8 +82,11 @@ PP candidates' predictions and true capacities.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -92,33 +95,41 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.config import ServerConfig  # noqa: E402
 from app.loadgen.spec import SLO  # noqa: E402
 from app.planner.gpus import lookup_gpu  # noqa: E402
+from app.planner.versions import rules_for  # noqa: E402
 from app.profiles.model import HardwareFingerprint  # noqa: E402
+from app.profiles.truth import load_truth  # noqa: E402
 from app.sim import model_adapter as ma  # noqa: E402
 from app.store import RunStore  # noqa: E402
-from app.tuner.space import enumerate_candidates  # noqa: E402
+from app.tuner.space import Candidate, enumerate_candidates  # noqa: E402
 from app.run.controller import RecordSpec, RunController  # noqa: E402
-from app.tuner.offline import OfflineRig  # noqa: E402
+from app.tuner.offline import GridEntry, OfflineRig  # noqa: E402
 from app.tuner.tune import ControllerRig, Tuner, TuneSpec  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 #: the sim's time scale over HTTP: at most MAX_K, and the rig's output tokens/s × k at
 #: most WALL_TOKENS_PER_S (what the sim and the load generator stream on 2 cores,
 #: tests/integration/test_plan_predict.py); below k = 1 a case runs offline only
 MAX_K = 10.0
 WALL_TOKENS_PER_S = 2000.0
-#: searches averaged for the grid's top configurations and the tuner's pick
-REPEATS = 3
-#: ... and at least as many as make the mean's step (1 user ÷ repeats) at most this share
-#: of the capacity: the goal's 5 % must be finer than the truth it is judged on (6 users
-#: from 3 searches move in steps of 1/3 user, 5.6 %); at most MAX_REPEATS
-TRUTH_STEP = 0.02
-MAX_REPEATS = 20
-#: grid configurations (by a single search) judged again on REPEATS searches
+#: grid configurations (by a single search) judged again as the mean of enough searches
+#: (OfflineRig.true_capacity: one user ≤ 2 % of the figure), with the defaults baseline
+#: and the tuner's pick; the others' single search enters the random-4 expectation
 TOP_REPEATED = 8
+#: launches of the random baseline (the tuner's default budget)
+RANDOM_DRAWS = 4
 
 RIGS = [("RTX 4090", 8), ("RTX 5090", 4)]
 MODELS = [("meta-llama/Llama-3.1-8B-Instruct", None), ("hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "awq_marlin")]
 WORKLOADS = [("chat 512/128", 512, 128, SLO(ttft_p99=2.0, tpot_p99=0.1)),
              ("long 2048/256", 2048, 256, SLO(ttft_p99=4.0, tpot_p99=0.06))]
+#: the configuration-dependent truths: the shipped examples and those written to break the tuner
+TRUTH_FILES = sorted((ROOT / "resources/truths").glob("*.yaml")) + sorted(
+    (ROOT / "benchmarks/data/truths").glob("*.yaml"))
+#: where grids are kept between runs (they do not depend on the tuner): keyed by the case,
+#: the truth's text and the engine's source, so a change to either is a new grid
+CACHE = ROOT / "build/tuner-grid-cache"
+ENGINE_SOURCES = ("app/engine", "app/planner/predict.py", "app/planner/plan.py", "app/sim/perturb.py",
+                  "app/profiles/truth.py", "app/tuner/offline.py", "app/tuner/space.py", "app/loadgen/capacity.py")
 
 
 def cases() -> list[tuple]:
@@ -132,92 +143,194 @@ def cases() -> list[tuple]:
     return out
 
 
-def repeats_for(users: float) -> int:
-    """Searches averaged for a true capacity of about ``users``: :data:`REPEATS`, or more
-    where one user is a large share (:data:`TRUTH_STEP`), at most :data:`MAX_REPEATS`."""
-    return int(min(MAX_REPEATS, max(REPEATS, math.ceil(1.0 / (TRUTH_STEP * max(users, 1.0))))))
+def truths() -> list[tuple[str, Path | None]]:
+    """(label, file): ``perturb`` (the case's own --sim-perturb seed, in the model's class)
+    then every truth file (on the planner's defaults, seed 0)."""
+    return [("perturb", None)] + [(f.stem, f) for f in TRUTH_FILES]
 
 
-def repeated(truth: OfflineRig, cfg: ServerConfig, users: float):
-    """The true capacity (of about ``users``, a single search's) as the mean of
-    :func:`repeats_for` searches (users_low/high: their range)."""
-    ramp = truth.workload.search_spec()
-    ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"repeat": repeats_for(users)})})
-    pred, _ = truth.search(cfg, ramp)
-    cap = pred.capacity
-    return cap.model_copy(update={"users_low": min(cap.repeat_users), "users_high": max(cap.repeat_users)})
+def random_best_expectation(values: list[float], draws: int = RANDOM_DRAWS) -> float:
+    """The exact expectation of the best of ``draws`` configurations drawn without
+    replacement, all draws equally likely, from ``values`` (users at the SLO, 0 where a
+    configuration serves none): with the values sorted ascending, the i-th (1-based) is the
+    best of a draw with probability C(i−1, draws−1) / C(n, draws). Fewer values than
+    draws: the best of them all."""
+    v = sorted(values)
+    n = len(v)
+    if n == 0:
+        return 0.0
+    if n <= draws:
+        return v[-1]
+    total = math.comb(n, draws)
+    return sum(x * math.comb(i, draws - 1) for i, x in enumerate(v)) / total
 
 
-def run_case(case: tuple, offline: bool, spot: bool, store: RunStore, tuner_too: bool = True) -> dict:
+def defaults_candidate(cands: list[Candidate], gpu: str, version: str | None) -> Candidate | None:
+    """vLLM's defaults with the largest tensor-parallel size that fits: among the startable
+    candidates with no pipeline parallelism, ``kv_cache_dtype`` auto, CUDA graphs on and
+    vLLM's default ``max_num_batched_tokens`` for the card (vllm/engine/arg_utils.py
+    get_batch_defaults, as app.planner.vllm_rules has it), the largest TP (data parallel
+    over the rest of the cards)."""
+    card = lookup_gpu(gpu)
+    mnbt = rules_for(version).batch_defaults(card.memory_gib, card.name)[1]
+    ok = [c for c in cands if c.pruned_because is None and (c.config.pipeline_parallel_size or 1) == 1
+          and c.config.kv_cache_dtype in (None, "auto") and not c.config.enforce_eager
+          and c.config.max_num_batched_tokens == max(mnbt, c.config.max_num_seqs or 0)]
+    return max(ok, key=lambda c: (c.config.tensor_parallel_size or 1), default=None)
+
+
+def _engine_hash() -> str:
+    h = hashlib.sha256()
+    for name in ENGINE_SOURCES:
+        p = ROOT / name
+        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _entry(d: dict | None) -> GridEntry | None:
+    return GridEntry(**d) if d is not None else None
+
+
+def grid_of(case: tuple, label: str, truth_file: Path | None, rig: OfflineRig, cands: list[Candidate],
+            use_cache: bool) -> dict:
+    """The case's grid under a truth: ``single`` (key → GridEntry of one search, None where
+    it cannot serve), ``true`` (key → the mean of enough searches: the top
+    :data:`TOP_REPEATED` and whatever :func:`true_of` adds), its rig minutes and CPU s."""
+    text = truth_file.read_text() if truth_file else f"perturb {case[-1]}"
+    key = hashlib.sha256(f"{case[:9]!r}|{text}|{_engine_hash()}".encode()).hexdigest()[:20]
+    path = CACHE / f"case{case[0]}-{label}-{key}.json"
+    if use_cache and path.exists():
+        d = json.loads(path.read_text())
+        return {"single": {k: _entry(v) for k, v in d["single"].items()},
+                "true": {k: _entry(v) for k, v in d["true"].items()}, "rig_s": d["rig_s"], "cpu_s": d["cpu_s"],
+                "path": path, "cached": True}
+    cpu0 = time.process_time()
+    single: dict[str, GridEntry | None] = {}
+    rig_s = 0.0
+    for c in cands:
+        if c.pruned_because is not None:
+            continue
+        try:
+            pred, s = rig.search(c.config)
+        except ma.Refusal:
+            pred, s = None, 0.0
+        cap = pred.capacity if pred is not None else None
+        single[c.key] = (GridEntry(cap.users, cap.users_low, cap.users_high, cap.output_tps, 1, s)
+                         if cap is not None else None)
+        rig_s += s
+    top = sorted((k for k, e in single.items() if e is not None), key=lambda k: -single[k].users)[:TOP_REPEATED]
+    by_key = {c.key: c for c in cands}
+    true = {k: rig.true_capacity(by_key[k].config, least=1) for k in top}
+    g = {"single": single, "true": true, "rig_s": rig_s, "cpu_s": time.process_time() - cpu0, "path": path,
+         "cached": False}
+    _save(g)
+    return g
+
+
+def _save(g: dict) -> None:
+    path: Path = g["path"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    js = {k: (v.__dict__ if v is not None else None) for k, v in g["single"].items()}
+    jt = {k: (v.__dict__ if v is not None else None) for k, v in g["true"].items()}
+    path.write_text(json.dumps({"single": js, "true": jt, "rig_s": g["rig_s"], "cpu_s": g["cpu_s"]}))
+
+
+def true_of(g: dict, key: str, rig: OfflineRig, cand: Candidate) -> float:
+    """``key``'s true users (the mean of enough searches), computed and cached when missing;
+    0 where it serves none."""
+    if key not in g["true"]:
+        if g["single"].get(key) is None:
+            return 0.0
+        g["true"][key] = rig.true_capacity(cand.config)
+        _save(g)
+    e = g["true"][key]
+    return e.users if e is not None else 0.0
+
+
+def figure(g: dict, key: str) -> float:
+    """The grid's figure of ``key``: its mean where computed, else its single search, 0
+    where it serves none."""
+    e = g["true"].get(key) or g["single"].get(key)
+    return e.users if e is not None else 0.0
+
+
+def run_case(case: tuple, label: str, truth_file: Path | None, *, offline: bool, spot: bool, store: RunStore,
+             use_cache: bool, tuner_too: bool = True) -> dict:
     n, gpu, count, model, quant, wname, pt, ot, slo, seed = case
     cfg = ServerConfig(model=model, served_model_name="m", quantization=quant, max_model_len=8192)
+    truth = load_truth(truth_file) if truth_file is not None else None
+    seed = seed if truth is None else 0
 
     def spec_at(k: float) -> TuneSpec:
-        sim = ["--sim-gpu", gpu, "--sim-gpu-count", str(count), "--sim-time-scale", f"{k:g}", "--sim-seed", "1",
-               "--sim-perturb", str(seed)]
+        sim = ["--sim-gpu", gpu, "--sim-gpu-count", str(count), "--sim-time-scale", f"{k:g}", "--sim-seed", "1"]
+        sim += ["--sim-perturb", str(seed)] if seed else []
+        sim += ["--sim-truth", json.dumps(truth.mapping(), separators=(",", ":"))] if truth is not None else []
         return TuneSpec(engine="sim", config=cfg, sim_args=sim, hardware=HardwareFingerprint(gpu=gpu, count=count),
                         vllm_version=ma.VLLM_RULES, prompt_tokens=pt, output_tokens=ot, slo=slo, grace=5)
 
     spec = spec_at(10)
-    truth = OfflineRig(spec, seed)
-    # the grid
-    t0 = time.monotonic()
+    rig = OfflineRig(spec, seed, truth)
     cands = enumerate_candidates(cfg, [lookup_gpu(gpu)] * count, spec.space, spec.workload(), spec.vllm_version)
     by_key = {c.key: c for c in cands}
-    grid = {}
-    grid_rig = 0.0
-    for c in cands:
-        if c.pruned_because is None:
-            pred, rig_s = truth.search(c.config)
-            if pred is not None and pred.capacity is not None:
-                grid[c.key] = pred.capacity
-                grid_rig += rig_s
-    grid_s = time.monotonic() - t0
-    # a single search at a TTFT-bound SLO is noisy (a p99 of 100 requests is their tail:
-    # whether two prefills collided); the top of the grid and the tuner's pick are judged
-    # on the mean of REPEATS searches (CapacitySearch.repeat), each with fresh lengths
-    top = sorted(grid, key=lambda k: -grid[k].users)[:TOP_REPEATED]
-    for key in top:
-        grid[key] = repeated(truth, by_key[key].config, grid[key].users)
-    best_key = max(top, key=lambda k: grid[k].users)
-    best = grid[best_key]
-    # over HTTP the sim must stream the rig's tokens × k on 2 cores
+    g = grid_of(case, label, truth_file, rig, cands, use_cache)
+    served = {k: figure(g, k) for k in g["single"]}
+    best_key = max(g["true"], key=lambda k: g["true"][k].users if g["true"][k] else 0.0)
+    best = g["true"][best_key]
+    assert best is not None
+    dflt = defaults_candidate(cands, gpu, spec.vllm_version)
+    dflt_users = true_of(g, dflt.key, rig, dflt) if dflt is not None else 0.0
+    served = {k: figure(g, k) for k in g["single"]}
+    rand4 = random_best_expectation(list(served.values()))
+    out = {"case": case, "truth": label, "grid": g, "grid_n": len(g["single"]), "all": len(cands),
+           "best_key": best_key, "best": best, "defaults_key": dflt.key if dflt else None, "defaults": dflt_users,
+           "random4": rand4}
     k = min(MAX_K, WALL_TOKENS_PER_S / max(1.0, best.output_tps or 1.0))
     http_ok = k >= 1.0
     spots = []
     if spot and http_ok:
-        for key in top[:3]:
+        for key in sorted(g["true"], key=lambda x: -figure(g, x))[:3]:
             ctl = RunController(store=store)
             ramp = spec.workload().search_spec()
-            # started at the offline answer (a mean of searches: whole users for a concurrency search)
-            start = float(max(1, round(grid[key].users)))
+            start = float(max(1, round(figure(g, key))))
             ramp = ramp.model_copy(update={"search": ramp.search.model_copy(update={"start": start})})
             m = ControllerRig(spec_at(k), ctl).measure(by_key[key].config, ramp, RecordSpec(name=f"spot {key}"),
                                                        lambda: None)
             ctl.close()
-            spots.append((key, grid[key], m.capacity, m.error))
-    # the tuner
-    t0 = time.monotonic()
-    res = None
+            spots.append((key, g["true"][key], m.capacity, m.error))
+    out["spots"] = spots
     if not tuner_too:
-        return {"case": case, "spots": spots, "grid": grid, "spot_only": True}
-    if offline or http_ok:
-        tuner = Tuner(spec if offline else spec_at(k), store=store, rig=truth if offline else None)
-        tuner.run()
-        res = tuner.result()
-    tune_s = time.monotonic() - t0
-    if res is None:
-        return {"case": case, "skipped": f"HTTP: the rig's {best.output_tps:.0f} tok/s at its capacity is more than "
-                                         f"2 cores stream (k = {k:.2f} < 1): run with --offline", "grid": grid}
+        return out
+    if not (offline or http_ok):
+        out["skipped"] = (f"HTTP: the rig's {best.output_tps:.0f} tok/s at its capacity is more than 2 cores "
+                          f"stream (k = {k:.2f} < 1): run with --offline")
+        return out
+    t0 = time.monotonic()
+    tuner = Tuner(spec if offline else spec_at(k), store=store, rig=rig if offline else None)
+    tuner.run()
+    res = tuner.result()
+    out["tune_s"] = time.monotonic() - t0
     res["k"] = k if not offline else None
-    rec = res["recommendation"] or {}
-    pick = rec.get("key")
-    pick_true = None
-    if pick in by_key:
-        pick_true = grid[pick] if pick in top else repeated(truth, by_key[pick].config, best.users)
-    return {"case": case, "spots": spots, "grid": grid, "grid_n": len(grid), "grid_rig_min": grid_rig / 60, "grid_s": grid_s, "best_key": best_key,
-            "best": best, "pick": pick, "pick_true": pick_true, "tuner": res, "tune_s": tune_s,
-            "pruned": sum(c.pruned_because is not None for c in cands), "all": len(cands)}
+    pick = (res["recommendation"] or {}).get("key")
+    out.update(tuner=res, pick=pick, pick_true=true_of(g, pick, rig, by_key[pick]) if pick in by_key else 0.0)
+    return out
+
+
+HEADER = (f"{'#':>2} {'rig':12} {'model':8} {'workload':13} {'truth':22} {'grid':>4} {'grid rig min':>12} "
+          f"{'launches':>8} {'rig min':>7} {'pick/best':>9} {'defaults':>8} {'random-4':>8}  ok  pick · best")
+
+
+def row(r: dict) -> tuple[str, bool]:
+    n, gpu, count, model, quant, wname = r["case"][:6]
+    best = r["best"].users
+    t = r["tuner"]
+    frac = r["pick_true"] / best if best else 0.0
+    ok = frac >= 0.95 and t["launches"] <= 4 and r["pick_true"] >= r["random4"] - 1e-9
+    line = (f"{n:2d} {count}× {gpu:9} {'70B AWQ' if quant else '8B bf16':8} {wname:13} {r['truth']:22} "
+            f"{r['grid_n']:4d} {r['grid']['rig_s'] / 60:12.1f} {t['launches']:8d} {t['rig_seconds'] / 60:7.1f} "
+            f"{frac:9.2f} {r['defaults'] / best if best else 0:8.2f} {r['random4'] / best if best else 0:8.2f}  "
+            f"{'✓' if ok else '✗':2}  {r['pick_true']:.1f} {r['pick']} · {best:.1f} {r['best_key']}")
+    return line, ok
 
 
 def main() -> int:
@@ -225,50 +338,60 @@ def main() -> int:
     ap.add_argument("--offline", action="store_true", help="the tuner measures on the offline engine (no HTTP)")
     ap.add_argument("--spot-check", action="store_true", help="measure the grid's top three over HTTP")
     ap.add_argument("--cases", help="comma list of case numbers (1–8)")
+    ap.add_argument("--truths", help="comma list of truths: perturb and truth files' stems (default: all)")
     ap.add_argument("--spot-only", action="store_true", help="with --spot-check: the grid and its spot-checks, no tune")
+    ap.add_argument("--no-cache", action="store_true", help=f"compute every grid again (default: cached in {CACHE})")
+    ap.add_argument("--verbose", action="store_true", help="each measured candidate of each tune")
     a = ap.parse_args()
     chosen = cases()
     if a.cases:
         want = {int(x) for x in a.cases.split(",")}
         chosen = [c for c in chosen if c[0] in want]
-    import tempfile
-
+    ts = truths()
+    if a.truths:
+        names = [x.strip() for x in a.truths.split(",") if x.strip()]
+        unknown = [x for x in names if x not in {t for t, _ in ts}]
+        if unknown:
+            ap.error(f"--truths {','.join(unknown)}: choose from {', '.join(t for t, _ in ts)}")
+        ts = [t for t in ts if t[0] in names]
     store = RunStore(Path(tempfile.mkdtemp()) / "tune.sqlite")
-    print(f"{'#':>2} {'rig':13} {'model':10} {'workload':14} {'grid':>5} {'grid rig min':>12} "
-          f"{'tuner launches':>14} {'tuner rig min':>13} {'pick/best':>9}  best (interval) · pick true (interval)")
-    fracs = []
+    print("pick/best, defaults and random-4 as fractions of the grid's best (true users: means of searches, "
+          "one user ≤ 2 % of each); ok: pick ≥ 0.95 in ≤ 4 launches and ≥ random-4", flush=True)
+    print(HEADER, flush=True)
+    oks, fracs, lines = [], [], []
     for case in chosen:
-        r = run_case(case, a.offline, a.spot_check or a.spot_only, store, tuner_too=not a.spot_only)
-        n, gpu, count, model, quant, wname = case[:6]
-        if r.get("skipped"):
-            print(f"{n:2d} {count}× {gpu:9} {wname:14}  {r['skipped']}")
-            continue
-        for key, off, http, err in r["spots"]:
-            print(f"{n:2d}   spot-check {key}: offline {off.users:g} ({off.users_low:g}–{off.users_high:g}), over HTTP "
-                  + (f"{http.users:g} ({http.users_low:g}–{http.users_high:g})" if http else f"failed: {err}"), flush=True)
-        if r.get("spot_only"):
-            continue
-        t = r["tuner"]
-        grid_of = r["grid"]
-        best, pt = r["best"], r["pick_true"]
-        frac = (pt.users / best.users) if pt is not None and best.users else 0.0
-        fracs.append(frac)
-        mshort = "70B AWQ" if quant else "8B bf16"
-        print(f"{n:2d} {count}× {gpu:9} {mshort:10} {wname:14} {r['grid_n']:5d} {r['grid_rig_min']:12.1f} "
-              f"{t['launches']:14d} {t['rig_seconds'] / 60:13.1f} {frac:9.2f}  "
-              f"{best.users:g} ({best.users_low:g}–{best.users_high:g}) {r['best_key']} · "
-              f"{pt.users if pt else '—'} ({pt.users_low if pt else '—'}–{pt.users_high if pt else '—'}) {r['pick']}")
-        print(f"{'':5}stop: {t['stop_reason']}; tuner wall {r['tune_s']:.0f} s"
-              f"{'' if t.get('k') is None else ' over HTTP at k = %.2f' % t['k']}, grid wall {r['grid_s']:.0f} s "
-              f"(offline); pruned {r['pruned']} of {r['all']}")
-        for c in t["candidates"]:
-            if c["measured_users"] is not None or c["failed"]:
-                g = grid_of.get(c["key"])
-                print(f"{'':5}measured {c['key']}: first predicted {c['first_predicted_users']}, measured "
-                      f"{c['measured_users']} ({c['measured_low']}–{c['measured_high']}), now predicted "
-                      f"{c['predicted_users']}; grid {g.users if g else '—'}{' FAILED ' + c['failed'] if c['failed'] else ''}")
+        for label, f in ts:
+            r = run_case(case, label, f, offline=a.offline, spot=a.spot_check or a.spot_only, store=store,
+                         use_cache=not a.no_cache, tuner_too=not a.spot_only)
+            for key, off, http, err in r["spots"]:
+                print(f"{case[0]:2d}   spot-check {key}: offline {off.users:.2f} ({off.users_low:g}–{off.users_high:g}), "
+                      "over HTTP " + (f"{http.users:g} ({http.users_low:g}–{http.users_high:g})" if http
+                                      else f"failed: {err}"), flush=True)
+            if a.spot_only:
+                continue
+            if r.get("skipped"):
+                print(f"{case[0]:2d} {label:22} {r['skipped']}", flush=True)
+                continue
+            line, ok = row(r)
+            lines.append(line)
+            oks.append(ok)
+            fracs.append(r["pick_true"] / r["best"].users if r["best"].users else 0.0)
+            print(line, flush=True)
+            t = r["tuner"]
+            print(f"{'':5}stop: {t['stop_reason']}; tuner wall {r['tune_s']:.0f} s; grid "
+                  f"{'cached' if r['grid']['cached'] else 'computed'} ({r['grid']['cpu_s']:.0f} CPU s); "
+                  f"{r['grid_n']} startable of {r['all']}; defaults {r['defaults_key']}", flush=True)
+            if a.verbose:
+                for c in t["candidates"]:
+                    if c["measured_users"] is not None or c["failed"]:
+                        print(f"{'':5}measured {c['key']}: first predicted {c['first_predicted_users']}, measured "
+                              f"{c['measured_users']}, now predicted {c['predicted_users']}; grid "
+                              f"{figure(r['grid'], c['key']):.1f}{' FAILED ' + c['failed'] if c['failed'] else ''}")
     if fracs:
-        print(f"worst pick/best {min(fracs):.2f}; cases ≥ 0.95: {sum(f >= 0.95 for f in fracs)} of {len(fracs)}")
+        print()
+        print(HEADER)
+        print("\n".join(lines))
+        print(f"worst pick/best {min(fracs):.2f}; ok {sum(oks)} of {len(oks)}")
     return 0
 
 

@@ -367,37 +367,49 @@ def _offline_rig(a: argparse.Namespace, spec: Any) -> Any:
 
 
 def _grid(a: argparse.Namespace, spec: Any, rig: Any) -> int:
-    """``--grid --offline``: every candidate of the space measured on the offline rig:
-    ``{"mode": "grid", "candidates": [{"key", "server", "true_users", "pruned_because", "error"}]}``,
-    ``true_users`` null where the candidate cannot start."""
+    """``--grid --offline``: every candidate of the space measured on the offline rig, each
+    the mean of enough searches that one user is ≤ 2 % of it
+    (:meth:`app.tuner.offline.OfflineRig.true_capacity`): ``{"mode": "grid", "candidates":
+    [{"key", "server", "true_users", "users_low", "users_high", "searches", "error"}],
+    "cpu_seconds", "wall_seconds"}``, ``true_users`` null where the candidate cannot start."""
     # deferred: only --grid needs them
+    import time
+
     from app.sim import model_adapter as ma
     from app.tuner.space import enumerate_candidates, server_flags
 
+    cpu0, wall0 = time.process_time(), time.monotonic()
     cards = spec.hardware.planner_cards()
     cands = enumerate_candidates(spec.config, cards, spec.space, spec.workload(), spec.vllm_version,
                                  rig=spec.hardware.rig_layout())
     rows = []
     for c in cands:
-        users, error = None, c.pruned_because
+        entry, error = None, c.pruned_because
         if error is None:
             try:
-                pred, _ = rig.search(c.config)
+                entry = rig.true_capacity(c.config)
             except ma.Refusal as r:
-                pred, error = None, r.text
-            if pred is not None and pred.capacity is not None:
-                users = pred.capacity.users
-            elif error is None:
+                error = r.text
+            if entry is None and error is None:
                 error = "no memory left for the KV cache"
-        rows.append({"key": c.key, "server": server_flags(c.config), "true_users": users, "error": error})
-        print(f"[grid] {c.key}: {users if users is not None else '— ' + str(error)}", flush=True)
+        rows.append({"key": c.key, "server": server_flags(c.config),
+                     "true_users": round(entry.users, 3) if entry is not None else None,
+                     "users_low": entry.users_low if entry is not None else None,
+                     "users_high": entry.users_high if entry is not None else None,
+                     "searches": entry.searches if entry is not None else 0, "error": error})
+        print(f"[grid] {c.key}: " + (f"{entry.users:.2f} users (mean of {entry.searches}, "
+                                     f"{entry.users_low:g}–{entry.users_high:g})" if entry is not None
+                                     else f"— {error}"), flush=True)
     measured = [r for r in rows if r["true_users"] is not None]
     best = max(measured, key=lambda r: r["true_users"], default=None)
+    cpu_s, wall_s = time.process_time() - cpu0, time.monotonic() - wall0
     out = {"mode": "grid", "seed": spec.seed, "slo": spec.slo.model_dump(exclude_none=True),
-           "best": best, "candidates": rows}
+           "best": best, "candidates": rows, "cpu_seconds": round(cpu_s, 1), "wall_seconds": round(wall_s, 1)}
     if best is not None:
         print(f"[grid] best of {len(measured)} startable of {len(rows)}: {best['key']} ({best['true_users']} users)")
+    print(f"[grid] {len(rows)} candidates in {cpu_s:.0f} CPU s ({wall_s:.0f} s wall)")
     if a.json:
+        # the timings vary run to run: the figures alone are the deterministic part
         write_or_print(json.dumps(out, indent=2, default=str), None if a.json == "-" else a.json)
     return 0 if best is not None else 1
 

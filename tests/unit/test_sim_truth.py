@@ -277,27 +277,7 @@ def test_the_offline_rig_measures_under_the_truth():
 
 
 # ---------------------------------------------------------------------- tune --grid --offline (item 3)
-def test_the_offline_grid_measures_every_candidate_under_the_truth_deterministically(dyno_home, tmp_path):
-    from app.cli import main
-
-    argv = ["tune", "--model", "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4", "--quantization",
-            "awq_marlin", "--max-model-len", "8192", "--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count",
-            "8", "--sim-truth", str(ROOT / "resources/truths/pcie-4090-allreduce.yaml"), "--slo-ttft-p99", "2",
-            "--slo-tpot-p99", "0.1", "--tp", "1,4,8", "--pp", "1", "--kv-cache-dtypes", "auto", "--cuda-graphs", "on",
-            "--mnbt", "2048", "--grid", "--offline", "--json"]
-    outs = []
-    for i in range(2):
-        assert main([*argv, str(tmp_path / f"g{i}.json")]) == 0
-        outs.append(json.loads((tmp_path / f"g{i}.json").read_text()))
-    assert outs[0] == outs[1]  # seeded: the same figures every time
-    g = outs[0]
-    assert g["mode"] == "grid"
-    rows = {r["key"].split(" · ")[0]: r for r in g["candidates"]}
-    assert set(rows) == {"TP1 PP1 DP8", "TP4 PP1 DP2", "TP8 PP1 DP1"}
-    assert rows["TP1 PP1 DP8"]["true_users"] is None and "weights_do_not_fit" in rows["TP1 PP1 DP8"]["error"]
-    assert rows["TP8 PP1 DP1"]["server"]["tensor_parallel_size"] == 8
-    assert rows["TP4 PP1 DP2"]["true_users"] > rows["TP8 PP1 DP1"]["true_users"] > 0
-    assert g["best"]["key"] == rows["TP4 PP1 DP2"]["key"]
+# the whole grid under a truth (a CLI run, means of searches): tests/integration/test_tuner_truth.py
 
 
 def test_offline_needs_the_sim(dyno_home, capsys):

@@ -17,7 +17,7 @@ from app.sim import model_adapter as ma
 from app.sim.perturb import factors as true_factors
 from app.store import RunStore
 from app.tuner import model as rig_model
-from app.tuner.offline import OfflineRig
+from app.tuner.offline import MAX_REPEATS, TRUTH_STEP, OfflineRig, repeats_for
 from app.tuner.space import (MAX_UTILIZATION, TuneSpace, enumerate_candidates, recommended_max_num_seqs)
 from app.tuner.tune import CandidateResult, Tuner, TuneSpec
 
@@ -297,3 +297,12 @@ def test_a_rig_tune_spec_round_trips_through_the_store_and_resume(tmp_path):
     bad = dict(dumped, hosts=[dict(RIG[0], password="hunter2"), RIG[1]])
     with pytest.raises(ValidationError, match="password"):
         TuneSpec.model_validate(bad)
+
+
+# ---------------------------------------------------------------------- the truth's figures (issue 35 item 3)
+@pytest.mark.parametrize("users, least, want", [(100, 1, 1), (50, 1, 1), (46, 1, 2), (20, 1, 3), (4.3, 1, 12),
+                                                (1, 1, 20), (0.5, 1, 20), (80, 3, 3)])
+def test_a_true_figure_is_the_mean_of_enough_searches_that_a_user_is_2_percent(users, least, want):
+    n = repeats_for(users, least)
+    assert n == want
+    assert n == MAX_REPEATS or 1 / n <= TRUTH_STEP * users + 1e-9  # the mean's step ≤ 2 % of the figure
