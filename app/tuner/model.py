@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from app.engine.steptime import CurvePoint, StepTimeModel, predict_level
 from app.loadgen.spec import SLO
 from app.planner.calibrate import FIT_DEFAULT, MeasuredLevel, MeasuredSet, apply_factors, fit_factors
@@ -146,3 +148,145 @@ def residual(pairs: Sequence[tuple[float, float]]) -> float:
 def snap_users(x: float) -> float:
     """Users as a search reports them: whole users (at least 0)."""
     return float(max(0, math.floor(x + 1e-9)))
+
+
+# ---------------------------------------------------------------------- where the model is unsure (issue 35 item 2)
+#: the families of a configuration (with their names in words): what the model may get wrong for a whole class of
+#: configurations at once (all-reduce over PCIe for a layout, a quantization's kernels,
+#: an FP8 KV cache's attention, CUDA graphs' padding) — each value untried is measured
+#: before a configuration is refined within one
+FAMILY_WORDS = {"layout": "layouts (TP × PP × DP)", "quantization": "quantizations",
+                "kv_cache_dtype": "KV-cache dtypes", "cuda_graphs": "CUDA graphs"}
+FAMILY_DIMS = tuple(FAMILY_WORDS)
+#: refinements within a family: max_num_batched_tokens and the options the user varies
+REFINE_DIMS = ("max_num_batched_tokens", "vary")
+#: the model's error for a family it has not seen measured, as a log factor (sd) before
+#: two families are measured: the published comparisons miss the measured best by
+#: 21–23 % in 2 of 9 (issue 35; app.planner.model_error's table) — about e^0.2
+TAU_PRIOR = 0.20
+#: at least this much, however well the measured families agree (a log factor, 10 %)
+TAU_FLOOR = 0.10
+#: at most this much (a factor of e; beyond it the model ranks nothing)
+TAU_MAX = 1.0
+#: a refinement's error (max_num_batched_tokens, a varied option): a log factor, 5 %
+TAU_REFINE = 0.05
+#: a measurement's own noise (log): the search's resolution (app.tuner.tune.TUNE_RESOLUTION)
+NOISE = 0.05
+#: the common factor's prior sd (log): wide — one launch determines it
+TAU_COMMON = 1.0
+#: how many sd above its corrected prediction a candidate may be (one-sided 90 %)
+Z = 1.28
+
+
+def families_of(server: dict, checkpoint: str, key: str = "") -> dict[str, str]:
+    """A candidate's value in each of :data:`FAMILY_DIMS` and :data:`REFINE_DIMS`, from
+    its ``server`` flags (app.tuner.space.server_flags) and checkpoint label; ``vary``: the
+    key's parts after the standard ones (options the user varies), '' without."""
+    tp = int(server.get("tensor_parallel_size") or 1)
+    pp = int(server.get("pipeline_parallel_size") or 1)
+    dp = int(server.get("data_parallel_size") or 1)
+    parts = key.split(" · ")
+    standard = sum(1 for x in parts if x.startswith(("TP", "kv ", "mnbt ")) or x in ("graphs", "eager")) + 1
+    return {"layout": f"TP{tp} PP{pp} DP{dp}", "quantization": checkpoint or "",
+            "kv_cache_dtype": str(server.get("kv_cache_dtype") or "auto"),
+            "cuda_graphs": "eager" if server.get("enforce_eager") else "graphs",
+            "max_num_batched_tokens": str(server.get("max_num_batched_tokens") or ""),
+            "vary": " · ".join(parts[standard:])}
+
+
+def family_spread(logs: Sequence[float]) -> float:
+    """The model's error for an unmeasured family (log sd), from the residuals
+    ``logs`` = log(measured ÷ predicted users) of the measured candidates: their root
+    mean square deviation from their mean (what one common factor cannot explain),
+    within :data:`TAU_FLOOR` … :data:`TAU_MAX`; :data:`TAU_PRIOR` with fewer than two."""
+    if len(logs) < 2:
+        return TAU_PRIOR
+    m = sum(logs) / len(logs)
+    rms = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
+    return float(min(TAU_MAX, max(TAU_FLOOR, rms)))
+
+
+@dataclass(frozen=True)
+class Correction:
+    """What the measurements imply for a candidate: its prediction × e^``log_mean``, with
+    ``log_sd`` the uncertainty of that (log)."""
+
+    log_mean: float
+    log_sd: float
+
+    def optimistic(self, z: float = Z) -> float:
+        """The factor at ``z`` sd above the mean."""
+        return math.exp(self.log_mean + z * self.log_sd)
+
+
+def corrections(measured: Sequence[tuple[dict[str, str], float]], others: Sequence[dict[str, str]],
+                tau: float) -> list[Correction]:
+    """The measurements' correction of the model for each of ``others`` (families as
+    :func:`families_of`): a Bayesian linear model of the log residual
+    y = log(measured ÷ predicted users) = c + Σ_dim δ[dim, value] + ε over ``measured``
+    (families, y) — c a common factor (prior sd :data:`TAU_COMMON`), δ one per family
+    value (prior sd ``tau``) or refinement value (:data:`TAU_REFINE`), ε the search's noise
+    (:data:`NOISE`). The posterior mean and sd at each of ``others``: a family measured
+    low pulls its untried siblings down (re-ranked by what was measured), an untried
+    family keeps ``tau`` of uncertainty. Gaussian conjugate update (ridge regression):
+    Σ = (XᵀX/σ² + P)⁻¹, μ = Σ Xᵀy/σ²."""
+    feats: dict[tuple[str, str], int] = {}
+    for fam in [f for f, _ in measured] + list(others):
+        for d in (*FAMILY_DIMS, *REFINE_DIMS):
+            feats.setdefault((d, fam.get(d, "")), len(feats) + 1)
+    p = len(feats) + 1
+    prior = np.empty(p)
+    prior[0] = 1.0 / TAU_COMMON ** 2
+    for (d, _), i in feats.items():
+        prior[i] = 1.0 / (tau if d in FAMILY_DIMS else TAU_REFINE) ** 2
+
+    def row(fam: dict[str, str]) -> np.ndarray:
+        x = np.zeros(p)
+        x[0] = 1.0
+        for d in (*FAMILY_DIMS, *REFINE_DIMS):
+            x[feats[(d, fam.get(d, ""))]] = 1.0
+        return x
+
+    a = np.diag(prior)
+    b = np.zeros(p)
+    for fam, y in measured:
+        x = row(fam)
+        a += np.outer(x, x) / NOISE ** 2
+        b += x * y / NOISE ** 2
+    cov = np.linalg.inv(a)
+    mu = cov @ b
+    out = []
+    for fam in others:
+        x = row(fam)
+        out.append(Correction(float(x @ mu), float(math.sqrt(max(0.0, x @ cov @ x)))))
+    return out
+
+
+@dataclass(frozen=True)
+class Option:
+    """An unmeasured candidate as the launch rule sees it: ``families`` (:func:`families_of`),
+    ``bound`` its optimistic score (its corrected prediction at :data:`Z` sd above; higher
+    is better, None: it cannot be scored), ``rank`` the tie-breaks (higher first)."""
+
+    key: str
+    families: dict[str, str]
+    bound: float | None
+    rank: tuple = ()
+
+
+def tried_families(launched: Sequence[dict[str, str]]) -> set[tuple[str, str]]:
+    """The family values (:data:`FAMILY_DIMS`) of the configurations launched so far."""
+    return {(d, v) for f in launched for d, v in f.items() if d in FAMILY_DIMS}
+
+
+def pick_next(options: Sequence[Option], tried: set[tuple[str, str]], need: float) -> Option | None:
+    """The launch rule once something is measured (issue 35 item 2): of the options whose
+    bound beats ``need`` (the best measured score plus its spread), one of a family value
+    not launched yet (``tried``) first — the best of each untried family before refining
+    within one — then the highest bound; None when no bound beats ``need`` (stop on
+    evidence)."""
+    hopeful = [o for o in options if o.bound is not None and o.bound > need]
+    if not hopeful:
+        return None
+    new = [o for o in hopeful if any((d, v) not in tried for d, v in o.families.items() if d in FAMILY_DIMS)]
+    return max(new or hopeful, key=lambda o: (o.bound, o.rank))

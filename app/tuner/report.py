@@ -38,6 +38,7 @@ from app.loadgen.spec import SLO, RampSpec
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
+from app.tuner.model import FAMILY_WORDS
 from app.tuner.space import TuneSpace
 from app.tuner.tune import TuneSpec
 
@@ -440,7 +441,28 @@ def summary_text(res: dict[str, Any]) -> str:
     err = res.get("model_error")
     if err:
         out.append(f"predictions above (before fitting to these launches): {err['text']}")
+    out += confidence_lines(res.get("confidence"))
     return "\n".join(out)
+
+
+def confidence_lines(conf: dict[str, Any] | None) -> list[str]:
+    """How sure the tune is, in words (the tune JSON's ``confidence``): the families
+    measured, the model's residual between them, what was not tried and why."""
+    if not conf:
+        return []
+    out = [f"how sure: {conf['measured']} of {conf['startable']} startable configurations measured; the model's "
+           f"residual between measured families ±{conf['residual_pct']:g} %"]
+    for d, f in conf["families"].items():
+        name = FAMILY_WORDS.get(d, d)
+        line = f"  {name}: measured {', '.join(f['measured']) or 'none'}"
+        if f["untried"]:
+            line += f"; not tried: {len(f['untried'])}"
+        out.append(line)
+        for u in f["untried"][:6]:
+            out.append(f"    {u['value']}: {u['why']}")
+        if len(f["untried"]) > 6:
+            out.append(f"    … and {len(f['untried']) - 6} more")
+    return out
 
 
 def no_recommendation_text() -> str:

@@ -185,6 +185,9 @@ class CandidateResult(BaseModel):
     predicted_tps: Optional[float] = None
     predicted_low: Optional[float] = None
     predicted_high: Optional[float] = None
+    #: the uncertainty of ``predicted_users`` (a log sd: the measurements' correction,
+    #: app.tuner.model.corrections): ~0 for a measured family, the model's residual for another
+    predicted_sd: Optional[float] = None
     measured_users: Optional[float] = None
     measured_low: Optional[float] = None
     measured_high: Optional[float] = None
@@ -227,6 +230,8 @@ class TuneState(BaseModel):
     candidates: list[CandidateResult] = Field(default_factory=list)
     factors: dict[str, float] = Field(default_factory=dict)
     residual: float = 1.0  # measured ÷ predicted users, geometric mean over the measured
+    #: the model's error for a family not measured (a log sd: app.tuner.model.family_spread)
+    uncertainty: Optional[float] = None
     launches: list[LaunchRecord] = Field(default_factory=list)
     phase: str = "measure"  # measure → confirm → done
     stop_reason: str = ""
@@ -529,13 +534,21 @@ class Tuner:
 
     def _repredict(self, first: bool = False) -> None:
         """Screen every runnable candidate, then the engine's prediction for the
-        :data:`app.tuner.model.SCREEN_TOP` best and every measured one."""
+        :data:`app.tuner.model.SCREEN_TOP` best, the best of each family value
+        (:data:`app.tuner.model.FAMILY_DIMS`: a layout the screen ranks low is still
+        predicted, so it can be measured) and every measured one."""
         f = self.state.factors or None
         live = [r for r in self.state.candidates if r.pruned_because is None]
         for r in live:
             r.screen_users = rig_model.screen(self._plan_of(r.key), f, self.workload)
         order = sorted(live, key=lambda r: -(r.screen_users or 0))
         chosen = {r.key for r in order[:rig_model.SCREEN_TOP]} | {r.key for r in live if r.measured}
+        seen: set[tuple[str, str]] = set()
+        for r in order:  # and the best screened of every family value: an untried family is predicted too
+            fams = [(d, v) for d, v in self._families(r).items() if d in rig_model.FAMILY_DIMS]
+            if any(f not in seen for f in fams) and (r.screen_users or 0) > 0:
+                chosen.add(r.key)
+                seen.update(fams)
         for r in live:
             if r.key not in chosen:
                 r.predicted_users = r.predicted_tps = r.predicted_low = r.predicted_high = None
@@ -550,30 +563,37 @@ class Tuner:
                 r.first_predicted_users = pr.users
         self._apply_residual(live)
 
+    def _families(self, r: CandidateResult) -> dict[str, str]:
+        return rig_model.families_of(r.server, r.checkpoint, r.key)
+
     def _apply_residual(self, live: list[CandidateResult]) -> None:
-        """Scale every engine prediction by the model's residual on what was measured:
-        the geometric mean of measured ÷ predicted users over the measured candidates
-        (:data:`app.tuner.model.residual`). The factors fit the steady state (throughput,
-        TPOT); the tail of TTFT under closed-loop load is what they leave, and it is
-        common to the configurations of one rig and workload — without this, the
-        unmeasured candidates were predicted 10–30 % above what their measured siblings
-        gave, and launches went to near-copies of the best."""
-        pairs = [(r.measured_users, r.predicted_users) for r in live if r.measured and r.measured_users
-                 and r.predicted_users]
-        rho = rig_model.residual(pairs)
-        self.state.residual = rho
-        if rho == 1.0:
-            return
-        for r in live:
-            if r.predicted_users is None:
-                continue
-            r.predicted_users = rig_model.snap_users(r.predicted_users * rho)
+        """Correct every engine prediction by what the measurements imply
+        (:func:`app.tuner.model.corrections`): a factor common to every candidate (the
+        tail of TTFT under closed-loop load, which the fitted factors leave and which is
+        common to one rig and workload — without it the unmeasured were predicted 10–30 %
+        above their measured siblings), and one per family value measured (a layout
+        measured 30 % below its prediction pulls its untried siblings down with it: the
+        ranking follows the measurements, not the re-fitted factors alone); each gets the
+        uncertainty of that (``predicted_sd``): the model's residual between the measured
+        families (:func:`app.tuner.model.family_spread`) for a family none measured."""
+        measured = [(self._families(r), math.log(r.measured_users / r.predicted_users)) for r in live
+                    if r.measured and r.measured_users and r.predicted_users]
+        self.state.residual = rig_model.residual([(r.measured_users, r.predicted_users) for r in live
+                                                  if r.measured and r.measured_users and r.predicted_users])
+        tau = rig_model.family_spread([y for _, y in measured])
+        self.state.uncertainty = tau
+        todo = [r for r in live if r.predicted_users is not None]
+        for r, c in zip(todo, rig_model.corrections(measured, [self._families(r) for r in todo], tau)):
+            f = math.exp(c.log_mean)
+            r.predicted_sd = c.log_sd
+            assert r.predicted_users is not None  # chosen above
+            r.predicted_users = rig_model.snap_users(r.predicted_users * f)
             for name in ("predicted_low", "predicted_high"):
                 v = getattr(r, name)
                 if v is not None:
-                    setattr(r, name, rig_model.snap_users(v * rho))
+                    setattr(r, name, rig_model.snap_users(v * f))
             if r.predicted_tps is not None:
-                r.predicted_tps *= rho
+                r.predicted_tps *= f
 
     def _score(self, r: CandidateResult, measured: bool) -> float | None:
         if measured:
@@ -588,7 +608,7 @@ class Tuner:
         configuration with more headroom for longer requests than the mean."""
         p = self._cands[r.key].plan if r.key in self._cands else None
         kv = p.kv_cache_tokens * p.dp if p is not None and p.ranks else 0
-        return (self._score(r, False), r.predicted_tps or 0.0, kv)
+        return (_or_lowest(self._score(r, False)), r.predicted_tps or 0.0, kv)
 
     def best_measured(self) -> CandidateResult | None:
         """The best measured candidate by the objective's score; among equal scores (a
@@ -611,30 +631,50 @@ class Tuner:
         sc = self._score(best, True) or 0.0
         return abs(sc) * rel
 
+    def _optimistic(self, r: CandidateResult) -> float | None:
+        """An unmeasured candidate's score at :data:`app.tuner.model.Z` sd above its
+        corrected prediction (users and tokens/s × e^(Z·sd)): what it could plausibly serve."""
+        u = math.exp(rig_model.Z * (r.predicted_sd or 0.0))
+        users = r.predicted_users * u if r.predicted_users is not None else None
+        tps = r.predicted_tps * u if r.predicted_tps is not None else None
+        return score(self.spec.objective, users, tps, r.cards, self.board_w, None, self.pricing)
+
+    def _tried(self) -> set[tuple[str, str]]:
+        """The family values (:data:`app.tuner.model.FAMILY_DIMS`) of the candidates launched so far."""
+        return rig_model.tried_families([self._families(r) for r in self.state.candidates
+                                         if r.measured or r.failed is not None])
+
     def _next(self) -> tuple[CandidateResult | None, str]:
-        """The candidate to launch next, or None and why the search stops."""
+        """The candidate to launch next, or None and why the search stops (issue 35 item 2).
+
+        The first launch: the best predicted. Then every unmeasured candidate is judged by
+        its optimistic score (:meth:`_optimistic`: its prediction corrected by the
+        measurements, + Z sd of the model's residual for the families not measured); one
+        is worth a launch while that beats the best measured by more than its spread
+        (:meth:`_margin`). Of those, a candidate of a family value not launched yet (a
+        layout, a quantization, a KV-cache dtype, CUDA graphs on/off) goes first — the
+        best of each untried family before refining within one — then the highest bound
+        (:func:`app.tuner.model.pick_next`). The search stops on evidence: when no bound
+        beats the best measured."""
         todo = [r for r in self.state.candidates if r.pruned_because is None and not r.measured and r.failed is None
                 and self._score(r, False) is not None]
         if not todo:
             return None, "every candidate predicted to serve users at the SLO was measured"
-        pick = max(todo, key=self._rank)
         best = self.best_measured()
         if best is None:
-            return pick, ""
-        have, pick_score = self._score(best, True), self._score(pick, False)
-        if have is None or pick_score is None:  # (both were chosen for having a score)
-            return pick, ""
+            return max(todo, key=self._rank), ""
+        have = self._score(best, True)
+        if have is None:  # (chosen for having a score)
+            return max(todo, key=self._rank), ""
         need = have + self._margin(best)
-        if pick_score > need:
-            return pick, ""
-        # a tie: predicted at least as good as the best measured, but within its spread —
-        # the model cannot tell them apart, a launch can; measured while the budget's spare
-        # launches last (the confirming launch stays reserved)
-        ties = [r for r in todo if _or_lowest(self._score(r, False)) >= have]
-        if ties:
-            return max(ties, key=self._rank), ""
-        return None, (f"converged: no candidate is predicted to beat the best measured ({best.key}: "
-                      f"{best.measured_users:g} users) by more than its spread")
+        by_key = {r.key: r for r in todo}
+        pick = rig_model.pick_next([rig_model.Option(r.key, self._families(r), self._optimistic(r), self._rank(r))
+                                    for r in todo], self._tried(), need)
+        if pick is None:
+            return None, (f"converged on evidence: no candidate could beat the best measured ({best.key}: "
+                          f"{best.measured_users:g} users) by more than its spread, even "
+                          f"{rig_model.Z:g} sd of the model's residual above its corrected prediction")
+        return by_key[pick.key], ""
 
     def _budget_left(self, reserve: int) -> str | None:
         s = self.spec
@@ -853,7 +893,57 @@ class Tuner:
                             "failed": r.failed, "pruned_because": r.pruned_because, "run_id": r.run_id}
                            for r in st.candidates],
             "model_error": self.model_error(st),
+            "confidence": self.confidence(st),
         }
+
+    def confidence(self, state: TuneState | None = None) -> dict[str, Any]:
+        """How sure the tune is (issue 35 item 2): ``families`` — for each of
+        :data:`app.tuner.model.FAMILY_DIMS`, the values ``measured`` and those ``untried``
+        with ``why`` (the planner pruned every candidate of it; none is predicted to serve
+        the SLO; even its best optimistic bound does not beat the best measured; the
+        budget ended first); ``residual`` the model's error between the measured families
+        (a log sd, :func:`app.tuner.model.family_spread`; ``residual_pct`` as a per cent
+        factor), ``common_factor`` measured ÷ predicted users over every measured one."""
+        st = state or self.state
+        best = next((r for r in st.candidates if st.recommendation and r.key == st.recommendation.get("key")), None)
+        have = self._score(best, True) if best is not None else None
+        need = have + self._margin(best) if best is not None and have is not None else None
+        tau = st.uncertainty if st.uncertainty is not None else rig_model.TAU_PRIOR
+        fams: dict[str, dict[str, Any]] = {}
+        for d in rig_model.FAMILY_DIMS:
+            values: dict[str, list[CandidateResult]] = {}
+            for r in st.candidates:
+                values.setdefault(self._families(r)[d], []).append(r)
+            measured = sorted(v for v, rs in values.items() if any(r.measured for r in rs))
+            untried = []
+            for v, rs in sorted(values.items()):
+                if v in measured:
+                    continue
+                live = [r for r in rs if r.pruned_because is None]
+                scored = [r for r in live if self._score(r, False) is not None and r.failed is None]
+                if not live:
+                    why = f"the planner: {rs[0].pruned_because}"
+                elif any(r.failed for r in live) and not scored:
+                    why = f"its launch failed: {next(r.failed for r in live if r.failed)}"
+                elif not scored:
+                    why = "predicted to serve no users at the SLO (or not predicted: ranked low by the screen)"
+                else:
+                    top = max(scored, key=lambda r: _or_lowest(self._optimistic(r)))
+                    bound = self._optimistic(top)
+                    if need is not None and bound is not None and bound <= need:
+                        why = (f"at best {top.predicted_users:g} users predicted ({top.key}), below the best "
+                               f"measured even {rig_model.Z:g} sd above")
+                    elif best is None:
+                        why = "nothing was measured"
+                    else:
+                        why = f"the budget ended first (best predicted {top.predicted_users:g} users: {top.key})"
+                untried.append({"value": v, "why": why})
+            if len(values) > 1 or untried:
+                fams[d] = {"measured": measured, "untried": untried}
+        return {"families": fams, "residual": tau, "residual_pct": round((math.exp(tau) - 1) * 100, 1),
+                "common_factor": st.residual,
+                "measured": sum(r.measured for r in st.candidates),
+                "startable": sum(r.pruned_because is None for r in st.candidates)}
 
     def model_error(self, state: TuneState | None = None) -> dict[str, Any] | None:
         """How far the model behind the tune's predictions (the unmeasured candidates, the

@@ -306,3 +306,74 @@ def test_a_true_figure_is_the_mean_of_enough_searches_that_a_user_is_2_percent(u
     n = repeats_for(users, least)
     assert n == want
     assert n == MAX_REPEATS or 1 / n <= TRUTH_STEP * users + 1e-9  # the mean's step ≤ 2 % of the figure
+
+
+# ---------------------------------------------------------------------- model error (issue 35 item 2)
+def _fam(layout: str, kv: str = "auto", graphs: str = "graphs", mnbt: str = "2048", q: str = "awq") -> dict:
+    return {"layout": layout, "quantization": q, "kv_cache_dtype": kv, "cuda_graphs": graphs,
+            "max_num_batched_tokens": mnbt, "vary": ""}
+
+
+def test_a_candidates_families_come_from_its_flags():
+    server = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2,
+              "kv_cache_dtype": "fp8", "enforce_eager": True, "max_num_batched_tokens": 4096}
+    f = rig_model.families_of(server, "awq", "TP4 PP1 DP2 · awq · kv fp8 · eager · mnbt 4096 · block_size 32")
+    assert f == {"layout": "TP4 PP1 DP2", "quantization": "awq", "kv_cache_dtype": "fp8", "cuda_graphs": "eager",
+                 "max_num_batched_tokens": "4096", "vary": "block_size 32"}
+    assert rig_model.families_of({}, "bf16", "TP1 PP1 DP1 · bf16 · mnbt 2048")["vary"] == ""  # the CPU build's key
+    assert set(rig_model.FAMILY_DIMS) == {"layout", "quantization", "kv_cache_dtype", "cuda_graphs"}
+
+
+def test_the_residual_between_families_is_the_uncertainty_of_an_untried_one():
+    assert rig_model.family_spread([]) == rig_model.family_spread([-0.3]) == rig_model.TAU_PRIOR
+    assert rig_model.family_spread([-0.3, -0.3]) == rig_model.TAU_FLOOR  # they agree: one common factor explains them
+    assert rig_model.family_spread([-0.7, 0.2]) == pytest.approx(math.sqrt(2) * 0.45)
+    assert rig_model.family_spread([-3.0, 3.0]) == rig_model.TAU_MAX
+
+
+def test_measurements_re_rank_the_families_they_contradict():
+    """Layout A measured 50 % below its prediction, B 20 % above: A's untried siblings
+    (another max_num_batched_tokens) are pulled down with it, B's up — a ranking by what
+    was measured, where one common factor would have moved both alike; a layout none
+    measured keeps the model's residual as its uncertainty, a sibling of a measured one
+    hardly any; a family value measured once (kv fp8) carries over to other layouts."""
+    measured = [(_fam("TP4 PP1 DP2"), math.log(0.5)), (_fam("TP8 PP1 DP1"), math.log(1.2))]
+    tau = rig_model.family_spread([y for _, y in measured])
+    a2, b2, c1 = rig_model.corrections(measured, [_fam("TP4 PP1 DP2", mnbt="4096"), _fam("TP8 PP1 DP1", mnbt="4096"),
+                                                  _fam("TP2 PP1 DP4")], tau)
+    assert a2.log_mean < math.log(0.6) and b2.log_mean > math.log(1.05)
+    assert a2.log_sd < 0.1 and b2.log_sd < 0.1
+    assert math.log(0.5) < c1.log_mean < math.log(1.2) and c1.log_sd > 0.8 * tau
+    assert c1.optimistic() > math.exp(c1.log_mean)
+    one = [(_fam("TP4 PP1 DP2"), math.log(0.8)), (_fam("TP4 PP1 DP2", kv="fp8"), math.log(0.5))]
+    fp8_tp8, auto_tp8 = rig_model.corrections(one, [_fam("TP8 PP1 DP1", kv="fp8"), _fam("TP8 PP1 DP1")],
+                                              rig_model.family_spread([y for _, y in one]))
+    assert fp8_tp8.log_mean < auto_tp8.log_mean - 0.2
+    alone, = rig_model.corrections([], [_fam("TP8 PP1 DP1")], rig_model.TAU_PRIOR)  # nothing measured: the prior
+    assert alone.log_mean == 0 and alone.log_sd > rig_model.TAU_PRIOR
+
+
+def test_the_next_launch_is_an_untried_family_that_could_still_win(tmp_path):
+    """After one launch, a sibling of the measured candidate predicted a little higher
+    waits for the best of an untried layout whose bound could beat it; when no bound beats
+    the best measured the tune stops, saying so."""
+    spec = spec_of(SMALL)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        t = Tuner(spec, store=store, rig=OfflineRig(spec, 0))
+        srv = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2,
+               "kv_cache_dtype": "auto", "enforce_eager": False, "max_num_batched_tokens": 2048}
+        done = CandidateResult(key="TP4 PP1 DP2 · awq · kv auto · graphs · mnbt 2048", checkpoint="awq",
+                               server=srv, measured_users=40, measured_low=40, measured_high=40, predicted_users=40,
+                               predicted_sd=0.02)
+        sib = CandidateResult(key="TP4 PP1 DP2 · awq · kv auto · graphs · mnbt 4096", checkpoint="awq",
+                              server={**srv, "max_num_batched_tokens": 4096}, predicted_users=43, predicted_sd=0.05)
+        other = CandidateResult(key="TP8 PP1 DP1 · awq · kv auto · graphs · mnbt 2048", checkpoint="awq",
+                                server={**srv, "tensor_parallel_size": 8, "data_parallel_size": 1},
+                                predicted_users=38, predicted_sd=0.2)
+        t.state.candidates = [done, sib, other]
+        pick, why = t._next()
+        assert pick is other and why == ""
+        other.predicted_users = 20  # even 1.28 sd above: 26 users, below the 40 measured
+        sib.predicted_users = 39  # 1.28 sd above: 41.6, within the measurement's spread (40 + 2)
+        pick, why = t._next()
+        assert pick is None and why.startswith("converged on evidence: no candidate could beat the best measured")
