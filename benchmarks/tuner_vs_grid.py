@@ -179,12 +179,14 @@ def defaults_candidate(cands: list[Candidate], gpu: str, version: str | None) ->
     return max(ok, key=lambda c: (c.config.tensor_parallel_size or 1), default=None)
 
 
-def _engine_hash() -> str:
+def engine_hash(sources: tuple[str, ...] = ENGINE_SOURCES) -> str:
+    """A digest of the ``sources`` (files or folders of the checkout): what a cached figure depends on."""
     h = hashlib.sha256()
-    for name in ENGINE_SOURCES:
+    for name in sources:
         p = ROOT / name
-        for f in sorted(p.rglob("*.py")) if p.is_dir() else [p]:
-            h.update(f.read_bytes())
+        for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if f.is_file() and "__pycache__" not in f.parts:
+                h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -198,7 +200,7 @@ def grid_of(case: tuple, label: str, truth_file: Path | None, rig: OfflineRig, c
     it cannot serve), ``true`` (key → the mean of enough searches: the top
     :data:`TOP_REPEATED` and whatever :func:`true_of` adds), its rig minutes and CPU s."""
     text = truth_file.read_text() if truth_file else f"perturb {case[-1]}"
-    key = hashlib.sha256(f"{case[:9]!r}|{text}|{_engine_hash()}".encode()).hexdigest()[:20]
+    key = hashlib.sha256(f"{case[:9]!r}|{text}|{engine_hash()}".encode()).hexdigest()[:20]
     path = CACHE / f"case{case[0]}-{label}-{key}.json"
     if use_cache and path.exists():
         d = json.loads(path.read_text())
@@ -353,7 +355,7 @@ def main() -> int:
         unknown = [x for x in names if x not in {t for t, _ in ts}]
         if unknown:
             ap.error(f"--truths {','.join(unknown)}: choose from {', '.join(t for t, _ in ts)}")
-        ts = [t for t in ts if t[0] in names]
+        ts = [next(t for t in ts if t[0] == name) for name in names]  # in the order given
     store = RunStore(Path(tempfile.mkdtemp()) / "tune.sqlite")
     print("pick/best, defaults and random-4 as fractions of the grid's best (true users: means of searches, "
           "one user ≤ 2 % of each); ok: pick ≥ 0.95 in ≤ 4 launches and ≥ random-4", flush=True)

@@ -46,6 +46,8 @@ TRUTH_STEP = 0.02
 #: the most searches a true figure is the mean of (CapacitySearch.repeat's bound): below
 #: 1 ÷ (TRUTH_STEP × MAX_REPEATS) = 2.5 users the step stays coarser than TRUTH_STEP
 MAX_REPEATS = 20
+#: searches added first, before the mean so far decides how many more (OfflineRig.true_capacity)
+PROBE_REPEATS = 4
 
 
 def repeats_for(users: float, least: int = 1) -> int:
@@ -110,23 +112,29 @@ class OfflineRig:
     def true_capacity(self, cfg: ServerConfig, least: int = 1) -> GridEntry | None:
         """``cfg``'s true users at the SLO: one search, then, where one user is more than
         :data:`TRUTH_STEP` of its answer, the mean of :func:`repeats_for` searches (at
-        least ``least``) started at the first one's answer (fewer levels to probe); None when ``cfg`` has no KV cache or no search answer. Raises
+        least ``least``: the first and the others started at its answer, fewer levels to probe); None when ``cfg`` has no KV cache or no search answer. Raises
         :class:`app.sim.model_adapter.Refusal` as the sim refuses the configuration."""
         first, rig_s = self.search(cfg)
         if first is None or first.capacity is None:
             return None
         cap: Capacity = first.capacity
-        n = repeats_for(cap.users, least)
-        if n > 1:
-            ramp = self.workload.search_spec()
-            assert ramp is not None and ramp.search is not None  # a tune has an SLO, so a search
-            ramp = ramp.model_copy(update={"search": CapacitySearch(**{
-                **ramp.search.model_dump(), "repeat": n, "start": float(max(1, math.floor(cap.users)))})})
+        runs = [cap.users]
+        base = self.workload.search_spec()
+        assert base is not None and base.search is not None  # a tune has an SLO, so a search
+        stage = 0
+        while len(runs) < (n := repeats_for(sum(runs) / len(runs), least)):
+            # more searches started at the answer so far, with fresh lengths: a first stage of at
+            # most PROBE_REPEATS, then the rest of what the mean so far asks for (a first search
+            # that said 2 users of a true 3.6 asks 20; the mean of 5 says 14)
+            more = n - len(runs) if stage else min(PROBE_REPEATS, n - len(runs))
+            stage += 1
+            ramp = base.model_copy(update={"seed": base.seed + 7919 * stage, "search": CapacitySearch(**{
+                **base.search.model_dump(), "repeat": more, "start": float(max(1, math.floor(sum(runs) / len(runs))))})})
             again, _ = self.search(cfg, ramp)
             assert again is not None and again.capacity is not None  # the same configuration answered above
+            runs += list(again.capacity.repeat_users or [again.capacity.users])
             cap = again.capacity
-        runs = cap.repeat_users or [cap.users]
-        return GridEntry(cap.users, min(runs), max(runs), cap.output_tps, n, rig_s)
+        return GridEntry(sum(runs) / len(runs), min(runs), max(runs), cap.output_tps, len(runs), rig_s)
 
     def startup_seconds(self, cfg: ServerConfig) -> float:
         hw = self.spec.hardware

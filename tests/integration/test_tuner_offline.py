@@ -71,6 +71,18 @@ def test_a_tune_on_a_hidden_true_rig(tmp_path):
     err = res["model_error"]
     assert err["gpu"] == "RTX 4090" and err["text"].startswith("model error ") and err["points"] >= 3
     assert f"predictions above (before fitting to these launches): {err['text']}" in summary_text(res)
+    # how sure (issue 35 item 2): the families measured, the residual, each untried value and why
+    conf = res["confidence"]
+    layouts = conf["families"]["layout"]
+    launched = {x["key"].split(" · ")[0] for x in res["launch_log"] if x["purpose"] == "measure"}
+    assert set(layouts["measured"]) == launched and rec["key"].split(" · ")[0] in launched
+    assert {u["value"] for u in layouts["untried"]} == {c["key"].split(" · ")[0] for c in res["candidates"]} - launched
+    assert all(u["why"] for u in layouts["untried"])
+    assert any(u["why"].startswith("the planner: weights_do_not_fit") for u in layouts["untried"])  # TP1 × DP8
+    assert conf["measured"] == len(measured) and conf["residual"] >= 0.1
+    text = summary_text(res)
+    assert f"how sure: {conf['measured']} of {conf['startable']} startable configurations measured" in text
+    assert "layouts (TP × PP × DP): measured " in text and "TP1 PP1 DP8: the planner: weights_do_not_fit" in text
 
 
 class _StopAt:
