@@ -21,6 +21,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from app.cli.common import (
@@ -373,8 +374,6 @@ def _grid(a: argparse.Namespace, spec: Any, rig: Any) -> int:
     [{"key", "server", "true_users", "users_low", "users_high", "searches", "error"}],
     "cpu_seconds", "wall_seconds"}``, ``true_users`` null where the candidate cannot start."""
     # deferred: only --grid needs them
-    import time
-
     from app.sim import model_adapter as ma
     from app.tuner.space import enumerate_candidates, server_flags
 
