@@ -151,12 +151,14 @@ def snap_users(x: float) -> float:
 
 
 # ---------------------------------------------------------------------- where the model is unsure (issue 35 item 2)
-#: the families of a configuration (with their names in words): what the model may get wrong for a whole class of
-#: configurations at once (all-reduce over PCIe for a layout, a quantization's kernels,
+#: the families of a configuration (with their names in words): what the model may get
+#: wrong for a whole class of configurations at once (data parallel replicas sharing a
+#: host, pipeline bubbles, all-reduce over PCIe for a layout, a quantization's kernels,
 #: an FP8 KV cache's attention, CUDA graphs' padding) — each value untried is measured
-#: before a configuration is refined within one
-FAMILY_WORDS = {"layout": "layouts (TP × PP × DP)", "quantization": "quantizations",
-                "kv_cache_dtype": "KV-cache dtypes", "cuda_graphs": "CUDA graphs"}
+#: before a configuration is refined within one. The kind of parallelism groups the
+#: layouts: TP2 × DP4 measured low says something of TP4 × DP2, little of TP8
+FAMILY_WORDS = {"parallelism": "kinds of parallelism (TP only, DP, PP, PP+DP)", "layout": "layouts (TP × PP × DP)",
+                "quantization": "quantizations", "kv_cache_dtype": "KV-cache dtypes", "cuda_graphs": "CUDA graphs"}
 FAMILY_DIMS = tuple(FAMILY_WORDS)
 #: refinements within a family: max_num_batched_tokens and the options the user varies
 REFINE_DIMS = ("max_num_batched_tokens", "vary")
@@ -187,7 +189,8 @@ def families_of(server: dict, checkpoint: str, key: str = "") -> dict[str, str]:
     dp = int(server.get("data_parallel_size") or 1)
     parts = key.split(" · ")
     standard = sum(1 for x in parts if x.startswith(("TP", "kv ", "mnbt ")) or x in ("graphs", "eager")) + 1
-    return {"layout": f"TP{tp} PP{pp} DP{dp}", "quantization": checkpoint or "",
+    kind = "PP+DP" if pp > 1 and dp > 1 else "PP" if pp > 1 else "DP" if dp > 1 else "TP only"
+    return {"parallelism": kind, "layout": f"TP{tp} PP{pp} DP{dp}", "quantization": checkpoint or "",
             "kv_cache_dtype": str(server.get("kv_cache_dtype") or "auto"),
             "cuda_graphs": "eager" if server.get("enforce_eager") else "graphs",
             "max_num_batched_tokens": str(server.get("max_num_batched_tokens") or ""),
@@ -196,11 +199,16 @@ def families_of(server: dict, checkpoint: str, key: str = "") -> dict[str, str]:
 
 def family_spread(logs: Sequence[float]) -> float:
     """The model's error for an unmeasured family (log sd), from the residuals
-    ``logs`` = log(measured ÷ predicted users) of the measured candidates: their root
-    mean square deviation from their mean (what one common factor cannot explain),
-    within :data:`TAU_FLOOR` … :data:`TAU_MAX`; :data:`TAU_PRIOR` with fewer than two."""
-    if len(logs) < 2:
+    ``logs`` = log(measured ÷ predicted users) of the measured candidates: with two or
+    more, their root mean square deviation from their mean (what one common factor
+    cannot explain); with one, its own size (a model that missed one configuration by
+    e^x may miss another family by as much: one launch cannot tell a common miss from a
+    family's); within :data:`TAU_PRIOR` (one) or :data:`TAU_FLOOR` (more) … :data:`TAU_MAX`;
+    :data:`TAU_PRIOR` with none."""
+    if not logs:
         return TAU_PRIOR
+    if len(logs) == 1:
+        return float(min(TAU_MAX, max(TAU_PRIOR, abs(logs[0]))))
     m = sum(logs) / len(logs)
     rms = math.sqrt(sum((x - m) ** 2 for x in logs) / (len(logs) - 1))
     return float(min(TAU_MAX, max(TAU_FLOOR, rms)))

@@ -310,7 +310,7 @@ def test_a_true_figure_is_the_mean_of_enough_searches_that_a_user_is_2_percent(u
 
 # ---------------------------------------------------------------------- model error (issue 35 item 2)
 def _fam(layout: str, kv: str = "auto", graphs: str = "graphs", mnbt: str = "2048", q: str = "awq") -> dict:
-    return {"layout": layout, "quantization": q, "kv_cache_dtype": kv, "cuda_graphs": graphs,
+    return {"parallelism": "DP" if "DP1" not in layout else "TP only", "layout": layout, "quantization": q, "kv_cache_dtype": kv, "cuda_graphs": graphs,
             "max_num_batched_tokens": mnbt, "vary": ""}
 
 
@@ -318,14 +318,18 @@ def test_a_candidates_families_come_from_its_flags():
     server = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2,
               "kv_cache_dtype": "fp8", "enforce_eager": True, "max_num_batched_tokens": 4096}
     f = rig_model.families_of(server, "awq", "TP4 PP1 DP2 · awq · kv fp8 · eager · mnbt 4096 · block_size 32")
-    assert f == {"layout": "TP4 PP1 DP2", "quantization": "awq", "kv_cache_dtype": "fp8", "cuda_graphs": "eager",
+    assert f == {"parallelism": "DP", "layout": "TP4 PP1 DP2", "quantization": "awq", "kv_cache_dtype": "fp8", "cuda_graphs": "eager",
                  "max_num_batched_tokens": "4096", "vary": "block_size 32"}
     assert rig_model.families_of({}, "bf16", "TP1 PP1 DP1 · bf16 · mnbt 2048")["vary"] == ""  # the CPU build's key
-    assert set(rig_model.FAMILY_DIMS) == {"layout", "quantization", "kv_cache_dtype", "cuda_graphs"}
+    assert set(rig_model.FAMILY_DIMS) == {"parallelism", "layout", "quantization", "kv_cache_dtype", "cuda_graphs"}
+    assert [rig_model.families_of({"tensor_parallel_size": 2, "pipeline_parallel_size": p, "data_parallel_size": d},
+                                  "awq")["parallelism"] for p, d in ((1, 1), (2, 1), (1, 2), (2, 2))] == [
+        "TP only", "PP", "DP", "PP+DP"]
 
 
 def test_the_residual_between_families_is_the_uncertainty_of_an_untried_one():
-    assert rig_model.family_spread([]) == rig_model.family_spread([-0.3]) == rig_model.TAU_PRIOR
+    assert rig_model.family_spread([]) == rig_model.family_spread([-0.1]) == rig_model.TAU_PRIOR
+    assert rig_model.family_spread([-0.7]) == 0.7  # one launch: its own miss (common or the family's?)
     assert rig_model.family_spread([-0.3, -0.3]) == rig_model.TAU_FLOOR  # they agree: one common factor explains them
     assert rig_model.family_spread([-0.7, 0.2]) == pytest.approx(math.sqrt(2) * 0.45)
     assert rig_model.family_spread([-3.0, 3.0]) == rig_model.TAU_MAX
