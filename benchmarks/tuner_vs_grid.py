@@ -220,7 +220,7 @@ def grid_of(case: tuple, label: str, truth_file: Path | None, rig: OfflineRig, c
     :data:`TOP_REPEATED` and whatever :func:`true_of` adds), its rig minutes and CPU s."""
     text = truth_file.read_text() if truth_file else f"perturb {case[-1]}"
     key = hashlib.sha256(f"{case[:9]!r}|{text}|{engine_hash()}".encode()).hexdigest()[:20]
-    path = CACHE / f"case{case[0]}-{label}-{key}.json"
+    path = CACHE / f"case{case[0]}-{label}-{key}.json"  # (cached() names it alike)
     if use_cache and path.exists():
         d = json.loads(path.read_text())
         return {"single": {k: _entry(v) for k, v in d["single"].items()},
@@ -274,6 +274,13 @@ def figure(g: dict, key: str) -> float:
     where it serves none."""
     e = g["true"].get(key) or g["single"].get(key)
     return e.users if e is not None else 0.0
+
+
+def cached(case: tuple, label: str, truth_file: Path | None) -> bool:
+    """Whether the grid of ``case`` under a truth is in the cache (:func:`grid_of`'s key)."""
+    text = truth_file.read_text() if truth_file else f"perturb {case[-1]}"
+    key = hashlib.sha256(f"{case[:9]!r}|{text}|{engine_hash()}".encode()).hexdigest()[:20]
+    return (CACHE / f"case{case[0]}-{label}-{key}.json").exists()
 
 
 def run_case(case: tuple, label: str, truth_file: Path | None, *, offline: bool, spot: bool, store: RunStore,
@@ -362,6 +369,7 @@ def main() -> int:
     ap.add_argument("--truths", help="comma list of truths: perturb and truth files' stems (default: all)")
     ap.add_argument("--spot-only", action="store_true", help="with --spot-check: the grid and its spot-checks, no tune")
     ap.add_argument("--no-cache", action="store_true", help=f"compute every grid again (default: cached in {CACHE})")
+    ap.add_argument("--cached-only", action="store_true", help="only the case × truths whose grid is cached")
     ap.add_argument("--verbose", action="store_true", help="each measured candidate of each tune")
     a = ap.parse_args()
     chosen = cases()
@@ -382,6 +390,8 @@ def main() -> int:
     oks, fracs, lines = [], [], []
     for case in chosen:
         for label, f in ts:
+            if a.cached_only and not cached(case, label, f):
+                continue
             r = run_case(case, label, f, offline=a.offline, spot=a.spot_check or a.spot_only, store=store,
                          use_cache=not a.no_cache, tuner_too=not a.spot_only)
             for key, off, http, err in r["spots"]:
