@@ -158,10 +158,12 @@ def snap_users(x: float) -> float:
 #: before a configuration is refined within one. The kind of parallelism groups the
 #: layouts: TP2 × DP4 measured low says something of TP4 × DP2, little of TP8
 FAMILY_WORDS = {"parallelism": "kinds of parallelism (TP only, DP, PP, PP+DP)", "layout": "layouts (TP × PP × DP)",
-                "quantization": "quantizations", "kv_cache_dtype": "KV-cache dtypes", "cuda_graphs": "CUDA graphs"}
+                "quantization": "quantizations", "kv_cache_dtype": "KV-cache dtypes", "cuda_graphs": "CUDA graphs",
+                "vary": "other options varied"}
 FAMILY_DIMS = tuple(FAMILY_WORDS)
-#: refinements within a family: max_num_batched_tokens and the options the user varies
-REFINE_DIMS = ("max_num_batched_tokens", "vary")
+#: refinements within a family: max_num_batched_tokens (the options the user varies are a
+#: family: the model does not know their effect, app.tuner.space — a launch must tell)
+REFINE_DIMS = ("max_num_batched_tokens",)
 #: the model's error for a family it has not seen measured, as a log factor (sd) before
 #: two families are measured: the published comparisons miss the measured best by
 #: 21–23 % in 2 of 9 (issue 35; app.planner.model_error's table) — about e^0.2

@@ -321,7 +321,8 @@ def test_a_candidates_families_come_from_its_flags():
     assert f == {"parallelism": "DP", "layout": "TP4 PP1 DP2", "quantization": "awq", "kv_cache_dtype": "fp8", "cuda_graphs": "eager",
                  "max_num_batched_tokens": "4096", "vary": "block_size 32"}
     assert rig_model.families_of({}, "bf16", "TP1 PP1 DP1 · bf16 · mnbt 2048")["vary"] == ""  # the CPU build's key
-    assert set(rig_model.FAMILY_DIMS) == {"parallelism", "layout", "quantization", "kv_cache_dtype", "cuda_graphs"}
+    assert set(rig_model.FAMILY_DIMS) == {"parallelism", "layout", "quantization", "kv_cache_dtype", "cuda_graphs",
+                                          "vary"}
     assert [rig_model.families_of({"tensor_parallel_size": 2, "pipeline_parallel_size": p, "data_parallel_size": d},
                                   "awq")["parallelism"] for p, d in ((1, 1), (2, 1), (1, 2), (2, 2))] == [
         "TP only", "PP", "DP", "PP+DP"]
