@@ -653,8 +653,8 @@ class Tuner:
         is worth a launch while that beats the best measured by more than its spread
         (:meth:`_margin`). Of those, a candidate of a family value not launched yet (a
         layout, a quantization, a KV-cache dtype, CUDA graphs on/off) goes first — the
-        best of each untried family before refining within one — then the highest bound
-        (:func:`app.tuner.model.pick_next`). The search stops on evidence: when no bound
+        best of each untried family before refining within one — the best by its
+        corrected prediction (:func:`app.tuner.model.pick_next`). The search stops on evidence: when no bound
         beats the best measured."""
         todo = [r for r in self.state.candidates if r.pruned_because is None and not r.measured and r.failed is None
                 and self._score(r, False) is not None]
