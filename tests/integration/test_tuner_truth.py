@@ -2,7 +2,7 @@
 issue 35 item 3): the tuner launches the sim with the truth it never reads, measures over
 HTTP, and its pick is the best of ``tune --grid --offline`` under the same truth — the
 exhaustive grid of the same space on the sim's engine without HTTP. The truth inverts
-the model's ranking of the two layouts (data parallel replicas pay 6 ms a step more than
+the model's ranking of the two layouts (data parallel replicas pay 20 ms a step more than
 the model allows), so a tuner that reads its own model back picks the wrong one. Small:
 two candidates, the sim at 10× its clock."""
 from __future__ import annotations
@@ -21,7 +21,7 @@ from app.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 
 AWQ70 = "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"
-TRUTH = ("name: replicas pay\nrules:\n  - when: {data_parallel_size: {min: 2}}\n    add_step_s: 0.006\n"
+TRUTH = ("name: replicas pay\nrules:\n  - when: {data_parallel_size: {min: 2}}\n    add_step_s: 0.02\n"
          "    scale: {t_cpu_s: 2.0}\n")
 SPACE = ["--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--model", AWQ70,
          "--served-model-name", "llama70", "--quantization", "awq_marlin", "--max-model-len", "8192",
