@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.loadgen.capacity import level_mark
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import CapacitySearch, RampSpec, parse_length, parse_multi_turn, parse_shared_prefix
 from widgets.length_histogram import LengthHistogram
@@ -471,7 +472,7 @@ class RampPanel(QScrollArea):
         self._render()
 
     def level_done(self, st) -> None:
-        self.done[st.idx] = "✗" if st.stop_reason in ("aborted", "failure_rate") else "✓"
+        self.done[st.idx] = level_mark(st)
         self.total_bar.setValue(len(self.done))
         self._render()
 
