@@ -60,7 +60,7 @@ from app.planner.plan import Plan, Workload, check
 from app.profiles.model import HardwareFingerprint
 from app.run.controller import RecordSpec, RunController
 from app.run.target import launch_target
-from app.run.verdict import Verdict
+from app.run.verdict import Tried, Verdict, against_tune
 from app.server.launch import LaunchError
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
@@ -219,6 +219,9 @@ class LaunchRecord(BaseModel):
     wall_seconds: float = 0.0
     error: Optional[str] = None
     sentence: str = ""
+    #: the run's verdict (app.run.verdict.Verdict fields): its next step is held against the
+    #: tune's candidates when the recommendation is written (issue 37 item 4)
+    verdict: Optional[dict[str, Any]] = None
 
 
 class TuneState(BaseModel):
@@ -696,6 +699,7 @@ class Tuner:
             cap = m.capacity
             rec.users, rec.users_low, rec.users_high, rec.output_tps = cap.users, cap.users_low, cap.users_high, cap.output_tps
             rec.sentence = m.verdict.sentence if m.verdict is not None else cap.sentence
+            rec.verdict = m.verdict.model_dump(mode="json") if m.verdict is not None else None
         return rec, m
 
     def _measure(self, r: CandidateResult) -> None:
@@ -744,6 +748,49 @@ class Tuner:
         return cfg.model_copy(update={"max_num_seqs": seqs})
 
     # ------------------------------------------------------------------ result
+    def _tried(self, best: CandidateResult, fix: dict[str, Any]) -> Tried | None:
+        """What the tune knows of ``best``'s configuration with ``fix`` (a verdict's next
+        step): the candidates that have the fix's values and otherwise differ from
+        ``best`` at most in ``max_num_seqs`` and the data-parallel count (the cards are
+        the same), the best of them by the objective; None when no candidate is one."""
+        base = self._cands[best.key].config.model_dump()
+        loose = set(fix) | {"max_num_seqs", "data_parallel_size"}
+        like = []
+        for r in self.state.candidates:
+            c = self._cands.get(r.key)
+            if c is None or r.key == best.key:
+                continue
+            cfg = c.config.model_dump()
+            if all(cfg.get(k) == v for k, v in fix.items()) and all(
+                    cfg.get(k) == v for k, v in base.items() if k not in loose):
+                like.append(r)
+        if not like:
+            return None
+        have = self._score(best, True)
+
+        def known(r: CandidateResult) -> float:
+            sc = self._score(r, r.measured)
+            return -math.inf if sc is None or r.pruned_because or r.failed else sc
+        r = max(like, key=known)
+        if r.pruned_because or r.failed:
+            return Tried(None, r.failed is not None, True, r.pruned_because or r.failed or "")
+        sc = known(r)
+        users = r.measured_users if r.measured else r.predicted_users
+        return Tried(users if users else None, r.measured, have is not None and sc <= have,
+                     "" if users else "no users at the SLO predicted")
+
+    def _launch_sentence(self, launch: LaunchRecord | None, best: CandidateResult, default: str) -> str:
+        """A launch's verdict sentence with its next step held against the tune
+        (:func:`app.run.verdict.against_tune`); ``default`` without a launch."""
+        if launch is None:
+            return default
+        if launch.verdict is None:
+            return launch.sentence or default
+        v = Verdict.model_validate(launch.verdict)
+        if v.next_fix is None:
+            return launch.sentence or v.sentence
+        return against_tune(v, self._tried(best, v.next_fix)).sentence
+
     def _entry(self, r: CandidateResult, cfg: ServerConfig | None = None, measured: bool = True) -> dict[str, Any]:
         cfg = cfg or self._cands[r.key].config
         return {"key": r.key, "server": server_flags(cfg),
@@ -768,18 +815,19 @@ class Tuner:
             seqs, seqs_was = cfg.max_num_seqs, explored.max_num_seqs
             if conf is not None and conf.status == "done" and conf.users is not None and conf.users >= floor:
                 rec.update(users=conf.users, users_low=conf.users_low, users_high=conf.users_high,
-                           output_tps=conf.output_tps, run_id=conf.run_id, sentence=conf.sentence, verified=True)
+                           output_tps=conf.output_tps, run_id=conf.run_id,
+                           sentence=self._launch_sentence(conf, best, conf.sentence), verified=True)
             elif conf is not None and conf.status == "done" and conf.users is not None:
                 # max_num_seqs from the capacity served fewer users: keep the flags as measured
                 rec = self._entry(best, explored)
-                rec.update(verified=True, sentence=(measured.sentence if measured else "") + (
+                rec.update(verified=True, sentence=self._launch_sentence(measured, best, "") + (
                     f" (with max_num_seqs {seqs} instead of {seqs_was} the confirming launch measured "
                     f"{conf.users:g} users ({_fmt_iv(conf.users_low, conf.users_high)}): max_num_seqs stays {seqs_was})"))
             else:
                 why = (f"the confirming launch failed: {conf.error}" if conf is not None
                        else (f"the tune stopped: {st.safety_stop}" if st.safety_stop
                              else "no launch was left to confirm it"))
-                rec.update(verified=False, sentence=(measured.sentence if measured else best.key) + (
+                rec.update(verified=False, sentence=self._launch_sentence(measured, best, best.key) + (
                     f" — measured with max_num_seqs {seqs_was}; max_num_seqs {seqs} is not confirmed: {why}"))
             st.recommendation = rec
             others = [r for r in st.candidates if r.measured and r.key != best.key]
