@@ -419,9 +419,9 @@ def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     if rec is None:
         return 1
     if a.export_command:
-        print(vllm_serve_command(rec["server"]))
+        print(vllm_serve_command(rec["server"], spec.vllm_version))
     if a.export_config:
-        export_config(a.export_config, rec["server"])
+        export_config(a.export_config, rec["server"], spec.vllm_version)
         print(f"vLLM --config written to {a.export_config}")
     if a.save_profile:
         base = profile_for_launch(a)[0] if a.profile else None

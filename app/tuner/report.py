@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import functools
 import math
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
-
-import yaml
 
 from app.config import ServerConfig
 from app.engines import SIM_VLLM_RULES, TUNABLE, Engine
@@ -35,6 +32,7 @@ from app.fileio import write_atomic
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
 from app.loadgen.spec import SLO, RampSpec
+from app.profiles.interop import config_command, config_yaml
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
@@ -573,20 +571,20 @@ class ProgressClock:
 
 
 # ---------------------------------------------------------------------- exports
-def vllm_serve_command(server: dict[str, Any]) -> str:
-    """The recommendation as one ``vllm serve`` line (the app's own argv builder)."""
-    cfg = ServerConfig(**server)
-    return "vllm serve " + shlex.join([cfg.model, *cfg.option_argv(include_port=False)])
+def vllm_serve_command(server: dict[str, Any], version: str | None = None) -> str:
+    """The recommendation as one ``vllm serve`` line of the options vLLM ``version``
+    accepts (app.profiles.interop.config_command: no sim or Dyno option, no local host)."""
+    return config_command(ServerConfig(**server), version)
 
 
-def vllm_config_yaml(server: dict[str, Any]) -> str:
-    """The recommendation as vLLM's ``--config`` YAML (its option names as keys)."""
-    return yaml.safe_dump(ServerConfig(**server).to_vllm_config(), sort_keys=False)
+def vllm_config_yaml(server: dict[str, Any], version: str | None = None) -> str:
+    """The recommendation as vLLM's ``--config`` YAML (app.profiles.interop.config_yaml)."""
+    return config_yaml(ServerConfig(**server), version)
 
 
-def export_config(path: str, server: dict[str, Any]) -> None:
+def export_config(path: str, server: dict[str, Any], version: str | None = None) -> None:
     """Write :func:`vllm_config_yaml` to ``path`` atomically (OSError when it cannot)."""
-    write_atomic(path, vllm_config_yaml(server))
+    write_atomic(path, vllm_config_yaml(server, version))
 
 
 def tune_ramp_fields(spec: TuneSpec) -> dict[str, Any]:
