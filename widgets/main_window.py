@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
         self.background: list = []
         self._first_run = True
         self._closed = False
+        self._verify_spec = None  # the Tune tab's Verify: the capacity search to run once its launch is ready
         self._saved_snapshot: Any = None  # the forms as the loaded profile (see _mark_saved)
         self._base_profile: Any = None  # the loaded profile itself
         self._snapshot_taken = False
@@ -227,6 +228,8 @@ class MainWindow(QMainWindow):
         self.ramp.shape_changed.connect(self._update_modified)
         self.tune.running_changed.connect(self._on_tune_running)
         self.tune.profile_saved.connect(self._on_tune_profile_saved)
+        self.tune.launch_requested.connect(self.launch_tuned)
+        self.tune.verify_requested.connect(self.verify_tuned)
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
@@ -958,6 +961,12 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.dashboard)
             self.left_tabs.setCurrentWidget(self.ramp)
             self.statusBar().showMessage(f"Server ready at {self.controller.url}", 8000)
+        verify, c = self._verify_spec, self.controller
+        if verify is not None and state == "ready" and not c.ramp_running:
+            self._verify_spec = None
+            self._start_ramp(verify.model_copy(update={"url": c.url, "model": c.api_model}))
+        elif verify is not None and state not in ("starting", "loading", "ready"):
+            self._verify_spec = None  # the launch failed or was stopped: no search
         self._update_controls()
 
     def _on_launch_failed(self, reason: str, diagnosis) -> None:
@@ -1037,6 +1046,30 @@ class MainWindow(QMainWindow):
         except ValueError as e:
             QMessageBox.warning(self, "Ramp", str(e))
             return
+        self._start_ramp(spec)
+
+    def launch_tuned(self, prof) -> None:
+        """The Tune tab's "Launch recommended": the recommendation (a Profile, not saved)
+        in the forms, then the window's own Launch."""
+        if self.controller.server_running or self.tuning:
+            self.statusBar().showMessage("Cannot launch the recommendation: stop the server of this session first",
+                                         8000)
+            self._verify_spec = None
+            return
+        profiles.apply_to_form(prof, self.config, self.ramp)
+        self._form_changed()
+        self.launch()
+        if not self.controller.server_running:  # refused or not confirmed: no search follows
+            self._verify_spec = None
+
+    def verify_tuned(self, prof, spec) -> None:
+        """The Tune tab's "Verify (find capacity)": :meth:`launch_tuned`, then, once the
+        server is ready, the capacity search ``spec`` (app.tuner.report.verify_ramp)."""
+        self._verify_spec = spec
+        self.launch_tuned(prof)
+
+    def _start_ramp(self, spec) -> None:
+        c = self.controller
         self.results.clear()
         self.curves.set_measured([])
         self.run_bar.setRange(0, 0 if spec.search is not None else len(spec.levels))  # a search: busy

@@ -404,8 +404,7 @@ def _grid(a: argparse.Namespace, spec: Any, rig: Any) -> int:
 
 def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     # deferred: the tuner's report only for this command
-    from app.tuner.report import (candidates_table, export_config, save_as_profile, summary_text,
-                                  tune_ramp_fields, vllm_serve_command)
+    from app.tuner.report import candidates_table, export_config, save_as_profile, summary_text, vllm_serve_command
 
     print()
     print(candidates_table(res))
@@ -426,8 +425,8 @@ def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     if a.save_profile:
         base = profile_for_launch(a)[0] if a.profile else None
         try:
-            path = save_as_profile(a.save_profile, rec["server"], base, engine=Engine(a.engine or Engine.VLLM),
-                                   ramp=tune_ramp_fields(spec))
+            path = save_as_profile(res, spec, engine=spec.engine, sim=getattr(a, "sim_rig", None), base=base,
+                                   name=a.save_profile)
         except (ValueError, OSError) as e:
             return err(f"--save-profile {a.save_profile!r}: {e}")
         print(f"saved as profile {a.save_profile!r}: {path}")

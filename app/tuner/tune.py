@@ -794,6 +794,8 @@ class Tuner:
     def _entry(self, r: CandidateResult, cfg: ServerConfig | None = None, measured: bool = True) -> dict[str, Any]:
         cfg = cfg or self._cands[r.key].config
         return {"key": r.key, "server": server_flags(cfg),
+                # the whole configuration as launched (extra options, env, cards): Save as profile
+                "config": cfg.model_dump(mode="json", exclude_none=True),
                 "users": r.measured_users if measured else r.predicted_users,
                 "users_low": r.measured_low if measured else r.predicted_low,
                 "users_high": r.measured_high if measured else r.predicted_high,
