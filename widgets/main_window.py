@@ -518,6 +518,7 @@ class MainWindow(QMainWindow):
         self.curves.set_measured([])
         self.run_label.setText("")
         self.run_bar.hide()
+        self._show_state("idle", "")  # not the last server's "sim: stopped" under another engine
 
     def switch_profile(self, name: str) -> bool:
         """Load profile ``name`` from the profile box; with unsaved edits to the loaded
@@ -1254,10 +1255,21 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:
         why = None if self._closed else self.close_question()
-        if why is not None and self._ask("Close vLLM Dyno", f"Close the window? {why[0].upper() + why[1:]}.",
-                                         QMessageBox.Close | QMessageBox.Cancel, QMessageBox.Cancel) != QMessageBox.Close:
-            ev.ignore()
-            return
+        if why is not None:
+            # unsaved edits: Save offered beside Close (issue 37); Save then closes unless it was cancelled
+            buttons = QMessageBox.Close | QMessageBox.Cancel
+            if self.is_modified():
+                buttons |= QMessageBox.Save
+            ans = self._ask("Close vLLM Dyno", f"Close the window? {why[0].upper() + why[1:]}.", buttons,
+                            QMessageBox.Cancel)
+            if ans == QMessageBox.Save:
+                self.save_profile_dialog()
+                if self.is_modified():  # the save was cancelled or failed: stay open
+                    ev.ignore()
+                    return
+            elif ans != QMessageBox.Close:
+                ev.ignore()
+                return
         self.save_state()
         if self.controller.server_running or self.controller.supervisor is not None or self.tuning:
             self.statusBar().showMessage("Stopping the server…")

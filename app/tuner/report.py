@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
+from app.clock import clock_text
 from app.config import VLLM_OPTIONS, ServerConfig
 from app.engines import SIM_VLLM_RULES, TUNABLE, Engine
 from app.fileio import write_atomic
@@ -514,11 +515,6 @@ def recommended_point(res: dict[str, Any]) -> ParetoPoint | None:
 
 
 # ---------------------------------------------------------------------- progress
-def _clock_text(s: float) -> str:
-    s = max(0, int(round(s)))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
 class ProgressClock:
     """The progress line of a running tune: fed each ``res`` as it comes
     (:meth:`update`, with the wall time ``now`` in s), it says "launch k of ≤ n", the
@@ -568,8 +564,8 @@ class ProgressClock:
         what = f"{phase} {run['key']}" if run is not None else phase
         eta = self.eta(now)
         parts = [f"launch {k} of ≤ {self.max_launches}" if k else f"no launch yet (≤ {self.max_launches})", what,
-                 f"elapsed {_clock_text(now - self.started)}",
-                 "ETA after the first launch" if eta is None else f"ETA ≤ {_clock_text(eta)}"]
+                 f"elapsed {clock_text(now - self.started)}",
+                 "ETA after the first launch" if eta is None else f"ETA ≤ {clock_text(eta)}"]
         return " · ".join(parts)
 
 

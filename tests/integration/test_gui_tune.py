@@ -99,7 +99,8 @@ def test_the_space_shows_every_pruned_value_with_the_planners_reason(tune_window
         t.selection()
 
 
-@pytest.mark.long(85)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
+@pytest.mark.long(150)  # seconds on 2 cores: opens an xdist chunk (tests/plugins/order.py)
+@pytest.mark.timeout(600)  # the two-launch tune, then the verifying launch and its search
 def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot, tmp_path):
     w = tune_window
     t = w.tune
@@ -161,6 +162,26 @@ def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot
     out = tmp_path / "tuned.yaml"
     t.export_config(str(out))
     assert ServerConfig.from_vllm_config_yaml(out.read_text()) == ServerConfig(**server)
+
+    # Verify (find capacity) (issue 37 item 5): the window launches exactly the configuration
+    # the tune measured and searches its capacity from the users the tune measured
+    rec = res["recommendation"]
+    done = []
+    w.controller.ramp_finished.connect(done.append)
+    assert t.launch_btn.isEnabled() and t.verify_btn.isEnabled()
+    t.verify_btn.click()
+    pump(qtbot, lambda: w.controller.state == "ready", 60, "the recommendation is up")
+    launched, tuned = w.controller.core.target.config, ServerConfig.model_validate(rec["config"])
+    for field in ServerConfig.model_fields:
+        if field != "port":  # the launch's own
+            assert getattr(launched, field) == getattr(tuned, field), field
+    pump(qtbot, lambda: bool(done), 240, "the verifying search ends")
+    cap = done[0].capacity
+    assert cap is not None and cap.levels[0].users == int(rec["users"])  # it starts where the tune measured
+    step = max(1.0, res.get("resolution", 0.05) * rec["users"])  # a search's own resolution around the interval
+    assert rec["users_low"] - step <= cap.users <= rec["users_high"] + step, (cap.sentence, rec)
+    w.stop()
+    pump(qtbot, lambda: not w.controller.server_running, 30, "the recommendation's server stops")
 
 
 def test_stop_mid_tune_leaves_no_process(tune_window, qtbot):
