@@ -859,7 +859,7 @@ class TunePanel(QWidget):
         except ValueError as e:
             self.message.setText(html.escape(str(e)))
             return
-        self.verify_requested.emit(prof, report.verify_ramp(self.res or {}, self.tuned_spec, prof.ramp))
+        self.verify_requested.emit(prof, report.verify_ramp(self.res or {}, self.tuned_spec))
 
     def save_profile_dialog(self) -> None:
         try:

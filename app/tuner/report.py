@@ -32,8 +32,8 @@ from app.engines import SIM_VLLM_RULES, TUNABLE, Engine
 from app.fileio import write_atomic
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
-from app.loadgen.capacity import SEARCH_STEP_CAP_S, slo_text
-from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+from app.loadgen.capacity import slo_text
+from app.loadgen.spec import SLO, RampSpec
 from app.profiles.edit import profile_from_settings
 from app.profiles.interop import config_command, config_yaml
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
@@ -41,7 +41,7 @@ from app.run.verdict import model_label
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.tuner.space import TuneSpace
-from app.tuner.tune import TuneSpec
+from app.tuner.tune import TuneSpec, launch_search
 
 if TYPE_CHECKING:  # the library only for the save (deferred there)
     from app.profiles import ProfileLibrary
@@ -681,17 +681,10 @@ def save_as_profile(res: dict[str, Any], spec: TuneSpec, *, engine: Engine | str
     return str((library or ProfileLibrary()).save(prof))
 
 
-def verify_ramp(res: dict[str, Any], spec: TuneSpec, ramp: RampSpec) -> RampSpec:
+def verify_ramp(res: dict[str, Any], spec: TuneSpec) -> RampSpec:
     """The capacity search that verifies a recommendation (the Tune tab's "Verify (find
-    capacity)"): ``ramp`` (the tuned profile's) judged on the tune's SLO and requests,
-    searching from the users the tune measured with the tune's floor of requests per
-    level and resolution, up to its highest level."""
+    capacity)"): the very search the tune ran on each launch
+    (:func:`app.tuner.tune.launch_search`: its workload, SLO, floor of requests per level
+    and resolution) from the users the tune measured; ``url``/``model`` are the launch's."""
     rec = res.get("recommendation") or {}
-    users = rec.get("users") or 1.0
-    start = max(1.0, min(spec.max_users, math.floor(users)))
-    d = ramp.model_dump()
-    d.update(tune_ramp_fields(spec))
-    d.update(search=CapacitySearch(start=start, resolution=spec.resolution, max_level=spec.max_users),
-             requests_per_level=spec.requests_per_level, step_seconds=SEARCH_STEP_CAP_S, levels=[],
-             max_level=None)
-    return RampSpec.model_validate(d)
+    return launch_search(spec, spec.workload(), rec.get("users") or 1.0)

@@ -265,6 +265,18 @@ def _fmt_iv(lo: float | None, hi: float | None) -> str:
     return f"{lo:g}–{hi:g}" if lo is not None and hi is not None else "no interval"
 
 
+def launch_search(spec: TuneSpec, workload: Workload, start: float) -> RampSpec:
+    """The capacity search a tune runs on each launch — and the Tune tab's "Verify (find
+    capacity)" runs again (app.tuner.report.verify_ramp): ``workload``'s search
+    (:meth:`TuneSpec.workload`) from ``start`` users (whole, within [1, max_users]) at the
+    tune's resolution, each level capped at :data:`SEARCH_STEP_CAP_S` rig seconds."""
+    out = workload.search_spec()
+    assert out is not None  # a tune has an SLO
+    return out.model_copy(update={"search": CapacitySearch(start=min(spec.max_users, max(1.0, math.floor(start))),
+                                                           resolution=spec.resolution, max_level=spec.max_users),
+                                  "step_seconds": SEARCH_STEP_CAP_S})
+
+
 def score(objective: str, users: float | None, tps: float | None, cards: int, board_w: float,
           j_per_token: float | None = None, pricing: Pricing | None = None) -> float | None:
     """A configuration's score for ``objective``, higher is better (module docstring);
@@ -681,11 +693,7 @@ class Tuner:
         rec = LaunchRecord(n=len(self.state.launches) + 1, key=key, purpose=purpose)
         self.state.launches.append(rec)
         self._save(f"launch {rec.n} of ≤ {s.max_launches}: {key} ({purpose})")
-        spec = self.workload.search_spec()
-        assert spec is not None  # the tune has an SLO
-        spec = spec.model_copy(update={"search": CapacitySearch(start=min(s.max_users, max(1.0, math.floor(start))),
-                                                                resolution=s.resolution, max_level=s.max_users),
-                                       "step_seconds": SEARCH_STEP_CAP_S})
+        spec = launch_search(s, self.workload, start)
         plan = self._cands[key].plan if key in self._cands else None
         name = f"tune {self.tune_id} · {purpose} {rec.n}: {key}"
         t0 = self._clock()

@@ -169,13 +169,15 @@ def test_save_as_profile_recreates_exactly_what_the_tune_measured(tmp_path):
         report.tuned_profile({"recommendation": None}, spec)
 
 
-def test_verify_searches_from_what_the_tune_measured(tmp_path):
-    from app.loadgen.spec import RampSpec
+def test_verify_searches_from_what_the_tune_measured_as_the_tune_did(tmp_path):
+    from app.tuner.tune import launch_search
 
     spec, res = _tuned(tmp_path)
-    ramp = report.verify_ramp(res, spec, RampSpec(levels=[1, 2, 4]))
+    ramp = report.verify_ramp(res, spec)
     assert ramp.search is not None and ramp.search.start == 27 and ramp.search.resolution == spec.resolution
     assert ramp.requests_per_level == spec.requests_per_level and ramp.slo == spec.slo and ramp.levels == []
+    # every field as the tune's own launches searched (workload, seed, warm-up, lengths)
+    assert ramp == launch_search(spec, spec.workload(), 27.6)
 
 
 def test_build_spec_names_the_bad_input():
