@@ -823,11 +823,12 @@ class MainWindow(QMainWindow):
         self.launch_label.show()
 
     # ------------------------------------------------------------------ launch / stop
-    def build_request(self) -> LaunchTarget:
-        """What Launch starts: the state's configuration (raises ValueError naming the
-        field while the form does not validate)."""
+    def build_request(self, config=None) -> LaunchTarget:
+        """What Launch starts: the state's configuration, or ``config`` (a ServerConfig: the
+        Tune tab's recommendation as the tune launched it); raises ValueError naming the
+        field while the form does not validate."""
         self._form_changed()
-        cfg = self.state.config
+        cfg = self.state.config if config is None else config
         if cfg is None:
             raise ValueError(self.state.config_error or "the form is not complete")
         eng = self.config.engine_key()
@@ -841,12 +842,15 @@ class MainWindow(QMainWindow):
             ssh=self.ssh_options)
 
     def launch(self) -> None:
+        self._launch(None)
+
+    def _launch(self, config) -> None:
         reason = self.launch_block_reason()
         if reason:
             self.statusBar().showMessage(f"Cannot launch: {reason}", 8000)
             return
         try:
-            req = self.build_request()
+            req = self.build_request(config)
         except ValueError as e:
             QMessageBox.warning(self, "Launch", str(e))
             return
@@ -1051,7 +1055,8 @@ class MainWindow(QMainWindow):
 
     def launch_tuned(self, prof) -> None:
         """The Tune tab's "Launch recommended": the recommendation (a Profile, not saved)
-        in the forms, then the window's own Launch."""
+        in the forms, then the window's own Launch of its configuration exactly (the form
+        would write e.g. pipeline_parallel_size 1 as unset)."""
         if self.controller.server_running or self.tuning:
             self.statusBar().showMessage("Cannot launch the recommendation: stop the server of this session first",
                                          8000)
@@ -1059,7 +1064,7 @@ class MainWindow(QMainWindow):
             return
         profiles.apply_to_form(prof, self.config, self.ramp)
         self._form_changed()
-        self.launch()
+        self._launch(prof.server_config())  # as the tune launched it (the form shows it, its way)
         if not self.controller.server_running:  # refused or not confirmed: no search follows
             self._verify_spec = None
 

@@ -643,7 +643,7 @@ def tuned_profile(res: dict[str, Any], spec: TuneSpec, *, engine: Engine | str |
     """The tune's recommendation as a profile that re-creates what was measured: every
     option of the configuration the tune launched (:func:`recommended_config`: extra
     options such as the sim's hidden rig, the environment, the cards it used — the first
-    TP × PP × DP of a longer list; the configuration's cards, else ``base``'s), the simulated rig the tune ran on (``sim``, else
+    TP × PP × DP of a longer list; none when it named none), the simulated rig the tune ran on (``sim``, else
     ``base``'s, with the tune's card count), ``base``'s ramp with what the tune judged on
     (:func:`tune_ramp_fields`) and ``base``'s hosts; a name (:func:`tuned_name`, unless
     given) and a description (:func:`tuned_description`) from the result — not ``base``'s,
@@ -654,11 +654,7 @@ def tuned_profile(res: dict[str, Any], spec: TuneSpec, *, engine: Engine | str |
         raise ValueError("no recommendation to save yet")
     eng = Engine(engine or spec.engine)
     cfg = recommended_config(rec, spec)
-    gpus: list[int] | int | None = cfg.gpus if cfg.gpus is not None else (base.gpus if base is not None else None)
-    if isinstance(gpus, list) and len(gpus) > cfg.world_size:
-        gpus = gpus[:cfg.world_size]
-    elif isinstance(gpus, int) and gpus > cfg.world_size:
-        gpus = cfg.world_size
+    gpus = cfg.gpus[:cfg.world_size] if cfg.gpus is not None else None
     rig = sim or (base.sim if base is not None else None)
     if eng.simulated:
         rig = (rig or SimRig()).model_copy(update={"gpu": spec.hardware.gpu, "count": spec.hardware.count})
