@@ -180,7 +180,7 @@ def test_a_two_launch_tune_fills_the_tab_and_its_flags_export(tune_window, qtbot
     assert cap is not None and cap.levels[0].users == int(rec["users"])  # it starts where the tune measured
     # whether it lands in the tune's interval is not judged here: at 20× on two loaded cores a
     # wall-clock hiccup is 20× the rig's (28 vs 42 users seen under the suite); the scripted
-    # check is scripts/screenshot.py --tune --verify on a quiet machine (13 vs 13 users)
+    # check is scripts/screenshot.py --tune --verify, alone (13 vs 13 users in one run)
     assert cap.users > 0 and cap.sentence, cap.sentence
     w.stop()
     pump(qtbot, lambda: not w.controller.server_running, 30, "the recommendation's server stops")
