@@ -149,6 +149,17 @@ def json_files_beside(config_json: Path) -> tuple[str, ...]:
     return tuple(sorted(f.name for f in config_json.parent.glob("*.json")))
 
 
+def quant_format(method: str | None) -> str | None:
+    """The checkpoint format a quantization method reads: a Marlin kernel variant named as
+    its format (``awq_marlin`` → ``awq``, ``gptq_marlin`` → ``gptq``, ``gptq_marlin_24`` →
+    ``gptq_24``; vLLM picks the Marlin kernel for such a checkpoint by itself,
+    ``override_quantization_method`` of vllm/model_executor/layers/quantization/auto_awq.py and auto_gptq.py, 0.32.0).
+    The one place the project strips the variant: the tuner's checkpoint label
+    (app.tuner.space), the model's own-method check and the error table's families
+    (app.planner.model_error.quant_family) read it. None stays None."""
+    return None if method is None else method.replace("_marlin", "")
+
+
 @dataclass
 class ModelArch:
     """A decoder-only transformer's shape. Counts are plain integers; ``torch_dtype`` is
@@ -248,7 +259,7 @@ class ModelArch:
         """Bytes of weights for ``layers`` (default all) plus embedding/lm_head, quantized
         with ``quantization`` (default: the checkpoint's). Not divided by TP."""
         q = quantization if quantization is not None else self.quant_method
-        same = q is not None and q.replace("_marlin", "") == (self.quant_method or "").replace("_marlin", "")
+        same = q is not None and quant_format(q) == quant_format(self.quant_method)
         bits, g = (self.quant_bits, self.quant_group_size) if same else (None, None)
         if q in ("awq", "awq_marlin", "gptq", "gptq_marlin") and g is None:
             g = 128
