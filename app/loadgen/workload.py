@@ -244,6 +244,8 @@ class WorkloadKind(BaseModel):
     CLI: ClassVar[tuple[CliOption, ...]] = ()
     FORM: ClassVar[tuple[FormRow, ...]] = ()
     PREDICTION: ClassVar[Optional[Prediction]] = None
+    #: fields :meth:`from_args` sets from other options (no option or row of their own)
+    DERIVED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def own_fields(cls) -> tuple[str, ...]:
@@ -350,6 +352,8 @@ class DatasetSource(WorkloadKind):
     lengths."""
 
     TITLE: ClassVar[str] = "dataset"
+    #: set by :meth:`from_args` (``--output-tokens`` with a dataset caps its answers)
+    DERIVED: ClassVar[tuple[str, ...]] = ("output_cap",)
     prompts_file: Optional[Path] = Field(None, description=(
         "a dataset (app.loadgen.datasets): a ShareGPT/chat/{\"prompt\": …} JSON(L), CSV or Parquet file, "
         "builtin:chat, or hf:OWNER/NAME from the Hugging Face cache; sampled with the seed"))
@@ -636,6 +640,33 @@ def fields_from_args(a: Any, command: str) -> dict[str, Any]:
             out.update(k.from_args(a))
     if getattr(a, "seed", None) is not None:
         out["seed"] = a.seed
+    return out
+
+
+def kind_problems(kinds: tuple[type[WorkloadKind], ...] | None = None) -> list[str]:
+    """What each kind (:data:`KINDS` unless given) lacks, one line each naming it: a
+    prediction (``PREDICTION``), a command-line option, a form row, its own
+    :meth:`WorkloadKind.kind_on`, a field no option and no row sets (unless the kind's
+    :meth:`~WorkloadKind.from_args` sets it: ``DERIVED``). Empty when every kind is whole —
+    the coverage test (tests/unit/test_workload_kinds.py) asserts it."""
+    out = []
+    for k in KINDS if kinds is None else kinds:
+        name = k.__name__
+        if k.PREDICTION is None:
+            out.append(f"{name}: no prediction (PREDICTION): how does the planner predict it?")
+        if not k.CLI:
+            out.append(f"{name}: no command-line option (CLI)")
+        if not k.FORM:
+            out.append(f"{name}: no row of the Ramp form (FORM)")
+        if k.kind_on is WorkloadKind.kind_on:
+            out.append(f"{name}: no kind_on (when is the kind in use?)")
+        set_by = {o.field for o in k.CLI} | {r.field for r in k.FORM} | set(k.DERIVED)
+        for f in k.own_fields():
+            if f not in set_by:
+                out.append(f"{name}.{f}: no CLI option or form row sets it")
+        for f in {o.field for o in k.CLI if o.field} | {r.field for r in k.FORM}:
+            if f not in k.own_fields():
+                out.append(f"{name}: an option or row sets {f!r}, not a field of the kind")
     return out
 
 
