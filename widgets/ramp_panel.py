@@ -109,15 +109,14 @@ class RampPanel(QScrollArea):
         f.addRow("Warm-up", self.warmup)
         #: the request-shape rows of every workload kind (lengths, dataset, shared prefix, multi-turn …),
         #: generated from their declarations (app.loadgen.workload.form_rows)
-        self.workload = WorkloadRows(f, "requests", self)
+        self.lengths_view = LengthHistogram()  # under Prompts file
+        self.workload = WorkloadRows(f, "requests", self, below={"prompts_file": self.lengths_view})
         self.prompt = self.workload.widgets["prompt_tokens"]
         self.output = self.workload.widgets["output_tokens"]
         self.vary = self.workload.widgets["length_spread"]
         self.prompts_file = self.workload.widgets["prompts_file"]
         self.multi_turn = self.workload.widgets["multi_turn"]
         self.shared_prefix = self.workload.widgets["shared_prefix"]
-        self.lengths_view = LengthHistogram()
-        f.addRow(self.lengths_view)
         #: a profile's dataset options the form has no field for (prompts_format, prompts_column, output_cap)
         self.dataset_extra: dict[str, Any] = {}
         self.lengths_timer = QTimer(self)

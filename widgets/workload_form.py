@@ -17,11 +17,13 @@ class WorkloadRows(QObject):
     """The rows of one ``section`` (``requests`` or ``arrivals``) added to ``form``:
     ``widgets[field]`` its editor, ``labels[field]`` its label; :meth:`values` the fields
     the rows set, :meth:`set_values` fills them from a ramp mapping; ``changed`` when any
-    row is edited."""
+    row is edited. ``below``: a widget shown as a full-width row under a field's row
+    (the dataset's length histograms under Prompts file)."""
 
     changed = Signal()
 
-    def __init__(self, form: QFormLayout, section: str, parent: QWidget) -> None:
+    def __init__(self, form: QFormLayout, section: str, parent: QWidget,
+                 below: dict[str, QWidget] | None = None) -> None:
         super().__init__(parent)
         self.owner = parent
         self.rows = form_rows(section)
@@ -66,6 +68,8 @@ class WorkloadRows(QObject):
                 form.addRow(label, row)
             else:
                 form.addRow(label, w)
+            if below and r.field in below:
+                form.addRow(below[r.field])
         self.set_values({})
 
     def _browser(self, edit: QWidget, title: str) -> Callable[[], None]:
