@@ -44,6 +44,8 @@ Length = Union[int, tuple[int, int]]
 #: one default of the ramp, the tune, the plan, their CLI flags and the form's Vary box:
 #: closed-loop users with equal lengths march in lockstep, which no real workload does
 DEFAULT_LENGTH_SPREAD = 0.25
+#: the default spread in words, for the help and the form ("±25 %")
+SPREAD_TEXT = f"±{DEFAULT_LENGTH_SPREAD * 100:g} %"
 
 #: the commands whose flags the kinds declare (``app.cli``: ramp, run, plan, tune)
 COMMANDS = frozenset({"ramp", "run", "plan", "tune"})
@@ -290,13 +292,14 @@ class SyntheticLengths(WorkloadKind):
         "a LOW-HIGH range is used as given"))
 
     CLI: ClassVar[tuple[CliOption, ...]] = (
-        CliOption("--prompt-tokens", "prompt length in tokens: N (varied ±25 %, see --fixed-lengths) or LOW-HIGH "
-                  "(default 512, or the profile's ramp)", "prompt_tokens", parse_tokens, "TOKENS"),
-        CliOption("--output-tokens", "output length in tokens: N (varied ±25 %) or LOW-HIGH (default 128, or the "
-                  "profile's ramp); with a --prompts-file whose records carry answers: the cap on the answers' "
-                  "lengths", "output_tokens", parse_tokens, "TOKENS"),
+        CliOption("--prompt-tokens", f"prompt length in tokens: N (varied {SPREAD_TEXT}, see --fixed-lengths) or "
+                  "LOW-HIGH (default 512, or the profile's ramp)", "prompt_tokens", parse_tokens, "TOKENS"),
+        CliOption("--output-tokens", f"output length in tokens: N (varied {SPREAD_TEXT}) or LOW-HIGH (default 128, "
+                  "or the profile's ramp); with a --prompts-file whose records carry answers: the cap on the "
+                  "answers' lengths", "output_tokens", parse_tokens, "TOKENS"),
         CliOption("--fixed-lengths", "send exactly --prompt-tokens/--output-tokens (default: a single number N "
-                  "varies uniformly within ±25 % of N, seeded, so users do not march in lockstep)", switch=True),
+                  f"varies uniformly within {SPREAD_TEXT} of N, seeded, so users do not march in lockstep)",
+                  switch=True),
     )
     FORM: ClassVar[tuple[FormRow, ...]] = (
         FormRow("prompt_tokens", "Prompt tokens", "text", "Prompt tokens: a count (512) or a uniform range (256-1024)",
@@ -305,9 +308,11 @@ class SyntheticLengths(WorkloadKind):
                 "Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on. With a prompts file "
                 "whose records carry answers the answers' lengths are sent instead", parse=parse_length,
                 text=length_text),
-        FormRow("length_spread", "", "check", "A single count N is drawn uniformly from N·0.75 … N·1.25 (seeded), so "
-                "users do not all prefill and finish together; unchecked: exactly N", placeholder="Vary single lengths "
-                f"±{DEFAULT_LENGTH_SPREAD:.0%}".replace("%", " %"), on=DEFAULT_LENGTH_SPREAD, off=0.0),
+        FormRow("length_spread", "", "check",
+                f"A single count N is drawn uniformly from N·{1 - DEFAULT_LENGTH_SPREAD:g} … "
+                f"N·{1 + DEFAULT_LENGTH_SPREAD:g} (seeded), so users do not all prefill and finish together; "
+                "unchecked: exactly N", placeholder=f"Vary single lengths {SPREAD_TEXT}",
+                on=DEFAULT_LENGTH_SPREAD, off=0.0),
     )
     PREDICTION: ClassVar[Optional[Prediction]] = Prediction(
         "the engine's requests draw their lengths from the ramp's LengthSampler (same ranges, same seed)")
@@ -464,7 +469,7 @@ class SharedPrefixKind(WorkloadKind):
 
 class MultiTurnKind(WorkloadKind):
     """Multi-turn conversations (:class:`MultiTurn`): closed-loop users only; the turn
-    counts from :meth:`Workload.turns_range`, the think times exponential."""
+    counts from :meth:`turns_range`, the think times exponential."""
 
     TITLE: ClassVar[str] = "multi-turn"
     multi_turn: Optional[MultiTurn] = Field(None, description=(
@@ -472,15 +477,15 @@ class MultiTurnKind(WorkloadKind):
         "conversations in progress)"))
 
     CLI: ClassVar[tuple[CliOption, ...]] = (
-        CliOption("--multi-turn", "each user holds a conversation of about TURNS turns (±25 %, see --fixed-lengths), "
-                  "sending its history each turn, thinking THINK_S s (mean, exponential) between turns; per-turn "
-                  "TTFT is reported", "multi_turn", parse_multi_turn, "TURNS[:THINK_S]"),
+        CliOption("--multi-turn", f"each user holds a conversation of about TURNS turns ({SPREAD_TEXT}, see "
+                  "--fixed-lengths), sending its history each turn, thinking THINK_S s (mean, exponential) "
+                  "between turns; per-turn TTFT is reported", "multi_turn", parse_multi_turn, "TURNS[:THINK_S]"),
     )
     FORM: ClassVar[tuple[FormRow, ...]] = (
         FormRow("multi_turn", "Multi-turn", "text",
-                "Multi-turn conversations: each user holds a conversation of about TURNS turns (±25 % with Vary), "
-                "sending its history and the replies each turn, thinking THINK s (mean, exponential) between turns; "
-                "a level's users are conversations in progress. Results show TTFT per turn. Empty: off",
+                f"Multi-turn conversations: each user holds a conversation of about TURNS turns ({SPREAD_TEXT} with "
+                "Vary), sending its history and the replies each turn, thinking THINK s (mean, exponential) "
+                "between turns; a level's users are conversations in progress. Results show TTFT per turn. Empty: off",
                 placeholder="off — turns[:think s], e.g. 4:2",
                 parse=lambda t: parse_multi_turn(t).model_dump() if t else None, text=multi_turn_text),
     )
