@@ -105,7 +105,7 @@ class WorkloadRows(QObject):
         for r in self.rows:
             w = self.widgets[r.field]
             v = ramp.get(r.field)
-            if v is None:
+            if v is None and r.field in Workload.model_fields:
                 v = Workload.model_fields[r.field].default
             if isinstance(w, QLineEdit):
                 w.setText(r.text(v) if v is not None else "")
@@ -114,7 +114,7 @@ class WorkloadRows(QObject):
             elif isinstance(w, QSpinBox):
                 w.setValue(int(v or 0))
             elif isinstance(w, QDoubleSpinBox):
-                w.setValue(float(v))
+                w.setValue(float(v or 0))
 
     def set_visible(self, visible: bool) -> None:
         for f in self.widgets:
