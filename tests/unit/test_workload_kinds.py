@@ -82,16 +82,40 @@ def test_the_spec_json_keys_stay_flat_and_an_old_stored_spec_loads():
     assert json.loads(s.model_dump_json()) == old
 
 
-def test_a_tune_specs_json_keeps_its_keys_and_an_old_one_loads():
+#: a TuneSpec as the store kept it before the workload model (written by 846014a's TuneSpec)
+OLD_TUNE = (
+    '{"name":"","engine":"sim","config":{"model":"Llama-3-8B","served_model_name":null,"tensor_parallel_size":null,'
+    '"pipeline_parallel_size":null,"data_parallel_size":null,"distributed_executor_backend":null,'
+    '"disable_custom_all_reduce":null,"max_num_seqs":null,"max_num_batched_tokens":null,"max_model_len":null,'
+    '"quantization":null,"dtype":null,"kv_cache_dtype":null,"gpu_memory_utilization":null,'
+    '"enable_prefix_caching":null,"enforce_eager":null,"speculative_config":null,"host":"127.0.0.1","port":null,'
+    '"gpus":null,"env":{},"extra_args":[]},"sim_args":[],"hardware":{"gpu":"RTX 4090","count":2,"memory_gib":null,'
+    '"compute_capability":null,"driver":null,"vllm_version":null,"recorded_at":null,"hosts":null,"link":null,'
+    '"cores":null},"python":null,"vllm_version":null,"prompt_tokens":300,"output_tokens":128,"length_spread":0.1,'
+    '"seed":4,"multi_turn":{"turns":3.0,"think_s":0.0},"shared_prefix":null,"prompts_file":null,'
+    '"prompts_format":null,"prompts_column":null,"slo":{"ttft_p99":2.0,"tpot_p99":null,"e2e_p99":null,'
+    '"failure_rate":null},"objective":"users","space":{"tp":null,"pp":null,"dp":null,"checkpoints":{},'
+    '"max_num_batched_tokens":null,"kv_cache_dtype":null,"enforce_eager":null,"fewer_cards":false,"vary":{}},'
+    '"max_launches":4,"max_minutes":null,"requests_per_level":100,"resolution":0.05,"max_users":1024.0,'
+    '"startup_timeout":900.0,"grace":null,"hosts":[],"ray_address":null}')
+
+
+def test_a_stored_tune_loads_keeps_its_keys_and_its_workload():
+    """A tune stored before the workload model loads (its workload the planner's, unchanged)
+    and writes back every key it had — the workload model only adds keys (output_cap,
+    burstiness, max_concurrency at their defaults); a tune's searches are closed-loop."""
     from app.tuner.tune import TuneSpec
 
-    fields = set(TuneSpec.model_fields)
-    before = {"prompt_tokens", "output_tokens", "length_spread", "seed", "multi_turn", "shared_prefix", "prompts_file",
-              "prompts_format", "prompts_column", "slo", "objective", "space", "max_launches"}
-    assert before <= fields
-    with pytest.raises(ValueError, match="burstiness"):  # a tune's searches are closed-loop
-        TuneSpec(config={"model": "m"}, hardware={"gpu": "RTX 4090", "count": 1}, slo={"ttft_p99": 1},
-                 burstiness=0.5)
+    old = json.loads(OLD_TUNE)
+    t = TuneSpec.model_validate_json(OLD_TUNE)
+    new = json.loads(t.model_dump_json())
+    assert {k: new[k] for k in old} == old
+    assert set(new) - set(old) == {"output_cap", "burstiness", "max_concurrency"}
+    r = t.workload().requests
+    assert (r.prompt_tokens, r.length_spread, r.seed, r.multi_turn.turns) == (300, 0.1, 4, 3)
+    assert t.workload().search_spec().turns_range() == (3, 3)
+    with pytest.raises(ValueError, match="burstiness"):
+        TuneSpec.model_validate({**old, "burstiness": 0.5})
 
 
 def test_one_spread_default():
