@@ -8,6 +8,7 @@ users at the SLO on the step-level engine (app.planner.predict).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,6 +20,7 @@ from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepT
                                  async_scheduling_default, default_params, predict_level)
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.prompts import planned_lengths
+from app.loadgen import workload as wl
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
@@ -34,38 +36,33 @@ from app.planner.predict import EngineLimits, predict_ramp
 from app.planner.versions import VllmRules, rules_for
 
 
-def mean_lengths(spec: RampSpec) -> tuple[int, int]:
+def mean_lengths(spec: wl.Workload) -> tuple[int, int]:
     """The mean (prompt, output) tokens of the requests ``spec`` sends
     (:func:`app.loadgen.prompts.planned_lengths`), each at least 1."""
-    lengths = planned_lengths(spec)
-    return (max(1, round(sum(p for p, _ in lengths) / len(lengths))),
-            max(1, round(sum(o for _, o in lengths) / len(lengths))))
+    return wl.mean_tokens(spec, planned_lengths(spec))
+
+
+#: the fields of :class:`Workload` that are the ramp's, not the requests' (:meth:`Workload.of`)
+_RAMP_FIELDS = ("levels", "warmup_s", "step_s", "slo", "search", "requests_per_level", "search_cap_s", "settle")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The closed-loop ramp the plan predicts, in the load generator's terms
-    (app.loadgen.spec.RampSpec): ``prompt_tokens``/``output_tokens`` per request, each
-    drawn within ±``length_spread`` of it with ``seed`` (0: fixed lengths); the
-    concurrency ``levels`` of the predicted curve (None → 1, 2, 4 … up to twice the
-    capacity), each ``warmup_s`` + ``step_s`` rig seconds; ``slo``: the bounds the
+    """The closed-loop ramp the plan predicts: ``requests``, the one workload model
+    (:class:`app.loadgen.workload.Workload`: lengths, seed, dataset, shared prefix,
+    multi-turn — a ramp's or a tune's, unchanged), and how the load generator would run
+    it: the concurrency ``levels`` of the predicted curve (None → 1, 2, 4 … up to twice
+    the capacity), each ``warmup_s`` + ``step_s`` rig seconds; ``slo``: the bounds the
     predicted users at SLO are judged on (None: no such prediction), found by a capacity
     search like ``vllm-dyno ramp --find-capacity``: ``search`` (None: its defaults),
     ≥ ``requests_per_level`` measured requests a level, ``search_cap_s`` its time cap,
     the same warm-up. ``settle``: RampSpec.settle (None: a search's levels settle, the
-    curve's do not). ``prompts_file`` (with ``prompts_format``, ``prompts_column``,
-    ``output_cap``): the ramp's dataset — the predicted requests are its entries
-    (app.loadgen.prompts.LengthSampler), and ``prompt_tokens``/``output_tokens`` the mean
-    lengths of the requests it sends (for the concurrency the KV cache holds).
-    ``multi_turn`` (turns, think s) and ``shared_prefix`` (tokens, fraction, count):
-    RampSpec's workloads of the same names (None: off), predicted with the prefix cache
-    (:class:`app.planner.predict.RequestStream`)."""
+    curve's do not). :attr:`prompt_tokens`/:attr:`output_tokens`: the mean lengths of the
+    requests (a dataset's: of the requests it sends) — for the concurrency the KV cache
+    holds."""
 
-    prompt_tokens: int = 512
-    output_tokens: int = 128
+    requests: wl.Workload = field(default_factory=wl.Workload)
     levels: tuple[int, ...] | None = None
-    length_spread: float = 0.25
-    seed: int = 0
     warmup_s: float = 0.0
     step_s: float = 20.0
     slo: SLO | None = None
@@ -73,64 +70,50 @@ class Workload:
     requests_per_level: int = P99_MIN_REQUESTS
     search_cap_s: float = SEARCH_STEP_CAP_S
     settle: bool | None = None
-    prompts_file: str | None = None
-    prompts_format: str | None = None
-    prompts_column: str | None = None
-    output_cap: int | None = None
-    multi_turn: tuple[float, float] | None = None
-    shared_prefix: tuple[int, float, int] | None = None
+
+    @classmethod
+    def of(cls, prompt_tokens: wl.Length = 512, output_tokens: wl.Length = 128, levels: tuple[int, ...] | None = None,
+           **kw: Any) -> "Workload":
+        """A plan's workload from keywords: those of the requests (any
+        :class:`app.loadgen.workload.Workload` field: ``length_spread``, ``seed``,
+        ``multi_turn`` …) and those of the ramp (``levels``, ``warmup_s``, ``step_s``,
+        ``slo`` …). Raises ValueError (pydantic's) for a bad request field."""
+        ramp = {k: kw.pop(k) for k in _RAMP_FIELDS if k in kw}
+        return cls(wl.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, **kw), levels, **ramp)
 
     @classmethod
     def from_ramp(cls, spec: RampSpec) -> "Workload":
-        """The workload of a ramp: its lengths (a LOW-HIGH range as its middle ± half its
-        width), seed, warm-up, step, concurrency levels and SLO; a capacity search's own
-        search, request floor and cap (its curve: the default levels of 20 s). A request-rate
-        ramp (``mode: rate``) gives its lengths, seed and SLO: the plan's curve and users
-        at SLO stay closed-loop."""
-        def mid_spread(name: str) -> tuple[int, float]:
-            lo, hi = spec.length_range(name)
-            if not isinstance(getattr(spec, name), tuple):
-                return getattr(spec, name), spec.length_spread
-            mid = (lo + hi) / 2
-            return round(mid), (hi - lo) / (hi + lo)
-
-        (pt, ps), (ot, os_) = mid_spread("prompt_tokens"), mid_spread("output_tokens")
+        """The workload of a ramp: its requests unchanged (a request-rate ramp's as a
+        closed loop sends them: the plan's curve and users at SLO stay closed-loop), its
+        warm-up, step, concurrency levels and SLO; a capacity search's own search, request
+        floor and cap (its curve: the default levels of 20 s)."""
         levels = tuple(int(x) for x in spec.levels) if spec.mode == "concurrency" and spec.levels else None
         kw: dict[str, Any] = {"step_s": spec.step_seconds or 20.0}
         if spec.search is not None and spec.mode == "concurrency":  # its step is the search's cap; the curve
             # keeps 20 s levels (a request-rate search is not the users at SLO the plan predicts)
             kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
                   "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
-        if spec.prompts_file is not None:  # the dataset's requests; their mean lengths for the KV cache
-            kw.update(prompts_file=str(spec.prompts_file), prompts_format=spec.prompts_format,
-                      prompts_column=spec.prompts_column, output_cap=spec.output_cap)
-            pt, ot = mean_lengths(spec)
-        if spec.multi_turn is not None:
-            kw["multi_turn"] = (spec.multi_turn.turns, spec.multi_turn.think_s)
-        if spec.shared_prefix is not None:
-            sp = spec.shared_prefix
-            kw["shared_prefix"] = (sp.tokens, sp.fraction, sp.count)
-        return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
-                   slo=None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
+        return cls(spec.closed_loop(), levels, spec.warmup_seconds, slo=None if spec.slo.is_empty() else spec.slo,
+                   settle=spec.settle, **kw)
+
+    @functools.cached_property
+    def _means(self) -> tuple[int, int]:
+        r = self.requests
+        return mean_lengths(r) if r.prompts_file is not None else wl.mean_tokens(r)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The mean prompt tokens of the requests (a range's middle; a dataset's mean)."""
+        return self._means[0]
+
+    @property
+    def output_tokens(self) -> int:
+        """The mean output tokens (max_tokens) of the requests."""
+        return self._means[1]
 
     def _spec(self, **kw: Any) -> RampSpec:
-        data = {k: getattr(self, k) for k in ("prompts_file", "prompts_format", "prompts_column", "output_cap")
-                if getattr(self, k) is not None}
-        if self.multi_turn is not None:
-            kw["multi_turn"] = {"turns": self.multi_turn[0], "think_s": self.multi_turn[1]}
-        if self.shared_prefix is not None:
-            kw["shared_prefix"] = dict(zip(("tokens", "fraction", "count"), self.shared_prefix))
-        return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                        length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
-                        slo=self.slo or SLO(), settle=self.settle, **data, **kw)
-
-    def with_dataset_lengths(self) -> "Workload":
-        """This workload with ``prompt_tokens``/``output_tokens`` the mean lengths its
-        dataset's requests have (:func:`mean_lengths`); itself without a dataset."""
-        if self.prompts_file is None:
-            return self
-        pt, ot = mean_lengths(self.ramp_spec([1]))
-        return replace(self, prompt_tokens=pt, output_tokens=ot)
+        return RampSpec(**self.requests.closed_loop().model_dump(), warmup_seconds=self.warmup_s,
+                        slo=self.slo or SLO(), settle=self.settle, **kw)
 
     def ramp_spec(self, levels: list[int]) -> RampSpec:
         """The fixed ramp the predicted curve imitates (every level runs: no SLO stop)."""
