@@ -208,17 +208,29 @@ class SimPlan:
 
     @property
     def kv_tokens(self) -> int:
-        """vLLM's "KV cache size" (tokens): blocks × 16, or over the KV cache groups."""
-        if self.kv_layout is None:
-            return self.num_blocks * BLOCK_SIZE
-        return self.kv_layout.kv_cache_tokens(self.num_blocks, self.max_model_len, self.plan.effective.in_flight_tokens)
+        """vLLM's "KV cache size" (tokens) of the planned pool (:meth:`capacity`)."""
+        return self.capacity(self.num_blocks)[0]
 
     @property
     def max_concurrency(self) -> float:
-        """vLLM's logged figure: blocks / ceil(max_model_len / 16), or over the KV cache groups."""
+        """vLLM's logged "Maximum concurrency" of the planned pool (:meth:`capacity`)."""
+        return self.capacity(self.num_blocks)[1]
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the pool (16; a hybrid attention/mamba model's grown block)."""
+        return BLOCK_SIZE if self.kv_layout is None else self.kv_layout.block_size
+
+    def capacity(self, num_blocks: int) -> tuple[int, float]:
+        """(KV cache size in tokens, maximum concurrency at max_model_len) of a pool of
+        ``num_blocks``, as vLLM 0.32 computes them (``get_kv_cache_capacity``,
+        vllm/v1/core/kv_cache_utils.py:2300): blocks × 16 and blocks / ceil(max_model_len / 16)
+        for one full-attention group, over the KV cache groups otherwise (app.engine.kvcache)."""
         if self.kv_layout is None:
-            return self.num_blocks / math.ceil(self.max_model_len / BLOCK_SIZE)
-        return self.kv_layout.max_concurrency(self.num_blocks, self.max_model_len, self.plan.effective.in_flight_tokens)
+            return num_blocks * BLOCK_SIZE, num_blocks / math.ceil(self.max_model_len / BLOCK_SIZE)
+        f = self.plan.effective.in_flight_tokens
+        return (self.kv_layout.kv_cache_tokens(num_blocks, self.max_model_len, f),
+                self.kv_layout.max_concurrency(num_blocks, self.max_model_len, f))
 
 
 def load_seconds(weights_bytes_per_gpu: float) -> float:

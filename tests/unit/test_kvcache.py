@@ -25,6 +25,9 @@ from app.engine.scheduler import Request, Scheduler
 from app.planner.gpus import GIB, lookup_gpu
 from app.planner.models import ModelArch
 from app.planner.plan import plan
+from app.sim.metrics import SimMetrics
+from app.sim.model_adapter import plan_rig
+from app.telemetry.metrics_parse import parse_metrics
 
 CONFIGS = Path(__file__).resolve().parents[1] / "cases" / "configs"
 
@@ -285,3 +288,19 @@ def test_the_engine_holds_only_a_window_of_a_sliding_layer():
     # sliding 125 − (1998 − 64 + 1) // 16 = 125 − 120
     assert last == 125 + (125 - (1998 - 64 + 1) // 16) == 130
     assert most < 2 * 125
+
+
+def test_the_sim_rig_of_a_hybrid_model_logs_and_exports_vllms_group_aware_capacity(tmp_path):
+    """The sim plans Gemma 3 27B from its config.json as the planner does: the pool's 15,163
+    blocks, each request holding only its windows; "KV cache size" 134,961 tokens and
+    1.03× (what vLLM's own code gave, above), and its /metrics ``cache_config_info`` carries
+    ``kv_cache_size_tokens`` as vLLM 0.32 exports it (vllm/config/cache.py:227)."""
+    (tmp_path / "config.json").write_text((CONFIGS / "gemma-3-27b-it.config.json").read_text())
+    sp = plan_rig(ServerConfig(model=str(tmp_path)), "H100 SXM", 1)
+    assert sp.kv_layout is not None and sp.num_blocks == 15_163
+    assert (sp.kv_tokens, round(sp.max_concurrency, 4)) == (134_961, 1.0297)
+    tokens, conc = sp.capacity(sp.num_blocks)
+    m = SimMetrics("gemma", sp.num_blocks, sp.utilization, 1, block_size=sp.block_size, kv_cache_size_tokens=tokens,
+                   kv_cache_max_concurrency=conc)
+    snap = parse_metrics(m.render().decode())
+    assert snap.kv_cache_tokens == 134_961 and snap.num_gpu_blocks == 15_163
