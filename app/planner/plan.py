@@ -225,9 +225,11 @@ class Plan:
     def concurrency_for(self, prompt_tokens: int, output_tokens: int) -> tuple[int, str]:
         """(requests that run at once on one engine — one data parallel replica —, what
         limits it: "max_num_seqs" or "KV cache"): the pool's blocks over the blocks one
-        request of that length holds in every KV cache group."""
+        request of that length holds at its last step in every KV cache group — the whole
+        context in a full-attention group, a window in a sliding one (what the engine holds:
+        :meth:`KvCacheLayout.held_blocks`)."""
         e = self.effective
-        per = self.kv_layout.blocks_per_request(max(1, prompt_tokens + output_tokens), e.in_flight_tokens)
+        per = self.kv_layout.held_blocks(max(0, prompt_tokens + output_tokens - 1), 1)
         kv = self.kv_blocks // max(1, per)
         if kv < e.max_num_seqs:
             return kv, "KV cache"

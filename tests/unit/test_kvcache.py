@@ -103,6 +103,10 @@ def test_gemma3_27b_full_context_plans_as_fitting_where_full_attention_sizing_sa
     assert full_attention_tokens < 131_072 / 3  # the old figure: ≈40 k tokens
     assert p.kv_cache_tokens > 3 * full_attention_tokens
     assert "7 KV cache groups: 6 sliding 1024 (52 layers in 60 slots), 1 full (10 layers)" == p.kv_layout.describe()
+    # requests of 8,000 + 500 tokens at their last step: full cdiv(8500, 16) = 532 blocks, each sliding group
+    # 532 − (8499 − 1024 + 1) // 16 = 65 → 922 blocks a request; 15,163 // 922 = 16 run at once (as full
+    # attention: 15,163 blocks of 62 layers ≈ 2,524 of 16 tokens // 532 = 4)
+    assert p.concurrency_for(8000, 500) == (15_163 // (532 + 6 * 65), "KV cache") == (16, "KV cache")
 
 
 def test_a_hybrid_context_that_does_not_fit_gets_vllms_estimated_maximum_model_length_as_its_fix():
