@@ -22,7 +22,7 @@ from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.prompts import planned_lengths
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
-from app.engine.kvcache import KvCacheLayout
+from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, KvCacheLayout
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
@@ -597,6 +597,27 @@ def fix_to_flags(fix: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------- perf model
+def kv_windows(m: ModelArch, e: Effective, layers: range) -> tuple[tuple[float, int], ...]:
+    """The windowed layers of ``layers`` for the step time (:attr:`StageSpec.kv_windows`):
+    (KV bytes per token on one card, window) per window — sliding layers their window,
+    chunked ones their chunk, linear-attention layers 0 (their KV bytes in
+    :meth:`ModelArch.kv_bytes_per_token` count them as attention). () for a model of
+    full-attention layers only."""
+    if not m.is_hybrid_kv:
+        return ()
+    per_tok = m.kv_bytes_per_token(e.kv_dtype_bytes, e.tp, 1)
+    out: dict[int, float] = {}
+    for i in layers:
+        lay = m.layer_kinds[i] if i < len(m.layer_kinds) else FULL
+        if lay == SLIDING and m.sliding_window:
+            out[m.sliding_window] = out.get(m.sliding_window, 0.0) + per_tok
+        elif lay == CHUNKED and m.attention_chunk_size:
+            out[m.attention_chunk_size] = out.get(m.attention_chunk_size, 0.0) + per_tok
+        elif lay == MAMBA:
+            out[0] = out.get(0, 0.0) + per_tok
+    return tuple((b, w) for w, b in sorted(out.items()))
+
+
 def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel:
     """The step-time model of the planned server: per stage, the slowest card of the
     TP group (lowest bandwidth) and that card's share of weights, parameters and KV
@@ -628,7 +649,8 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             expert_weight_bytes=expert_bytes, active_params=active / e.tp,
             kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
             weight_kernel="awq_gemm" if awq else "",
-            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0))
+            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0,
+            kv_windows=kv_windows(m, e, layers)))
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
     extra = extra_args_to_dict(p.config.extra_args)

@@ -15,6 +15,7 @@ check and fix on them — against vLLM 0.32.0's arithmetic, written out step by 
   attention turns the hybrid manager off by default).
 """
 import json
+from dataclasses import replace as dc_replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, LayerKv, kv_cache_
 from app.engine.scheduler import Request, Scheduler
 from app.planner.gpus import GIB, lookup_gpu
 from app.planner.models import ModelArch
-from app.planner.plan import plan
+from app.planner.plan import build_step_model, plan
 from app.sim.metrics import SimMetrics
 from app.sim.model_adapter import plan_rig
 from app.telemetry.metrics_parse import parse_metrics
@@ -308,3 +309,20 @@ def test_the_sim_rig_of_a_hybrid_model_logs_and_exports_vllms_group_aware_capaci
                    kv_cache_max_concurrency=conc)
     snap = parse_metrics(m.render().decode())
     assert snap.kv_cache_tokens == 134_961 and snap.num_gpu_blocks == 15_163
+
+
+def test_a_sliding_layer_reads_only_its_window_in_the_step_time():
+    """Decode at a 100,000-token context: Gemma 3 27B's 52 sliding layers read 1,024 tokens of
+    KV each, its 10 full layers the whole context — the KV read is 10/62 of the whole plus
+    52/62 of a window, not all 62 layers over 100,000 tokens; at a context inside the window
+    nothing changes."""
+    p = _plan(gemma3_27b())
+    perf = build_step_model(p)
+    st = perf.stages[0]
+    per_layer = st.kv_bytes_per_token / 62
+    assert st.kv_windows == ((52 * per_layer, 1024),)
+    assert st.kv_context_bytes(100_000) == pytest.approx(per_layer * (10 * 100_000 + 52 * 1024))
+    assert st.kv_context_bytes(800) == pytest.approx(st.kv_bytes_per_token * 800)
+    full = dc_replace(perf, stages=[dc_replace(st, kv_windows=())])
+    assert perf.step_time_decode(32, 100_000) < 0.5 * full.step_time_decode(32, 100_000)
+    assert perf.step_time_decode(32, 800) == pytest.approx(full.step_time_decode(32, 800))
