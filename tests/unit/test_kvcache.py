@@ -24,7 +24,7 @@ from app.config import ServerConfig
 from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, LayerKv, kv_cache_groups
 from app.engine.scheduler import Request, Scheduler
 from app.planner.gpus import GIB, lookup_gpu
-from app.planner.models import ModelArch
+from app.planner.models import ModelArch, from_catalog
 from app.planner.plan import build_step_model, plan
 from app.sim.metrics import SimMetrics
 from app.sim.model_adapter import plan_rig
@@ -326,3 +326,21 @@ def test_a_sliding_layer_reads_only_its_window_in_the_step_time():
     full = dc_replace(perf, stages=[dc_replace(st, kv_windows=())])
     assert perf.step_time_decode(32, 100_000) < 0.5 * full.step_time_decode(32, 100_000)
     assert perf.step_time_decode(32, 800) == pytest.approx(full.step_time_decode(32, 800))
+
+
+@pytest.mark.parametrize("model_id, kinds", [
+    ("google/gemma-3-27b-it", {FULL: 10, SLIDING: 52}),
+    ("openai/gpt-oss-120b", {FULL: 18, SLIDING: 18}),
+    ("openai/gpt-oss-20b", {FULL: 12, SLIDING: 12}),
+])
+def test_the_catalogs_hybrid_models_plan_by_their_groups(model_id, kinds):
+    """The catalog's sliding-window models (app/planner/data/models.yaml) plan offline by their KV
+    cache groups; the catalog's Gemma 3 27B is the published config.json's model."""
+    m = from_catalog(model_id)
+    assert {k: m.layer_kinds.count(k) for k in kinds} == kinds
+    if model_id == "google/gemma-3-27b-it":
+        ref = gemma3_27b()
+        assert (m.layer_kinds, m.sliding_window, m.vocab, m.max_position, m.total_params()) == \
+            (ref.layer_kinds, ref.sliding_window, ref.vocab, ref.max_position, ref.total_params())
+    p = _plan(m)
+    assert not p.kv_layout.uniform and p.context_fits()
