@@ -275,6 +275,20 @@ class StageSpec:
     weight_kernel: str = ""
     #: 16-bit bytes of the dense weights once dequantized (the AWQ kernel's large-batch path)
     dense_weight_bytes_16: float = 0.0
+    #: the share of ``kv_bytes_per_token`` whose layers attend to a window only, as (bytes per token
+    #: on this card, window tokens): sliding-window layers their window, chunked local layers their
+    #: chunk, linear-attention (mamba) layers 0 (a state, no context) — a query reads and multiplies
+    #: min(context, window) of their KV (app.engine.kvcache; vLLM computes a sliding layer over its
+    #: window whether or not its KV is allocated as full attention: kv_cache_utils.py:1819–1822 @ 0.32.0)
+    kv_windows: tuple[tuple[float, int], ...] = ()
+
+    def kv_context_bytes(self, context: float) -> float:
+        """KV bytes one query at ``context`` tokens reads on this card (every layer):
+        ``kv_bytes_per_token`` × context, less what the windowed layers do not read."""
+        b = self.kv_bytes_per_token * context
+        for bpt, w in self.kv_windows:
+            b -= bpt * max(0.0, context - w)
+        return b
 
 
 @dataclass
@@ -369,15 +383,24 @@ class StepTimeModel:
         p = self.params
         tokens = decode_tokens + prefill_tokens + spec_tokens
         wbytes = weight_reads(st, tokens) + st.expert_weight_bytes * self._expert_share(tokens)
-        kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
         # prefill attention reads the context's KV once per tile of queries, not once per query
         # (:func:`query_tile`); a chunk shorter than a tile still reads it once
         tile = min(float(query_tile(st.gpu, st.head_dim)), max(prefill_tokens, 1.0))
-        kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) / tile * st.kv_bytes_per_token
+        pre_ctx = prefill_context + prefill_tokens / 2
+        if st.kv_windows and st.kv_bytes_per_token > 0:  # windowed layers read and multiply their window only
+            kv_read = decode_tokens * st.kv_context_bytes(mean_context)
+            kv_prefill = prefill_tokens * st.kv_context_bytes(pre_ctx) / tile
+            dec_ctx = st.kv_context_bytes(mean_context) / st.kv_bytes_per_token
+            pre_att = st.kv_context_bytes(pre_ctx) / st.kv_bytes_per_token
+        else:
+            kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
+            kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) / tile * st.kv_bytes_per_token
+            dec_ctx, pre_att = mean_context, pre_ctx
         mem = (wbytes + kv_read + kv_prefill) / (p.eta_mem * st.gpu.bandwidth_gbs * 1e9)
-        # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer
+        # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer (a windowed
+        # layer: its window, in the share of the KV bytes it holds)
         att = 4 * st.layers * st.attn_heads * st.head_dim * (
-            (decode_tokens + spec_tokens) * mean_context + prefill_tokens * (prefill_context + prefill_tokens / 2))
+            (decode_tokens + spec_tokens) * dec_ctx + prefill_tokens * pre_att)
         flops = 2 * st.active_params * tokens + att
         comp = flops / (p.eta_compute * st.gpu.tflops_bf16 * 1e12)
         comm = 2 * st.layers * self.allreduce_s(tokens * self.hidden * 2) if tokens > 0 else 0.0

@@ -23,13 +23,14 @@ from app.loadgen.prompts import planned_lengths
 from app.loadgen import workload as wl
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
+from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, KvCacheLayout
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec, RigLayout
 from app.planner.memory import (LORA_DEFAULT_RANK, LORA_DEFAULT_SLOTS, Draft, Effective, RankMemory, kv_dtype_bytes,
-                                 plan_ranks, pp_partition)
+                                 kv_layout, plan_ranks, pp_partition)
 from app.planner.models import DTYPE_BYTES, ModelArch, ModelNotFoundError, quant_bytes_per_param, resolve_model
 from app.planner.pcie import HostPcie
 from app.planner.predict import EngineLimits, predict_ramp
@@ -181,27 +182,68 @@ class Plan:
         """KV bytes per token of the whole model (all layers, all heads)."""
         return self.model.kv_bytes_per_token(self.effective.kv_dtype_bytes, 1)
 
-    @property
-    def kv_cache_tokens(self) -> int:
-        return min((r.kv_tokens for r in self.ranks), default=0)
+    @functools.cached_property
+    def kv_layout(self) -> KvCacheLayout:
+        """The model's KV cache groups (:func:`app.planner.memory.kv_layout`)."""
+        return kv_layout(self.model, self.effective)
 
     @property
     def kv_blocks(self) -> int:
-        return self.kv_cache_tokens // self.effective.block_size
+        """Blocks of one engine's KV pool: the smallest of its workers (vLLM re-plans every
+        worker to the smallest count: kv_cache_utils.py:2660 @ 0.32.0)."""
+        return min((r.kv_blocks for r in self.ranks), default=0)
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """vLLM's "KV cache size" of one engine (tokens, :meth:`KvCacheLayout.kv_cache_tokens`)."""
+        e = self.effective
+        return self.kv_layout.kv_cache_tokens(self.kv_blocks, e.max_model_len, e.in_flight_tokens) if self.ranks else 0
 
     @property
     def max_concurrency(self) -> float:
-        bs = self.effective.block_size
-        return self.kv_blocks / math.ceil(self.effective.max_model_len / bs)
+        e = self.effective
+        return self.kv_layout.max_concurrency(self.kv_blocks, e.max_model_len, e.in_flight_tokens)
 
     def concurrency_for(self, prompt_tokens: int, output_tokens: int) -> tuple[int, str]:
         """(requests that run at once on one engine — one data parallel replica —, what
-        limits it: "max_num_seqs" or "KV cache")."""
-        bs = self.effective.block_size
-        kv = self.kv_blocks // max(1, math.ceil((prompt_tokens + output_tokens) / bs))
-        if kv < self.effective.max_num_seqs:
+        limits it: "max_num_seqs" or "KV cache"): the pool's blocks over the blocks one
+        request of that length holds at its last step in every KV cache group — the whole
+        context in a full-attention group, a window in a sliding one (what the engine holds:
+        :meth:`KvCacheLayout.held_blocks`)."""
+        e = self.effective
+        per = self.kv_layout.held_blocks(max(0, prompt_tokens + output_tokens - 1), 1)
+        kv = self.kv_blocks // max(1, per)
+        if kv < e.max_num_seqs:
             return kv, "KV cache"
-        return self.effective.max_num_seqs, "max_num_seqs"
+        return e.max_num_seqs, "max_num_seqs"
+
+    def context_fits(self) -> bool:
+        """Whether one request of max_model_len fits every worker's KV memory (vLLM's
+        check before it allocates, null block reserved: :meth:`KvCacheLayout.fits`)."""
+        e = self.effective
+        return all(self.kv_layout.fits(self._kv_bytes(r), e.max_model_len, e.in_flight_tokens, r.layers)
+                   for r in self.ranks)
+
+    def fitting_model_len(self) -> int:
+        """vLLM's "estimated maximum model length" for the KV memory of the tightest worker
+        (:meth:`KvCacheLayout.max_model_len`), at most max_model_len."""
+        e = self.effective
+        return min((self.kv_layout.max_model_len(self._kv_bytes(r), e.in_flight_tokens, e.max_model_len, r.layers)
+                    for r in self.ranks), default=0)
+
+    def context_kv_gib(self) -> float:
+        """KV memory one request of max_model_len needs on the tightest worker (GiB): its
+        blocks in every KV cache group × the pool's bytes per block."""
+        e, lay = self.effective, self.kv_layout
+        per = lay.blocks_per_request(e.max_model_len, e.in_flight_tokens)
+        return max((lay.bytes_per_block(r.layers) * per for r in self.ranks), default=0) / GIB
+
+    def _kv_bytes(self, r: RankMemory) -> float:
+        """A worker's KV bytes for the target model's layers (the drafter's share per block off)."""
+        lay = self.kv_layout
+        bpb = lay.bytes_per_block(r.layers)
+        full = bpb + r.draft_kv_bytes_per_token * lay.block_size
+        return r.kv_gib * GIB * (bpb / full if full else 1.0)
 
     @property
     def workload_concurrency(self) -> int | None:
@@ -234,12 +276,17 @@ class Plan:
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
         # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
+        pc = self.config.enable_prefix_caching is not False
+        if not self.kv_layout.uniform:  # the pool's blocks, each request holding only its windows
+            blocks = self.kv_blocks if self.kv_tokens_scale == 1.0 else int(self.kv_blocks * self.kv_tokens_scale)
+            return EngineLimits(max(1, blocks), e.max_num_seqs, e.max_num_batched_tokens, self.dp,
+                                spec_tokens=self.config.num_speculative_tokens, spec_acceptance=self.spec_acceptance,
+                                enable_prefix_caching=pc, max_model_len=e.max_model_len, kv_layout=self.kv_layout)
         kv = self.kv_cache_tokens if self.kv_tokens_scale == 1.0 else int(self.kv_cache_tokens * self.kv_tokens_scale)
         return EngineLimits.of_tokens(kv, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                       spec_tokens=self.config.num_speculative_tokens,
                                       spec_acceptance=self.spec_acceptance,
-                                      enable_prefix_caching=self.config.enable_prefix_caching is not False,
-                                      max_model_len=e.max_model_len)
+                                      enable_prefix_caching=pc, max_model_len=e.max_model_len)
 
     @property
     def weights_gib_total(self) -> float:
@@ -442,18 +489,45 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
         part_err = str(e)
         part = pp_partition(model.layers, pp) if model.layers >= pp else [1] * pp
     space = cpu_kv_space_of(cfg.env.get("VLLM_CPU_KVCACHE_SPACE"))
+    batched_eff = cfg.max_num_batched_tokens or batched
     eff = Effective(
         tp=tp, pp=pp, quantization=q, dtype=dtype, dtype_bytes=dbytes,
         kv_dtype_bytes=kv_dtype_bytes(cfg.kv_cache_dtype, dbytes),
         max_model_len=cfg.max_model_len or model.max_position,
         max_num_seqs=cfg.max_num_seqs or seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens or batched,
+        max_num_batched_tokens=batched_eff,
         utilization=cfg.gpu_memory_utilization or rules.default_utilization,
         enforce_eager=bool(cfg.enforce_eager), block_size=128 if cpu else 16, pp_partition=part,
         cpu_kv_space_gib=space, cpu_utilization_budget=rules.cpu_utilization_budget,
-        **lora_settings(cfg, dbytes),
+        **lora_settings(cfg, dbytes), **kv_group_settings(cfg, model, pp, batched_eff, rules.version),
     )
     return eff, part_err
+
+
+def kv_group_settings(cfg: ServerConfig, model: ModelArch, pp: int, max_num_batched_tokens: int,
+                      version: str | None) -> dict[str, Any]:
+    """The :class:`Effective` fields the KV cache groups need (app.engine.kvcache):
+    ``max_in_flight_tokens`` = max_concurrent_batches × max_num_batched_tokens, where
+    max_concurrent_batches is 2 with async scheduling on one stage, else
+    pipeline_parallel_size (vllm/config/vllm.py:577–598 @ 0.32.0); ``hybrid_kv`` off with
+    ``--disable-hybrid-kv-cache-manager`` and, for a model with ``attention_chunk_size``
+    (Llama 4), unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` and not with
+    an EAGLE drafter (vllm/config/vllm.py:2148–2169); prefix caching (on unless
+    ``--no-enable-prefix-caching``) and the draft tokens per step."""
+    try:
+        extra = extra_args_to_dict(cfg.extra_args)
+    except ValueError:
+        extra = {}
+    on = extra.get("async-scheduling")
+    asyn = bool(on) if on is not None else async_scheduling_default(version, pp)
+    batches = 2 if asyn and pp == 1 else pp
+    hybrid = not extra.get("disable-hybrid-kv-cache-manager")
+    if model.attention_chunk_size:
+        eagle = "eagle" in str((cfg.speculative_config or {}).get("method") or "")
+        if eagle or cfg.env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0") in ("", "0"):
+            hybrid = False
+    return {"max_in_flight_tokens": batches * max_num_batched_tokens, "hybrid_kv": hybrid,
+            "prefix_caching": cfg.enable_prefix_caching is not False, "spec_tokens": cfg.num_speculative_tokens}
 
 
 # ---------------------------------------------------------------------- fixes
@@ -505,6 +579,27 @@ def fix_to_flags(fix: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------- perf model
+def kv_windows(m: ModelArch, e: Effective, layers: range) -> tuple[tuple[float, int], ...]:
+    """The windowed layers of ``layers`` for the step time (:attr:`StageSpec.kv_windows`):
+    (KV bytes per token on one card, window) per window — sliding layers their window,
+    chunked ones their chunk, linear-attention layers 0 (their KV bytes in
+    :meth:`ModelArch.kv_bytes_per_token` count them as attention). () for a model of
+    full-attention layers only."""
+    if not m.is_hybrid_kv:
+        return ()
+    per_tok = m.kv_bytes_per_token(e.kv_dtype_bytes, e.tp, 1)
+    out: dict[int, float] = {}
+    for i in layers:
+        lay = m.layer_kinds[i] if i < len(m.layer_kinds) else FULL
+        if lay == SLIDING and m.sliding_window:
+            out[m.sliding_window] = out.get(m.sliding_window, 0.0) + per_tok
+        elif lay == CHUNKED and m.attention_chunk_size:
+            out[m.attention_chunk_size] = out.get(m.attention_chunk_size, 0.0) + per_tok
+        elif lay == MAMBA:
+            out[0] = out.get(0, 0.0) + per_tok
+    return tuple((b, w) for w, b in sorted(out.items()))
+
+
 def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel:
     """The step-time model of the planned server: per stage, the slowest card of the
     TP group (lowest bandwidth) and that card's share of weights, parameters and KV
@@ -536,7 +631,8 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             expert_weight_bytes=expert_bytes, active_params=active / e.tp,
             kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
             weight_kernel="awq_gemm" if awq else "",
-            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0))
+            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0,
+            kv_windows=kv_windows(m, e, layers)))
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
     extra = extra_args_to_dict(p.config.extra_args)

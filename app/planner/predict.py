@@ -44,6 +44,7 @@ from typing import Sequence
 
 import numpy as np
 
+from app.engine.kvcache import KvCacheLayout
 from app.engine.offline import LevelRun, run_level
 
 from app.engine.scheduler import BLOCK, Scheduler
@@ -83,6 +84,9 @@ class EngineLimits:
     #: bounds a multi-turn conversation's history, None: no bound)
     enable_prefix_caching: bool = False
     max_model_len: int | None = None
+    #: a hybrid model's KV cache groups (app.engine.kvcache; None: one full-attention group):
+    #: ``num_blocks`` then counts the pool's blocks
+    kv_layout: KvCacheLayout | None = None
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
@@ -101,7 +105,7 @@ class EngineLimits:
         return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
                          spec_tokens=self.spec_tokens, accept=accept,
                          enable_prefix_caching=self.enable_prefix_caching,
-                         max_concurrent_batches=max_concurrent_batches)
+                         max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout)
 
 
 class RequestStream:
