@@ -34,6 +34,7 @@ from app.hosts.link import SshOptions
 from app.hosts.spec import Host
 from app.loadgen.capacity import slo_text
 from app.loadgen.spec import SLO, RampSpec
+from app.loadgen.workload import DEFAULT_LENGTH_SPREAD, Workload
 from app.profiles.edit import profile_from_settings
 from app.profiles.interop import config_command, config_yaml
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
@@ -46,10 +47,11 @@ from app.tuner.tune import TuneSpec, launch_search
 if TYPE_CHECKING:  # the library only for the save (deferred there)
     from app.profiles import ProfileLibrary
 
-#: what a workload is when neither the user nor a profile's ramp says (tokens)
-DEFAULT_PROMPT_TOKENS = 512
-DEFAULT_OUTPUT_TOKENS = 128
-DEFAULT_SPREAD = 0.25
+#: what a workload is when neither the user nor a profile's ramp says (tokens; the
+#: Workload's defaults, app.loadgen.workload)
+DEFAULT_PROMPT_TOKENS: int = Workload.model_fields["prompt_tokens"].default
+DEFAULT_OUTPUT_TOKENS: int = Workload.model_fields["output_tokens"].default
+DEFAULT_SPREAD = DEFAULT_LENGTH_SPREAD
 
 
 # ---------------------------------------------------------------------- the spec

@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Literal, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.config import ServerConfig
 from app.engines import TUNABLE, CardSamples, Engine, names
@@ -51,7 +51,8 @@ from app.hosts.link import SshOptions
 from app.hosts.spec import Host
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
 from app.loadgen.capacity import Capacity, crossing_users
-from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPrefix
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+from app.loadgen.workload import Workload as WorkloadModel
 from app.loadgen.stats import StepStats
 from app.planner.calibrate import MeasuredLevel
 from app.planner.model_error import CPU as CPU_CLASS, card_class, statement as error_statement
@@ -87,12 +88,13 @@ def _or_lowest(score: float | None) -> float:
     return -math.inf if score is None else score
 
 
-class TuneSpec(BaseModel):
+class TuneSpec(WorkloadModel):
     """What to tune. ``engine`` a tunable :class:`app.engines.Engine`: ``vllm`` (this
     machine's cards or the CPU build) or ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
     profile's); ``hardware`` the cards (the planner's view of them); the workload
-    (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
-    ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
+    (a :class:`app.loadgen.workload.Workload`, inherited: its fields are the tune's, flat in
+    its JSON — the lengths, seed, dataset, shared prefix, multi-turn —, predicted and measured
+    alike; a tune's searches are closed-loop) and ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
     budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
     the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`).
     ``hosts``: the rig of two or more hosts every launch goes over (the profile's
@@ -111,15 +113,6 @@ class TuneSpec(BaseModel):
     hardware: HardwareFingerprint
     python: Optional[str] = None
     vllm_version: Optional[str] = None
-    prompt_tokens: int = Field(512, ge=1)
-    output_tokens: int = Field(128, ge=1)
-    length_spread: float = Field(0.25, ge=0, lt=1)
-    seed: int = 0
-    multi_turn: Optional[MultiTurn] = None  # RampSpec's workloads: predicted and measured alike
-    shared_prefix: Optional[SharedPrefix] = None
-    prompts_file: Optional[str] = None  # a dataset (RampSpec.prompts_file …): its requests, predicted and measured
-    prompts_format: Optional[str] = None
-    prompts_column: Optional[str] = None
     slo: SLO
     objective: Objective = "users"
     space: TuneSpace = Field(default_factory=TuneSpace)
@@ -141,6 +134,11 @@ class TuneSpec(BaseModel):
             raise ValueError(f"engine {v!r}: a tune launches its servers on {names(TUNABLE)}")
         return e
 
+    @model_validator(mode="after")
+    def _closed_loop(self) -> "TuneSpec":
+        self.check_kinds("concurrency")  # a tune's capacity searches are closed-loop
+        return self
+
     @property
     def multi_host(self) -> bool:
         """Launches over two or more hosts (their agents), not one local server."""
@@ -158,15 +156,11 @@ class TuneSpec(BaseModel):
                                     ray_address=self.ray_address)
 
     def workload(self) -> Workload:
-        """The planner's workload of this tune (its capacity search is the one measured)."""
-        mt, sp = self.multi_turn, self.shared_prefix
-        return Workload(self.prompt_tokens, self.output_tokens, (1,), self.length_spread, self.seed,
-                        slo=self.slo, search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
-                        requests_per_level=self.requests_per_level,
-                        multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
-                        shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None,
-                        prompts_file=self.prompts_file, prompts_format=self.prompts_format,
-                        prompts_column=self.prompts_column).with_dataset_lengths()
+        """The planner's workload of this tune (its capacity search is the one measured):
+        the tune's requests, unchanged."""
+        return Workload(self.as_workload(), (1,), slo=self.slo,
+                        search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
+                        requests_per_level=self.requests_per_level)
 
 
 class CandidateResult(BaseModel):
