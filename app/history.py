@@ -26,6 +26,27 @@ LEVEL_COLUMNS = metrics.csv_columns()
 REQUEST_COLUMNS = ["level_idx", "level", "t_start", "ttft", "e2e", "prompt_tokens", "output_tokens",
                    "tokens_source", "status", "error", "n_chunks", "turn"]
 
+#: the run list's columns (History tab): (heading, tooltip). The tok/s column is the run's
+#: *peak* (app.loadgen.stats.peak_level: the best level that met the SLO), so it says "at SLO"
+#: (issue 37: it read "Peak out tok/s")
+RUN_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("Run", "the run's number in the run store"), ("When", "when it was recorded"), ("Name", "the run's name"),
+    ("Engine", "vllm, sim, ray or attach"), ("Status", "how the ramp ended"),
+    ("Users at SLO", "the verdict's users at the SLO (app.run.verdict)"),
+    ("Out tok/s at SLO", "output tokens/s of the best level that met the SLO; without an SLO, the best level's; "
+                         "'(SLO not met)': no level met it, the best of all levels"),
+    ("at level", "that level: users (requests in flight), or requests/s for an open-loop ramp"),
+    ("GPUs", "the cards the server used"))
+
+
+def peak_text(row: "RunRow") -> str:
+    """The tok/s cell of :data:`RUN_COLUMNS`: ``1,234``; ``1,234 (SLO not met)`` when the
+    run had an SLO and no level met it (its peak is then the best of all levels); ``–``
+    without a figure."""
+    if row.peak_output_tps is None:
+        return "–"
+    return f"{row.peak_output_tps:,.0f}" + (" (SLO not met)" if row.users_at_slo == 0 else "")
+
 
 class RunNotFound(LookupError):
     """No run with that id in the store."""

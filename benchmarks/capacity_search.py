@@ -102,7 +102,7 @@ def bracket(steps, slo: SLO) -> str:
 def predicted_users(cfg: ServerConfig, gpu: str, count: int, slo: SLO) -> float:
     """The planner's predicted users at ``slo`` for the sim's rig (the sim's vLLM rules,
     default step-time parameters): where ``search@plan`` starts."""
-    p = plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(cfg.model), Workload(512, 128, (1,), slo=slo),
+    p = plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(cfg.model), Workload.of(512, 128, (1,), slo=slo),
              vllm_version=ma.VLLM_RULES, use_calibration=False)
     users = p.predicted_users_at_slo
     if not users:

@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rig-plan", action="store_true",
                     help="instead: Launch over two remote hosts; grab the launch plan dialog, then cancel it")
     ap.add_argument("--launches", type=int, default=3, help="the tune's max launches (--tune)")
+    ap.add_argument("--verify", metavar="PNG",
+                    help="with --tune: then press Verify (find capacity) and grab the window here when its search "
+                         "ends (the recommendation launched, its capacity searched from the tune's users)")
     ap.add_argument("--time-scale", type=float, default=4.0, help="sim speed-up (rig time is what is shown)")
     ap.add_argument("--at-level", type=int, default=6, help="grab while this level (1-based) runs")
     a = ap.parse_args(argv)
@@ -236,6 +239,20 @@ def tune_shot(w, a, pump) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     w.grab().save(a.out)
     print(f"saved {a.out}: {t.sentence.text()}")
+    if a.verify:
+        rec = t.res["recommendation"]
+        t.verify_btn.click()
+        if not pump(300, lambda: w.controller.state == "ready"):
+            print(f"screenshot: the recommendation did not start: {w.controller.state}", file=sys.stderr)
+            return 1
+        pump(2.0)
+        pump(1200, lambda: not w.controller.ramp_running)
+        pump(2.0)
+        w.grab().save(a.verify)
+        print(f"saved {a.verify}: tune {rec['users']:g} users ({rec['users_low']:g}–{rec['users_high']:g}); "
+              f"verify: {w.results.verdict.text() if hasattr(w.results, 'verdict') else ''}")
+        w.stop()
+        pump(30, lambda: not w.controller.server_running)
     return 0
 
 

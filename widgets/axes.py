@@ -1,4 +1,5 @@
-"""Axis helpers for pyqtgraph: a base-2 log axis whose ticks read 1, 2, 4, 8 … ."""
+"""Axis helpers for pyqtgraph: a base-2 log axis whose ticks read 1, 2, 4, 8 …, a plain
+log axis, and a clock axis for session time."""
 from __future__ import annotations
 
 import math
@@ -6,6 +7,8 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QTimer
+
+from app.clock import clock_text, clock_ticks
 
 
 def log2(values) -> np.ndarray:
@@ -23,6 +26,22 @@ class Log2Axis(pg.AxisItem):
 
     def tickStrings(self, values, scale, spacing):
         return [f"{2 ** v:g}" for v in values]
+
+
+class ClockAxis(pg.AxisItem):
+    """A time axis in seconds labelled as a clock reads (``0:30``, ``17:00``, ``1:02:00``)
+    at clock-like steps (app.clock.clock_ticks): never pyqtgraph's SI prefix ("ks")."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.enableAutoSIPrefix(False)
+
+    def tickValues(self, minVal, maxVal, size):
+        step, values = clock_ticks(minVal, maxVal, max(2, int(size // 70)))
+        return [(step, values)]
+
+    def tickStrings(self, values, scale, spacing):
+        return [clock_text(v) for v in values]
 
 
 class PlainLogAxis(pg.AxisItem):

@@ -24,7 +24,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 from app.loadgen.live import BIN_S, SMOOTH_S
 from app.telemetry import names
 from widgets.plot_export import export_plot
-from widgets.axes import LegendFit, PlainLogAxis, nice_step, place_line
+from widgets.axes import ClockAxis, LegendFit, PlainLogAxis, nice_step, place_line
 
 GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -89,14 +89,17 @@ class Dashboard(QWidget):
                 ("vram", "VRAM used per GPU", "GiB"), ("temp", "GPU temperature", "°C"),
                 ("power", "GPU power", "W"), ("requests", "Server requests (/metrics)", "requests")]
         first = None
+        self._base_titles: dict[str, str] = {}  # what reset() shows again (the VRAM headroom goes)
         for i, (key, title, unit) in enumerate(spec):
-            p = self.glw.addPlot(row=i // 2, col=i % 2, axisItems={"left": PlainLogAxis("left")} if key == "latency"
-                                 else None)
-            p.setTitle(title + ("  (colours: GPU legend under VRAM)" if key in ("temp", "power") else ""),
-                       size="10pt")
+            axes = {"bottom": ClockAxis("bottom")}
+            if key == "latency":
+                axes["left"] = PlainLogAxis("left")
+            p = self.glw.addPlot(row=i // 2, col=i % 2, axisItems=axes)
+            self._base_titles[key] = title + ("  (colours: GPU legend under VRAM)" if key in ("temp", "power") else "")
+            p.setTitle(self._base_titles[key], size="10pt")
             p.setLabel("left", unit)
             if i >= len(spec) - 2:
-                p.setLabel("bottom", "session time", units="s")
+                p.setLabel("bottom", "session time (m:ss)")
             else:
                 # the plots share one time axis (x-linked), drawn once under the bottom
                 # row: each scroll of it re-renders every visible time axis
@@ -247,6 +250,8 @@ class Dashboard(QWidget):
         self.kv_curve.setData([], [])
         self.slowdown_line.hide()
         self.power_limit_line.hide()
+        for key, title in self._base_titles.items():  # no figure of the last server stays in a title
+            self._set_title(key, title)
 
     @staticmethod
     def _plot_of(name: str) -> str:

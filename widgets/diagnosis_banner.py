@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QVBoxLayout
 
-from app.planner.diagnose import evidence_text
+from app.planner.diagnose import evidence_text, undiagnosed_note
 from app.planner.plan import fix_to_flags
 
 
@@ -58,7 +58,9 @@ class DiagnosisBanner(QFrame):
         first = reason.splitlines()[0] if reason else "the server failed"
         if diagnosis is None:
             self.title.setText(f"<b>Launch failed.</b> {html.escape(first)}")
-            self.evidence.setText("No known cause found in the log; see the Log tab.")
+            note = undiagnosed_note(reason, None)
+            self.evidence.setText(html.escape(note).replace("\n", "<br>"))
+            self.evidence.setVisible(bool(note))
             self.fix_btn.hide()
             self.log_btn.hide()
         else:
@@ -69,6 +71,7 @@ class DiagnosisBanner(QFrame):
                              for l in diagnosis.evidence[:4])
             self.log_btn.setVisible(bool(diagnosis.evidence))
             self.evidence.setText(ev or html.escape(first))
+            self.evidence.show()
             if diagnosis.fix:
                 self.fix_btn.setToolTip(f"Change the form: {fix_to_flags(diagnosis.fix)}")
                 self.fix_btn.show()

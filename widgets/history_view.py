@@ -36,7 +36,7 @@ from app.report import run_report
 from widgets.button_bar import button_bar
 from widgets.results import CurvesView, ResultsTable
 
-RUN_COLUMNS = ["Run", "When", "Name", "Engine", "Status", "Users at SLO", "Peak out tok/s", "at level", "GPUs"]
+RUN_COLUMNS = [h for h, _ in history.RUN_COLUMNS]
 NUMERIC_COLUMNS = (5, 6, 7, 8)
 
 
@@ -83,6 +83,8 @@ class HistoryView(QWidget):
         split = QSplitter(Qt.Vertical)
         self.table = QTableWidget(0, len(RUN_COLUMNS))
         self.table.setHorizontalHeaderLabels(RUN_COLUMNS)
+        for i, (_, tip) in enumerate(history.RUN_COLUMNS):
+            self.table.horizontalHeaderItem(i).setToolTip(tip)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.NoEditTriggers)
         self.table.setSelectionBehavior(QAbstractItemView.SelectRows)
@@ -135,7 +137,7 @@ class HistoryView(QWidget):
         for r, row in enumerate(self.rows):
             vals = [(f"#{row.id}", row.id), (row.created_text, row.created), (row.name, None), (row.engine, None),
                     (row.status, None), (_num(row.users_at_slo, "g"), row.users_at_slo),
-                    (_num(row.peak_output_tps, ",.0f"), row.peak_output_tps),
+                    (history.peak_text(row), row.peak_output_tps),
                     (_num(row.peak_level, "g"), row.peak_level), (_num(row.gpu_count, "d"), row.gpu_count)]
             for c, (text, num) in enumerate(vals):
                 it = _NumItem(text) if num is not None or c in NUMERIC_COLUMNS else QTableWidgetItem(text)

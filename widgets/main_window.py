@@ -118,6 +118,7 @@ class MainWindow(QMainWindow):
         self.background: list = []
         self._first_run = True
         self._closed = False
+        self._verify_spec = None  # the Tune tab's Verify: the capacity search to run once its launch is ready
         self._saved_snapshot: Any = None  # the forms as the loaded profile (see _mark_saved)
         self._base_profile: Any = None  # the loaded profile itself
         self._snapshot_taken = False
@@ -227,6 +228,8 @@ class MainWindow(QMainWindow):
         self.ramp.shape_changed.connect(self._update_modified)
         self.tune.running_changed.connect(self._on_tune_running)
         self.tune.profile_saved.connect(self._on_tune_profile_saved)
+        self.tune.launch_requested.connect(self.launch_tuned)
+        self.tune.verify_requested.connect(self.verify_tuned)
 
         # ---- initial state (no blocking I/O)
         self.qsettings = gui_settings()
@@ -515,6 +518,7 @@ class MainWindow(QMainWindow):
         self.curves.set_measured([])
         self.run_label.setText("")
         self.run_bar.hide()
+        self._show_state("idle", "")  # not the last server's "sim: stopped" under another engine
 
     def switch_profile(self, name: str) -> bool:
         """Load profile ``name`` from the profile box; with unsaved edits to the loaded
@@ -819,11 +823,12 @@ class MainWindow(QMainWindow):
         self.launch_label.show()
 
     # ------------------------------------------------------------------ launch / stop
-    def build_request(self) -> LaunchTarget:
-        """What Launch starts: the state's configuration (raises ValueError naming the
-        field while the form does not validate)."""
+    def build_request(self, config=None) -> LaunchTarget:
+        """What Launch starts: the state's configuration, or ``config`` (a ServerConfig: the
+        Tune tab's recommendation as the tune launched it); raises ValueError naming the
+        field while the form does not validate."""
         self._form_changed()
-        cfg = self.state.config
+        cfg = self.state.config if config is None else config
         if cfg is None:
             raise ValueError(self.state.config_error or "the form is not complete")
         eng = self.config.engine_key()
@@ -837,12 +842,15 @@ class MainWindow(QMainWindow):
             ssh=self.ssh_options)
 
     def launch(self) -> None:
+        self._launch(None)
+
+    def _launch(self, config) -> None:
         reason = self.launch_block_reason()
         if reason:
             self.statusBar().showMessage(f"Cannot launch: {reason}", 8000)
             return
         try:
-            req = self.build_request()
+            req = self.build_request(config)
         except ValueError as e:
             QMessageBox.warning(self, "Launch", str(e))
             return
@@ -958,6 +966,12 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentWidget(self.dashboard)
             self.left_tabs.setCurrentWidget(self.ramp)
             self.statusBar().showMessage(f"Server ready at {self.controller.url}", 8000)
+        verify, c = self._verify_spec, self.controller
+        if verify is not None and state == "ready" and not c.ramp_running:
+            self._verify_spec = None
+            self._start_ramp(verify.model_copy(update={"url": c.url, "model": c.api_model}))
+        elif verify is not None and state not in ("starting", "loading", "ready"):
+            self._verify_spec = None  # the launch failed or was stopped: no search
         self._update_controls()
 
     def _on_launch_failed(self, reason: str, diagnosis) -> None:
@@ -1037,6 +1051,31 @@ class MainWindow(QMainWindow):
         except ValueError as e:
             QMessageBox.warning(self, "Ramp", str(e))
             return
+        self._start_ramp(spec)
+
+    def launch_tuned(self, prof) -> None:
+        """The Tune tab's "Launch recommended": the recommendation (a Profile, not saved)
+        in the forms, then the window's own Launch of its configuration exactly (the form
+        would write e.g. pipeline_parallel_size 1 as unset)."""
+        if self.controller.server_running or self.tuning:
+            self.statusBar().showMessage("Cannot launch the recommendation: stop the server of this session first",
+                                         8000)
+            self._verify_spec = None
+            return
+        profiles.apply_to_form(prof, self.config, self.ramp)
+        self._form_changed()
+        self._launch(prof.server_config())  # as the tune launched it (the form shows it, its way)
+        if not self.controller.server_running:  # refused or not confirmed: no search follows
+            self._verify_spec = None
+
+    def verify_tuned(self, prof, spec) -> None:
+        """The Tune tab's "Verify (find capacity)": :meth:`launch_tuned`, then, once the
+        server is ready, the capacity search ``spec`` (app.tuner.report.verify_ramp)."""
+        self._verify_spec = spec
+        self.launch_tuned(prof)
+
+    def _start_ramp(self, spec) -> None:
+        c = self.controller
         self.results.clear()
         self.curves.set_measured([])
         self.run_bar.setRange(0, 0 if spec.search is not None else len(spec.levels))  # a search: busy
@@ -1221,10 +1260,21 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, ev) -> None:
         why = None if self._closed else self.close_question()
-        if why is not None and self._ask("Close vLLM Dyno", f"Close the window? {why[0].upper() + why[1:]}.",
-                                         QMessageBox.Close | QMessageBox.Cancel, QMessageBox.Cancel) != QMessageBox.Close:
-            ev.ignore()
-            return
+        if why is not None:
+            # unsaved edits: Save offered beside Close (issue 37); Save then closes unless it was cancelled
+            buttons = QMessageBox.Close | QMessageBox.Cancel
+            if self.is_modified():
+                buttons |= QMessageBox.Save
+            ans = self._ask("Close vLLM Dyno", f"Close the window? {why[0].upper() + why[1:]}.", buttons,
+                            QMessageBox.Cancel)
+            if ans == QMessageBox.Save:
+                self.save_profile_dialog()
+                if self.is_modified():  # the save was cancelled or failed: stay open
+                    ev.ignore()
+                    return
+            elif ans != QMessageBox.Close:
+                ev.ignore()
+                return
         self.save_state()
         if self.controller.server_running or self.controller.supervisor is not None or self.tuning:
             self.statusBar().showMessage("Stopping the server…")

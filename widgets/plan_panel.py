@@ -86,8 +86,8 @@ def compute_plan(inp: PlanInputs):
     # the sim rig; else the selected cards' NVML readings; without readings the CPU build
     gpus = cards_for(engine=eng, gpu=inp.sim_gpu if sim else None, count=max(1, inp.sim_count) if sim else None,
                      readings=inp.readings or None, indices=cfg.gpus, cpu_build=not sim and not inp.readings)
-    wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload(inp.prompt_tokens, inp.output_tokens,
-                                                                                inp.levels)
+    wl = Workload.from_ramp(inp.ramp) if inp.ramp is not None else Workload.of(inp.prompt_tokens,
+                                                                                   inp.output_tokens, inp.levels)
     # the engine's vLLM rules and calibration (app.planner.plan.plan_for, as `vllm-dyno run` plans a profile):
     # a sim rig is planned as the sim plans it, its pinned rules and its (default) step-time parameters
     if sim:

@@ -11,7 +11,6 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
-    QFileDialog,
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
@@ -20,14 +19,15 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QScrollArea,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from app.loadgen.capacity import level_mark
 from app.loadgen.prompts import dataset_lengths
-from app.loadgen.spec import CapacitySearch, RampSpec, parse_length, parse_multi_turn, parse_shared_prefix
+from app.loadgen.spec import CapacitySearch, RampSpec
 from widgets.length_histogram import LengthHistogram
+from widgets.workload_form import WorkloadRows
 
 
 def parse_levels(text: str, mode: str = "concurrency") -> dict[str, Any]:
@@ -89,26 +89,12 @@ class RampPanel(QScrollArea):
         self.levels = QLineEdit("1,2,4,8,16,32,64")
         self.levels_label = QLabel("Levels (users)")
         f.addRow(self.levels_label, self.levels)
-        self.burstiness = QDoubleSpinBox()
-        self.burstiness.setObjectName("burstiness")
-        self.burstiness.setRange(0.05, 100)
-        self.burstiness.setDecimals(2)
-        self.burstiness.setSingleStep(0.25)
-        self.burstiness.setValue(1.0)
-        self.burstiness.setToolTip("Gamma shape of the gaps between arrivals, as vllm bench serve --burstiness: "
-                                   "1 = Poisson; below 1 requests come in bursts, above 1 more evenly spaced "
-                                   "(the mean rate stays the level's)")
-        self.burstiness_label = QLabel("Burstiness")
-        f.addRow(self.burstiness_label, self.burstiness)
-        self.max_conc = QSpinBox()
-        self.max_conc.setObjectName("maxConcurrency")
-        self.max_conc.setRange(0, 100000)
-        self.max_conc.setSpecialValueText("no cap")
-        self.max_conc.setToolTip("At most this many requests in flight (vllm bench serve --max-concurrency); an "
-                                 "arrival that finds them all busy waits for one to end. The Results table counts "
-                                 "the requests the cap delayed and held back")
-        self.max_conc_label = QLabel("Max concurrency")
-        f.addRow(self.max_conc_label, self.max_conc)
+        #: the open-loop rows (the request-rate kind's: burstiness, max concurrency), from their declarations
+        self.arrivals = WorkloadRows(f, "arrivals", self)
+        self.burstiness = self.arrivals.widgets["burstiness"]
+        self.burstiness_label = self.arrivals.labels["burstiness"]
+        self.max_conc = self.arrivals.widgets["max_concurrency"]
+        self.max_conc_label = self.arrivals.labels["max_concurrency"]
         self.find = QCheckBox()
         f.addRow("", self.find)
         self.step = QDoubleSpinBox()
@@ -122,34 +108,16 @@ class RampPanel(QScrollArea):
         self.warmup.setSuffix(" s")
         self.warmup.setToolTip("Excluded from each level's statistics")
         f.addRow("Warm-up", self.warmup)
-        self.prompt = QLineEdit("512")
-        self.prompt.setToolTip("Prompt tokens: a count (512) or a uniform range (256-1024)")
-        self.output = QLineEdit("128")
-        self.output.setToolTip("Output tokens: a count (128) or a uniform range (64-256); ignore_eos is on. With a "
-                               "prompts file whose records carry answers the answers' lengths are sent instead")
-        f.addRow("Prompt tokens", self.prompt)
-        f.addRow("Output tokens", self.output)
-        self.vary = QCheckBox("Vary single lengths ±25 %")
-        self.vary.setChecked(True)
-        self.vary.setToolTip("A single count N is drawn uniformly from N·0.75 … N·1.25 (seeded), so users do not "
-                             "all prefill and finish together; unchecked: exactly N")
-        f.addRow("", self.vary)
-        prow = QHBoxLayout()
-        self.prompts_file = QLineEdit()
-        self.prompts_file.setPlaceholderText("optional dataset: JSON(L), CSV, Parquet, builtin:chat, hf:OWNER/NAME")
-        self.prompts_file.setToolTip(
-            "A dataset, sampled with the seed: ShareGPT JSON/JSONL (\"conversations\"), OpenAI chat JSONL "
-            "(\"messages\"), {\"prompt\": …} JSONL, CSV or Parquet with a prompt/text/question column; "
-            "builtin:chat (synthetic, ShareGPT's lengths); hf:OWNER/NAME from the Hugging Face cache (never "
-            "downloaded). Output lengths come from the dataset's answers; without answers from Output tokens.")
-        b = QPushButton("…")
-        b.setFixedWidth(28)
-        b.clicked.connect(self._browse)
-        prow.addWidget(self.prompts_file, 1)
-        prow.addWidget(b)
-        f.addRow("Prompts file", prow)
-        self.lengths_view = LengthHistogram()
-        f.addRow(self.lengths_view)
+        #: the request-shape rows of every workload kind (lengths, dataset, shared prefix, multi-turn …),
+        #: generated from their declarations (app.loadgen.workload.form_rows)
+        self.lengths_view = LengthHistogram()  # under Prompts file
+        self.workload = WorkloadRows(f, "requests", self, below={"prompts_file": self.lengths_view})
+        self.prompt = self.workload.widgets["prompt_tokens"]
+        self.output = self.workload.widgets["output_tokens"]
+        self.vary = self.workload.widgets["length_spread"]
+        self.prompts_file = self.workload.widgets["prompts_file"]
+        self.multi_turn = self.workload.widgets["multi_turn"]
+        self.shared_prefix = self.workload.widgets["shared_prefix"]
         #: a profile's dataset options the form has no field for (prompts_format, prompts_column, output_cap)
         self.dataset_extra: dict[str, Any] = {}
         self.lengths_timer = QTimer(self)
@@ -160,19 +128,6 @@ class RampPanel(QScrollArea):
         self.endpoint = QComboBox()
         self.endpoint.addItems(["/v1/completions", "/v1/chat/completions"])
         f.addRow("Endpoint", self.endpoint)
-        self.multi_turn = QLineEdit()
-        self.multi_turn.setPlaceholderText("off — turns[:think s], e.g. 4:2")
-        self.multi_turn.setToolTip("Multi-turn conversations: each user holds a conversation of about TURNS turns "
-                                   "(±25 % with Vary), sending its history and the replies each turn, thinking "
-                                   "THINK s (mean, exponential) between turns; a level's users are conversations in "
-                                   "progress. Results show TTFT per turn. Empty: off")
-        f.addRow("Multi-turn", self.multi_turn)
-        self.shared_prefix = QLineEdit()
-        self.shared_prefix.setPlaceholderText("off — tokens:fraction[:count], e.g. 1024:0.5:4")
-        self.shared_prefix.setToolTip("Shared prefixes: COUNT (default 1) system prompts/documents of TOKENS tokens; "
-                                      "a FRACTION of requests starts with one of them (seeded), the rest are fresh — "
-                                      "as vllm bench's prefix_repetition dataset. Empty: off")
-        f.addRow("Shared prefix", self.shared_prefix)
         v.addWidget(g)
 
         s = QGroupBox("SLO (p99; 0 = none)")
@@ -225,11 +180,13 @@ class RampPanel(QScrollArea):
         v.addStretch(1)
         self.traffic.currentIndexChanged.connect(self._mode_changed)
         self._mode_changed()
-        for w in (self.levels, self.prompt, self.output, self.multi_turn, self.shared_prefix):
-            w.textChanged.connect(self.shape_changed)
-        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot, self.burstiness, self.max_conc):
+        self.levels.textChanged.connect(self.shape_changed)
+        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot):
             w.valueChanged.connect(self.shape_changed)
-        self.vary.toggled.connect(self.shape_changed)
+        self.arrivals.changed.connect(self.shape_changed)
+        for w in self.workload.widgets.values():  # every request-shape row but the dataset's (its timer's)
+            if w is not self.prompts_file:
+                getattr(w, "textChanged", getattr(w, "toggled", None)).connect(self.shape_changed)
         self.shape_changed.connect(self._validate)
         self.level_ev: dict | None = None
         self.time_scale = 1.0  # sim k: the spec is in rig seconds, the clock in wall seconds
@@ -253,8 +210,7 @@ class RampPanel(QScrollArea):
         self.levels_label.setText("Levels (req/s)" if rate else "Levels (users)")
         self.levels.setToolTip("Request rates in req/s (e.g. 0.5,1,2,4), or one maximum R for 1, 2, 4 … R" if rate
                                else "Concurrency levels (requests kept in flight), or one maximum N for 1, 2, 4 … N")
-        for w in (self.burstiness, self.burstiness_label, self.max_conc, self.max_conc_label):
-            w.setVisible(rate)
+        self.arrivals.set_visible(rate)
         if rate:
             self.find.setText("Find max rate at SLO (search)")
             self.find.setToolTip("Probe 1, 2, 4 … req/s up to the Levels' maximum until the SLO breaks, then bisect "
@@ -272,14 +228,7 @@ class RampPanel(QScrollArea):
         """The open-loop fields of the form (empty in closed loop)."""
         if self.mode != "rate":
             return {}
-        return {"mode": "rate", "burstiness": round(self.burstiness.value(), 2),
-                "max_concurrency": self.max_conc.value() or None}
-
-    def _browse(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Prompts file", "", "Datasets (*.jsonl *.json *.csv *.tsv *.parquet)"
-                                              ";;All files (*)")
-        if path:
-            self.prompts_file.setText(path)
+        return {"mode": "rate", **self.arrivals.values()}
 
     def _dataset_changed(self) -> None:
         """A prompts file typed or chosen: its length histograms (or why it cannot be
@@ -334,12 +283,7 @@ class RampPanel(QScrollArea):
             top = top if self.mode == "rate" else int(top)
             kw.update(search=CapacitySearch(max_level=top), requests_per_level=SEARCH_MIN_REQUESTS)
         kw.update(url=url, model=model or None, endpoint=self.endpoint.currentText(), step_seconds=self.step.value(),
-                  warmup_seconds=self.warmup.value(), prompt_tokens=parse_length(self.prompt.text()),
-                  output_tokens=parse_length(self.output.text()), slo=slo,
-                  length_spread=0.25 if self.vary.isChecked() else 0.0)
-        if self.prompts_file.text().strip():
-            kw["prompts_file"] = self.prompts_file.text().strip()
-            kw.update(self.dataset_extra)
+                  warmup_seconds=self.warmup.value(), slo=slo)
         kw.update(self._workload())
         if "search" in kw:
             kw["step_seconds"] = max(kw["step_seconds"], SEARCH_MIN_CAP_S)
@@ -350,14 +294,12 @@ class RampPanel(QScrollArea):
                                        for er in e.errors())) from None
 
     def _workload(self) -> dict[str, Any]:
-        """The Multi-turn and Shared prefix fields as RampSpec fields (as plain dicts);
-        raises ValueError naming the field and its form."""
-        out: dict[str, Any] = {}
-        for key, w, parse in (("multi_turn", self.multi_turn, parse_multi_turn),
-                              ("shared_prefix", self.shared_prefix, parse_shared_prefix)):
-            text = w.text().strip()
-            if text:
-                out[key] = parse(text).model_dump()
+        """The request-shape rows as Workload fields (the workloads as plain dicts), with a
+        profile's dataset options the form has no row for; raises ValueError naming the
+        field's form."""
+        out = self.workload.values()
+        if "prompts_file" in out:
+            out.update(self.dataset_extra)
         return out
 
     def _validate(self) -> None:
@@ -382,8 +324,7 @@ class RampPanel(QScrollArea):
 
     def set_from_profile(self, ramp: dict[str, Any]) -> None:
         self.set_mode(ramp.get("mode") or "concurrency")
-        self.burstiness.setValue(float(ramp.get("burstiness") or 1.0))
-        self.max_conc.setValue(int(ramp.get("max_concurrency") or 0))
+        self.arrivals.set_values(ramp)
         if "levels" in ramp:
             self.levels.setText(",".join(f"{x:g}" for x in ramp["levels"]))
         elif "max_level" in ramp:
@@ -391,11 +332,6 @@ class RampPanel(QScrollArea):
         for key, w in (("step_seconds", self.step), ("warmup_seconds", self.warmup)):
             if ramp.get(key) is not None:
                 w.setValue(float(ramp[key]))
-        for key, w in (("prompt_tokens", self.prompt), ("output_tokens", self.output)):
-            val = ramp.get(key)
-            if val is not None:
-                w.setText(f"{val[0]}-{val[1]}" if isinstance(val, (list, tuple)) else str(val))
-        self.vary.setChecked(float(ramp.get("length_spread", 0.25) or 0) > 0)
         search = ramp.get("search")
         self.find.setChecked(bool(search))
         if search and search.get("max_level"):
@@ -407,27 +343,16 @@ class RampPanel(QScrollArea):
         if self.endpoint.findText(ep) < 0:
             self.endpoint.addItem(ep)
         self.endpoint.setCurrentText(ep)
-        pf = ramp.get("prompts_file")
         self.dataset_extra = {k: ramp[k] for k in ("prompts_format", "prompts_column", "output_cap")
                               if ramp.get(k) is not None}
-        self.prompts_file.setText(str(pf) if pf else "")
-        mt = ramp.get("multi_turn") or {}
-        self.multi_turn.setText(f"{float(mt['turns']):g}" + (f":{float(mt['think_s']):g}" if mt.get("think_s") else "")
-                                if mt.get("turns") else "")
-        sp = ramp.get("shared_prefix") or {}
-        self.shared_prefix.setText(f"{int(sp['tokens'])}:{float(sp['fraction']):g}:{int(sp.get('count', 1))}"
-                                   if sp.get("tokens") else "")
+        self.workload.set_values(ramp)
 
     def to_profile(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(parse_levels(self.levels.text(), self.mode))
         d.update(self._open_loop())
         d.update(step_seconds=self.step.value(), warmup_seconds=self.warmup.value())
-        for key, w in (("prompt_tokens", self.prompt), ("output_tokens", self.output)):
-            val = parse_length(w.text())
-            d[key] = list(val) if isinstance(val, tuple) else val
         d["slo"] = {k: v for k, v in (("ttft_p99", self.slo_ttft.value() / 1000 or None),
                                       ("tpot_p99", self.slo_tpot.value() / 1000 or None)) if v}
-        d["length_spread"] = 0.25 if self.vary.isChecked() else 0.0
         if self.find.isChecked():
             top = d.pop("max_level", None) or max(d.pop("levels"))
             d.pop("levels", None)
@@ -435,10 +360,7 @@ class RampPanel(QScrollArea):
                      requests_per_level=SEARCH_MIN_REQUESTS,
                      step_seconds=max(d["step_seconds"], SEARCH_MIN_CAP_S))
         d["endpoint"] = self.endpoint.currentText()
-        if self.prompts_file.text().strip():
-            d["prompts_file"] = self.prompts_file.text().strip()
-            d.update(self.dataset_extra)
-        d.update(self._workload())
+        d.update({k: list(v) if isinstance(v, tuple) else v for k, v in self._workload().items()})
         return d
 
     # ------------------------------------------------------------------ progress
@@ -471,7 +393,7 @@ class RampPanel(QScrollArea):
         self._render()
 
     def level_done(self, st) -> None:
-        self.done[st.idx] = "✗" if st.stop_reason in ("aborted", "failure_rate") else "✓"
+        self.done[st.idx] = level_mark(st)
         self.total_bar.setValue(len(self.done))
         self._render()
 

@@ -45,7 +45,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.engines import Engine
 from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
@@ -88,11 +87,15 @@ class TunePanel(QWidget):
     profile's hosts the head does: its ``expose`` set) — None: not confirmed, no tune.
 
     Signals: ``running_changed(bool)`` when a tune starts or ends; ``progressed(dict,
-    str)`` (internal: the tuner's result so far and its message); ``profile_saved(str)``."""
+    str)`` (internal: the tuner's result so far and its message); ``profile_saved(str)``;
+    ``launch_requested(Profile)`` and ``verify_requested(Profile, RampSpec)``: the
+    recommendation to launch, or to launch and search (the window's launch and ramp paths)."""
 
     running_changed = Signal(bool)
     progressed = Signal(object, str)
     profile_saved = Signal(str)
+    launch_requested = Signal(object)  # the recommendation as a Profile
+    verify_requested = Signal(object, object)  # the Profile and the RampSpec of its capacity search
 
     def __init__(self, start_fn: Callable[[], Any], controller_fn: Callable[[], Any], store_fn: Callable[[], Any],
                  pricing_fn: Callable[[], Any] | None = None, now_fn: Callable[[], float] = time.monotonic,
@@ -339,7 +342,14 @@ class TunePanel(QWidget):
         self.export_btn = QPushButton("Export --config YAML…")
         self.export_btn.setToolTip("Write the recommended flags as a vLLM --config file")
         self.export_btn.clicked.connect(self.export_dialog)
-        for b in (self.save_btn, self.copy_btn, self.export_btn):
+        self.launch_btn = QPushButton("Launch recommended")
+        self.launch_btn.setToolTip("Launch the recommended configuration on this rig (the forms show it, unsaved)")
+        self.launch_btn.clicked.connect(self.launch_recommended)
+        self.verify_btn = QPushButton("Verify (find capacity)")
+        self.verify_btn.setToolTip("Launch the recommendation and search its capacity from the users the tune "
+                                   "measured, with the tune's SLO and requests")
+        self.verify_btn.clicked.connect(self.verify_recommended)
+        for b in (self.launch_btn, self.verify_btn, self.save_btn, self.copy_btn, self.export_btn):
             row.addWidget(b)
         row.addStretch(1)
         cv.addLayout(row)
@@ -370,6 +380,8 @@ class TunePanel(QWidget):
         rec = (self.res or {}).get("recommendation") if not on else None
         for b in (self.save_btn, self.copy_btn, self.export_btn):
             b.setEnabled(rec is not None)
+        for b in (self.launch_btn, self.verify_btn):  # what was measured: a tune's, not a dry run's
+            b.setEnabled(rec is not None and rec.get("measured", True) and self.tuned_spec is not None)
         if on:
             self.timer.start()
         else:
@@ -811,22 +823,50 @@ class TunePanel(QWidget):
             return
         self.message.setText(f"Wrote {html.escape(path)} (vllm serve --config {html.escape(path)})")
 
+    def tuned_profile(self, name: str | None = None):
+        """The recommendation as a profile (app.tuner.report.tuned_profile: every option
+        the tune launched, the rig it ran on, a name and description from the result).
+        Raises ValueError without a recommendation."""
+        if self.res is None or not self.res.get("recommendation") or self.tuned_spec is None:
+            raise ValueError("no recommendation yet")
+        st = self.start
+        return report.tuned_profile(self.res, self.tuned_spec, engine=st.engine if st else None,
+                                    sim=st.sim if st else None, base=st.profile if st else None, name=name)
+
     def save_profile(self, name: str) -> str:
-        """Save the recommendation as profile ``name`` (the starting profile's rig and
-        ramp); returns the path. Raises ValueError / OSError."""
-        server = self.recommended_server()
-        if server is None:
+        """Save the recommendation as profile ``name`` (:meth:`tuned_profile`); returns the
+        path. Raises ValueError / OSError."""
+        if self.res is None or not self.res.get("recommendation") or self.tuned_spec is None:
             raise ValueError("no recommendation to save yet")
-        base = self.start.profile if self.start is not None else None
-        ramp = report.tune_ramp_fields(self.tuned_spec) if self.tuned_spec is not None else None
-        path = report.save_as_profile(name, server, base, engine=self.start.engine if self.start else Engine.VLLM,
-                                      ramp=ramp)
+        st = self.start
+        path = report.save_as_profile(self.res, self.tuned_spec, engine=st.engine if st else None,
+                                      sim=st.sim if st else None, base=st.profile if st else None, name=name)
         self.profile_saved.emit(name)
         return path
 
+    def launch_recommended(self) -> None:
+        """Ask the window to launch the recommendation (its forms show it, unsaved)."""
+        try:
+            self.launch_requested.emit(self.tuned_profile())
+        except ValueError as e:
+            self.message.setText(html.escape(str(e)))
+
+    def verify_recommended(self) -> None:
+        """Ask the window to launch the recommendation and run a capacity search from the
+        users the tune measured (app.tuner.report.verify_ramp)."""
+        try:
+            prof = self.tuned_profile()
+        except ValueError as e:
+            self.message.setText(html.escape(str(e)))
+            return
+        self.verify_requested.emit(prof, report.verify_ramp(self.res or {}, self.tuned_spec))
+
     def save_profile_dialog(self) -> None:
-        base = self.start.profile.name if self.start is not None and self.start.profile is not None else "profile"
-        name, ok = QInputDialog.getText(self, "Save as profile", "Profile name:", text=f"{base} (tuned)")
+        try:
+            proposed = self.tuned_profile().name
+        except ValueError:
+            proposed = "tuned"
+        name, ok = QInputDialog.getText(self, "Save as profile", "Profile name:", text=proposed)
         if not ok or not name.strip():
             return
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import shlex
 import sys
 
 from app import __version__
@@ -45,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _extra_joined(argv: list[str]) -> list[str]:
     """``--extra --no-enable-chunked-prefill`` → ``--extra=--no-enable-chunked-prefill``: argparse
     takes a value that starts with "-" and has no space for an option of its own and refuses
-    it; ``--extra`` takes one vLLM flag this way, or many in one string
-    (``--extra "--max-loras 4 --max-lora-rank 64"``)."""
+    it; ``--extra`` takes one vLLM flag this way, several as loose tokens after it
+    (:func:`_extra_loose`: ``--extra --max-loras 4 --max-lora-rank 64``), or many in one
+    string (``--extra "--max-loras 4 --max-lora-rank 64"``)."""
     out, i = [], 0
     while i < len(argv):
         if argv[i] == "--extra" and i + 1 < len(argv) and argv[i + 1].startswith("-"):
@@ -56,6 +58,31 @@ def _extra_joined(argv: list[str]) -> list[str]:
         out.append(argv[i])
         i += 1
     return out
+
+
+def _extra_loose(argv: list[str], unknown: list[str]) -> tuple[list[str], list[str]]:
+    """(the tokens of ``unknown`` that follow an ``--extra`` value in ``argv`` without a
+    vllm-dyno option between them, the rest): ``--extra --max-loras 4 --max-lora-rank 64``
+    gives ``--max-loras`` to ``--extra`` (:func:`_extra_joined`) and leaves ``4
+    --max-lora-rank 64`` to argparse, which knows none of them — they are ``--extra``'s too.
+    A token argparse did not take that does not follow such a run (``plan --swap-space 4``)
+    stays unknown. ``argv`` as :func:`_extra_joined` wrote it."""
+    pos, j = [], 0
+    for u in unknown:  # where each unknown token stands (argparse keeps their order)
+        while j < len(argv) and argv[j] != u:
+            j += 1
+        pos.append(j)
+        j += 1
+    starts = {i + 1 for i, a in enumerate(argv) if a.startswith("--extra=")}
+    starts |= {i + 2 for i, a in enumerate(argv) if a == "--extra"}
+    loose, rest, run = [], [], -1
+    for u, at in zip(unknown, pos):
+        if at in starts or at == run:
+            loose.append(u)
+            run = at + 1
+        else:
+            rest.append(u)
+    return loose, rest
 
 
 def _unknown_message(args: argparse.Namespace, unknown: list[str]) -> str:
@@ -76,7 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         mod = importlib.import_module(argv[1])
         return int(mod.main(argv[2:]) or 0)
     parser = build_parser()
-    args, unknown = parser.parse_known_args(_extra_joined(argv))
+    joined = _extra_joined(argv)
+    args, unknown = parser.parse_known_args(joined)
+    if unknown and hasattr(args, "extra"):
+        loose, unknown = _extra_loose(joined, unknown)
+        if loose:
+            args.extra = " ".join(x for x in (args.extra, shlex.join(loose)) if x)
     if unknown:
         parser.error(_unknown_message(args, unknown))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,

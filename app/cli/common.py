@@ -618,50 +618,31 @@ def dataset_source(text: str) -> str:
     return input_file(text)
 
 
-def add_workload_options(p: argparse.ArgumentParser) -> None:
-    """The request shape beyond lengths (issue 20), shared by ``ramp``, ``run``, ``plan``
-    and ``tune``: a dataset (``--prompts-file``, ``--prompts-format``,
-    ``--prompts-column``), ``--multi-turn`` and ``--shared-prefix``; :func:`workload_kw`
-    turns them into RampSpec fields."""
-    # deferred: the load generator's spec only for the commands that take a workload
-    from app.loadgen.datasets import FORMATS
-    from app.loadgen.spec import parse_multi_turn, parse_shared_prefix
+def add_workload_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, command: str) -> None:
+    """The workload's options of ``command`` (``ramp``, ``run``, ``plan``, ``tune``),
+    generated from the kinds' declarations (:func:`app.loadgen.workload.cli_options`:
+    ``--prompt-tokens`` … ``--prompts-file`` … ``--multi-turn``, ``--shared-prefix``, the
+    request-rate ones where the command runs request rates, ``--seed``); each defaults to
+    "not given" (the base workload's value). :func:`workload_kw` reads them back."""
+    # deferred: the load generator's workload only for the commands that take one
+    from app.loadgen.workload import cli_options
 
-    p.add_argument("--prompts-file", type=dataset_source,
-                   help="a dataset, sampled with --seed: ShareGPT JSON/JSONL, OpenAI chat JSONL ({\"messages\"}), "
-                        "{\"prompt\": …} JSONL, CSV or Parquet; builtin:chat (synthetic, ShareGPT's lengths); "
-                        "hf:OWNER/NAME[/FILE] from the Hugging Face cache (never downloaded). max_tokens comes "
-                        "from the answers when the records have them")
-    p.add_argument("--prompts-format", choices=FORMATS, help="the --prompts-file format (default: detected)")
-    p.add_argument("--prompts-column", help="CSV/Parquet: the text column (default: prompt, text or question)")
-    p.add_argument("--multi-turn", type=from_parser(parse_multi_turn, "TURNS[:THINK_S]"), metavar="TURNS[:THINK_S]",
-                   help="each user holds a conversation of about TURNS turns (±25 %%, see --fixed-lengths), "
-                        "sending its history each turn, thinking THINK_S s (mean, exponential) between turns; "
-                        "per-turn TTFT is reported")
-    p.add_argument("--shared-prefix", type=from_parser(parse_shared_prefix, "TOKENS:FRACTION[:COUNT]"),
-                   metavar="TOKENS:FRACTION[:COUNT]",
-                   help="COUNT (default 1) shared prefixes of TOKENS tokens; a FRACTION of requests starts with "
-                        "one of them (as vllm bench's prefix_repetition dataset)")
+    for o in cli_options(command):
+        help_ = o.help.replace("%", "%%")
+        if o.source:  # a file that must exist, or builtin:/hf: (checked when read)
+            p.add_argument(o.flag, type=dataset_source, metavar=o.metavar, help=help_)
+        elif o.switch:
+            p.add_argument(o.flag, action="store_true", help=help_)
+        else:
+            p.add_argument(o.flag, type=from_parser(o.parse, o.metavar or "a value") if o.parse else None,
+                           choices=o.choices, metavar=o.metavar, help=help_)
 
 
-def workload_kw(a: argparse.Namespace) -> dict:
-    """The RampSpec fields of :func:`add_workload_options`' options that were given (the
+def workload_kw(a: argparse.Namespace, command: str) -> dict:
+    """The Workload fields of :func:`add_workload_options`' options that were given (the
     workloads as their pydantic models, the dataset's as strings). A dataset is read here,
     so that a bad one is an error naming ``--prompts-file`` (ValueError)."""
-    kw: dict = {}
-    if getattr(a, "prompts_file", None):
-        # deferred: reading a dataset only for the commands that were given one
-        from app.loadgen.datasets import DatasetError, load_dataset
+    # deferred: the load generator's workload only for the commands that take one
+    from app.loadgen.workload import fields_from_args
 
-        try:  # read here so that the message names the option (the spec reads it again, from the cache)
-            load_dataset(a.prompts_file, a.prompts_format, a.prompts_column)
-        except DatasetError as e:
-            raise ValueError(f"--prompts-file: {e}") from None
-        kw.update(prompts_file=a.prompts_file, prompts_format=a.prompts_format, prompts_column=a.prompts_column)
-    elif getattr(a, "prompts_format", None) or getattr(a, "prompts_column", None):
-        raise ValueError("--prompts-format/--prompts-column describe a --prompts-file: give one")
-    if getattr(a, "multi_turn", None) is not None:
-        kw["multi_turn"] = a.multi_turn
-    if getattr(a, "shared_prefix", None) is not None:
-        kw["shared_prefix"] = a.shared_prefix
-    return kw
+    return fields_from_args(a, command)

@@ -20,7 +20,6 @@ from app.cli.common import (
     positive_seconds,
     run_number,
     seconds,
-    seed_number,
     spec_acceptance,
     vllm_version,
 )
@@ -85,16 +84,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="rig what-if: the link between the hosts: 10gbe, 25gbe, 100gbe, ib-hdr200, ib-ndr400 "
                         "(--list-gpus shows their bandwidth and latency)")
     p.add_argument("--busy-gib", type=non_negative, default=0.0, help="GiB other processes hold on each given card")
-    p.add_argument("--prompt-tokens", type=positive_int, default=512)
-    p.add_argument("--output-tokens", type=positive_int, default=128)
     p.add_argument("--levels", type=number_list(int, what="levels (concurrent users)", example="1,10,30"),
                    help="concurrency levels to predict, e.g. 1,10,30")
-    p.add_argument("--fixed-lengths", action="store_true",
-                   help="predict requests of exactly --prompt-tokens/--output-tokens (default: each drawn within "
-                        "±25 %% of them, seeded, as vllm-dyno ramp sends them)")
-    p.add_argument("--seed", type=seed_number, default=0,
-                   help="seed of the request lengths (as vllm-dyno ramp --seed)")
-    add_workload_options(p)  # --prompts-file …, --multi-turn, --shared-prefix: predicted with the prefix cache
+    add_workload_options(p, "plan")  # the workload's kinds, predicted as vllm-dyno ramp sends them (same seed)
     p.add_argument("--warmup-seconds", type=seconds, default=0.0,
                    help="warm-up of each predicted level, rig s (as vllm-dyno ramp; default 0)")
     p.add_argument("--step-seconds", type=positive_seconds, default=20.0,
@@ -166,20 +158,17 @@ def list_gpus() -> str:
 
 
 def workload_from_args(a: argparse.Namespace):
-    """The :class:`~app.planner.plan.Workload` of the command line (its values checked
-    by their argparse types, app.cli.common)."""
+    """The :class:`~app.planner.plan.Workload` of the command line: the workload's options
+    (:func:`app.cli.common.workload_kw`, ValueError naming the option) and the ramp's
+    (levels, warm-up, step, SLO), their values checked by their argparse types."""
     # deferred: only this command needs it (vllm-dyno starts light)
     from app.loadgen.spec import SLO
+    from app.loadgen.workload import Workload as Requests
     from app.planner.plan import Workload
 
     slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99)
-    mt, sp = a.multi_turn, a.shared_prefix
-    return Workload(a.prompt_tokens, a.output_tokens, tuple(a.levels) if a.levels else None,
-                    0.0 if a.fixed_lengths else 0.25, a.seed, a.warmup_seconds, a.step_seconds,
-                    None if slo.is_empty() else slo,
-                    multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
-                    shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None,
-                    **{k: v for k, v in workload_kw(a).items() if k.startswith("prompts_")}).with_dataset_lengths()
+    return Workload(Requests(**workload_kw(a, "plan")), tuple(a.levels) if a.levels else None, a.warmup_seconds,
+                    a.step_seconds, None if slo.is_empty() else slo)
 
 
 def cmd_what_if(a: argparse.Namespace) -> int:

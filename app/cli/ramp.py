@@ -21,7 +21,6 @@ from app.cli.common import (
     add_workload_options,
     apply_api_key_file,
     fraction,
-    from_parser,
     http_url,
     level_table,
     server_table,
@@ -32,7 +31,6 @@ from app.cli.common import (
     positive_number,
     positive_seconds,
     seconds,
-    seed_number,
     unsaved_text,
     workload_kw,
 )
@@ -40,7 +38,7 @@ from app.engines import Engine
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, slo_text
 from app.loadgen.datasets import summary_text, text_histogram
 from app.loadgen.prompts import dataset_lengths
-from app.loadgen.spec import RampSpec, parse_length
+from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, turns_text
 from app.run.events import RunListener
 
@@ -72,25 +70,13 @@ def register(sub) -> None:
     p.add_argument("--min-requests", type=positive_int,
                    help="capacity search: completed requests each level is judged on (default 100: a p99 from "
                         "fewer is marked); --step-seconds is then the time cap (default 600)")
-    p.add_argument("--max-concurrency", type=positive_int, help="rate mode: cap on requests in flight")
-    p.add_argument("--burstiness", type=positive_number, default=1.0,
-                   help="rate mode: gamma shape of the gaps between arrivals, as vllm bench serve --burstiness "
-                        "(default 1 = Poisson; < 1 burstier, > 1 more uniform)")
     p.add_argument("--step-seconds", type=positive_seconds, help="measured seconds per level (default 20 unless "
                                                                  "--requests-per-level is given)")
     p.add_argument("--requests-per-level", type=positive_int, help="measured requests per level")
     p.add_argument("--warmup-seconds", type=seconds, default=0.0,
                    help="seconds per level left out of the statistics")
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
-    p.add_argument("--prompt-tokens", type=from_parser(parse_length, "a token count"), default="512",
-                   help="prompt length in tokens: N (varied ±25 %%, see --fixed-lengths) or LOW-HIGH (default 512)")
-    p.add_argument("--output-tokens", type=from_parser(parse_length, "a token count"),
-                   help="output length in tokens: N (varied ±25 %%) or LOW-HIGH (default 128); with a "
-                        "--prompts-file whose records carry answers: the cap on the answers' lengths")
-    p.add_argument("--fixed-lengths", action="store_true",
-                   help="send exactly --prompt-tokens/--output-tokens (default: a single number N varies "
-                        "uniformly within ±25 %% of N, seeded, so users do not march in lockstep)")
-    add_workload_options(p)  # --prompts-file …, --multi-turn, --shared-prefix
+    add_workload_options(p, "ramp")  # the workload's kinds: lengths, --prompts-file …, --multi-turn …, --seed
     p.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let the model stop at EOS")
     p.add_argument("--temperature", type=non_negative, default=0.0)
     p.add_argument("--request-timeout", type=positive_seconds, default=300.0, help="seconds (default 300)")
@@ -102,7 +88,6 @@ def register(sub) -> None:
     p.add_argument("--slo-tpot-p99", type=positive_seconds, help="… TPOT p99 (s/token)")
     p.add_argument("--slo-e2e-p99", type=positive_seconds, help="… end-to-end p99 (s)")
     p.add_argument("--slo-failure-rate", type=fraction, help="… failure rate, a fraction (0.01 = 1 %%)")
-    p.add_argument("--seed", type=seed_number, default=0)
     p.add_argument("--json", type=output_file, help="write summary + steps as JSON here")
     p.add_argument("--csv", type=output_file, help="write the steps table as CSV here")
     p.add_argument("--requests-csv", type=output_file, help="write every request as CSV here")
@@ -115,19 +100,13 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
     """Build the RampSpec; raises ValueError/ValidationError with the option named."""
     kw: dict = {"url": a.url, "model": a.model, "warmup_seconds": a.warmup_seconds,
                 "endpoint": "/v1/chat/completions" if a.endpoint == "chat" else "/v1/completions",
-                "prompt_tokens": a.prompt_tokens, "output_tokens": 128 if a.output_tokens is None else a.output_tokens,
-                "length_spread": 0.0 if a.fixed_lengths else 0.25,
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
-                "max_total_seconds": a.max_total_seconds, "seed": a.seed,
+                "max_total_seconds": a.max_total_seconds,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
                         "failure_rate": a.slo_failure_rate},
-                "requests_per_level": a.requests_per_level, "max_concurrency": a.max_concurrency,
-                "burstiness": a.burstiness, **workload_kw(a)}
+                "requests_per_level": a.requests_per_level, **workload_kw(a, "ramp")}
     if a.max_failure_rate is not None:
         kw["max_failure_rate"] = a.max_failure_rate
-    if a.prompts_file and a.output_tokens is not None:  # a cap on the answers' lengths (and the draw for
-        ot = a.output_tokens                              # records without one)
-        kw["output_cap"] = ot[1] if isinstance(ot, tuple) else ot
     search = a.find_capacity or a.find_rate
     if not search:
         for opt, val, default in (("--start", a.start, None), ("--repeat", a.repeat, 1),

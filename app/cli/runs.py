@@ -27,7 +27,6 @@ from app.cli.common import (
     number_list,
     output_file,
     part_lines,
-    positive_number,
     positive_seconds,
     print_exposure,
     profile_for_launch,
@@ -135,14 +134,12 @@ def cmd_run(a: argparse.Namespace) -> int:
         over["levels"] = a.levels
     if a.rate:  # open loop: request rates in req/s instead of the profile's users
         over.update(mode="rate", levels=a.rate, max_level=None, search=None)
-    if a.burstiness is not None:
-        over["burstiness"] = a.burstiness
     if a.step_seconds is not None:
         over["step_seconds"] = a.step_seconds
     if a.max_total_seconds is not None:
         over["max_total_seconds"] = a.max_total_seconds
     try:
-        over.update({k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in workload_kw(a).items()})
+        over.update({k: v.model_dump() if hasattr(v, "model_dump") else v for k, v in workload_kw(a, "run").items()})
     except ValueError as e:
         return err(f"ramp options: {e}")
     if over:
@@ -278,12 +275,9 @@ def register(sub) -> None:
     g.add_argument("--levels", type=number_list(), help="override the ramp's levels, e.g. 1,2,4")
     g.add_argument("--rate", type=number_list(what="request rates (req/s)", example="0.5,1,2,4"),
                    help="run open-loop request rates in req/s instead of the profile's levels, e.g. 0.5,1,2,4")
-    x.add_argument("--burstiness", type=positive_number,
-                   help="rate levels: gamma shape of the arrival gaps, as vllm bench serve --burstiness "
-                        "(1 = Poisson; < 1 burstier, > 1 more uniform)")
     x.add_argument("--step-seconds", type=positive_seconds, help="override the seconds per level")
     x.add_argument("--max-total-seconds", type=positive_seconds, help="cap the whole ramp")
-    add_workload_options(x)  # --prompts-file …, --multi-turn, --shared-prefix: the workload of the profile's ramp
+    add_workload_options(x, "run")  # the workload's kinds, over the profile's ramp
     x.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for the server")
     x.add_argument("--force", action="store_true", help="launch even when the planner says it cannot work")
     x.add_argument("--trust-env", action="store_true",

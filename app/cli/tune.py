@@ -44,7 +44,6 @@ from app.cli.common import (
     positive_seconds,
     profile_for_launch,
     rig_exposure_problem,
-    seed_number,
     sim_args_from,
     sim_rig_overrides,
     ssh_options,
@@ -104,11 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--startup-timeout", type=positive_seconds, default=900.0, help="seconds to wait for each launch")
     p.add_argument("--grace", type=positive_seconds, help="seconds between SIGTERM and SIGKILL when a launch stops")
     w = p.add_argument_group("workload and SLO (default: the profile's ramp)")
-    w.add_argument("--prompt-tokens", type=positive_int, help="mean prompt tokens (default 512)")
-    w.add_argument("--output-tokens", type=positive_int, help="mean output tokens (default 128)")
-    w.add_argument("--fixed-lengths", action="store_true", help="every request exactly these lengths (default ±25 %%)")
-    add_workload_options(w)  # --prompts-file …, --multi-turn, --shared-prefix: predicted and measured alike
-    w.add_argument("--seed", type=seed_number, help="seed of the request lengths")
+    add_workload_options(w, "tune")  # the workload's kinds (over the profile's ramp): predicted and measured alike
     w.add_argument("--slo-ttft-p99", type=positive_seconds, help="TTFT p99 bound, s")
     w.add_argument("--slo-tpot-p99", type=positive_seconds, help="TPOT p99 bound, s per token")
     w.add_argument("--slo-e2e-p99", type=positive_seconds, help="end-to-end p99 bound, s")
@@ -165,7 +160,7 @@ def spec_from_args(a: argparse.Namespace):
     # deferred: the tuner (planner, controller) only for this command
     from app.loadgen.spec import SLO
     from app.profiles.model import SimRig
-    from app.tuner.report import build_spec, local_target, rig_target, scalar, sim_target, workload_from_ramp
+    from app.tuner.report import build_spec, local_target, rig_target, scalar, sim_target
 
     prof = None
     hosts: list = []
@@ -212,34 +207,23 @@ def spec_from_args(a: argparse.Namespace):
               failure_rate=a.slo_failure_rate)
     if slo.is_empty() and ramp is not None:
         slo = ramp.slo
-    pt, ot, spread, seed = workload_from_ramp(ramp, a.prompt_tokens, a.output_tokens, a.fixed_lengths, a.seed)
+    try:  # the profile ramp's workload (as a closed loop sends it), the options given over it
+        base = ramp.closed_loop().model_dump() if ramp is not None else {}
+        work = {**base, **workload_kw(a, "tune")}
+    except ValueError as e:
+        raise BadInput(str(e)) from None
     try:
         return build_spec(
             engine=engine, config=cfg, hardware=hardware, slo=slo,
             space=dict(tp=a.tp, pp=a.pp, dp=a.dp, checkpoints=dict(a.checkpoint), max_num_batched_tokens=a.mnbt,
                        kv_cache_dtype=a.kv_cache_dtypes, enforce_eager=a.cuda_graphs, fewer_cards=a.fewer_cards,
                        vary={k: [scalar(x) for x in v.split(",") if x.strip()] for k, v in a.vary}),
-            sim_args=sim_args, python=python, vllm_version=version, prompt_tokens=pt, output_tokens=ot,
-            length_spread=spread, seed=seed, objective=a.objective, max_launches=a.max_launches,
-            max_minutes=a.max_minutes, requests_per_level=a.requests_per_level or 100, resolution=a.resolution,
-            max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace,
-            hosts=hosts, ray_address=prof.ray_address if prof is not None and hosts else None,
-            multi_turn=a.multi_turn if a.multi_turn is not None else (ramp.multi_turn if ramp is not None else None),
-            shared_prefix=(a.shared_prefix if a.shared_prefix is not None
-                           else (ramp.shared_prefix if ramp is not None else None)),
-            **dataset_kw(a, ramp))
+            sim_args=sim_args, python=python, vllm_version=version, objective=a.objective,
+            max_launches=a.max_launches, max_minutes=a.max_minutes, requests_per_level=a.requests_per_level or 100,
+            resolution=a.resolution, max_users=a.max_users, startup_timeout=a.startup_timeout, grace=a.grace,
+            hosts=hosts, ray_address=prof.ray_address if prof is not None and hosts else None, **work)
     except ValueError as e:
         raise BadInput(str(e)) from None
-
-
-def dataset_kw(a: argparse.Namespace, ramp) -> dict:
-    """The tune's dataset: ``--prompts-file`` (read and checked by
-    :func:`app.cli.common.workload_kw`, ValueError naming it), else the profile's ramp's."""
-    kw = {k: v for k, v in workload_kw(a).items() if k.startswith("prompts_")}
-    if not kw and ramp is not None and ramp.prompts_file is not None:
-        kw = {"prompts_file": str(ramp.prompts_file), "prompts_format": ramp.prompts_format,
-              "prompts_column": ramp.prompts_column}
-    return kw
 
 
 # ---------------------------------------------------------------------- the command
@@ -415,8 +399,7 @@ def _grid(a: argparse.Namespace, spec: Any, rig: Any) -> int:
 
 def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     # deferred: the tuner's report only for this command
-    from app.tuner.report import (candidates_table, export_config, save_as_profile, summary_text,
-                                  tune_ramp_fields, vllm_serve_command)
+    from app.tuner.report import candidates_table, export_config, save_as_profile, summary_text, vllm_serve_command
 
     print()
     print(candidates_table(res))
@@ -430,15 +413,15 @@ def _report(a: argparse.Namespace, res: dict, spec: Any) -> int:
     if rec is None:
         return 1
     if a.export_command:
-        print(vllm_serve_command(rec["server"]))
+        print(vllm_serve_command(rec["server"], spec.vllm_version))
     if a.export_config:
-        export_config(a.export_config, rec["server"])
+        export_config(a.export_config, rec["server"], spec.vllm_version)
         print(f"vLLM --config written to {a.export_config}")
     if a.save_profile:
         base = profile_for_launch(a)[0] if a.profile else None
         try:
-            path = save_as_profile(a.save_profile, rec["server"], base, engine=Engine(a.engine or Engine.VLLM),
-                                   ramp=tune_ramp_fields(spec))
+            path = save_as_profile(res, spec, engine=spec.engine, sim=getattr(a, "sim_rig", None), base=base,
+                                   name=a.save_profile)
         except (ValueError, OSError) as e:
             return err(f"--save-profile {a.save_profile!r}: {e}")
         print(f"saved as profile {a.save_profile!r}: {path}")

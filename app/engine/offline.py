@@ -29,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator, Protocol, Sequence
 
+from app.engine.kvcache import KvCacheLayout
 from app.engine.balance import DpBalancer
 from app.engine.scheduler import Request, Scheduler
 from app.engine.steptime import PerfParams
@@ -339,6 +340,9 @@ class RigPlan(Protocol):
     @property
     def max_num_batched_tokens(self) -> int: ...
 
+    @property
+    def kv_layout(self) -> KvCacheLayout | None: ...
+
 
 class RigStepModel(Protocol):
     """What :func:`sim_level` reads of a sim rig's step model (:class:`app.sim.model_adapter.StepModel`)."""
@@ -361,5 +365,6 @@ def sim_level(sim_plan: RigPlan, step_model: RigStepModel, users: int, prompt_le
     per-request overhead included — what the sim server does, without HTTP."""
     sp, sm = sim_plan, step_model
     return closed_loop(lambda: Scheduler(sp.num_blocks, sp.max_num_seqs, sp.max_num_batched_tokens, sm.engine_step_time,
-                                         max_concurrent_batches=sm.pipeline_parallel_size),
+                                         max_concurrent_batches=sm.pipeline_parallel_size,
+                                         kv_layout=sp.kv_layout),
                        users, prompt_len, output_len, duration_s, warmup_s, sm.params.t_request_s)

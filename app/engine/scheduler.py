@@ -76,6 +76,8 @@ import collections
 from dataclasses import dataclass
 from typing import Callable, Hashable, Protocol, Sequence
 
+from app.engine.kvcache import KvCacheLayout
+
 BLOCK = 16
 
 
@@ -185,14 +187,16 @@ class Scheduler:
     tokens (Σ k over the decoding requests) as a fifth argument. ``enable_prefix_caching``:
     requests with ``block_hashes`` reuse cached full blocks (module docstring).
     ``max_concurrent_batches``: batches in flight at once, vLLM's
-    ``max_concurrent_batches`` (= ``pipeline_parallel_size``; module docstring)."""
+    ``max_concurrent_batches`` (= ``pipeline_parallel_size``; module docstring).
+    ``kv_layout``: a hybrid model's KV cache groups (sliding-window, chunked, mamba
+    layers: :mod:`app.engine.kvcache`); ``num_blocks`` then counts the pool's blocks."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
                  on_first_token: Callable[[Request, float], None] | None = None,
                  on_finished: Callable[[Request, float], None] | None = None,
                  on_token: Callable[[Request, float], None] | None = None, spec_tokens: int = 0,
                  accept: Accept | None = None, enable_prefix_caching: bool = False,
-                 max_concurrent_batches: int = 1) -> None:
+                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None) -> None:
         if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1 or max_concurrent_batches < 1:
             raise ValueError("num_blocks, max_num_seqs, max_num_batched_tokens and max_concurrent_batches "
                              "must be >= 1")
@@ -221,7 +225,12 @@ class Scheduler:
         self.spec_draft_tokens = 0
         self.spec_accepted = 0
         self.spec_accepted_per_pos = [0] * spec_tokens
-        self.enable_prefix_caching = enable_prefix_caching
+        #: hybrid KV cache groups (app.engine.kvcache; None: one full-attention group of BLOCK-token
+        #: blocks): ``num_blocks`` are then the pool's blocks and a request holds
+        #: ``kv_layout.held_blocks(computed, new)`` of them — only its window in a sliding or
+        #: chunked group. Deviation: the prefix cache is not modelled for such a model.
+        self.kv_layout = kv_layout if kv_layout is not None and not kv_layout.uniform else None
+        self.enable_prefix_caching = enable_prefix_caching and self.kv_layout is None
         self.cache: dict = {}  # block hash → requests holding it (0: free, evictable)
         self.free_cached: collections.OrderedDict = collections.OrderedDict()  # free cached blocks, LRU first
         self.prefix_queries = 0  # tokens looked up (requests admitted for the first time)
@@ -365,7 +374,14 @@ class Scheduler:
                 k = max(0, min(self.spec_tokens, r.max_tokens - r.output - 1, budget - 1))
                 need += k
             n = need if need < budget else budget
-            want = -(-(r.computed + r.inflight + n) // BLOCK) - r.blocks
+            if self.kv_layout is None:
+                want = -(-(r.computed + r.inflight + n) // BLOCK) - r.blocks
+            else:
+                want = self.kv_layout.held_blocks(r.computed, r.inflight + n) - r.blocks
+                if want < 0:  # blocks left of a window are freed (remove_skipped_blocks)
+                    self.free_blocks -= want
+                    r.blocks += want
+                    want = 0
             while want > self.free_blocks:
                 victim = self._preempt_last()
                 preempted += 1
@@ -397,7 +413,8 @@ class Scheduler:
                 computed = len(hit) * BLOCK if hit else r.computed
                 need = r.prompt_len + r.output - computed
                 n = need if need < budget else budget
-                want = -(-(computed + n) // BLOCK) - r.blocks - len(hit)
+                want = (-(-(computed + n) // BLOCK) - r.blocks - len(hit) if self.kv_layout is None
+                        else self.kv_layout.held_blocks(computed, n) - r.blocks)
                 revived = sum(1 for h in hit if self.cache[h] == 0)  # free cached blocks it takes back
                 if want + revived > self.free_blocks:
                     break

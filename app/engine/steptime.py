@@ -93,6 +93,42 @@ def query_tile(gpu: GpuSpec, head_dim: int) -> int:
     return 128
 
 
+#: s of CPU per running sequence per step by engine generation (the serial part of the
+#: scheduler, input preparation, sampling and output processing a step pays per sequence):
+#:
+#: - vLLM before 0.6 (the V0 engine, API server, scheduler and detokenizer in one process,
+#:   all serial with the GPU): 50 µs. vLLM's blog "vLLM v0.6.0: 2.7x Throughput Improvement
+#:   and 5x Latency Reduction" (2024-09-05, "Performance Analysis"): for Llama 3 8B on one
+#:   H100, v0.5.3 spent 33 % of the time in the HTTP API server, 29 % in scheduling and input
+#:   preparation and only 38 % on the GPU — CPU ≈ 1.6 × the GPU's decode step of a full
+#:   batch (≈ 7 ms at ~250 sequences: ≈ 11 ms, ≈ 45 µs a sequence);
+#: - 0.6 – 0.7 (V0 with asynchronous output processing, the same post: detokenization
+#:   overlapped with the next step, "the 33 %" gone): 30 µs — the scheduling share, 29 / 62
+#:   of the above;
+#: - 0.8 on (the V1 engine: ``VLLM_USE_V1`` default 1 from 0.8.0, the engine core in its own
+#:   process, detokenization in the frontend's): 50 µs a sequence and 0.7 ms a step
+#:   (:data:`T_CPU_V1_S`), fitted together with :data:`ETA_COMPUTE` to the fit sets of the
+#:   published-run library (benchmarks/data/realgpu, role ``fit``; 2026-12-07, issue 34 cause
+#:   2): the earlier 20 µs and 2.5 ms — a guess — made one RTX 5090 serving Qwen3-4B at one to
+#:   eight users 38–63 % too slow per token (6.7 ms measured; the GPU's share of it ≈ 6.0 ms)
+#:   and the fit sets' TPOT at 9–64 users 18 % too fast. Fit sets, median |error| tok/s / TTFT /
+#:   TPOT: 29 / 50 / 27 % with 0.5, 2.5 ms, 20 µs → 25 / 48 / 21 % with these; validation sets
+#:   (never fitted): 34 / 150 / 33 % → 22 / 79 / 29 %. With asynchronous scheduling
+#:   (:data:`ASYNC_SCHEDULING_DEFAULT_FROM`) the step's CPU overlaps the GPU's work.
+T_CPU_SEQ_V0_S, T_CPU_SEQ_V0_ASYNC_OUT_S, T_CPU_SEQ_V1_S = 50e-6, 30e-6, 50e-6
+
+#: s of CPU per engine step besides the per-sequence part: 2.5 ms for the V0 engine (before
+#: 0.8: PERF-MODEL's "t_cpu ≈ 1–3 ms"), 0.7 ms for V1 with CUDA graphs (fitted, above)
+T_CPU_V0_S, T_CPU_V1_S = 2.5e-3, 0.7e-3
+
+#: share of dense BF16 tensor FLOPS a prefill's GEMMs reach: 0.7, fitted to the fit sets'
+#: TTFT (signed median error at 65+ concurrent requests per engine +22 % with the earlier
+#: 0.5 — PERF-MODEL's "η_c ≈ 0.4–0.6", a guess — and +2 % with 0.7; at 9–64, +56 % → +16 %);
+#: large GEMMs of cuBLAS reach 70–90 % of the tensor peak. Below a few hundred tokens a step is
+#: bound by memory, not by this figure. 2026-12-07, issue 34 ("large-GEMM eta_compute").
+ETA_COMPUTE = 0.7
+
+
 @dataclass(frozen=True)
 class PerfParams:
     """Efficiencies and overheads of the step-time model (the calibrated quantities).
@@ -108,9 +144,9 @@ class PerfParams:
     "default (…)" or "calibrated …"."""
 
     eta_mem: float = 0.7
-    eta_compute: float = 0.5
-    t_cpu_s: float = 0.0025
-    t_cpu_seq_s: float = 2e-5
+    eta_compute: float = ETA_COMPUTE
+    t_cpu_s: float = T_CPU_V1_S
+    t_cpu_seq_s: float = T_CPU_SEQ_V1_S
     allreduce_alpha_s: float = 25e-6
     link_gbs: float = 25.0
     t_request_s: float = 0.005
@@ -121,28 +157,18 @@ class PerfParams:
         return asdict(self)
 
 
-#: s of CPU per running sequence per step by engine generation (the serial part of the
-#: scheduler, input preparation, sampling and output processing a step pays per sequence):
-#:
-#: - vLLM before 0.6 (the V0 engine, API server, scheduler and detokenizer in one process,
-#:   all serial with the GPU): 50 µs. vLLM's blog "vLLM v0.6.0: 2.7x Throughput Improvement
-#:   and 5x Latency Reduction" (2024-09-05, "Performance Analysis"): for Llama 3 8B on one
-#:   H100, v0.5.3 spent 33 % of the time in the HTTP API server, 29 % in scheduling and input
-#:   preparation and only 38 % on the GPU — CPU ≈ 1.6 × the GPU's decode step of a full
-#:   batch (≈ 7 ms at ~250 sequences: ≈ 11 ms, ≈ 45 µs a sequence);
-#: - 0.6 – 0.7 (V0 with asynchronous output processing, the same post: detokenization
-#:   overlapped with the next step, "the 33 %" gone): 30 µs — the scheduling share, 29 / 62
-#:   of the above;
-#: - 0.8 on (the V1 engine: ``VLLM_USE_V1`` default 1 from 0.8.0, the engine core in its own
-#:   process, detokenization in the frontend's): 20 µs, the earlier default.
-T_CPU_SEQ_V0_S, T_CPU_SEQ_V0_ASYNC_OUT_S, T_CPU_SEQ_V1_S = 50e-6, 30e-6, 20e-6
-
-
 def _version_tuple(version: str | None) -> tuple[int, ...] | None:
     if not version:
         return None
     parts = re.findall(r"\d+", str(version).split("+")[0])[:3]
     return tuple(int(x) for x in parts) if parts else None
+
+
+def cpu_step_default(version: str | None) -> float:
+    """Default ``t_cpu_s`` for a vLLM version (None: the newest, V1): :data:`T_CPU_V0_S`
+    before 0.8, else :data:`T_CPU_V1_S`."""
+    v = _version_tuple(version)
+    return T_CPU_V1_S if v is None or v >= (0, 8) else T_CPU_V0_S
 
 
 def cpu_seq_default(version: str | None) -> float:
@@ -180,7 +206,8 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version
     """Defaults per GPU class (docs/perf-model.md): η_mem 0.75 for 16- and 8-bit weights
     ("0.7–0.8 measured for vLLM on A100/H100"; the same streaming kernels on GDDR cards —
     the RTX 4090 Mistral-7B reference curve implies ≈ 0.8); for 4-bit kernels 0.65 on
-    GDDR cards ("assume 0.6–0.7 … until calibrated") and 0.70 on HBM; η_c 0.5; t_cpu 2.5 ms. All-reduce: NVLink α 25 µs at the
+    GDDR cards ("assume 0.6–0.7 … until calibrated") and 0.70 on HBM; η_c :data:`ETA_COMPUTE`; t_cpu and
+    t_cpu_seq by the vLLM version's engine (:func:`cpu_step_default`, :func:`cpu_seq_default`). All-reduce: NVLink α 25 µs at the
     NVLink rate; PCIe with P2P α 22 µs at the PCIe rate; without P2P (consumer cards,
     NCCL through host memory) α = 40 + 5·TP µs (50 at TP2, 60 at TP4, 80 at TP8) and
     16 GB/s (PCIe 5.0) / 9 GB/s (PCIe 4.0). The CPU build: η_mem 0.5 and η_c 0.3 (assumed:
@@ -207,7 +234,7 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version
         alpha = (40 + 5 * tp) * 1e-6
         link = 16.0 if gpu.pcie_gen >= 5 else 9.0
         cls = "PCIe without P2P"
-    return PerfParams(eta, 0.5, 0.0025, cpu_seq_default(version), alpha, link, 0.005, T_LAUNCH_LAYER_S,
+    return PerfParams(eta, ETA_COMPUTE, cpu_step_default(version), cpu_seq_default(version), alpha, link, 0.005, T_LAUNCH_LAYER_S,
                       f"default ({cls})")
 
 
@@ -248,6 +275,20 @@ class StageSpec:
     weight_kernel: str = ""
     #: 16-bit bytes of the dense weights once dequantized (the AWQ kernel's large-batch path)
     dense_weight_bytes_16: float = 0.0
+    #: the share of ``kv_bytes_per_token`` whose layers attend to a window only, as (bytes per token
+    #: on this card, window tokens): sliding-window layers their window, chunked local layers their
+    #: chunk, linear-attention (mamba) layers 0 (a state, no context) — a query reads and multiplies
+    #: min(context, window) of their KV (app.engine.kvcache; vLLM computes a sliding layer over its
+    #: window whether or not its KV is allocated as full attention: kv_cache_utils.py:1819–1822 @ 0.32.0)
+    kv_windows: tuple[tuple[float, int], ...] = ()
+
+    def kv_context_bytes(self, context: float) -> float:
+        """KV bytes one query at ``context`` tokens reads on this card (every layer):
+        ``kv_bytes_per_token`` × context, less what the windowed layers do not read."""
+        b = self.kv_bytes_per_token * context
+        for bpt, w in self.kv_windows:
+            b -= bpt * max(0.0, context - w)
+        return b
 
 
 @dataclass
@@ -342,15 +383,24 @@ class StepTimeModel:
         p = self.params
         tokens = decode_tokens + prefill_tokens + spec_tokens
         wbytes = weight_reads(st, tokens) + st.expert_weight_bytes * self._expert_share(tokens)
-        kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
         # prefill attention reads the context's KV once per tile of queries, not once per query
         # (:func:`query_tile`); a chunk shorter than a tile still reads it once
         tile = min(float(query_tile(st.gpu, st.head_dim)), max(prefill_tokens, 1.0))
-        kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) / tile * st.kv_bytes_per_token
+        pre_ctx = prefill_context + prefill_tokens / 2
+        if st.kv_windows and st.kv_bytes_per_token > 0:  # windowed layers read and multiply their window only
+            kv_read = decode_tokens * st.kv_context_bytes(mean_context)
+            kv_prefill = prefill_tokens * st.kv_context_bytes(pre_ctx) / tile
+            dec_ctx = st.kv_context_bytes(mean_context) / st.kv_bytes_per_token
+            pre_att = st.kv_context_bytes(pre_ctx) / st.kv_bytes_per_token
+        else:
+            kv_read = decode_tokens * mean_context * st.kv_bytes_per_token
+            kv_prefill = prefill_tokens * (prefill_context + prefill_tokens / 2) / tile * st.kv_bytes_per_token
+            dec_ctx, pre_att = mean_context, pre_ctx
         mem = (wbytes + kv_read + kv_prefill) / (p.eta_mem * st.gpu.bandwidth_gbs * 1e9)
-        # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer
+        # attention: QKᵀ and AV, 2 FLOPs per multiply-add → 4·c·heads·hd per token per layer (a windowed
+        # layer: its window, in the share of the KV bytes it holds)
         att = 4 * st.layers * st.attn_heads * st.head_dim * (
-            (decode_tokens + spec_tokens) * mean_context + prefill_tokens * (prefill_context + prefill_tokens / 2))
+            (decode_tokens + spec_tokens) * dec_ctx + prefill_tokens * pre_att)
         flops = 2 * st.active_params * tokens + att
         comp = flops / (p.eta_compute * st.gpu.tflops_bf16 * 1e12)
         comm = 2 * st.layers * self.allreduce_s(tokens * self.hidden * 2) if tokens > 0 else 0.0

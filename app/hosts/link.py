@@ -21,10 +21,18 @@ import collections
 import itertools
 import logging
 import shlex
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-import asyncssh
+from cryptography.utils import CryptographyDeprecationWarning
+
+with warnings.catch_warnings():
+    # asyncssh 2.x names DSA key classes at import, which cryptography ≥ 43 deprecates
+    # (asyncssh/crypto/misc.py, dsa.py): five warnings at every start of the app that say
+    # nothing about it (issue 37); cryptography is asyncssh's own dependency
+    warnings.filterwarnings("ignore", category=CryptographyDeprecationWarning, module=r"asyncssh(\.|$)")
+    import asyncssh
 
 from app import __version__
 from app.clock import SessionClock

@@ -8,12 +8,21 @@ or one user. Each probed level is judged on its own measured requests; a level e
 once it has sent ``RampSpec.requests_per_level`` measured requests (the floor, default
 100: a p99 from fewer is marked as such) or after ``step_seconds`` (the cap).
 
-The capacity's interval comes from a bootstrap over each probed level's requests
-(:func:`met_probability`): ``users_low`` is the largest probed level at or below the
-capacity that meets the SLO in ≥ 95 % of the resamples, ``users_high`` the value just
-below the smallest probed level above it that breaks it in ≥ 95 %. With repeats, the
-search runs again from ``start`` each time; the capacity is the mean of the repeats'
-and its interval spans theirs.
+The capacity's interval is the search's bracket (:func:`bracket`, issue 37 item 3): it
+never extends past a level the same search measured as broken, nor below one it measured
+as met. For one search (one repeat): ``users_low`` = the capacity C, the largest level
+measured met below the lowest level measured broken B; ``users_high`` = B — the SLO's
+crossing lies in [C, B] (:func:`crossing_users` interpolates it there), and a search run
+again may meet B by chance but measured nothing between C and B. Without a broken level
+(``max_level`` met) the interval is [C, C]; with no level met, [0, B]. The bootstrap
+(:func:`met_probability`) says per level how sure its verdict is; it never moves the
+interval past a measurement (it used to: "19 (19–23)" with 20 measured broken, "26
+(26–36)" with 27 broken, and a tune's "27 (27–27)" where a second search met 28 — the
+bracket gives 19–20, 26–27 and 27–28). When the outcomes are not monotone (a level met
+above B: noise, or a fixed ramp), C stays the conservative answer and no interval can
+hold every measurement; the broken rule wins. With repeats, the search runs again from
+``start`` each time; the capacity is the mean of the repeats' and its interval spans
+their brackets.
 
 The same next-level rule serves GuideLLM-style open-loop searches (``mode: rate``,
 levels in requests/s). Units: users (requests in flight) or requests/s, seconds.
@@ -37,10 +46,8 @@ P99_MIN_REQUESTS = 100
 #: :data:`P99_MIN_REQUESTS` requests ends it first unless the level is very slow
 SEARCH_STEP_CAP_S = 600.0
 
-#: bootstrap resamples per level, and the confidence that makes a level surely met
-#: (or surely broken) for the capacity's interval
+#: bootstrap resamples per level (:func:`met_probability`: how sure a level's verdict is)
 BOOTSTRAP_RESAMPLES = 400
-CONFIDENCE = 0.95
 
 
 def _snap(x: float, mode: str) -> float:
@@ -199,6 +206,27 @@ def level_met(st: StepStats, slo: SLO) -> bool:
     return bound is None or st.failure_rate <= bound
 
 
+def bracket(levels: Sequence[CapacityLevel]) -> tuple[CapacityLevel | None, CapacityLevel | None]:
+    """One search's bracket (the levels of one repeat, any order): ``(C, B)`` — B the
+    lowest level measured as broken, C the largest level measured as met below B (or
+    below nothing when no level broke). Either is None when there is none. The
+    capacity is C's users, its interval [C, B] (module docstring: the rule that an
+    interval never passes a measurement of the same search); :func:`capacity_of` and
+    :func:`crossing_users` both take it from here."""
+    hi = min((lv for lv in levels if not lv.met), key=lambda lv: lv.users, default=None)
+    lo = max((lv for lv in levels if lv.met and (hi is None or lv.users < hi.users)),
+             key=lambda lv: lv.users, default=None)
+    return lo, hi
+
+
+def level_mark(st: StepStats) -> str:
+    """The mark of a finished level in the progress chips: ``✗`` when it was aborted,
+    stopped on failures or broke the SLO it ran under (``st.slo_broken``, judged by the
+    runner in its own units: the sim's wall time or the rig's), else ``✓`` (met it, or
+    completed when no SLO was set) — a chip never ticks a broken level."""
+    return "✗" if st.stop_reason in ("aborted", "failure_rate") or st.slo_broken else "✓"
+
+
 def fmt_users(x: float, mode: str = "concurrency") -> str:
     if mode == "rate":
         return f"{x:.3g} req/s"
@@ -224,34 +252,18 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
                            stats=st.model_dump(mode="json"))
         levels.append(lv)
         by_rep.setdefault(lv.repeat, []).append((st, lv))
-    step = search.step(mode)
     caps, lows, highs = [], [], []
     best_st: StepStats | None = None
     next_st: StepStats | None = None
     for rep in sorted(by_rep):
         pairs = by_rep[rep]
-        broke = [(st, lv) for st, lv in pairs if not lv.met]
-        hi = min(broke, key=lambda p: p[1].users, default=None)
-        below = [(st, lv) for st, lv in pairs if lv.met and (hi is None or lv.users < hi[1].users)]
-        lo = max(below, key=lambda p: p[1].users, default=None)
-        cap = lo[1].users if lo else 0.0
-        sure_met = [lv.users for _, lv in pairs
-                    if lv.users <= cap and lv.met and (lv.met_probability is None or lv.met_probability >= CONFIDENCE)]
-        low = max(sure_met, default=0.0)
-        above = sorted((lv for _, lv in pairs if lv.users > cap), key=lambda lv: lv.users)
-        sure_broke = [lv.users for lv in above
-                      if not lv.met and lv.met_probability is not None and lv.met_probability <= 1 - CONFIDENCE]
-        if sure_broke:
-            high = sure_broke[0] - step
-        elif above:
-            high = above[-1].users
-        else:
-            high = cap
+        lo, hi = bracket([lv for _, lv in pairs])
+        cap = lo.users if lo is not None else 0.0
         caps.append(cap)
-        lows.append(min(low, cap))
-        highs.append(max(high, cap))
-        best_st = lo[0] if lo else None
-        next_st = hi[0] if hi else None
+        lows.append(cap)
+        highs.append(hi.users if hi is not None else cap)
+        best_st = next((st for st, lv in pairs if lv is lo), None)
+        next_st = next((st for st, lv in pairs if lv is hi), None)
     users = float(np.mean(caps)) if caps else 0.0
     if mode == "concurrency" and len(caps) == 1:
         users = caps[0]
@@ -290,15 +302,9 @@ def crossing_users(c: Capacity) -> float | None:
     if c.users <= 0 or not c.levels:
         return None
     rep = max(lv.repeat for lv in c.levels)
-    mine = [lv for lv in c.levels if lv.repeat == rep]
-    met = [lv for lv in mine if lv.met]
-    if not met:
-        return None
-    broke = sorted((lv for lv in mine if not lv.met), key=lambda lv: lv.users)
-    lo = max((lv for lv in met if not broke or lv.users < broke[0].users), key=lambda lv: lv.users, default=None)
+    lo, hi = bracket([lv for lv in c.levels if lv.repeat == rep])
     if lo is None:
         return None
-    hi = next((lv for lv in broke if lv.users > lo.users), None)
     h_lo = level_headroom(lo.stats, c.slo)
     h_hi = level_headroom(hi.stats, c.slo) if hi is not None else None
     if hi is None or h_lo is None or h_hi is None or h_hi >= 1.0 or h_lo <= h_hi:

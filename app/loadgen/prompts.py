@@ -21,7 +21,8 @@ import random
 from dataclasses import dataclass, field
 
 from app.loadgen.datasets import Dataset, Entry, length_histogram, output_of
-from app.loadgen.spec import RampSpec, SharedPrefix
+from app.loadgen.spec import RampSpec
+from app.loadgen.workload import SharedPrefix, Workload
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her they this have had not are but "
@@ -77,7 +78,7 @@ class LengthSampler:
         self._order: list[int] = []
 
     @classmethod
-    def of(cls, spec: RampSpec, seed: int | None = None) -> "LengthSampler":
+    def of(cls, spec: Workload, seed: int | None = None) -> "LengthSampler":
         return cls(spec.length_range("prompt_tokens"), spec.length_range("output_tokens"),
                    spec.seed if seed is None else seed, spec.dataset(), spec.output_cap)
 
@@ -97,7 +98,7 @@ class LengthSampler:
         return self.next_entry()[1:]
 
 
-def planned_lengths(spec: RampSpec, n: int | None = None) -> list[tuple[int, int]]:
+def planned_lengths(spec: Workload, n: int | None = None) -> list[tuple[int, int]]:
     """(prompt tokens, max_tokens) of the first ``n`` requests ``spec`` sends
     (:class:`LengthSampler`, the ramp's seed): the lengths shown and stored before a
     run (:func:`app.loadgen.datasets.length_histogram`). ``n`` None: the dataset's size
@@ -108,7 +109,7 @@ def planned_lengths(spec: RampSpec, n: int | None = None) -> list[tuple[int, int
     return [s.next() for _ in range(n)]
 
 
-def dataset_lengths(spec: RampSpec) -> dict | None:
+def dataset_lengths(spec: Workload) -> dict | None:
     """The lengths a dataset ramp sends, stored with its run and exported with its result:
     ``{"source", "format", "entries", "skipped", "truncated", "prompt", "output"}`` —
     ``prompt``/``output`` the histograms of :func:`planned_lengths`
@@ -137,7 +138,7 @@ def fit_context(prompt_tokens: int, max_tokens: int, max_model_len: int) -> int:
     return max(1, min(max_tokens, room))
 
 
-def needs_calibration(spec: RampSpec) -> bool:
+def needs_calibration(spec: Workload) -> bool:
     """Whether the ramp sends synthetic words (no dataset, or a built-in one), whose
     count the runner scales by the model's measured tokens per word."""
     ds = spec.dataset()

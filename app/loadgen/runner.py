@@ -35,7 +35,6 @@ from typing import Callable
 
 import aiohttp
 
-from app.loadgen.arrivals import arrival_times
 from app.loadgen.capacity import level_met, search_levels
 from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample, needs_calibration
@@ -374,7 +373,7 @@ class Ramp:
 
             async def arrivals() -> None:
                 start = time.monotonic()
-                for at in arrival_times(level, spec.burstiness, spec.seed, idx):
+                for at in spec.arrivals(level, spec.seed, idx):
                     nxt = start + at
                     delay = nxt - time.monotonic()
                     if delay > 0:

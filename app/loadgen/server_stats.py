@@ -209,6 +209,28 @@ def _get(st: Any, k: str) -> Any:
     return st.get(k) if isinstance(st, dict) else getattr(st, k, None)
 
 
+#: the share of the server's mean TTFT spent in the waiting queue (0–1) from which TTFT
+#: counts as mostly queueing rather than prefill (a majority)
+QUEUE_MAJORITY = 0.5
+
+
+def ttft_cause(server: Any) -> tuple[str, float] | None:
+    """What the server's TTFT of one level is mostly: ``("queueing", share)`` when the
+    mean time in vLLM's waiting queue (vllm:request_queue_time_seconds) is at least
+    :data:`QUEUE_MAJORITY` of its mean TTFT (vllm:time_to_first_token_seconds), else
+    ``("prefill", share)``; ``share`` = queue mean ÷ TTFT mean (0–1). None without both
+    means. ``server``: a level's :class:`ServerStats` or its dict. The one analysis the
+    client-vs-server note (:func:`explain`) and the verdict's limit
+    (app.run.verdict) both read, so they cannot disagree (issue 37 item 4)."""
+    if server is None:
+        return None
+    qm, tm = _get(server, "queue_mean"), _get(server, "ttft_mean")
+    if qm is None or not tm:
+        return None
+    share = qm / tm
+    return ("queueing" if share >= QUEUE_MAJORITY else "prefill"), share
+
+
 def explain(st: Any, k: float = 1.0) -> list[str]:
     """The gap between the client's and the server's figures of one level, in words.
 
@@ -252,13 +274,14 @@ def explain(st: Any, k: float = 1.0) -> list[str]:
                        f"the server counted other requests (the window's edges, or other clients){p50}")
     q99, t99 = sv.get("queue_p99"), sv.get("ttft_p99")
     qm, tm = sv.get("queue_mean"), sv.get("ttft_mean")
-    if q99 is not None and t99 and qm is not None and tm:
-        share = qm / tm
+    cause = ttft_cause(sv)
+    if q99 is not None and t99 and cause is not None:
+        kind, share = cause
 
         def p99(k: str) -> str:
             bk = res.get(k)
             return _ms(sv[k]) + (f" (bucket {_ms(bk[0])}–{_ms(bk[1])})" if bk else "")
-        if share >= 0.5:
+        if kind == "queueing":
             out.append(f"queueing: queue time p99 {p99('queue_p99')} is most of the server's TTFT p99 "
                        f"{p99('ttft_p99')}; means {_ms(qm)} of {_ms(tm)} ({share:.0%}): requests wait for a "
                        f"place in the batch")

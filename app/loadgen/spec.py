@@ -5,33 +5,19 @@ Units: seconds for every time, tokens for lengths, requests/s for rates, fractio
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Literal, Optional, Union
+from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.loadgen.datasets import Dataset, DatasetFormat, load_dataset
+# the workload's vocabulary, re-exported: a ramp's request shape is app.loadgen.workload's
+from app.loadgen.workload import (Length, MultiTurn, SharedPrefix, Workload, parse_length, parse_multi_turn,
+                                  parse_shared_prefix)
 from app.settings import DEFAULT_MAX_FAILURE_RATE
 
-Length = Union[int, tuple[int, int]]
-"""A token length: fixed ``n`` or a uniform range ``(lo, hi)`` inclusive."""
+__all__ = ["CapacitySearch", "ENDPOINTS", "Length", "MultiTurn", "RampSpec", "SLO", "SharedPrefix", "parse_length",
+           "parse_multi_turn", "parse_shared_prefix", "slo_to_wall", "spec_to_wall"]
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
-
-
-def parse_length(text: str) -> Length:
-    """CLI form of a length: ``"512"`` → 512, ``"256-1024"`` → (256, 1024).
-
-    Raises ValueError naming the text when it is neither.
-    """
-    s = str(text).strip()
-    try:
-        if "-" in s.lstrip("-"):
-            lo, hi = s.split("-", 1)
-            return (int(lo), int(hi))
-        return int(s)
-    except ValueError:
-        raise ValueError(f"length {text!r}: write a token count like 512 or a range like 256-1024") from None
 
 
 #: the failure-rate bound of an SLO that sets latency bounds and none for failures
@@ -89,71 +75,10 @@ class CapacitySearch(BaseModel):
         return 1.0 if mode == "concurrency" else 0.1
 
 
-class MultiTurn(BaseModel):
-    """Multi-turn conversations (issue 20, item 2): each closed-loop user holds a
-    conversation and sends its growing history each turn.
-
-    ``turns``: the mean number of turns (user messages) of a conversation; each
-    conversation's count K is drawn uniformly within ±``RampSpec.length_spread`` of it
-    (rounded, at least 1; exactly ``turns`` with ``--fixed-lengths``) — the ramp's own
-    length rule (:meth:`RampSpec.length_range`), so every conversation reaches the later
-    turns that per-turn TTFT is measured on (a geometric count with the same mean would
-    end a quarter of 4-turn conversations after one turn). ``think_s``: the mean think
-    time between a reply and the user's next turn, s (exponential, as a memoryless user:
-    0 = none); a thinking user holds no request in flight."""
-
-    model_config = ConfigDict(extra="forbid")
-    turns: float = Field(..., ge=1, le=10000, allow_inf_nan=False, description="mean turns per conversation")
-    think_s: float = Field(0.0, ge=0, allow_inf_nan=False, description="mean think time between turns, s (exponential)")
-
-
-class SharedPrefix(BaseModel):
-    """Shared-prefix workload (issue 20, item 3), as vLLM's ``prefix_repetition``
-    benchmark dataset (``--prefix-repetition-prefix-len``/``-num-prefixes``:
-    vllm/benchmarks/datasets/datasets.py ``PrefixRepetitionRandomDataset``, 0.32.0) and
-    GuideLLM's synthetic ``prefix_tokens``/``prefix_count``
-    (guidellm src/guidellm/dataset/synthetic.py ``PrefixBucketConfig``): ``count``
-    distinct prefixes (system prompts, documents) of ``tokens`` tokens each; a
-    ``fraction`` (0–1] of the requests starts with one of them, chosen uniformly with the
-    ramp's seed, followed by the ramp's usual fresh prompt of ``prompt_tokens`` (so such
-    a request's prompt is ``tokens`` + ``prompt_tokens`` long, as GuideLLM counts it)."""
-
-    model_config = ConfigDict(extra="forbid")
-    tokens: int = Field(..., ge=1, description="tokens of each shared prefix")
-    fraction: float = Field(..., gt=0, le=1, allow_inf_nan=False,
-                            description="fraction of requests that start with a shared prefix")
-    count: int = Field(1, ge=1, description="distinct prefixes")
-
-
-def parse_multi_turn(text: str) -> MultiTurn:
-    """CLI form ``TURNS[:THINK_S]``: ``"4"`` → 4 turns, no think time; ``"4:2.5"`` → 4
-    turns, 2.5 s mean think time. Raises ValueError naming the text."""
-    parts = str(text).strip().split(":")
-    try:
-        if len(parts) > 2:
-            raise ValueError
-        return MultiTurn(turns=float(parts[0]), think_s=float(parts[1]) if len(parts) > 1 else 0.0)
-    except (ValueError, TypeError):
-        raise ValueError(f"multi-turn {text!r}: write TURNS[:THINK_S], e.g. 4 or 4:2.5 (mean turns ≥ 1, "
-                         "mean think time ≥ 0 s)") from None
-
-
-def parse_shared_prefix(text: str) -> SharedPrefix:
-    """CLI form ``TOKENS:FRACTION[:COUNT]``: ``"1024:0.5"`` → one 1024-token prefix on half
-    the requests; ``"1024:0.5:4"`` → four of them. Raises ValueError naming the text."""
-    parts = str(text).strip().split(":")
-    try:
-        if len(parts) not in (2, 3):
-            raise ValueError
-        return SharedPrefix(tokens=int(parts[0]), fraction=float(parts[1]),
-                            count=int(parts[2]) if len(parts) > 2 else 1)
-    except (ValueError, TypeError):
-        raise ValueError(f"shared prefix {text!r}: write TOKENS:FRACTION[:COUNT], e.g. 1024:0.5 or 1024:0.5:4 "
-                         "(tokens ≥ 1, fraction in (0, 1], count ≥ 1)") from None
-
-
-class RampSpec(BaseModel):
-    """A load ramp.
+class RampSpec(Workload):
+    """A load ramp: a :class:`app.loadgen.workload.Workload` (its request shape: lengths,
+    dataset, shared prefix, multi-turn, arrivals — inherited, so its keys sit flat in the
+    JSON and the profile YAML as they always did) and how it is run.
 
     Levels: ``levels`` (explicit) or ``max_level`` (geometric 1, 2, 4 … up to it, with
     ``max_level`` itself last). In ``concurrency`` mode a level is the number of
@@ -188,25 +113,9 @@ class RampSpec(BaseModel):
     mode: Literal["concurrency", "rate"] = "concurrency"
     levels: Optional[list[float]] = None
     max_level: Optional[int] = Field(None, ge=1)
-    max_concurrency: Optional[int] = Field(None, ge=1, description="rate mode: cap on requests in flight")
-    burstiness: float = Field(1.0, gt=0, allow_inf_nan=False, description=(
-        "rate mode: gamma shape of the gaps between arrivals, as vllm bench serve --burstiness "
-        "(1 = Poisson; < 1 burstier, > 1 more uniform; app.loadgen.arrivals)"))
     step_seconds: Optional[float] = Field(20.0, gt=0)
     requests_per_level: Optional[int] = Field(None, ge=1)
     warmup_seconds: float = Field(0.0, ge=0)
-    prompt_tokens: Length = 512
-    output_tokens: Length = 128
-    length_spread: float = Field(0.25, ge=0, lt=1, description=(
-        "a single-number length is drawn uniformly within ±this fraction of it (0: fixed); "
-        "a LOW-HIGH range is used as given"))
-    prompts_file: Optional[Path] = Field(None, description=(
-        "a dataset (app.loadgen.datasets): a ShareGPT/chat/{\"prompt\": …} JSON(L), CSV or Parquet file, "
-        "builtin:chat, or hf:OWNER/NAME from the Hugging Face cache; sampled with the seed"))
-    prompts_format: Optional[DatasetFormat] = Field(None, description="the dataset's format; None → detected")
-    prompts_column: Optional[str] = Field(None, min_length=1, description="CSV/Parquet: the text column")
-    output_cap: Optional[int] = Field(None, ge=1, description=(
-        "a dataset with answers: max_tokens is the answer's length, at most this (None: uncapped)"))
     ignore_eos: bool = True
     temperature: float = Field(0.0, ge=0)
     request_timeout: float = Field(300.0, gt=0)
@@ -218,12 +127,7 @@ class RampSpec(BaseModel):
     max_total_seconds: Optional[float] = Field(None, gt=0)
     knee_gain: float = Field(0.15, ge=0, description="knee: throughput growth per doubling below this")
     knee_ttft_ratio: float = Field(1.5, ge=1, description="knee: TTFT p99 growth at least this")
-    seed: int = 0
     search: Optional[CapacitySearch] = Field(None, description="find the capacity instead of running fixed levels")
-    multi_turn: Optional[MultiTurn] = Field(None, description=(
-        "closed loop: each user holds a conversation, sending its history each turn (a level's users = "
-        "conversations in progress)"))
-    shared_prefix: Optional[SharedPrefix] = Field(None, description="a fraction of requests starts with a shared prefix")
     settle: Optional[bool] = Field(None, description=(
         "closed loop: a level's warm-up lasts until each user has finished one request (at least "
         "warmup_seconds); None → on for a capacity search, off for fixed levels"))
@@ -236,17 +140,6 @@ class RampSpec(BaseModel):
             raise ValueError(f"url {v!r}: write the server's base URL, e.g. http://127.0.0.1:8000")
         if v.endswith("/v1"):
             v = v[:-3]
-        return v
-
-    @field_validator("prompt_tokens", "output_tokens")
-    @classmethod
-    def _length(cls, v: Length, info: ValidationInfo) -> Length:
-        if isinstance(v, tuple):
-            lo, hi = v
-            if lo < 1 or hi < lo:
-                raise ValueError(f"{info.field_name} range {lo}-{hi}: need 1 ≤ low ≤ high")
-        elif v < 1:
-            raise ValueError(f"{info.field_name} = {v}: need at least 1 token")
         return v
 
     @model_validator(mode="after")
@@ -275,65 +168,16 @@ class RampSpec(BaseModel):
                 raise ValueError(f"level {x}: a concurrency level is a whole number ≥ 1")
             if self.mode == "rate" and not x > 0:
                 raise ValueError(f"level {x}: a rate level is a request rate > 0 req/s")
-        if self.mode == "concurrency" and self.burstiness != 1.0:
-            raise ValueError(f"burstiness {self.burstiness:g}: it shapes request-rate arrivals; give request rates "
-                             "(mode: rate, --rate) or leave burstiness at 1")
         if self.step_seconds is None and self.requests_per_level is None:
             raise ValueError("set step_seconds and/or requests_per_level: a level needs an end")
-        if self.prompts_file is not None:
-            self.dataset()  # raises naming the file, the line and the fix
-        elif self.prompts_format is not None or self.prompts_column is not None:
-            raise ValueError("prompts_format/prompts_column describe a prompts_file: give one")
-        if self.multi_turn is not None and self.mode != "concurrency":
-            raise ValueError("multi_turn: conversations are held by closed-loop users — use concurrency levels "
-                             "(--levels/--max-level), not request rates")
-        for name in ("multi_turn", "shared_prefix"):
-            if getattr(self, name) is not None and self.prompts_file is not None:
-                raise ValueError(f"{name}: works on synthetic prompts; drop prompts_file (--prompts-file) or it")
+        self.check_kinds(self.mode)
         return self
-
-    def turns_range(self) -> tuple[int, int]:
-        """The uniform range (inclusive) a conversation's turn count is drawn from:
-        ``multi_turn.turns`` · (1 ± ``length_spread``), rounded, at least 1 (the rule of
-        :meth:`length_range`); (1, 1) without ``multi_turn``."""
-        if self.multi_turn is None:
-            return 1, 1
-        t = self.multi_turn.turns
-        lo = max(1, round(t * (1 - self.length_spread)))
-        return lo, max(lo, round(t * (1 + self.length_spread)))
-
-    def dataset(self) -> Dataset | None:
-        """The :class:`app.loadgen.datasets.Dataset` of ``prompts_file`` (cached), None
-        without one. Raises DatasetError (a ValueError) for a bad file."""
-        if self.prompts_file is None:
-            return None
-        return load_dataset(self.prompts_file, self.prompts_format, self.prompts_column)
-
-    @property
-    def prompts_name(self) -> str | None:
-        """``prompts_file`` as the user wrote it (``builtin:chat``, ``hf:…``) or a file's name."""
-        if self.prompts_file is None:
-            return None
-        s = str(self.prompts_file)
-        return s if s.startswith(("builtin:", "hf:")) else Path(s).name
 
     @property
     def settles(self) -> bool:
         """Whether a closed-loop level waits for each user's first request to finish before
         it measures (``settle``; by default only a capacity search does)."""
         return self.search is not None if self.settle is None else self.settle
-
-    def length_range(self, name: str) -> tuple[int, int]:
-        """The uniform range (inclusive, tokens) that ``prompt_tokens`` or
-        ``output_tokens`` (``name``) is drawn from: a LOW-HIGH range as given; a single
-        number n → n·(1 ± length_spread), rounded, at least 1 (n itself when the spread
-        is 0). Closed-loop users with equal lengths march in lockstep — every request
-        prefills and ends together — which no real workload does."""
-        v = getattr(self, name)
-        if isinstance(v, tuple):
-            return v
-        lo = max(1, round(v * (1 - self.length_spread)))
-        return lo, max(lo, round(v * (1 + self.length_spread)))
 
     def level_quota(self, level: float) -> int | None:
         """The measured requests a level sends before it stops (None: time only):
@@ -366,16 +210,7 @@ class RampSpec(BaseModel):
                 return f"prompts from {self.prompts_name}, output from its answers{cap} (sampled, seed {self.seed})"
             return (f"prompts from {self.prompts_name} (sampled, seed {self.seed}), "
                     f"output {one('output_tokens')} tokens ({how})")
-        out = f"prompt {one('prompt_tokens')}, output {one('output_tokens')} tokens ({how})"
-        if self.shared_prefix is not None:
-            sp = self.shared_prefix
-            out += (f"; {sp.fraction:.0%} start with one of {sp.count} shared prefix{'es' if sp.count > 1 else ''} "
-                    f"of {sp.tokens} tokens")
-        if self.multi_turn is not None:
-            lo, hi = self.turns_range()
-            out += (f"; conversations of {lo if lo == hi else f'{lo}–{hi}'} turns"
-                    + (f", think {self.multi_turn.think_s:g} s (mean)" if self.multi_turn.think_s else ""))
-        return out
+        return f"prompt {one('prompt_tokens')}, output {one('output_tokens')} tokens ({how})" + self.kinds_shape()
 
     @property
     def largest_level(self) -> int:

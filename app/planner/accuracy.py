@@ -42,8 +42,9 @@ def compare_launch(p: Plan, facts: Any) -> list[Comparison]:
     if r0.gpu.kind != "cpu":
         out.append(_cmp("weights_per_gpu", "GiB", r0.weights_gib, facts.model_loading_gib))
     if facts.max_concurrency is not None and facts.max_concurrency_tokens_per_request:
-        bs = p.effective.block_size
-        pred = p.kv_blocks / -(-facts.max_concurrency_tokens_per_request // bs)
+        # the pool's blocks over one request's blocks in every KV cache group (app.engine.kvcache)
+        pred = p.kv_layout.max_concurrency(p.kv_blocks, facts.max_concurrency_tokens_per_request,
+                                           p.effective.in_flight_tokens)
         out.append(_cmp("max_concurrency", "requests", pred, facts.max_concurrency))
     return out
 

@@ -587,7 +587,7 @@ def bench_plan(config: ServerConfig, cards: Sequence[GpuSpec], lengths: Sequence
     n = max(1, len(lengths))
     pt = max(1, round(sum(x for x, _ in lengths) / n))
     ot = max(1, round(sum(y for _, y in lengths) / n))
-    p = plan_for(Engine.VLLM, config, list(cards), resolve_model(config.model), Workload(pt, ot, length_spread=0.0),
+    p = plan_for(Engine.VLLM, config, list(cards), resolve_model(config.model), Workload.of(pt, ot, length_spread=0.0),
                  vllm_version, params=params, use_calibration=use_calibration, predict=False)
     f = p.primary
     if p.verdict == "error" and f is not None:

@@ -611,17 +611,26 @@ def check_node_memory(p: "Plan") -> Finding | None:
 
 
 def check_context_fits(p: "Plan") -> Finding | None:
+    """vLLM's check before it allocates the KV cache (vllm/v1/core/kv_cache_utils.py
+    ``_check_enough_kv_cache_memory`` :1003 @ 0.32.0): one request of max_model_len — in
+    every KV cache group, a sliding window or chunk holding only its window
+    (app.engine.kvcache) — must fit each worker's KV memory less the null block; the fix
+    is vLLM's own "estimated maximum model length" (:meth:`Plan.fitting_model_len`)."""
     e = p.effective
-    if p.kv_cache_tokens <= 0 or p.kv_cache_tokens >= e.max_model_len:
+    if p.kv_blocks <= 0 or p.context_fits():
         return None
+    fit = p.fitting_model_len()
+    lay = p.kv_layout
     # never offer more than the model supports (that is its own error)
-    cands: list[dict[str, Any]] = [{"max_model_len": min(p.kv_cache_tokens, p.model.max_position)}]
-    if p.kv_cache_tokens * 2 >= e.max_model_len and e.kv_dtype_bytes > 1:
+    cands: list[dict[str, Any]] = [{"max_model_len": min(fit, p.model.max_position)}] if fit > 0 else []
+    if fit * 2 >= e.max_model_len and e.kv_dtype_bytes > 1:
         cands.append({"kv_cache_dtype": "fp8"})
+    groups = "" if lay.uniform else f" ({lay.describe()}: a window holds only its window)"
     return Finding("context_exceeds_kv_cache", "error",
-                   f"one request of max_model_len {e.max_model_len:,} tokens needs "
-                   f"{e.max_model_len * p.kv_bytes_per_token / 2**30:.2f} GiB of KV cache; only "
-                   f"{p.kv_cache_tokens:,} tokens fit (the smallest stage decides).", candidates=cands)
+                   f"one request of max_model_len {e.max_model_len:,} tokens needs {p.context_kv_gib():.2f} GiB of KV "
+                   f"cache{groups}; only {fit:,} tokens fit (the smallest stage decides; vLLM: \"To serve at "
+                   f"least one request with the model's max seq len … Based on the available memory, the estimated "
+                   f"maximum model length is {fit}\").", candidates=cands)
 
 
 def check_workload_len(p: "Plan") -> Finding | None:

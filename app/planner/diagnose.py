@@ -66,6 +66,7 @@ from app.planner.memory import CPU_DEFAULT_KV_GIB
 from app.planner.models import ModelNotFoundError, resolve_model
 from app.planner.plan import Plan, fix_to_flags, plan
 from app.server.logparse import LogParser, strip_ansi
+from app.server.supervisor import EXIT_REASONS
 
 NCCL_SILENCE_S = 300.0
 #: gpu_memory_utilization when the log's non-default args do not name it (vllm/config/cache.py, 0.32.0)
@@ -1511,3 +1512,19 @@ def killed_diagnosis(sig: int, pids: Iterable[int] = (), kernel_log: "Callable[[
                      f"{head}: the kernel's log has no out-of-memory record of its processes"
                      f"{' (pids ' + ', '.join(map(str, pids)) + ')' if pids else ''}, so something else sent "
                      "SIGKILL (a user, a service manager, a container limit); launch it again.", {}, [], after_ready)
+
+
+def undiagnosed_note(reason: str, diagnosis: "Diagnosis | None") -> str:
+    """What a failure banner says under a failure without a diagnosis: "No known cause
+    found in the log" only for a server process that ended by itself (its reason opens
+    with one of :data:`app.server.supervisor.EXIT_REASONS`: the cause would be in its log);
+    any other failure (a bad input refused before anything started, a lost host, leftover
+    processes) names its cause itself — its lines after the first, or nothing more (issue
+    37: the banner said "No known cause" right under an exact cause). Empty with a
+    diagnosis."""
+    if diagnosis is not None:
+        return ""
+    first, _, rest = (reason or "").strip().partition("\n")
+    if first.startswith(EXIT_REASONS):
+        return "No known cause found in the log; see the Log tab."
+    return rest.strip()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from app.engine.kvcache import KvCacheLayout, kv_cache_groups
 from app.planner.gpus import GIB, GpuSpec
 from app.planner.models import DTYPE_BYTES, ModelArch
 
@@ -72,6 +73,15 @@ class Effective:
     lora_rank: int = 16
     lora_dtype_bytes: int = 2
     lora_fully_sharded: bool = False
+    #: KV cache groups (app.engine.kvcache): tokens scheduled but not yet settled, which a
+    #: sliding/chunked layer keeps beside its window (``VllmConfig.max_in_flight_tokens``,
+    #: vllm/config/vllm.py:590 @ 0.32.0: max_concurrent_batches × max_num_batched_tokens; 0:
+    #: max_num_batched_tokens), whether the hybrid KV cache manager is on, prefix caching (a
+    #: mamba state's blocks) and draft tokens per step
+    max_in_flight_tokens: int = 0
+    hybrid_kv: bool = True
+    prefix_caching: bool = True
+    spec_tokens: int = 0
 
     @property
     def cpu_budget_from_utilization(self) -> bool:
@@ -82,6 +92,11 @@ class Effective:
     @property
     def world(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """``max_in_flight_tokens``, or ``max_num_batched_tokens`` when not set (one batch)."""
+        return self.max_in_flight_tokens or self.max_num_batched_tokens
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,9 @@ class RankMemory:
     #: the LoRA buffers' share of ``weights_gib`` (:func:`lora_gib`)
     lora_gib: float = 0.0
     draft_kv_bytes_per_token: int = 0
+    #: blocks in this worker's KV pool (app.engine.kvcache: one block of every layer of the widest
+    #: KV cache group); ``kv_tokens`` is vLLM's "KV cache size" of them
+    kv_blocks: int = 0
 
     @property
     def headroom_gib(self) -> float:
@@ -230,12 +248,22 @@ def sampler_gib(model: ModelArch, eff: Effective) -> float:
     return eff.max_num_seqs * model.vocab * 4 * SAMPLER_COPIES / GIB
 
 
+def kv_layout(model: ModelArch, eff: Effective) -> KvCacheLayout:
+    """The model's KV cache groups on one card of the TP group
+    (:func:`app.engine.kvcache.kv_cache_groups` of :meth:`ModelArch.kv_layers`): one
+    full-attention group for most models; sliding-window, chunked and linear-attention
+    layers grouped as vLLM 0.32's hybrid KV cache manager groups them."""
+    layers = model.kv_layers(eff.kv_dtype_bytes, eff.tp, eff.spec_tokens, eff.dtype_bytes)
+    return kv_cache_groups(layers, eff.block_size, eff.hybrid_kv, eff.prefix_caching, eff.spec_tokens)
+
+
 def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec], draft: Draft | None = None) -> list[RankMemory]:
     """One :class:`RankMemory` per worker, ranks in vLLM's order (stage-major: stage s
     uses ranks s·TP … s·TP+TP−1). ``cards`` must have one entry per rank. ``draft``: the
     speculative drafter, on the last stage's cards (module docstring)."""
     out: list[RankMemory] = []
     start = 0
+    layout = kv_layout(model, eff)
     for s, n_layers in enumerate(eff.pp_partition):
         rng = range(start, start + n_layers)
         start += n_layers
@@ -270,12 +298,15 @@ def plan_ranks(model: ModelArch, eff: Effective, cards: list[GpuSpec], draft: Dr
                 a = act
                 kv = budget_all - w - a - non_torch
             kv = max(0.0, kv)
-            block_bytes = (bpt + dbpt) * eff.block_size
+            # one pool block: a page of every layer of the widest KV cache group on this stage, plus the
+            # drafter's KV for the pool's block size (its layers counted as full attention)
+            block_bytes = layout.bytes_per_block(rng) + dbpt * layout.block_size
             blocks = max(0, math.floor(kv * GIB / block_bytes)) if block_bytes else 0
+            tokens = layout.kv_cache_tokens(blocks, eff.max_model_len, eff.in_flight_tokens)
             out.append(RankMemory(
                 rank=r, gpu=g, stage=s, layers=rng, total_gib=total, budget_gib=budget_all,
                 weights_gib=w, activation_gib=a, non_torch_gib=non_torch, kv_gib=kv,
-                kv_bytes_per_token=bpt, kv_tokens=blocks * eff.block_size, cuda_graphs_gib=graphs,
+                kv_bytes_per_token=bpt, kv_tokens=tokens, kv_blocks=blocks, cuda_graphs_gib=graphs,
                 sampler_gib=sampler_gib(model, eff) if last and g.kind != "cpu" else 0.0,
                 draft_weights_gib=dw, draft_kv_bytes_per_token=dbpt, lora_gib=lw,
             ))

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from app.planner.gpus import load_catalog
+from app.planner.models import quant_format
 
 #: the shipped table (package data, written by ``benchmarks/real_gpu_fidelity.py --write-error-table``)
 TABLE_PATH = Path(__file__).resolve().parent / "data" / "model_error.json"
@@ -73,7 +74,7 @@ def quant_family(method: str | None) -> str:
     together (``awq_marlin`` → ``awq``, ``gptq_marlin`` → ``gptq``); "none" for 16-bit."""
     if not method:
         return "none"
-    m = method.lower()
+    m = (quant_format(method) or method).lower()
     for base in ("awq", "gptq", "fp8"):
         if m.startswith(base):
             return base

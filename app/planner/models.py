@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, LayerKv
 from app.fileio import load_yaml
 from app.paths import hf_cache_dirs
 
@@ -149,6 +150,89 @@ def json_files_beside(config_json: Path) -> tuple[str, ...]:
     return tuple(sorted(f.name for f in config_json.parent.glob("*.json")))
 
 
+def quant_format(method: str | None) -> str | None:
+    """The checkpoint format a quantization method reads: a Marlin kernel variant named as
+    its format (``awq_marlin`` → ``awq``, ``gptq_marlin`` → ``gptq``, ``gptq_marlin_24`` →
+    ``gptq_24``; vLLM picks the Marlin kernel for such a checkpoint by itself,
+    ``override_quantization_method`` of vllm/model_executor/layers/quantization/auto_awq.py and auto_gptq.py, 0.32.0).
+    The one place the project strips the variant: the tuner's checkpoint label
+    (app.tuner.space), the model's own-method check and the error table's families
+    (app.planner.model_error.quant_family) read it. None stays None."""
+    return None if method is None else method.replace("_marlin", "")
+
+
+#: transformers' config defaults (5.19) for the fields the planner reads, by ``model_type``, where a
+#: published config.json leaves them out (google/gemma-3-27b-it's text_config has no vocab_size,
+#: max_position_embeddings or sliding_window_pattern): transformers/models/gemma3/configuration_gemma3.py
+CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "max_position_embeddings": 131_072, "sliding_window": 4096,
+                    "tie_word_embeddings": True, "head_dim": 256},
+}
+#: ``layer_types`` names (transformers) → KV cache kinds (app.engine.kvcache)
+LAYER_TYPE_KINDS = {"full_attention": FULL, "attention": FULL, "sliding_attention": SLIDING,
+                    "chunked_attention": CHUNKED, "linear_attention": MAMBA, "mamba": MAMBA}
+
+
+def layer_kinds(c: dict[str, Any], n_layers: int) -> tuple[tuple[str, ...], int, int]:
+    """(each layer's KV cache kind, the sliding window, the attention chunk) of a text
+    config mapping, as vLLM 0.32.0 builds the layers with transformers 5.19's defaults:
+
+    - ``sliding_window`` 0 means none (vllm/config/model.py:802–808); a config with
+      ``use_sliding_window: false`` has none (transformers' Qwen2/Qwen3 configs);
+    - gpt-oss: even layers slide, whatever ``layer_types`` says
+      (vllm/model_executor/models/gpt_oss.py:176);
+    - Llama 4: a layer with RoPE (``no_rope_layers[i]`` 1; default every layer but each
+      ``no_rope_layer_interval``-th, 4) is chunked when ``attention_chunk_size`` is set
+      (vllm/model_executor/models/llama4.py:185, :251; transformers configuration_llama4.py:180);
+    - else ``layer_types`` (sliding_attention, full_attention, chunked_attention,
+      linear_attention) as given or as transformers derives it: Gemma 3 every
+      ``sliding_window_pattern``-th (6) layer full, the rest sliding (configuration_gemma3.py:111);
+      Gemma 2 odd layers full (configuration_gemma2.py:95); Qwen3-Next every
+      ``full_attention_interval``-th (4) full, the rest linear attention
+      (configuration_qwen3_next.py:130); Qwen2/Qwen3 with a window: layers from
+      ``max_window_layers`` on slide; a sliding layer takes ``sliding_window``
+      (gemma3.py:153, gemma2.py:155, llama.py:185);
+    - no ``layer_types`` and a window: every layer slides (vLLM sets the cache's
+      sliding_window only for an all-sliding model: vllm/engine/arg_utils.py:2249–2254 —
+      Mistral-7B-v0.1).
+
+    A sliding layer without a window is full attention (vLLM gives it none). Returns ()
+    for an all-full-attention model."""
+    mt = str(c.get("model_type") or "")
+    sw = c.get("sliding_window")
+    sw = int(sw) if isinstance(sw, (int, float)) and not isinstance(sw, bool) and sw > 0 else 0
+    if c.get("use_sliding_window") is False:
+        sw = 0
+    chunk = int(c.get("attention_chunk_size") or 0)
+    n = n_layers
+    kinds: list[str]
+    if mt == "gpt_oss":
+        kinds = [SLIDING if i % 2 == 0 else FULL for i in range(n)]
+    elif mt.startswith("llama4"):
+        nope = c.get("no_rope_layers") or [int((i + 1) % int(c.get("no_rope_layer_interval") or 4) != 0)
+                                           for i in range(n)]
+        kinds = [CHUNKED if chunk and i < len(nope) and nope[i] else FULL for i in range(n)]
+    elif isinstance(c.get("layer_types"), list):
+        kinds = [LAYER_TYPE_KINDS.get(str(t), FULL) for t in c["layer_types"][:n]]
+        kinds += [FULL] * (n - len(kinds))
+    elif mt.startswith("gemma3"):
+        pattern = int(c.get("sliding_window_pattern") or c.get("_sliding_window_pattern") or 6)
+        kinds = [SLIDING if (i + 1) % pattern else FULL for i in range(n)]
+    elif mt == "gemma2":
+        kinds = [SLIDING if (i + 1) % 2 else FULL for i in range(n)]
+    elif mt.startswith("qwen3_next"):
+        every = int(c.get("full_attention_interval") or 4)
+        kinds = [MAMBA if (i + 1) % every else FULL for i in range(n)]
+    elif sw and c.get("max_window_layers") is not None and mt.startswith(("qwen2", "qwen3")):
+        kinds = [SLIDING if i >= int(c["max_window_layers"]) else FULL for i in range(n)]
+    else:
+        kinds = [SLIDING if sw else FULL] * n
+    kinds = [FULL if (k == SLIDING and not sw) or (k == CHUNKED and not chunk) else k for k in kinds]
+    if all(k == FULL for k in kinds):
+        return (), 0, 0
+    return tuple(kinds), sw if SLIDING in kinds else 0, chunk if CHUNKED in kinds else 0
+
+
 @dataclass
 class ModelArch:
     """A decoder-only transformer's shape. Counts are plain integers; ``torch_dtype`` is
@@ -193,6 +277,19 @@ class ModelArch:
     checkpoint_files: tuple[str, ...] | None = None
     architectures: tuple[str, ...] = ()
     source: str = ""  # "config.json at …", "HF cache …", "catalog …"
+    #: each decoder layer's KV cache kind (app.engine.kvcache: full, sliding, chunked, mamba), as vLLM
+    #: 0.32 builds the layer (:func:`layer_kinds`); () means all full attention
+    layer_kinds: tuple[str, ...] = ()
+    #: the sliding window of the sliding layers and the chunk of the chunked ones (tokens; 0: none)
+    sliding_window: int = 0
+    attention_chunk_size: int = 0
+    #: a gated delta net's (linear attention) shape: key and value heads, their head dims, the
+    #: causal conv's kernel (Qwen3-Next ``linear_*``; 0: none)
+    linear_k_heads: int = 0
+    linear_v_heads: int = 0
+    linear_k_dim: int = 0
+    linear_v_dim: int = 0
+    linear_conv_kernel: int = 0
 
     # ------------------------------------------------------------------ shape
     @property
@@ -248,7 +345,7 @@ class ModelArch:
         """Bytes of weights for ``layers`` (default all) plus embedding/lm_head, quantized
         with ``quantization`` (default: the checkpoint's). Not divided by TP."""
         q = quantization if quantization is not None else self.quant_method
-        same = q is not None and q.replace("_marlin", "") == (self.quant_method or "").replace("_marlin", "")
+        same = q is not None and quant_format(q) == quant_format(self.quant_method)
         bits, g = (self.quant_bits, self.quant_group_size) if same else (None, None)
         if q in ("awq", "awq_marlin", "gptq", "gptq_marlin") and g is None:
             g = 128
@@ -274,6 +371,40 @@ class ModelArch:
         heads = max(1, -(-self.kv_heads // tp))
         return 2 * L * heads * self.head_dim * kv_dtype_bytes
 
+    @property
+    def is_hybrid_kv(self) -> bool:
+        """Whether any layer's KV cache is not full attention (sliding, chunked, mamba)."""
+        return any(k != FULL for k in self.layer_kinds)
+
+    def kv_layers(self, kv_dtype_bytes: int = 2, tp: int = 1, spec_tokens: int = 0,
+                  state_dtype_bytes: int | None = None) -> list[LayerKv]:
+        """Every decoder layer's KV cache on one card of a TP group (app.engine.kvcache
+        :class:`LayerKv`): attention layers with their K+V (MLA: latent) bytes per token,
+        :meth:`kv_bytes_per_token` of one layer; a sliding layer with ``sliding_window``, a
+        chunked one with ``attention_chunk_size``; a gated-delta-net (mamba) layer with its
+        state per request — conv state (k_dim·k_heads·2 + v_dim·v_heads)/TP × (kernel − 1 +
+        ``spec_tokens``) and temporal state v_heads/TP × v_dim × k_dim, both in
+        ``state_dtype_bytes`` (default: the KV dtype's; vLLM's mamba_cache_dtype "auto" is
+        the model dtype) — vllm/model_executor/layers/mamba/mamba_utils.py
+        ``gated_delta_net_state_shape`` :280 and ``_mamba_state_dtype`` :98 @ 0.32.0."""
+        per_tok = self.kv_bytes_per_token(kv_dtype_bytes, tp, 1)
+        sb = state_dtype_bytes or kv_dtype_bytes
+        out = []
+        for i in range(self.layers):
+            k = self.layer_kinds[i] if i < len(self.layer_kinds) else FULL
+            if k == SLIDING and self.sliding_window > 0:
+                out.append(LayerKv(SLIDING, per_tok, self.sliding_window))
+            elif k == CHUNKED and self.attention_chunk_size > 0:
+                out.append(LayerKv(CHUNKED, per_tok, self.attention_chunk_size))
+            elif k == MAMBA:
+                conv_dim = self.linear_k_dim * self.linear_k_heads * 2 + self.linear_v_dim * self.linear_v_heads
+                conv = conv_dim // tp * max(0, self.linear_conv_kernel - 1 + spec_tokens)
+                temporal = max(1, self.linear_v_heads // tp) * self.linear_v_dim * self.linear_k_dim
+                out.append(LayerKv(MAMBA, 0, 0, (conv + temporal) * sb))
+            else:
+                out.append(LayerKv(FULL, per_tok))
+        return out
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_config(cls, cfg: dict[str, Any], name: str = "model", source: str = "") -> "ModelArch":
@@ -282,6 +413,7 @@ class ModelArch:
         c = dict(cfg)
         if isinstance(c.get("text_config"), dict):
             c = {**c, **c["text_config"]}
+        c = {**CONFIG_DEFAULTS.get(str(c.get("model_type") or ""), {}), **c}
 
         def req(*keys: str) -> Any:
             for k in keys:
@@ -318,8 +450,10 @@ class ModelArch:
             bits = int(bits) if bits else None
             group = int(group) if group else None
         dtype = str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")
+        n_layers = int(req("num_hidden_layers", "n_layer"))
+        kinds, window, chunk = layer_kinds(c, n_layers)
         return cls(
-            name=name, layers=int(req("num_hidden_layers", "n_layer")), hidden=H, heads=heads,
+            name=name, layers=n_layers, hidden=H, heads=heads,
             kv_heads=kv, head_dim=hd, intermediate=inter, vocab=int(req("vocab_size")),
             max_position=int(c.get("max_position_embeddings") or c.get("n_positions") or 2048),
             torch_dtype=dtype, tie_embeddings=bool(c.get("tie_word_embeddings", False)),
@@ -333,6 +467,11 @@ class ModelArch:
             quant_method=qm, quant_bits=bits, quant_group_size=group, quant_schemes=schemes,
             quant_source="config" if qm else None,
             architectures=tuple(c.get("architectures") or ()), source=source,
+            layer_kinds=kinds, sliding_window=window, attention_chunk_size=chunk,
+            linear_k_heads=int(c.get("linear_num_key_heads") or 0),
+            linear_v_heads=int(c.get("linear_num_value_heads") or 0),
+            linear_k_dim=int(c.get("linear_key_head_dim") or 0), linear_v_dim=int(c.get("linear_value_head_dim") or 0),
+            linear_conv_kernel=int(c.get("linear_conv_kernel_dim") or 0),
         )
 
     @classmethod

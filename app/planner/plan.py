@@ -8,6 +8,7 @@ users at the SLO on the step-level engine (app.planner.predict).
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -19,53 +20,50 @@ from app.engine.steptime import (Curve, CurvePoint, PerfParams, StageSpec, StepT
                                  async_scheduling_default, default_params, predict_level)
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S, Capacity
 from app.loadgen.prompts import planned_lengths
+from app.loadgen import workload as wl
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
+from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, KvCacheLayout
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
 from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
 from app.planner.gpus import GIB, GpuSpec, RigLayout
 from app.planner.memory import (LORA_DEFAULT_RANK, LORA_DEFAULT_SLOTS, Draft, Effective, RankMemory, kv_dtype_bytes,
-                                 plan_ranks, pp_partition)
+                                 kv_layout, plan_ranks, pp_partition)
 from app.planner.models import DTYPE_BYTES, ModelArch, ModelNotFoundError, quant_bytes_per_param, resolve_model
 from app.planner.pcie import HostPcie
 from app.planner.predict import EngineLimits, predict_ramp
 from app.planner.versions import VllmRules, rules_for
 
 
-def mean_lengths(spec: RampSpec) -> tuple[int, int]:
+def mean_lengths(spec: wl.Workload) -> tuple[int, int]:
     """The mean (prompt, output) tokens of the requests ``spec`` sends
     (:func:`app.loadgen.prompts.planned_lengths`), each at least 1."""
-    lengths = planned_lengths(spec)
-    return (max(1, round(sum(p for p, _ in lengths) / len(lengths))),
-            max(1, round(sum(o for _, o in lengths) / len(lengths))))
+    return wl.mean_tokens(spec, planned_lengths(spec))
+
+
+#: the fields of :class:`Workload` that are the ramp's, not the requests' (:meth:`Workload.of`)
+_RAMP_FIELDS = ("levels", "warmup_s", "step_s", "slo", "search", "requests_per_level", "search_cap_s", "settle")
 
 
 @dataclass(frozen=True)
 class Workload:
-    """The closed-loop ramp the plan predicts, in the load generator's terms
-    (app.loadgen.spec.RampSpec): ``prompt_tokens``/``output_tokens`` per request, each
-    drawn within ±``length_spread`` of it with ``seed`` (0: fixed lengths); the
-    concurrency ``levels`` of the predicted curve (None → 1, 2, 4 … up to twice the
-    capacity), each ``warmup_s`` + ``step_s`` rig seconds; ``slo``: the bounds the
+    """The closed-loop ramp the plan predicts: ``requests``, the one workload model
+    (:class:`app.loadgen.workload.Workload`: lengths, seed, dataset, shared prefix,
+    multi-turn — a ramp's or a tune's, unchanged), and how the load generator would run
+    it: the concurrency ``levels`` of the predicted curve (None → 1, 2, 4 … up to twice
+    the capacity), each ``warmup_s`` + ``step_s`` rig seconds; ``slo``: the bounds the
     predicted users at SLO are judged on (None: no such prediction), found by a capacity
     search like ``vllm-dyno ramp --find-capacity``: ``search`` (None: its defaults),
     ≥ ``requests_per_level`` measured requests a level, ``search_cap_s`` its time cap,
     the same warm-up. ``settle``: RampSpec.settle (None: a search's levels settle, the
-    curve's do not). ``prompts_file`` (with ``prompts_format``, ``prompts_column``,
-    ``output_cap``): the ramp's dataset — the predicted requests are its entries
-    (app.loadgen.prompts.LengthSampler), and ``prompt_tokens``/``output_tokens`` the mean
-    lengths of the requests it sends (for the concurrency the KV cache holds).
-    ``multi_turn`` (turns, think s) and ``shared_prefix`` (tokens, fraction, count):
-    RampSpec's workloads of the same names (None: off), predicted with the prefix cache
-    (:class:`app.planner.predict.RequestStream`)."""
+    curve's do not). :attr:`prompt_tokens`/:attr:`output_tokens`: the mean lengths of the
+    requests (a dataset's: of the requests it sends) — for the concurrency the KV cache
+    holds."""
 
-    prompt_tokens: int = 512
-    output_tokens: int = 128
+    requests: wl.Workload = field(default_factory=wl.Workload)
     levels: tuple[int, ...] | None = None
-    length_spread: float = 0.25
-    seed: int = 0
     warmup_s: float = 0.0
     step_s: float = 20.0
     slo: SLO | None = None
@@ -73,64 +71,50 @@ class Workload:
     requests_per_level: int = P99_MIN_REQUESTS
     search_cap_s: float = SEARCH_STEP_CAP_S
     settle: bool | None = None
-    prompts_file: str | None = None
-    prompts_format: str | None = None
-    prompts_column: str | None = None
-    output_cap: int | None = None
-    multi_turn: tuple[float, float] | None = None
-    shared_prefix: tuple[int, float, int] | None = None
+
+    @classmethod
+    def of(cls, prompt_tokens: wl.Length = 512, output_tokens: wl.Length = 128, levels: tuple[int, ...] | None = None,
+           **kw: Any) -> "Workload":
+        """A plan's workload from keywords: those of the requests (any
+        :class:`app.loadgen.workload.Workload` field: ``length_spread``, ``seed``,
+        ``multi_turn`` …) and those of the ramp (``levels``, ``warmup_s``, ``step_s``,
+        ``slo`` …). Raises ValueError (pydantic's) for a bad request field."""
+        ramp = {k: kw.pop(k) for k in _RAMP_FIELDS if k in kw}
+        return cls(wl.Workload(prompt_tokens=prompt_tokens, output_tokens=output_tokens, **kw), levels, **ramp)
 
     @classmethod
     def from_ramp(cls, spec: RampSpec) -> "Workload":
-        """The workload of a ramp: its lengths (a LOW-HIGH range as its middle ± half its
-        width), seed, warm-up, step, concurrency levels and SLO; a capacity search's own
-        search, request floor and cap (its curve: the default levels of 20 s). A request-rate
-        ramp (``mode: rate``) gives its lengths, seed and SLO: the plan's curve and users
-        at SLO stay closed-loop."""
-        def mid_spread(name: str) -> tuple[int, float]:
-            lo, hi = spec.length_range(name)
-            if not isinstance(getattr(spec, name), tuple):
-                return getattr(spec, name), spec.length_spread
-            mid = (lo + hi) / 2
-            return round(mid), (hi - lo) / (hi + lo)
-
-        (pt, ps), (ot, os_) = mid_spread("prompt_tokens"), mid_spread("output_tokens")
+        """The workload of a ramp: its requests unchanged (a request-rate ramp's as a
+        closed loop sends them: the plan's curve and users at SLO stay closed-loop), its
+        warm-up, step, concurrency levels and SLO; a capacity search's own search, request
+        floor and cap (its curve: the default levels of 20 s)."""
         levels = tuple(int(x) for x in spec.levels) if spec.mode == "concurrency" and spec.levels else None
         kw: dict[str, Any] = {"step_s": spec.step_seconds or 20.0}
         if spec.search is not None and spec.mode == "concurrency":  # its step is the search's cap; the curve
             # keeps 20 s levels (a request-rate search is not the users at SLO the plan predicts)
             kw = {"search": spec.search, "requests_per_level": spec.requests_per_level or P99_MIN_REQUESTS,
                   "search_cap_s": spec.step_seconds or SEARCH_STEP_CAP_S}
-        if spec.prompts_file is not None:  # the dataset's requests; their mean lengths for the KV cache
-            kw.update(prompts_file=str(spec.prompts_file), prompts_format=spec.prompts_format,
-                      prompts_column=spec.prompts_column, output_cap=spec.output_cap)
-            pt, ot = mean_lengths(spec)
-        if spec.multi_turn is not None:
-            kw["multi_turn"] = (spec.multi_turn.turns, spec.multi_turn.think_s)
-        if spec.shared_prefix is not None:
-            sp = spec.shared_prefix
-            kw["shared_prefix"] = (sp.tokens, sp.fraction, sp.count)
-        return cls(pt, ot, levels, max(ps, os_) if ps and os_ else ps or os_, spec.seed, spec.warmup_seconds,
-                   slo=None if spec.slo.is_empty() else spec.slo, settle=spec.settle, **kw)
+        return cls(spec.closed_loop(), levels, spec.warmup_seconds, slo=None if spec.slo.is_empty() else spec.slo,
+                   settle=spec.settle, **kw)
+
+    @functools.cached_property
+    def _means(self) -> tuple[int, int]:
+        r = self.requests
+        return mean_lengths(r) if r.prompts_file is not None else wl.mean_tokens(r)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The mean prompt tokens of the requests (a range's middle; a dataset's mean)."""
+        return self._means[0]
+
+    @property
+    def output_tokens(self) -> int:
+        """The mean output tokens (max_tokens) of the requests."""
+        return self._means[1]
 
     def _spec(self, **kw: Any) -> RampSpec:
-        data = {k: getattr(self, k) for k in ("prompts_file", "prompts_format", "prompts_column", "output_cap")
-                if getattr(self, k) is not None}
-        if self.multi_turn is not None:
-            kw["multi_turn"] = {"turns": self.multi_turn[0], "think_s": self.multi_turn[1]}
-        if self.shared_prefix is not None:
-            kw["shared_prefix"] = dict(zip(("tokens", "fraction", "count"), self.shared_prefix))
-        return RampSpec(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                        length_spread=self.length_spread, seed=self.seed, warmup_seconds=self.warmup_s,
-                        slo=self.slo or SLO(), settle=self.settle, **data, **kw)
-
-    def with_dataset_lengths(self) -> "Workload":
-        """This workload with ``prompt_tokens``/``output_tokens`` the mean lengths its
-        dataset's requests have (:func:`mean_lengths`); itself without a dataset."""
-        if self.prompts_file is None:
-            return self
-        pt, ot = mean_lengths(self.ramp_spec([1]))
-        return replace(self, prompt_tokens=pt, output_tokens=ot)
+        return RampSpec(**self.requests.closed_loop().model_dump(), warmup_seconds=self.warmup_s,
+                        slo=self.slo or SLO(), settle=self.settle, **kw)
 
     def ramp_spec(self, levels: list[int]) -> RampSpec:
         """The fixed ramp the predicted curve imitates (every level runs: no SLO stop)."""
@@ -198,27 +182,68 @@ class Plan:
         """KV bytes per token of the whole model (all layers, all heads)."""
         return self.model.kv_bytes_per_token(self.effective.kv_dtype_bytes, 1)
 
-    @property
-    def kv_cache_tokens(self) -> int:
-        return min((r.kv_tokens for r in self.ranks), default=0)
+    @functools.cached_property
+    def kv_layout(self) -> KvCacheLayout:
+        """The model's KV cache groups (:func:`app.planner.memory.kv_layout`)."""
+        return kv_layout(self.model, self.effective)
 
     @property
     def kv_blocks(self) -> int:
-        return self.kv_cache_tokens // self.effective.block_size
+        """Blocks of one engine's KV pool: the smallest of its workers (vLLM re-plans every
+        worker to the smallest count: kv_cache_utils.py:2660 @ 0.32.0)."""
+        return min((r.kv_blocks for r in self.ranks), default=0)
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """vLLM's "KV cache size" of one engine (tokens, :meth:`KvCacheLayout.kv_cache_tokens`)."""
+        e = self.effective
+        return self.kv_layout.kv_cache_tokens(self.kv_blocks, e.max_model_len, e.in_flight_tokens) if self.ranks else 0
 
     @property
     def max_concurrency(self) -> float:
-        bs = self.effective.block_size
-        return self.kv_blocks / math.ceil(self.effective.max_model_len / bs)
+        e = self.effective
+        return self.kv_layout.max_concurrency(self.kv_blocks, e.max_model_len, e.in_flight_tokens)
 
     def concurrency_for(self, prompt_tokens: int, output_tokens: int) -> tuple[int, str]:
         """(requests that run at once on one engine — one data parallel replica —, what
-        limits it: "max_num_seqs" or "KV cache")."""
-        bs = self.effective.block_size
-        kv = self.kv_blocks // max(1, math.ceil((prompt_tokens + output_tokens) / bs))
-        if kv < self.effective.max_num_seqs:
+        limits it: "max_num_seqs" or "KV cache"): the pool's blocks over the blocks one
+        request of that length holds at its last step in every KV cache group — the whole
+        context in a full-attention group, a window in a sliding one (what the engine holds:
+        :meth:`KvCacheLayout.held_blocks`)."""
+        e = self.effective
+        per = self.kv_layout.held_blocks(max(0, prompt_tokens + output_tokens - 1), 1)
+        kv = self.kv_blocks // max(1, per)
+        if kv < e.max_num_seqs:
             return kv, "KV cache"
-        return self.effective.max_num_seqs, "max_num_seqs"
+        return e.max_num_seqs, "max_num_seqs"
+
+    def context_fits(self) -> bool:
+        """Whether one request of max_model_len fits every worker's KV memory (vLLM's
+        check before it allocates, null block reserved: :meth:`KvCacheLayout.fits`)."""
+        e = self.effective
+        return all(self.kv_layout.fits(self._kv_bytes(r), e.max_model_len, e.in_flight_tokens, r.layers)
+                   for r in self.ranks)
+
+    def fitting_model_len(self) -> int:
+        """vLLM's "estimated maximum model length" for the KV memory of the tightest worker
+        (:meth:`KvCacheLayout.max_model_len`), at most max_model_len."""
+        e = self.effective
+        return min((self.kv_layout.max_model_len(self._kv_bytes(r), e.in_flight_tokens, e.max_model_len, r.layers)
+                    for r in self.ranks), default=0)
+
+    def context_kv_gib(self) -> float:
+        """KV memory one request of max_model_len needs on the tightest worker (GiB): its
+        blocks in every KV cache group × the pool's bytes per block."""
+        e, lay = self.effective, self.kv_layout
+        per = lay.blocks_per_request(e.max_model_len, e.in_flight_tokens)
+        return max((lay.bytes_per_block(r.layers) * per for r in self.ranks), default=0) / GIB
+
+    def _kv_bytes(self, r: RankMemory) -> float:
+        """A worker's KV bytes for the target model's layers (the drafter's share per block off)."""
+        lay = self.kv_layout
+        bpb = lay.bytes_per_block(r.layers)
+        full = bpb + r.draft_kv_bytes_per_token * lay.block_size
+        return r.kv_gib * GIB * (bpb / full if full else 1.0)
 
     @property
     def workload_concurrency(self) -> int | None:
@@ -251,12 +276,17 @@ class Plan:
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
         # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
+        pc = self.config.enable_prefix_caching is not False
+        if not self.kv_layout.uniform:  # the pool's blocks, each request holding only its windows
+            blocks = self.kv_blocks if self.kv_tokens_scale == 1.0 else int(self.kv_blocks * self.kv_tokens_scale)
+            return EngineLimits(max(1, blocks), e.max_num_seqs, e.max_num_batched_tokens, self.dp,
+                                spec_tokens=self.config.num_speculative_tokens, spec_acceptance=self.spec_acceptance,
+                                enable_prefix_caching=pc, max_model_len=e.max_model_len, kv_layout=self.kv_layout)
         kv = self.kv_cache_tokens if self.kv_tokens_scale == 1.0 else int(self.kv_cache_tokens * self.kv_tokens_scale)
         return EngineLimits.of_tokens(kv, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                       spec_tokens=self.config.num_speculative_tokens,
                                       spec_acceptance=self.spec_acceptance,
-                                      enable_prefix_caching=self.config.enable_prefix_caching is not False,
-                                      max_model_len=e.max_model_len)
+                                      enable_prefix_caching=pc, max_model_len=e.max_model_len)
 
     @property
     def weights_gib_total(self) -> float:
@@ -459,18 +489,45 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
         part_err = str(e)
         part = pp_partition(model.layers, pp) if model.layers >= pp else [1] * pp
     space = cpu_kv_space_of(cfg.env.get("VLLM_CPU_KVCACHE_SPACE"))
+    batched_eff = cfg.max_num_batched_tokens or batched
     eff = Effective(
         tp=tp, pp=pp, quantization=q, dtype=dtype, dtype_bytes=dbytes,
         kv_dtype_bytes=kv_dtype_bytes(cfg.kv_cache_dtype, dbytes),
         max_model_len=cfg.max_model_len or model.max_position,
         max_num_seqs=cfg.max_num_seqs or seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens or batched,
+        max_num_batched_tokens=batched_eff,
         utilization=cfg.gpu_memory_utilization or rules.default_utilization,
         enforce_eager=bool(cfg.enforce_eager), block_size=128 if cpu else 16, pp_partition=part,
         cpu_kv_space_gib=space, cpu_utilization_budget=rules.cpu_utilization_budget,
-        **lora_settings(cfg, dbytes),
+        **lora_settings(cfg, dbytes), **kv_group_settings(cfg, model, pp, batched_eff, rules.version),
     )
     return eff, part_err
+
+
+def kv_group_settings(cfg: ServerConfig, model: ModelArch, pp: int, max_num_batched_tokens: int,
+                      version: str | None) -> dict[str, Any]:
+    """The :class:`Effective` fields the KV cache groups need (app.engine.kvcache):
+    ``max_in_flight_tokens`` = max_concurrent_batches × max_num_batched_tokens, where
+    max_concurrent_batches is 2 with async scheduling on one stage, else
+    pipeline_parallel_size (vllm/config/vllm.py:577–598 @ 0.32.0); ``hybrid_kv`` off with
+    ``--disable-hybrid-kv-cache-manager`` and, for a model with ``attention_chunk_size``
+    (Llama 4), unless ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`` and not with
+    an EAGLE drafter (vllm/config/vllm.py:2148–2169); prefix caching (on unless
+    ``--no-enable-prefix-caching``) and the draft tokens per step."""
+    try:
+        extra = extra_args_to_dict(cfg.extra_args)
+    except ValueError:
+        extra = {}
+    on = extra.get("async-scheduling")
+    asyn = bool(on) if on is not None else async_scheduling_default(version, pp)
+    batches = 2 if asyn and pp == 1 else pp
+    hybrid = not extra.get("disable-hybrid-kv-cache-manager")
+    if model.attention_chunk_size:
+        eagle = "eagle" in str((cfg.speculative_config or {}).get("method") or "")
+        if eagle or cfg.env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE", "0") in ("", "0"):
+            hybrid = False
+    return {"max_in_flight_tokens": batches * max_num_batched_tokens, "hybrid_kv": hybrid,
+            "prefix_caching": cfg.enable_prefix_caching is not False, "spec_tokens": cfg.num_speculative_tokens}
 
 
 # ---------------------------------------------------------------------- fixes
@@ -522,6 +579,27 @@ def fix_to_flags(fix: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------- perf model
+def kv_windows(m: ModelArch, e: Effective, layers: range) -> tuple[tuple[float, int], ...]:
+    """The windowed layers of ``layers`` for the step time (:attr:`StageSpec.kv_windows`):
+    (KV bytes per token on one card, window) per window — sliding layers their window,
+    chunked ones their chunk, linear-attention layers 0 (their KV bytes in
+    :meth:`ModelArch.kv_bytes_per_token` count them as attention). () for a model of
+    full-attention layers only."""
+    if not m.is_hybrid_kv:
+        return ()
+    per_tok = m.kv_bytes_per_token(e.kv_dtype_bytes, e.tp, 1)
+    out: dict[int, float] = {}
+    for i in layers:
+        lay = m.layer_kinds[i] if i < len(m.layer_kinds) else FULL
+        if lay == SLIDING and m.sliding_window:
+            out[m.sliding_window] = out.get(m.sliding_window, 0.0) + per_tok
+        elif lay == CHUNKED and m.attention_chunk_size:
+            out[m.attention_chunk_size] = out.get(m.attention_chunk_size, 0.0) + per_tok
+        elif lay == MAMBA:
+            out[0] = out.get(0, 0.0) + per_tok
+    return tuple((b, w) for w, b in sorted(out.items()))
+
+
 def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel:
     """The step-time model of the planned server: per stage, the slowest card of the
     TP group (lowest bandwidth) and that card's share of weights, parameters and KV
@@ -553,7 +631,8 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             expert_weight_bytes=expert_bytes, active_params=active / e.tp,
             kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
             weight_kernel="awq_gemm" if awq else "",
-            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0))
+            dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0,
+            kv_windows=kv_windows(m, e, layers)))
     if params is None:
         params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
     extra = extra_args_to_dict(p.config.extra_args)

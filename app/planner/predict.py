@@ -44,12 +44,12 @@ from typing import Sequence
 
 import numpy as np
 
+from app.engine.kvcache import KvCacheLayout
 from app.engine.offline import LevelRun, run_level
 
 from app.engine.scheduler import BLOCK, Scheduler
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 from app.engine.steptime import StepTimeModel
-from app.loadgen.arrivals import arrival_times
 from app.loadgen.capacity import Capacity, capacity_of, level_met, search_levels
 from app.loadgen.prompts import TURN_OVERHEAD_TOKENS, LengthSampler, SharedPrefixes
 from app.loadgen.records import RequestRecord
@@ -84,6 +84,9 @@ class EngineLimits:
     #: bounds a multi-turn conversation's history, None: no bound)
     enable_prefix_caching: bool = False
     max_model_len: int | None = None
+    #: a hybrid model's KV cache groups (app.engine.kvcache; None: one full-attention group):
+    #: ``num_blocks`` then counts the pool's blocks
+    kv_layout: KvCacheLayout | None = None
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
@@ -102,7 +105,7 @@ class EngineLimits:
         return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
                          spec_tokens=self.spec_tokens, accept=accept,
                          enable_prefix_caching=self.enable_prefix_caching,
-                         max_concurrent_batches=max_concurrent_batches)
+                         max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout)
 
 
 class RequestStream:
@@ -215,7 +218,7 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
     run = run_level(make, users, sampler.next, warmup_s=spec.warmup_seconds, step_s=spec.step_seconds,
                     quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,
                     engines=limits.engines, send_gap_s=SEND_GAP_S, settle_n=users if spec.settles else 0,
-                    send_times=arrival_times(level, spec.burstiness, spec.seed, idx) if rate else None,
+                    send_times=spec.arrivals(level, spec.seed, idx) if rate else None,
                     max_concurrency=spec.max_concurrency if rate else None, next_request=stream)
     recs = level_records(run, idx, level)
     w0, w1 = level_window(run.reason, run.warmup_end, run.deadline, run.t_stop, run.last_counted_end)
@@ -244,8 +247,7 @@ def _run(model: StepTimeModel, limits: EngineLimits, spec: RampSpec,
     # with prefix caching every request carries its blocks' identities, as the sim's do: a
     # plain request shares none, but one preempted and admitted again finds its own blocks
     stream = (RequestStream(spec, sampler, limits.max_model_len)
-                if spec.shared_prefix is not None or spec.multi_turn is not None or limits.enable_prefix_caching
-                else None)
+              if spec.per_user_stream() or limits.enable_prefix_caching else None)
     steps: list[StepStats] = []
     records: list[RequestRecord] = []
     judged: list[tuple[int, float, bool]] = []

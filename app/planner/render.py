@@ -72,6 +72,9 @@ def render_plan(p: Plan) -> str:
                  + (", MLA" if m.is_mla else "") + f"; {_q(p)}")
     lines.append(f"  weights {p.weights_gib_total:.2f} GiB in all; KV cache {p.kv_bytes_per_token:,} B/token "
                  f"({p.ranks[0].kv_bytes_per_token:,} on each GPU of stage 0)")
+    if not p.kv_layout.uniform:
+        lines.append(f"  {p.kv_layout.describe()} — a window holds only its window "
+                     f"(block {p.kv_layout.block_size} tokens; the B/token above counts every layer as full attention)")
     lines.append(f"  settings: max_model_len {e.max_model_len:,} · max_num_seqs {e.max_num_seqs} · "
                  f"max_num_batched_tokens {e.max_num_batched_tokens:,} · gpu_memory_utilization {e.utilization} · "
                  f"kv dtype {'fp8' if e.kv_dtype_bytes == 1 else e.dtype}" + (" · enforce_eager" if e.enforce_eager else ""))

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from app.config import (ConfigError, check_no_secret_options, dict_to_extra_args, extra_args_to_dict,
-                        is_secret_env_name, option_name)
+from app.config import (ConfigError, ServerConfig, check_no_secret_options, dict_to_extra_args,
+                        extra_args_to_dict, is_secret_env_name, option_name)
+from app.planner.versions import serve_options, vllm_accepts
 from app.profiles.io import ProfileError, profile_from_data, safe_yaml
 from app.profiles.model import Profile
 
@@ -35,6 +37,61 @@ _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
 # ---------------------------------------------------------------------- export
+@dataclass(frozen=True)
+class VllmExport:
+    """What an export of a ``--config`` mapping keeps for vLLM (issue 37 item 6):
+    ``options`` the mapping (in the given order, dashed long names), ``dropped`` one line
+    per option left out and why (``--sim-perturb: not a `vllm serve` option …``)."""
+
+    options: dict[str, Any]
+    dropped: list[str]
+
+
+def vllm_export(mapping: dict[str, Any], version: str | None = None) -> VllmExport:
+    """The options of ``mapping`` (a ``--config`` mapping: :meth:`ServerConfig.to_vllm_config`
+    or a profile's ``server:`` block, keys dashed or not) that ``vllm serve`` of
+    ``version`` accepts (:func:`app.planner.versions.vllm_accepts`: vLLM's own parser,
+    the release that first has an option, the releases that removed it; None: the
+    parser's version). Left out: the sim's options and any other of Dyno's own that the
+    form's extra options carried (``--sim-perturb``, ``--sim-truth``, ``--sim-seed`` …),
+    options the version does not take, and ``host`` at Dyno's loopback default (vLLM's own
+    default, every interface, applies where the command is run; a host the user set
+    stays). ``model`` always stays."""
+    loopback = ServerConfig.model_fields["host"].default
+    keep: dict[str, Any] = {}
+    dropped: list[str] = []
+    ver = version or serve_options()[0]
+    for k, v in mapping.items():
+        key = option_name(str(k).lstrip("-"))
+        if key == "model":
+            keep[key] = v
+        elif key == "host" and v == loopback:
+            dropped.append(f"--host {v}: Dyno's local default, not the user's")
+        elif not vllm_accepts(key, version):
+            dropped.append(f"--{key}: not an option of `vllm serve` {ver}")
+        else:
+            keep[key] = v
+    return VllmExport(keep, dropped)
+
+
+def config_command(cfg: ServerConfig, version: str | None = None, program: str = "vllm serve") -> str:
+    """``cfg`` as one copy-pasteable ``vllm serve`` line holding only what vLLM
+    ``version`` accepts (:func:`vllm_export`), its environment (a secret as
+    ``${NAME}``) and ``CUDA_VISIBLE_DEVICES`` first; no ``--port`` (the launch's own)."""
+    opts = dict(vllm_export(cfg.to_vllm_config(), version).options)
+    model = str(opts.pop("model"))
+    head = shlex.split(program)
+    argv = head + ([model] if head[-1:] == ["serve"] else ["--model", model]) + dict_to_extra_args(opts)
+    pre = cfg.shell_env()
+    return (pre + " " if pre else "") + shlex.join(argv)
+
+
+def config_yaml(cfg: ServerConfig, version: str | None = None) -> str:
+    """``cfg`` as vLLM's ``--config`` YAML holding only what vLLM ``version`` accepts
+    (:func:`vllm_export`)."""
+    return yaml.safe_dump(vllm_export(cfg.to_vllm_config(), version).options, sort_keys=False, allow_unicode=True)
+
+
 def command_env(profile: Profile) -> dict[str, str]:
     """Environment assignments of the command line: ``env`` + ``CUDA_VISIBLE_DEVICES``
     (values as stored; :func:`_assignments` writes a secret as ``${NAME}``)."""
@@ -52,7 +109,7 @@ def to_command_line(profile: Profile, *, program: str = "vllm serve", resolve: b
     vllm.entrypoints.openai.api_server"``, then the model is passed as ``--model``).
     ``resolve``: expand the model path (see app.profiles.model.resolve_model_path).
     """
-    cfg = profile.vllm_config(resolve=resolve)
+    cfg = dict(vllm_export(profile.vllm_config(resolve=resolve)).options)
     model = str(cfg.pop("model"))
     head = shlex.split(program)
     argv = head + ([model] if head[-1:] == ["serve"] else ["--model", model]) + dict_to_extra_args(cfg)
@@ -68,7 +125,8 @@ def _assignments(env: dict[str, str]) -> str:
 def to_vllm_config_yaml(profile: Profile, *, resolve: bool = True, comments: bool = True) -> str:
     """The ``server:`` block as a ``vllm serve --config FILE`` YAML text; environment
     and GPUs (which such a file cannot hold) as leading comments when ``comments``."""
-    body = yaml.safe_dump(profile.vllm_config(resolve=resolve), sort_keys=False, allow_unicode=True)
+    body = yaml.safe_dump(vllm_export(profile.vllm_config(resolve=resolve)).options, sort_keys=False,
+                          allow_unicode=True)
     if not comments:
         return body
     head = [f"# vLLM --config file exported by vLLM Dyno from profile {profile.name!r}",

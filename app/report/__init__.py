@@ -29,6 +29,7 @@ from app import __version__, metrics
 from app.comparison import Comparison, CompareRow, curves_svg, load_series, run_settings
 from app.config import ServerConfig
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
+from app.profiles.interop import config_command, config_yaml
 from app.telemetry import names
 
 _env = Environment(loader=PackageLoader("app.report", "templates"), autoescape=select_autoescape(["html", "j2"]),
@@ -99,6 +100,7 @@ def run_report(store, run_id: int) -> str:
     run["levels"] = series.levels
     summ = run.get("summary") or {}
     cfg = _server_config(run)
+    version = (run.get("plan") or {}).get("vllm_version")  # the rules the run was planned with
     levels = sorted(series.levels, key=lambda d: (d.get("idx", 0)))
     slo = ((run.get("spec") or {}).get("slo") or {})
     # the per-level table (app.metrics, view REPORT); open loop: the level is the offered rate, the sent one beside it
@@ -118,7 +120,7 @@ def run_report(store, run_id: int) -> str:
         server=server,
         run=run, summary=summ, verdict=(summ.get("verdict") or {}).get("sentence"),
         created=time.strftime("%Y-%m-%d %H:%M", time.localtime(run.get("created") or 0)),
-        command=cfg.shell_command() if cfg else None, config_yaml=cfg.to_vllm_config_yaml() if cfg else None,
+        command=config_command(cfg, version) if cfg else None, config_yaml=config_yaml(cfg, version) if cfg else None,
         settings=settings, headings=headings, slo_heading=metrics.BY_NAME["slo_broken"].heading, rows=rows,
         slo={k: (f"{v * 100:g} %" if k == "failure_rate" else f"{v:g} s") for k, v in slo.items()
              if isinstance(v, (int, float))},

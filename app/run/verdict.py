@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from app.loadgen.capacity import Capacity, fmt_users, slo_text
+from app.loadgen.server_stats import ttft_cause
 from app.loadgen.stats import StepStats
 from app.settings import Pricing
 from app.telemetry import names
@@ -44,7 +45,7 @@ FLAG_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_
 
 #: the limit codes in words
 LIMIT_NAMES = {"failures": "failures", "kv_cache": "KV cache capacity", "max_num_seqs": "max_num_seqs",
-               "throttling": "GPU throttling", "ttft": "queueing (TTFT)", "tpot": "decode speed (TPOT)",
+               "throttling": "GPU throttling", "ttft": "time to first token (TTFT)", "tpot": "decode speed (TPOT)",
                "e2e": "end-to-end latency", "max_level": "the highest level probed", "none": "nothing measured"}
 
 
@@ -220,11 +221,21 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
     broke = cap.limited_by.split(", ")
     if "ttft" in broke and "tpot" not in broke:
         batched = flags.get("max_num_batched_tokens") or eff.get("max_num_batched_tokens")
-        ev = f"TTFT p99 {nxt.ttft_p99:.3g} s at {at}: new requests wait for prefills" if nxt.ttft_p99 else at
+        cause = ttft_cause(nxt.server)
+        if cause is None:  # no server figures: queueing and prefill cannot be told apart
+            why, bound = "new requests wait for prefills (queueing or prefill: the server's /metrics would tell)", \
+                "TTFT-bound"
+        elif cause[0] == "queueing":
+            why, bound = (f"mostly queueing (queue time {cause[1]:.0%} of the server's TTFT): new requests wait "
+                          f"for a place in a step's token budget"), "queue-bound"
+        else:
+            why, bound = (f"mostly prefill (queue time {cause[1]:.0%} of the server's TTFT): the prompts' prefill "
+                          f"itself is slow"), "prefill-bound"
+        ev = f"TTFT p99 {nxt.ttft_p99:.3g} s at {at}: {why}" if nxt.ttft_p99 else f"{at}: {why}"
         if batched:
-            return ("ttft", ev, f"prefill-bound: raise max_num_batched_tokens to {2 * int(batched)}",
+            return ("ttft", ev, f"{bound}: raise max_num_batched_tokens to {2 * int(batched)}",
                     {"max_num_batched_tokens": 2 * int(batched)})
-        return "ttft", ev, "prefill-bound: raise max_num_batched_tokens", None
+        return "ttft", ev, f"{bound}: raise max_num_batched_tokens", None
     code = "tpot" if "tpot" in broke else "e2e"
     val = nxt.tpot_p99 if code == "tpot" else nxt.e2e_p99
     ev = f"{code.upper()} p99 {val:.3g} s at {at}: each decode step is too slow for the bound" if val else at
@@ -272,6 +283,45 @@ def build_verdict(cap: Capacity, steps: Sequence[StepStats], *, rig: str, model:
                 next_try=tip, next_fix=fix, few_requests=cap.few_requests, requests=cap.requests)
     v.sentence = verdict_sentence(v)
     return v
+
+
+@dataclass(frozen=True)
+class Tried:
+    """What a tune knows of the configuration a verdict's next step (``next_fix``) leads
+    to: ``users`` at the SLO there (measured, else predicted; None when it cannot run:
+    ``why``), ``measured``, and ``worse``: by the tune's objective, no better than the
+    configuration the verdict is of."""
+
+    users: float | None
+    measured: bool
+    worse: bool
+    why: str = ""
+
+
+def against_tune(v: Verdict, tried: Tried | None) -> Verdict:
+    """``v`` with its next step held against what a tune measured or predicted of it
+    (issue 37 item 4): a step to a configuration the tune measured or predicted worse
+    (or found cannot run) is not proposed — the next step says it was tried and how it
+    fared, and ``next_fix`` is dropped; one the tune predicted better but did not measure
+    keeps its step and says so. ``v`` itself when it has no ``next_fix`` or the tune
+    knows nothing of it (``tried`` None)."""
+    if v.next_fix is None or tried is None:
+        return v
+    what = _flag_text(v.next_fix)
+    here = f"{v.users:g}" if v.users is not None else "?"
+    how = "measured" if tried.measured else "predicted"
+    if tried.users is None:
+        nxt, fix = f"not {what}: the tune found it cannot run here ({tried.why or 'no users at the SLO'})", None
+    elif tried.worse:
+        nxt, fix = (f"not {what}: the tune {how} it no better ({tried.users:g} users against {here}); "
+                    f"these flags are the best the tune found"), None
+    elif tried.measured:
+        return v
+    else:
+        nxt, fix = f"{v.next_try} (the tune predicted {tried.users:g} users there but did not measure it)", v.next_fix
+    out = v.model_copy(update={"next_try": nxt, "next_fix": fix})
+    out.sentence = verdict_sentence(out)
+    return out
 
 
 def verdict_sentence(v: Verdict) -> str:

@@ -51,6 +51,12 @@ from app.server.launch import LaunchError, PortReservation, prepare
 from app.server.logparse import LogParser, strip_ansi
 from app.server.reaper import EOF_GRACE_S
 
+#: how a failure of a server process that ended by itself (or stopped answering) opens
+#: (:meth:`Supervisor._exit_reason`, the dead /health check): the cause, if any, is in its
+#: log — a failure with another wording (a bad input, a lost host, a signal from another
+#: process, the reaper killed) names its cause itself
+EXIT_REASONS = ("the server exited with code", "the server was ready, then", "the server was killed")
+
 log = logging.getLogger(__name__)
 
 _REAPER_RE = re.compile(r"^DYNO_REAPER server_(pid|signal)=(\d+)")
@@ -418,6 +424,8 @@ class Supervisor:
         self._done.set()
 
     def _exit_reason(self, rc: int) -> str:
+        """Why the server ended: the reaper or a signal from outside named, else one of
+        :data:`EXIT_REASONS`' openings with the code and the last error line of its log."""
         if self.reaper_signal is not None:
             return (f"the reaper process (pid {self.pgid}) was killed (signal {self.reaper_signal}): the server it "
                     "started was stopped with it")

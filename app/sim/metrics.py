@@ -48,10 +48,15 @@ class SimMetrics:
     ``engines`` data parallel replicas, each with its own series as vLLM exports them
     (vLLM 0.32 ``PrometheusStatLogger``: label values ``[model_name, str(engine_index)]``
     per engine, and one ``cache_config_info`` series per engine, ``cache_dtype`` the
-    ``--kv-cache-dtype``); :meth:`engine` gives one replica's."""
+    ``--kv-cache-dtype``, ``kv_cache_size_tokens`` and ``kv_cache_max_concurrency`` one
+    engine's group-aware capacity — vLLM 0.32 exports every CacheConfig field as a label,
+    these two among them: vllm/config/cache.py:227–231 and ``metrics_info`` :322,
+    vllm/v1/metrics/loggers.py:1114; None: not exported, as before 0.32); :meth:`engine`
+    gives one replica's."""
 
     def __init__(self, model_name: str, num_gpu_blocks: int, gpu_memory_utilization: float,
-                 engines: int = 1, cache_dtype: str = "auto", spec_tokens: int = 0) -> None:
+                 engines: int = 1, cache_dtype: str = "auto", spec_tokens: int = 0, block_size: int = 16,
+                 kv_cache_size_tokens: int | None = None, kv_cache_max_concurrency: float | None = None) -> None:
         r = self.registry = CollectorRegistry()
         lab = ("model_name", "engine")
         fam = {
@@ -98,12 +103,16 @@ class SimMetrics:
                 "spec_per_pos": Counter("vllm:spec_decode_num_accepted_tokens_per_pos",
                                         "Accepted tokens per draft position.", lab + ("position",), registry=r),
             })
-        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                     ("block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks", "engine"),
+        names = ["block_size", "cache_dtype", "gpu_memory_utilization", "num_gpu_blocks"]
+        values = [str(block_size), cache_dtype, str(gpu_memory_utilization), str(num_gpu_blocks)]
+        if kv_cache_size_tokens is not None:
+            names += ["kv_cache_size_tokens", "kv_cache_max_concurrency"]
+            values += [str(kv_cache_size_tokens), str(kv_cache_max_concurrency)]
+        info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", (*names, "engine"),
                      registry=r)
         self.engines = [EngineMetrics(fam, model_name, str(i), spec_tokens) for i in range(engines)]
         for i in range(engines):
-            info.labels("16", cache_dtype, str(gpu_memory_utilization), str(num_gpu_blocks), str(i)).set(1)
+            info.labels(*values, str(i)).set(1)
 
     def engine(self, index: int) -> EngineMetrics:
         return self.engines[index]

@@ -17,6 +17,7 @@ from app.engines import SIM_VLLM_RULES
 from app.planner.checks import dp_rank_out_of_bounds, quantization_capability_needs, quantization_mismatch
 from app.planner.gpus import GIB, GpuSpec, RigLayout, UnknownLinkError, load_links, lookup_gpu, lookup_link, rig_layout
 from app.planner.models import ModelArch, resolve_model
+from app.engine.kvcache import KvCacheLayout
 from app.engine.steptime import PerfParams, StepTimeModel
 from app.planner.plan import Plan, build_step_model
 from app.planner.plan import plan as planner_plan
@@ -159,13 +160,14 @@ def _refusal(p: Plan) -> Refusal | None:
         return Refusal("ValueError: No available memory for the cache blocks. Try increasing "
                        "`gpu_memory_utilization` when initializing the engine.", "core.py:700", after_load=True)
     if "context_exceeds_kv_cache" in codes:
-        rk = min(p.ranks, key=lambda r: r.kv_tokens)
-        need = math.ceil(e.max_model_len / BLOCK_SIZE) * BLOCK_SIZE * rk.kv_bytes_per_token / GIB
+        rk = min(p.ranks, key=lambda r: r.kv_gib)
+        # vLLM's sentence and figures: kv_cache_utils.py _check_enough_kv_cache_memory (:1003 @ 0.32.0), the
+        # need and the estimate over its KV cache groups (app.engine.kvcache)
         return Refusal(
             f"ValueError: To serve at least one request with the models's max seq len ({e.max_model_len}), "
-            f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({p.context_kv_gib():.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
             f"({rk.kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is "
-            f"{rk.kv_tokens // BLOCK_SIZE * BLOCK_SIZE}. Try increasing `gpu_memory_utilization` or decreasing "
+            f"{p.fitting_model_len()}. Try increasing `gpu_memory_utilization` or decreasing "
             "`max_model_len` when initializing the engine.", "core.py:843", after_load=True,
             available_kv_gib=rk.kv_gib)
     if codes:  # an error the sim has no vLLM sentence for: the planner's own
@@ -200,14 +202,35 @@ class SimPlan:
     used_bytes_per_rank: list[float]
     load_s: float
 
+    #: a hybrid model's KV cache groups (app.engine.kvcache), None for one full-attention group;
+    #: ``num_blocks`` then counts the pool's blocks
+    kv_layout: KvCacheLayout | None = None
+
     @property
     def kv_tokens(self) -> int:
-        return self.num_blocks * BLOCK_SIZE
+        """vLLM's "KV cache size" (tokens) of the planned pool (:meth:`capacity`)."""
+        return self.capacity(self.num_blocks)[0]
 
     @property
     def max_concurrency(self) -> float:
-        """vLLM's logged figure: blocks / ceil(max_model_len / 16)."""
-        return self.num_blocks / math.ceil(self.max_model_len / BLOCK_SIZE)
+        """vLLM's logged "Maximum concurrency" of the planned pool (:meth:`capacity`)."""
+        return self.capacity(self.num_blocks)[1]
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the pool (16; a hybrid attention/mamba model's grown block)."""
+        return BLOCK_SIZE if self.kv_layout is None else self.kv_layout.block_size
+
+    def capacity(self, num_blocks: int) -> tuple[int, float]:
+        """(KV cache size in tokens, maximum concurrency at max_model_len) of a pool of
+        ``num_blocks``, as vLLM 0.32 computes them (``get_kv_cache_capacity``,
+        vllm/v1/core/kv_cache_utils.py:2300): blocks × 16 and blocks / ceil(max_model_len / 16)
+        for one full-attention group, over the KV cache groups otherwise (app.engine.kvcache)."""
+        if self.kv_layout is None:
+            return num_blocks * BLOCK_SIZE, num_blocks / math.ceil(self.max_model_len / BLOCK_SIZE)
+        f = self.plan.effective.in_flight_tokens
+        return (self.kv_layout.kv_cache_tokens(num_blocks, self.max_model_len, f),
+                self.kv_layout.max_concurrency(num_blocks, self.max_model_len, f))
 
 
 def load_seconds(weights_bytes_per_gpu: float) -> float:
@@ -256,14 +279,15 @@ def plan_rig(config: ServerConfig, gpu_name: "str | GpuSpec", gpu_count: int, ho
         raise ref
     e = p.effective
     r0 = p.ranks[0]
-    blocks = min(r.kv_tokens for r in p.ranks) // BLOCK_SIZE
+    hybrid = not p.kv_layout.uniform
+    blocks = p.kv_blocks if hybrid else min(r.kv_tokens for r in p.ranks) // BLOCK_SIZE
     return SimPlan(
         plan=p, card=card_of(gpu), gpu_count=gpu_count, tp=e.tp, pp=e.pp, dp=p.dp, weights_bytes=r0.weights_gib * GIB,
         kv_bytes=min(r.kv_gib for r in p.ranks) * GIB, kv_bytes_per_token=r0.kv_bytes_per_token, num_blocks=blocks,
         max_model_len=e.max_model_len, max_num_seqs=e.max_num_seqs, max_num_batched_tokens=e.max_num_batched_tokens,
         utilization=e.utilization, cuda_graph_bytes=r0.cuda_graphs_gib * GIB,
         used_bytes_per_rank=[(r.budget_gib + r.cuda_graphs_gib) * GIB for r in p.ranks],
-        load_s=load_seconds(r0.weights_gib * GIB))
+        load_s=load_seconds(r0.weights_gib * GIB), kv_layout=p.kv_layout if hybrid else None)
 
 
 # ---------------------------------------------------------------------------- step times

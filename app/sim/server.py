@@ -310,7 +310,9 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float, truth:
     gpus = GpuBank(plan, a.sim_gpu_count, cooling, a.sim_seed, a.sim_ambient_c)
     gpus.loaded = True
     spec_k = plan.plan.config.num_speculative_tokens
-    metrics = SimMetrics(served, num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto", spec_k)
+    kv_tokens, kv_conc = plan.capacity(num_blocks)
+    metrics = SimMetrics(served, num_blocks, plan.utilization, plan.dp, a.kv_cache_dtype or "auto", spec_k,
+                         block_size=plan.block_size, kv_cache_size_tokens=kv_tokens, kv_cache_max_concurrency=kv_conc)
     balancer = DpBalancer(plan.dp)
     t0 = time.monotonic()
     engines = [SimEngine(num_blocks, plan.max_num_seqs, plan.max_num_batched_tokens, steps.engine_step_time, gpus,
@@ -319,13 +321,13 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float, truth:
                          # vLLM V1 caches prefixes unless told not to (vllm/config/cache.py, 0.32.0)
                          enable_prefix_caching=a.enable_prefix_caching is not False,
                          # vLLM's batch queue: pipeline_parallel_size batches in flight (vllm/config/vllm.py:577)
-                         max_concurrent_batches=plan.pp) for r in range(plan.dp)]
+                         max_concurrent_batches=plan.pp, kv_layout=plan.kv_layout) for r in range(plan.dp)]
     info = {"engine": Engine.SIM.value, "vllm_version": VLLM_VERSION, "gpu": plan.card.name,
             "gpu_count": a.sim_gpu_count, "seed": a.sim_seed, "cooling": cooling, "ambient_c": a.sim_ambient_c, "model": a.model,
             "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
-            "max_model_len": plan.max_model_len, "num_gpu_blocks": num_blocks, "kv_cache_tokens": num_blocks * ma.BLOCK_SIZE,
+            "max_model_len": plan.max_model_len, "num_gpu_blocks": num_blocks, "kv_cache_tokens": kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
             "enable_prefix_caching": a.enable_prefix_caching is not False,
             "hosts": a.sim_hosts, "link": plan.plan.rig.link.name if plan.plan.rig and plan.plan.rig.link else None,

@@ -151,6 +151,20 @@ class MetricsSnapshot:
         return sum(vals) if vals else None
 
     @property
+    def kv_cache_tokens(self) -> int | None:
+        """The server's KV capacity in tokens, summed over engines: ``cache_config_info``'s
+        ``kv_cache_size_tokens`` label where the server gives it (vLLM 0.32: each engine's
+        group-aware "KV cache size", vllm/config/cache.py:227 — num_gpu_blocks ×
+        block_size overstates a hybrid sliding-window/mamba model's), else num_gpu_blocks ×
+        block_size (older versions); None when neither is exported."""
+        vals = [_int(c.get("kv_cache_size_tokens")) for c in self.cache_config.values()]
+        if vals and all(v is not None for v in vals):
+            return sum(v for v in vals if v is not None)
+        if self.num_gpu_blocks is not None and self.block_size is not None:
+            return self.num_gpu_blocks * self.block_size
+        return None
+
+    @property
     def block_size(self) -> int | None:
         for c in self.cache_config.values():
             v = _int(c.get("block_size"))

@@ -14,7 +14,9 @@ Samples, source ``metrics`` (totals over engines) and, with several engines,
 - ``{ttft,itl,e2e,queue}_p{50,90,99}_s`` and ``…_mean_s``: quantiles of the requests
   observed between two scrapes, from histogram bucket deltas (Prometheus'
   histogram_quantile); no sample when no request finished in the interval.
-- ``kv_capacity_tokens`` (num_gpu_blocks × block_size from ``cache_config_info``).
+- ``kv_capacity_tokens``: ``cache_config_info``'s ``kv_cache_size_tokens`` (vLLM 0.32's
+  group-aware figure), else num_gpu_blocks × block_size
+  (:attr:`~app.telemetry.metrics_parse.MetricsSnapshot.kv_cache_tokens`).
 """
 from __future__ import annotations
 
@@ -75,8 +77,7 @@ class MetricsDeriver:
         put(WAITING, snap.total(GAUGES[WAITING]))
         put(KV_CACHE_USAGE, snap.mean(GAUGES[KV_CACHE_USAGE]))
         put(KV_CACHE_USAGE_MAX, snap.max(GAUGES[KV_CACHE_USAGE]))
-        if snap.num_gpu_blocks is not None and snap.block_size is not None:
-            put(KV_CAPACITY_TOKENS, snap.num_gpu_blocks * snap.block_size)
+        put(KV_CAPACITY_TOKENS, snap.kv_cache_tokens)
         prev = self.prev
         dt = t - prev[0] if prev else 0.0
         for short, cname in COUNTERS.items():

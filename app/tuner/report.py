@@ -23,32 +23,36 @@ from __future__ import annotations
 
 import functools
 import math
-import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-import yaml
-
-from app.config import ServerConfig
+from app.clock import clock_text
+from app.config import VLLM_OPTIONS, ServerConfig
 from app.engines import SIM_VLLM_RULES, TUNABLE, Engine
 from app.fileio import write_atomic
 from app.hosts.link import SshOptions
 from app.hosts.spec import Host
+from app.loadgen.capacity import slo_text
 from app.loadgen.spec import SLO, RampSpec
+from app.loadgen.workload import DEFAULT_LENGTH_SPREAD, Workload
+from app.profiles.edit import profile_from_settings
+from app.profiles.interop import config_command, config_yaml
 from app.profiles.model import HardwareFingerprint, Profile, SimRig
+from app.run.verdict import model_label
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.tuner.model import FAMILY_WORDS
 from app.tuner.space import TuneSpace
-from app.tuner.tune import TuneSpec
+from app.tuner.tune import TuneSpec, launch_search
 
 if TYPE_CHECKING:  # the library only for the save (deferred there)
     from app.profiles import ProfileLibrary
 
-#: what a workload is when neither the user nor a profile's ramp says (tokens)
-DEFAULT_PROMPT_TOKENS = 512
-DEFAULT_OUTPUT_TOKENS = 128
-DEFAULT_SPREAD = 0.25
+#: what a workload is when neither the user nor a profile's ramp says (tokens; the
+#: Workload's defaults, app.loadgen.workload)
+DEFAULT_PROMPT_TOKENS: int = Workload.model_fields["prompt_tokens"].default
+DEFAULT_OUTPUT_TOKENS: int = Workload.model_fields["output_tokens"].default
+DEFAULT_SPREAD = DEFAULT_LENGTH_SPREAD
 
 
 # ---------------------------------------------------------------------- the spec
@@ -535,11 +539,6 @@ def recommended_point(res: dict[str, Any]) -> ParetoPoint | None:
 
 
 # ---------------------------------------------------------------------- progress
-def _clock_text(s: float) -> str:
-    s = max(0, int(round(s)))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
-
-
 class ProgressClock:
     """The progress line of a running tune: fed each ``res`` as it comes
     (:meth:`update`, with the wall time ``now`` in s), it says "launch k of ≤ n", the
@@ -589,26 +588,26 @@ class ProgressClock:
         what = f"{phase} {run['key']}" if run is not None else phase
         eta = self.eta(now)
         parts = [f"launch {k} of ≤ {self.max_launches}" if k else f"no launch yet (≤ {self.max_launches})", what,
-                 f"elapsed {_clock_text(now - self.started)}",
-                 "ETA after the first launch" if eta is None else f"ETA ≤ {_clock_text(eta)}"]
+                 f"elapsed {clock_text(now - self.started)}",
+                 "ETA after the first launch" if eta is None else f"ETA ≤ {clock_text(eta)}"]
         return " · ".join(parts)
 
 
 # ---------------------------------------------------------------------- exports
-def vllm_serve_command(server: dict[str, Any]) -> str:
-    """The recommendation as one ``vllm serve`` line (the app's own argv builder)."""
-    cfg = ServerConfig(**server)
-    return "vllm serve " + shlex.join([cfg.model, *cfg.option_argv(include_port=False)])
+def vllm_serve_command(server: dict[str, Any], version: str | None = None) -> str:
+    """The recommendation as one ``vllm serve`` line of the options vLLM ``version``
+    accepts (app.profiles.interop.config_command: no sim or Dyno option, no local host)."""
+    return config_command(ServerConfig(**server), version)
 
 
-def vllm_config_yaml(server: dict[str, Any]) -> str:
-    """The recommendation as vLLM's ``--config`` YAML (its option names as keys)."""
-    return yaml.safe_dump(ServerConfig(**server).to_vllm_config(), sort_keys=False)
+def vllm_config_yaml(server: dict[str, Any], version: str | None = None) -> str:
+    """The recommendation as vLLM's ``--config`` YAML (app.profiles.interop.config_yaml)."""
+    return config_yaml(ServerConfig(**server), version)
 
 
-def export_config(path: str, server: dict[str, Any]) -> None:
+def export_config(path: str, server: dict[str, Any], version: str | None = None) -> None:
     """Write :func:`vllm_config_yaml` to ``path`` atomically (OSError when it cannot)."""
-    write_atomic(path, vllm_config_yaml(server))
+    write_atomic(path, vllm_config_yaml(server, version))
 
 
 def tune_ramp_fields(spec: TuneSpec) -> dict[str, Any]:
@@ -618,22 +617,96 @@ def tune_ramp_fields(spec: TuneSpec) -> dict[str, Any]:
             "output_tokens": spec.output_tokens, "length_spread": spec.length_spread}
 
 
-def save_as_profile(name: str, server: dict[str, Any], base: Profile | None = None,
-                    engine: Engine | str = Engine.VLLM, library: ProfileLibrary | None = None,
-                    ramp: dict[str, Any] | None = None) -> str:
-    """Save the recommendation as the user profile ``name``: ``base``'s engine, rig, ramp
-    and env (the profile the tune started from) with the recommended server options —
-    its recorded results dropped (they were measured with other flags); without a base,
-    ``engine`` and the flags alone. ``ramp``: RampSpec fields the tune judged on (its SLO
-    and request shape: :func:`tune_ramp_fields`) in place of the base's, so that a ramp of
-    the saved profile judges what the flags were tuned for. Returns the file's path;
-    raises ValueError (a bad name) or OSError (the disk)."""
+def recommended_config(entry: dict[str, Any], spec: TuneSpec) -> ServerConfig:
+    """The whole configuration of a result entry (the recommendation, the runner-up) as
+    the tune launched it: its ``config`` (the model, every vLLM option, the extra options,
+    the environment and the cards); an entry stored before the tune kept it: the tune's
+    starting configuration with the entry's ``server`` options in place of its own."""
+    if entry.get("config"):
+        return ServerConfig.model_validate(entry["config"])
+    base = spec.config.model_dump()
+    base.update({k: None for k in base if k in VLLM_OPTIONS and k != "host"})
+    base.update(entry.get("server") or {})
+    return ServerConfig.model_validate(base)
+
+
+def tuned_name(res: dict[str, Any], spec: TuneSpec) -> str:
+    """A profile name from a tune's result: ``Meta-Llama-3.1-70B-Instruct-AWQ-INT4 · 4×
+    RTX 4090 (sim) · TP2 PP1 DP2 · tuned 27 users`` (the model, the rig, the split of the
+    recommended candidate's key; at most 120 characters, the profile's limit; the
+    description has every flag)."""
+    rec = res.get("recommendation") or {}
+    cfg = recommended_config(rec, spec)
+    rig = f"{spec.hardware.count}× {spec.hardware.gpu}" + (" (sim)" if spec.engine.simulated else "")
+    users = rec.get("users")
+    tail = f"tuned {users:g} users" if isinstance(users, (int, float)) else "tuned"
+    split = str(rec.get("key") or "").split(" · ", 1)[0]
+    name = " · ".join(p for p in (model_label(cfg.model).rsplit("/", 1)[-1], rig, split, tail) if p)
+    return name[:120]
+
+
+def tuned_description(res: dict[str, Any], spec: TuneSpec) -> str:
+    """A profile description from a tune's result: what was measured, on what, judged how,
+    whether a second launch confirmed it, and the tune it came from."""
+    rec = res.get("recommendation") or {}
+    rig = f"{spec.hardware.count}× {spec.hardware.gpu}" + (" (simulated)" if spec.engine.simulated else "")
+    users, lo, hi = rec.get("users"), rec.get("users_low"), rec.get("users_high")
+    what = "no users measured" if users is None else f"{users:g} users at the SLO" + (
+        f" ({lo:g}–{hi:g})" if lo is not None and hi is not None and (lo != users or hi != users) else "")
+    tps = rec.get("output_tps")
+    out = [f"Tuned for {slo_text(spec.slo.model_dump(exclude_none=True))} on {rig}: {what}"
+           + (f", {tps:.0f} output tok/s" if tps else "") + ".",
+           f"Flags: {flags_text(rec.get('server') or {})}.",
+           "Confirmed by a second launch." if rec.get("verified") else "Not confirmed by a second launch.",
+           f"Tune {res.get('tune_id')}: {res.get('launches')} launches, objective {res.get('objective')}."]
+    return " ".join(out)
+
+
+def tuned_profile(res: dict[str, Any], spec: TuneSpec, *, engine: Engine | str | None = None,
+                  sim: SimRig | None = None, base: Profile | None = None, name: str | None = None) -> Profile:
+    """The tune's recommendation as a profile that re-creates what was measured: every
+    option of the configuration the tune launched (:func:`recommended_config`: extra
+    options such as the sim's hidden rig, the environment, the cards it used — the first
+    TP × PP × DP of a longer list; none when it named none), the simulated rig the tune ran on (``sim``, else
+    ``base``'s, with the tune's card count), ``base``'s ramp with what the tune judged on
+    (:func:`tune_ramp_fields`) and ``base``'s hosts; a name (:func:`tuned_name`, unless
+    given) and a description (:func:`tuned_description`) from the result — not ``base``'s,
+    nor its results. Raises ValueError without a recommendation (pydantic's names the
+    field of a bad value)."""
+    rec = res.get("recommendation")
+    if not rec:
+        raise ValueError("no recommendation to save yet")
+    eng = Engine(engine or spec.engine)
+    cfg = recommended_config(rec, spec)
+    gpus = cfg.gpus[:cfg.world_size] if cfg.gpus is not None else None
+    rig = sim or (base.sim if base is not None else None)
+    if eng.simulated:
+        rig = (rig or SimRig()).model_copy(update={"gpu": spec.hardware.gpu, "count": spec.hardware.count})
+    ramp = {**(base.ramp.model_dump(exclude_none=True) if base is not None else {}), **tune_ramp_fields(spec)}
+    prof = profile_from_settings(name or tuned_name(res, spec), engine=eng, server=cfg.to_vllm_config(),
+                                 env=dict(cfg.env), gpus=gpus,
+                                 sim=rig.model_dump(exclude_none=True) if eng.simulated and rig else None,
+                                 ramp=ramp, hosts=list(base.hosts) if base is not None else None,
+                                 ray_address=base.ray_address if base is not None else None)
+    return prof.updated(description=tuned_description(res, spec))
+
+
+def save_as_profile(res: dict[str, Any], spec: TuneSpec, *, engine: Engine | str | None = None,
+                    sim: SimRig | None = None, base: Profile | None = None, name: str | None = None,
+                    library: ProfileLibrary | None = None) -> str:
+    """Save :func:`tuned_profile` in the user's library; returns the file's path. Raises
+    ValueError (no recommendation, a bad name) or OSError (the disk)."""
     # deferred: only the save needs the library
     from app.profiles import ProfileLibrary
 
-    cfg = ServerConfig(**server)
-    d: dict[str, Any] = base.model_dump() if base is not None else {"engine": engine}
-    d.update(name=name, server=cfg.to_vllm_config(), results=None)
-    if ramp:
-        d["ramp"] = {**(d.get("ramp") or {}), **ramp}
-    return str((library or ProfileLibrary()).save(Profile.model_validate(d)))
+    prof = tuned_profile(res, spec, engine=engine, sim=sim, base=base, name=name)
+    return str((library or ProfileLibrary()).save(prof))
+
+
+def verify_ramp(res: dict[str, Any], spec: TuneSpec) -> RampSpec:
+    """The capacity search that verifies a recommendation (the Tune tab's "Verify (find
+    capacity)"): the very search the tune ran on each launch
+    (:func:`app.tuner.tune.launch_search`: its workload, SLO, floor of requests per level
+    and resolution) from the users the tune measured; ``url``/``model`` are the launch's."""
+    rec = res.get("recommendation") or {}
+    return launch_search(spec, spec.workload(), rec.get("users") or 1.0)

@@ -47,7 +47,7 @@ from app.config import (INTERNAL_FIELDS, KV_CACHE_DTYPES, VLLM_OPTIONS, ServerCo
 from app.hosts.plan import PlanError, launch_plan
 from app.hosts.spec import Host
 from app.planner.gpus import GpuSpec, RigLayout
-from app.planner.models import ModelArch, resolve_model
+from app.planner.models import ModelArch, quant_format, resolve_model
 from app.planner.plan import Plan, Workload, check
 from app.planner.versions import rules_for
 
@@ -168,7 +168,7 @@ def checkpoint_label(cfg: ServerConfig, model: ModelArch) -> str:
     """The quantization label of the profile's own checkpoint: its ``quantization``
     option, else the checkpoint's method, else its dtype (``bf16``)."""
     if cfg.quantization:
-        return cfg.quantization.replace("_marlin", "")
+        return quant_format(cfg.quantization) or cfg.quantization
     return model.quant_method or (cfg.dtype if cfg.dtype not in (None, "auto") else "bf16")
 
 

@@ -43,7 +43,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Literal, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.config import ServerConfig
 from app.engines import TUNABLE, CardSamples, Engine, names
@@ -51,7 +51,8 @@ from app.hosts.link import SshOptions
 from app.hosts.spec import Host
 from app.loadgen.capacity import P99_MIN_REQUESTS, SEARCH_STEP_CAP_S
 from app.loadgen.capacity import Capacity, crossing_users
-from app.loadgen.spec import SLO, CapacitySearch, MultiTurn, RampSpec, SharedPrefix
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+from app.loadgen.workload import Workload as WorkloadModel
 from app.loadgen.stats import StepStats
 from app.planner.calibrate import MeasuredLevel
 from app.planner.model_error import CPU as CPU_CLASS, card_class, statement as error_statement
@@ -60,7 +61,7 @@ from app.planner.plan import Plan, Workload, check
 from app.profiles.model import HardwareFingerprint
 from app.run.controller import RecordSpec, RunController
 from app.run.target import launch_target
-from app.run.verdict import Verdict
+from app.run.verdict import Tried, Verdict, against_tune
 from app.server.launch import LaunchError
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
@@ -87,12 +88,13 @@ def _or_lowest(score: float | None) -> float:
     return -math.inf if score is None else score
 
 
-class TuneSpec(BaseModel):
+class TuneSpec(WorkloadModel):
     """What to tune. ``engine`` a tunable :class:`app.engines.Engine`: ``vllm`` (this
     machine's cards or the CPU build) or ``sim`` (``sim_args``: the rig's options); ``config`` the starting flags (the
     profile's); ``hardware`` the cards (the planner's view of them); the workload
-    (``prompt_tokens``/``output_tokens`` each within ±``length_spread``, ``seed``) and
-    ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
+    (a :class:`app.loadgen.workload.Workload`, inherited: its fields are the tune's, flat in
+    its JSON — the lengths, seed, dataset, shared prefix, multi-turn —, predicted and measured
+    alike; a tune's searches are closed-loop) and ``slo`` every capacity is judged on; ``objective``; ``space`` what may vary; the
     budget: ``max_launches`` (the confirming launch included) and ``max_minutes`` (wall);
     the search: ``requests_per_level`` (p99 floor), ``resolution`` (:data:`TUNE_RESOLUTION`).
     ``hosts``: the rig of two or more hosts every launch goes over (the profile's
@@ -111,15 +113,6 @@ class TuneSpec(BaseModel):
     hardware: HardwareFingerprint
     python: Optional[str] = None
     vllm_version: Optional[str] = None
-    prompt_tokens: int = Field(512, ge=1)
-    output_tokens: int = Field(128, ge=1)
-    length_spread: float = Field(0.25, ge=0, lt=1)
-    seed: int = 0
-    multi_turn: Optional[MultiTurn] = None  # RampSpec's workloads: predicted and measured alike
-    shared_prefix: Optional[SharedPrefix] = None
-    prompts_file: Optional[str] = None  # a dataset (RampSpec.prompts_file …): its requests, predicted and measured
-    prompts_format: Optional[str] = None
-    prompts_column: Optional[str] = None
     slo: SLO
     objective: Objective = "users"
     space: TuneSpace = Field(default_factory=TuneSpace)
@@ -141,6 +134,11 @@ class TuneSpec(BaseModel):
             raise ValueError(f"engine {v!r}: a tune launches its servers on {names(TUNABLE)}")
         return e
 
+    @model_validator(mode="after")
+    def _closed_loop(self) -> "TuneSpec":
+        self.check_kinds("concurrency")  # a tune's capacity searches are closed-loop
+        return self
+
     @property
     def multi_host(self) -> bool:
         """Launches over two or more hosts (their agents), not one local server."""
@@ -158,15 +156,11 @@ class TuneSpec(BaseModel):
                                     ray_address=self.ray_address)
 
     def workload(self) -> Workload:
-        """The planner's workload of this tune (its capacity search is the one measured)."""
-        mt, sp = self.multi_turn, self.shared_prefix
-        return Workload(self.prompt_tokens, self.output_tokens, (1,), self.length_spread, self.seed,
-                        slo=self.slo, search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
-                        requests_per_level=self.requests_per_level,
-                        multi_turn=(mt.turns, mt.think_s) if mt is not None else None,
-                        shared_prefix=(sp.tokens, sp.fraction, sp.count) if sp is not None else None,
-                        prompts_file=self.prompts_file, prompts_format=self.prompts_format,
-                        prompts_column=self.prompts_column).with_dataset_lengths()
+        """The planner's workload of this tune (its capacity search is the one measured):
+        the tune's requests, unchanged."""
+        return Workload(self.as_workload(), (1,), slo=self.slo,
+                        search=CapacitySearch(resolution=self.resolution, max_level=self.max_users),
+                        requests_per_level=self.requests_per_level)
 
 
 class CandidateResult(BaseModel):
@@ -222,6 +216,9 @@ class LaunchRecord(BaseModel):
     wall_seconds: float = 0.0
     error: Optional[str] = None
     sentence: str = ""
+    #: the run's verdict (app.run.verdict.Verdict fields): its next step is held against the
+    #: tune's candidates when the recommendation is written (issue 37 item 4)
+    verdict: Optional[dict[str, Any]] = None
 
 
 class TuneState(BaseModel):
@@ -265,6 +262,18 @@ class TuneAborted(Exception):
 
 def _fmt_iv(lo: float | None, hi: float | None) -> str:
     return f"{lo:g}–{hi:g}" if lo is not None and hi is not None else "no interval"
+
+
+def launch_search(spec: TuneSpec, workload: Workload, start: float) -> RampSpec:
+    """The capacity search a tune runs on each launch — and the Tune tab's "Verify (find
+    capacity)" runs again (app.tuner.report.verify_ramp): ``workload``'s search
+    (:meth:`TuneSpec.workload`) from ``start`` users (whole, within [1, max_users]) at the
+    tune's resolution, each level capped at :data:`SEARCH_STEP_CAP_S` rig seconds."""
+    out = workload.search_spec()
+    assert out is not None  # a tune has an SLO
+    return out.model_copy(update={"search": CapacitySearch(start=min(spec.max_users, max(1.0, math.floor(start))),
+                                                           resolution=spec.resolution, max_level=spec.max_users),
+                                  "step_seconds": SEARCH_STEP_CAP_S})
 
 
 def score(objective: str, users: float | None, tps: float | None, cards: int, board_w: float,
@@ -718,11 +727,7 @@ class Tuner:
         rec = LaunchRecord(n=len(self.state.launches) + 1, key=key, purpose=purpose)
         self.state.launches.append(rec)
         self._save(f"launch {rec.n} of ≤ {s.max_launches}: {key} ({purpose})")
-        spec = self.workload.search_spec()
-        assert spec is not None  # the tune has an SLO
-        spec = spec.model_copy(update={"search": CapacitySearch(start=min(s.max_users, max(1.0, math.floor(start))),
-                                                                resolution=s.resolution, max_level=s.max_users),
-                                       "step_seconds": SEARCH_STEP_CAP_S})
+        spec = launch_search(s, self.workload, start)
         plan = self._cands[key].plan if key in self._cands else None
         name = f"tune {self.tune_id} · {purpose} {rec.n}: {key}"
         t0 = self._clock()
@@ -736,6 +741,7 @@ class Tuner:
             cap = m.capacity
             rec.users, rec.users_low, rec.users_high, rec.output_tps = cap.users, cap.users_low, cap.users_high, cap.output_tps
             rec.sentence = m.verdict.sentence if m.verdict is not None else cap.sentence
+            rec.verdict = m.verdict.model_dump(mode="json") if m.verdict is not None else None
         return rec, m
 
     def _measure(self, r: CandidateResult) -> None:
@@ -784,9 +790,54 @@ class Tuner:
         return cfg.model_copy(update={"max_num_seqs": seqs})
 
     # ------------------------------------------------------------------ result
+    def _tried(self, best: CandidateResult, fix: dict[str, Any]) -> Tried | None:
+        """What the tune knows of ``best``'s configuration with ``fix`` (a verdict's next
+        step): the candidates that have the fix's values and otherwise differ from
+        ``best`` at most in ``max_num_seqs`` and the data-parallel count (the cards are
+        the same), the best of them by the objective; None when no candidate is one."""
+        base = self._cands[best.key].config.model_dump()
+        loose = set(fix) | {"max_num_seqs", "data_parallel_size"}
+        like = []
+        for r in self.state.candidates:
+            c = self._cands.get(r.key)
+            if c is None or r.key == best.key:
+                continue
+            cfg = c.config.model_dump()
+            if all(cfg.get(k) == v for k, v in fix.items()) and all(
+                    cfg.get(k) == v for k, v in base.items() if k not in loose):
+                like.append(r)
+        if not like:
+            return None
+        have = self._score(best, True)
+
+        def known(r: CandidateResult) -> float:
+            sc = self._score(r, r.measured)
+            return -math.inf if sc is None or r.pruned_because or r.failed else sc
+        r = max(like, key=known)
+        if r.pruned_because or r.failed:
+            return Tried(None, r.failed is not None, True, r.pruned_because or r.failed or "")
+        sc = known(r)
+        users = r.measured_users if r.measured else r.predicted_users
+        return Tried(users if users else None, r.measured, have is not None and sc <= have,
+                     "" if users else "no users at the SLO predicted")
+
+    def _launch_sentence(self, launch: LaunchRecord | None, best: CandidateResult, default: str) -> str:
+        """A launch's verdict sentence with its next step held against the tune
+        (:func:`app.run.verdict.against_tune`); ``default`` without a launch."""
+        if launch is None:
+            return default
+        if launch.verdict is None:
+            return launch.sentence or default
+        v = Verdict.model_validate(launch.verdict)
+        if v.next_fix is None:
+            return launch.sentence or v.sentence
+        return against_tune(v, self._tried(best, v.next_fix)).sentence
+
     def _entry(self, r: CandidateResult, cfg: ServerConfig | None = None, measured: bool = True) -> dict[str, Any]:
         cfg = cfg or self._cands[r.key].config
         return {"key": r.key, "server": server_flags(cfg),
+                # the whole configuration as launched (extra options, env, cards): Save as profile
+                "config": cfg.model_dump(mode="json", exclude_none=True),
                 "users": r.measured_users if measured else r.predicted_users,
                 "users_low": r.measured_low if measured else r.predicted_low,
                 "users_high": r.measured_high if measured else r.predicted_high,
@@ -808,18 +859,19 @@ class Tuner:
             seqs, seqs_was = cfg.max_num_seqs, explored.max_num_seqs
             if conf is not None and conf.status == "done" and conf.users is not None and conf.users >= floor:
                 rec.update(users=conf.users, users_low=conf.users_low, users_high=conf.users_high,
-                           output_tps=conf.output_tps, run_id=conf.run_id, sentence=conf.sentence, verified=True)
+                           output_tps=conf.output_tps, run_id=conf.run_id,
+                           sentence=self._launch_sentence(conf, best, conf.sentence), verified=True)
             elif conf is not None and conf.status == "done" and conf.users is not None:
                 # max_num_seqs from the capacity served fewer users: keep the flags as measured
                 rec = self._entry(best, explored)
-                rec.update(verified=True, sentence=(measured.sentence if measured else "") + (
+                rec.update(verified=True, sentence=self._launch_sentence(measured, best, "") + (
                     f" (with max_num_seqs {seqs} instead of {seqs_was} the confirming launch measured "
                     f"{conf.users:g} users ({_fmt_iv(conf.users_low, conf.users_high)}): max_num_seqs stays {seqs_was})"))
             else:
                 why = (f"the confirming launch failed: {conf.error}" if conf is not None
                        else (f"the tune stopped: {st.safety_stop}" if st.safety_stop
                              else "no launch was left to confirm it"))
-                rec.update(verified=False, sentence=(measured.sentence if measured else best.key) + (
+                rec.update(verified=False, sentence=self._launch_sentence(measured, best, best.key) + (
                     f" — measured with max_num_seqs {seqs_was}; max_num_seqs {seqs} is not confirmed: {why}"))
             st.recommendation = rec
             others = [r for r in st.candidates if r.measured and r.key != best.key]

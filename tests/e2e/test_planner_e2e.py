@@ -14,7 +14,7 @@ from tests.e2e.conftest import KNEE_OUTPUT as OUTPUT, KNEE_PROMPT as PROMPT
 
 def cpu_plan(server, **kw):
     cards = cards_for(cpu_build=True)
-    return plan(server.config, cards, resolve_model(server.config.model), Workload(PROMPT, OUTPUT, (1, 2, 4, 8, 16)),
+    return plan(server.config, cards, resolve_model(server.config.model), Workload.of(PROMPT, OUTPUT, (1, 2, 4, 8, 16)),
                 vllm_version=server.parser.facts.version, **kw)
 
 

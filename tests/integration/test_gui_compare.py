@@ -87,7 +87,7 @@ def test_history_view_lists_opens_and_deletes(gui_guard, qtbot, store, tmp_path)
     pump(qtbot, lambda: v._loaded, 5, "runs listed when shown")
     assert v.run_ids() == [r8, r4]
     heads = [v.table.horizontalHeaderItem(i).text() for i in range(v.table.columnCount())]
-    assert v.table.item(0, 2).text() == "8 cards" and v.table.item(0, heads.index("Peak out tok/s")).text() == "230"
+    assert v.table.item(0, 2).text() == "8 cards" and v.table.item(0, heads.index("Out tok/s at SLO")).text() == "230"
     assert v.table.item(0, heads.index("Users at SLO")).text() == "–"  # recorded without a verdict
     v.select_ids([r4])
     assert v.buttons["open"].isEnabled() and not v.buttons["compare"].isEnabled()

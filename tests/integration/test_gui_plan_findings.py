@@ -26,7 +26,7 @@ def _rows(w):
 def test_information_is_listed_and_the_verdict_stays_fits(qtbot):
     m = from_catalog("Llama-3-70B")
     cfg = ServerConfig(model="m", tensor_parallel_size=4, quantization="awq", max_model_len=8192)
-    p = plan(cfg, [lookup_gpu("RTX 4090")] * 4, m, Workload(512, 128), use_calibration=False)
+    p = plan(cfg, [lookup_gpu("RTX 4090")] * 4, m, Workload.of(512, 128), use_calibration=False)
     w = _panel(qtbot, p)
     assert w.verdict.text().startswith("Fits")
     row = w.findChild(QFrame, "finding_no_p2p")
@@ -39,7 +39,7 @@ def test_information_comes_after_errors_and_warnings(qtbot):
     m = from_catalog("Llama-3-70B")
     cfg = ServerConfig(model="m", tensor_parallel_size=3, quantization="awq", max_model_len=8192,
                        gpu_memory_utilization=0.99)
-    p = plan(cfg, [lookup_gpu("RTX 4090")] * 4, m, Workload(512, 128), use_calibration=False)
+    p = plan(cfg, [lookup_gpu("RTX 4090")] * 4, m, Workload.of(512, 128), use_calibration=False)
     w = _panel(qtbot, p)
     rows = _rows(w)
     assert rows.index("finding_tp_not_divisor_of_heads") < rows.index("finding_no_p2p")
@@ -50,7 +50,7 @@ def test_information_comes_after_errors_and_warnings(qtbot):
 
 def test_hang_risk_on_an_iommu_host_is_a_warning_with_apply_fix(qtbot):
     cfg = ServerConfig(model="m", tensor_parallel_size=2)
-    p = plan(cfg, [lookup_gpu("RTX 6000 Ada")] * 2, from_catalog("Llama-3-8B"), Workload(512, 128),
+    p = plan(cfg, [lookup_gpu("RTX 6000 Ada")] * 2, from_catalog("Llama-3-8B"), Workload.of(512, 128),
              use_calibration=False, host=HostPcie("translated", None, "test"))
     w = _panel(qtbot, p)
     assert w.verdict.text().startswith("Will run, with warnings")

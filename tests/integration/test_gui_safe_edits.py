@@ -114,3 +114,39 @@ def test_another_profile_or_engine_starts_from_clean_views(main_window, qtbot):
     assert w.switch_profile(w.config.profile.itemText(0) if w.config.profile.itemText(0) != w.profile_name
                             else w.config.profile.itemText(1))
     assert w.results.table.rowCount() == 0 and w.ramp.progress.text() == ""
+
+
+def test_switching_profile_leaves_no_text_of_the_last_session(main_window, qtbot):
+    """Issue 37, item 8: "sim: stopped" stayed in the status bar under a vLLM profile, and
+    the previous server's VRAM headroom in the Live tab's title. The session clock's axis
+    reads as a clock (never "ks")."""
+    w = main_window
+    _planned(w, qtbot)
+    w._show_state("stopped", "")
+    w.dashboard._set_title("vram", "VRAM used per GPU — least headroom 3.20 GiB")
+    assert "sim: <b>stopped</b>" in w.state_label.text()
+    w.config.set_engine("vllm", "RTX 4090", 8)  # another engine: a new session's views
+    assert "stopped" not in w.state_label.text() and "idle" in w.state_label.text()
+    assert w.dashboard.plots["vram"].titleLabel.text == "VRAM used per GPU"
+    axis = w.dashboard.plots["power"].getAxis("bottom")
+    assert axis.tickStrings([0.0, 1020.0, 3723.0], 1.0, 300.0) == ["0:00", "17:00", "1:02:03"]
+    assert "ks" not in axis.labelString() and "m:ss" in axis.labelString()
+
+
+def test_closing_with_unsaved_edits_offers_save(main_window, qtbot, monkeypatch):
+    """Issue 37, item 8: the close dialog offered no Save for unsaved edits. Save saves the
+    form (then closes); a cancelled save keeps the window open."""
+    w = main_window
+    _planned(w, qtbot)
+    qtbot.wait(300)
+    w.config.max_num_seqs.setValue(48)
+    assert w.is_modified()
+    asked = []
+    monkeypatch.setattr(w, "_ask", lambda title, text, buttons, default: asked.append(buttons) or QMessageBox.Save)
+    monkeypatch.setattr(w, "save_profile_dialog", lambda: None)  # the name dialog cancelled
+    w.close()
+    assert asked and asked[0] & QMessageBox.Save and w.isVisible()  # not saved: still open
+    monkeypatch.setattr(w, "save_profile_dialog", lambda: w.save_profile("kept edits"))
+    w.close()
+    assert not w.isVisible() and "kept edits" in profiles.list_profiles()
+    assert profiles.library().entry("kept edits").profile.server.get("max-num-seqs") == 48

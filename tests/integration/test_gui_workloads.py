@@ -88,3 +88,22 @@ def test_the_results_columns_are_the_declared_figures_and_a_new_one_shows(qtbot,
     t.add_step(st)
     col = t.headers.index("TTFT p75 ms")
     assert t.table.item(0, col).text() == "37.7"
+
+
+def test_the_ramp_forms_workload_rows_are_the_kinds_and_a_new_kind_shows(qtbot, monkeypatch):
+    """Every kind's form rows (app.loadgen.workload.form_rows) are rows of the Ramp form,
+    and a new kind's row appears with nothing but its declaration (the dummy kind of
+    tests/unit/test_workload_kinds.py); the rows' values are the kind's fields."""
+    from app.loadgen import workload as wl
+    from tests.unit.test_workload_kinds import Dummy
+
+    p = RampPanel(time.monotonic)
+    qtbot.addWidget(p)
+    shown = set(p.workload.widgets) | set(p.arrivals.widgets)
+    assert {r.field for r in wl.form_rows()} == shown
+    monkeypatch.setattr(wl, "KINDS", wl.KINDS + (Dummy,))
+    q = RampPanel(time.monotonic)
+    qtbot.addWidget(q)
+    q.workload.widgets["think_tokens"].setText("300")
+    assert q.workload.labels["think_tokens"].text() == "Think tokens"
+    assert q.workload.values()["think_tokens"] == 300

@@ -90,7 +90,7 @@ def test_prefill_queueing_shows_in_the_predicted_ttft():
     a level once each user has finished a request (RampSpec.settle): its levels' TTFT
     p99s are the steady state's, below the burst's."""
     prof = read_profile(DEMO)
-    w = Workload(slo=SLO(ttft_p99=2.0, tpot_p99=0.1), levels=(1, 4, 8))
+    w = Workload.of(slo=SLO(ttft_p99=2.0, tpot_p99=0.1), levels=(1, 4, 8))
     p = sim_plan(prof.server_config(), "RTX 4090", 8, w)
     ttft = {pt.concurrency: pt.ttft_p99_s for pt in p.curve.points}
     assert ttft[1] < 0.6 and 1.0 < ttft[4] < 2.0 and ttft[8] > 2.0
@@ -236,7 +236,7 @@ def test_predicted_users_at_slo_match_the_simulated_rig(combo, tmp_path, capsys)
     name, cfg_of, gpu, count, slo = combo
     cfg = cfg_of()
     t = time.perf_counter()
-    p = sim_plan(cfg, gpu, count, Workload(512, 128, (1,), slo=slo))
+    p = sim_plan(cfg, gpu, count, Workload.of(512, 128, (1,), slo=slo))
     t_plan = time.perf_counter() - t
     pred = p.predicted_users_at_slo
     assert pred is not None and pred >= 1, name

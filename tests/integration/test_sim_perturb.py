@@ -35,7 +35,7 @@ def test_a_negative_seed_is_refused():
 def test_the_perturbed_sim_measures_the_true_rig_and_hides_it(tmp_path):
     seed = _seed()
     cfg = ServerConfig(model=MODEL, max_model_len=2048, max_num_seqs=64)
-    w = Workload(256, 128, (8,), length_spread=0.0, step_s=20.0)
+    w = Workload.of(256, 128, (8,), length_spread=0.0, step_s=20.0)
     p0 = rig_plan(cfg, workload=w)
     pt = rig_plan(cfg, workload=w, params=true_params(p0.perf.params, seed))
     planned, true = p0.curve.points[0].output_tps, pt.curve.points[0].output_tps

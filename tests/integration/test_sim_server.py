@@ -188,6 +188,8 @@ def test_metrics_parse_with_vllm_names_and_types(sim):
     assert gen[0].labels == {"model_name": "llama70", "engine": "0"} and gen[0].value >= 8
     info = fams["vllm:cache_config_info"].samples[0].labels
     assert info["block_size"] == "16" and int(info["num_gpu_blocks"]) * 16 == sim.parser.facts.kv_cache_tokens
+    # vLLM 0.32's group-aware capacity label (vllm/config/cache.py:227), the figure the log gives
+    assert int(info["kv_cache_size_tokens"]) == sim.parser.facts.kv_cache_tokens
 
 
 def test_telemetry_document_matches_the_telemetry_shape(sim):

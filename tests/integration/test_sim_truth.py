@@ -32,7 +32,7 @@ def _ramp(url: str, out) -> list[dict]:
 
 def test_a_sim_served_with_a_truth_is_slower_where_the_rule_says_and_hides_it(tmp_path):
     cfg = ServerConfig(model=MODEL, max_model_len=2048, max_num_seqs=64)
-    p = rig_plan(cfg, workload=Workload(256, 128, (1, 8), length_spread=0.0, step_s=20.0))
+    p = rig_plan(cfg, workload=Workload.of(256, 128, (1, 8), length_spread=0.0, step_s=20.0))
     one, eight = (pt.output_tps for pt in p.curve.points)
     f = tmp_path / "truth.yaml"
     f.write_text(TRUTH)

@@ -161,7 +161,7 @@ def _plan(spec=None, model="meta-llama/Llama-3.1-70B", gpu="H100 SXM", count=4, 
     from app.planner.plan import Workload, plan
 
     cfg = ServerConfig(model=model, tensor_parallel_size=count, max_model_len=8192, speculative_config=spec, **kw)
-    return plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(model), Workload(512, 128), use_calibration=False,
+    return plan(cfg, [lookup_gpu(gpu)] * count, resolve_model(model), Workload.of(512, 128), use_calibration=False,
                 spec_acceptance=spec_acceptance)
 
 

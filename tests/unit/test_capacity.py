@@ -4,12 +4,14 @@ simulated rig and through `vllm-dyno ramp --find-capacity`."""
 from __future__ import annotations
 
 
+import math
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from app.config import ServerConfig
-from app.loadgen.capacity import capacity_of, met_probability, next_level, search_levels
+from app.loadgen.capacity import bracket, capacity_of, crossing_users, level_mark, met_probability, next_level, search_levels
 from app.loadgen.records import RequestRecord
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec, spec_to_wall
 from app.loadgen.stats import compute_step_stats, records_to_rig, to_rig_time
@@ -95,7 +97,7 @@ def _level(idx: int, users: float, ttfts: list[float], fail: int = 0, slo: SLO |
     return st, recs
 
 
-def test_interval_from_the_bootstrap():
+def test_the_bootstrap_judges_each_level_and_the_interval_is_the_bracket():
     slo = SLO(ttft_p99=1.0)
     rng = np.random.default_rng(3)
     clear_met = list(rng.uniform(0.2, 0.5, 200))
@@ -113,10 +115,89 @@ def test_interval_from_the_bootstrap():
     assert met_probability([r for r in recs if r.level_idx == 1], slo) == 0.0
     cap = capacity_of(steps, recs, slo, CapacitySearch())
     assert cap.users == 6 and cap.next_users == 7 and cap.limited_by == "ttft"
-    assert cap.users_low == 4 and cap.users_high == 6  # 6 is not surely met; 7 surely broken
+    # 6 is not surely met, yet it was measured met: the interval never goes below it (issue 37)
+    assert cap.users_low == 6 and cap.users_high == 7
     assert cap.requests == 200 and not cap.few_requests
     assert [lv.users for lv in cap.levels] == [4, 8, 6, 7] and [lv.met for lv in cap.levels] == [True, False, True, False]
-    assert "6 users at TTFT p99 ≤ 1 s (4–6)" in cap.sentence and "7 users broke it (ttft)" in cap.sentence
+    assert "6 users at TTFT p99 ≤ 1 s (6–7)" in cap.sentence and "7 users broke it (ttft)" in cap.sentence
+
+
+def _search_case(slo: SLO, outcomes: list[tuple[float, list[float]]]):
+    """A search's levels in the order probed: (users, TTFTs of its requests)."""
+    levels = [_level(i, u, ttfts, slo=slo) for i, (u, ttfts) in enumerate(outcomes)]
+    return capacity_of([st for st, _ in levels], [r for _, rs in levels for r in rs], slo, CapacitySearch())
+
+
+@pytest.mark.parametrize("case, start, resolution, true_cap, above, expect", [
+    # issue 37's three intervals, which the old rule (the bootstrap's surely-met and surely-
+    # broken levels) gave: "19 (19–23)" with 20 measured broken (20 broke narrowly, 24
+    # surely); "26 (26–36)" with 27 broken (every level above broke narrowly: the top
+    # probed, 32 here); a tune's "27 (27–27)" where a second search met 28 (28 surely
+    # broken by the bootstrap of one search's requests, met by the next search)
+    ("19 with 20 broken", 1, 0.1, 19, "narrow", (19, 20)),
+    ("26 with 27 broken", 16, 0.01, 26, "all narrow", (26, 27)),
+    ("27 with 28 broken", 27, 0.1, 27, "sure", (27, 28)),
+])
+def test_a_capacity_interval_never_passes_a_level_the_same_search_measured(case, start, resolution, true_cap,
+                                                                           above, expect):
+    """The walk of :func:`next_level` against a rig whose levels up to ``true_cap`` meet a
+    TTFT p99 ≤ 1 s and those above break it: the first above narrowly (the bootstrap
+    unsure) or surely, the rest clearly or (``all narrow``) narrowly. The interval is the
+    bracket: never above a level measured broken, never below one measured met."""
+    slo = SLO(ttft_p99=1.0)
+    rng = np.random.default_rng(7)
+    search = CapacitySearch(start=start, resolution=resolution, max_level=256)
+    narrow = [0.99, 1.005, 1.01, 1.02]  # p99 of 150 just above the bound: broken, narrowly
+    hist: list[tuple[float, bool]] = []
+    outcomes = []
+    while (nxt := next_level(search, hist)) is not None:
+        if nxt <= true_cap:
+            ttfts = list(rng.uniform(0.1, 0.5 if nxt <= 4 else 0.97, 150))
+        elif above == "all narrow" or (nxt == true_cap + 1 and above == "narrow"):
+            ttfts = list(rng.uniform(0.3, 0.97, 146)) + narrow
+        elif nxt == true_cap + 1:  # surely broken by its own requests' bootstrap
+            ttfts = list(rng.uniform(0.3, 0.97, 144)) + [1.2, 1.3, 1.4, 1.5, 1.6, 1.7]
+        else:
+            ttfts = list(rng.uniform(0.5, 3.0, 150))
+        outcomes.append((nxt, ttfts))
+        hist.append((nxt, nxt <= true_cap))
+    cap = _search_case(slo, outcomes)
+    probed = {lv.users: lv for lv in cap.levels}
+    nxt_lv = probed.get(true_cap + 1)
+    assert nxt_lv is not None and not nxt_lv.met and true_cap in probed, (case, sorted(probed))
+    assert (nxt_lv.met_probability > 0.05) == (above != "sure"), (case, nxt_lv.met_probability)
+    assert (cap.users, cap.users_low, cap.users_high) == (true_cap, *expect), case
+    for lv in cap.levels:  # the rule itself, over every level probed
+        if not lv.met:
+            assert cap.users_high <= lv.users, (case, lv.users, cap.users_high)
+        elif lv.users < (cap.next_users or math.inf):
+            assert cap.users_low >= lv.users, (case, lv.users, cap.users_low)
+    assert f"{true_cap} users at TTFT p99 ≤ 1 s ({expect[0]}–{expect[1]})" in cap.sentence
+    c = crossing_users(cap)
+    assert c is not None and cap.users_low <= c < cap.users_high  # the crossing lies in the interval
+
+
+def test_the_bracket_without_a_broken_level_and_without_a_met_one():
+    slo = SLO(ttft_p99=1.0)
+    ok, bad = [0.2] * 120, [2.0] * 120
+    top = _search_case(slo, [(1, ok), (2, ok), (4, ok)])  # max_level reached
+    assert (top.users, top.users_low, top.users_high) == (4, 4, 4)
+    none = _search_case(slo, [(4, bad), (2, bad), (1, bad)])
+    assert (none.users, none.users_low, none.users_high) == (0, 0, 1)
+    lo, hi = bracket(none.levels)
+    assert lo is None and hi is not None and hi.users == 1
+    # not monotone (a fixed ramp's noise): the capacity stays below the lowest broken level
+    odd = _search_case(slo, [(2, ok), (4, bad), (6, ok)])
+    assert (odd.users, odd.users_low, odd.users_high) == (2, 2, 4)
+
+
+def test_level_chips_never_tick_a_broken_level():
+    slo = SLO(ttft_p99=1.0)
+    met, _ = _level(0, 19, [0.2] * 50, slo=slo)
+    broke, _ = _level(1, 20, [0.2] * 48 + [1.5, 1.6], slo=slo)
+    failed, _ = _level(2, 21, [0.2] * 10, fail=10, slo=SLO(ttft_p99=1.0, failure_rate=0.05))
+    no_slo, _ = _level(3, 22, [5.0] * 50)
+    assert [level_mark(st) for st in (met, broke, failed, no_slo)] == ["✓", "✗", "✗", "✓"]
 
 
 def test_failure_rate_slo_and_few_requests():

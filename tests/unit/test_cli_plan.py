@@ -102,7 +102,7 @@ def test_rig_what_if_compares_hosts_with_one_host_of_the_same_cards(capsys):
     assert rows[2, 1, 1, 1, 2]["link_share"] == 0 and rows[2, 1, 1, 1, 2]["users"] == rows[1, 2, 1, 1, 2]["users"]
     assert rows[1, 2, 2, 1, 1]["link"] is None and rows[1, 2, 2, 1, 1]["link_share"] == 0
     want = plan(ServerConfig(model="Llama-3-8B", pipeline_parallel_size=2), [lookup_gpu("RTX 4090")] * 2,
-                from_catalog("Llama-3-8B"), Workload(512, 128, length_spread=0.0, slo=DEFAULT_RIG_SLO),
+                from_catalog("Llama-3-8B"), Workload.of(512, 128, length_spread=0.0, slo=DEFAULT_RIG_SLO),
                 vllm_version="0.32.0", rig=rig_layout(2, 1, "10gbe"))
     assert pp["users"] == want.capacity.users and pp["output_tps"] == want.capacity.output_tps
 

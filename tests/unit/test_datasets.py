@@ -382,12 +382,12 @@ def test_plan_run_and_tune_take_the_dataset_options_as_ramp_does():
     p = build_parser()
     wl = workload_from_args(p.parse_args(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090",
                                           "--prompts-file", "builtin:chat"]))
-    assert wl.prompts_file == "builtin:chat"
+    assert str(wl.requests.prompts_file) == "builtin:chat"
     assert 120 < wl.prompt_tokens < 190 and 280 < wl.output_tokens < 380, (wl.prompt_tokens, wl.output_tokens)
     assert wl.search_spec() is None and str(wl.ramp_spec([1]).prompts_file) == "builtin:chat"
     ts = tune_spec(p.parse_args(["tune", "--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "2",
                                  "--model", "Llama-3-8B", "--slo-ttft-p99", "2", "--prompts-file", "builtin:chat"]))
-    assert ts.prompts_file == "builtin:chat"
+    assert str(ts.prompts_file) == "builtin:chat"
     assert str(ts.workload().search_spec().prompts_file) == "builtin:chat"  # measured with the dataset too
     with pytest.raises(ValueError, match="--prompts-file"):
         workload_from_args(p.parse_args(["plan", "--model", "Llama-3-8B", "--gpu", "RTX 4090",

@@ -9,9 +9,12 @@ import math
 
 import pytest
 
+from app.config import ServerConfig
 from app.planner.model_error import (ALL, CPU, GDDR, HBM, MIN_POINTS, ErrorTable, PointError, build_table,
                                      card_class, load_table, offered_concurrency, quant_family, regime_of,
                                      statement)
+from app.planner.models import quant_format, resolve_model
+from app.tuner.space import checkpoint_label
 
 
 def test_the_shipped_table_is_its_points_grouped():
@@ -123,3 +126,16 @@ def test_the_plan_states_its_error(monkeypatch):
     text = model_error_text(p)
     assert text.startswith("model error vs published runs (median |error|): output tok/s ±") and "RTX 4090" in text
     assert f"  {text}" in render_plan(p).splitlines()
+
+
+@pytest.mark.parametrize("q, fmt", [(None, None), ("awq_marlin", "awq"), ("gptq_marlin", "gptq"),
+                                    ("gptq_marlin_24", "gptq_24"), ("awq", "awq"), ("fp8", "fp8")])
+def test_one_quantization_format_for_tuner_keys_model_and_table(q, fmt):
+    """app.planner.models.quant_format is the one place a Marlin kernel variant becomes its
+    checkpoint format: the tuner's checkpoint label (stored in tunes' candidate keys) and the
+    error table's family read it, so a stored tune's key does not move."""
+    assert quant_format(q) == fmt
+    if q is not None:
+        model = resolve_model("meta-llama/Llama-3.1-8B-Instruct")
+        assert checkpoint_label(ServerConfig(model="m", quantization=q), model) == fmt
+        assert quant_family(q) == (fmt.split("_")[0] if fmt.startswith(("awq", "gptq")) else fmt)

@@ -127,6 +127,23 @@ def test_extra_takes_one_flag(capsys):
     assert rc in (0, 1) and "batched_tokens_below_max_model_len" in json.dumps(out)
 
 
+def test_extra_takes_several_loose_tokens_or_one_string(capsys):
+    """``--extra --enable-lora --max-loras 4 --max-lora-rank 64`` (loose tokens, up to the next
+    option of plan's own) plans the same LoRA memory as the same flags in one string; a token
+    after one of plan's own options is still refused with the hint."""
+    base = ["plan", "--model", MODEL, "--gpu", "H100 SXM", "--max-model-len", "8192", "--vllm-version", "0.32.0",
+            "--json"]
+    rc = main(base[:7] + ["--extra", "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64"] + base[7:])
+    loose = json.loads(capsys.readouterr().out)
+    rc2 = main(base + ["--extra", "--enable-lora --max-loras 4 --max-lora-rank 64"])
+    one = json.loads(capsys.readouterr().out)
+    assert rc == rc2 and loose["ranks"][0]["weights_gib"] == one["ranks"][0]["weights_gib"]
+    assert loose["effective"] == one["effective"] and (one["effective"]["lora_slots"], one["effective"]["lora_rank"]) == (4, 64)
+    with pytest.raises(SystemExit):
+        main(base + ["--extra", "--enable-lora", "--vllm-version", "0.32.0", "--max-loras", "4"])
+    assert '--extra "--max-loras 4"' in capsys.readouterr().err
+
+
 def test_a_vllm_option_plan_lacks_gets_the_extra_hint(capsys):
     with pytest.raises(SystemExit) as ei:
         main(["plan", "--model", MODEL, "--gpu", "H100 SXM", "--swap-space", "4"])

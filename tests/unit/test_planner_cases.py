@@ -90,5 +90,6 @@ def test_mixed_cards_each_stage_on_its_own_card():
     assert (r1.gpu.name, r1.total_gib, len(r1.layers)) == ("RTX 5090", 32.0, 32)
     assert r0.kv_bytes_per_token == 98304 // 3 and r1.kv_bytes_per_token == 2 * 98304 // 3
     assert p.kv_cache_tokens == min(r0.kv_tokens, r1.kv_tokens)
-    # the fix for the context: the largest max_model_len that fits, which then passes
-    assert p.fix == {"max_model_len": p.kv_cache_tokens}
+    # the fix for the context: the largest max_model_len that fits, which then passes — one block short of
+    # the pool, the null block vLLM holds back (vllm/v1/core/kv_cache_utils.py:2618–2640 @ 0.32.0)
+    assert p.fix == {"max_model_len": p.kv_cache_tokens - p.effective.block_size} == {"max_model_len": p.fitting_model_len()}

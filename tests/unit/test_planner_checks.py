@@ -12,7 +12,7 @@ from app.planner.plan import Workload, apply_fix, fix_to_flags, plan
 
 def seed(count: int, **kw):
     cfg = ServerConfig(model="Llama-3-70B", tensor_parallel_size=count, quantization="awq", max_model_len=8192, **kw)
-    return plan(cfg, [lookup_gpu("RTX 5090")] * count, from_catalog("Llama-3-70B"), Workload(512, 128),
+    return plan(cfg, [lookup_gpu("RTX 5090")] * count, from_catalog("Llama-3-70B"), Workload.of(512, 128),
                 vllm_version="0.32.0", use_calibration=False)
 
 

@@ -34,7 +34,7 @@ THREE_WAY = ModelArch.from_config({
 
 
 def _plan(cfg, gpu, n, model=None, version="0.32.0", host=None, workload=None):
-    return plan(cfg, [lookup_gpu(gpu)] * n, model or from_catalog("Llama-3-8B"), workload or Workload(512, 128),
+    return plan(cfg, [lookup_gpu(gpu)] * n, model or from_catalog("Llama-3-8B"), workload or Workload.of(512, 128),
                 vllm_version=version, use_calibration=False, host=host)
 
 
@@ -199,7 +199,7 @@ def test_layouts_are_every_split_of_the_cards():
 def test_layout_fix_is_the_fastest_that_passes_every_check(server, n, code):
     m = from_catalog("Llama-3-70B")
     cfg = ServerConfig(model="m", max_model_len=8192, **server)
-    wl = Workload(512, 128)
+    wl = Workload.of(512, 128)
     p = _plan(cfg, "RTX 4090", n, m, workload=wl)
     f = _finding(p, code)
     assert f.verdict == "error" and f.alternatives and p.problem == code
@@ -254,9 +254,9 @@ def test_data_parallel_past_the_cards_names_vllms_wording(version, said):
 def test_data_parallel_plans_every_replica_and_adds_their_throughput():
     m = from_catalog("Llama-3-8B")
     one = _plan(ServerConfig(model="m", tensor_parallel_size=2), "RTX 4090", 2, m,
-                workload=Workload(512, 128, (1, 8, 64)))
+                workload=Workload.of(512, 128, (1, 8, 64)))
     two = _plan(ServerConfig(model="m", tensor_parallel_size=2, data_parallel_size=2), "RTX 4090", 4, m,
-                workload=Workload(512, 128, (2, 16, 128)))
+                workload=Workload.of(512, 128, (2, 16, 128)))
     assert [r.rank for r in two.ranks] == [0, 1, 2, 3] and two.kv_cache_tokens == one.kv_cache_tokens
     assert two.workload_concurrency == 2 * one.workload_concurrency
     # N users on one engine ≈ 2N on two (the step-level engine: each replica its own
@@ -268,8 +268,8 @@ def test_data_parallel_plans_every_replica_and_adds_their_throughput():
     assert peak_output_tps(two) == pytest.approx(2 * peak_output_tps(one))
     # an odd level splits 2 + 1: the mean TTFT lies between one engine's at 1 and at 2 users
     odd = _plan(ServerConfig(model="m", tensor_parallel_size=2, data_parallel_size=2), "RTX 4090", 4, m,
-                workload=Workload(512, 128, (3,)))
-    lo = _plan(ServerConfig(model="m", tensor_parallel_size=2), "RTX 4090", 2, m, workload=Workload(512, 128, (1, 2)))
+                workload=Workload.of(512, 128, (3,)))
+    lo = _plan(ServerConfig(model="m", tensor_parallel_size=2), "RTX 4090", 2, m, workload=Workload.of(512, 128, (1, 2)))
     pt = odd.curve.points[0]
     assert pt.concurrency == 3 and pt.running == 3
     assert pt.output_tps == pytest.approx(lo.curve.points[0].output_tps + lo.curve.points[1].output_tps, rel=0.05)
@@ -282,17 +282,17 @@ def test_tp_across_hosts_warns_with_tp_within_a_host_and_pp_across_as_the_fix():
     from app.planner.gpus import rig_layout
     cards = [lookup_gpu("RTX 4090")] * 4
     m = from_catalog("Llama-3-8B")
-    p = plan(ServerConfig(model="Llama-3-8B", tensor_parallel_size=4), cards, m, Workload(512, 128),
+    p = plan(ServerConfig(model="Llama-3-8B", tensor_parallel_size=4), cards, m, Workload.of(512, 128),
              use_calibration=False, rig=rig_layout(2, 2, "25gbe"), predict=False)
     f = _finding(p, "tp_spans_hosts")
     assert f is not None and f.verdict == "warn"
     assert "spans 2 hosts" in f.message and "25 GbE" in f.message
     assert f.fix == {"tensor_parallel_size": 2, "pipeline_parallel_size": 2}
     assert "--tensor-parallel-size 2 --pipeline-parallel-size 2" in f.message
-    fixed = plan(apply_fix(p.config, f.fix), cards, m, Workload(512, 128), use_calibration=False,
+    fixed = plan(apply_fix(p.config, f.fix), cards, m, Workload.of(512, 128), use_calibration=False,
                  rig=rig_layout(2, 2, "25gbe"), predict=False)
     assert _finding(fixed, "tp_spans_hosts") is None
-    one_host = plan(p.config, cards, m, Workload(512, 128), use_calibration=False, predict=False)
+    one_host = plan(p.config, cards, m, Workload.of(512, 128), use_calibration=False, predict=False)
     assert _finding(one_host, "tp_spans_hosts") is None
     assert p.as_dict()["rig"] == {"hosts": 2, "cards_per_host": 2, "link": "25gbe", "tp_hosts": 2,
                                   "link_share": p.link_share}

@@ -21,7 +21,7 @@ CPU_PROMPT = 32  # not stated with the measurement: assumed
 
 def rig(gpu: str, n: int, model: str, quant: str | None = None, **kw):
     cfg = ServerConfig(model=model, tensor_parallel_size=n, quantization=quant, **kw)
-    return plan(cfg, [lookup_gpu(gpu)] * n, from_catalog(model), Workload(512, 128), use_calibration=False)
+    return plan(cfg, [lookup_gpu(gpu)] * n, from_catalog(model), Workload.of(512, 128), use_calibration=False)
 
 
 def test_step_times_grow_with_batch_context_and_prompt():
@@ -66,7 +66,7 @@ def test_seed_scenario_shape():
 
 def test_curve_knee_at_max_num_seqs_on_cpu(tiny_model):
     cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), Workload(CPU_PROMPT, 128, (1, 2, 4, 8, 16)),
+    p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), Workload.of(CPU_PROMPT, 128, (1, 2, 4, 8, 16)),
              use_calibration=False)
     c = p.curve
     assert c.knee == 8 and c.knee_reason == "max_num_seqs"
@@ -80,7 +80,7 @@ def test_calibration_fit_half_predict_half(tiny_model, capsys):
     """Fit on levels 1, 4, 16 of the measured CPU ramp (docs/vllm-facts.md; the live
     ramp is in tests/e2e/test_planner_e2e.py), predict 2 and 8, report every level."""
     cfg = ServerConfig(model=str(tiny_model), max_num_seqs=8, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), Workload(CPU_PROMPT, 128),
+    p = plan(cfg, [cpu_device(24, 2)], resolve_model(str(tiny_model)), Workload.of(CPU_PROMPT, 128),
              use_calibration=False)
     levels = [MeasuredLevel(c, t) for c, t in CPU_RAMP.items()]
     train = [lv for lv in levels if lv.concurrency in (1, 4, 16)]
@@ -138,7 +138,7 @@ def _rig_plan(tp: int, pp: int, dp: int, hosts: int, per_host: int, link: str | 
     from app.planner.gpus import rig_layout
     cfg = ServerConfig(model=model, tensor_parallel_size=tp, pipeline_parallel_size=pp, data_parallel_size=dp)
     r = rig_layout(hosts, per_host, link) if link else None
-    return plan(cfg, [lookup_gpu("RTX 4090")] * (tp * pp * dp), from_catalog(model), Workload(512, 128),
+    return plan(cfg, [lookup_gpu("RTX 4090")] * (tp * pp * dp), from_catalog(model), Workload.of(512, 128),
                 use_calibration=False, rig=r, predict=False)
 
 

@@ -362,7 +362,7 @@ def test_vllm_config_yaml_round_trip_equal_up_to_order():
         disable-custom-all-reduce: true
         max-model-len: 8192
         seed: 3
-        host: 127.0.0.1
+        host: 10.0.0.5
     """)
     p = import_vllm_config_yaml(text, "imported")
     out = to_vllm_config_yaml(p)

@@ -31,7 +31,7 @@ def test_eager_steps_pay_the_launch_cost_per_layer_in_the_plan_and_the_sim():
     the headroom, the same KV cache (graphs come out of 1 − utilization)."""
     graphs, eager = ServerConfig(model=QWEN7, max_model_len=4096), ServerConfig(model=QWEN7, max_model_len=4096,
                                                                                 enforce_eager=True)
-    w = Workload(256, 128, (1,), length_spread=0.0)
+    w = Workload.of(256, 128, (1,), length_spread=0.0)
     pg, pe = rig_plan(graphs, workload=w), rig_plan(eager, workload=w)
     extra = 28 * T_LAUNCH_LAYER_S
     assert pe.perf.step_time_decode(1, 300) - pg.perf.step_time_decode(1, 300) == pytest.approx(extra)
@@ -71,7 +71,7 @@ def test_fp8_kv_cache_doubles_the_kv_tokens_and_reads_half_the_kv_bytes():
     saved = 32 * 2000 * (sa.kv_bytes_per_token - sf.kv_bytes_per_token) / (p.eta_mem * 1008e9)
     assert ma_.step_time_decode(32, 2000) - mf.step_time_decode(32, 2000) == pytest.approx(saved, rel=1e-6)
     # the planner steps with the same model: the predicted TPOT at a long context drops
-    w = Workload(2000, 256, (16,), length_spread=0.0)
+    w = Workload.of(2000, 256, (16,), length_spread=0.0)
     pa, pf = rig_plan(auto, workload=w), rig_plan(fp8, workload=w)
     assert pa.perf.step_time_decode(32, 2000) - pf.perf.step_time_decode(32, 2000) == pytest.approx(saved, rel=1e-6)
     assert pf.kv_cache_tokens == pytest.approx(2 * pa.kv_cache_tokens, abs=16)

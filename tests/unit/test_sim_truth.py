@@ -22,7 +22,7 @@ from tests.unit.test_tuner import spec_of
 
 ROOT = Path(__file__).resolve().parents[2]
 QWEN7 = "Qwen/Qwen2.5-7B-Instruct"
-W = Workload(256, 128, (8,), length_spread=0.0)
+W = Workload.of(256, 128, (8,), length_spread=0.0)
 
 
 def plan7(**kw):

@@ -109,6 +109,24 @@ def test_old_names():
     assert out["kv_capacity_tokens"] == 27056 * 16 and out["running"] == 4
 
 
+def test_kv_capacity_is_the_servers_own_group_aware_figure_where_it_gives_one():
+    """vLLM 0.32 exports every CacheConfig field as a label of ``cache_config_info``
+    (vllm/config/cache.py ``metrics_info`` :322, vllm/v1/metrics/loggers.py:1114), among them
+    ``kv_cache_size_tokens``, each engine's group-aware capacity (cache.py:227): for Gemma 3
+    27B on one H100 15,163 blocks of 16 tokens hold 134,961 tokens of 131,072-token requests,
+    not 242,608 (tests/unit/test_kvcache.py). Where the label is absent (before 0.32) or
+    "None", blocks × block size stays the figure."""
+    text = ('vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="0",gpu_memory_utilization="0.9",'
+            'kv_cache_max_concurrency="1.0296754040472633",kv_cache_size_tokens="134961",num_gpu_blocks="15163"} 1.0\n'
+            'vllm:cache_config_info{block_size="16",cache_dtype="auto",engine="1",gpu_memory_utilization="0.9",'
+            'kv_cache_max_concurrency="1.0296754040472633",kv_cache_size_tokens="134961",num_gpu_blocks="15163"} 1.0\n')
+    snap = parse_metrics(text)
+    assert snap.kv_cache_tokens == 2 * 134_961 and snap.num_gpu_blocks * snap.block_size == 2 * 242_608
+    assert {s.name: s.value for s in MetricsDeriver().feed(0.0, snap)}["kv_capacity_tokens"] == 2 * 134_961
+    assert parse_metrics(text.replace('"134961"', '"None"')).kv_cache_tokens == 2 * 242_608
+    assert parse_metrics("vllm:num_requests_running{engine=\"0\"} 1\n").kv_cache_tokens is None
+
+
 def test_rates_and_interval_quantiles_from_two_scrapes():
     d = MetricsDeriver()
     d.feed(10.0, parse_metrics(OLD_STYLE))

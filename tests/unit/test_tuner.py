@@ -8,18 +8,21 @@ import math
 import pytest
 
 from app.config import ServerConfig
-from app.loadgen.spec import SLO
+from app.loadgen.capacity import capacity_of
+from app.loadgen.spec import SLO, CapacitySearch
+from app.loadgen.stats import StepStats, slo_breaches
 from app.planner.gpus import lookup_gpu
 from app.planner.models import resolve_model
 from app.planner.plan import check
 from app.profiles.model import HardwareFingerprint
+from app.run.verdict import build_verdict
 from app.sim import model_adapter as ma
 from app.sim.perturb import factors as true_factors
 from app.store import RunStore
 from app.tuner import model as rig_model
 from app.tuner.offline import MAX_REPEATS, TRUTH_STEP, OfflineRig, repeats_for
 from app.tuner.space import (MAX_UTILIZATION, TuneSpace, enumerate_candidates, recommended_max_num_seqs)
-from app.tuner.tune import CandidateResult, Tuner, TuneSpec
+from app.tuner.tune import CandidateResult, LaunchRecord, Tuner, TuneSpec
 
 AWQ70 = "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"
 DEMO = ServerConfig(model=AWQ70, served_model_name="llama70", tensor_parallel_size=8, quantization="awq_marlin",
@@ -382,3 +385,41 @@ def test_the_next_launch_is_an_untried_family_that_could_still_win(tmp_path):
         sib.predicted_users = 39  # 1.28 sd above: 41.6, within the measurement's spread (40 + 2)
         pick, why = t._next()
         assert pick is None and why.startswith("converged on evidence: no candidate could beat the best measured")
+def test_the_recommendations_next_step_is_never_one_the_tune_predicted_worse(tmp_path):
+    """Issue 37 item 4: a tune of 4 cards recommended TP 2 × DP 2 (27 users measured) and its
+    verdict went on "Next: tensor_parallel_size 4" — the candidate the tune had predicted at
+    19. The recommendation's sentence now says the step was predicted no better; measured
+    worse, it says measured."""
+    space = TuneSpace(tp=[2, 4], kv_cache_dtype=["auto"], enforce_eager=[False], max_num_batched_tokens=[2048])
+    spec = spec_of(space, hardware=HardwareFingerprint(gpu="RTX 4090", count=4),
+                   config=DEMO.model_copy(update={"tensor_parallel_size": 4}))
+    steps = []
+    for i, (users, tpot) in enumerate(((27, 0.08), (28, 0.15))):
+        st = StepStats(idx=i, level=users, t_start=10 * i, t_end=10 * i + 10, window_start=10 * i,
+                       window_end=10 * i + 10, window_s=10, n_measured=120, n_ok=120, output_tps=900, ttft_p99=1.0,
+                       tpot_p99=tpot, e2e_p99=1.0 + 128 * tpot)
+        st.slo_broken = slo_breaches(st, CHAT)
+        steps.append(st)
+    with RunStore(tmp_path / "runs.sqlite") as store:
+        t = Tuner(spec, store=store, rig=OfflineRig(spec, 0))
+        cands = spec.candidates(t.workload)
+        key = {(c.config.tensor_parallel_size, c.config.data_parallel_size or 1, c.config.pipeline_parallel_size or 1):
+               c.key for c in cands}
+        tp2, tp4 = key[(2, 2, 1)], key[(4, 1, 1)]
+        t._cands = {c.key: c for c in cands}
+        cfg = t._cands[tp2].config
+        v = build_verdict(capacity_of(steps, [], CHAT, CapacitySearch()), steps, rig="4× RTX 4090 (sim)",
+                          model="llama70", gpus=4, config=cfg.model_dump())
+        assert v.next_fix == {"tensor_parallel_size": 4}  # what the verdict alone proposes
+        for measured in (False, True):
+            other = (CandidateResult(key=tp4, cards=4, measured_users=19, measured_tps=700.0) if measured
+                     else CandidateResult(key=tp4, cards=4, predicted_users=19, predicted_tps=700.0))
+            t.state.candidates = [CandidateResult(key=tp2, cards=4, measured_users=27, measured_low=27,
+                                                  measured_high=28, measured_tps=900.0), other]
+            t.state.launches = [LaunchRecord(n=1, key=tp2, status="done", users=27, sentence=v.sentence,
+                                             verdict=v.model_dump(mode="json"))]
+            t._finish()
+            said = t.state.recommendation["sentence"]
+            how = "measured" if measured else "predicted"
+            assert "Next: decode-bound" not in said, said
+            assert f"Next: not tensor_parallel_size 4: the tune {how} it no better (19 users against 27)" in said

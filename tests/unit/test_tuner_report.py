@@ -102,27 +102,86 @@ def test_the_exports_are_what_vllm_accepts_and_the_profile_loads(tmp_path):
     with pytest.raises(OSError):
         report.export_config(str(tmp_path), server)  # a directory
 
-    lib = ProfileLibrary(tmp_path / "profiles")
-    base = Profile(name="start", engine="sim", sim=SimRig(gpu="RTX 4090", count=8),
-                   server={"model": AWQ70, "tensor-parallel-size": 8}, env={"NCCL_P2P_DISABLE": "1"})
-    path = report.save_as_profile("tuned", server, base, library=lib)
-    prof = lib.entry("tuned").profile
-    assert path.endswith(".yaml") and prof.engine == "sim" and prof.sim.count == 8 and prof.env == base.env
-    assert prof.server_config(resolve=False) == ServerConfig(**server).model_copy(update={"env": base.env})
-    assert report.save_as_profile("bare", server, library=lib) and lib.entry("bare").profile.engine == "vllm"
-    # the saved profile's ramp judges what the flags were tuned for: the tune's SLO and request shape
-    from types import SimpleNamespace
 
+#: the configuration a tune launched on a 4-card sim rig whose hidden true rig (seed 7, a
+#: truth) sat in the form's extra options and the rig — what issue 37 saw dropped
+TUNED_CFG = ServerConfig(model=AWQ70, served_model_name="llama70", tensor_parallel_size=2, data_parallel_size=2,
+                         quantization="awq_marlin", kv_cache_dtype="auto", enforce_eager=False, max_num_seqs=14,
+                         max_num_batched_tokens=2048, max_model_len=8192, gpus=[0, 1, 2, 3, 4, 5, 6, 7],
+                         env={"NCCL_P2P_DISABLE": "1"}, extra_args=["--sim-perturb", "7", "--seed", "3"])
+
+
+def _tuned(tmp_path):
     from app.loadgen.spec import SLO
 
-    tuned = SimpleNamespace(slo=SLO(ttft_p99=3.0, tpot_p99=0.05), prompt_tokens=2048, output_tokens=256,
-                            length_spread=0.25)
-    report.save_as_profile("for its slo", server, base, library=lib, ramp=report.tune_ramp_fields(tuned))
-    ramp = lib.entry("for its slo").profile.ramp
-    assert ramp.slo == SLO(ttft_p99=3.0, tpot_p99=0.05) and (ramp.prompt_tokens, ramp.output_tokens) == (2048, 256)
-    assert lib.entry("tuned").profile.ramp.slo == base.ramp.slo  # without: the base's ramp
+    spec = report.build_spec(engine="sim", config=TUNED_CFG.model_copy(update={"tensor_parallel_size": 4,
+                                                                                  "data_parallel_size": 1}),
+                             hardware=report.HardwareFingerprint(gpu="RTX 4090", count=4), slo=SLO(ttft_p99=2.0,
+                                                                                                    tpot_p99=0.1),
+                             vllm_version=VLLM_RULES)
+    rec = {"key": "TP2 PP1 DP2", "server": server_flags(TUNED_CFG),
+           "config": TUNED_CFG.model_dump(mode="json", exclude_none=True), "users": 27.0, "users_low": 27.0,
+           "users_high": 28.0, "output_tps": 910.0, "measured": True, "verified": True,
+           "sentence": "4× RTX 4090 (sim) serves 27 concurrent users …"}
+    res = {"tune_id": 5, "launches": 4, "objective": "users", "recommendation": rec}
+    return spec, res
+
+
+def test_save_as_profile_recreates_exactly_what_the_tune_measured(tmp_path):
+    """Issue 37 item 5: the saved profile, loaded again, launches the configuration the tune
+    measured — field by field over ServerConfig (extra options with the sim's hidden rig, the
+    environment, the cards it used), the sim rig the tune ran on (its seed, truth and card
+    count, not the base's 8) — with a name and a description from the result."""
+    spec, res = _tuned(tmp_path)
+    base = Profile(name="8x RTX 4090 demo", description="the demo rig", engine="sim",
+                   sim=SimRig(gpu="RTX 4090", count=8), server={"model": AWQ70, "tensor-parallel-size": 8},
+                   env={"OLD": "1"})
+    rig = SimRig(gpu="RTX 4090", count=4, seed=11, perturb=7, truth={"terms": {"t_cpu_s": 1.2}})
+    lib = ProfileLibrary(tmp_path / "profiles")
+    path = report.save_as_profile(res, spec, engine="sim", sim=rig, base=base, library=lib)
+    name = report.tuned_name(res, spec)
+    assert name == "Meta-Llama-3.1-70B-Instruct-AWQ-INT4 · 4× RTX 4090 (sim) · TP2 PP1 DP2 · tuned 27 users"
+    prof = lib.entry(name).profile
+    assert path.endswith(".yaml")
+    want = report.recommended_config(res["recommendation"], spec)
+    got = prof.server_config(resolve=False)
+    for field in ServerConfig.model_fields:
+        w = getattr(want, field)
+        if field == "gpus":
+            w = w[:want.world_size]  # the cards it used
+        assert getattr(got, field) == w, field
+    assert got.extra_args == ["--sim-perturb", "7", "--seed", "3"] and got.env == {"NCCL_P2P_DISABLE": "1"}
+    assert prof.engine == "sim"
+    for field in SimRig.model_fields:
+        assert getattr(prof.sim, field) == getattr(rig, field), field
+    assert prof.sim.count == spec.hardware.count == 4
+    assert prof.description != base.description and "27 users at the SLO (27–28)" in prof.description
+    assert "Confirmed by a second launch" in prof.description and "max_num_seqs=14" in prof.description and "Tune 5" in prof.description
+    assert prof.ramp.slo == spec.slo and prof.results is None
+    # named by the user; an entry stored before "config" existed: the start's options with the flags
+    report.save_as_profile(res, spec, engine="sim", sim=rig, base=base, library=lib, name="mine")
+    assert lib.entry("mine").profile.server_config(resolve=False) == got
+    old = {**res, "recommendation": {k: v for k, v in res["recommendation"].items() if k != "config"}}
+    assert report.recommended_config(old["recommendation"], spec).extra_args == TUNED_CFG.extra_args
+    # a configuration that named no cards (the sim's form) launched on what the rig has: so does the profile
+    no_cards = {**res, "recommendation": {**res["recommendation"], "config": {
+        **res["recommendation"]["config"], "gpus": None}}}
+    assert report.tuned_profile(no_cards, spec, base=base.updated(gpus=8)).gpus is None
     with pytest.raises(ValueError):
-        report.save_as_profile("bad/name", server, library=lib)
+        report.save_as_profile(res, spec, library=lib, name="bad/name")
+    with pytest.raises(ValueError, match="no recommendation"):
+        report.tuned_profile({"recommendation": None}, spec)
+
+
+def test_verify_searches_from_what_the_tune_measured_as_the_tune_did(tmp_path):
+    from app.tuner.tune import launch_search
+
+    spec, res = _tuned(tmp_path)
+    ramp = report.verify_ramp(res, spec)
+    assert ramp.search is not None and ramp.search.start == 27 and ramp.search.resolution == spec.resolution
+    assert ramp.requests_per_level == spec.requests_per_level and ramp.slo == spec.slo and ramp.levels == []
+    # every field as the tune's own launches searched (workload, seed, warm-up, lengths)
+    assert ramp == launch_search(spec, spec.workload(), 27.6)
 
 
 def test_build_spec_names_the_bad_input():

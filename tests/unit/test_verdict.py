@@ -9,7 +9,8 @@ import pytest
 from app.loadgen.capacity import capacity_of
 from app.loadgen.spec import SLO, CapacitySearch
 from app.loadgen.stats import StepStats, slo_breaches
-from app.run.verdict import LevelObservation, build_verdict, model_label, observe
+from app.loadgen.server_stats import ServerStats, explain
+from app.run.verdict import LevelObservation, Tried, against_tune, build_verdict, model_label, observe
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.telemetry.series import SeriesBank
@@ -46,8 +47,8 @@ def test_sentence_has_every_part():
     assert s.startswith("8× RTX 4090 (sim) serves 16 concurrent users of Llama-3-70B at TTFT p99 ≤ 2 s and "
                         "TPOT p99 ≤ 100 ms — 380 output tok/s, 0.9 J/token, $")
     assert "with tensor_parallel_size 4, quantization awq, max_num_seqs 32, max_model_len 4096" in s
-    assert "Limited by queueing (TTFT): TTFT p99 3.5 s at 32 users" in s
-    assert "Next: prefill-bound: raise max_num_batched_tokens" in s
+    assert "Limited by time to first token (TTFT): TTFT p99 3.5 s at 32 users" in s
+    assert "Next: TTFT-bound: raise max_num_batched_tokens" in s  # no server figures: not told which
     # no power readings, no prices: those parts are left out, not shown as 0
     bare = verdict_for(steps)
     assert bare.j_per_token is None and bare.cost_per_mtok is None
@@ -109,3 +110,37 @@ def test_observe_reads_the_window_from_the_bank():
     assert o.preemptions == 8 and o.throttle == ("thermal (software)",)  # idle is not a limit; gpu1 was later
 
 
+
+
+@pytest.mark.parametrize("queue_s, cause, other", [(0.5, "prefill", "queueing"), (2.6, "queueing", "prefill")])
+def test_the_ttft_limit_and_the_client_server_note_are_one_diagnosis(queue_s, cause, other):
+    """Issue 37 item 4: the verdict said "limited by queueing (TTFT)" while the note on the
+    same level said "TTFT is mostly prefill, not queueing". Both now read
+    app.loadgen.server_stats.ttft_cause of the level that broke the SLO."""
+    steps = [step(0, 8, 0.5, 0.04, 200), step(1, 16, 3.5, 0.07, 380)]
+    steps[1].server = ServerStats(scrape_start=10, scrape_end=20, ttft_mean=3.0, ttft_p99=3.4, queue_mean=queue_s, queue_p99=queue_s * 1.2)
+    v = verdict_for(steps)
+    notes = explain(steps[1])
+    assert v.limited_by == "ttft" and f"mostly {cause}" in v.limit, v.limit
+    assert other not in v.sentence.split("Limited by", 1)[1], v.sentence
+    note = next(n for n in notes if n.startswith(("queueing:", "prefill:")))
+    assert note.startswith(f"{cause}:"), notes
+    assert {"prefill": "prefill-bound", "queueing": "queue-bound"}[cause] in v.next_try
+
+
+def test_a_next_step_the_tune_measured_or_predicted_worse_is_not_proposed():
+    """Issue 37 item 4: a tune recommended TP 2 and its verdict said "Next: tensor_parallel_size
+    4", which the tune itself had predicted worse (19 vs 27 users)."""
+    slow = [step(0, 27, 1.0, 0.05, 300), step(1, 28, 1.5, 0.15, 310)]
+    v = verdict_for(slow, config={**CFG, "tensor_parallel_size": 2}, gpus=4)
+    assert v.next_fix == {"tensor_parallel_size": 4} and "Next: decode-bound" in v.sentence
+    for measured in (False, True):
+        w = against_tune(v, Tried(19, measured, True))
+        how = "measured" if measured else "predicted"
+        assert w.next_fix is None and "Next: decode-bound" not in w.sentence
+        assert f"Next: not tensor_parallel_size 4: the tune {how} it no better (19 users against 27)" in w.sentence
+    refused = against_tune(v, Tried(None, False, True, "the weights do not fit"))
+    assert "cannot run here (the weights do not fit)" in refused.sentence and refused.next_fix is None
+    better = against_tune(v, Tried(31, False, False))
+    assert better.next_fix == v.next_fix and "predicted 31 users there but did not measure it" in better.sentence
+    assert against_tune(v, None) is v

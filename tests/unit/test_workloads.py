@@ -358,6 +358,6 @@ def test_the_plans_workload_keeps_both_workloads_from_a_ramp_to_its_search():
     spec = RampSpec(levels=[1, 2], multi_turn={"turns": 4, "think_s": 1.5},
                     shared_prefix={"tokens": 512, "fraction": 0.5, "count": 3}, slo=SLO(ttft_p99=1.0))
     w = Workload.from_ramp(spec)
-    assert w.multi_turn == (4, 1.5) and w.shared_prefix == (512, 0.5, 3)
+    assert w.requests.multi_turn == spec.multi_turn and w.requests.shared_prefix == spec.shared_prefix
     for s in (w.ramp_spec([1, 2]), w.search_spec()):
         assert s.multi_turn == spec.multi_turn and s.shared_prefix == spec.shared_prefix
