@@ -648,7 +648,7 @@ class Tuner:
         tps = r.predicted_tps * u if r.predicted_tps is not None else None
         return score(self.spec.objective, users, tps, r.cards, self.board_w, None, self.pricing)
 
-    def _tried(self) -> set[tuple[str, str]]:
+    def _tried_families(self) -> set[tuple[str, str]]:
         """The family values (:data:`app.tuner.model.FAMILY_DIMS`) of the candidates launched so far."""
         return rig_model.tried_families([self._families(r) for r in self.state.candidates
                                          if r.measured or r.failed is not None])
@@ -678,7 +678,7 @@ class Tuner:
         need = have + self._margin(best)
         by_key = {r.key: r for r in todo}
         pick = rig_model.pick_next([rig_model.Option(r.key, self._families(r), self._optimistic(r), self._rank(r))
-                                    for r in todo], self._tried(), need)
+                                    for r in todo], self._tried_families(), need)
         if pick is None:
             return None, (f"converged on evidence: no candidate could beat the best measured ({best.key}: "
                           f"{best.measured_users:g} users) by more than its spread, even "
