@@ -28,7 +28,7 @@ def test_the_window_launches_a_sim_rig_over_ssh_hosts_through_the_plan(main_wind
         load_rig_profile(w, qtbot, [{"ssh": h.destination, "dyno": DYNO} for h in bed.hosts], tensor_parallel_size=4,
                      pipeline_parallel_size=2)
         build = w.build_request
-        w.build_request = lambda: dataclasses.replace(build(), ssh=ssh_options(bed))  # the bed's key and known hosts
+        w.build_request = lambda config=None: dataclasses.replace(build(config), ssh=ssh_options(bed))  # the bed's key and known hosts
         said = []
 
         def answer(dlg):
