@@ -29,6 +29,7 @@ levels in requests/s). Units: users (requests in flight) or requests/s, seconds.
 """
 from __future__ import annotations
 
+import math
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
@@ -58,9 +59,21 @@ def _snap(x: float, mode: str) -> float:
     return float(f"{x:.3g}")
 
 
+def resolved(search: CapacitySearch, lo: float, hi: float, mode: str = "concurrency") -> bool:
+    """Whether the bracket [lo, hi] is as narrow as the search resolves: ``hi − lo ≤
+    max(min_step, resolution × lo)``, the resolution rounded up to whole users in
+    concurrency mode (levels are whole users: 10 % of 19 users is an interval of 2, so
+    19–21 is resolved and a probe at 20 would measure nothing the answer needs)."""
+    width = search.resolution * lo
+    if mode == "concurrency":
+        width = math.ceil(width - 1e-9)
+    return hi - lo <= max(search.step(mode), width)
+
+
 def next_level(search: CapacitySearch, history: Sequence[tuple[float, bool]], mode: str = "concurrency") -> float | None:
     """The next level to probe given ``history`` (``(level, met)`` in the order probed,
-    this repeat only), or None when the search is done."""
+    this repeat only), or None when the search is done. Up: × ``search.growth`` (at
+    least one step); down: ÷ it; then bisection until :func:`resolved`."""
     if not history:
         return _snap(min(search.start, search.max_level), mode)
     probed = {lv for lv, _ in history}
@@ -72,17 +85,32 @@ def next_level(search: CapacitySearch, history: Sequence[tuple[float, bool]], mo
         top = max(probed)
         if top >= search.max_level:
             return None
-        nxt = _snap(min(top * 2, search.max_level), mode)
+        nxt = _snap(min(max(top * search.growth, top + search.step(mode)), search.max_level), mode)
         return nxt if nxt not in probed else None
     if lo is None:  # even the lowest probed level broke it: go down
         if hi <= floor:
             return None
-        nxt = _snap(max(floor, hi / 2), mode)
+        nxt = _snap(max(floor, min(hi / search.growth, hi - search.step(mode))), mode)
         return nxt if nxt not in probed and nxt < hi else None
-    if hi - lo <= max(search.step(mode), search.resolution * lo):
+    if resolved(search, lo, hi, mode):
         return None
     nxt = _snap((lo + hi) / 2, mode)
     return nxt if lo < nxt < hi and nxt not in probed else None
+
+
+def levels_left(search: CapacitySearch, history: Sequence[tuple[float, bool]], mode: str = "concurrency",
+                depth: int = 12) -> float:
+    """The expected number of levels a search still probes after ``history`` (one
+    repeat's ``(level, met)``), the level being probed included when ``history`` ends
+    before it: each next level met or broken with even odds (the search brackets the
+    crossing, so either is as likely), averaged over the outcomes — the progress's
+    ETA (levels × a level's duration). Later repeats add their first search's count."""
+    nxt = next_level(search, history, mode)
+    if nxt is None or depth <= 0:
+        return 0.0
+    hist = list(history)
+    return 1.0 + 0.5 * (levels_left(search, hist + [(nxt, True)], mode, depth - 1)
+                        + levels_left(search, hist + [(nxt, False)], mode, depth - 1))
 
 
 def search_levels(search: CapacitySearch, judged: Iterable[tuple[int, float, bool]], mode: str) -> tuple[int, float] | None:
@@ -137,6 +165,84 @@ def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
     if slo.failure_bound is not None:
         met &= (1.0 - ok[idx].mean(axis=1)) <= slo.failure_bound
     return float(met.mean())
+
+
+#: a level is decided early at this confidence (:func:`level_decided`)
+DECIDE_CONFIDENCE = 0.95
+#: … and not before this share of its request floor has been measured (a met verdict)
+DECIDE_MIN_SHARE = 0.4
+
+
+def breaking_count(n: int, q: float = 0.99) -> int:
+    """How many of ``n`` values above a bound make their ``q``-percentile exceed it for
+    certain: with numpy's linear percentile (the one app.loadgen.stats uses) the
+    p99 sits at position h = q·(n − 1) of the sorted values, so once the value at
+    ⌊h⌋ is above the bound, so is the p99: n − ⌊h⌋ values (2 for n ≤ 101)."""
+    return max(1, n - math.floor(q * (n - 1) + 1e-9))
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def _chi2_low(k: int, z: float = -1.645) -> float:
+    """The 5 % quantile of χ² with ``k`` degrees of freedom (Wilson–Hilferty, 1931)."""
+    a = 2.0 / (9.0 * k)
+    return max(1e-9, k * (1.0 - a + z * math.sqrt(a)) ** 3)
+
+
+def tail_probability(values: Sequence[float], bound: float) -> float:
+    """An upper (≈ 95 %) estimate of the chance that one more request's value exceeds
+    ``bound``: a log-normal fitted to ``values`` (s) with its mean log raised by its
+    one-sided 95 % confidence limit (1.645·s/√n) and its spread by χ²'s (the 5 %
+    quantile of n − 1 degrees of freedom). 1.0 with fewer than 3 positive values."""
+    logs = [math.log(v) for v in values if v > 0]
+    n = len(logs)
+    if n < 3:
+        return 1.0
+    mu = sum(logs) / n
+    sd = math.sqrt(sum((x - mu) ** 2 for x in logs) / (n - 1))
+    mu_up = mu + 1.645 * sd / math.sqrt(n)
+    sd_up = max(sd * math.sqrt((n - 1) / _chi2_low(n - 1)), 1e-6)
+    return 1.0 - _normal_cdf((math.log(bound) - mu_up) / sd_up)
+
+
+def level_decided(measured: Sequence[RequestRecord], slo: SLO, quota: int,
+                  confidence: float = DECIDE_CONFIDENCE) -> bool | None:
+    """Whether a search level's verdict is decided before its request floor ``quota``
+    is reached, from its ``measured`` finished requests so far (those sent inside its
+    window): False (broken) once a p99 bound is exceeded by :func:`breaking_count`
+    (``quota``) requests or the failures pass ``slo.failure_rate`` × ``quota`` — certain:
+    more requests only add to them; True (met) when ≥ :data:`DECIDE_MIN_SHARE` of the
+    floor is measured, no request broke a bound (or failed, with a failure bound), and
+    the chance that any of the floor's remaining requests would break one
+    (:func:`tail_probability`, per bound, summed) is ≤ 1 − ``confidence``; None while
+    undecided. A level stopped on it ends with ``stop_reason`` ``decided`` and is judged
+    on the requests it measured, as any level (its p99 then meets or breaks the SLO as
+    decided: none broke a bound, or enough did)."""
+    if quota <= 0 or not measured:
+        return None
+    ok = [r for r in measured if r.ok]
+    n_fail = len(measured) - len(ok)
+    if slo.failure_bound is not None and n_fail > slo.failure_bound * quota:
+        return False
+    cols = {"ttft_p99": [r.ttft for r in ok if r.ttft is not None],
+            "tpot_p99": [t for r in ok if (t := r.tpot) is not None],
+            "e2e_p99": [r.e2e for r in ok if r.e2e is not None]}
+    bounds = {k: getattr(slo, k) for k in cols if getattr(slo, k) is not None}
+    need = breaking_count(quota)
+    over = {k: sum(1 for v in cols[k] if v > b) for k, b in bounds.items()}
+    if any(m >= need for m in over.values()):
+        return False
+    if not bounds or any(over.values()) or (n_fail and slo.failure_bound is not None):
+        return None
+    if len(measured) < max(3, DECIDE_MIN_SHARE * quota):
+        return None
+    left = quota - len(measured)
+    if left <= 0:
+        return None
+    risk = sum(1.0 - (1.0 - tail_probability(cols[k], b)) ** left for k, b in bounds.items())
+    return True if risk <= 1.0 - confidence else None
 
 
 class CapacityLevel(BaseModel):
@@ -196,6 +302,12 @@ def _limited_by(st: StepStats | None, slo: SLO) -> str:
     return ", ".join(dict.fromkeys(kinds)) or "failures"
 
 
+def few_requests(st: StepStats) -> bool:
+    """Whether a level's p99 came from fewer than :data:`P99_MIN_REQUESTS` requests and
+    was not decided early (:func:`level_decided`: stop reason ``decided``)."""
+    return st.n_ok < P99_MIN_REQUESTS and st.stop_reason != "decided"
+
+
 def level_met(st: StepStats, slo: SLO) -> bool:
     """Whether a probed level met every bound of ``slo``, its failure rate included."""
     if st.slo_broken or slo_breaches(st, slo):
@@ -246,7 +358,7 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
         recs = judged_requests(st, records)
         met = level_met(st, slo)
         n = st.n_ok
-        lv = CapacityLevel(users=st.level, met=met, requests=n, few_requests=n < P99_MIN_REQUESTS,
+        lv = CapacityLevel(users=st.level, met=met, requests=n, few_requests=few_requests(st),
                            met_probability=met_probability(recs, slo, seed=seed + st.idx),
                            repeat=repeats_of.get(st.idx, 0), breaches=list(st.slo_broken),
                            stats=st.model_dump(mode="json"))
@@ -272,7 +384,7 @@ def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], sl
         next_users=next_st.level if next_st else None,
         output_tps=best_st.output_tps if best_st else None, ttft_p99=best_st.ttft_p99 if best_st else None,
         tpot_p99=best_st.tpot_p99 if best_st else None, e2e_p99=best_st.e2e_p99 if best_st else None,
-        requests=best_st.n_ok if best_st else 0, few_requests=bool(best_st and best_st.n_ok < P99_MIN_REQUESTS),
+        requests=best_st.n_ok if best_st else 0, few_requests=bool(best_st and few_requests(best_st)),
         limited_by=_limited_by(next_st, slo), repeats=len(caps), repeat_users=caps,
         spread=float(np.std(caps, ddof=1)) if len(caps) > 1 else None,
         slo=slo.model_dump(exclude_none=True), levels=levels)

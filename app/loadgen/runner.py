@@ -35,7 +35,7 @@ from typing import Callable
 
 import aiohttp
 
-from app.loadgen.capacity import level_met, search_levels
+from app.loadgen.capacity import level_decided, level_met, search_levels
 from app.loadgen.client import preflight, stream_request, tokens_per_word
 from app.loadgen.prompts import RequestFactory, calibration_sample, needs_calibration
 from app.loadgen.records import RequestRecord
@@ -274,6 +274,9 @@ class Ramp:
             settled.set()
             scrapes["first"] = asyncio.create_task(self._scrape(win["w0"]))
         quota = spec.level_quota(level)
+        # a search level stops sending once its verdict is decided (app.loadgen.capacity.level_decided)
+        decide = spec.search is not None and quota is not None
+        measured: list[RequestRecord] = []
         self.emit_event({"type": "level_start", "idx": idx, "level": level, "mode": spec.mode,
                          "t": self.rel(t_level), "settles": bool(settle_n)})
 
@@ -322,6 +325,10 @@ class Ramp:
                 settle(time.monotonic())
             if rec.t_start + self.t0 >= win["w0"]:
                 state.last_measured_end = max(state.last_measured_end or 0.0, rec.t_end + self.t0)
+                measured.append(rec)
+                if decide and state.reason is None and level_decided(measured, spec.slo, quota) is not None:
+                    state.reason = "decided"
+                    stop.set()
             if not rec.ok:
                 n_fail = sum(1 for r in recs if not r.ok)
                 if len(recs) >= spec.min_requests_for_abort and n_fail / len(recs) > spec.max_failure_rate:
@@ -424,7 +431,7 @@ class Ramp:
         stop.set()
         if "first" in scrapes and not scrapes["first"].done() and win["w0"] > time.monotonic():
             scrapes.pop("first").cancel()  # stopped before its window began: no window to read
-        if state.reason != "count" and state.reason != "aborted" and "first" in scrapes:
+        if state.reason not in ("count", "decided", "aborted") and "first" in scrapes:
             scrapes["last"] = asyncio.create_task(self._scrape())
         if spec.mode == "rate":
             arr_task.cancel()
@@ -456,7 +463,7 @@ class Ramp:
             for t in scrapes.values():
                 t.cancel()
             scrapes.clear()
-        elif state.reason == "count" and "first" in scrapes:
+        elif state.reason in ("count", "decided") and "first" in scrapes:
             scrapes["last"] = asyncio.create_task(self._scrape())
 
         reason = state.reason

@@ -95,7 +95,8 @@ def turns_text(turns: Sequence[Any], max_turns: int = 8) -> str:
 
 class StepStats(BaseModel):
     """Statistics of one level. Times in s (session clock), rates per s, tokens.
-    ``stop_reason``: ``duration``, ``count``, ``failure_rate``, or one of
+    ``stop_reason``: ``duration``, ``count``, ``decided`` (a search level stopped once its
+    verdict was decided: app.loadgen.capacity.level_decided), ``failure_rate``, or one of
     :data:`app.metrics.PARTIAL_STOPS` (:attr:`partial`)."""
 
     idx: int
@@ -333,10 +334,11 @@ def level_window(reason: str, warmup_end: float, deadline: float, t_stop: float,
                  last_measured_end: float | None) -> tuple[float, float]:
     """The steady-state window ``(window_start, window_end)`` of a level (the module's
     definition): from the end of its warm-up to the end of its last measured request
-    when it stopped at its request count (``reason`` ``count``), to ``min(t_stop,
+    when it stopped at its request count (``reason`` ``count``, or ``decided``: a search
+    level whose verdict was decided early), to ``min(t_stop,
     deadline)`` when its time ran out (``duration``), else (aborted, failures, cap) to
     ``t_stop``. The load generator and the planner's prediction both cut levels by it."""
-    if reason == "count" and last_measured_end:
+    if reason in ("count", "decided") and last_measured_end:
         w1 = last_measured_end
     else:
         w1 = min(t_stop, deadline) if reason == "duration" else t_stop
