@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app import metrics
+from app.loadgen.capacity import answer_text
 from app.engines import Engine
 from app.profiles.io import profile_from_data
 from app.profiles.model import HardwareFingerprint, Profile, ResultsSummary
@@ -71,6 +72,13 @@ class RunRow:
     gpu_count: int | None
     users_at_slo: float | None = None
     verdict: str | None = None
+    #: the answer came from a fixed ramp's short levels (app.run.verdict.is_indicative)
+    indicative: bool = False
+
+    @property
+    def users_text(self) -> str:
+        """The "Users at SLO" cell: app.loadgen.capacity.answer_text's figure."""
+        return answer_text(self.users_at_slo, indicative=self.indicative, cell=True)
 
     @property
     def created_text(self) -> str:
@@ -96,7 +104,8 @@ def list_runs(store) -> list[RunRow]:
         s = r.get("summary") or {}
         v = s.get("verdict") or {}
         out.append(RunRow(r["id"], r["created"], r["name"], r["engine"], r["status"], s.get("peak_output_tps"),
-                          s.get("peak_level"), s.get("gpu_count"), v.get("users"), v.get("sentence")))
+                          s.get("peak_level"), s.get("gpu_count"), v.get("users"), v.get("sentence"),
+                          bool(v.get("indicative"))))
     return out
 
 

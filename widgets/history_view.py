@@ -136,7 +136,7 @@ class HistoryView(QWidget):
         t.setRowCount(len(self.rows))
         for r, row in enumerate(self.rows):
             vals = [(f"#{row.id}", row.id), (row.created_text, row.created), (row.name, None), (row.engine, None),
-                    (row.status, None), (_num(row.users_at_slo, "g"), row.users_at_slo),
+                    (row.status, None), (row.users_text, row.users_at_slo),
                     (history.peak_text(row), row.peak_output_tps),
                     (_num(row.peak_level, "g"), row.peak_level), (_num(row.gpu_count, "d"), row.gpu_count)]
             for c, (text, num) in enumerate(vals):

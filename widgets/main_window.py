@@ -203,6 +203,7 @@ class MainWindow(QMainWindow):
         c.level_started.connect(self.ramp.level_started)
         c.level_started.connect(self._on_level_started)
         c.level_done.connect(self._on_level_done)
+        c.records_added.connect(self.ramp.records_added)
         c.ramp_finished.connect(self._on_ramp_finished)
         c.safety_stop.connect(lambda r: None if self._closed else self.statusBar().showMessage(r, 15000))
         c.run_recorded.connect(self._on_run_recorded)
@@ -722,6 +723,7 @@ class MainWindow(QMainWindow):
             self.config.set_option_notes(option_notes(p))
             self.plan_panel.show_plan(p)
             self.curves.set_prediction(p.curve)
+            self.ramp.set_plan_users(p.predicted_users_at_slo)
         else:
             if st.plan_error is not None:
                 msg, form_error = st.plan_error

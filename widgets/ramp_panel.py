@@ -3,12 +3,14 @@ concurrency cap; levels, step, warm-up, request shape or prompts file, SLO) with
 **Run ramp / Abort** and progress per level. Builds an :class:`app.loadgen.spec.RampSpec`."""
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from pydantic import ValidationError
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
+    QSpinBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
@@ -23,9 +25,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.loadgen.capacity import level_mark
+from app.loadgen.capacity import fmt_users, level_mark
 from app.loadgen.prompts import dataset_lengths
-from app.loadgen.spec import CapacitySearch, RampSpec
+from app.loadgen.spec import PLAN_GROWTH, CapacitySearch, RampSpec
+from app.run.progress import RampProgress
 from widgets.length_histogram import LengthHistogram
 from widgets.workload_form import WorkloadRows
 
@@ -77,7 +80,7 @@ class RampPanel(QScrollArea):
         self.setWidget(body)
         v = QVBoxLayout(body)
         g = QGroupBox("Ramp")
-        f = QFormLayout(g)
+        f = f0 = QFormLayout(g)
         self.traffic = QComboBox()
         self.traffic.setObjectName("traffic")
         for label, mode in TRAFFIC:
@@ -96,12 +99,34 @@ class RampPanel(QScrollArea):
         self.max_conc = self.arrivals.widgets["max_concurrency"]
         self.max_conc_label = self.arrivals.labels["max_concurrency"]
         self.find = QCheckBox()
+        self.find.setObjectName("findCapacity")
+        self.find.setChecked(True)  # issue 37: Run ramp answers "users at your SLO" the trustworthy way
         f.addRow("", self.find)
+        #: where the search starts: 0 = the plan's predicted users at the SLO (bracketed by 25 %)
+        self.start_level = QSpinBox()
+        self.start_level.setObjectName("startLevel")
+        self.start_level.setRange(0, 100000)
+        self.start_level.setSpecialValueText("the plan's prediction")
+        self.start_level.setToolTip("The first level the search probes; it then steps up or down by "
+                                    f"{PLAN_GROWTH - 1:.0%} until it brackets the SLO's crossing. 0: the Plan's "
+                                    "predicted users at the SLO (1 without a plan: doubling from 1)")
+        f.addRow("Start level", self.start_level)
+        self.requests = QSpinBox()
+        self.requests.setObjectName("requestsPerLevel")
+        self.requests.setRange(20, 100000)
+        self.requests.setValue(SEARCH_MIN_REQUESTS)
+        self.requests.setToolTip("Each level is judged on this many requests sent after every user finished one "
+                                 "(a p99 from 100 has one request above it); a level stops sooner once its "
+                                 "verdict is decided (two requests over a bound, or far inside it)")
+        f.addRow("Requests per level", self.requests)
+        #: the planner's predicted users at the SLO (the window sets it with each plan): where the search starts
+        self.plan_users: float | None = None
         self.step = QDoubleSpinBox()
         self.step.setRange(1, 3600)
         self.step.setValue(20)
         self.step.setSuffix(" s")
-        f.addRow("Step duration", self.step)
+        self.step_label = QLabel("Step duration")
+        f.addRow(self.step_label, self.step)
         self.warmup = QDoubleSpinBox()
         self.warmup.setRange(0, 600)
         self.warmup.setValue(2)
@@ -179,9 +204,11 @@ class RampPanel(QScrollArea):
         v.addWidget(self.progress)
         v.addStretch(1)
         self.traffic.currentIndexChanged.connect(self._mode_changed)
+        self.find.toggled.connect(self._mode_changed)
+        self._form = f0
         self._mode_changed()
         self.levels.textChanged.connect(self.shape_changed)
-        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot):
+        for w in (self.step, self.warmup, self.slo_ttft, self.slo_tpot, self.start_level, self.requests):
             w.valueChanged.connect(self.shape_changed)
         self.arrivals.changed.connect(self.shape_changed)
         for w in self.workload.widgets.values():  # every request-shape row but the dataset's (its timer's)
@@ -189,6 +216,8 @@ class RampPanel(QScrollArea):
                 getattr(w, "textChanged", getattr(w, "toggled", None)).connect(self.shape_changed)
         self.shape_changed.connect(self._validate)
         self.level_ev: dict | None = None
+        #: the ramp in progress: level k, requests so far / needed, elapsed, ETA, rig time
+        self.prog: RampProgress | None = None
         self.time_scale = 1.0  # sim k: the spec is in rig seconds, the clock in wall seconds
         self.levels_list: list[float] = []
         self.done: dict[int, str] = {}
@@ -211,17 +240,25 @@ class RampPanel(QScrollArea):
         self.levels.setToolTip("Request rates in req/s (e.g. 0.5,1,2,4), or one maximum R for 1, 2, 4 … R" if rate
                                else "Concurrency levels (requests kept in flight), or one maximum N for 1, 2, 4 … N")
         self.arrivals.set_visible(rate)
+        search = self.find.isChecked()
+        self._form.setRowVisible(self.start_level, search and not rate)
+        self._form.setRowVisible(self.requests, search)
+        self.step_label.setText("Level time cap" if search else "Step duration")
         if rate:
             self.find.setText("Find max rate at SLO (search)")
             self.find.setToolTip("Probe 1, 2, 4 … req/s up to the Levels' maximum until the SLO breaks, then bisect "
                                  "to 10 % or 0.1 req/s. Each level is judged on at least 100 requests; the step "
                                  f"duration is its time cap (at least {SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
         else:
-            self.find.setText("Find capacity (search, ≥ 100 requests a level)")
-            self.find.setToolTip("Probe 1, 2, 4 … users up to the Levels' maximum until the SLO breaks, then bisect "
-                                 "to 10 % or one user. Each level is judged on at least 100 requests sent after each "
-                                 "user finished one; the step duration is its time cap (at least "
-                                 f"{SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
+            self.find.setText("Users at your SLO (capacity search)" if search
+                              else "Users at your SLO (capacity search) — off: an exploratory ramp, p99 indicative")
+            self.find.setToolTip("On: probe from the Start level (the Plan's prediction) up or down by "
+                                 f"{PLAN_GROWTH - 1:.0%} until the SLO breaks, then bisect to 10 % (whole users) — "
+                                 "the number to plan with. Each level is judged on the Requests per level sent after "
+                                 "each user finished one; the Levels' maximum bounds it and the time cap (at least "
+                                 f"{SEARCH_MIN_CAP_S:g} s) ends a slow level. Needs an SLO.\nOff: the fixed Levels of "
+                                 "Step duration each — quick curves, but their p99 comes from a few requests with "
+                                 "the start-up burst: indicative only.")
         self.shape_changed.emit()
 
     def _open_loop(self) -> dict[str, Any]:
@@ -281,7 +318,7 @@ class RampPanel(QScrollArea):
             top = kw.pop("max_level", None) or max(kw.pop("levels"))
             kw.pop("levels", None)
             top = top if self.mode == "rate" else int(top)
-            kw.update(search=CapacitySearch(max_level=top), requests_per_level=SEARCH_MIN_REQUESTS)
+            kw.update(search=self.search(top), requests_per_level=self.requests.value())
         kw.update(url=url, model=model or None, endpoint=self.endpoint.currentText(), step_seconds=self.step.value(),
                   warmup_seconds=self.warmup.value(), slo=slo)
         kw.update(self._workload())
@@ -292,6 +329,23 @@ class RampPanel(QScrollArea):
         except ValidationError as e:
             raise ValueError("; ".join(f"{'.'.join(map(str, er['loc'])) or 'ramp'}: {er['msg']}"
                                        for er in e.errors())) from None
+
+    def search(self, top: float) -> CapacitySearch:
+        """The form's capacity search up to ``top``: from the Start level, else (0) from
+        the plan's predicted users at the SLO (:attr:`plan_users`), both bracketed by
+        PLAN_GROWTH (CapacitySearch.from_prediction); without either (or in rate mode)
+        doubling from 1."""
+        start = self.start_level.value() or self.plan_users
+        if self.mode == "rate" or not start:
+            return CapacitySearch(max_level=top)
+        return CapacitySearch.from_prediction(start, max_level=top)
+
+    def set_plan_users(self, users: float | None) -> None:
+        """The plan's predicted users at the SLO: where a search from "the plan's
+        prediction" starts (shown in the Start level field)."""
+        self.plan_users = users if users and users > 0 else None
+        self.start_level.setSpecialValueText(f"the plan's: {fmt_users(math.floor(self.plan_users))}"
+                                             if self.plan_users else "the plan's prediction")
 
     def _workload(self) -> dict[str, Any]:
         """The request-shape rows as Workload fields (the workloads as plain dicts), with a
@@ -318,9 +372,12 @@ class RampPanel(QScrollArea):
         """The ramp the plan predicts (its levels, level shape, lengths and SLO): the form
         as :meth:`build_spec` makes it, None while the form does not validate."""
         try:
-            return self.build_spec("http://127.0.0.1:8000", None)
+            spec = self.build_spec("http://127.0.0.1:8000", None)
         except ValueError:
             return None
+        if spec.search is not None:  # the plan's search knows nothing of its own answer: from 1, doubling
+            spec = spec.model_copy(update={"search": CapacitySearch(max_level=spec.search.max_level)})
+        return spec
 
     def set_from_profile(self, ramp: dict[str, Any]) -> None:
         self.set_mode(ramp.get("mode") or "concurrency")
@@ -333,9 +390,14 @@ class RampPanel(QScrollArea):
             if ramp.get(key) is not None:
                 w.setValue(float(ramp[key]))
         search = ramp.get("search")
-        self.find.setChecked(bool(search))
+        slo_set = any((ramp.get("slo") or {}).get(k) for k in ("ttft_p99", "tpot_p99"))
+        # a profile's ramp with an SLO is answered by the capacity search unless it lists its levels
+        self.find.setChecked(bool(search) or (slo_set and not ramp.get("levels")
+                                              and (ramp.get("mode") or "concurrency") == "concurrency"))
         if search and search.get("max_level"):
             self.levels.setText(f"{float(search['max_level']):g}")
+        self.start_level.setValue(int(search["start"]) if search and search.get("start", 1) > 1 else 0)
+        self.requests.setValue(int(ramp.get("requests_per_level") or SEARCH_MIN_REQUESTS))
         slo = ramp.get("slo") or {}
         self.slo_ttft.setValue((slo.get("ttft_p99") or 0) * 1000)
         self.slo_tpot.setValue((slo.get("tpot_p99") or 0) * 1000)
@@ -356,8 +418,10 @@ class RampPanel(QScrollArea):
         if self.find.isChecked():
             top = d.pop("max_level", None) or max(d.pop("levels"))
             d.pop("levels", None)
-            d.update(search={"max_level": top if self.mode == "rate" else int(top)},
-                     requests_per_level=SEARCH_MIN_REQUESTS,
+            d.update(search={"max_level": top if self.mode == "rate" else int(top),
+                             **({"start": self.start_level.value(), "growth": PLAN_GROWTH}
+                                if self.start_level.value() and self.mode != "rate" else {})},
+                     requests_per_level=self.requests.value(),
                      step_seconds=max(d["step_seconds"], SEARCH_MIN_CAP_S))
         d["endpoint"] = self.endpoint.currentText()
         d.update({k: list(v) if isinstance(v, tuple) else v for k, v in self._workload().items()})
@@ -367,7 +431,7 @@ class RampPanel(QScrollArea):
     def reset_progress(self) -> None:
         """Forget the last ramp's progress (another profile or engine: a new session)."""
         self.timer.stop()
-        self.levels_list, self.done, self.level_ev = [], {}, None
+        self.levels_list, self.done, self.level_ev, self.prog = [], {}, None, None
         if hasattr(self, "spec"):
             del self.spec
         self.level_bar.setValue(0)
@@ -378,9 +442,11 @@ class RampPanel(QScrollArea):
     def ramp_started(self, spec) -> None:
         self.levels_list = list(spec.levels)
         self.spec = spec
+        self.prog = RampProgress(spec, self.time_scale, self.now_fn())
         self.done = {}
         self.level_ev = None
-        self.total_bar.setRange(0, 0 if spec.search is not None else len(self.levels_list))  # a search: busy
+        self.total_bar.setRange(0, math.ceil(self.prog.levels_after()) if spec.search is not None
+                                else len(self.levels_list))
         self.total_bar.setValue(0)
         self.level_bar.setValue(0)
         self.timer.start()
@@ -388,11 +454,22 @@ class RampPanel(QScrollArea):
 
     def level_started(self, ev: dict) -> None:
         self.level_ev = ev
+        if self.prog is not None:
+            self.prog.level_started(ev)
         if ev.get("idx", 0) >= len(self.levels_list):  # a search chooses its levels as it goes
             self.levels_list.append(float(ev.get("level", 0)))
         self._render()
 
+    def records_added(self, records) -> None:
+        """Finished requests (the run controller's): the level's requests so far."""
+        if self.prog is not None:
+            self.prog.add(records)
+
     def level_done(self, st) -> None:
+        if self.prog is not None:
+            self.prog.level_done(st)
+            if self.spec.search is not None:  # a search: the levels done + those it still expects
+                self.total_bar.setRange(0, len(self.done) + 1 + math.ceil(self.prog.levels_after()))
         self.done[st.idx] = level_mark(st)
         self.total_bar.setValue(len(self.done))
         self._render()
@@ -406,8 +483,11 @@ class RampPanel(QScrollArea):
         ev = self.level_ev
         if ev is None or not hasattr(self, "spec"):
             return
+        need = self.prog.needed if self.prog is not None else None
         span = ((self.spec.warmup_seconds or 0) + (self.spec.step_seconds or 0)) / self.time_scale
-        if span > 0:
+        if need and self.prog is not None:  # a level judged on its requests: how many it has
+            self.level_bar.setValue(int(min(100, 100 * self.prog.measured()[0] / need)))
+        elif span > 0:
             self.level_bar.setValue(int(min(100, 100 * (self.now_fn() - ev.get("t", 0)) / span)))
         self._render()
 
@@ -422,12 +502,11 @@ class RampPanel(QScrollArea):
             else:
                 marks.append(f"<span style='color:#999'>·{lv:g}</span>")
         text = "Levels: " + " ".join(marks) if marks else ""
-        if self.level_ev and cur is not None and cur not in self.done:
-            el = self.now_fn() - self.level_ev.get("t", 0)
-            of = "" if getattr(self.spec, "search", None) is not None else f"/{len(self.levels_list)}"
-            lv = self.level_ev.get("level", 0)
-            what = f"rate {lv:g} req/s" if self.level_ev.get("mode") == "rate" else f"concurrency {lv:g}"
-            text += f"<br>level {cur + 1}{of} ({what}): {el:.0f} s"
+        if self.prog is not None:  # in progress: level k, requests, elapsed, ETA, rig time; then what it took
+            text += "<br>" + (self.prog.summary(self.now_fn()) if tail else self.prog.text(self.now_fn()))
+        if self.prog is not None and getattr(self.spec, "search", None) is None:
+            text += ("<br><i>Exploratory ramp: its p99 comes from a few requests a level, start-up burst "
+                     "included — indicative only; tick “Users at your SLO” for the number to plan with.</i>")
         if tail:
             text += "<br>" + tail
         self.progress.setText(text)

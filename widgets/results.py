@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 
 from app import metrics
 from app.loadgen.arrivals import SHORT_FRACTION
+from app.loadgen.capacity import answer_text
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import turns_text
@@ -146,8 +147,7 @@ class ResultsTable(QWidget):
         get = (lambda k: verdict.get(k)) if isinstance(verdict, dict) else (lambda k: getattr(verdict, k, None))
         sentence = get("sentence") or ""
         users = get("users")
-        head = "No SLO set" if users is None else (f"{users:g} users at your SLO" if get("mode") != "rate"
-                                                   else f"{users:.3g} requests/s at your SLO")
+        head = answer_text(users, get("mode") or "concurrency", bool(get("indicative")))
         self.verdict.setText(f"<span style='font-size:15pt; font-weight:600'>{html.escape(head)}</span><br>"
                              f"{html.escape(sentence)}")
         self.verdict.show()

@@ -54,6 +54,9 @@ class _ToQt(RunListener):
     def on_level_start(self, ev: dict) -> None:
         on_gui_thread(lambda: self.owner.level_started.emit(ev))
 
+    def on_records(self, records) -> None:
+        on_gui_thread(lambda: self.owner.records_added.emit(records))
+
     def on_level(self, st) -> None:
         on_gui_thread(lambda: self.owner.level_done.emit(st))
 
@@ -91,6 +94,8 @@ class RunAdapter(QObject):
     ramp_started = Signal(object)
     level_started = Signal(dict)
     level_done = Signal(object)
+    #: finished requests (a list of RequestRecord, wall seconds): the ramp's progress counts them
+    records_added = Signal(object)
     ramp_finished = Signal(object)
     safety_stop = Signal(str)
     run_recorded = Signal(int)

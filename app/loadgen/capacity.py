@@ -297,6 +297,8 @@ def _limited_by(st: StepStats | None, slo: SLO) -> str:
     if st is None:
         return "max_level"
     kinds = [b.split(" ", 1)[0].replace("_p99", "").replace("failure_rate", "failures") for b in st.slo_broken]
+    if not kinds and st.n_ok == 0 and st.failure_rate == 0:  # no request finished inside the level
+        kinds.append("e2e")
     if st.stop_reason == "failure_rate" or (slo.failure_bound is not None and st.failure_rate > slo.failure_bound):
         kinds.append("failures")
     return ", ".join(dict.fromkeys(kinds)) or "failures"
@@ -309,8 +311,12 @@ def few_requests(st: StepStats) -> bool:
 
 
 def level_met(st: StepStats, slo: SLO) -> bool:
-    """Whether a probed level met every bound of ``slo``, its failure rate included."""
+    """Whether a probed level met every bound of ``slo``, its failure rate included. A
+    level none of whose measured requests finished (each outlived the level: a fixed
+    ramp's short step at a load it cannot serve) did not show it met a latency bound."""
     if st.slo_broken or slo_breaches(st, slo):
+        return False
+    if st.n_ok == 0 and any(getattr(slo, k) is not None for k in ("ttft_p99", "tpot_p99", "e2e_p99")):
         return False
     if st.stop_reason == "failure_rate":
         return False
@@ -343,6 +349,23 @@ def fmt_users(x: float, mode: str = "concurrency") -> str:
     if mode == "rate":
         return f"{x:.3g} req/s"
     return f"{x:.1f}".rstrip("0").rstrip(".") + (" user" if x == 1 else " users")
+
+
+def answer_text(users: float | None, mode: str = "concurrency", indicative: bool = False, *,
+                cell: bool = False) -> str:
+    """Users at the SLO as every front end writes the answer — one definition for the
+    verdict's head (Results), History's "Users at SLO" cell (``cell``: the figure only)
+    and the CLI: ``19 users at your SLO``; from a fixed ramp's short levels
+    (app.run.verdict.is_indicative) ``≈4 users at your SLO (indicative)`` — never the
+    plain figure. ``No SLO set`` (cell: ``–``) when None."""
+    if users is None:
+        return "–" if cell else "No SLO set"
+    fig = f"{users:.3g}" if mode == "rate" else f"{users:g}"
+    fig = ("≈" if indicative else "") + fig
+    if cell:
+        return fig + (" (indicative)" if indicative else "")
+    what = "requests/s" if mode == "rate" else ("user" if users == 1 else "users")
+    return f"{fig} {what} at your SLO" + (" (indicative)" if indicative else "")
 
 
 def capacity_of(steps: Sequence[StepStats], records: Sequence[RequestRecord], slo: SLO,

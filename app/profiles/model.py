@@ -197,7 +197,7 @@ class SimRig(BaseModel):
 
     ``gpu``: catalog GPU name; ``count``: cards; ``hosts``: the cards sit in that many
     hosts, evenly, joined by ``link`` (a link-catalog name; app.engine.steptime models the
-    traffic between them); ``time_scale``: k× faster than the wall clock (tests only);
+    traffic between them); ``time_scale``: k× faster than the wall clock (the demo, tests; times are the rig's);
     ``seed``: random seed; ``perturb``: the seed of a hidden "true rig" whose step-time
     parameters differ from the planner's (app.sim.perturb; None or 0: none); ``truth``: an
     inline truth mapping, how the rig's cards differ from the model by configuration and
@@ -221,8 +221,9 @@ class SimRig(BaseModel):
         "--sim-link", "the link between the hosts (10gbe, 25gbe, 100gbe, ib-hdr200, ib-ndr400)", "NAME",
         _link)] = None
     time_scale: Annotated[Optional[float], Field(gt=0, allow_inf_nan=False), SimOption(
-        "--sim-time-scale", "run k× faster than the wall clock (tests)", "K",
-        number_parser(float, low=0, low_open=True, what="a time scale", example="10"))] = None
+        "--sim-time-scale", "run k× faster than the wall clock (a demo, a test); every time shown is the "
+        "rig's", "K", number_parser(float, low=0, low_open=True, what="a time scale", example="10"),
+        label="Sim speed (×)", choices=("1", "2", "4", "10"))] = None
     seed: Annotated[Optional[int], Field(ge=0, le=2**32 - 1), SimOption(
         "--sim-seed", "the rig's random seed (a whole number)", "SEED",
         number_parser(int, low=0, high=2**32 - 1, what="a seed (a whole number)", example="0"))] = None

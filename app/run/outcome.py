@@ -22,7 +22,7 @@ from app.profiles.model import HardwareFingerprint, ResultsSummary
 from app.run.hardware import hardware_for
 from app.run.record import RecordSpec, RunRecorder
 from app.run.target import LaunchTarget
-from app.run.verdict import Verdict, build_verdict, model_label, observe
+from app.run.verdict import Verdict, build_verdict, is_indicative, model_label, observe, verdict_sentence
 from app.server.supervisor import Supervisor
 from app.settings import load_settings
 from app.telemetry import names
@@ -143,6 +143,9 @@ def ramp_verdict(spec: RampSpec, steps: list[StepStats], records: list[Any], ctx
     verdict = build_verdict(cap, steps, rig=rig, model=model, gpus=gpus, config=config, observation=obs,
                             j_per_token=jpt, pricing=prices, plan=ctx.plan,
                             mean_tokens=(p_lo + p_hi + o_lo + o_hi) / 2, has_slo=not spec.slo.is_empty())
+    if is_indicative(spec, cap) and verdict.users is not None:
+        verdict.indicative = True
+        verdict.sentence = verdict_sentence(verdict)
     return cap, verdict
 
 

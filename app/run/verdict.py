@@ -108,7 +108,8 @@ class Verdict(BaseModel):
     (``failures``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``tpot``,
     ``e2e``, ``max_level``, ``none``) and ``limit`` its evidence in words; ``next_try``
     what to change and ``next_fix`` it as option values (or None); ``sentence`` all of it
-    in one line; ``few_requests`` when the capacity's p99 came from < 100 requests."""
+    in one line; ``few_requests`` when the capacity's p99 came from < 100 requests;
+    ``indicative`` when a fixed ramp's short levels gave it (:func:`is_indicative`)."""
 
     users: float | None = None
     users_low: float | None = None
@@ -129,7 +130,26 @@ class Verdict(BaseModel):
     next_fix: dict | None = None
     few_requests: bool = False
     requests: int = 0
+    indicative: bool = False
     sentence: str = ""
+
+
+#: what a verdict from short fixed levels says of itself (the window's exploratory ramp,
+#: ``vllm-dyno ramp --levels``, ``run`` of a profile with levels): issue 37 item 1
+INDICATIVE_NOTE = ("Indicative only: a fixed ramp's p99 from few requests a level, its start-up burst "
+                   "included — the number to plan with is a capacity search's (Run ramp's default, "
+                   "ramp --find-capacity)")
+
+
+def is_indicative(spec: Any, cap: Capacity) -> bool:
+    """Whether a ramp's users at the SLO are indicative only: a fixed ramp (no
+    ``search``) whose capacity level's p99 came from fewer than P99_MIN_REQUESTS requests
+    or whose levels counted their users' first requests (the start-up burst: not
+    ``settles``). A capacity search's answer, or a fixed ramp with settled levels of ≥ 100
+    requests (``benchmarks/capacity_search.py``'s ``fixed→stop``), is not."""
+    if getattr(spec, "search", None) is not None or getattr(spec, "mode", "concurrency") != "concurrency":
+        return False
+    return bool(cap.few_requests or not spec.settles)
 
 
 def model_label(model: str) -> str:
@@ -361,6 +381,8 @@ def verdict_sentence(v: Verdict) -> str:
     if extra:
         s += f" ({', '.join(extra)})"
     s += "."
+    if v.indicative:
+        s += f" {INDICATIVE_NOTE}."
     if v.limit:
         s += f" Limited by {LIMIT_NAMES.get(v.limited_by, v.limited_by)}: {v.limit}."
     if v.next_try:

@@ -144,3 +144,28 @@ def test_a_next_step_the_tune_measured_or_predicted_worse_is_not_proposed():
     better = against_tune(v, Tried(31, False, False))
     assert better.next_fix == v.next_fix and "predicted 31 users there but did not measure it" in better.sentence
     assert against_tune(v, None) is v
+
+
+def test_a_fixed_ramps_short_levels_make_an_indicative_answer_written_one_way():
+    """Issue 37 item 1: the exploratory ramp / ``ramp --levels`` verdict says its p99 is
+    indicative; a capacity search's is not; the Results head, History's cell and the CLI
+    write the answer with one function."""
+    from app.loadgen.capacity import Capacity, answer_text
+    from app.loadgen.spec import SLO, CapacitySearch, RampSpec
+    from app.run.verdict import INDICATIVE_NOTE, Verdict, is_indicative, verdict_sentence
+    slo = SLO(ttft_p99=2.0)
+    few = Capacity(users=4, users_low=4, users_high=8, requests=28, few_requests=True)
+    enough = Capacity(users=4, users_low=4, users_high=8, requests=120, few_requests=False)
+    fixed = RampSpec(url="http://x", levels=[1, 2, 4, 8], slo=slo)
+    assert is_indicative(fixed, few) and is_indicative(fixed, enough)  # the start-up burst counted
+    settled = fixed.model_copy(update={"settle": True})
+    assert is_indicative(settled, few) and not is_indicative(settled, enough)
+    search = RampSpec(url="http://x", search=CapacitySearch(), requests_per_level=100, slo=slo)
+    assert not is_indicative(search, few)
+    v = Verdict(users=4, users_low=4, users_high=8, rig="8× RTX 4090 (sim)", model="m", slo={"ttft_p99": 2.0},
+                indicative=True)
+    assert verdict_sentence(v).endswith(INDICATIVE_NOTE + ".")
+    assert answer_text(4, indicative=True) == "≈4 users at your SLO (indicative)"
+    assert answer_text(19) == "19 users at your SLO" and answer_text(1) == "1 user at your SLO"
+    assert answer_text(19, cell=True) == "19" and answer_text(4, indicative=True, cell=True) == "≈4 (indicative)"
+    assert answer_text(None) == "No SLO set" and answer_text(None, cell=True) == "–"
