@@ -8,14 +8,15 @@
 # when the window cannot open).
 # The tests: Xvfb (the window on the xcb platform, tests/integration/test_gui_xcb.py),
 # Chromium (the HTML report rendered headless, tests/integration/test_report_html.py) and
-# iproute2 (`ip netns`: the multi-host test bed, tests/netns.py).
+# iproute2 (`ip netns`: the multi-host test bed, tests/netns.py); xdotool (real X input events:
+# scripts/new_user_run.py, not in CI).
 set -euo pipefail
 pkgs=(libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core
       libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-image0 libxcb-render-util0 libxcb-shape0
       libxcb-xinerama0 libxcb-xkb1 libxcb-randr0 libxcb-xfixes0 libxcb-sync1 libxcb-shm0 libx11-xcb1
       libxkbcommon-x11-0)
 if [ "${1:-}" = "--test" ]; then
-  pkgs+=(xvfb chromium iproute2)
+  pkgs+=(xvfb chromium iproute2 xdotool)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

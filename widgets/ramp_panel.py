@@ -100,7 +100,8 @@ class RampPanel(QScrollArea):
         self.max_conc_label = self.arrivals.labels["max_concurrency"]
         self.find = QCheckBox()
         self.find.setObjectName("findCapacity")
-        self.find.setChecked(True)  # issue 37: Run ramp answers "users at your SLO" the trustworthy way
+        # checked when a profile with an SLO is loaded (set_from_profile, issue 37: Run ramp answers
+        # "users at your SLO" the trustworthy way); a bare form has no SLO to search for
         f.addRow("", self.find)
         #: where the search starts: 0 = the plan's predicted users at the SLO (bracketed by 25 %)
         self.start_level = QSpinBox()

@@ -119,6 +119,7 @@ def _run(shot: Path, argv: list[str] | None) -> int:
         pgid = win.controller.supervisor.pgid
         _say(f"sim ready at {win.controller.url} ({process_age():.1f} s)")
         r = win.ramp
+        r.find.setChecked(False)  # a fixed ramp: the demo's SLO would make Run ramp a capacity search
         r.levels.setText(LEVELS)
         r.step.setValue(STEP_S)
         r.warmup.setValue(1)

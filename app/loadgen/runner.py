@@ -326,7 +326,7 @@ class Ramp:
             if rec.t_start + self.t0 >= win["w0"]:
                 state.last_measured_end = max(state.last_measured_end or 0.0, rec.t_end + self.t0)
                 measured.append(rec)
-                if decide and state.reason is None and level_decided(measured, spec.slo, quota) is not None:
+                if decide and quota and state.reason is None and level_decided(measured, spec.slo, quota) is not None:
                     state.reason = "decided"
                     stop.set()
             if not rec.ok:

@@ -52,6 +52,7 @@ def _launch(w, qtbot) -> None:
 
 def _ramp(w, qtbot, recorded: list[int], levels: str = "1,2,4") -> int:
     n = len(recorded)
+    w.ramp.find.setChecked(False)  # the exploratory ramp of fixed levels
     w.ramp.levels.setText(levels)
     w.ramp.step.setValue(10)
     w.ramp.warmup.setValue(1)

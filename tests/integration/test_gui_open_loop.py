@@ -12,6 +12,7 @@ def test_ramp_tab_rate_mode_builds_and_round_trips(main_window, qtbot):
     the profile round trip (to_profile → set_from_profile) keeps every rate field."""
     rp = main_window.ramp
     assert rp.mode == "concurrency" and not rp.burstiness.isVisibleTo(rp)
+    rp.find.setChecked(False)  # fixed rates (the demo's SLO makes Run ramp a capacity search)
     rp.set_mode("rate")
     assert rp.levels_label.text() == "Levels (req/s)" and rp.burstiness.isVisibleTo(rp)
     assert "max rate" in rp.find.text()

@@ -71,6 +71,7 @@ def test_new_save_save_as_rename_delete(manager, dyno_home):
     with pytest.raises(FileExistsError):
         pm.new_profile("rig A")
     w.config.max_num_seqs.setValue(32)
+    w.ramp.find.setChecked(False)  # fixed levels (the demo's SLO made it a capacity search)
     w.ramp.levels.setText("1,2,4")
     pm.save("rig A")
     p = ProfileLibrary().get("rig A")
