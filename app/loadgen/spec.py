@@ -86,7 +86,7 @@ class CapacitySearch(BaseModel):
     def from_prediction(cls, users: float, max_level: float = 1024.0, **kw: Any) -> "CapacitySearch":
         """The search that starts at a predicted capacity ``users`` (the planner's
         predicted users at the SLO, or a tune's measured users) and brackets it by
-        :data:`PLAN_GROWTH` — the window's Run ramp and the tuner's verify search."""
+        :data:`PLAN_GROWTH` — the window's Run ramp (the tuner keeps doubling from its prediction)."""
         start = max(1.0, min(float(max_level), math.floor(users)))
         return cls(start=start, max_level=max_level, growth=kw.pop("growth", PLAN_GROWTH), **kw)
 
