@@ -161,6 +161,8 @@ def drive(out: Path, home: Path, checks: list, a) -> int:
     v = ((run or {}).get("summary") or {}).get("verdict") or {}
     plan_text = re.sub("<[^>]+>", "", win.plan_panel.verdict.text())
     m = re.search(r"predicted (\d+(?:\.\d+)?) users?", plan_text)
+    predicted = float(m.group(1)) if m else None
+    m = re.search(r"measured (\d+(?:\.\d+)?) users?", plan_text)
     plan_users = float(m.group(1)) if m else None
     verdict_text = re.sub("<[^>]+>", " ", win.results.verdict.text())
     hist_cell = win.history.table.item(0, 5).text()
@@ -177,8 +179,8 @@ def drive(out: Path, home: Path, checks: list, a) -> int:
     checks.append(("the verdict is a capacity search's (not indicative)", bool(users) and not v.get("indicative")))
     checks.append((f"verdict and History say the same number ({users:g} / {hist_cell})",
                    users is not None and hist_cell == f"{users:g}"))
-    checks.append((f"the Plan banner says the same number (predicted {plan_users} / measured {users})",
-                   plan_users is not None and users is not None and plan_users == users))
+    checks.append((f"the Plan banner says the same number (banner: measured {plan_users}, predicted {predicted}; "
+                   f"verdict {users})", plan_users is not None and users is not None and plan_users == users))
     cfg = win.config.build_config()
     rig = win.config.sim_rig(win.sim_time_scale)
     spec = win.controller.ramp_spec

@@ -1146,7 +1146,12 @@ class MainWindow(QMainWindow):
         self.run_label.setText(f"ramp: {res.status}{knee}")
         run = f" · recorded as run #{res.run_id}" if getattr(res, "run_id", None) is not None else ""
         self.results.summary.setText(f"<b>Ramp {res.status}</b>: {reason}{knee}{run}")
-        self.results.set_verdict(getattr(res, "verdict", None))
+        v = getattr(res, "verdict", None)
+        self.results.set_verdict(v)
+        target = self.controller.core.target
+        if (v is not None and not self.tuning and v.users is not None and v.mode == "concurrency"
+                and not v.indicative and target is not None):
+            self.plan_panel.set_measured(target.config, v.slo, v.users, v.users_low, v.users_high)
         self.run_bar.hide()
         if res.status not in ("done", "slo_broken"):
             self.statusBar().showMessage(f"Ramp {res.status}: {reason}", 15000)

@@ -313,6 +313,23 @@ class PlanPanel(QScrollArea):
         self.knee_line.hide()
         self._show_latency(None)
 
+    def set_measured(self, config, slo: dict, users: float, low: float, high: float) -> None:
+        """The last Run ramp's verdict (a capacity search's users at the SLO and its
+        interval) for server ``config`` at ``slo`` (rig s): the banner names it beside the
+        prediction while the plan is of that configuration and SLO (issue 37: the banner,
+        the verdict and History say the number to plan with)."""
+        self.measured = (config, dict(slo), users, low, high)
+        if self.plan is not None:
+            self.show_plan(self.plan)
+
+    def _measured_text(self, p) -> str:
+        m = getattr(self, "measured", None)
+        if m is None or p.capacity is None or m[0] != p.config or m[1] != p.capacity.slo:
+            return ""
+        _, _, users, low, high = m
+        span = f" ({low:g}–{high:g})" if (low, high) != (users, users) else ""
+        return f" · measured {fmt_users(users)}{span} by Run ramp"
+
     def show_plan(self, p) -> None:
         self.plan = p
         head = VERDICT_STYLE[p.verdict][2]
@@ -320,6 +337,7 @@ class PlanPanel(QScrollArea):
         at_slo = "" if users is None else (
             f" · predicted {fmt_users(users)} at {slo_text(p.capacity.slo)}" if users > 0
             else f" · not even 1 user is predicted to meet {slo_text(p.capacity.slo)}")
+        at_slo += self._measured_text(p)
         self._set_verdict(p.verdict, f"{head} · vLLM {p.rules.version} rules{at_slo}")
         self._clear_layout(self.findings_box)
 

@@ -244,7 +244,8 @@ class RampPanel(QScrollArea):
         search = self.find.isChecked()
         self._form.setRowVisible(self.start_level, search and not rate)
         self._form.setRowVisible(self.requests, search)
-        self.step_label.setText("Level time cap" if search else "Step duration")
+        # a search's level ends on its requests (its time cap: the step, at least SEARCH_MIN_CAP_S)
+        self._form.setRowVisible(self.step, not search)
         if rate:
             self.find.setText("Find max rate at SLO (search)")
             self.find.setToolTip("Probe 1, 2, 4 … req/s up to the Levels' maximum until the SLO breaks, then bisect "

@@ -128,6 +128,8 @@ def test_run_ramp_answers_users_at_the_slo_from_the_plan(sim_window, qtbot):
     assert w.tabs.currentWidget() is w.results and w.results.verdict.isVisible()
     head = answer_text(users)
     assert head in w.results.verdict.text() and "Indicative" not in w.results.verdict.text()
+    banner = w.plan_panel.verdict.text()  # the Plan's banner: its prediction and the number measured
+    assert f"predicted {predicted:g} users" in banner and f"measured {users:g} users" in banner, banner
     assert "rig time" in rp.progress.text() and "levels in" in rp.progress.text()
     # the verdict read: every step ticked, and the strip goes away for good
     assert strip.done == {"launch", "ramp", "verdict"} and strip.isVisible()
