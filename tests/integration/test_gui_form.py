@@ -90,7 +90,7 @@ def test_the_rigs_cooling_and_ambient_rows_come_from_its_declaration(main_window
 
     w = main_window
     labelled = [n for n, o in SIM_RIG_OPTIONS.items() if o.label]
-    assert labelled == ["cooling", "ambient_c"] and set(w.config.sim_options) == set(labelled)
+    assert labelled == ["time_scale", "cooling", "ambient_c"] and set(w.config.sim_options) == set(labelled)
     w.config.set_engine("sim", "RTX 4090", 8, sim_rig=SimRig(seed=3, cooling="2", ambient_c=45))
     pump(qtbot, lambda: w.act_launch.isEnabled(), 20, "the demo rig can launch")
     assert all(ed.isVisibleTo(w) for ed in w.config.sim_options.values())

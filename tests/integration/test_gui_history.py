@@ -85,7 +85,7 @@ def test_gui_ramp_is_recorded_like_a_headless_session(sim_window, qtbot, capsys)
     # the name says what differs from the loaded profile: the ramp's 64-token outputs (issue 19, item 6)
     assert run["name"] == f"{w.profile_name} · output_tokens 64", run["name"]
     assert run["config"]["profile"]["name"] == w.profile_name and run["config"]["argv"]
-    assert run["config"]["profile"]["sim"] == {"gpu": "RTX 4090", "count": 8}
+    assert run["config"]["profile"]["sim"] == {"gpu": "RTX 4090", "count": 8, "time_scale": 4.0}  # the demo's Sim speed
     assert run["spec"]["levels"] == [1, 2, 4] and run["spec"]["step_seconds"] == 10  # rig seconds, as typed
     assert run["plan"]["verdict"] in ("ok", "warn")
     assert run["capacity"]["kv_cache_tokens"] > 0

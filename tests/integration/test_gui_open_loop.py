@@ -5,6 +5,7 @@ offscreen."""
 from __future__ import annotations
 
 from app.loadgen.spec import RampSpec
+from tests.plugins.qt import pump
 
 
 def test_ramp_tab_rate_mode_builds_and_round_trips(main_window, qtbot):
@@ -38,3 +39,5 @@ def test_ramp_tab_rate_mode_builds_and_round_trips(main_window, qtbot):
     rp.find.setChecked(True)
     s = rp.build_spec("http://127.0.0.1:1", None)
     assert s.mode == "rate" and s.search is not None and s.search.max_level == 6.5
+    w = main_window  # the form's edits re-plan: let the last plan finish before the window closes
+    pump(qtbot, lambda: not w.planner.busy and not w.planner._timer.isActive(), 30, "the plan settles")

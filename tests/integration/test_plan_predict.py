@@ -274,6 +274,7 @@ def test_plan_tab_predicts_the_ramp_tabs_ramp_and_slo(main_window, qtbot):
         return w.plan is not None and not w.planner.busy and not w.planner._timer.isActive()
 
     r = w.ramp
+    r.find.setChecked(False)  # fixed levels: the demo's SLO makes Run ramp a capacity search
     r.levels.setText("1,2,4,8")
     r.warmup.setValue(2)
     r.slo_ttft.setValue(2000)
