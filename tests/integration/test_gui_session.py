@@ -13,6 +13,9 @@ import os
 import pytest
 from PySide6.QtWidgets import QPushButton
 
+from app.loadgen.capacity import answer_text
+from app.loadgen.spec import PLAN_GROWTH
+from app.run.verdict import INDICATIVE_NOTE
 from app.server.procs import group_members
 from tests.plugins.qt import pump
 
@@ -90,9 +93,6 @@ def test_run_ramp_answers_users_at_the_slo_from_the_plan(sim_window, qtbot):
     verdict's head, History's cell and the Plan's definition (a capacity search) agree.
     Then the exploratory ramp (the box unticked): its verdict says its p99 is indicative,
     in Results and History alike."""
-    from app.loadgen.capacity import answer_text
-    from app.loadgen.spec import PLAN_GROWTH
-    from app.run.verdict import INDICATIVE_NOTE
     w = sim_window
     w.sim_time_scale = 10.0  # at 20× a busy 2-core machine's client adds to a 5-ms TPOT
     strip = w.first_run  # a new user's first start: the three steps, none done

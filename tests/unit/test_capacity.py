@@ -11,9 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import ServerConfig
-from app.loadgen.capacity import bracket, capacity_of, crossing_users, level_mark, met_probability, next_level, search_levels
+from app.loadgen.capacity import (bracket, breaking_count, capacity_of, crossing_users, level_decided, level_mark,
+                                   levels_left, met_probability, next_level, search_levels)
 from app.loadgen.records import RequestRecord
-from app.loadgen.spec import SLO, CapacitySearch, RampSpec, spec_to_wall
+from app.loadgen.spec import PLAN_GROWTH, SLO, CapacitySearch, RampSpec, spec_to_wall
 from app.loadgen.stats import compute_step_stats, records_to_rig, to_rig_time
 
 
@@ -272,7 +273,6 @@ def test_a_search_from_the_prediction_brackets_it_by_a_quarter():
     once the bracket is the resolution in whole users: the demo's 19 predicted users (true
     capacity 19) took 19, 38, 28, 23, 21, 20 with doubling (19, 38, 28, 23, 21 with the
     whole-user resolution alone); now 19, 23, 21."""
-    from app.loadgen.spec import PLAN_GROWTH
     old = CapacitySearch(start=19)
     assert walk(old, 19) == [19, 38, 28, 23, 21]
     s = CapacitySearch.from_prediction(19.6, max_level=128)
@@ -290,7 +290,6 @@ def test_a_search_from_the_prediction_brackets_it_by_a_quarter():
 
 
 def test_levels_left_is_the_expected_count_of_the_search_tree():
-    from app.loadgen.capacity import levels_left
     s = CapacitySearch.from_prediction(19, max_level=128)
     assert levels_left(s, [(19, True), (23, False), (21, True)]) == 0  # resolved: done
     assert levels_left(s, [(19, True), (23, False)]) == 1  # 21 is the last probe either way
@@ -308,7 +307,6 @@ def _recs(ttfts, fail=0, tpot=0.01):
 
 
 def test_a_level_is_decided_broken_for_certain_and_met_with_confidence():
-    from app.loadgen.capacity import breaking_count, level_decided
     slo = SLO(ttft_p99=1.0, tpot_p99=0.05)
     assert breaking_count(100) == 2 and breaking_count(101) == 2 and breaking_count(200) == 3
     for n in (10, 50, 100, 101, 150, 200, 333):  # the rule is numpy's percentile's: k above → p99 above

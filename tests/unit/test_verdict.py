@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from app.loadgen.capacity import capacity_of
-from app.loadgen.spec import SLO, CapacitySearch
+from app.loadgen.capacity import Capacity, answer_text, capacity_of
+from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import StepStats, slo_breaches
 from app.loadgen.server_stats import ServerStats, explain
-from app.run.verdict import LevelObservation, Tried, against_tune, build_verdict, model_label, observe
+from app.run.verdict import (INDICATIVE_NOTE, LevelObservation, Tried, Verdict, against_tune, build_verdict,
+                              is_indicative, model_label, observe, verdict_sentence)
 from app.settings import Pricing
 from app.telemetry.derived import cost_per_mtok
 from app.telemetry.series import SeriesBank
@@ -150,9 +151,6 @@ def test_a_fixed_ramps_short_levels_make_an_indicative_answer_written_one_way():
     """Issue 37 item 1: the exploratory ramp / ``ramp --levels`` verdict says its p99 is
     indicative; a capacity search's is not; the Results head, History's cell and the CLI
     write the answer with one function."""
-    from app.loadgen.capacity import Capacity, answer_text
-    from app.loadgen.spec import SLO, CapacitySearch, RampSpec
-    from app.run.verdict import INDICATIVE_NOTE, Verdict, is_indicative, verdict_sentence
     slo = SLO(ttft_p99=2.0)
     few = Capacity(users=4, users_low=4, users_high=8, requests=28, few_requests=True)
     enough = Capacity(users=4, users_low=4, users_high=8, requests=120, few_requests=False)
