@@ -27,6 +27,25 @@ Run it against another checkout's code to compare (before → after)::
 ``--time-scale K`` (default: the demo profile's ``sim.time_scale``, else 1) sets the
 sim's speed: rig minutes do not depend on it, wall minutes are rig ÷ K plus the
 overheads. Rig seconds are the sim's own clock; nothing is asserted.
+
+Figures of one run each (2-core machine shared with other work, 2026-12-07, sim ×4; the
+plan predicts 22 users; ``✗`` broken, ``d`` decided early, ``/n`` requests judged)::
+
+    before (5074189)  ready s  rig min  wall min  launch→verdict  answer
+    Run ramp            13.8     3.96      1.08     1.31 (≈4.2 at ×1)  128 users — fixed 20-s levels;
+                                                    64 and 128 finished no request and counted as met
+    search@plan         11.5     6.73      1.77     1.96   22 (22–24)  [22 44✗ 33✗ 27✗ 24✗, 100 each]
+    search               8.2    17.85      4.51     4.65   20 (20–22)  [1 2 4 8 16 32✗ 24✗ 20 22✗]
+
+    after
+    Run ramp            10.5     2.66      0.73     0.91   22 (22–24)  [22/100 27✗d/31 24✗d/27]
+    search@plan         11.5     4.70      1.27     1.46   22 (22–24)  [22/100 44✗d/45 33✗d/34 27✗d/29 24✗d/46]
+    search              11.0     9.58      2.49     2.67   20 (20–22)  [1d/40 2d/41 4d/43 8d/47 16d/55
+                                                                        32✗d/33 24✗d/26 20/100 22✗d/71]
+
+Before, the window's default was the fixed ramp (its trustworthy answer, Find capacity =
+``search``, took 17.9 rig minutes, wall = rig at ×1); after, Run ramp is the search from
+the plan: 2.66 rig minutes, 0.91 wall minutes from Launch at the demo's ×4.
 """
 from __future__ import annotations
 
