@@ -189,14 +189,19 @@ class Scheduler:
     ``max_concurrent_batches``: batches in flight at once, vLLM's
     ``max_concurrent_batches`` (= ``pipeline_parallel_size``; module docstring).
     ``kv_layout``: a hybrid model's KV cache groups (sliding-window, chunked, mamba
-    layers: :mod:`app.engine.kvcache`); ``num_blocks`` then counts the pool's blocks."""
+    layers: :mod:`app.engine.kvcache`); ``num_blocks`` then counts the pool's blocks.
+    ``max_num_active_seqs``: vLLM's ``--max-num-active-seqs`` (0.31+), the requests admitted
+    into RUNNING when below ``max_num_seqs`` (vllm/v1/core/sched/scheduler.py:132–136, :923
+    @ 0.32.0: the waiting loop stops at ``len(running) >= max_num_active_reqs``; None:
+    ``max_num_seqs``)."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
                  on_first_token: Callable[[Request, float], None] | None = None,
                  on_finished: Callable[[Request, float], None] | None = None,
                  on_token: Callable[[Request, float], None] | None = None, spec_tokens: int = 0,
                  accept: Accept | None = None, enable_prefix_caching: bool = False,
-                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None) -> None:
+                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None,
+                 max_num_active_seqs: int | None = None) -> None:
         if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1 or max_concurrent_batches < 1:
             raise ValueError("num_blocks, max_num_seqs, max_num_batched_tokens and max_concurrent_batches "
                              "must be >= 1")
@@ -207,6 +212,8 @@ class Scheduler:
         self.num_blocks = num_blocks
         self.free_blocks = num_blocks
         self.max_num_seqs = max_num_seqs
+        #: the admission cap into RUNNING (vLLM's max_num_active_reqs)
+        self.max_num_active = min(max_num_seqs, max_num_active_seqs) if max_num_active_seqs else max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.step_time = step_time
         self.on_first_token = on_first_token
@@ -407,7 +414,7 @@ class Scheduler:
                 pre_ctx += n * (r.computed + r.inflight + n / 2)
             i += 1
         if not preempted:
-            while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
+            while self.waiting and budget > 0 and len(running) < self.max_num_active:
                 r = self.waiting[0]
                 hit = self._lookup(r) if r.computed == 0 else []
                 computed = len(hit) * BLOCK if hit else r.computed

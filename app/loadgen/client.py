@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import email.utils
 import json
 import time
 
@@ -16,10 +17,29 @@ from typing import Any, Callable
 
 import aiohttp
 
-from app.loadgen.records import (STATUS_DISCONNECTED, STATUS_SERVER_ERROR, STATUS_TIMEOUT, RequestRecord)
+from app.engine.admission import REJECTED_STATUS
+from app.loadgen.records import (STATUS_DISCONNECTED, STATUS_REJECTED, STATUS_SERVER_ERROR, STATUS_TIMEOUT,
+                                 RequestRecord)
 from app.loadgen.sse import DONE, SSEParser, choice_has_output, error_message, interpret, loads
 
 import numpy as np
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` header's wait in s: delay-seconds, or an HTTP-date less now
+    (RFC 9110 §10.2.3); None when absent or unreadable."""
+    if not value:
+        return None
+    v = value.strip()
+    if v.isdigit():
+        return float(v)
+    try:
+        when = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 class PreflightError(Exception):
@@ -173,7 +193,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
 
     ``t0``: the session clock's origin (``time.monotonic()`` value); record times are
     relative to it. ``timeout``: the whole request's limit. Returns the record with
-    status ``ok``, ``http_<code>`` (the server's message in ``error``), ``timeout``,
+    status ``ok``, ``rejected`` (HTTP 503: the server's admission control refused it; its
+    ``Retry-After`` in ``retry_after``), ``http_<code>`` (the server's message in ``error``), ``timeout``,
     ``disconnected`` (connect failure, reset, stream ended without ``[DONE]``) or
     ``server_error`` (error object mid-stream or an unreadable chunk). For a complete
     stream ``e2e`` ends at the last output chunk (as ``vllm bench serve``), not at
@@ -190,6 +211,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     t_done = 0.0
     start = mono()
     end = start
+    retry_after = None
     try:
         async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
@@ -200,6 +222,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                 except ValueError:
                     error = text.strip()[:2000] or resp.reason
                 status = f"http_{resp.status}"
+                if resp.status == REJECTED_STATUS:
+                    status, retry_after = STATUS_REJECTED, retry_after_s(resp.headers.get("Retry-After"))
             else:
                 reader = resp.content
                 fed = _FeedClock(reader, mono)
@@ -270,7 +294,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     rec = RequestRecord(level_idx=level_idx, level=level, t_start=start - t0,
                         ttft=(arrivals[0] - start) if arrivals else None, e2e=end - start,
                         prompt_tokens=est_prompt_tokens, output_tokens=len(arrivals),
-                        tokens_source="counted", status=status, error=error, chunk_offsets=offs)
+                        tokens_source="counted", status=status, error=error, chunk_offsets=offs,
+                        retry_after=retry_after)
     if usage is not None:
         pt, ct = usage
         if pt is not None:

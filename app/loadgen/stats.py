@@ -15,7 +15,11 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   output chunks, ÷ ``window_s``; total tokens/s adds the prompt tokens of requests
   sent in the window; requests/s = successful requests ending in the window ÷
   ``window_s``; goodput = those that also met every SLO bound ÷ ``window_s``.
-- Failure rate = failed ÷ all measured requests; failures are counted by status.
+- Failure rate = failed ÷ the measured requests the server admitted; failures are counted
+  by status. A request the server refused with HTTP 503 (vLLM's admission control,
+  ``--max-num-queued-reqs`` / ``--max-num-queued-tokens``: app.engine.admission) is not a
+  failure: ``rejected`` counts them and the rejection rate = rejected ÷ measured requests
+  (the attempts), bounded by the SLO's ``rejection_rate``.
 - Open loop (a request-rate level, issue 20): ``offered_rps`` = the level's rate;
   ``achieved_rps`` = measured requests ÷ the time the window spent sending (to the level's
   end of sending: a count-limited level's window goes on while it drains); ``rps`` is the
@@ -130,6 +134,10 @@ class StepStats(BaseModel):
     e2e_mean: Optional[float] = None
     failures: dict[str, int] = {}
     failure_rate: float = 0.0
+    #: measured requests the server refused with HTTP 503 (admission control), not in ``failures``
+    rejected: int = 0
+    #: rejected ÷ measured requests (the attempts), a fraction
+    rejection_rate: float = 0.0
     slo_broken: list[str] = []
     steady: bool = True
     repeat: int = 0  # a capacity search's repeat that probed this level
@@ -284,9 +292,13 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
     measured = [r for r in records if w0 <= r.t_start <= w1]
     ok = [r for r in measured if r.ok]
     failures: dict[str, int] = {}
+    rejected = 0
     for r in measured:
-        if not r.ok:
+        if r.rejected:
+            rejected += 1
+        elif not r.ok:
             failures[r.status] = failures.get(r.status, 0) + 1
+    admitted = len(measured) - rejected
 
     ttft = np.array([r.ttft for r in ok if r.ttft is not None], dtype=np.float64)
     tpot = np.array([t for t in (r.tpot for r in ok) if t is not None], dtype=np.float64)
@@ -316,7 +328,8 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         tpot_p50=_pct(tpot, 50), tpot_p99=_pct(tpot, 99), tpot_mean=_mean(tpot),
         itl_p50=_pct(itl, 50), itl_p99=_pct(itl, 99), itl_mean=_mean(itl),
         e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
-        failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        failures=failures, failure_rate=(admitted - len(ok)) / admitted if admitted else 0.0,
+        rejected=rejected, rejection_rate=rejected / len(measured) if measured else 0.0,
         turns=turn_stats(ok),
     )
     if mode == "rate":
@@ -362,6 +375,8 @@ def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
     bound = slo.failure_bound
     if bound is not None and st.n_measured and st.failure_rate > bound:
         out.append(f"failure_rate {st.failure_rate:.1%} > {bound:.1%}")
+    if slo.rejection_rate is not None and st.n_measured and st.rejection_rate > slo.rejection_rate:
+        out.append(f"rejection_rate {st.rejection_rate:.1%} > {slo.rejection_rate:.1%}")
     return out
 
 

@@ -18,6 +18,7 @@ quantization_config, or needs one the checkpoint lacks), quantization_unsupporte
 capability), quantization_weight_only_fallback (info: vLLM runs
 the quantization on its slower weight-only path on these cards), dtype_unsupported_by_gpu,
 dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num_seqs,
+active_seqs_above_num_seqs (``--max-num-active-seqs`` above the effective max_num_seqs),
 max_model_len_exceeds_model, not_enough_free_vram, not_enough_node_memory,
 weights_do_not_fit, no_kv_cache_memory, context_exceeds_kv_cache,
 request_exceeds_max_model_len, cuda_graph_oom_risk, sampler_warmup_oom, no_p2p,
@@ -392,6 +393,18 @@ def check_batched_tokens(p: "Plan") -> Finding | None:
                    f"max_num_batched_tokens {e.max_num_batched_tokens} is smaller than max_num_seqs "
                    f"{e.max_num_seqs}; vLLM needs at least one token per sequence per step.",
                    candidates=[{"max_num_batched_tokens": e.max_num_seqs}])
+
+
+def check_active_seqs(p: "Plan") -> Finding | None:
+    """``--max-num-active-seqs`` above the effective ``max_num_seqs`` (its version's default
+    when unset): vLLM refuses it at start-up (vllm/config/scheduler.py:335–342 @ 0.32.0)."""
+    a, e = p.config.max_num_active_seqs, p.effective
+    if a is None or a <= e.max_num_seqs:
+        return None
+    return Finding("active_seqs_above_num_seqs", "error",
+                   f"max_num_active_seqs {a} is larger than max_num_seqs {e.max_num_seqs}; vLLM admits at most "
+                   f"max_num_seqs requests into RUNNING and refuses the combination.",
+                   candidates=[{"max_num_active_seqs": e.max_num_seqs}, {"max_num_seqs": a}])
 
 
 def check_max_model_len(p: "Plan") -> Finding | None:
@@ -983,7 +996,7 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
     check_quantization_matches_checkpoint, check_quantization_capability, check_quantization_fallback,
     check_dtype_capability, check_dtype_quantization, check_removed_options, check_batched_tokens,
-    check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
+    check_active_seqs, check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
     check_context_fits, check_workload_len, check_graph_headroom,
     check_sampler, check_p2p, check_cpu_executor, check_speculative_draft, check_cpu_speculative,
     check_tp_spans_hosts, check_chunked_prefill_batch, check_kv_dtype_capability, check_unmodelled_options,

@@ -23,6 +23,7 @@ from app.loadgen.prompts import planned_lengths
 from app.loadgen import workload as wl
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
+from app.engine.admission import AdmissionLimits
 from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, KvCacheLayout
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.engines import Engine
@@ -277,16 +278,20 @@ class Plan:
         e = self.effective
         # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
         pc = self.config.enable_prefix_caching is not False
+        c = self.config
+        gate = AdmissionLimits(c.max_num_queued_reqs, c.max_num_queued_tokens)
         if not self.kv_layout.uniform:  # the pool's blocks, each request holding only its windows
             blocks = self.kv_blocks if self.kv_tokens_scale == 1.0 else int(self.kv_blocks * self.kv_tokens_scale)
             return EngineLimits(max(1, blocks), e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                 spec_tokens=self.config.num_speculative_tokens, spec_acceptance=self.spec_acceptance,
-                                enable_prefix_caching=pc, max_model_len=e.max_model_len, kv_layout=self.kv_layout)
+                                enable_prefix_caching=pc, max_model_len=e.max_model_len, kv_layout=self.kv_layout,
+                                max_num_active_seqs=c.max_num_active_seqs, admission=gate)
         kv = self.kv_cache_tokens if self.kv_tokens_scale == 1.0 else int(self.kv_cache_tokens * self.kv_tokens_scale)
         return EngineLimits.of_tokens(kv, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                       spec_tokens=self.config.num_speculative_tokens,
                                       spec_acceptance=self.spec_acceptance,
-                                      enable_prefix_caching=pc, max_model_len=e.max_model_len)
+                                      enable_prefix_caching=pc, max_model_len=e.max_model_len,
+                                      max_num_active_seqs=c.max_num_active_seqs, admission=gate)
 
     @property
     def weights_gib_total(self) -> float:

@@ -18,6 +18,16 @@ the requests in flight and every later one get 500 with vLLM's ``EngineDeadError
 message, ``/health`` answers 503 (vllm/entrypoints/serve/instrumentator/health.py), and
 ``on_engine_death`` (the server: its log lines, its exit) is called once.
 
+Admission control (``--max-num-queued-reqs`` / ``--max-num-queued-tokens``,
+:mod:`app.engine.admission`): a generation request is judged before its HTTP and
+tokenization time, as vLLM's ``_preflight`` judges it before rendering, against the
+requests handed to the engines and not yet finished — over every data parallel replica,
+as vLLM's API servers count them together — and the prompts of those without a first
+token; a refused one gets vLLM's 503 (its body, no ``Retry-After``) and adds 1 to
+``vllm:admission_rejections_total{reason=…}``. Deviation: with data parallel vLLM starts
+one API server per replica and each judges ``--max-num-queued-tokens`` on its own share of
+the requests; the sim's one front end judges it on all of them.
+
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex
 ``\\w+|[^\\w\\s]``). Generated text is filler, one word per token, so the counts in
@@ -40,6 +50,7 @@ from typing import Callable
 
 from aiohttp import web
 
+from app.engine.admission import REJECTED_MESSAGES, REJECTED_STATUS, REJECTED_TYPE, AdmissionLimits
 from app.engine.balance import DpBalancer
 from app.sim import vlog
 from app.sim.engine import SimEngine, Stream, combined_info
@@ -96,7 +107,8 @@ class ApiServer:
 
     def __init__(self, engine: SimEngine | list[SimEngine], served_name: str, model: str, max_model_len: int,
                  info: dict, api_key: str | None = None, die_at_request: int | None = None,
-                 on_engine_death: Callable[[], None] | None = None, balancer: DpBalancer | None = None) -> None:
+                 on_engine_death: Callable[[], None] | None = None, balancer: DpBalancer | None = None,
+                 admission: AdmissionLimits = AdmissionLimits()) -> None:
         self.engines = list(engine) if isinstance(engine, list) else [engine]
         self.engine = self.engines[0]  # its clock and time scale are every replica's
         self.balancer = balancer or DpBalancer(len(self.engines))
@@ -108,6 +120,7 @@ class ApiServer:
         self.die_at_request = die_at_request
         self.on_engine_death = on_engine_death
         self.requests = 0  # generation requests taken
+        self.admission = admission
         self.dead = False
         self.stopping = False  # set by shutdown(): a request that comes in later is refused at once
         self._live: set[Stream] = set()
@@ -285,8 +298,24 @@ class ApiServer:
             plen += CHAT_MESSAGE_OVERHEAD + count_tokens(c or "")
         return await self._generate(request, body, plen, chat=True, prompt=msgs)
 
+    def _refusal(self) -> web.Response | None:
+        """vLLM's admission check (:meth:`AdmissionLimits.refusal`) over the requests in
+        the engines: the 503 it answers, counted by reason; None when admitted."""
+        if not self.admission.active:
+            return None
+        live = [s for s in self._live if not s.finished and s.error is None]
+        why = self.admission.refusal(len(live), sum(s.req.prompt_len for s in live if s.counted == 0 and s.req))
+        if why is None:
+            return None
+        self.engine.sim_metrics.admission_rejections[why].inc()
+        return _error(REJECTED_STATUS, REJECTED_MESSAGES[why], REJECTED_TYPE)
+
     async def _generate(self, request: web.Request, body: dict, plen: int, chat: bool,
                         prompt: object = None) -> web.StreamResponse:
+        if not self.dead and not self.stopping:
+            refused = self._refusal()  # vLLM's _preflight: before rendering, so before the length checks
+            if refused is not None:
+                return refused
         mt, err = self._limits(body, plen)
         if err is not None:
             return err
