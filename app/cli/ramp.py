@@ -211,7 +211,8 @@ class _Progress:
                            f"TPOT p50 {_ms(st.tpot_p50)} ms, {st.n_measured} requests"
                            + (f", sent {st.achieved_rps:.2f}/s" + (f" (short: {st.rate_short})" if st.rate_short else "")
                               if st.achieved_rps is not None else "")
-                           + (f", failures: {fails}" if fails else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
+                           + (f", failures: {fails}" if fails else "")
+                           + (f", {st.rejected} rejected (HTTP 503)" if st.rejected else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
                            + "\n")
             self.out.flush()
 

@@ -24,8 +24,8 @@ requests while idle or when the batch it waits on ends.
 
 Admission control (``admission``, vLLM's ``--max-num-queued-reqs`` /
 ``--max-num-queued-tokens``: :mod:`app.engine.admission`): a request is judged when it is
-sent, against the requests the front end has handed to the engines (routed, not yet
-ended) and their prompts still in prefill, over every replica; a refused one never
+sent, against the requests admitted before it and not yet ended (over every replica) and
+their prompts still in prefill; a refused one never
 reaches an engine and is kept as a :class:`Flight` with ``rejected`` set (the load
 generator's HTTP 503). Its user sends the same request again ``retry_wait(user)`` rig
 seconds later (the load generator's wait: no ``Retry-After`` from vLLM, so the user's
@@ -183,8 +183,9 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     step = step_s if step_s is not None else math.inf
     flights: list[Flight] = []
     gate = admission if admission is not None and admission.active else None
-    in_engine: dict[int, Flight] = {}  # id() → the flights the front end has handed to an engine, not yet ended
+    in_engine: dict[int, Flight] = {}  # id() → the admitted flights not yet ended (app.engine.admission)
     deferred: list[tuple[float, int, int, Flight | None]] = []  # (send time, order, user, request to send again)
+    now = [0.0]  # the time of the event being processed (rig s)
     w0 = math.inf if settle_n else warmup_s
     st = _LevelState(w0=w0, deadline=w0 + step, settled=not settle_n)
 
@@ -216,11 +217,10 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         if st.stopped:
             return
         if next_request is not None and not first:
-            wait = next_request.think(uid)
-            if gate is not None and wait > 0:  # judged when it is sent, against the server then
-                heapq.heappush(deferred, (t + wait, len(flights) + len(deferred), uid, None))
-                return
-            t += wait
+            t += next_request.think(uid)
+        if gate is not None and (first or t > now[0]):  # judged when it is sent, against the server then
+            heapq.heappush(deferred, (t, len(flights) + len(deferred), uid, None))
+            return
         if may_issue(t):
             issue(uid, t)
 
@@ -248,6 +248,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
                     wait = retry_wait(uid) if retry_wait is not None else 1.0
                     heapq.heappush(deferred, (t + wait, len(flights) + len(deferred), uid, f))
                 return
+            in_engine[id(f)] = f
         st.in_flight += 1
         heapq.heappush(arrivals, (arrive, st.n, f))
 
@@ -306,13 +307,15 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             arrive_at(next_at)
             next_at = next(times, math.inf)
             continue
-        if deferred and deferred[0][0] < t:  # a user sends after thinking, or again after a refusal
+        if deferred and deferred[0][0] < t:  # a user sends (first, after thinking, or again after a refusal)
             ts, _, uid, again = heapq.heappop(deferred)
+            now[0] = ts
             if not st.stopped and may_issue(ts):
                 issue(uid, ts, again)
             continue
         if t == math.inf:
             break
+        now[0] = t
         woken = []
         for e in engs:
             if e.next_due == t:  # the batch the engine was blocked on ended
@@ -322,8 +325,6 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         while arrivals and arrivals[0][0] <= t:  # routed as they reach the engine client
             f = heapq.heappop(arrivals)[2]
             f.engine = balancer.choose(t, counts)
-            if gate is not None:
-                in_engine[id(f)] = f
             e = engs[f.engine]
             e.add(f.req)
             if e.next_due is None and e not in woken:

@@ -21,12 +21,15 @@ message, ``/health`` answers 503 (vllm/entrypoints/serve/instrumentator/health.p
 Admission control (``--max-num-queued-reqs`` / ``--max-num-queued-tokens``,
 :mod:`app.engine.admission`): a generation request is judged before its HTTP and
 tokenization time, as vLLM's ``_preflight`` judges it before rendering, against the
-requests handed to the engines and not yet finished — over every data parallel replica,
-as vLLM's API servers count them together — and the prompts of those without a first
-token; a refused one gets vLLM's 503 (its body, no ``Retry-After``) and adds 1 to
-``vllm:admission_rejections_total{reason=…}``. Deviation: with data parallel vLLM starts
-one API server per replica and each judges ``--max-num-queued-tokens`` on its own share of
-the requests; the sim's one front end judges it on all of them.
+requests admitted and not yet finished — over every data parallel replica, as vLLM's API
+servers count them together — and the prompts of those without a first token; a refused
+one gets vLLM's 503 (its body, no ``Retry-After``) and adds 1 to
+``vllm:admission_rejections_total{reason=…}``. Deviations: vLLM counts a request only once
+it is rendered and handed to the engine, so requests that arrive within one tokenization
+time of each other pass the check together; the sim (and the planner,
+app.engine.offline) counts it from the check on. With data parallel vLLM starts one API
+server per replica and each judges ``--max-num-queued-tokens`` on its own share of the
+requests; the sim's one front end judges it on all of them.
 
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex
@@ -121,6 +124,7 @@ class ApiServer:
         self.on_engine_death = on_engine_death
         self.requests = 0  # generation requests taken
         self.admission = admission
+        self._admitted: dict[int, int] = {}  # requests admitted, not yet in an engine (HTTP/tokenization): key → prompt
         self.dead = False
         self.stopping = False  # set by shutdown(): a request that comes in later is refused at once
         self._live: set[Stream] = set()
@@ -304,7 +308,9 @@ class ApiServer:
         if not self.admission.active:
             return None
         live = [s for s in self._live if not s.finished and s.error is None]
-        why = self.admission.refusal(len(live), sum(s.req.prompt_len for s in live if s.counted == 0 and s.req))
+        why = self.admission.refusal(len(live) + len(self._admitted),
+                                     sum(s.req.prompt_len for s in live if s.counted == 0 and s.req)
+                                     + sum(self._admitted.values()))
         if why is None:
             return None
         self.engine.sim_metrics.admission_rejections[why].inc()
@@ -319,8 +325,14 @@ class ApiServer:
         mt, err = self._limits(body, plen)
         if err is not None:
             return err
-        if self.engine.request_overhead_s > 0:  # HTTP and tokenization before the engine sees it
-            await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
+        key = id(request)
+        if self.admission.active:
+            self._admitted[key] = plen
+        try:
+            if self.engine.request_overhead_s > 0:  # HTTP and tokenization before the engine sees it
+                await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
+        finally:
+            self._admitted.pop(key, None)  # from here on it is in _live (no await before), or answered
         if self.dead:
             return _error(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
         if self.stopping:  # no await from here to the stream's registration in _live
