@@ -162,7 +162,7 @@ def test_rejections_are_counted_apart_from_failures():
     assert dump["rejected"] == 6 and "rejected" not in dump["failures"]
     # the bootstrap judges the same two rates: failed ÷ admitted, rejected ÷ all
     assert met_probability(recs, SLO(rejection_rate=0.9, failure_rate=0.9)) == 1.0
-    assert met_probability(recs, SLO(rejection_rate=0.01, failure_rate=0.5)) == 0.0
+    assert met_probability(recs, SLO(rejection_rate=0.01, failure_rate=0.5)) < 0.01  # 0.7^20 resamples refuse none
     only_rejected = [_rec(i) for i in range(10)] + [_rec(20 + i, STATUS_REJECTED) for i in range(10)]
     assert met_probability(only_rejected, SLO(failure_rate=0.01)) == 1.0  # a rejection is no failure
 
