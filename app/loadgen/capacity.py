@@ -329,6 +329,8 @@ def slo_text(slo: dict) -> str:
             parts.append(f"{name} ≤ {v * 1e3:.0f} ms" if v < 1 else f"{name} ≤ {v:g} s")
     if slo.get("failure_rate") is not None:
         parts.append(f"failures ≤ {slo['failure_rate'] * 100:g} %")
+    if slo.get("rejection_rate") is not None:
+        parts.append(f"rejected (HTTP 503) ≤ {slo['rejection_rate'] * 100:g} %")
     return " and ".join(parts) or "no SLO"
 
 

@@ -113,7 +113,7 @@ def test_an_overloaded_level_reports_rejections_apart_from_failures(tmp_path):
     assert low["rejected"] == 0 and isinstance(high["rejected"], int) and high["rejected"] > 0
     assert high["failures"] == {} and high["failure_rate"] == 0.0 and high["stop_reason"] == "duration"
     assert high["rejection_rate"] == high["rejected"] / high["n_measured"]
-    assert doc["status"] == "done", doc["stop_reason"]
+    assert doc["summary"]["status"] == "done", doc["summary"]["stop_reason"]
     assert high["server"]["ttft_count"] > 0  # the admitted requests' own figures
     head = next(line for line in r.stdout.splitlines() if line.startswith("level ") and " rej " in line)
     assert "fail" in head and f"{high['rejected']} rejected (HTTP 503)" in r.stdout
