@@ -115,6 +115,9 @@ def test_an_overloaded_level_reports_rejections_apart_from_failures(tmp_path):
     assert high["rejection_rate"] == high["rejected"] / high["n_measured"]
     assert doc["summary"]["status"] == "done", doc["summary"]["stop_reason"]
     assert high["server"]["ttft_count"] > 0  # the admitted requests' own figures
+    # the server's own count of its refusals over the window (Δvllm:admission_rejections_total)
+    assert abs(high["server"]["admission_rejections"] - high["rejected"]) <= max(3, 0.1 * high["rejected"])
+    assert low["server"]["admission_rejections"] == 0
     head = next(line for line in r.stdout.splitlines() if line.startswith("level ") and " rej " in line)
     assert "fail" in head and f"{high['rejected']} rejected (HTTP 503)" in r.stdout
 
