@@ -160,6 +160,8 @@ def vllm_server(tiny_model, vllm_python):
         yield sup
 
 
+#: the request cap of :func:`vllm_variant_server` (vLLM 0.29+'s admission control)
+QUEUED_REQS = 6
 #: the n-gram speculative config of :func:`vllm_variant_server` (no draft model needed)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
 
@@ -169,7 +171,9 @@ def vllm_variant_server(tiny_model, vllm_python):
     """The second and last shared real vLLM: every option the first one has at vLLM's
     default turned the other way for the tests that need it — ``--no-enable-prefix-caching``
     (the prefix-cache counters stay 0), ``--speculative-config`` n-gram (spec-decode
-    counters), no dev mode (``POST /reset_prefix_cache`` answers 404)."""
+    counters), no dev mode (``POST /reset_prefix_cache`` answers 404) — and admission control
+    (``--max-num-queued-reqs`` :data:`QUEUED_REQS`, above the 4 users its other tests run:
+    tests/e2e/test_admission_e2e.py)."""
     with tiny_vllm(tiny_model, vllm_python, "vLLM without prefix caching, with n-gram speculation",
-                   enable_prefix_caching=False, speculative_config=NGRAM) as sup:
+                   enable_prefix_caching=False, speculative_config=NGRAM, max_num_queued_reqs=QUEUED_REQS) as sup:
         yield sup

@@ -32,7 +32,8 @@ caps the requests the scheduler admits into RUNNING below ``max_num_seqs``
 (vllm/v1/core/sched/scheduler.py:132–136, :923) — :class:`app.engine.scheduler.Scheduler`'s
 ``max_num_active_seqs``.
 
-The sim's server (app/sim/http_api.py) and the planner's offline levels
+The HTTP status, 503, is the load generator's ``app.loadgen.records.REJECTED_STATUS`` (the
+layer that reads it; the engine speaks no HTTP). The sim's server (app/sim/http_api.py) and the planner's offline levels
 (:func:`app.engine.offline.run_level`) both judge a request with :meth:`AdmissionLimits.refusal`.
 """
 from __future__ import annotations
@@ -43,8 +44,6 @@ from dataclasses import dataclass
 ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 #: the counter's name as exported (prometheus_client adds ``_total``; vllm/v1/metrics/loggers.py:847)
 ADMISSION_REJECTIONS_METRIC = "vllm:admission_rejections"
-#: the HTTP status of a refusal (vllm/exceptions.py:168, :183: ``HTTPStatus.SERVICE_UNAVAILABLE``)
-REJECTED_STATUS = 503
 #: the error ``type`` of a refusal's body: ``HTTPStatus(503).phrase`` (error_response.py:38)
 REJECTED_TYPE = "Service Unavailable"
 #: the messages, by reason (vllm/exceptions.py:164–167 QueueOverflowError, :179–182 MaxQueuedTokensError)

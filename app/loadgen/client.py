@@ -17,9 +17,8 @@ from typing import Any, Callable
 
 import aiohttp
 
-from app.engine.admission import REJECTED_STATUS
-from app.loadgen.records import (STATUS_DISCONNECTED, STATUS_REJECTED, STATUS_SERVER_ERROR, STATUS_TIMEOUT,
-                                 RequestRecord)
+from app.loadgen.records import (REJECTED_STATUS, STATUS_DISCONNECTED, STATUS_REJECTED, STATUS_SERVER_ERROR,
+                                 STATUS_TIMEOUT, RequestRecord)
 from app.loadgen.sse import DONE, SSEParser, choice_has_output, error_message, interpret, loads
 
 import numpy as np

@@ -25,6 +25,8 @@ STATUS_SERVER_ERROR = "server_error"
 #: the server refused the request with HTTP 503 (vLLM's admission control, app.engine.admission):
 #: not a failure — counted apart (``StepStats.rejected``), out of the failure rate
 STATUS_REJECTED = "rejected"
+#: the HTTP status of such a refusal (vllm/exceptions.py:168, :183 @ 0.32.0: ``HTTPStatus.SERVICE_UNAVAILABLE``)
+REJECTED_STATUS = 503
 
 
 def _empty() -> np.ndarray:

@@ -53,8 +53,9 @@ from typing import Callable
 
 from aiohttp import web
 
-from app.engine.admission import REJECTED_MESSAGES, REJECTED_STATUS, REJECTED_TYPE, AdmissionLimits
+from app.engine.admission import REJECTED_MESSAGES, REJECTED_TYPE, AdmissionLimits
 from app.engine.balance import DpBalancer
+from app.loadgen.records import REJECTED_STATUS
 from app.sim import vlog
 from app.sim.engine import SimEngine, Stream, combined_info
 

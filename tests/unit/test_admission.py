@@ -17,12 +17,12 @@ import pytest
 from pydantic import ValidationError
 
 from app.config import VLLM_OPTIONS, ServerConfig
-from app.engine.admission import ADMISSION_REASONS, REJECTED_MESSAGES, REJECTED_STATUS, REJECTED_TYPE, AdmissionLimits
+from app.engine.admission import ADMISSION_REASONS, REJECTED_MESSAGES, REJECTED_TYPE, AdmissionLimits
 from app.engine.offline import run_level
 from app.engine.scheduler import Scheduler
 from app.loadgen.capacity import level_met, met_probability
 from app.loadgen.client import retry_after_s
-from app.loadgen.records import STATUS_REJECTED, RequestRecord
+from app.loadgen.records import REJECTED_STATUS, STATUS_REJECTED, RequestRecord
 from app.loadgen.spec import SLO, RampSpec, spec_to_wall
 from app.loadgen.workload import MultiTurn
 from app.loadgen.stats import compute_step_stats
