@@ -211,6 +211,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     start = mono()
     end = start
     retry_after = None
+    t_answer: float | None = None  # the first output chunk that is not reasoning
+    n_reasoning = 0  # output chunks that were reasoning (delta.reasoning / reasoning_content)
     try:
         async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
@@ -241,6 +243,11 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                 if choices:  # fast path: a token chunk (interpret() has the rules)
                                     if choice_has_output(choices[0]):
                                         arrivals.append(now)
+                                        d = choices[0].get("delta")
+                                        if d and (d.get("reasoning") or d.get("reasoning_content")):
+                                            n_reasoning += 1
+                                        elif t_answer is None:
+                                            t_answer = now
                                         if text_out is not None:
                                             ch = choices[0]
                                             t = ch.get("text")
@@ -255,6 +262,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                 c = interpret(payload)
                                 if c.output:
                                     arrivals.append(now)
+                                    if t_answer is None:
+                                        t_answer = now
                                     if text_out is not None and c.text:
                                         text_out.append(c.text)
                                 if c.usage is not None:
@@ -294,7 +303,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                         ttft=(arrivals[0] - start) if arrivals else None, e2e=end - start,
                         prompt_tokens=est_prompt_tokens, output_tokens=len(arrivals),
                         tokens_source="counted", status=status, error=error, chunk_offsets=offs,
-                        retry_after=retry_after)
+                        retry_after=retry_after, ttfa=(t_answer - start) if t_answer is not None else None)
     if usage is not None:
         pt, ct = usage
         if pt is not None:
@@ -302,4 +311,6 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
         if ct is not None:
             rec.output_tokens = int(ct)
             rec.tokens_source = "server_usage"
+    if n_reasoning:
+        rec.reasoning_tokens = round(n_reasoning * rec.output_tokens / len(arrivals)) if arrivals else n_reasoning
     return rec

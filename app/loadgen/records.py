@@ -48,6 +48,12 @@ class RequestRecord:
     (``counted``) and prompt tokens = the generator's estimate (``estimated``).
     ``status``: ``ok``, ``rejected`` (HTTP 503), ``http_<code>``, ``timeout``, ``disconnected``,
     ``server_error``. ``retry_after``: a rejection's ``Retry-After`` header, s (None: none sent).
+    ``ttfa``: time to first answer token, s after the send — the first output chunk that is
+    not reasoning (a reasoning model streams ``delta.reasoning`` first: vLLM 0.32's
+    ``DeltaMessage.reasoning``, vllm/entrypoints/generate/base/protocol.py:359; older
+    versions ``reasoning_content``); equal to ``ttft`` for a stream without reasoning, None
+    without an answer. ``reasoning_tokens``: its output tokens that were reasoning (the
+    reasoning chunks × output tokens per chunk).
     ``error``: the error text (the server's message where it sent one).
     ``turn``: the turn of its conversation in a multi-turn ramp (1, 2, …; 0: not a
     conversation's turn).
@@ -66,6 +72,8 @@ class RequestRecord:
     chunk_offsets: np.ndarray = field(default_factory=_empty)
     turn: int = 0
     retry_after: float | None = None
+    ttfa: float | None = None
+    reasoning_tokens: int = 0
 
     @property
     def ok(self) -> bool:
@@ -102,7 +110,7 @@ class RequestRecord:
         """Compact picklable form (for the pipe); inverse of :meth:`from_tuple`."""
         return (self.level_idx, self.level, self.t_start, self.ttft, self.e2e, self.prompt_tokens,
                 self.output_tokens, self.tokens_source, self.status, self.error, self.chunk_offsets, self.turn,
-                self.retry_after)
+                self.retry_after, self.ttfa, self.reasoning_tokens)
 
     @classmethod
     def from_tuple(cls, t: tuple) -> "RequestRecord":
@@ -115,4 +123,4 @@ class RequestRecord:
                 "output_tokens": self.output_tokens, "tokens_source": self.tokens_source,
                 "status": self.status, "error": self.error,
                 "chunk_offsets": [round(float(x), 6) for x in self.chunk_offsets], "turn": self.turn,
-                "retry_after": self.retry_after}
+                "retry_after": self.retry_after, "ttfa": self.ttfa, "reasoning_tokens": self.reasoning_tokens}

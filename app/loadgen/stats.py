@@ -35,6 +35,10 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   ``client`` when the load generator sent fewer than were drawn with the cap idle (it
   sent late), ``draw`` when it sent what the seeded draw gave and the draw itself came
   out low (too short a window for the rate: not a shortfall of either side).
+- Reasoning (issue 38 item 2): TTFA (time to first answer token: the first output chunk
+  that is not ``delta.reasoning``, app.loadgen.records) p50/p99 over the successful
+  requests that had an answer — equal to TTFT for a model that does not reason — and the
+  mean reasoning tokens per successful request.
 - Per-turn TTFT (multi-turn ramps, ``RampSpec.multi_turn``): the measured successful
   requests grouped by their conversation turn (``RequestRecord.turn``), each turn's
   count and TTFT p50/p99 (:class:`TurnStats`, the level's ``turns``).
@@ -123,6 +127,10 @@ class StepStats(BaseModel):
     ttft_p99: Optional[float] = None
     ttft_max: Optional[float] = None
     ttft_mean: Optional[float] = None
+    #: time to first answer token (after the reasoning), s; ``reasoning_tokens_mean`` tokens per request
+    ttfa_p50: Optional[float] = None
+    ttfa_p99: Optional[float] = None
+    reasoning_tokens_mean: Optional[float] = None
     tpot_p50: Optional[float] = None
     tpot_p99: Optional[float] = None
     tpot_mean: Optional[float] = None
@@ -301,6 +309,7 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
     admitted = len(measured) - rejected
 
     ttft = np.array([r.ttft for r in ok if r.ttft is not None], dtype=np.float64)
+    ttfa = np.array([r.ttfa for r in ok if r.ttfa is not None], dtype=np.float64)
     tpot = np.array([t for t in (r.tpot for r in ok) if t is not None], dtype=np.float64)
     e2e = np.array([r.e2e for r in ok if r.e2e is not None], dtype=np.float64)
     itls = [r.itl for r in ok if r.chunk_offsets.size > 1]
@@ -325,6 +334,8 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         rps=len(ended_ok) / ws, goodput_rps=sum(1 for r in ended_ok if meets_slo(r, slo)) / ws,
         ttft_p50=_pct(ttft, 50), ttft_p90=_pct(ttft, 90), ttft_p99=_pct(ttft, 99),
         ttft_max=float(ttft.max()) if ttft.size else None, ttft_mean=_mean(ttft),
+        ttfa_p50=_pct(ttfa, 50), ttfa_p99=_pct(ttfa, 99),
+        reasoning_tokens_mean=float(np.mean([r.reasoning_tokens for r in ok])) if ok else None,
         tpot_p50=_pct(tpot, 50), tpot_p99=_pct(tpot, 99), tpot_mean=_mean(tpot),
         itl_p50=_pct(itl, 50), itl_p99=_pct(itl, 99), itl_mean=_mean(itl),
         e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
@@ -450,7 +461,7 @@ def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float 
 
 #: StepStats fields in seconds (× k for rig time) and per second (÷ k)
 _TIME_FIELDS = ("t_start", "t_end", "window_start", "window_end", "window_s", "ttft_p50", "ttft_p90", "ttft_p99",
-                "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
+                "ttft_max", "ttft_mean", "ttfa_p50", "ttfa_p99", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
                 "e2e_p50", "e2e_p99", "e2e_mean")
 _RATE_FIELDS = ("output_tps", "total_tps", "rps", "goodput_rps")
 #: open-loop rate fields (None for a closed-loop level): per second, ÷ k in rig time
@@ -518,7 +529,9 @@ def records_to_rig(records: Sequence[RequestRecord], k: float) -> list[RequestRe
             level_idx=r.level_idx, level=r.level, t_start=r.t_start * k,
             ttft=None if r.ttft is None else r.ttft * k, e2e=None if r.e2e is None else r.e2e * k,
             prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, tokens_source=r.tokens_source,
-            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32), turn=r.turn))
+            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32), turn=r.turn,
+            retry_after=r.retry_after, ttfa=None if r.ttfa is None else r.ttfa * k,
+            reasoning_tokens=r.reasoning_tokens))
     return out
 
 

@@ -215,6 +215,7 @@ def level_records(run: LevelRun, idx: int, level: float) -> list[RequestRecord]:
             continue  # still waiting when the level ended: the generator records it only when it ends
         offs = np.unique(np.asarray(f.tokens, dtype=np.float64)) - f.sent  # a chunk's tokens share its time
         out.append(RequestRecord(level_idx=idx, level=level, t_start=f.sent, ttft=float(offs[0]), e2e=float(offs[-1]),
+                                 ttfa=float(offs[0]),  # no reasoning modelled: the first token is the answer's
                                  prompt_tokens=f.req.prompt_len, output_tokens=len(f.tokens),
                                  tokens_source="server_usage", chunk_offsets=offs.astype(np.float32), turn=f.turn))
     return out
