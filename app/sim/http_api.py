@@ -31,6 +31,14 @@ app.engine.offline) counts it from the check on. With data parallel vLLM starts 
 server per replica and each judges ``--max-num-queued-tokens`` on its own share of the
 requests; the sim's one front end judges it on all of them.
 
+Reasoning (``reasoning_tokens`` N, the rig's ``--sim-reasoning-tokens``): a chat
+completion's first N generated tokens are the model's reasoning — streamed as
+``delta.reasoning`` (vLLM 0.32's ``DeltaMessage.reasoning``,
+vllm/entrypoints/generate/base/protocol.py:359, what a reasoning parser fills), the rest as
+``delta.content``; a step whose tokens straddle the boundary sends two events. Without
+streaming the message carries ``reasoning`` and ``content``. ``usage`` counts both, as
+vLLM's does. Completions (no chat template, no parser) have none.
+
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex
 ``\\w+|[^\\w\\s]``). Generated text is filler, one word per token, so the counts in
@@ -112,7 +120,7 @@ class ApiServer:
     def __init__(self, engine: SimEngine | list[SimEngine], served_name: str, model: str, max_model_len: int,
                  info: dict, api_key: str | None = None, die_at_request: int | None = None,
                  on_engine_death: Callable[[], None] | None = None, balancer: DpBalancer | None = None,
-                 admission: AdmissionLimits = AdmissionLimits()) -> None:
+                 admission: AdmissionLimits = AdmissionLimits(), reasoning_tokens: int = 0) -> None:
         self.engines = list(engine) if isinstance(engine, list) else [engine]
         self.engine = self.engines[0]  # its clock and time scale are every replica's
         self.balancer = balancer or DpBalancer(len(self.engines))
@@ -125,6 +133,7 @@ class ApiServer:
         self.on_engine_death = on_engine_death
         self.requests = 0  # generation requests taken
         self.admission = admission
+        self.reasoning_tokens = reasoning_tokens
         self._admitted: dict[int, int] = {}  # requests admitted, not yet in an engine (HTTP/tokenization): key → prompt
         self.dead = False
         self.stopping = False  # set by shutdown(): a request that comes in later is refused at once
@@ -364,12 +373,16 @@ class ApiServer:
 
     def _full(self, s: Stream, rid: str, chat: bool) -> dict:
         r = s.req
-        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(r.output))
+        think = min(self.reasoning_tokens, r.output) if chat else 0
+        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(think, r.output))
         usage = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.output, "completion_tokens": r.output}
         base = {"id": rid, "created": int(time.time()), "model": self.served_name, "usage": usage}
         if chat:
+            message = {"role": "assistant", "content": text, "tool_calls": []}
+            if think:
+                message["reasoning"] = "".join(" " + WORDS[i % len(WORDS)] for i in range(think))
             return {**base, "object": "chat.completion", "choices": [{
-                "index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "index": 0, "message": message,
                 "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}]}
         return {**base, "object": "text_completion", "choices": [{
             "index": 0, "text": text, "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}]}
@@ -383,6 +396,7 @@ class ApiServer:
         if chat:
             head = f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{name},' \
                    '"choices":[{"index":0,"delta":{"content":" '
+            rhead = head.replace('"delta":{"content":" ', '"delta":{"reasoning":" ')
             mid = '"},"logprobs":null,"finish_reason":'
             tail = "}]}\n\n"
             await resp.write(f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},'
@@ -391,6 +405,7 @@ class ApiServer:
         else:
             head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{name},' \
                    '"choices":[{"index":0,"text":" '
+            rhead = head
             mid = '","logprobs":null,"finish_reason":'
             tail = ',"stop_reason":null}]}\n\n'
         r = s.req
@@ -417,6 +432,13 @@ class ApiServer:
                 c = s.chunks.popleft()
                 end = sent + c
                 fin = f'"{r.finish_reason}"' if s.finished and end == last else "null"
+                if chat and sent < self.reasoning_tokens:  # the reasoning part of the step (then its answer, if any)
+                    cut = min(end, self.reasoning_tokens)
+                    rfin = fin if cut == end else "null"
+                    parts.append(f"{rhead}{' '.join(WORDS[i % nw] for i in range(sent, cut))}{mid}{rfin}{tail}")
+                    sent = cut
+                    if sent == end:
+                        continue
                 parts.append(f"{head}{' '.join(WORDS[i % nw] for i in range(sent, end))}{mid}{fin}{tail}")
                 sent = end
             if s.finished:

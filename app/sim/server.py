@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-spec-acceptance", type=float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help="with --speculative-config: the chance each draft token is accepted given the one before "
                         f"(0-1; position i is accepted with A^i, app/engine/specdecode.py; default {DEFAULT_ACCEPTANCE})")
+    p.add_argument("--sim-reasoning-tokens", type=int, default=0, metavar="N",
+                   help="chat completions stream their first N tokens as reasoning (delta.reasoning, as vLLM 0.32 "
+                        "with a reasoning parser), then the answer (delta.content); 0: none")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="use the step-time parameters calibrated on a real run of these cards "
                         "(vllm-dyno calibrate RUN_ID), when there are any")
@@ -347,6 +350,7 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float, truth:
     cfg = plan.plan.config
     api = ApiServer(engines, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
                     die_at_request=a.sim_engine_dies_at_request, balancer=balancer,
+                    reasoning_tokens=max(0, a.sim_reasoning_tokens),
                     admission=AdmissionLimits(cfg.max_num_queued_reqs, cfg.max_num_queued_tokens))
     # shutdown_timeout: how long the HTTP server waits for handlers still running once it
     # stops; api.shutdown() ends every request in flight and refuses later ones, so this is a

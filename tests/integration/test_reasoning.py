@@ -39,3 +39,28 @@ def test_ttfa_and_reasoning_tokens_from_a_reasoning_stream(field):
         assert r.reasoning_tokens == 6 and r.output_tokens == 10
     st = res.steps[0]
     assert st.ttfa_p50 > st.ttft_p50 + 0.1 and st.reasoning_tokens_mean == 6
+
+
+def test_the_sim_streams_reasoning_before_the_answer():
+    """``--sim-reasoning-tokens 24``: each chat completion's first 24 tokens come as
+    ``delta.reasoning``, the rest as ``delta.content``; the level's TTFA is later than its
+    TTFT by about 24 decode steps, and 24 reasoning tokens per request."""
+    from app.run.controller import LaunchTarget, RunController
+    from tests.unit.test_capacity import DEMO, DEMO_RIG
+
+    ctl = RunController()
+    try:
+        assert ctl.launch(LaunchTarget("sim", DEMO, sim_args=[*DEMO_RIG, "--sim-reasoning-tokens", "24"],
+                                       telemetry=False)) == []
+        assert ctl.wait_ready(60), ctl.failure_text
+        spec = RampSpec(url=ctl.url, model="llama70", endpoint="/v1/chat/completions", levels=[2], step_seconds=0.5,
+                        prompt_tokens=64, output_tokens=40, length_spread=0)
+        res = run_ramp(spec, timeout=60)
+    finally:
+        ctl.stop()
+        ctl.close()
+    recs = [r for r in res.records if r.ok]
+    assert recs and all(r.reasoning_tokens == 24 and r.output_tokens == 40 for r in recs)
+    st = res.steps[0]
+    itl = st.itl_p50 or 0.0
+    assert st.ttfa_p50 > st.ttft_p50 + 15 * itl and st.reasoning_tokens_mean == 24
