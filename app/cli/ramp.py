@@ -88,6 +88,8 @@ def register(sub) -> None:
     p.add_argument("--slo-tpot-p99", type=positive_seconds, help="… TPOT p99 (s/token)")
     p.add_argument("--slo-e2e-p99", type=positive_seconds, help="… end-to-end p99 (s)")
     p.add_argument("--slo-failure-rate", type=fraction, help="… failure rate, a fraction (0.01 = 1 %%)")
+    p.add_argument("--slo-ttfa-p99", type=positive_seconds,
+                   help="… time to first answer token p99 (after a reasoning model's reasoning), s")
     p.add_argument("--slo-rejection-rate", type=fraction,
                    help="… share of requests the server refused with HTTP 503 (vLLM's --max-num-queued-reqs / "
                         "--max-num-queued-tokens), a fraction; a rejection is never a failure")
@@ -106,7 +108,8 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
                 "max_total_seconds": a.max_total_seconds,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
-                        "failure_rate": a.slo_failure_rate, "rejection_rate": a.slo_rejection_rate},
+                        "failure_rate": a.slo_failure_rate, "rejection_rate": a.slo_rejection_rate,
+                        "ttfa_p99": a.slo_ttfa_p99},
                 "requests_per_level": a.requests_per_level, **workload_kw(a, "ramp")}
     if a.max_failure_rate is not None:
         kw["max_failure_rate"] = a.max_failure_rate
@@ -120,7 +123,7 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
         if a.requests_per_level is not None and a.min_requests is not None:
             raise ValueError("--min-requests and --requests-per-level set the same floor: give one")
         if all(v is None for v in (a.slo_ttft_p99, a.slo_tpot_p99, a.slo_e2e_p99, a.slo_failure_rate,
-                                   a.slo_rejection_rate)):
+                                   a.slo_rejection_rate, a.slo_ttfa_p99)):
             raise ValueError("a capacity search needs an SLO to judge levels on: give --slo-ttft-p99, "
                              "--slo-tpot-p99, --slo-e2e-p99, --slo-failure-rate and/or --slo-rejection-rate")
         kw["requests_per_level"] = a.min_requests or a.requests_per_level or P99_MIN_REQUESTS

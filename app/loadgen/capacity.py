@@ -121,7 +121,8 @@ def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
     nan = float("nan")
     cols = {"ttft_p99": np.array([r.ttft if r.ok and r.ttft is not None else nan for r in recs]),
             "tpot_p99": np.array([t if r.ok and (t := r.tpot) is not None else nan for r in recs]),
-            "e2e_p99": np.array([r.e2e if r.ok and r.e2e is not None else nan for r in recs])}
+            "e2e_p99": np.array([r.e2e if r.ok and r.e2e is not None else nan for r in recs]),
+            "ttfa_p99": np.array([r.ttfa if r.ok and r.ttfa is not None else nan for r in recs])}
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(resamples, n))
     met = np.ones(resamples, dtype=bool)
@@ -323,7 +324,8 @@ def crossing_users(c: Capacity) -> float | None:
 def slo_text(slo: dict) -> str:
     """``{"ttft_p99": 2, "tpot_p99": 0.1}`` → ``TTFT p99 ≤ 2 s and TPOT p99 ≤ 100 ms``."""
     parts = []
-    for k, name in (("ttft_p99", "TTFT p99"), ("tpot_p99", "TPOT p99"), ("e2e_p99", "e2e p99")):
+    for k, name in (("ttft_p99", "TTFT p99"), ("tpot_p99", "TPOT p99"), ("e2e_p99", "e2e p99"),
+                    ("ttfa_p99", "time to first answer token p99")):
         v = slo.get(k)
         if v is not None:
             parts.append(f"{name} ≤ {v * 1e3:.0f} ms" if v < 1 else f"{name} ≤ {v:g} s")

@@ -42,13 +42,15 @@ class SLO(BaseModel):
     ttft_p99: Optional[float] = Field(None, gt=0, description="TTFT p99 bound, s")
     tpot_p99: Optional[float] = Field(None, gt=0, description="TPOT p99 bound, s per token")
     e2e_p99: Optional[float] = Field(None, gt=0, description="end-to-end latency p99 bound, s")
+    ttfa_p99: Optional[float] = Field(None, gt=0, description=(
+        "time-to-first-answer-token p99 bound (after a reasoning model's reasoning), s"))
     failure_rate: Optional[float] = Field(None, ge=0, le=1, description="failure-rate bound, fraction 0–1")
     rejection_rate: Optional[float] = Field(None, ge=0, le=1, description=(
         "bound on the fraction of requests the server refused with HTTP 503 (admission control), 0–1"))
 
     def is_empty(self) -> bool:
         return (self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None and self.failure_rate is None
-                and self.rejection_rate is None)
+                and self.rejection_rate is None and self.ttfa_p99 is None)
 
     @property
     def failure_bound(self) -> float | None:
@@ -269,7 +271,7 @@ def slo_to_wall(slo: SLO, k: float) -> SLO:
         raise ValueError(f"time scale {k}: a sim's time scale is > 0")
     if k == 1.0:
         return slo
-    return slo.model_copy(update={f: getattr(slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99")
+    return slo.model_copy(update={f: getattr(slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99", "ttfa_p99")
                                   if getattr(slo, f) is not None})
 
 

@@ -276,6 +276,8 @@ def meets_slo(r: RequestRecord, slo: SLO) -> bool:
             return False
     if slo.e2e_p99 is not None and (r.e2e is None or r.e2e > slo.e2e_p99):
         return False
+    if slo.ttfa_p99 is not None and (r.ttfa is None or r.ttfa > slo.ttfa_p99):
+        return False
     return True
 
 
@@ -378,7 +380,7 @@ def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
     """Human-readable list of the SLO bounds a level broke, e.g. ``["ttft_p99 0.81 s > 0.5 s",
     "failure_rate 12.0% > 5.0%"]``."""
     out = []
-    for name in ("ttft_p99", "tpot_p99", "e2e_p99"):
+    for name in ("ttft_p99", "tpot_p99", "e2e_p99", "ttfa_p99"):
         bound = getattr(slo, name)
         val = getattr(st, name)
         if bound is not None and val is not None and val > bound:

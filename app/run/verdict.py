@@ -47,7 +47,8 @@ FLAG_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_
 
 #: the limit codes in words
 LIMIT_NAMES = {"failures": "failures", "rejections": "admission control (HTTP 503)", "kv_cache": "KV cache capacity", "max_num_seqs": "max_num_seqs",
-               "throttling": "GPU throttling", "ttft": "time to first token (TTFT)", "tpot": "decode speed (TPOT)",
+               "throttling": "GPU throttling", "ttft": "time to first token (TTFT)",
+               "ttfa": "time to first answer token (TTFA, after the reasoning)", "tpot": "decode speed (TPOT)",
                "e2e": "end-to-end latency", "max_level": "the highest level probed", "none": "nothing measured"}
 
 
@@ -107,7 +108,7 @@ class Verdict(BaseModel):
     ``slo`` the bounds; at the capacity level: ``output_tps`` (tokens/s), ``j_per_token``
     (J, None without power readings), ``cost_per_mtok`` (``currency`` per million output
     tokens, rented + energy: app.telemetry.derived.cost_per_mtok; None without prices); ``flags`` the server options in force; ``limited_by`` a code
-    (``failures``, ``rejections``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``tpot``,
+    (``failures``, ``rejections``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``ttfa``, ``tpot``,
     ``e2e``, ``max_level``, ``none``) and ``limit`` its evidence in words; ``next_try``
     what to change and ``next_fix`` it as option values (or None); ``sentence`` all of it
     in one line; ``few_requests`` when the capacity's p99 came from < 100 requests."""
@@ -244,6 +245,12 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
             return ("ttft", ev, f"{bound}: raise max_num_batched_tokens to {2 * int(batched)}",
                     {"max_num_batched_tokens": 2 * int(batched)})
         return "ttft", ev, f"{bound}: raise max_num_batched_tokens", None
+    if "ttfa" in broke and "tpot" not in broke and "e2e" not in broke:
+        think = f" after {nxt.reasoning_tokens_mean:.0f} reasoning tokens a request" \
+            if nxt.reasoning_tokens_mean else ""
+        ev = (f"time to first answer token p99 {nxt.ttfa_p99:.3g} s at {at}{think}" if nxt.ttfa_p99 else at)
+        return ("ttfa", ev, "reasoning-bound: a thinking budget (vLLM 0.32's thinking_token_budget request field) "
+                            "or faster decode (TPOT) brings the answer sooner", None)
     code = "tpot" if "tpot" in broke else "e2e"
     val = nxt.tpot_p99 if code == "tpot" else nxt.e2e_p99
     ev = f"{code.upper()} p99 {val:.3g} s at {at}: each decode step is too slow for the bound" if val else at

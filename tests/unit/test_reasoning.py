@@ -40,3 +40,21 @@ def test_the_reasoning_figures_are_declared_once_for_the_views():
         assert {RESULTS, CSV, STORE} <= BY_NAME[name].views, name
     assert REPORT in BY_NAME["ttfa_p99"].views and BY_NAME["ttfa_p99"].tail
     assert RequestRecord.from_tuple(_rec(0, 0.1, 0.3, 7).to_tuple()).ttfa == pytest.approx(0.3)
+
+
+def test_the_slo_can_bound_ttfa():
+    """--slo-ttfa-p99 breaks a level whose answers come late even when its first tokens
+    (the reasoning) come early; goodput and the bootstrap judge the same bound; rig
+    seconds → the sim's wall seconds as the other bounds."""
+    from app.loadgen.capacity import level_met, met_probability
+    from app.loadgen.spec import SLO, slo_to_wall
+    from app.loadgen.stats import meets_slo
+
+    recs = [_rec(i, 0.1, 1.0 + 0.01 * i, 300) for i in range(20)]
+    slo = SLO(ttft_p99=0.5, ttfa_p99=0.8)
+    st = compute_step_stats(recs, idx=0, level=4, mode="concurrency", t_start=0, t_end=5, window_start=0,
+                            window_end=5, slo=slo)
+    assert [m.split(" ")[0] for m in st.slo_broken] == ["ttfa_p99"] and not level_met(st, slo)
+    assert st.goodput_rps == 0 and not meets_slo(recs[0], slo) and meets_slo(recs[0], SLO(ttfa_p99=1.5))
+    assert met_probability(recs, slo) == 0.0 and met_probability(recs, SLO(ttfa_p99=2.0)) == 1.0
+    assert slo_to_wall(slo, 10.0).ttfa_p99 == pytest.approx(0.08) and not SLO(ttfa_p99=1).is_empty()

@@ -80,7 +80,7 @@ def test_the_spec_json_keys_stay_flat_and_an_old_stored_spec_loads():
     s = RampSpec.model_validate(old)
     assert s.prompt_tokens == (256, 768) and s.multi_turn.turns == 4 and s.seed == 3
     # keys are only added, at their defaults: issue 38's admission control (the rejection bound, the retry wait)
-    assert json.loads(s.model_dump_json()) == {**old, "slo": {**old["slo"], "rejection_rate": None},
+    assert json.loads(s.model_dump_json()) == {**old, "slo": {**old["slo"], "rejection_rate": None, "ttfa_p99": None},
                                                "rejected_wait_s": 1.0}
 
 
@@ -113,7 +113,7 @@ def test_a_stored_tune_loads_keeps_its_keys_and_its_workload():
     new = json.loads(t.model_dump_json())
     # nested keys are only added, at their defaults: issue 38's admission control (three vLLM options, a bound)
     added = {"config": {"max_num_active_seqs": None, "max_num_queued_reqs": None, "max_num_queued_tokens": None},
-             "slo": {"rejection_rate": None}}
+             "slo": {"rejection_rate": None, "ttfa_p99": None}}
     assert {k: new[k] for k in old} == {k: {**v, **added[k]} if k in added else v for k, v in old.items()}
     assert set(new) - set(old) == {"output_cap", "burstiness", "max_concurrency"}
     r = t.workload().requests
