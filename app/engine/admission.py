@@ -17,7 +17,10 @@ handlers before ``render``):
   subtracted (``get_num_queued_tokens``, output_processor.py:532–541) — refused when
   ``current >= T`` (the new request's own prompt is not added; async_llm.py:362–374).
 
-Q is checked first. The refusal is a ``QueueOverflowError`` or ``MaxQueuedTokensError``
+vLLM checks again when it registers the request, after tokenization (``_add_request``,
+async_llm.py:564–572: "Register locally before the first await so concurrent tasks see
+this request"); a streaming request that fails there has already begun its response and
+gets the refusal as its stream's error event (code 503). Q is checked first. The refusal is a ``QueueOverflowError`` or ``MaxQueuedTokensError``
 (vllm/exceptions.py:156–183, :class:`GracefulHTTPError`), answered by the API server's
 exception handler as JSON ``{"error": {"message", "type": "Service Unavailable", "param":
 null, "code": 503}}`` with status 503 (``create_error_response``,

@@ -41,6 +41,12 @@ def retry_after_s(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _error_code(obj: object) -> object:
+    """The ``code`` of a stream's error event (``{"error": {"code": 503, …}}``), else None."""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    return err.get("code") if isinstance(err, dict) else None
+
+
 class PreflightError(Exception):
     """The server cannot be ramped as asked (unreachable, not OpenAI-compatible, wrong
     model name); the message says what to fix."""
@@ -270,6 +276,11 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                     usage = c.usage
                                 if c.error is not None:
                                     status, error = STATUS_SERVER_ERROR, c.error
+                                    if not arrivals and _error_code(obj) == REJECTED_STATUS:
+                                        # vLLM checks admission again when it registers the request,
+                                        # after tokenization: a stream already begun carries the 503 as
+                                        # its error event (vllm/v1/engine/async_llm.py:569 @ 0.32.0)
+                                        status = STATUS_REJECTED
                                 if c.done:
                                     done, t_done = True, now
                         if status != "ok":

@@ -22,7 +22,8 @@ STATUS_OK = "ok"
 STATUS_TIMEOUT = "timeout"
 STATUS_DISCONNECTED = "disconnected"
 STATUS_SERVER_ERROR = "server_error"
-#: the server refused the request with HTTP 503 (vLLM's admission control, app.engine.admission):
+#: the server refused the request with HTTP 503, or a 503 error event before any output (vLLM's
+#: admission control, app.engine.admission):
 #: not a failure — counted apart (``StepStats.rejected``), out of the failure rate
 STATUS_REJECTED = "rejected"
 #: the HTTP status of such a refusal (vllm/exceptions.py:168, :183 @ 0.32.0: ``HTTPStatus.SERVICE_UNAVAILABLE``)

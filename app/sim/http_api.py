@@ -24,10 +24,12 @@ tokenization time, as vLLM's ``_preflight`` judges it before rendering, against 
 requests admitted and not yet finished — over every data parallel replica, as vLLM's API
 servers count them together — and the prompts of those without a first token; a refused
 one gets vLLM's 503 (its body, no ``Retry-After``) and adds 1 to
-``vllm:admission_rejections_total{reason=…}``. Deviations: vLLM counts a request only once
-it is rendered and handed to the engine, so requests that arrive within one tokenization
-time of each other pass the check together; the sim (and the planner,
-app.engine.offline) counts it from the check on. With data parallel vLLM starts one API
+``vllm:admission_rejections_total{reason=…}``. Deviations: vLLM checks twice — before
+rendering (HTTP 503) and again when it registers the request after tokenization
+(vllm/v1/engine/async_llm.py:569; a stream already begun then ends with a 503 error event,
+which the load generator counts as a rejection too); the sim (and the planner,
+app.engine.offline) checks once, counting a request from its check on, so its refusals
+are all HTTP 503s. With data parallel vLLM starts one API
 server per replica and each judges ``--max-num-queued-tokens`` on its own share of the
 requests; the sim's one front end judges it on all of them.
 

@@ -2,7 +2,9 @@
 the shared variant server runs with ``--max-num-queued-reqs`` (tests/conftest.py
 ``QUEUED_REQS``). A burst past the cap gets vLLM's own 503 — the body and headers the sim
 copies (app/engine/admission.py) — counted in ``vllm:admission_rejections_total``, and a
-ramp past it reports the refusals as ``rejected``, apart from failures. No launch of its own."""
+ramp past it reports the refusals as ``rejected``, apart from failures: the HTTP 503s and
+the 503 error events of streams refused by vLLM's second check, at registration (a first
+run of this test counted those 6 of 111 as server errors). No launch of its own."""
 from __future__ import annotations
 
 import asyncio

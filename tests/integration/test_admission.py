@@ -167,3 +167,21 @@ def test_a_refused_user_waits_and_sends_the_same_request_again():
         for n in srv.rejected:
             if n < len(bodies):  # request n (1-based) refused: request n + 1 is the same one again
                 assert bodies[n] == bodies[n - 1]
+
+
+def test_a_503_error_event_before_any_output_is_a_rejection():
+    """vLLM 0.32 checks admission again when it registers a request, after tokenization
+    (vllm/v1/engine/async_llm.py:569): a streaming request refused there gets a 200 stream
+    whose only event is the 503 error — a rejection, not a server error (seen on the CPU
+    build: tests/e2e/test_admission_e2e.py). An error event after output stays a failure."""
+    err = json.dumps({"error": {"message": REJECTED_MESSAGES["max_num_queued_reqs"], "type": "Service Unavailable",
+                                "param": None, "code": 503}})
+    tok = json.dumps({"id": "c", "object": "text_completion", "model": "scripted",
+                      "choices": [{"index": 0, "text": " a", "finish_reason": None}]})
+    for events, status in (([[0.01, err], [0.02, "[DONE]"]], "rejected"),
+                           ([[0.01, tok], [0.02, err], [0.03, "[DONE]"]], "server_error")):
+        with ScriptedServer(Script(events=events)) as srv:
+            spec = RampSpec(url=srv.url, model="scripted", levels=[1], step_seconds=0.5, prompt_tokens=8,
+                            output_tokens=5, length_spread=0, rejected_wait_s=0.1, max_failure_rate=1.0)
+            res = run_ramp(spec, timeout=60)
+        assert res.records and {r.status for r in res.records} == {status}, status
