@@ -144,6 +144,13 @@ class VllmRules:
         (``kv_space``: 0.10, 0.11)."""
         return self.data.get("cpu_memory", "utilization") == "utilization"
 
+    @property
+    def cpu_aot_compile_reloads(self) -> bool:
+        """False when the CPU build's AOT-compiled model cannot be loaded back by the next
+        launch, which then compiles again (``cpu_aot_compile_reloads`` in
+        data/vllm_versions.yaml: 0.32, vllm/compilation/decorators.py:315); True otherwise."""
+        return bool(self.data.get("cpu_aot_compile_reloads", True))
+
 
 def rules_for(version: str | None = None) -> VllmRules:
     """Rules for ``version`` (e.g. "0.32.0+cpu"); None → the newest known version. A
