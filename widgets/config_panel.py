@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QScrollArea,
     QSlider,
     QSpinBox,
     QTableWidget,
@@ -45,6 +44,7 @@ from app.config import (GROUP_MODEL, QUANTIZATION_METHODS, SPEC_METHODS_MODEL_FR
 from app.engines import SELECTABLE, Cards, Engine
 from app.planner.checks import valid_pp_sizes, valid_tp_sizes
 from app.profiles.model import SIM_RIG_OPTIONS, SimRig
+from widgets.fit import FormScrollArea
 
 #: the engine selector's entries, in order (app.engines: each engine's label and hint)
 ENGINES = SELECTABLE
@@ -507,7 +507,7 @@ def _text_of(ed: QWidget) -> str:
     return ed.currentText() if isinstance(ed, QComboBox) else ed.text()
 
 
-class ConfigPanel(QScrollArea):
+class ConfigPanel(FormScrollArea):
     """The server form. ``changed`` fires on every edit (the plan panel debounces it)."""
 
     changed = Signal()
@@ -516,7 +516,6 @@ class ConfigPanel(QScrollArea):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWidgetResizable(True)
         self.setObjectName("configPanel")
         self._heads: tuple[int, int, int] | None = None  # heads, kv heads, layers
         self._loading = False
@@ -669,9 +668,8 @@ class ConfigPanel(QScrollArea):
         self.env.textChanged.connect(self._edited)
         self.gpu_table.selection_changed.connect(self._cards_changed)
         self.engine.currentIndexChanged.connect(self._engine_changed)
-        # the form follows the panel's width: a combo box sized to its longest entry (a
-        # profile name, a model id) made the form wider than the panel and clipped it
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        # the form follows the panel's width (FormScrollArea): a combo box sized to its longest
+        # entry (a profile name, a model id) made the form wider than the panel and clipped it
         for combo in body.findChildren(QComboBox):
             combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
             combo.setMinimumContentsLength(6)

@@ -36,7 +36,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -49,6 +48,8 @@ from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
 from widgets.axes import LegendFit
+from widgets.fit import FormScrollArea
+from widgets.flow_layout import FlowLayout
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -216,11 +217,9 @@ class TunePanel(QWidget):
         v.addWidget(g)
 
         v.addStretch(1)
-        sc = QScrollArea()
+        sc = FormScrollArea()
         sc.setWidget(w)
-        sc.setWidgetResizable(True)
         sc.setFrameShape(QFrame.NoFrame)
-        sc.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         outer = QWidget()
         ov = QVBoxLayout(outer)
         ov.setContentsMargins(0, 0, 0, 0)
@@ -333,7 +332,7 @@ class TunePanel(QWidget):
         self.sentence.setWordWrap(True)
         self.sentence.setTextInteractionFlags(Qt.TextSelectableByMouse)
         cv.addWidget(self.sentence)
-        row = QHBoxLayout()
+        row = FlowLayout()  # wraps at a laptop's width (issue 37, item 7)
         self.save_btn = QPushButton("Save as profile…")
         self.save_btn.setToolTip("Save the recommended flags as a profile (this profile's rig and ramp)")
         self.save_btn.clicked.connect(self.save_profile_dialog)
@@ -351,7 +350,6 @@ class TunePanel(QWidget):
         self.verify_btn.clicked.connect(self.verify_recommended)
         for b in (self.launch_btn, self.verify_btn, self.save_btn, self.copy_btn, self.export_btn):
             row.addWidget(b)
-        row.addStretch(1)
         cv.addLayout(row)
         split.addWidget(card)
         split.setSizes([210, 310, 300])
