@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
             w.compare_runs(ids)
         w.tabs.setCurrentWidget(w.tune)
         pump(120, lambda: w.tune.table.rowCount() > 0)
+        for tabs in (w.left_tabs, w.tabs):  # what each tab needs: the widest sets the window's minimum
+            print("minimum width by tab: " + ", ".join(
+                f"{tabs.tabText(i).replace('&', '')} {tabs.widget(i).minimumSizeHint().width()}"
+                for i in range(tabs.count())))
         bad = 0
         for width, height in sizes:
             w.resize(width, height)

@@ -46,7 +46,8 @@ from app.planner.gpus import catalog_names
 from app.settings import Pricing
 from app.fileio import write_atomic
 from app.whatif import what_if
-from widgets.axes import Log2Axis, PlainLogAxis, log2
+from widgets.axes import LegendPlace, Log2Axis, PlainLogAxis, log2
+from widgets.fit import wheel_to_page
 from widgets.tasks import run_in_background
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -133,7 +134,7 @@ class CompareView(QWidget):
         self.message.setWordWrap(True)
         cv.addWidget(self.message)
         split = QSplitter(Qt.Vertical)
-        self.glw = pg.GraphicsLayoutWidget()
+        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
         self.glw.setBackground("w")
         a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
         a.setTitle("Output throughput vs concurrency", size="10pt", color="#222")
@@ -150,6 +151,8 @@ class CompareView(QWidget):
         # curves rise to the right: the legends go where they are not (top left, bottom right)
         self.legend = a.addLegend(offset=(6, 6), labelTextSize="9pt")
         self.lat_legend = b.addLegend(offset=(-6, -6), labelTextSize="9pt")
+        #: … and move to the corner where they cover the fewest points of the curves drawn
+        self.legend_places = [LegendPlace(a, self.legend), LegendPlace(b, self.lat_legend)]
         split.addWidget(self.glw)
         # what differs between the runs: model, rig, flags, request shape (app.comparison.settings_diff)
         self.diff_table = QTableWidget(0, 0)

@@ -4,7 +4,8 @@ it, and plots that leave the mouse wheel to the page."""
 from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer
-from PySide6.QtWidgets import QScrollArea, QSplitter, QStyle, QWidget
+from PySide6.QtGui import QWheelEvent
+from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSplitter, QStyle, QWidget
 
 #: the smallest screen every tab must fit (a 13-inch laptop), logical px
 LAPTOP_SCREEN = (1280, 800)
@@ -102,3 +103,56 @@ class SplitKeeper(QObject):
     def _apply_queued(self) -> None:
         self._queued = False
         self.apply()
+
+
+class WheelToPage(QObject):
+    """The mouse wheel over a plot scrolls the page it is on (issue 37: over a Plan plot it
+    zoomed the axes to absurd ranges instead). The plot zooms only while it has the
+    keyboard focus (a click in it, or Tab) or with Ctrl held; otherwise the wheel event
+    goes to the scroll bar of the nearest scroll area around the plot (none: the wheel
+    does nothing there). Installed on the plot's viewport by :func:`wheel_to_page`."""
+
+    def __init__(self, view: QWidget) -> None:
+        super().__init__(view)
+        self.view = view
+
+    def page(self) -> QScrollArea | None:
+        """The nearest scroll area the plot is in (None: none)."""
+        w = self.view.parentWidget()
+        while w is not None and not isinstance(w, QScrollArea):
+            w = w.parentWidget()
+        return w
+
+    def eventFilter(self, obj: QObject, ev: QEvent) -> bool:  # noqa: N802
+        if ev.type() != QEvent.Wheel or ev.modifiers() & Qt.ControlModifier or self.view.hasFocus():
+            return False
+        page = self.page()
+        if page is not None:  # a copy: Qt does not pass a wheel event it did not make itself on to the parents
+            bar = page.verticalScrollBar()
+            QApplication.sendEvent(bar, QWheelEvent(ev.position(), ev.globalPosition(), ev.pixelDelta(),
+                                                    ev.angleDelta(), ev.buttons(), ev.modifiers(), ev.phase(),
+                                                    ev.inverted()))
+        return True
+
+
+def wheel_to_page(view: QWidget) -> QWidget:
+    """Give the plot ``view`` (a pyqtgraph GraphicsView: PlotWidget, GraphicsLayoutWidget)
+    the wheel rule of :class:`WheelToPage`; returns ``view``. Every plot of the window gets
+    it (tests/integration/test_gui_fit.py names one that does not)."""
+    view.setFocusPolicy(Qt.StrongFocus)  # a click or Tab gives the plot the focus, the wheel alone does not
+    view.wheel_to_page = WheelToPage(view)  # type: ignore[attr-defined]
+    view.viewport().installEventFilter(view.wheel_to_page)  # type: ignore[attr-defined]
+    return view
+
+
+#: characters a narrowed combo box still shows (it elides the rest; the list pops up whole)
+COMBO_MIN_CHARS = 6
+
+
+def narrow_combos(root: QWidget, chars: int = COMBO_MIN_CHARS) -> None:
+    """Every combo box under ``root`` asks for room for ``chars`` characters, not for its
+    longest entry: a run name, a profile name or a model id in a combo box made its tab
+    (Compare: the what-if's run) or the form wider than a laptop's screen (issue 37)."""
+    for combo in root.findChildren(QComboBox):
+        combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(chars)

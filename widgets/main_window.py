@@ -61,7 +61,7 @@ from widgets.config_panel import ConfigPanel
 from widgets.dashboard import Dashboard
 from widgets.diagnosis_banner import DiagnosisBanner
 from widgets.first_run import FirstRunStrip
-from widgets.fit import SplitKeeper
+from widgets.fit import SplitKeeper, narrow_combos
 from widgets.history_view import HistoryView
 from widgets.hosts_view import HostsView
 from widgets.log_pane import LogPane
@@ -84,7 +84,7 @@ STATE_COLORS = {"idle": "#777", "starting": "#c98a00", "loading": "#c98a00", "re
 
 
 #: the form column's width until the user drags the splitter, px
-LEFT_WIDTH = 440
+LEFT_WIDTH = 460
 #: the window's size on a screen large enough for it, px; at most SCREEN_SHARE of a smaller one
 PREFERRED_SIZE = (1600, 1000)
 SCREEN_SHARE = 0.94
@@ -197,6 +197,7 @@ class MainWindow(QMainWindow):
 
         self._build_actions()
         self._build_status_bar()
+        narrow_combos(right)  # a long run or model name in a combo box must not widen a tab (issue 37)
 
         # ---- wiring
         c = self.controller

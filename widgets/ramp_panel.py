@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from pydantic import ValidationError
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,

@@ -47,8 +47,8 @@ from PySide6.QtWidgets import (
 from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
-from widgets.axes import LegendFit
-from widgets.fit import FormScrollArea
+from widgets.axes import LegendFit, LegendPlace
+from widgets.fit import FormScrollArea, wheel_to_page
 from widgets.flow_layout import FlowLayout
 from widgets.tasks import run_in_background
 
@@ -270,7 +270,7 @@ class TunePanel(QWidget):
         self.table.setWordWrap(False)
         split.addWidget(self.table)
 
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = wheel_to_page(pg.PlotWidget(background="w"))
         pi = self.plot.getPlotItem()
         pi.setTitle("Pareto: output tok/s per user vs per GPU", size="10pt")
         pi.setLabel("bottom", "output tok/s per user")
@@ -282,6 +282,7 @@ class TunePanel(QWidget):
         # short names keep the key within a quarter of the plot (issue 19, item 9); it shrinks
         # its labels (then hides) when the plot is smaller than that (widgets.axes.LegendFit)
         self.legend_fit = LegendFit(pi, self.legend, drive=True)
+        self.legend_place = LegendPlace(pi, self.legend)  # the corner that covers the fewest points
         self.pred_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#7a8ea6", width=1.2), brush=None, symbol="o",
                                            name="predicted")
         self.met_pts = pg.ScatterPlotItem(size=8, pen=None, brush=pg.mkBrush("#2f6db5"), symbol="o",
