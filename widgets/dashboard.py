@@ -96,7 +96,8 @@ class Dashboard(QWidget):
             if key == "latency":
                 axes["left"] = PlainLogAxis("left")
             p = self.glw.addPlot(row=i // 2, col=i % 2, axisItems=axes)
-            self._base_titles[key] = title + ("  (colours: GPU legend under VRAM)" if key in ("temp", "power") else "")
+            # short: the longest title sets its column's least width (two columns in a laptop's tab)
+            self._base_titles[key] = title + (" (colours: VRAM legend)" if key in ("temp", "power") else "")
             p.setTitle(self._base_titles[key], size="10pt")
             p.setLabel("left", unit)
             if i >= len(spec) - 2:
@@ -199,9 +200,20 @@ class Dashboard(QWidget):
         self._lat_n = -1
         self._levels_key = None
         self.frame_costs: list[float] = []
+        self._fit_width()
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / min(20.0, max(1.0, hz))))
         self.timer.timeout.connect(self.refresh)
+
+    def _fit_width(self) -> None:
+        """The plots' grid cannot be narrower than its titles and axes: the tab says so (its
+        minimum width), so that the window keeps room for it instead of cutting the right
+        column off (issue 37, item 7)."""
+        self.glw.setMinimumWidth(math.ceil(self.glw.ci.effectiveSizeHint(Qt.MinimumSize).width()) + 2)
+
+    def showEvent(self, ev) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(ev)
+        self._fit_width()  # the axes have their sizes once shown
 
     # ------------------------------------------------------------------ control
     def start(self) -> None:
