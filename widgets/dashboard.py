@@ -428,7 +428,8 @@ class Dashboard(QWidget):
             heads = [bank.last(g, names.VRAM_HEADROOM_BYTES) for g in gpus]
             heads = [h[1] for h in heads if h is not None and h[1] == h[1]]
             if heads:
-                self._set_title("vram", f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB")
+                # short: the title sets its column's least width (issue 37, item 7)
+                self._set_title("vram", f"VRAM per GPU, headroom {min(heads) / GIB:.2f} GiB")
         if gpus and only in (None, "temp", "power"):
             g0 = gpus[0]
             last = bank.last(g0, names.TEMP_SLOWDOWN_C)

@@ -13,6 +13,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication
 
+from widgets.axes import ClockAxis
 from widgets.fit import LAPTOP_SCREEN, WheelToPage
 from widgets.main_window import LEFT_WIDTH, SCREEN_SHARE
 
@@ -89,6 +90,10 @@ def test_the_window_fits_a_laptop_keeps_the_form_column_and_leaves_the_wheel_to_
     missing = [f"{type(v.parent()).__name__}/{type(v).__name__}" for v in views
                if not isinstance(getattr(v, "wheel_to_page", None), WheelToPage)]
     assert not missing, f"plots without widgets.fit.wheel_to_page: {missing}"
+    # every time axis reads as a clock (never pyqtgraph's "ks" after 17 minutes, issue 37)
+    time_axes = [ax for v in views for item in v.scene().items() if isinstance(item, pg.AxisItem)
+                 for ax in [item] if "time" in (ax.labelText or "").lower()]
+    assert time_axes and all(isinstance(ax, ClockAxis) for ax in time_axes), [ax.labelText for ax in time_axes]
     # over a Plan plot: the page scrolls and the axes stay; with Ctrl (or the focus) the plot zooms
     w.resize(*LAPTOP_SCREEN)
     w.tabs.setCurrentWidget(w.plan_panel)
