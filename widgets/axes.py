@@ -93,12 +93,14 @@ class LegendFit:
     measured, not predicted: :meth:`reset` (the view box changed size) goes back to the
     largest form — ``columns`` columns at the first of :data:`LEGEND_SIZES` — and each
     :meth:`step` (the dashboard's redraw tick) measures the legend as drawn and, while it
-    covers more than ``share``, takes the next smaller form: smaller labels, then all
-    entries in one row, then hidden (a plot smaller than its legend shows the data)."""
+    covers more than ``share`` or does not fit inside the plot, takes the next smaller
+    form: smaller labels, then twice the columns, then all entries in one row, then
+    hidden (a plot smaller than its legend shows the data)."""
 
     def __init__(self, plot, legend, share: float = LEGEND_SHARE, columns: int = 1, drive: bool = False) -> None:
         self.plot, self.legend, self.share = plot, legend, share
-        self.forms = [(columns, s) for s in LEGEND_SIZES]
+        # then twice the columns (a tall key beside a short plot), before one row
+        self.forms = [(columns, s) for s in LEGEND_SIZES] + [(2 * columns, s) for s in LEGEND_SIZES]
         self.idx = 0
         #: ``drive``: step itself (a short timer chain after each reset) instead of
         #: waiting for the owner's redraw ticks
@@ -139,7 +141,10 @@ class LegendFit:
             return True
         self.legend.layout.activate()  # the labels' new sizes into the legend's layout …
         self.legend.updateSize()  # … and the legend's own size from it
-        if legend_share(self.plot, self.legend) <= self.share:
+        area = self.plot.vb.sceneBoundingRect()
+        r = self.legend.sceneBoundingRect()
+        inside = r.width() <= area.width() and r.height() <= area.height()  # wider than its plot: cut off
+        if inside and legend_share(self.plot, self.legend) <= self.share:
             return True
         self.idx += 1
         self._apply()
