@@ -112,6 +112,18 @@ def test_the_window_fits_a_laptop_keeps_the_form_column_and_leaves_the_wheel_to_
     _wheel(plot.viewport(), Qt.ControlModifier)
     assert bar.value() == top and vb.viewRange() != before, "Ctrl + wheel zooms the plot, the page stays"
 
+    # -- a legend moves off the curve: a falling line fills the top-left and bottom-right corners
+    w.tabs.setCurrentWidget(w.curves)
+    cv = w.curves
+    cv.meas_tput.setData([0, 1, 2, 3, 4, 5, 6], [70, 60, 50, 40, 30, 20, 10])
+    cv.tput_plot.vb.autoRange()
+    _settle(10)
+    place = cv.legend_places[0]
+    corner = place.place()
+    assert corner in ((-6, 6), (6, -6)) and place.covered(corner) == 0, (corner, place.covered(corner))
+    assert tuple(cv.tput_plot.legend.opts["offset"]) == corner
+    assert place.covered((6, 6)) > 0 and place.covered((-6, -6)) > 0  # where it would have covered the line
+
     # -- the parallel sizes offered fit the cards: TP × PP × DP ≤ cards (no TP 8 with 4 cards)
     c = w.config
     assert c.options["data_parallel_size"].label  # the data parallel row is in the form
