@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if ids:
             w.compare_runs(ids)
         w.tabs.setCurrentWidget(w.tune)
-        pump(120, lambda: w.tune.table.rowCount() > 0)
+        pump(600, lambda: w.tune.table.rowCount() > 0)  # the space predicted (minutes on a busy machine)
         for tabs in (w.left_tabs, w.tabs):  # what each tab needs: the widest sets the window's minimum
             print("minimum width by tab: " + ", ".join(
                 f"{tabs.tabText(i).replace('&', '')} {tabs.widget(i).minimumSizeHint().width()}"
