@@ -54,6 +54,7 @@ Units: seconds inside, the ``*_ms`` keys in milliseconds, throughputs per second
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from collections import OrderedDict
@@ -633,14 +634,16 @@ def bench_prediction(config: ServerConfig, cards: Sequence[GpuSpec], bench: Benc
 
 
 def predict_bench(model: str, gpu: str | Sequence[str], count: int | None, vllm_version: str | None,
-                  serve: ServerConfig | dict[str, Any] | None, bench: BenchArgs, **kw: Any) -> dict[str, Any]:
+                  serve: ServerConfig | dict[str, Any] | None, bench: BenchArgs, p2p: bool | None = None,
+                  **kw: Any) -> dict[str, Any]:
     """The :data:`BENCH_KEYS` figures of ``vllm bench serve`` with ``bench``'s options
     against ``vllm serve model`` with the ``serve`` options (a ServerConfig, or its
     fields by name; None: vLLM's defaults) on ``count`` cards ``gpu`` (a catalog name,
     ``NAME:GIB:CC``, "CPU" for the CPU build, or one name per card), for vLLM
     ``vllm_version`` (None: the newest the planner knows). ``kw``: those of
-    :func:`bench_prediction`. Raises BenchInputError, ValueError for unknown cards or
-    models."""
+    :func:`bench_prediction`. ``p2p`` False: the cards cannot reach each other directly
+    although they could (separate containers or VMs): planned without P2P or NVLink between
+    them. Raises BenchInputError, ValueError for unknown cards or models."""
     from app.planner.cards import cards_for  # deferred: it loads the NVML reader, only this entry needs it
 
     if isinstance(serve, ServerConfig):
@@ -648,6 +651,8 @@ def predict_bench(model: str, gpu: str | Sequence[str], count: int | None, vllm_
     else:
         config = ServerConfig(**{**(serve or {}), "model": model})
     cards = cards_for(gpu=gpu, count=count if count is not None else config.world_size)
+    if p2p is False:
+        cards = [dataclasses.replace(c, p2p=False) for c in cards]
     return bench_prediction(config, cards, bench, vllm_version=vllm_version, **kw).figures()
 
 

@@ -27,7 +27,7 @@ from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, KvCacheLayout
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
-from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
+from app.planner.checks import CHECKS, VERDICT_ORDER, Finding, nccl_p2p_disabled
 from app.planner.gpus import GIB, GpuSpec, RigLayout
 from app.planner.memory import (LORA_DEFAULT_RANK, LORA_DEFAULT_SLOTS, Draft, Effective, RankMemory, kv_dtype_bytes,
                                  kv_layout, plan_ranks, pp_partition)
@@ -618,8 +618,8 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
         expert_params = sum(m.experts * 3 * m.hidden * m.moe_intermediate for i in layers if m.is_moe_layer(i))
         expert_bytes = expert_params * bpp / e.tp
         active = sum(m.layer_params(i, active=True) for i in layers)
-        if s == e.pp - 1:
-            active += m.embedding_params()  # lm_head
+        head = m.embedding_params() if s == e.pp - 1 else 0.0  # lm_head
+        active += head
         hd = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else m.head_dim
         dense = (slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes
         # --quantization awq runs AWQ's own GEMM (vLLM keeps awq_marlin for a checkpoint served without the
@@ -632,9 +632,10 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
             weight_kernel="awq_gemm" if awq else "",
             dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0,
-            kv_windows=kv_windows(m, e, layers)))
+            kv_windows=kv_windows(m, e, layers), head_params=head / e.tp))
     if params is None:
-        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
+        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version,
+                                p2p=False if nccl_p2p_disabled(p.config.env) else None)
     extra = extra_args_to_dict(p.config.extra_args)
     steps = max(1, int(extra.get("num-scheduler-steps", 1) or 1))
     on = extra.get("async-scheduling")
