@@ -81,6 +81,31 @@ def test_the_output_head_multiplies_sampled_rows_only():
     assert m.step_time_decode(2048, 16) > 2 * m.step_time_decode(32, 16)
 
 
+def test_v0_versions_plan_with_v0s_defaults_and_prefill_first_steps():
+    """Before 0.8 the V0 engine: max_num_seqs 256 and max_num_batched_tokens max(max_model_len, 2048)
+    without chunked prefill, 512 with it (vllm/config.py SchedulerConfig); chunked prefill on by
+    itself only past 32K of max_model_len (vllm/engine/arg_utils.py); prefix caching off by default."""
+    from app.planner.versions import chunked_prefill_default, v0_batch_defaults, v0_engine
+
+    assert v0_engine("0.5.4") and v0_engine("0.7.3") and not v0_engine("0.8.0") and not v0_engine(None)
+    assert not chunked_prefill_default("0.6.0", 8192) and chunked_prefill_default("0.6.0", 131072)
+    assert not chunked_prefill_default("0.6.0", 131072, sliding_window=True)
+    assert chunked_prefill_default("0.10.1", 8192)
+    assert v0_batch_defaults(4096, False) == (256, 4096) and v0_batch_defaults(1024, False) == (256, 2048)
+    assert v0_batch_defaults(131072, True) == (256, 512)
+
+    def eff(version, **kw):
+        cfg = ServerConfig(model="Llama-3-8B", max_model_len=4096, **kw)
+        return plan(cfg, [lookup_gpu("H100 SXM")], from_catalog("Llama-3-8B"), Workload.of(512, 128),
+                    use_calibration=False, vllm_version=version).effective
+
+    old, new = eff("0.5.4"), eff("0.10.1")
+    assert (old.max_num_seqs, old.max_num_batched_tokens, old.prefill_first, old.prefix_caching) == (256, 4096, True, False)
+    assert new.max_num_seqs == 1024 and not new.prefill_first and new.prefix_caching
+    chunked = eff("0.5.4", extra_args=["--enable-chunked-prefill"])
+    assert (chunked.max_num_batched_tokens, chunked.prefill_first) == (512, False)
+
+
 def test_seed_scenario_shape():
     """docs/perf-model.md: with its parameters the model gives ≈ 40–60 tok/s for one user on
     either rig and ≈ 180–300 at 10 users; 8 cards barely beat 4 for a single user."""
