@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import ServerConfig  # noqa: E402
 from app.loadgen.datasets import builtin_chat  # noqa: E402
-from app.planner.benchserve import BenchArgs, BenchInputError, predict_bench  # noqa: E402
+from app.planner.benchserve import GENERATED_DATASETS, BenchArgs, BenchInputError, predict_bench  # noqa: E402
 from app.planner.model_error import TABLE_PATH, PointError, build_table, offered_concurrency  # noqa: E402
 from app.planner.models import resolve_model  # noqa: E402
 from app.planner.realruns import DEFAULT_FOLDER, Point, RealRunSet, load_sets, lower_is_better  # noqa: E402
@@ -172,7 +172,7 @@ def point_lengths(pc: PointConfig, p: Point, means: tuple[float, float] | None) 
     """Per-request lengths for a dataset other than ``random`` (module docstring), None
     for ``random`` (vLLM's sampling in predict_bench)."""
     ds = pc.bench.get("dataset_name", "random")
-    if ds == "random":
+    if ds in GENERATED_DATASETS:
         return None
     n = int(pc.bench.get("num_prompts", 1000))
     ref = means or DATASET_MEANS.get(ds, DATASET_MEANS["sharegpt"])[0]
