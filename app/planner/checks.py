@@ -728,6 +728,17 @@ def nccl_p2p_forced(env: dict[str, str]) -> str | None:
     return None
 
 
+def nccl_p2p_disabled(env: dict[str, str]) -> bool:
+    """Whether the server's environment keeps NCCL off P2P between any two cards:
+    ``NCCL_P2P_DISABLE=1``, or ``NCCL_P2P_LEVEL=LOC`` (its old number 0) — "never use P2P"
+    (NCCL src/graph/paths.cc ncclGetLevel, 2.21–2.28, the order of :func:`nccl_p2p_forced`).
+    The all-reduce then goes through host memory (the SHM transport)."""
+    if _env_int(env, "NCCL_P2P_DISABLE") == 1:
+        return True
+    level = str(env.get("NCCL_P2P_LEVEL", "")).strip()
+    return level == "LOC" or (level.isdigit() and int(level) == 0)
+
+
 def custom_all_reduce_state(p: "Plan") -> tuple[bool, str]:
     """(whether vLLM's custom all-reduce runs for the TP group, why not: the line vLLM
     logs). vLLM's order (vllm/distributed/device_communicators/custom_all_reduce.py,
