@@ -87,14 +87,18 @@ class EngineLimits:
     #: a hybrid model's KV cache groups (app.engine.kvcache; None: one full-attention group):
     #: ``num_blocks`` then counts the pool's blocks
     kv_layout: KvCacheLayout | None = None
+    #: the V0 engine without chunked prefill (app.engine.scheduler's ``prefill_first``)
+    prefill_first: bool = False
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
                   engines: int = 1, spec_tokens: int = 0, spec_acceptance: float = DEFAULT_ACCEPTANCE,
-                  enable_prefix_caching: bool = False, max_model_len: int | None = None) -> "EngineLimits":
+                  enable_prefix_caching: bool = False, max_model_len: int | None = None,
+                  prefill_first: bool = False) -> "EngineLimits":
         return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines,
                    spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
-                   enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len)
+                   enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
+                   prefill_first=prefill_first)
 
     def scheduler(self, step_time, seed: int = 0, max_concurrent_batches: int = 1) -> Scheduler:
         """A fresh scheduler of these limits stepping with ``step_time``; with speculative
@@ -105,7 +109,8 @@ class EngineLimits:
         return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
                          spec_tokens=self.spec_tokens, accept=accept,
                          enable_prefix_caching=self.enable_prefix_caching,
-                         max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout)
+                         max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout,
+                         prefill_first=self.prefill_first)
 
 
 class RequestStream:
