@@ -562,7 +562,7 @@ class ServerConfig(BaseModel):
         aliases=("-pp",), minimum=1)] = None
     data_parallel_size: Annotated[int | None, Field(ge=1), VllmOption(
         "--data-parallel-size", "parallel", "engine replicas, each with TP × PP GPUs, a count of replicas",
-        aliases=("-dp",), minimum=1)] = None
+        label="Data parallel", group=GROUP_PARALLEL, aliases=("-dp",), minimum=1)] = None
     distributed_executor_backend: Annotated[str | None, VllmOption(
         "--distributed-executor-backend", "choice", "where the model's workers run: mp (worker processes), "
         "uni (in the engine's process; on the CPU build only with VLLM_ENABLE_V1_MULTIPROCESSING=0), ray",

@@ -82,18 +82,29 @@ def tp_divides(tp: int, heads: int, kv_heads: int) -> bool:
 
 def valid_tp_sizes(cards: int, pp: int = 1, heads: int | None = None, kv_heads: int | None = None) -> list[int]:
     """The tensor parallel sizes that fit ``cards`` with pipeline size ``pp`` (TP × PP ≤
-    cards) and, when the model's ``heads``/``kv_heads`` are known, satisfy
-    :func:`tp_divides`; ``[1]`` at least. Ascending."""
+    cards; pass PP × DP as ``pp`` for data parallel replicas: :func:`valid_dp_sizes`) and,
+    when the model's ``heads``/``kv_heads`` are known, satisfy :func:`tp_divides`; ``[1]``
+    at least. Ascending."""
     out = [t for t in range(1, max(1, cards // max(1, pp)) + 1)
            if not heads or tp_divides(t, heads, kv_heads or heads)]
     return out or [1]
 
 
 def valid_pp_sizes(cards: int, tp: int = 1, layers: int | None = None) -> list[int]:
-    """The pipeline parallel sizes that fit ``cards`` with tensor size ``tp`` and give
-    every stage at least one of the model's ``layers`` (when known); ``[1]`` at least."""
+    """The pipeline parallel sizes that fit ``cards`` with tensor size ``tp`` (pass TP ×
+    DP for data parallel replicas) and give every stage at least one of the model's
+    ``layers`` (when known); ``[1]`` at least."""
     limit = layers or cards
     return [p for p in range(1, max(1, cards // max(1, tp)) + 1) if p <= limit] or [1]
+
+
+def valid_dp_sizes(cards: int, tp: int = 1, pp: int = 1) -> list[int]:
+    """The data parallel sizes (engine replicas of TP × PP cards each) that fit ``cards``:
+    TP × PP × DP ≤ cards, vLLM's world size across data parallel ranks
+    (``ParallelConfig.world_size_across_dp`` = world_size × data_parallel_size, world_size
+    = PP × TP × PCP: vllm/config/parallel.py:623 and :945, vLLM 0.32.0) — the bound
+    :func:`check_world_size` holds a plan to; ``[1]`` at least. Ascending."""
+    return list(range(1, max(1, cards // max(1, tp * pp)) + 1))
 
 
 def parallel_layouts(p: "Plan", more_cards_per_replica: bool = False) -> list[dict[str, Any]]:
@@ -728,6 +739,17 @@ def nccl_p2p_forced(env: dict[str, str]) -> str | None:
     if level in NCCL_LEVELS_PAST_SWITCH or (level[:1].isdigit() and (_env_int(env, "NCCL_P2P_LEVEL") or 0) >= 3):
         return f"NCCL_P2P_LEVEL={level}"
     return None
+
+
+def nccl_p2p_disabled(env: dict[str, str]) -> bool:
+    """Whether the server's environment keeps NCCL off P2P between any two cards:
+    ``NCCL_P2P_DISABLE=1``, or ``NCCL_P2P_LEVEL=LOC`` (its old number 0) — "never use P2P"
+    (NCCL src/graph/paths.cc ncclGetLevel, 2.21–2.28, the order of :func:`nccl_p2p_forced`).
+    The all-reduce then goes through host memory (the SHM transport)."""
+    if _env_int(env, "NCCL_P2P_DISABLE") == 1:
+        return True
+    level = str(env.get("NCCL_P2P_LEVEL", "")).strip()
+    return level == "LOC" or (level.isdigit() and int(level) == 0)
 
 
 def custom_all_reduce_state(p: "Plan") -> tuple[bool, str]:

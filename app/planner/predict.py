@@ -100,17 +100,20 @@ class EngineLimits:
     #: (``--max-num-queued-reqs`` / ``--max-num-queued-tokens``, over every replica)
     max_num_active_seqs: int | None = None
     admission: AdmissionLimits = AdmissionLimits()
+    #: the V0 engine without chunked prefill (app.engine.scheduler's ``prefill_first``)
+    prefill_first: bool = False
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
                   engines: int = 1, spec_tokens: int = 0, spec_acceptance: float = DEFAULT_ACCEPTANCE,
                   enable_prefix_caching: bool = False, max_model_len: int | None = None,
                   max_num_active_seqs: int | None = None,
-                  admission: AdmissionLimits = AdmissionLimits()) -> "EngineLimits":
+                  admission: AdmissionLimits = AdmissionLimits(),
+                  prefill_first: bool = False) -> "EngineLimits":
         return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines,
                    spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
                    enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
-                   max_num_active_seqs=max_num_active_seqs, admission=admission)
+                   max_num_active_seqs=max_num_active_seqs, admission=admission, prefill_first=prefill_first)
 
     def scheduler(self, step_time, seed: int = 0, max_concurrent_batches: int = 1) -> Scheduler:
         """A fresh scheduler of these limits stepping with ``step_time``; with speculative
@@ -122,7 +125,8 @@ class EngineLimits:
                          spec_tokens=self.spec_tokens, accept=accept,
                          enable_prefix_caching=self.enable_prefix_caching,
                          max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout,
-                         max_num_active_seqs=self.max_num_active_seqs)
+                         max_num_active_seqs=self.max_num_active_seqs,
+                         prefill_first=self.prefill_first)
 
 
 class RequestStream:

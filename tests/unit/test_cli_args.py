@@ -163,6 +163,10 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("predict", "--dataset-name"): ["sharegpt"],  # without --lengths-file
     ("predict", "--random-input-len"): ["abc", "0", "-5", "1.5"],
     ("predict", "--random-output-len"): ["abc", "0"],
+    ("predict", "--prefix-repetition-prefix-len"): ["abc", "0", "-5", "1.5"],
+    ("predict", "--prefix-repetition-suffix-len"): ["abc", "0"],
+    ("predict", "--prefix-repetition-num-prefixes"): ["x", "0", "2.5"],
+    ("predict", "--prefix-repetition-output-len"): ["abc", "-1"],
     ("predict", "--random-range-ratio"): ["abc", "1", "-0.1", "nan", '{"input": 0.3}', '{"input": 2, "output": 0}'],
     ("predict", "--num-prompts"): ["abc", "0"],
     ("predict", "--request-rate"): ["abc", "0", "-1", "nan"],
