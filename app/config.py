@@ -562,7 +562,7 @@ class ServerConfig(BaseModel):
         aliases=("-pp",), minimum=1)] = None
     data_parallel_size: Annotated[int | None, Field(ge=1), VllmOption(
         "--data-parallel-size", "parallel", "engine replicas, each with TP × PP GPUs, a count of replicas",
-        aliases=("-dp",), minimum=1)] = None
+        label="Data parallel", group=GROUP_PARALLEL, aliases=("-dp",), minimum=1)] = None
     distributed_executor_backend: Annotated[str | None, VllmOption(
         "--distributed-executor-backend", "choice", "where the model's workers run: mp (worker processes), "
         "uni (in the engine's process; on the CPU build only with VLLM_ENABLE_V1_MULTIPROCESSING=0), ray",
@@ -576,6 +576,20 @@ class ServerConfig(BaseModel):
     max_num_batched_tokens: Annotated[int | None, Field(ge=1), VllmOption(
         "--max-num-batched-tokens", "opt_int", "tokens per scheduler step (chunked prefill), tokens",
         group=GROUP_PARALLEL, maximum=1 << 20, step=256)] = None
+    # admission control (app.engine.admission; vllm/config/scheduler.py:69, :92, :105 @ 0.32.0): PR #49445
+    # (merged 2026-08-31) brought the two queue limits, first released in 0.29; PR #56758 --max-num-active-seqs, 0.31
+    max_num_active_seqs: Annotated[int | None, Field(ge=1), VllmOption(
+        "--max-num-active-seqs", "opt_int", "requests the scheduler lets run at once, below max_num_seqs "
+        "(the CUDA graphs and buffers keep max_num_seqs' size), a count of requests", min_vllm="0.31",
+        maximum=65536)] = None
+    max_num_queued_reqs: Annotated[int | None, Field(ge=0), VllmOption(
+        "--max-num-queued-reqs", "opt_int", "requests in flight (waiting + running, over every data parallel "
+        "rank) beyond which the API server answers HTTP 503, a count of requests", min_vllm="0.29",
+        maximum=1 << 20)] = None
+    max_num_queued_tokens: Annotated[int | None, Field(ge=0), VllmOption(
+        "--max-num-queued-tokens", "opt_int", "prompt tokens of requests not yet past their prefill at which the "
+        "API server answers HTTP 503 (a TTFT bound: target TTFT × prefill tokens/s), tokens", min_vllm="0.29",
+        maximum=1 << 30, step=1024)] = None
     max_model_len: Annotated[int | None, Field(ge=1), VllmOption(
         "--max-model-len", "opt_int", "the longest request (prompt + output), tokens (32k = 32000)",
         group=GROUP_PARALLEL, maximum=1 << 21, step=1024, suffixes=True)] = None
@@ -700,6 +714,14 @@ class ServerConfig(BaseModel):
                 f"max_num_batched_tokens={self.max_num_batched_tokens} is smaller than "
                 f"max_num_seqs={self.max_num_seqs}; vLLM needs max_num_batched_tokens >= "
                 f"max_num_seqs: set max_num_batched_tokens to at least {self.max_num_seqs}"
+            )
+        if (self.max_num_active_seqs is not None and self.max_num_seqs is not None
+                and self.max_num_active_seqs > self.max_num_seqs):
+            # vllm/config/scheduler.py:335–342 (0.32.0) refuses it at start-up
+            raise ValueError(
+                f"max_num_active_seqs={self.max_num_active_seqs} is larger than max_num_seqs={self.max_num_seqs}; "
+                f"vLLM needs max_num_active_seqs <= max_num_seqs: lower max_num_active_seqs to at most "
+                f"{self.max_num_seqs}"
             )
         if self.gpus is not None:
             world = self.world_size

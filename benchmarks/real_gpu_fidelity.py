@@ -64,7 +64,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.config import ServerConfig  # noqa: E402
 from app.loadgen.datasets import builtin_chat  # noqa: E402
-from app.planner.benchserve import BenchArgs, BenchInputError, predict_bench  # noqa: E402
+from app.planner.benchserve import GENERATED_DATASETS, BenchArgs, BenchInputError, predict_bench  # noqa: E402
 from app.planner.model_error import TABLE_PATH, PointError, build_table, offered_concurrency  # noqa: E402
 from app.planner.models import resolve_model  # noqa: E402
 from app.planner.realruns import DEFAULT_FOLDER, Point, RealRunSet, load_sets, lower_is_better  # noqa: E402
@@ -128,6 +128,7 @@ class PointConfig:
     serve: dict[str, Any]
     env: dict[str, str]
     bench: dict[str, Any]
+    p2p: bool | None = None
 
 
 def point_config(rs: RealRunSet, p: Point, forced: dict[str, Any] | None = None) -> PointConfig:
@@ -135,7 +136,7 @@ def point_config(rs: RealRunSet, p: Point, forced: dict[str, Any] | None = None)
     ``assumed`` values where not given, then ``forced`` (an assumption's low/high:
     dotted path → value, overriding)."""
     cfg: dict[str, Any] = {"model": rs.model_of(p), "vllm_version": rs.version_of(p),
-                           "hardware": {"gpu": rs.hardware.gpu}, "serve": rs.serve_of(p), "env": rs.env_of(p),
+                           "hardware": {"gpu": rs.hardware.gpu, "p2p": rs.hardware.p2p}, "serve": rs.serve_of(p), "env": rs.env_of(p),
                            "bench": rs.bench_of(p)}
     given_model, given_version = p.model is not None, p.vllm_version is not None
 
@@ -164,14 +165,14 @@ def point_config(rs: RealRunSet, p: Point, forced: dict[str, Any] | None = None)
     for k in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         ranks *= int(serve.get(k) or 1)
     return PointConfig(str(cfg["model"]), str(cfg["hardware"]["gpu"]), ranks, str(cfg["vllm_version"]), serve,
-                       {k: str(v) for k, v in cfg["env"].items()}, dict(cfg["bench"]))
+                       {k: str(v) for k, v in cfg["env"].items()}, dict(cfg["bench"]), cfg["hardware"].get("p2p"))
 
 
 def point_lengths(pc: PointConfig, p: Point, means: tuple[float, float] | None) -> list[tuple[int, int]] | None:
     """Per-request lengths for a dataset other than ``random`` (module docstring), None
     for ``random`` (vLLM's sampling in predict_bench)."""
     ds = pc.bench.get("dataset_name", "random")
-    if ds == "random":
+    if ds in GENERATED_DATASETS:
         return None
     n = int(pc.bench.get("num_prompts", 1000))
     ref = means or DATASET_MEANS.get(ds, DATASET_MEANS["sharegpt"])[0]
@@ -222,7 +223,7 @@ def point_job(rs: RealRunSet, p: Point, forced: dict[str, Any] | None = None,
             lengths = lengths[:cap]
         elif n > cap:
             pc.bench["num_prompts"] = cap
-    key = json.dumps([pc.model, pc.gpu, pc.count, pc.version, pc.serve, pc.env, pc.bench, lengths],
+    key = json.dumps([pc.model, pc.gpu, pc.count, pc.version, pc.serve, pc.env, pc.bench, pc.p2p, lengths],
                      sort_keys=True, default=str)
     return key, (pc, lengths)
 
@@ -233,7 +234,7 @@ def run_job(pc: PointConfig, lengths: list | None) -> tuple[dict[str, Any] | Non
     try:
         bench = bench_args(pc, lengths)
         fig = predict_bench(pc.model, pc.gpu, pc.count, pc.version, config, bench, lengths=lengths,
-                            use_calibration=False)
+                            use_calibration=False, p2p=pc.p2p)
     except BenchInputError as e:
         return None, str(e)[:160]
     except ValueError as e:

@@ -219,7 +219,8 @@ def tune_shot(w, a, pump) -> int:
     would, the pruned values still shown with the planner's reasons)."""
     t = w.tune
     w.tabs.setCurrentWidget(t)
-    if not pump(120, lambda: t.res is not None and not t.res.get("recommendation") and t.table.rowCount() > 0):
+    # predicting the whole space on the step-level engine takes a minute or more on a busy machine
+    if not pump(600, lambda: t.res is not None and not t.res.get("recommendation") and t.table.rowCount() > 0):
         print("screenshot: the space was not predicted: " + t.space_status.text(), file=sys.stderr)
         return 1
     keep = {"tensor_parallel_size": [8, 4, 2], "kv_cache_dtype": ["auto"], "enforce_eager": [False],

@@ -108,7 +108,9 @@ def vllm_python() -> str:
 
 
 def tiny_server_config(tiny_model: Path, **kw):
-    from app.config import ServerConfig
+    from app.config import ServerConfig  # deferred: tests/conftest.py imports no app module at load
+    from app.planner.launch_defaults import cpu_build_defaults  # deferred: as above
+    from app.planner.versions import installed_version  # deferred: as above
 
     # The CPU build runs its model in a separate VLLM::Worker process by default, and the
     # EngineCore and that Worker busy-wait (sched_yield) on their shared-memory queue for 1 s
@@ -123,7 +125,11 @@ def tiny_server_config(tiny_model: Path, **kw):
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.update(kw.pop("env", {}))
     kw.setdefault("distributed_executor_backend", "uni")
-    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
+    cfg = ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
+    # and what every launch of the app adds on the CPU build where the above sets nothing (vLLM
+    # 0.32's AOT compile, whose saved model the next launch cannot load: app.planner.launch_defaults);
+    # environ={}: the test machine's own variables decide nothing here
+    return cpu_build_defaults(cfg, vllm_version=installed_version(str(VLLM_PYTHON)), environ={}).config
 
 
 @contextlib.contextmanager
@@ -160,6 +166,8 @@ def vllm_server(tiny_model, vllm_python):
         yield sup
 
 
+#: the request cap of :func:`vllm_variant_server` (vLLM 0.29+'s admission control)
+QUEUED_REQS = 6
 #: the n-gram speculative config of :func:`vllm_variant_server` (no draft model needed)
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
 
@@ -169,7 +177,9 @@ def vllm_variant_server(tiny_model, vllm_python):
     """The second and last shared real vLLM: every option the first one has at vLLM's
     default turned the other way for the tests that need it — ``--no-enable-prefix-caching``
     (the prefix-cache counters stay 0), ``--speculative-config`` n-gram (spec-decode
-    counters), no dev mode (``POST /reset_prefix_cache`` answers 404)."""
+    counters), no dev mode (``POST /reset_prefix_cache`` answers 404) — and admission control
+    (``--max-num-queued-reqs`` :data:`QUEUED_REQS`, above the 4 users its other tests run:
+    tests/e2e/test_admission_e2e.py)."""
     with tiny_vllm(tiny_model, vllm_python, "vLLM without prefix caching, with n-gram speculation",
-                   enable_prefix_caching=False, speculative_config=NGRAM) as sup:
+                   enable_prefix_caching=False, speculative_config=NGRAM, max_num_queued_reqs=QUEUED_REQS) as sup:
         yield sup

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from app.engine.admission import REJECTED_MESSAGES, REJECTED_TYPE
+
 
 @dataclass
 class Script:
@@ -32,6 +34,10 @@ class Script:
     read_gap: float = 0.03
     hold: float | None = None  # keep every stream open this long before the first token
     fail_fraction: float = 0.0  # this share of the requests (evenly spread) get HTTP 500, as from a dying engine
+    #: this share of the requests (evenly spread) get vLLM's admission-control 503 (app.engine.admission),
+    #: with ``Retry-After: retry_after`` when set (vLLM sends none)
+    reject_fraction: float = 0.0
+    retry_after: str | None = None
 
 
 @dataclass
@@ -43,6 +49,7 @@ class ScriptedServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.n_requests = 0
+        self.rejected: list[int] = []  # the 1-based numbers of the requests answered 503
         self.bodies: list[dict] = []
         self.timings: list[tuple[float, list[float]]] = []  # (arrival, [write times]) per streamed request
         self._ready = threading.Event()
@@ -97,6 +104,11 @@ class ScriptedServer:
             return web.json_response({"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                                 "type": "NotFoundError", "code": 404}}, status=404)
         n = self.n_requests
+        if s.reject_fraction and int(n * s.reject_fraction) > int((n - 1) * s.reject_fraction):
+            self.rejected.append(n)
+            return web.json_response({"error": {"message": REJECTED_MESSAGES["max_num_queued_reqs"],
+                                                "type": REJECTED_TYPE, "param": None, "code": 503}}, status=503,
+                                     headers={"Retry-After": s.retry_after} if s.retry_after else None)
         if s.fail_fraction and int(n * s.fail_fraction) > int((n - 1) * s.fail_fraction):
             return web.json_response({"error": {"message": "EngineCore encountered an issue. See stack trace (above) "
                                                 "for the root cause.", "type": "InternalServerError", "code": 500}},

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QPointF, QTimer
 
 from app.clock import clock_text, clock_ticks
 
@@ -93,12 +93,14 @@ class LegendFit:
     measured, not predicted: :meth:`reset` (the view box changed size) goes back to the
     largest form — ``columns`` columns at the first of :data:`LEGEND_SIZES` — and each
     :meth:`step` (the dashboard's redraw tick) measures the legend as drawn and, while it
-    covers more than ``share``, takes the next smaller form: smaller labels, then all
-    entries in one row, then hidden (a plot smaller than its legend shows the data)."""
+    covers more than ``share`` or does not fit inside the plot, takes the next smaller
+    form: smaller labels, then twice the columns, then all entries in one row, then
+    hidden (a plot smaller than its legend shows the data)."""
 
     def __init__(self, plot, legend, share: float = LEGEND_SHARE, columns: int = 1, drive: bool = False) -> None:
         self.plot, self.legend, self.share = plot, legend, share
-        self.forms = [(columns, s) for s in LEGEND_SIZES]
+        # then twice the columns (a tall key beside a short plot), before one row
+        self.forms = [(columns, s) for s in LEGEND_SIZES] + [(2 * columns, s) for s in LEGEND_SIZES]
         self.idx = 0
         #: ``drive``: step itself (a short timer chain after each reset) instead of
         #: waiting for the owner's redraw ticks
@@ -139,8 +141,86 @@ class LegendFit:
             return True
         self.legend.layout.activate()  # the labels' new sizes into the legend's layout …
         self.legend.updateSize()  # … and the legend's own size from it
-        if legend_share(self.plot, self.legend) <= self.share:
+        area = self.plot.vb.sceneBoundingRect()
+        r = self.legend.sceneBoundingRect()
+        inside = r.width() <= area.width() and r.height() <= area.height()  # wider than its plot: cut off
+        if inside and legend_share(self.plot, self.legend) <= self.share:
             return True
         self.idx += 1
         self._apply()
         return False
+
+
+#: a legend's places, in the order tried on a tie: (x, y) offsets from the view box's corner,
+#: px (pyqtgraph's LegendItem.setOffset: negative = from the right / bottom)
+LEGEND_CORNERS = ((6, 6), (-6, 6), (-6, -6), (6, -6))
+#: points sampled along each segment of a curve when counting what a legend covers
+SEGMENT_SAMPLES = 8
+
+
+def plotted_points(plot) -> np.ndarray:
+    """``(n, 2)`` view coordinates of what ``plot`` (a PlotItem) draws: every visible data
+    point and, for a curve drawn with a pen, :data:`SEGMENT_SAMPLES` points along each of
+    its segments (a line under a legend is covered too)."""
+    out = []
+    for item in plot.listDataItems():
+        if not item.isVisible():
+            continue
+        x, y = item.getData()
+        if x is None or y is None or len(x) == 0:
+            continue
+        xy = np.column_stack([np.asarray(x, dtype=float), np.asarray(y, dtype=float)])
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        out.append(xy)
+        pen = getattr(item, "opts", {}).get("pen")
+        if len(xy) > 1 and pen is not None and isinstance(item, pg.PlotDataItem):
+            t = np.linspace(0.0, 1.0, SEGMENT_SAMPLES, endpoint=False)[1:, None, None]
+            seg = xy[:-1] + t * (xy[1:] - xy[:-1])  # (samples, segments, 2)
+            out.append(seg.reshape(-1, 2))
+    return np.concatenate(out) if out else np.zeros((0, 2))
+
+
+class LegendPlace:
+    """Moves a legend to the corner of its plot's view box where it covers the fewest
+    drawn points (:func:`plotted_points`), each time the view's range or size changes —
+    new data, autorange, a zoom (issue 37: legends covered curves in Compare, Curves and
+    the Pareto plot). A tie keeps the current corner, then takes the first of
+    :data:`LEGEND_CORNERS`."""
+
+    def __init__(self, plot, legend) -> None:
+        self.plot, self.legend = plot, legend
+        plot.vb.sigRangeChanged.connect(lambda *_: self.place())
+        plot.vb.sigResized.connect(lambda *_: self.place())
+
+    def covered(self, offset) -> int:
+        """How many drawn points the legend would cover at corner ``offset``."""
+        vb, leg = self.plot.vb, self.legend
+        area = vb.sceneBoundingRect()
+        r = leg.sceneBoundingRect()
+        w, h = r.width(), r.height()
+        ox, oy = offset
+        left = area.left() + ox if ox > 0 else area.right() + ox - w
+        top = area.top() + oy if oy > 0 else area.bottom() + oy - h
+        a = vb.mapSceneToView(QPointF(left, top))
+        b = vb.mapSceneToView(QPointF(left + w, top + h))
+        pts = plotted_points(self.plot)
+        if not len(pts):
+            return 0
+        x0, x1 = sorted((a.x(), b.x()))
+        y0, y1 = sorted((a.y(), b.y()))
+        inside = (pts[:, 0] >= x0) & (pts[:, 0] <= x1) & (pts[:, 1] >= y0) & (pts[:, 1] <= y1)
+        return int(inside.sum())
+
+    def place(self) -> tuple[int, int] | None:
+        """Put the legend where it covers least; returns the corner's offset (None: no
+        legend entries, or the legend is hidden)."""
+        leg = self.legend
+        if not leg.items or not leg.isVisible():
+            return None
+        off = leg.opts.get("offset")
+        now = (int(off[0]), int(off[1])) if off is not None else None
+        order = sorted(LEGEND_CORNERS, key=lambda c: c != now)  # the current corner first: a tie keeps it
+        best = min(order, key=self.covered)
+        if best != now:
+            leg.setOffset(best)
+        return best

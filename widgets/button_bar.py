@@ -1,14 +1,17 @@
 """A row of push buttons wired to ``owner._on_<key>`` (used by the history and profile views)."""
 from __future__ import annotations
 
-from PySide6.QtWidgets import QHBoxLayout, QPushButton
+from PySide6.QtWidgets import QPushButton
+
+from widgets.flow_layout import FlowLayout
 
 
-def button_bar(owner, prefix: str, specs) -> tuple[QHBoxLayout, dict[str, QPushButton]]:
+def button_bar(owner, prefix: str, specs) -> tuple[FlowLayout, dict[str, QPushButton]]:
     """``specs``: ``(key, text, tooltip)`` triples. Each button is named ``{prefix}_{key}``
-    and its ``clicked`` calls ``owner._on_{key}``. Returns the layout (stretch at the end)
-    and the buttons by key."""
-    bar = QHBoxLayout()
+    and its ``clicked`` calls ``owner._on_{key}``. Returns the layout (a row that wraps
+    onto a second one when the tab is narrower than the buttons: issue 37, item 7) and
+    the buttons by key."""
+    bar = FlowLayout()
     buttons: dict[str, QPushButton] = {}
     for key, text, tip in specs:
         b = QPushButton(text)
@@ -17,5 +20,4 @@ def button_bar(owner, prefix: str, specs) -> tuple[QHBoxLayout, dict[str, QPushB
         b.clicked.connect(getattr(owner, f"_on_{key}"))
         bar.addWidget(b)
         buttons[key] = b
-    bar.addStretch(1)
     return bar, buttons

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMessageBox,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -46,7 +48,8 @@ from app.planner.gpus import catalog_names
 from app.settings import Pricing
 from app.fileio import write_atomic
 from app.whatif import what_if
-from widgets.axes import Log2Axis, PlainLogAxis, log2
+from widgets.axes import LegendFit, LegendPlace, Log2Axis, PlainLogAxis, log2
+from widgets.fit import wheel_to_page
 from widgets.tasks import run_in_background
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -55,6 +58,12 @@ SYMBOLS = ("o", "s", "t", "d", "+", "x", "star", "h")
 
 def _f(x: float | None, fmt: str) -> str:
     return "–" if x is None else format(x, fmt)
+
+
+#: the plots, tables and what-if of the comparison take at least this height, px (the tab scrolls)
+CANVAS_MIN_HEIGHT = 640
+#: a run's label in a legend is cut to this many characters
+LEGEND_CHARS = 24
 
 
 class CompareView(QWidget):
@@ -133,7 +142,7 @@ class CompareView(QWidget):
         self.message.setWordWrap(True)
         cv.addWidget(self.message)
         split = QSplitter(Qt.Vertical)
-        self.glw = pg.GraphicsLayoutWidget()
+        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
         self.glw.setBackground("w")
         a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
         a.setTitle("Output throughput vs concurrency", size="10pt", color="#222")
@@ -150,6 +159,9 @@ class CompareView(QWidget):
         # curves rise to the right: the legends go where they are not (top left, bottom right)
         self.legend = a.addLegend(offset=(6, 6), labelTextSize="9pt")
         self.lat_legend = b.addLegend(offset=(-6, -6), labelTextSize="9pt")
+        #: … and move to the corner where they cover the fewest points of the curves drawn
+        self.legend_places = [LegendPlace(a, self.legend), LegendPlace(b, self.lat_legend)]
+        self.legend_fits = [LegendFit(a, self.legend, drive=True), LegendFit(b, self.lat_legend, drive=True)]
         split.addWidget(self.glw)
         # what differs between the runs: model, rig, flags, request shape (app.comparison.settings_diff)
         self.diff_table = QTableWidget(0, 0)
@@ -170,7 +182,16 @@ class CompareView(QWidget):
         split.addWidget(self._build_whatif())
         split.setSizes([400, 130, 260, 180])
         cv.addWidget(split, 1)
-        v.addWidget(self.canvas, 1)
+        # at a laptop's height the four panes would get a hundred pixels each: the canvas
+        # keeps a readable height and the tab scrolls instead (issue 37, item 7)
+        self.canvas.setMinimumHeight(CANVAS_MIN_HEIGHT)
+        page = QScrollArea()
+        page.setWidgetResizable(True)
+        page.setFrameShape(QFrame.NoFrame)
+        page.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        page.setWidget(self.canvas)
+        self.page = page
+        v.addWidget(page, 1)
         self._loaded = False
         self._update_buttons()
 
@@ -405,6 +426,8 @@ class CompareView(QWidget):
             kw = dict(pen=pg.mkPen(COLORS[i % len(COLORS)], width=2), symbol=SYMBOLS[i % len(SYMBOLS)],
                       symbolSize=7, symbolBrush=COLORS[i % len(COLORS)], name=self._label(i, label))
             self.lat_plot.plot(xs, [y * 1000 for y in ys], **kw)
+        for fit in self.legend_fits:  # new entries: the largest form that fits, again
+            fit.reset()
         base = c.series[c.baseline]
         pr = c.pricing
         prices = []
@@ -428,8 +451,11 @@ class CompareView(QWidget):
                       if sr.verdict))
 
     def _label(self, i: int, label: str) -> str:
+        """The legend's name of run ``i``: its label cut to :data:`LEGEND_CHARS` (the run
+        list and the table give it whole) and its GPUs."""
         s = self.comparison.series[i]
-        return f"{label} ({s.gpus} GPU{'s' if s.gpus != 1 else ''})"
+        short = label if len(label) <= LEGEND_CHARS else label[:LEGEND_CHARS - 1].rstrip() + "…"
+        return f"{short} ({s.gpus} GPU{'s' if s.gpus != 1 else ''})"
 
     def table_rows(self) -> list[CompareRow]:
         c = self.comparison

@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QScrollArea,
     QSlider,
     QSpinBox,
     QTableWidget,
@@ -43,8 +42,9 @@ from PySide6.QtWidgets import (
 from app.config import (GROUP_MODEL, QUANTIZATION_METHODS, SPEC_METHODS_MODEL_FREE, SPECULATIVE_METHODS, VLLM_OPTIONS,
                         ServerConfig, VllmOption)
 from app.engines import SELECTABLE, Cards, Engine
-from app.planner.checks import valid_pp_sizes, valid_tp_sizes
+from app.planner.checks import valid_dp_sizes, valid_pp_sizes, valid_tp_sizes
 from app.profiles.model import SIM_RIG_OPTIONS, SimRig
+from widgets.fit import FormScrollArea, narrow_combos
 
 #: the engine selector's entries, in order (app.engines: each engine's label and hint)
 ENGINES = SELECTABLE
@@ -507,7 +507,7 @@ def _text_of(ed: QWidget) -> str:
     return ed.currentText() if isinstance(ed, QComboBox) else ed.text()
 
 
-class ConfigPanel(QScrollArea):
+class ConfigPanel(FormScrollArea):
     """The server form. ``changed`` fires on every edit (the plan panel debounces it)."""
 
     changed = Signal()
@@ -516,7 +516,6 @@ class ConfigPanel(QScrollArea):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWidgetResizable(True)
         self.setObjectName("configPanel")
         self._heads: tuple[int, int, int] | None = None  # heads, kv heads, layers
         self._loading = False
@@ -639,6 +638,7 @@ class ConfigPanel(QScrollArea):
         # the widgets other code reaches by name
         self.tp = self.options["tensor_parallel_size"].widget
         self.pp = self.options["pipeline_parallel_size"].widget
+        self.dp = self.options["data_parallel_size"].widget
         self.quant = self.options["quantization"].widget
         self.max_num_seqs = self.options["max_num_seqs"].widget
         self.max_model_len = self.options["max_model_len"].widget
@@ -663,18 +663,17 @@ class ConfigPanel(QScrollArea):
         for ed in self.options.values():
             ed.connect(self._edited)
         self.model.currentTextChanged.connect(self._edited)
-        self.sim_count.valueChanged.connect(self._edited)
+        self.sim_count.valueChanged.connect(self._cards_changed)  # TP 8 was offered with 4 cards (issue 37)
+        for f in self._parallel_fields():  # a size chosen: the others offer what fits beside it
+            self.options[f].widget.currentIndexChanged.connect(self._refill_parallel)
         for w in (self.attach_url, self.attach_model, self.extra):
             w.textChanged.connect(self._edited)
         self.env.textChanged.connect(self._edited)
         self.gpu_table.selection_changed.connect(self._cards_changed)
         self.engine.currentIndexChanged.connect(self._engine_changed)
-        # the form follows the panel's width: a combo box sized to its longest entry (a
-        # profile name, a model id) made the form wider than the panel and clipped it
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        for combo in body.findChildren(QComboBox):
-            combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
-            combo.setMinimumContentsLength(6)
+        # the form follows the panel's width (FormScrollArea): a combo box sized to its longest
+        # entry (a profile name, a model id) made the form wider than the panel and clipped it
+        narrow_combos(body)
         self._refill_parallel()
         self._engine_changed()
 
@@ -725,14 +724,19 @@ class ConfigPanel(QScrollArea):
         return 1
 
     def valid_tp(self) -> list[int]:
-        """Tensor sizes offered: the planner's rule (:func:`app.planner.checks.valid_tp_sizes`)."""
+        """Tensor sizes offered: the planner's rule (:func:`app.planner.checks.valid_tp_sizes`),
+        TP × PP × DP ≤ the cards."""
         h, kv, _ = self._heads or (None, None, None)
-        return valid_tp_sizes(self.card_count(), self.pp.currentData() or 1, h, kv)
+        return valid_tp_sizes(self.card_count(), (self.pp.currentData() or 1) * (self.dp.currentData() or 1), h, kv)
 
     def valid_pp(self) -> list[int]:
         """Pipeline sizes offered: :func:`app.planner.checks.valid_pp_sizes`."""
         layers = self._heads[2] if self._heads else None
-        return valid_pp_sizes(self.card_count(), self.tp.currentData() or 1, layers)
+        return valid_pp_sizes(self.card_count(), (self.tp.currentData() or 1) * (self.dp.currentData() or 1), layers)
+
+    def valid_dp(self) -> list[int]:
+        """Data parallel sizes offered: :func:`app.planner.checks.valid_dp_sizes`."""
+        return valid_dp_sizes(self.card_count(), self.tp.currentData() or 1, self.pp.currentData() or 1)
 
     def _fill(self, combo: QComboBox, values: list[int], want: int) -> None:
         combo.blockSignals(True)
@@ -745,26 +749,26 @@ class ConfigPanel(QScrollArea):
         combo.blockSignals(False)
 
     def valid_sizes(self, field: str) -> list[int]:
-        """The sizes offered for parallel option ``field`` (TP and PP: see valid_tp and
-        valid_pp; another: 1 … the card count)."""
+        """The sizes offered for parallel option ``field`` (TP, PP and DP: see valid_tp,
+        valid_pp and valid_dp; another: 1 … the card count)."""
         if field == "tensor_parallel_size":
             return self.valid_tp()
         if field == "pipeline_parallel_size":
             return self.valid_pp()
+        if field == "data_parallel_size":
+            return self.valid_dp()
         return list(range(1, self.card_count() + 1))
 
     def _parallel_fields(self) -> list[str]:
         return [f for f, ed in self.options.items() if ed.spec.kind == "parallel"]
 
-    def _refill_parallel(self) -> None:
-        tp = self.tp.currentData() or 1
-        pp = self.pp.currentData() or 1
-        self._fill(self.pp, self.valid_pp(), pp)
-        self._fill(self.tp, self.valid_tp(), tp)
-        self._fill(self.pp, self.valid_pp(), pp)
-        for f in self._parallel_fields():
-            w = self.options[f].widget
-            if w not in (self.tp, self.pp):
+    def _refill_parallel(self, *_: Any) -> None:
+        """Offer each parallel size the values valid with the others' current values and
+        the card count (a value no longer valid stays, marked "not valid here")."""
+        fields = self._parallel_fields()
+        for _pass in range(2):  # each list depends on the others' values: twice settles them
+            for f in fields:
+                w = self.options[f].widget
                 self._fill(w, self.valid_sizes(f), w.currentData() or 1)
 
     @staticmethod
@@ -858,8 +862,9 @@ class ConfigPanel(QScrollArea):
         try:
             self.model.setCurrentText(cfg.model)
             self.model.lineEdit().setCursorPosition(0)  # a long id shows its start (the organisation)
-            for field in self._parallel_fields():  # TP first: PP's sizes depend on it
-                self._fill(self.options[field].widget, self.valid_sizes(field), getattr(cfg, field) or 1)
+            for field in self._parallel_fields():  # the wanted sizes first, then each list beside the others
+                self._fill(self.options[field].widget, [], getattr(cfg, field) or 1)
+            self._refill_parallel()
             for field, ed in self.options.items():
                 if ed.spec.kind != "parallel":
                     ed.set_value(getattr(cfg, field))

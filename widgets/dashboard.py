@@ -23,6 +23,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.loadgen.live import BIN_S, SMOOTH_S
 from app.telemetry import names
+from widgets.fit import wheel_to_page
 from widgets.plot_export import export_plot
 from widgets.axes import ClockAxis, LegendFit, PlainLogAxis, nice_step, place_line
 
@@ -82,7 +83,7 @@ class Dashboard(QWidget):
         self.bank_fn, self.client_fn, self.now_fn = bank_fn, client_fn, now_fn
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
-        self.glw = pg.GraphicsLayoutWidget()
+        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
         v.addWidget(self.glw)
         self.plots: dict[str, pg.PlotItem] = {}
         spec = [("throughput", "Throughput", "output tok/s"), ("latency", "Latency", "ms"),
@@ -95,7 +96,8 @@ class Dashboard(QWidget):
             if key == "latency":
                 axes["left"] = PlainLogAxis("left")
             p = self.glw.addPlot(row=i // 2, col=i % 2, axisItems=axes)
-            self._base_titles[key] = title + ("  (colours: GPU legend under VRAM)" if key in ("temp", "power") else "")
+            # short: the longest title sets its column's least width (two columns in a laptop's tab)
+            self._base_titles[key] = title + (" (colours: VRAM legend)" if key in ("temp", "power") else "")
             p.setTitle(self._base_titles[key], size="10pt")
             p.setLabel("left", unit)
             if i >= len(spec) - 2:
@@ -198,9 +200,20 @@ class Dashboard(QWidget):
         self._lat_n = -1
         self._levels_key = None
         self.frame_costs: list[float] = []
+        self._fit_width()
         self.timer = QTimer(self)
         self.timer.setInterval(int(1000 / min(20.0, max(1.0, hz))))
         self.timer.timeout.connect(self.refresh)
+
+    def _fit_width(self) -> None:
+        """The plots' grid cannot be narrower than its titles and axes: the tab says so (its
+        minimum width), so that the window keeps room for it instead of cutting the right
+        column off (issue 37, item 7)."""
+        self.glw.setMinimumWidth(math.ceil(self.glw.ci.effectiveSizeHint(Qt.MinimumSize).width()) + 2)
+
+    def showEvent(self, ev) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(ev)
+        self._fit_width()  # the axes have their sizes once shown
 
     # ------------------------------------------------------------------ control
     def start(self) -> None:
@@ -415,7 +428,8 @@ class Dashboard(QWidget):
             heads = [bank.last(g, names.VRAM_HEADROOM_BYTES) for g in gpus]
             heads = [h[1] for h in heads if h is not None and h[1] == h[1]]
             if heads:
-                self._set_title("vram", f"VRAM used per GPU — least headroom {min(heads) / GIB:.2f} GiB")
+                # short: the title sets its column's least width (issue 37, item 7)
+                self._set_title("vram", f"VRAM per GPU, headroom {min(heads) / GIB:.2f} GiB")
         if gpus and only in (None, "temp", "power"):
             g0 = gpus[0]
             last = bank.last(g0, names.TEMP_SLOWDOWN_C)

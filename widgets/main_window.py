@@ -61,6 +61,7 @@ from widgets.config_panel import ConfigPanel
 from widgets.dashboard import Dashboard
 from widgets.diagnosis_banner import DiagnosisBanner
 from widgets.first_run import FirstRunStrip
+from widgets.fit import SplitKeeper, narrow_combos
 from widgets.history_view import HistoryView
 from widgets.hosts_view import HostsView
 from widgets.log_pane import LogPane
@@ -82,6 +83,8 @@ STATE_COLORS = {"idle": "#777", "starting": "#c98a00", "loading": "#c98a00", "re
                 "attached": "#1e7b34", "stopping": "#c98a00", "stopped": "#777", "failed": "#a61b1b"}
 
 
+#: the form column's width until the user drags the splitter, px
+LEFT_WIDTH = 460
 #: the window's size on a screen large enough for it, px; at most SCREEN_SHARE of a smaller one
 PREFERRED_SIZE = (1600, 1000)
 SCREEN_SHARE = 0.94
@@ -179,8 +182,10 @@ class MainWindow(QMainWindow):
         split.addWidget(rw)
         split.setStretchFactor(0, 0)
         split.setStretchFactor(1, 1)
-        split.setSizes([430, 1100])
+        split.setSizes([LEFT_WIDTH, 1100])
         self.splitter = split
+        #: the form column keeps the width the user dragged it to (never one a wide tab forced)
+        self.split_keeper = SplitKeeper(split, LEFT_WIDTH)
         self.first_run = FirstRunStrip()
         central = QWidget()
         cv = QVBoxLayout(central)
@@ -192,6 +197,7 @@ class MainWindow(QMainWindow):
 
         self._build_actions()
         self._build_status_bar()
+        narrow_combos(right)  # a long run or model name in a combo box must not widen a tab (issue 37)
 
         # ---- wiring
         c = self.controller
@@ -239,6 +245,8 @@ class MainWindow(QMainWindow):
             self.fit_to_screen()
         else:
             self.fit_to_screen(keep_smaller=True)  # saved on a larger screen than this one
+        if restore:
+            self.split_keeper.restore(self.qsettings.value("splitter/left_width"))
         if _truthy(self.qsettings.value("onboarding/done")):
             self.first_run.hide()
         self.first_run.finished.connect(lambda: self.qsettings.setValue("onboarding/done", True))
@@ -1234,6 +1242,7 @@ class MainWindow(QMainWindow):
     def save_state(self) -> None:
         qs = self.qsettings
         qs.setValue("geometry", self.saveGeometry())
+        qs.setValue("splitter/left_width", self.split_keeper.wanted())  # a user's drag only (SplitKeeper)
         qs.remove("last_profile")  # kept in settings.yaml since settings schema 1
         qs.sync()
         self.settings = self.settings.model_copy(update={"last_profile": self.profile_name or profiles.DEMO_NAME})

@@ -7,7 +7,7 @@ import math
 from typing import Any, Callable
 
 from pydantic import ValidationError
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QSpinBox,
@@ -20,7 +20,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QVBoxLayout,
     QWidget,
 )
@@ -29,6 +28,7 @@ from app.loadgen.capacity import fmt_users, level_mark
 from app.loadgen.prompts import dataset_lengths
 from app.loadgen.spec import PLAN_GROWTH, CapacitySearch, RampSpec
 from app.run.progress import RampProgress
+from widgets.fit import FormScrollArea
 from widgets.length_histogram import LengthHistogram
 from widgets.workload_form import WorkloadRows
 
@@ -61,7 +61,7 @@ SEARCH_MIN_REQUESTS = 100
 SEARCH_MIN_CAP_S = 600.0
 
 
-class RampPanel(QScrollArea):
+class RampPanel(FormScrollArea):
     """``run_requested`` / ``abort_requested`` when the buttons are pressed. It scrolls, as
     the Server form does: its rows (workloads, open loop, a dataset's histograms) must not
     make the window taller than a 720-pixel screen."""
@@ -73,8 +73,6 @@ class RampPanel(QScrollArea):
 
     def __init__(self, now_fn: Callable[[], float], parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setWidgetResizable(True)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)  # the form follows the column's width
         self.now_fn = now_fn
         body = QWidget()
         self.setWidget(body)

@@ -28,7 +28,8 @@ from app.loadgen.capacity import answer_text
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import turns_text
-from widgets.axes import Log2Axis, PlainLogAxis, log2, place_line
+from widgets.axes import LegendPlace, Log2Axis, PlainLogAxis, log2, place_line
+from widgets.fit import wheel_to_page
 
 
 #: the verdict box above the results table
@@ -254,7 +255,7 @@ class CurvesView(QWidget):
         self.knee_label.setWordWrap(True)
         self.knee_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         v.addWidget(self.knee_label)
-        self.glw = pg.GraphicsLayoutWidget()
+        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
         v.addWidget(self.glw, 1)
         a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
         a.setTitle("Throughput vs concurrency", size="10pt")
@@ -270,6 +271,8 @@ class CurvesView(QWidget):
         b.showGrid(x=True, y=True, alpha=0.25)
         b.addLegend(offset=(6, 6), labelTextSize="9pt")
         self.tput_plot, self.lat_plot = a, b
+        #: each legend goes to the corner where it covers the fewest points of the curves
+        self.legend_places = [LegendPlace(p, p.legend) for p in (a, b)]
         meas = dict(pen=pg.mkPen("#1f77b4", width=2), symbol="o", symbolSize=7, symbolBrush="#1f77b4")
         pred = dict(pen=pg.mkPen("#ff7f0e", width=2, style=Qt.DashLine), symbol="t", symbolSize=6,
                     symbolBrush="#ff7f0e")

@@ -36,7 +36,6 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -48,7 +47,9 @@ from PySide6.QtWidgets import (
 from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
-from widgets.axes import LegendFit
+from widgets.axes import LegendFit, LegendPlace
+from widgets.fit import FormScrollArea, wheel_to_page
+from widgets.flow_layout import FlowLayout
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -216,11 +217,9 @@ class TunePanel(QWidget):
         v.addWidget(g)
 
         v.addStretch(1)
-        sc = QScrollArea()
+        sc = FormScrollArea()
         sc.setWidget(w)
-        sc.setWidgetResizable(True)
         sc.setFrameShape(QFrame.NoFrame)
-        sc.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         outer = QWidget()
         ov = QVBoxLayout(outer)
         ov.setContentsMargins(0, 0, 0, 0)
@@ -271,7 +270,7 @@ class TunePanel(QWidget):
         self.table.setWordWrap(False)
         split.addWidget(self.table)
 
-        self.plot = pg.PlotWidget(background="w")
+        self.plot = wheel_to_page(pg.PlotWidget(background="w"))
         pi = self.plot.getPlotItem()
         pi.setTitle("Pareto: output tok/s per user vs per GPU", size="10pt")
         pi.setLabel("bottom", "output tok/s per user")
@@ -283,6 +282,7 @@ class TunePanel(QWidget):
         # short names keep the key within a quarter of the plot (issue 19, item 9); it shrinks
         # its labels (then hides) when the plot is smaller than that (widgets.axes.LegendFit)
         self.legend_fit = LegendFit(pi, self.legend, drive=True)
+        self.legend_place = LegendPlace(pi, self.legend)  # the corner that covers the fewest points
         self.pred_pts = pg.ScatterPlotItem(size=8, pen=pg.mkPen("#7a8ea6", width=1.2), brush=None, symbol="o",
                                            name="predicted")
         self.met_pts = pg.ScatterPlotItem(size=8, pen=None, brush=pg.mkBrush("#2f6db5"), symbol="o",
@@ -333,7 +333,7 @@ class TunePanel(QWidget):
         self.sentence.setWordWrap(True)
         self.sentence.setTextInteractionFlags(Qt.TextSelectableByMouse)
         cv.addWidget(self.sentence)
-        row = QHBoxLayout()
+        row = FlowLayout()  # wraps at a laptop's width (issue 37, item 7)
         self.save_btn = QPushButton("Save as profile…")
         self.save_btn.setToolTip("Save the recommended flags as a profile (this profile's rig and ramp)")
         self.save_btn.clicked.connect(self.save_profile_dialog)
@@ -351,7 +351,6 @@ class TunePanel(QWidget):
         self.verify_btn.clicked.connect(self.verify_recommended)
         for b in (self.launch_btn, self.verify_btn, self.save_btn, self.copy_btn, self.export_btn):
             row.addWidget(b)
-        row.addStretch(1)
         cv.addLayout(row)
         split.addWidget(card)
         split.setSizes([210, 310, 300])

@@ -88,6 +88,11 @@ def register(sub) -> None:
     p.add_argument("--slo-tpot-p99", type=positive_seconds, help="… TPOT p99 (s/token)")
     p.add_argument("--slo-e2e-p99", type=positive_seconds, help="… end-to-end p99 (s)")
     p.add_argument("--slo-failure-rate", type=fraction, help="… failure rate, a fraction (0.01 = 1 %%)")
+    p.add_argument("--slo-ttfa-p99", type=positive_seconds,
+                   help="… time to first answer token p99 (after a reasoning model's reasoning), s")
+    p.add_argument("--slo-rejection-rate", type=fraction,
+                   help="… share of requests the server refused with HTTP 503 (vLLM's --max-num-queued-reqs / "
+                        "--max-num-queued-tokens), a fraction; a rejection is never a failure")
     p.add_argument("--json", type=output_file, help="write summary + steps as JSON here")
     p.add_argument("--csv", type=output_file, help="write the steps table as CSV here")
     p.add_argument("--requests-csv", type=output_file, help="write every request as CSV here")
@@ -103,7 +108,8 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
                 "ignore_eos": a.ignore_eos, "temperature": a.temperature, "request_timeout": a.request_timeout,
                 "max_total_seconds": a.max_total_seconds,
                 "slo": {"ttft_p99": a.slo_ttft_p99, "tpot_p99": a.slo_tpot_p99, "e2e_p99": a.slo_e2e_p99,
-                        "failure_rate": a.slo_failure_rate},
+                        "failure_rate": a.slo_failure_rate, "rejection_rate": a.slo_rejection_rate,
+                        "ttfa_p99": a.slo_ttfa_p99},
                 "requests_per_level": a.requests_per_level, **workload_kw(a, "ramp")}
     if a.max_failure_rate is not None:
         kw["max_failure_rate"] = a.max_failure_rate
@@ -116,9 +122,10 @@ def spec_from_args(a: argparse.Namespace) -> RampSpec:
     else:
         if a.requests_per_level is not None and a.min_requests is not None:
             raise ValueError("--min-requests and --requests-per-level set the same floor: give one")
-        if all(v is None for v in (a.slo_ttft_p99, a.slo_tpot_p99, a.slo_e2e_p99, a.slo_failure_rate)):
+        if all(v is None for v in (a.slo_ttft_p99, a.slo_tpot_p99, a.slo_e2e_p99, a.slo_failure_rate,
+                                   a.slo_rejection_rate, a.slo_ttfa_p99)):
             raise ValueError("a capacity search needs an SLO to judge levels on: give --slo-ttft-p99, "
-                             "--slo-tpot-p99, --slo-e2e-p99 and/or --slo-failure-rate")
+                             "--slo-tpot-p99, --slo-e2e-p99, --slo-failure-rate and/or --slo-rejection-rate")
         kw["requests_per_level"] = a.min_requests or a.requests_per_level or P99_MIN_REQUESTS
         kw["step_seconds"] = a.step_seconds if a.step_seconds is not None else SEARCH_STEP_CAP_S
         kw["search"] = {"start": a.start or 1.0, "max_level": a.max_users, "resolution": a.resolution,
@@ -168,21 +175,22 @@ class _Progress:
         self.lock = threading.Lock()
         self.level = None
         self.t_level = 0.0
-        self.done = self.failed = self.tokens = 0
+        self.done = self.failed = self.rejected = self.tokens = 0
         self.last = 0.0
 
     def level_start(self, ev: dict) -> None:
         with self.lock:
             self.level = ev["level"]
             self.t_level = time.monotonic()
-            self.done = self.failed = self.tokens = 0
+            self.done = self.failed = self.rejected = self.tokens = 0
             self._line(force=True)
 
     def records(self, recs) -> None:
         with self.lock:
             for r in recs:
                 self.done += 1
-                self.failed += 0 if r.ok else 1
+                self.failed += 1 if r.failed else 0
+                self.rejected += 1 if r.rejected else 0
                 self.tokens += r.output_tokens if r.ok else 0
             self._line()
 
@@ -192,7 +200,8 @@ class _Progress:
             return
         self.last = now
         el = max(now - self.t_level, 1e-3)
-        self.out.write(f"\r  level {self.level:g}: {el:5.1f} s, {self.done} done, {self.failed} failed, "
+        rej = f"{self.rejected} rejected, " if self.rejected else ""
+        self.out.write(f"\r  level {self.level:g}: {el:5.1f} s, {self.done} done, {self.failed} failed, {rej}"
                        f"~{self.tokens / el:.0f} tok/s   ")
         self.out.flush()
 
@@ -205,7 +214,8 @@ class _Progress:
                            f"TPOT p50 {_ms(st.tpot_p50)} ms, {st.n_measured} requests"
                            + (f", sent {st.achieved_rps:.2f}/s" + (f" (short: {st.rate_short})" if st.rate_short else "")
                               if st.achieved_rps is not None else "")
-                           + (f", failures: {fails}" if fails else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
+                           + (f", failures: {fails}" if fails else "")
+                           + (f", {st.rejected} rejected (HTTP 503)" if st.rejected else "") + (f" [{st.stop_reason}]" if st.stop_reason not in ("duration", "count") else "")
                            + "\n")
             self.out.flush()
 

@@ -108,6 +108,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--slo-tpot-p99", type=positive_seconds, help="TPOT p99 bound, s per token")
     w.add_argument("--slo-e2e-p99", type=positive_seconds, help="end-to-end p99 bound, s")
     w.add_argument("--slo-failure-rate", type=fraction, help="failure-rate bound, a fraction (0.01 = 1 %%)")
+    w.add_argument("--slo-ttfa-p99", type=positive_seconds, help="time to first answer token p99 bound, s")
+    w.add_argument("--slo-rejection-rate", type=fraction,
+                   help="bound on the requests the server refuses with HTTP 503 (admission control), a fraction")
     s = p.add_argument_group("search space (default: everything the planner lets start)")
     s.add_argument("--objective", choices=["users", "throughput", "cost", "energy"], default="users",
                    help="most users at the SLO (default), most tok/s there, lowest $/M tokens or J/token there")
@@ -204,7 +207,7 @@ def spec_from_args(a: argparse.Namespace):
         except ValueError as e:
             raise BadInput(str(e)) from None
     slo = SLO(ttft_p99=a.slo_ttft_p99, tpot_p99=a.slo_tpot_p99, e2e_p99=a.slo_e2e_p99,
-              failure_rate=a.slo_failure_rate)
+              failure_rate=a.slo_failure_rate, rejection_rate=a.slo_rejection_rate, ttfa_p99=a.slo_ttfa_p99)
     if slo.is_empty() and ramp is not None:
         slo = ramp.slo
     try:  # the profile ramp's workload (as a closed loop sends it), the options given over it

@@ -21,6 +21,16 @@ and the engines step independently, each on its own clock. Each engine runs vLLM
 engine-core loop (:meth:`app.engine.scheduler.Scheduler.advance`): one step at a time, or
 with pipeline parallelism up to ``pipeline_parallel_size`` batches in flight; it sees new
 requests while idle or when the batch it waits on ends.
+
+Admission control (``admission``, vLLM's ``--max-num-queued-reqs`` /
+``--max-num-queued-tokens``: :mod:`app.engine.admission`): a request is judged when it is
+sent, against the requests admitted before it and not yet ended (over every replica) and
+their prompts still in prefill; a refused one never
+reaches an engine and is kept as a :class:`Flight` with ``rejected`` set (the load
+generator's HTTP 503). Its user sends the same request again ``retry_wait(user)`` rig
+seconds later (the load generator's wait: no ``Retry-After`` from vLLM, so the user's
+think time, else 1 s); a refused request does not count against the level's quota nor
+towards its settling (the load generator's rules).
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Iterator, Protocol, Sequence
 
+from app.engine.admission import AdmissionLimits
 from app.engine.kvcache import KvCacheLayout
 from app.engine.balance import DpBalancer
 from app.engine.scheduler import Request, Scheduler
@@ -62,6 +73,8 @@ class Flight:
     tokens: list[float] = field(default_factory=list)
     engine: int = 0
     turn: int = 0  # its conversation turn (multi-turn workloads; 0: none)
+    #: refused by admission control (the reason, one of app.engine.admission.ADMISSION_REASONS); None: admitted
+    rejected: str | None = None
 
     def on_token(self, req: Request, t: float) -> None:
         self.tokens.extend([t] * max(1, req.output - len(self.tokens)))
@@ -133,7 +146,8 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
               step_s: float | None = None, quota: int | None = None, request_overhead_s: float = 0.0,
               engines: int = 1, send_gap_s: float = 0.0, settle_n: int = 0,
               send_times: Iterator[float] | None = None, max_concurrency: int | None = None,
-              next_request: NextRequest | None = None) -> LevelRun:
+              next_request: NextRequest | None = None, admission: AdmissionLimits | None = None,
+              retry_wait: Callable[[int], float] | None = None) -> LevelRun:
     """Run one closed-loop level of ``users`` on ``engines`` fresh schedulers from
     ``make_scheduler()``. ``lengths()`` gives each request's (prompt, max_tokens) in the
     order they are sent; user u sends its first at u·``send_gap_s``. The warm-up ends at
@@ -153,7 +167,11 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     ``next_request`` (instead of ``lengths``): each user's next request with its KV block
     hashes (the prefix cache of a scheduler with ``enable_prefix_caching``) and its
     conversation turn; ``next_request.think(user)``: the seconds the user thinks before it
-    (it sends that long after its previous request ended — a multi-turn workload)."""
+    (it sends that long after its previous request ended — a multi-turn workload).
+
+    ``admission``: the server's queue limits (module docstring); ``retry_wait(user)``: the
+    rig seconds a refused user waits before it sends the same request again (None: 1 s).
+    An open-loop arrival that is refused is not sent again."""
     if step_s is None and quota is None:
         raise ValueError("a level needs an end: step_s and/or quota")
     open_loop = send_times is not None
@@ -164,6 +182,10 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
     arrivals: list[tuple[float, int, Flight]] = []  # sent, not yet at the front end's engine client
     step = step_s if step_s is not None else math.inf
     flights: list[Flight] = []
+    gate = admission if admission is not None and admission.active else None
+    in_engine: dict[int, Flight] = {}  # id() → the admitted flights not yet ended (app.engine.admission)
+    deferred: list[tuple[float, int, int, Flight | None]] = []  # (send time, order, user, request to send again)
+    now = [0.0]  # the time of the event being processed (rig s)
     w0 = math.inf if settle_n else warmup_s
     st = _LevelState(w0=w0, deadline=w0 + step, settled=not settle_n)
 
@@ -196,13 +218,18 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             return
         if next_request is not None and not first:
             t += next_request.think(uid)
+        if gate is not None and (first or t > now[0]):  # judged when it is sent, against the server then
+            heapq.heappush(deferred, (t, len(flights) + len(deferred), uid, None))
+            return
         if may_issue(t):
             issue(uid, t)
 
-    def issue(uid: int, t: float) -> None:
+    def issue(uid: int, t: float, again: Flight | None = None) -> None:
         hashes: Sequence[Hashable] | None = None
         turn = 0
-        if next_request is None:
+        if again is not None:  # a refused request, sent again as it was
+            p, o, hashes, turn = again.req.prompt_len, again.req.max_tokens, again.req.block_hashes, again.turn
+        elif next_request is None:
             p, o = lengths()
         else:  # drawn once the request is sent, as the load generator draws it
             p, o, hashes, turn = next_request(uid)
@@ -211,6 +238,17 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         f = Flight(uid, t, Request(f"u{uid}-{st.n}", p, o, arrive, block_hashes=hashes), ended, turn=turn)
         f.req.sink = f
         flights.append(f)
+        if gate is not None:
+            why = gate.refusal(len(in_engine), sum(g.req.prompt_len for g in in_engine.values() if not g.tokens))
+            if why is not None:  # refused at once: it holds nothing, its user waits and sends it again
+                f.rejected = why
+                if quota is not None and t >= st.w0:
+                    st.issued -= 1  # a refusal is not one of the level's measured requests
+                if uid >= 0:
+                    wait = retry_wait(uid) if retry_wait is not None else 1.0
+                    heapq.heappush(deferred, (t + wait, len(flights) + len(deferred), uid, f))
+                return
+            in_engine[id(f)] = f
         st.in_flight += 1
         heapq.heappush(arrivals, (arrive, st.n, f))
 
@@ -218,6 +256,7 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
         """``f`` ended at ``t``: its engine is told, it counts (settling), then its user's next
         (open loop: the next arrival waiting at the cap, unless the level stopped sending)."""
         balancer.finished(f.engine)
+        in_engine.pop(id(f), None)
         st.done += 1
         st.in_flight -= 1
         if not st.settled and st.done >= settle_n:
@@ -268,8 +307,15 @@ def run_level(make_scheduler: Callable[[], Scheduler], users: int, lengths: Leng
             arrive_at(next_at)
             next_at = next(times, math.inf)
             continue
+        if deferred and deferred[0][0] < t:  # a user sends (first, after thinking, or again after a refusal)
+            ts, _, uid, again = heapq.heappop(deferred)
+            now[0] = ts
+            if not st.stopped and may_issue(ts):
+                issue(uid, ts, again)
+            continue
         if t == math.inf:
             break
+        now[0] = t
         woken = []
         for e in engs:
             if e.next_due == t:  # the batch the engine was blocked on ended

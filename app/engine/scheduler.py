@@ -69,6 +69,19 @@ the batch before it (outputs return in order), all in rig time. The scheduler
 counts in-flight tokens (``Request.inflight``) instead of advancing ``computed`` early.
 Deviation: a request preempted while in flight may be admitted again at once (its stale
 output is dropped), where vLLM waits for the stale output to drain (scheduler.py:933).
+
+Prefill first (``prefill_first``): the V0 engine's scheduling without chunked prefill
+(``Scheduler._schedule_default``, vllm/core/scheduler.py, the same from 0.4 to 0.7 — the
+default engine before 0.8; chunked prefill off there unless ``max_model_len`` > 32K or
+asked for, :func:`app.planner.versions.chunked_prefill_default`): waiting prompts are
+scheduled first, whole (prompt, or prompt + output so far after a preemption), under the
+token budget, ``max_num_seqs`` and the free blocks; a step that admits any is a prefill
+step of those prompts only — "Don't schedule decodes if prefills are scheduled" — and only
+a step that admits none decodes every running request. So each arrival stalls every
+decode for one forward pass of its own, which a loaded V0 server pays about once per
+finished request. A prompt longer than the whole budget goes alone (vLLM ignores it
+with a warning; the planner's checks refuse such a configuration). Deviation: the prefix
+cache is not looked up in this mode (V0 leaves it off unless ``--enable-prefix-caching``).
 """
 from __future__ import annotations
 
@@ -189,24 +202,35 @@ class Scheduler:
     ``max_concurrent_batches``: batches in flight at once, vLLM's
     ``max_concurrent_batches`` (= ``pipeline_parallel_size``; module docstring).
     ``kv_layout``: a hybrid model's KV cache groups (sliding-window, chunked, mamba
-    layers: :mod:`app.engine.kvcache`); ``num_blocks`` then counts the pool's blocks."""
+    layers: :mod:`app.engine.kvcache`); ``num_blocks`` then counts the pool's blocks.
+    ``max_num_active_seqs``: vLLM's ``--max-num-active-seqs`` (0.31+), the requests admitted
+    into RUNNING when below ``max_num_seqs`` (vllm/v1/core/sched/scheduler.py:132–136, :923
+    @ 0.32.0: the waiting loop stops at ``len(running) >= max_num_active_reqs``; None:
+    ``max_num_seqs``).
+    ``prefill_first``: the V0 engine's steps of whole prompts only, before any decode
+    (module docstring)."""
 
     def __init__(self, num_blocks: int, max_num_seqs: int, max_num_batched_tokens: int, step_time: StepTime,
                  on_first_token: Callable[[Request, float], None] | None = None,
                  on_finished: Callable[[Request, float], None] | None = None,
                  on_token: Callable[[Request, float], None] | None = None, spec_tokens: int = 0,
                  accept: Accept | None = None, enable_prefix_caching: bool = False,
-                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None) -> None:
+                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None,
+                 max_num_active_seqs: int | None = None, prefill_first: bool = False) -> None:
         if num_blocks < 1 or max_num_seqs < 1 or max_num_batched_tokens < 1 or max_concurrent_batches < 1:
             raise ValueError("num_blocks, max_num_seqs, max_num_batched_tokens and max_concurrent_batches "
                              "must be >= 1")
         self.max_concurrent_batches = max_concurrent_batches
+        #: V0's scheduling without chunked prefill (module docstring)
+        self.prefill_first = prefill_first
         #: the batch queue: steps scheduled and not yet completed, oldest first (empty schedules: None work)
         self.batches: collections.deque[Step] = collections.deque()
         self._front_free = 0.0  # rig s the first pipeline stage is free for the next batch
         self.num_blocks = num_blocks
         self.free_blocks = num_blocks
         self.max_num_seqs = max_num_seqs
+        #: the admission cap into RUNNING (vLLM's max_num_active_reqs)
+        self.max_num_active = min(max_num_seqs, max_num_active_seqs) if max_num_active_seqs else max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.step_time = step_time
         self.on_first_token = on_first_token
@@ -350,8 +374,49 @@ class Scheduler:
         self.waiting.appendleft(victim)
         return victim
 
+    def _schedule_prefills_first(self, now: float) -> Step | None:
+        """V0's prefill step (module docstring): whole waiting prompts in order while the
+        budget, ``max_num_seqs`` and the free blocks allow; None when none is admitted."""
+        budget = self.max_num_batched_tokens
+        work: list = []
+        pre_tok, pre_ctx = 0, 0.0
+        running = self.running
+        while self.waiting and len(running) < self.max_num_seqs:
+            r = self.waiting[0]
+            need = r.prompt_len + r.output - r.computed
+            if need > budget and work:
+                break
+            want = (-(-(r.computed + need) // BLOCK) - r.blocks if self.kv_layout is None
+                    else self.kv_layout.held_blocks(r.computed, need) - r.blocks)
+            if want > self.free_blocks:
+                break
+            self.waiting.popleft()
+            self._alloc(want)
+            r.blocks += want
+            r.running = True
+            running.append(r)
+            if r.first_scheduled is None:
+                r.first_scheduled = now
+            work.append((r, need))
+            budget -= need
+            pre_tok += need
+            pre_ctx += need * (r.computed + need / 2)
+        if not work:
+            return None
+        dt = self.step_time(0, 0.0, pre_tok, pre_ctx) if not self.spec_tokens else \
+            self.step_time(0, 0.0, pre_tok, pre_ctx, 0)
+        dt, interval = dt if isinstance(dt, tuple) else (dt, dt)
+        if self.max_concurrent_batches > 1:
+            for r, n in work:
+                r.inflight += n
+        return Step(work, dt, 0, pre_tok, 0, {} if self.spec_tokens else None, interval)
+
     def schedule(self, now: float) -> Step | None:
         """Plan one step at rig time ``now``; None when there is nothing to run."""
+        if self.prefill_first and self.waiting:
+            step = self._schedule_prefills_first(now)
+            if step is not None:
+                return step
         budget = self.max_num_batched_tokens
         work: list = []
         preempted = 0
@@ -406,8 +471,8 @@ class Scheduler:
                 pre_tok += n
                 pre_ctx += n * (r.computed + r.inflight + n / 2)
             i += 1
-        if not preempted:
-            while self.waiting and budget > 0 and len(running) < self.max_num_seqs:
+        if not preempted and not self.prefill_first:
+            while self.waiting and budget > 0 and len(running) < self.max_num_active:
                 r = self.waiting[0]
                 hit = self._lookup(r) if r.computed == 0 else []
                 computed = len(hit) * BLOCK if hit else r.computed

@@ -202,7 +202,8 @@ TERMS = ("eta_mem", "eta_compute", "t_cpu_s", "t_cpu_seq_s", "allreduce_alpha_s"
          "t_launch_layer_s")
 
 
-def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version: str | None = None) -> PerfParams:
+def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version: str | None = None,
+                   p2p: bool | None = None) -> PerfParams:
     """Defaults per GPU class (docs/perf-model.md): η_mem 0.75 for 16- and 8-bit weights
     ("0.7–0.8 measured for vLLM on A100/H100"; the same streaming kernels on GDDR cards —
     the RTX 4090 Mistral-7B reference curve implies ≈ 0.8); for 4-bit kernels 0.65 on
@@ -219,16 +220,21 @@ def default_params(gpu: GpuSpec, tp: int, quant_bits: int | None = None, version
     20 ms). Calibrate for other machines. GPUs: 5 ms per request; without CUDA graphs
     :data:`T_LAUNCH_LAYER_S` per layer and step (the CPU build has no CUDA graphs: 0, its
     launch costs are in t_cpu). ``version``: the vLLM release; the CPU time per sequence
-    depends on its engine (:func:`cpu_seq_default`)."""
+    depends on its engine (:func:`cpu_seq_default`). ``p2p``: False when NCCL may not use
+    P2P between the cards although the card could (``NCCL_P2P_DISABLE=1`` in the server's
+    environment — the fix the planner proposes for P2P hangs —, cards in separate
+    containers or VMs): the all-reduce takes the no-P2P path through host memory, whatever
+    NVLink the cards have; None: the card's own ``p2p``."""
     if gpu.kind == "cpu":
         return PerfParams(0.5, 0.3, 0.002, 1e-4, 0.0, 10.0, 0.01, 0.0, "default (CPU build, 2-core reference machine)")
     hbm = gpu.bandwidth_gbs >= 1500 and gpu.nvlink_gbs > 0
     eta = 0.75
     if quant_bits is not None and quant_bits <= 4:
         eta = 0.70 if hbm else 0.65
-    if gpu.nvlink_gbs >= 300 and gpu.p2p:
+    peer = gpu.p2p if p2p is None else (p2p and gpu.p2p)
+    if gpu.nvlink_gbs >= 300 and peer:
         alpha, link, cls = 25e-6, gpu.nvlink_gbs, "NVLink"
-    elif gpu.p2p:
+    elif peer:
         alpha, link, cls = 22e-6, gpu.pcie_gbs, "PCIe P2P"
     else:
         alpha = (40 + 5 * tp) * 1e-6
@@ -281,6 +287,11 @@ class StageSpec:
     #: min(context, window) of their KV (app.engine.kvcache; vLLM computes a sliding layer over its
     #: window whether or not its KV is allocated as full attention: kv_cache_utils.py:1819–1822 @ 0.32.0)
     kv_windows: tuple[tuple[float, int], ...] = ()
+    #: of ``active_params``, the output head's (lm_head: vocabulary × hidden, this card's share; 0 but on
+    #: the last stage): vLLM computes logits only at the positions it samples — each decoding sequence's
+    #: token and the last token of a prompt, not every prompt token (``hidden_states[logits_indices]``
+    #: before ``compute_logits``, vllm/v1/worker/gpu_model_runner.py:4241–4242 @ 0.32.0)
+    head_params: float = 0.0
 
     def kv_context_bytes(self, context: float) -> float:
         """KV bytes one query at ``context`` tokens reads on this card (every layer):
@@ -401,7 +412,9 @@ class StepTimeModel:
         # layer: its window, in the share of the KV bytes it holds)
         att = 4 * st.layers * st.attn_heads * st.head_dim * (
             (decode_tokens + spec_tokens) * dec_ctx + prefill_tokens * pre_att)
-        flops = 2 * st.active_params * tokens + att
+        # the head multiplies the sampled rows only: decodes, verified drafts, one per prompt chunk
+        head_rows = decode_tokens + spec_tokens + (1.0 if prefill_tokens > 0 else 0.0)
+        flops = 2 * (st.active_params - st.head_params) * tokens + 2 * st.head_params * head_rows + att
         comp = flops / (p.eta_compute * st.gpu.tflops_bf16 * 1e12)
         comm = 2 * st.layers * self.allreduce_s(tokens * self.hidden * 2) if tokens > 0 else 0.0
         return mem, comp, comm

@@ -138,16 +138,19 @@ def judged_requests(st: StepStats, records: Sequence[RequestRecord]) -> list[Req
 def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
                     resamples: int = BOOTSTRAP_RESAMPLES) -> float | None:
     """The fraction of bootstrap resamples (with replacement, same size) of one level's
-    judged requests whose p99s and failure rate meet ``slo`` — how sure the verdict
-    "met" is. None without requests. Percentiles as app.loadgen.stats (numpy linear)."""
+    judged requests whose p99s, failure rate (of the admitted) and rejection rate meet
+    ``slo`` — how sure the verdict "met" is. None without requests. Percentiles as
+    app.loadgen.stats (numpy linear)."""
     n = len(recs)
     if not n:
         return None
     ok = np.array([r.ok for r in recs], dtype=bool)
+    rejected = np.array([r.rejected for r in recs], dtype=bool)
     nan = float("nan")
     cols = {"ttft_p99": np.array([r.ttft if r.ok and r.ttft is not None else nan for r in recs]),
             "tpot_p99": np.array([t if r.ok and (t := r.tpot) is not None else nan for r in recs]),
-            "e2e_p99": np.array([r.e2e if r.ok and r.e2e is not None else nan for r in recs])}
+            "e2e_p99": np.array([r.e2e if r.ok and r.e2e is not None else nan for r in recs]),
+            "ttfa_p99": np.array([r.ttfa if r.ok and r.ttfa is not None else nan for r in recs])}
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, n, size=(resamples, n))
     met = np.ones(resamples, dtype=bool)
@@ -162,8 +165,12 @@ def met_probability(recs: Sequence[RequestRecord], slo: SLO, *, seed: int = 0,
         else:  # the same figure, vectorised (nanpercentile goes row by row)
             p = np.percentile(col[idx], 99, axis=1)
         met &= ~(p > bound)  # a resample with no value for it does not break it
-    if slo.failure_bound is not None:
-        met &= (1.0 - ok[idx].mean(axis=1)) <= slo.failure_bound
+    if slo.failure_bound is not None:  # failed ÷ admitted (app.loadgen.stats)
+        admitted = (~rejected[idx]).sum(axis=1)
+        failed = admitted - ok[idx].sum(axis=1)
+        met &= failed <= slo.failure_bound * np.maximum(admitted, 1)
+    if slo.rejection_rate is not None:
+        met &= rejected[idx].mean(axis=1) <= slo.rejection_rate
     return float(met.mean())
 
 
@@ -267,7 +274,7 @@ class Capacity(BaseModel):
     ``users_low``/``users_high``: its interval; ``output_tps``, ``ttft_p99``,
     ``tpot_p99``, ``e2e_p99`` (s) and ``requests`` of that level (the last repeat's);
     ``limited_by``: what broke the SLO at the next level up (``ttft``, ``tpot``,
-    ``e2e``, ``failures``) or ``max_level`` when nothing did; ``next_users``: the
+    ``e2e``, ``failures``, ``rejections``) or ``max_level`` when nothing did; ``next_users``: the
     lowest level that broke it; ``spread``: the repeats' standard deviation;
     ``shape``: the requests' shape (RampSpec.shape); ``sentence``: one line; ``levels``:
     every probed level."""
@@ -296,7 +303,8 @@ class Capacity(BaseModel):
 def _limited_by(st: StepStats | None, slo: SLO) -> str:
     if st is None:
         return "max_level"
-    kinds = [b.split(" ", 1)[0].replace("_p99", "").replace("failure_rate", "failures") for b in st.slo_broken]
+    kinds = [b.split(" ", 1)[0].replace("_p99", "").replace("failure_rate", "failures")
+             .replace("rejection_rate", "rejections") for b in st.slo_broken]
     if not kinds and st.n_ok == 0 and st.failure_rate == 0:  # no request finished inside the level
         kinds.append("e2e")
     if st.stop_reason == "failure_rate" or (slo.failure_bound is not None and st.failure_rate > slo.failure_bound):
@@ -451,12 +459,15 @@ def crossing_users(c: Capacity) -> float | None:
 def slo_text(slo: dict) -> str:
     """``{"ttft_p99": 2, "tpot_p99": 0.1}`` → ``TTFT p99 ≤ 2 s and TPOT p99 ≤ 100 ms``."""
     parts = []
-    for k, name in (("ttft_p99", "TTFT p99"), ("tpot_p99", "TPOT p99"), ("e2e_p99", "e2e p99")):
+    for k, name in (("ttft_p99", "TTFT p99"), ("tpot_p99", "TPOT p99"), ("e2e_p99", "e2e p99"),
+                    ("ttfa_p99", "time to first answer token p99")):
         v = slo.get(k)
         if v is not None:
             parts.append(f"{name} ≤ {v * 1e3:.0f} ms" if v < 1 else f"{name} ≤ {v:g} s")
     if slo.get("failure_rate") is not None:
         parts.append(f"failures ≤ {slo['failure_rate'] * 100:g} %")
+    if slo.get("rejection_rate") is not None:
+        parts.append(f"rejected (HTTP 503) ≤ {slo['rejection_rate'] * 100:g} %")
     return " and ".join(parts) or "no SLO"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import email.utils
 import json
 import time
 
@@ -16,10 +17,34 @@ from typing import Any, Callable
 
 import aiohttp
 
-from app.loadgen.records import (STATUS_DISCONNECTED, STATUS_SERVER_ERROR, STATUS_TIMEOUT, RequestRecord)
+from app.loadgen.records import (REJECTED_STATUS, STATUS_DISCONNECTED, STATUS_REJECTED, STATUS_SERVER_ERROR,
+                                 STATUS_TIMEOUT, RequestRecord)
 from app.loadgen.sse import DONE, SSEParser, choice_has_output, error_message, interpret, loads
 
 import numpy as np
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """A ``Retry-After`` header's wait in s: delay-seconds, or an HTTP-date less now
+    (RFC 9110 §10.2.3); None when absent or unreadable."""
+    if not value:
+        return None
+    v = value.strip()
+    if v.isdigit():
+        return float(v)
+    try:
+        when = email.utils.parsedate_to_datetime(v)
+    except (TypeError, ValueError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_code(obj: object) -> object:
+    """The ``code`` of a stream's error event (``{"error": {"code": 503, …}}``), else None."""
+    err = obj.get("error") if isinstance(obj, dict) else None
+    return err.get("code") if isinstance(err, dict) else None
 
 
 class PreflightError(Exception):
@@ -173,7 +198,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
 
     ``t0``: the session clock's origin (``time.monotonic()`` value); record times are
     relative to it. ``timeout``: the whole request's limit. Returns the record with
-    status ``ok``, ``http_<code>`` (the server's message in ``error``), ``timeout``,
+    status ``ok``, ``rejected`` (HTTP 503: the server's admission control refused it; its
+    ``Retry-After`` in ``retry_after``), ``http_<code>`` (the server's message in ``error``), ``timeout``,
     ``disconnected`` (connect failure, reset, stream ended without ``[DONE]``) or
     ``server_error`` (error object mid-stream or an unreadable chunk). For a complete
     stream ``e2e`` ends at the last output chunk (as ``vllm bench serve``), not at
@@ -190,6 +216,9 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     t_done = 0.0
     start = mono()
     end = start
+    retry_after = None
+    t_answer: float | None = None  # the first output chunk that is not reasoning
+    n_reasoning = 0  # output chunks that were reasoning (delta.reasoning / reasoning_content)
     try:
         async with session.post(url, data=body, headers=headers, timeout=timeout) as resp:
             if resp.status != 200:
@@ -200,6 +229,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                 except ValueError:
                     error = text.strip()[:2000] or resp.reason
                 status = f"http_{resp.status}"
+                if resp.status == REJECTED_STATUS:
+                    status, retry_after = STATUS_REJECTED, retry_after_s(resp.headers.get("Retry-After"))
             else:
                 reader = resp.content
                 fed = _FeedClock(reader, mono)
@@ -218,6 +249,11 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                 if choices:  # fast path: a token chunk (interpret() has the rules)
                                     if choice_has_output(choices[0]):
                                         arrivals.append(now)
+                                        d = choices[0].get("delta")
+                                        if d and (d.get("reasoning") or d.get("reasoning_content")):
+                                            n_reasoning += 1
+                                        elif t_answer is None:
+                                            t_answer = now
                                         if text_out is not None:
                                             ch = choices[0]
                                             t = ch.get("text")
@@ -232,12 +268,19 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
                                 c = interpret(payload)
                                 if c.output:
                                     arrivals.append(now)
+                                    if t_answer is None:
+                                        t_answer = now
                                     if text_out is not None and c.text:
                                         text_out.append(c.text)
                                 if c.usage is not None:
                                     usage = c.usage
                                 if c.error is not None:
                                     status, error = STATUS_SERVER_ERROR, c.error
+                                    if not arrivals and _error_code(obj) == REJECTED_STATUS:
+                                        # vLLM checks admission again when it registers the request,
+                                        # after tokenization: a stream already begun carries the 503 as
+                                        # its error event (vllm/v1/engine/async_llm.py:569 @ 0.32.0)
+                                        status = STATUS_REJECTED
                                 if c.done:
                                     done, t_done = True, now
                         if status != "ok":
@@ -270,7 +313,8 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
     rec = RequestRecord(level_idx=level_idx, level=level, t_start=start - t0,
                         ttft=(arrivals[0] - start) if arrivals else None, e2e=end - start,
                         prompt_tokens=est_prompt_tokens, output_tokens=len(arrivals),
-                        tokens_source="counted", status=status, error=error, chunk_offsets=offs)
+                        tokens_source="counted", status=status, error=error, chunk_offsets=offs,
+                        retry_after=retry_after, ttfa=(t_answer - start) if t_answer is not None else None)
     if usage is not None:
         pt, ct = usage
         if pt is not None:
@@ -278,4 +322,6 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: bytes, 
         if ct is not None:
             rec.output_tokens = int(ct)
             rec.tokens_source = "server_usage"
+    if n_reasoning:
+        rec.reasoning_tokens = round(n_reasoning * rec.output_tokens / len(arrivals)) if arrivals else n_reasoning
     return rec

@@ -78,7 +78,7 @@ class ClientSeries:
         with self._lock:
             for r in records:
                 self.n_records += 1
-                if not r.ok:
+                if r.failed:  # a rejection (HTTP 503) is not a failure
                     self.n_failed += 1
                 n = r.chunk_offsets.size
                 if n:

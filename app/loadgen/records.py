@@ -22,6 +22,12 @@ STATUS_OK = "ok"
 STATUS_TIMEOUT = "timeout"
 STATUS_DISCONNECTED = "disconnected"
 STATUS_SERVER_ERROR = "server_error"
+#: the server refused the request with HTTP 503, or a 503 error event before any output (vLLM's
+#: admission control, app.engine.admission):
+#: not a failure — counted apart (``StepStats.rejected``), out of the failure rate
+STATUS_REJECTED = "rejected"
+#: the HTTP status of such a refusal (vllm/exceptions.py:168, :183 @ 0.32.0: ``HTTPStatus.SERVICE_UNAVAILABLE``)
+REJECTED_STATUS = 503
 
 
 def _empty() -> np.ndarray:
@@ -41,7 +47,14 @@ class RequestRecord:
     ``prompt_tokens``/``output_tokens``: from the server's usage chunk when sent
     (``tokens_source`` = ``server_usage``), else output tokens = output chunks counted
     (``counted``) and prompt tokens = the generator's estimate (``estimated``).
-    ``status``: ``ok``, ``http_<code>``, ``timeout``, ``disconnected``, ``server_error``.
+    ``status``: ``ok``, ``rejected`` (HTTP 503), ``http_<code>``, ``timeout``, ``disconnected``,
+    ``server_error``. ``retry_after``: a rejection's ``Retry-After`` header, s (None: none sent).
+    ``ttfa``: time to first answer token, s after the send — the first output chunk that is
+    not reasoning (a reasoning model streams ``delta.reasoning`` first: vLLM 0.32's
+    ``DeltaMessage.reasoning``, vllm/entrypoints/generate/base/protocol.py:359; older
+    versions ``reasoning_content``); equal to ``ttft`` for a stream without reasoning, None
+    without an answer. ``reasoning_tokens``: its output tokens that were reasoning (the
+    reasoning chunks × output tokens per chunk).
     ``error``: the error text (the server's message where it sent one).
     ``turn``: the turn of its conversation in a multi-turn ramp (1, 2, …; 0: not a
     conversation's turn).
@@ -59,10 +72,23 @@ class RequestRecord:
     error: str | None = None
     chunk_offsets: np.ndarray = field(default_factory=_empty)
     turn: int = 0
+    retry_after: float | None = None
+    ttfa: float | None = None
+    reasoning_tokens: int = 0
 
     @property
     def ok(self) -> bool:
         return self.status == STATUS_OK
+
+    @property
+    def rejected(self) -> bool:
+        """Refused by the server's admission control (HTTP 503): neither a success nor a failure."""
+        return self.status == STATUS_REJECTED
+
+    @property
+    def failed(self) -> bool:
+        """Neither a success nor a rejection (the failure rate counts these)."""
+        return self.status != STATUS_OK and self.status != STATUS_REJECTED
 
     @property
     def t_end(self) -> float:
@@ -84,7 +110,8 @@ class RequestRecord:
     def to_tuple(self) -> tuple:
         """Compact picklable form (for the pipe); inverse of :meth:`from_tuple`."""
         return (self.level_idx, self.level, self.t_start, self.ttft, self.e2e, self.prompt_tokens,
-                self.output_tokens, self.tokens_source, self.status, self.error, self.chunk_offsets, self.turn)
+                self.output_tokens, self.tokens_source, self.status, self.error, self.chunk_offsets, self.turn,
+                self.retry_after, self.ttfa, self.reasoning_tokens)
 
     @classmethod
     def from_tuple(cls, t: tuple) -> "RequestRecord":
@@ -96,4 +123,5 @@ class RequestRecord:
                 "e2e": self.e2e, "tpot": self.tpot, "prompt_tokens": self.prompt_tokens,
                 "output_tokens": self.output_tokens, "tokens_source": self.tokens_source,
                 "status": self.status, "error": self.error,
-                "chunk_offsets": [round(float(x), 6) for x in self.chunk_offsets], "turn": self.turn}
+                "chunk_offsets": [round(float(x), 6) for x in self.chunk_offsets], "turn": self.turn,
+                "retry_after": self.retry_after, "ttfa": self.ttfa, "reasoning_tokens": self.reasoning_tokens}

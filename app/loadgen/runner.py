@@ -22,6 +22,13 @@ reply as received; after its last turn it starts a new conversation at once. A t
 user holds no request in flight, so a level's N counts conversations in progress and its
 requests in flight are at most N (``max_in_flight`` says how many were). Conversations
 do not carry over from one level to the next (each level's users start afresh).
+
+Admission control (vLLM's ``--max-num-queued-reqs`` / ``--max-num-queued-tokens``): a request
+the server refuses with HTTP 503 is recorded as ``rejected`` (app.loadgen.records), not
+as a failure — it never counts towards the failure-rate stop, nor against a level's
+request quota or its settling; its closed-loop user waits (the answer's ``Retry-After``,
+else :attr:`RampSpec.retry_wait_s`: the think time, else ``rejected_wait_s``, 1 s) and
+sends the same request again. An open-loop arrival that is refused is not sent again.
 """
 from __future__ import annotations
 
@@ -292,12 +299,16 @@ class Ramp:
                 state.issued += 1
             return True
 
-        async def one(conv: dict | None = None) -> RequestRecord:
+        async def one(conv: dict | None = None, again: tuple | None = None) -> RequestRecord:
             """Send one request; ``conv`` (multi-turn): ``{"c": Conversation or None}``, the
             user's conversation, advanced by this turn (None after a failed turn: the
-            user starts a new one)."""
+            user starts a new one). ``again``: ``(body, est)`` of a refused request, sent
+            again as it was (the record's ``again`` attribute holds it after a refusal)."""
             text: list[str] | None = None
-            if conv is None:
+            if again is not None:
+                body, est = again
+                text = [] if conv is not None else None
+            elif conv is None:
                 body, est, _ = self.factory.next()
             else:
                 conv["c"], body, est, _ = self.factory.next_turn(conv["c"])
@@ -316,34 +327,57 @@ class Ramp:
                 if rec.ok:
                     c.reply("".join(text or []), rec.prompt_tokens if rec.tokens_source == "server_usage" else None,
                             rec.output_tokens, est)
-                else:
+                elif not rec.rejected:  # a refused turn is sent again, its conversation kept
                     conv["c"] = None
             recs.append(rec)
             self.emit_record(rec)
+            if rec.rejected:
+                resend[id(rec)] = (body, est)
+                if quota is not None and rec.t_start + self.t0 >= win["w0"]:
+                    state.issued -= 1  # a refusal is not one of the level's measured requests
+                return rec
             state.done += 1
             if not settled.is_set() and state.done >= settle_n:
                 settle(time.monotonic())
             if rec.t_start + self.t0 >= win["w0"]:
                 state.last_measured_end = max(state.last_measured_end or 0.0, rec.t_end + self.t0)
-                measured.append(rec)
+                if not rec.rejected:  # a refusal is the server's admission control, not a latency
+                    measured.append(rec)
                 if decide and quota and state.reason is None and level_decided(measured, spec.slo, quota) is not None:
                     state.reason = "decided"
                     stop.set()
-            if not rec.ok:
-                n_fail = sum(1 for r in recs if not r.ok)
-                if len(recs) >= spec.min_requests_for_abort and n_fail / len(recs) > spec.max_failure_rate:
+            if not rec.ok:  # a failure (never a rejection: those are the server's admission control)
+                admitted = [r for r in recs if not r.rejected]
+                n_fail = sum(1 for r in admitted if not r.ok)
+                if len(admitted) >= spec.min_requests_for_abort and n_fail / len(admitted) > spec.max_failure_rate:
                     if state.reason not in ("aborted",):
                         state.reason = "failure_rate"
                     stop.set()
             return rec
 
+        resend: dict[int, tuple] = {}  # id(record) of a refusal → (body, est) to send again
+
+        async def rejected_wait(rec: RequestRecord) -> tuple | None:
+            """A refused user waits (Retry-After, else the spec's retry wait; the level's end
+            wakes it) and gets the request to send again; None when the level stopped."""
+            wait = rec.retry_after if rec.retry_after is not None else spec.retry_wait_s
+            try:
+                await asyncio.wait_for(stop.wait(), wait)
+            except (asyncio.TimeoutError, TimeoutError):
+                pass
+            return resend.pop(id(rec), None)
+
         tasks: set[asyncio.Task] = set()
         sched: list[list] = []  # a rate level's arrivals: [scheduled, sent or None, waited at the cap]
         if spec.mode == "concurrency":
             async def slot() -> None:
+                again = None
                 while may_issue():
-                    rec = await one()
-                    if not rec.ok:
+                    rec = await one(again=again)
+                    again = None
+                    if rec.rejected:
+                        again = await rejected_wait(rec)
+                    elif not rec.ok:
                         await asyncio.sleep(FAIL_BACKOFF_S)
 
             async def user(u: int) -> None:
@@ -351,9 +385,13 @@ class Ramp:
                 conv: dict = {"c": None}
                 think = spec.multi_turn.think_s if spec.multi_turn is not None else 0.0
                 rng = random.Random(f"think:{spec.seed}:{idx}:{u}")
+                again = None
                 while may_issue():
-                    rec = await one(conv)
-                    if not rec.ok:
+                    rec = await one(conv, again)
+                    again = None
+                    if rec.rejected:
+                        again = await rejected_wait(rec)
+                    elif not rec.ok:
                         await asyncio.sleep(FAIL_BACKOFF_S)
                     elif think > 0 and conv["c"] is not None and not conv["c"].done:
                         try:  # thinking holds no request; the level's end wakes it
@@ -370,13 +408,13 @@ class Ramp:
                 """Send one arrival; ``entry`` = [scheduled, sent, waited at the cap] (session s)."""
                 if sem is None:
                     entry[1] = self.rel(time.monotonic())
-                    await one()
+                    resend.pop(id(await one()), None)  # a refused arrival is not sent again
                 else:
                     entry[2] = sem.locked()  # the cap is full: this arrival waits for a slot
                     async with sem:
                         if not stop.is_set():
                             entry[1] = self.rel(time.monotonic())
-                            await one()
+                            resend.pop(id(await one()), None)
 
             async def arrivals() -> None:
                 start = time.monotonic()

@@ -115,6 +115,9 @@ class ServerStats(BaseModel):
     requests_finished: Optional[float] = None
     client_prompt_tokens: Optional[float] = None
     client_output_tokens: Optional[float] = None
+    #: Δvllm:admission_rejections_total over the window: requests the API server refused with HTTP 503
+    #: (vLLM 0.32's admission control, app.engine.admission); None when the server does not export it
+    admission_rejections: Optional[float] = None
     notes: list[str] = []
 
 
@@ -171,6 +174,7 @@ def server_window(before: MetricsSnapshot, after: MetricsSnapshot, *, scrape_sta
     s.prompt_tokens = _delta(after, before, "prompt_tokens")
     s.generation_tokens = _delta(after, before, "generation_tokens")
     s.requests_finished = _delta(after, before, "request_success")
+    s.admission_rejections = _delta(after, before, "admission_rejections")
     return s
 
 

@@ -28,11 +28,13 @@ DEFAULT_FAILURE_RATE = 0.01
 
 
 class SLO(BaseModel):
-    """Service-level objective; any subset of the three p99 bounds (seconds) and a
-    failure-rate bound (fraction of a level's measured requests, 0–1).
+    """Service-level objective; any subset of the three p99 bounds (seconds), a
+    failure-rate bound (fraction of a level's admitted measured requests, 0–1) and a
+    rejection-rate bound (fraction of its measured requests the server refused with HTTP
+    503: vLLM's admission control, app.engine.admission).
 
-    Broken at a level when that level's p99 exceeds a bound or its failure rate exceeds
-    :attr:`failure_bound` (``failure_rate``, or :data:`DEFAULT_FAILURE_RATE` when only
+    Broken at a level when that level's p99 exceeds a bound, its rejection rate exceeds
+    ``rejection_rate`` or its failure rate exceeds :attr:`failure_bound` (``failure_rate``, or :data:`DEFAULT_FAILURE_RATE` when only
     latency bounds are set); a request "meets" the SLO (for goodput) when it succeeded and
     its own TTFT, TPOT and e2e are within every bound set.
     """
@@ -41,10 +43,15 @@ class SLO(BaseModel):
     ttft_p99: Optional[float] = Field(None, gt=0, description="TTFT p99 bound, s")
     tpot_p99: Optional[float] = Field(None, gt=0, description="TPOT p99 bound, s per token")
     e2e_p99: Optional[float] = Field(None, gt=0, description="end-to-end latency p99 bound, s")
+    ttfa_p99: Optional[float] = Field(None, gt=0, description=(
+        "time-to-first-answer-token p99 bound (after a reasoning model's reasoning), s"))
     failure_rate: Optional[float] = Field(None, ge=0, le=1, description="failure-rate bound, fraction 0–1")
+    rejection_rate: Optional[float] = Field(None, ge=0, le=1, description=(
+        "bound on the fraction of requests the server refused with HTTP 503 (admission control), 0–1"))
 
     def is_empty(self) -> bool:
-        return self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None and self.failure_rate is None
+        return (self.ttft_p99 is None and self.tpot_p99 is None and self.e2e_p99 is None and self.failure_rate is None
+                and self.rejection_rate is None and self.ttfa_p99 is None)
 
     @property
     def failure_bound(self) -> float | None:
@@ -149,6 +156,9 @@ class RampSpec(Workload):
     knee_gain: float = Field(0.15, ge=0, description="knee: throughput growth per doubling below this")
     knee_ttft_ratio: float = Field(1.5, ge=1, description="knee: TTFT p99 growth at least this")
     search: Optional[CapacitySearch] = Field(None, description="find the capacity instead of running fixed levels")
+    rejected_wait_s: float = Field(1.0, gt=0, description=(
+        "closed loop: seconds a user whose request the server refused (HTTP 503) waits before it sends it "
+        "again, when the answer has no Retry-After and the workload no think time (vLLM sends none)"))
     settle: Optional[bool] = Field(None, description=(
         "closed loop: a level's warm-up lasts until each user has finished one request (at least "
         "warmup_seconds); None → on for a capacity search, off for fixed levels"))
@@ -193,6 +203,14 @@ class RampSpec(Workload):
             raise ValueError("set step_seconds and/or requests_per_level: a level needs an end")
         self.check_kinds(self.mode)
         return self
+
+    @property
+    def retry_wait_s(self) -> float:
+        """Seconds a refused user (HTTP 503 without ``Retry-After``) waits before it sends
+        its request again: the multi-turn think time (its mean) when there is one, else
+        ``rejected_wait_s`` (issue 38: Retry-After, else the think time, else 1 s)."""
+        mt = self.multi_turn
+        return mt.think_s if mt is not None and mt.think_s > 0 else self.rejected_wait_s
 
     @property
     def settles(self) -> bool:
@@ -274,7 +292,7 @@ def slo_to_wall(slo: SLO, k: float) -> SLO:
         raise ValueError(f"time scale {k}: a sim's time scale is > 0")
     if k == 1.0:
         return slo
-    return slo.model_copy(update={f: getattr(slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99")
+    return slo.model_copy(update={f: getattr(slo, f) / k for f in ("ttft_p99", "tpot_p99", "e2e_p99", "ttfa_p99")
                                   if getattr(slo, f) is not None})
 
 
@@ -295,7 +313,8 @@ def spec_to_wall(spec: RampSpec, k: float, *, durations: bool = True) -> RampSpe
             upd["search"] = sr.model_copy(update={"start": sr.start * k, "max_level": sr.max_level * k,
                                                   "min_step": sr.step("rate") * k})
     if durations:
-        upd.update(warmup_seconds=spec.warmup_seconds / k, request_timeout=spec.request_timeout / k)
+        upd.update(warmup_seconds=spec.warmup_seconds / k, request_timeout=spec.request_timeout / k,
+                   rejected_wait_s=spec.rejected_wait_s / k)
         for f in ("step_seconds", "max_total_seconds"):
             if getattr(spec, f) is not None:
                 upd[f] = getattr(spec, f) / k

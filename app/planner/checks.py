@@ -18,6 +18,7 @@ quantization_config, or needs one the checkpoint lacks), quantization_unsupporte
 capability), quantization_weight_only_fallback (info: vLLM runs
 the quantization on its slower weight-only path on these cards), dtype_unsupported_by_gpu,
 dtype_unsupported_by_quantization, option_not_accepted, batched_tokens_below_num_seqs,
+active_seqs_above_num_seqs (``--max-num-active-seqs`` above the effective max_num_seqs),
 max_model_len_exceeds_model, not_enough_free_vram, not_enough_node_memory,
 weights_do_not_fit, no_kv_cache_memory, context_exceeds_kv_cache,
 request_exceeds_max_model_len, cuda_graph_oom_risk, sampler_warmup_oom, no_p2p,
@@ -81,18 +82,29 @@ def tp_divides(tp: int, heads: int, kv_heads: int) -> bool:
 
 def valid_tp_sizes(cards: int, pp: int = 1, heads: int | None = None, kv_heads: int | None = None) -> list[int]:
     """The tensor parallel sizes that fit ``cards`` with pipeline size ``pp`` (TP × PP ≤
-    cards) and, when the model's ``heads``/``kv_heads`` are known, satisfy
-    :func:`tp_divides`; ``[1]`` at least. Ascending."""
+    cards; pass PP × DP as ``pp`` for data parallel replicas: :func:`valid_dp_sizes`) and,
+    when the model's ``heads``/``kv_heads`` are known, satisfy :func:`tp_divides`; ``[1]``
+    at least. Ascending."""
     out = [t for t in range(1, max(1, cards // max(1, pp)) + 1)
            if not heads or tp_divides(t, heads, kv_heads or heads)]
     return out or [1]
 
 
 def valid_pp_sizes(cards: int, tp: int = 1, layers: int | None = None) -> list[int]:
-    """The pipeline parallel sizes that fit ``cards`` with tensor size ``tp`` and give
-    every stage at least one of the model's ``layers`` (when known); ``[1]`` at least."""
+    """The pipeline parallel sizes that fit ``cards`` with tensor size ``tp`` (pass TP ×
+    DP for data parallel replicas) and give every stage at least one of the model's
+    ``layers`` (when known); ``[1]`` at least."""
     limit = layers or cards
     return [p for p in range(1, max(1, cards // max(1, tp)) + 1) if p <= limit] or [1]
+
+
+def valid_dp_sizes(cards: int, tp: int = 1, pp: int = 1) -> list[int]:
+    """The data parallel sizes (engine replicas of TP × PP cards each) that fit ``cards``:
+    TP × PP × DP ≤ cards, vLLM's world size across data parallel ranks
+    (``ParallelConfig.world_size_across_dp`` = world_size × data_parallel_size, world_size
+    = PP × TP × PCP: vllm/config/parallel.py:623 and :945, vLLM 0.32.0) — the bound
+    :func:`check_world_size` holds a plan to; ``[1]`` at least. Ascending."""
+    return list(range(1, max(1, cards // max(1, tp * pp)) + 1))
 
 
 def parallel_layouts(p: "Plan", more_cards_per_replica: bool = False) -> list[dict[str, Any]]:
@@ -392,6 +404,18 @@ def check_batched_tokens(p: "Plan") -> Finding | None:
                    f"max_num_batched_tokens {e.max_num_batched_tokens} is smaller than max_num_seqs "
                    f"{e.max_num_seqs}; vLLM needs at least one token per sequence per step.",
                    candidates=[{"max_num_batched_tokens": e.max_num_seqs}])
+
+
+def check_active_seqs(p: "Plan") -> Finding | None:
+    """``--max-num-active-seqs`` above the effective ``max_num_seqs`` (its version's default
+    when unset): vLLM refuses it at start-up (vllm/config/scheduler.py:335–342 @ 0.32.0)."""
+    a, e = p.config.max_num_active_seqs, p.effective
+    if a is None or a <= e.max_num_seqs:
+        return None
+    return Finding("active_seqs_above_num_seqs", "error",
+                   f"max_num_active_seqs {a} is larger than max_num_seqs {e.max_num_seqs}; vLLM admits at most "
+                   f"max_num_seqs requests into RUNNING and refuses the combination.",
+                   candidates=[{"max_num_active_seqs": e.max_num_seqs}, {"max_num_seqs": a}])
 
 
 def check_max_model_len(p: "Plan") -> Finding | None:
@@ -717,6 +741,17 @@ def nccl_p2p_forced(env: dict[str, str]) -> str | None:
     return None
 
 
+def nccl_p2p_disabled(env: dict[str, str]) -> bool:
+    """Whether the server's environment keeps NCCL off P2P between any two cards:
+    ``NCCL_P2P_DISABLE=1``, or ``NCCL_P2P_LEVEL=LOC`` (its old number 0) — "never use P2P"
+    (NCCL src/graph/paths.cc ncclGetLevel, 2.21–2.28, the order of :func:`nccl_p2p_forced`).
+    The all-reduce then goes through host memory (the SHM transport)."""
+    if _env_int(env, "NCCL_P2P_DISABLE") == 1:
+        return True
+    level = str(env.get("NCCL_P2P_LEVEL", "")).strip()
+    return level == "LOC" or (level.isdigit() and int(level) == 0)
+
+
 def custom_all_reduce_state(p: "Plan") -> tuple[bool, str]:
     """(whether vLLM's custom all-reduce runs for the TP group, why not: the line vLLM
     logs). vLLM's order (vllm/distributed/device_communicators/custom_all_reduce.py,
@@ -983,7 +1018,7 @@ CHECKS: list[Callable[["Plan"], Finding | None]] = [
     check_world_size, check_tp_heads, check_pp_partition, check_quantization_known,
     check_quantization_matches_checkpoint, check_quantization_capability, check_quantization_fallback,
     check_dtype_capability, check_dtype_quantization, check_removed_options, check_batched_tokens,
-    check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
+    check_active_seqs, check_max_model_len, check_free_vram, check_node_memory, check_weights_fit, check_kv_memory,
     check_context_fits, check_workload_len, check_graph_headroom,
     check_sampler, check_p2p, check_cpu_executor, check_speculative_draft, check_cpu_speculative,
     check_tp_spans_hosts, check_chunked_prefill_batch, check_kv_dtype_capability, check_unmodelled_options,

@@ -578,6 +578,10 @@ def _r_batched(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     return ("max_num_batched_tokens must be at least max_num_seqs.", {"max_num_batched_tokens": int(_num(m.group(2)))})
 
 
+def _r_active(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
+    return ("max_num_active_seqs must be at most max_num_seqs.", {"max_num_active_seqs": int(_num(m.group(2)))})
+
+
 def _r_unrecognized(m: re.Match[str], c: _Ctx) -> tuple[str, dict[str, Any]]:
     flags = re.findall(r"--([A-Za-z0-9][\w-]*)", m.group(1))
     return (f"this vLLM version does not accept {', '.join('--' + f for f in flags) or m.group(1)} "
@@ -1101,6 +1105,9 @@ RULES: list[Rule] = [
      10, _r_maxlen),
     ("batched_tokens_below_num_seqs", re.compile(
         r"max_num_batched_tokens \((\d+)\) must be greater than or equal to max_num_seqs \((\d+)\)"), 10, _r_batched),
+    # vllm/config/scheduler.py:335–342 (0.32.0; --max-num-active-seqs, 0.31+)
+    ("active_seqs_above_num_seqs", re.compile(
+        r"max_num_active_seqs \((\d+)\) cannot be greater than max_num_seqs \((\d+)\)"), 10, _r_active),
     # vllm/config/scheduler.py SchedulerConfig.verify_max_model_len (0.32.0): chunked prefill off
     ("batched_tokens_below_max_model_len", re.compile(
         r"max_num_batched_tokens \((\d+)\) is smaller than max_model_len \((\d+)\)"), 10,

@@ -17,6 +17,10 @@ vLLM's own defaults do not work well on a machine without a GPU:
   busy-waits with the engine core (docs/cli.md, docs/vllm-facts.md): the in-process executor
   is ``--distributed-executor-backend uni`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
   (app.planner.checks.check_cpu_executor).
+- In 0.32 the CPU build saves an AOT-compiled model at every launch that the next launch
+  cannot load (``cpu_aot_compile_reloads`` in data/vllm_versions.yaml, from
+  vllm/compilation/decorators.py:315): it compiles again each time, after a failed load.
+  ``VLLM_USE_AOT_COMPILE=0`` compiles through torch.compile's own cache, which reloads.
 
 Only what the user did not set is filled — an option in the configuration, a variable in
 its ``env`` or in the environment vLLM Dyno was started from; an explicit value is never
@@ -104,6 +108,11 @@ def cpu_build_defaults(config: ServerConfig, *, vllm_version: str | None, cards:
                               "you asked for back into mp")
 
     rules = rules_for(vllm_version)
+    if not rules.cpu_aot_compile_reloads and not user_set("VLLM_USE_AOT_COMPILE"):
+        env["VLLM_USE_AOT_COMPILE"] = "0"
+        out.chosen.append(f"VLLM_USE_AOT_COMPILE=0: vLLM {rules.entry}'s CPU build cannot load back the AOT-compiled "
+                          "model it saves, so every launch would compile it again after a failed load; "
+                          "torch.compile's own cache reloads")
     if not user_set("VLLM_CPU_KVCACHE_SPACE"):
         try:
             arch = model if model is not None else resolve_model(config.model)

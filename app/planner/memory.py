@@ -82,6 +82,9 @@ class Effective:
     hybrid_kv: bool = True
     prefix_caching: bool = True
     spec_tokens: int = 0
+    #: the V0 engine without chunked prefill: steps of whole prompts only, before any decode
+    #: (app.engine.scheduler, ``prefill_first``)
+    prefill_first: bool = False
 
     @property
     def cpu_budget_from_utilization(self) -> bool:

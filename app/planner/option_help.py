@@ -19,6 +19,7 @@ from typing import Any
 
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.plan import Plan
+from app.planner.versions import v0_batch_defaults, v0_engine
 
 #: fields whose default does not depend on the rig, in words
 _STATIC_DEFAULTS = {
@@ -57,6 +58,8 @@ def option_defaults(plan: Plan) -> dict[str, str]:
     card = min(plan.cards or plan.gpus, key=lambda g: g.memory_gib)
     cpu = card.kind == "cpu"
     seqs, mnbt = r.batch_defaults(card.memory_gib, card.name, e.tp * e.pp if cpu else 0)
+    if v0_engine(r.version) and not cpu:  # the V0 engine's, whatever the card
+        seqs, mnbt = v0_batch_defaults(e.max_model_len, not e.prefill_first)
     where = f"vLLM {r.version}, " + ("the CPU build" if cpu else f"{card.name} {card.memory_gib:.0f} GiB")
     out = dict(_STATIC_DEFAULTS)
     out.update({

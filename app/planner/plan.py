@@ -23,18 +23,19 @@ from app.loadgen.prompts import planned_lengths
 from app.loadgen import workload as wl
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
 from app.loadgen.stats import find_knee
+from app.engine.admission import AdmissionLimits
 from app.engine.kvcache import CHUNKED, FULL, MAMBA, SLIDING, KvCacheLayout
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.engines import Engine
 from app.planner.calibrate import hardware_fingerprint, load_calibration
-from app.planner.checks import CHECKS, VERDICT_ORDER, Finding
+from app.planner.checks import CHECKS, VERDICT_ORDER, Finding, nccl_p2p_disabled
 from app.planner.gpus import GIB, GpuSpec, RigLayout
 from app.planner.memory import (LORA_DEFAULT_RANK, LORA_DEFAULT_SLOTS, Draft, Effective, RankMemory, kv_dtype_bytes,
                                  kv_layout, plan_ranks, pp_partition)
 from app.planner.models import DTYPE_BYTES, ModelArch, ModelNotFoundError, quant_bytes_per_param, resolve_model
 from app.planner.pcie import HostPcie
 from app.planner.predict import EngineLimits, predict_ramp
-from app.planner.versions import VllmRules, rules_for
+from app.planner.versions import VllmRules, chunked_prefill_default, rules_for, v0_batch_defaults, v0_engine
 
 
 def mean_lengths(spec: wl.Workload) -> tuple[int, int]:
@@ -275,18 +276,25 @@ class Plan:
         """What one scheduler of this server holds (KV blocks, max_num_seqs, the token
         budget) and how many engines (data parallel replicas) there are."""
         e = self.effective
-        # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off
-        pc = self.config.enable_prefix_caching is not False
+        # prefix caching: vLLM V1's default is on (vllm/config/cache.py, 0.32.0); only --no-… turns it off;
+        # V0's is off (effective_settings)
+        pc = e.prefix_caching
+        c = self.config
+        gate = AdmissionLimits(c.max_num_queued_reqs, c.max_num_queued_tokens)
         if not self.kv_layout.uniform:  # the pool's blocks, each request holding only its windows
             blocks = self.kv_blocks if self.kv_tokens_scale == 1.0 else int(self.kv_blocks * self.kv_tokens_scale)
             return EngineLimits(max(1, blocks), e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                 spec_tokens=self.config.num_speculative_tokens, spec_acceptance=self.spec_acceptance,
-                                enable_prefix_caching=pc, max_model_len=e.max_model_len, kv_layout=self.kv_layout)
+                                enable_prefix_caching=pc, max_model_len=e.max_model_len, kv_layout=self.kv_layout,
+                                max_num_active_seqs=c.max_num_active_seqs, admission=gate,
+                                prefill_first=e.prefill_first)
         kv = self.kv_cache_tokens if self.kv_tokens_scale == 1.0 else int(self.kv_cache_tokens * self.kv_tokens_scale)
         return EngineLimits.of_tokens(kv, e.max_num_seqs, e.max_num_batched_tokens, self.dp,
                                       spec_tokens=self.config.num_speculative_tokens,
                                       spec_acceptance=self.spec_acceptance,
-                                      enable_prefix_caching=pc, max_model_len=e.max_model_len)
+                                      enable_prefix_caching=pc, max_model_len=e.max_model_len,
+                                      max_num_active_seqs=c.max_num_active_seqs, admission=gate,
+                                      prefill_first=e.prefill_first)
 
     @property
     def weights_gib_total(self) -> float:
@@ -482,6 +490,16 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
     smallest = min(cards, key=lambda g: g.memory_gib)
     cpu = any(g.kind == "cpu" for g in cards)
     seqs, batched = rules.batch_defaults(smallest.memory_gib, smallest.name, tp * pp if cpu else 0)
+    mml = cfg.max_model_len or model.max_position
+    try:
+        given = extra_args_to_dict(cfg.extra_args).get("enable-chunked-prefill")
+    except ValueError:
+        given = None
+    chunked = bool(given) if given is not None else chunked_prefill_default(
+        rules.version, mml, bool(model.sliding_window), bool(cfg.num_speculative_tokens), bool(lora_settings(cfg, dbytes)))
+    v0 = v0_engine(rules.version) and not cpu
+    if v0:
+        seqs, batched = v0_batch_defaults(mml, chunked)
     part_err = None
     try:
         part = pp_partition(model.layers, pp, cfg.env.get("VLLM_PP_LAYER_PARTITION"))
@@ -500,7 +518,10 @@ def effective_settings(cfg: ServerConfig, model: ModelArch, cards: list[GpuSpec]
         enforce_eager=bool(cfg.enforce_eager), block_size=128 if cpu else 16, pp_partition=part,
         cpu_kv_space_gib=space, cpu_utilization_budget=rules.cpu_utilization_budget,
         **lora_settings(cfg, dbytes), **kv_group_settings(cfg, model, pp, batched_eff, rules.version),
+        prefill_first=v0 and not chunked,
     )
+    if v0 and cfg.enable_prefix_caching is None:  # V0's default: off (V1 turned it on)
+        eff = replace(eff, prefix_caching=False)
     return eff, part_err
 
 
@@ -618,8 +639,8 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
         expert_params = sum(m.experts * 3 * m.hidden * m.moe_intermediate for i in layers if m.is_moe_layer(i))
         expert_bytes = expert_params * bpp / e.tp
         active = sum(m.layer_params(i, active=True) for i in layers)
-        if s == e.pp - 1:
-            active += m.embedding_params()  # lm_head
+        head = m.embedding_params() if s == e.pp - 1 else 0.0  # lm_head
+        active += head
         hd = (m.kv_lora_rank + m.qk_rope_head_dim) if m.is_mla else m.head_dim
         dense = (slow.weights_gib - slow.draft_weights_gib) * GIB - expert_bytes
         # --quantization awq runs AWQ's own GEMM (vLLM keeps awq_marlin for a checkpoint served without the
@@ -632,9 +653,10 @@ def build_step_model(p: Plan, params: PerfParams | None = None) -> StepTimeModel
             kv_bytes_per_token=slow.kv_bytes_per_token, attn_heads=m.heads / e.tp, head_dim=hd,
             weight_kernel="awq_gemm" if awq else "",
             dense_weight_bytes_16=dense / bpp * e.dtype_bytes if awq else 0.0,
-            kv_windows=kv_windows(m, e, layers)))
+            kv_windows=kv_windows(m, e, layers), head_params=head / e.tp))
     if params is None:
-        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version)
+        params = default_params(stages[0].gpu, e.tp, m.quant_bits if e.quantization else None, p.rules.version,
+                                p2p=False if nccl_p2p_disabled(p.config.env) else None)
     extra = extra_args_to_dict(p.config.extra_args)
     steps = max(1, int(extra.get("num-scheduler-steps", 1) or 1))
     on = extra.get("async-scheduling")

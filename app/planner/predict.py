@@ -29,6 +29,14 @@ share one engine and one set of rules (issue 17 item 4):
   :func:`app.loadgen.stats.compute_step_stats` from the requests as
   :class:`~app.loadgen.records.RequestRecord` (TTFT from the send, TPOT, numpy
   percentiles);
+- admission control: the server's ``--max-num-queued-reqs`` / ``--max-num-queued-tokens``
+  (:class:`app.engine.admission.AdmissionLimits`, in :class:`EngineLimits`) refuse a request
+  as the sim's front end does; the refused request is recorded as the load generator records
+  an HTTP 503 (status ``rejected``) and its user sends it again after
+  :meth:`app.loadgen.spec.RampSpec.retry_wait_s` — so a queue cap bounds the requests
+  waiting, and with them the TTFT, at the price of the refused fraction that
+  ``--slo-rejection-rate`` bounds; ``--max-num-active-seqs`` caps the scheduler's running
+  requests (:class:`app.engine.scheduler.Scheduler`);
 - the search: :func:`app.loadgen.capacity.search_levels` (``next_level``), judged by
   :func:`~app.loadgen.capacity.level_met`, answered by :func:`~app.loadgen.capacity.capacity_of`.
 
@@ -44,6 +52,7 @@ from typing import Sequence
 
 import numpy as np
 
+from app.engine.admission import REJECTED_MESSAGES, AdmissionLimits
 from app.engine.kvcache import KvCacheLayout
 from app.engine.offline import LevelRun, run_level
 
@@ -52,7 +61,7 @@ from app.engine.specdecode import DEFAULT_ACCEPTANCE, geometric_accept
 from app.engine.steptime import StepTimeModel
 from app.loadgen.capacity import Capacity, capacity_of, level_met, search_levels
 from app.loadgen.prompts import TURN_OVERHEAD_TOKENS, LengthSampler, SharedPrefixes
-from app.loadgen.records import RequestRecord
+from app.loadgen.records import STATUS_REJECTED, RequestRecord
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import StepStats, compute_step_stats, level_window
 
@@ -87,14 +96,24 @@ class EngineLimits:
     #: a hybrid model's KV cache groups (app.engine.kvcache; None: one full-attention group):
     #: ``num_blocks`` then counts the pool's blocks
     kv_layout: KvCacheLayout | None = None
+    #: ``--max-num-active-seqs`` (None: max_num_seqs) and the front end's queue limits
+    #: (``--max-num-queued-reqs`` / ``--max-num-queued-tokens``, over every replica)
+    max_num_active_seqs: int | None = None
+    admission: AdmissionLimits = AdmissionLimits()
+    #: the V0 engine without chunked prefill (app.engine.scheduler's ``prefill_first``)
+    prefill_first: bool = False
 
     @classmethod
     def of_tokens(cls, kv_tokens: int, max_num_seqs: int, max_num_batched_tokens: int,
                   engines: int = 1, spec_tokens: int = 0, spec_acceptance: float = DEFAULT_ACCEPTANCE,
-                  enable_prefix_caching: bool = False, max_model_len: int | None = None) -> "EngineLimits":
+                  enable_prefix_caching: bool = False, max_model_len: int | None = None,
+                  max_num_active_seqs: int | None = None,
+                  admission: AdmissionLimits = AdmissionLimits(),
+                  prefill_first: bool = False) -> "EngineLimits":
         return cls(max(1, kv_tokens // BLOCK), max_num_seqs, max_num_batched_tokens, engines,
                    spec_tokens=spec_tokens, spec_acceptance=spec_acceptance,
-                   enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len)
+                   enable_prefix_caching=enable_prefix_caching, max_model_len=max_model_len,
+                   max_num_active_seqs=max_num_active_seqs, admission=admission, prefill_first=prefill_first)
 
     def scheduler(self, step_time, seed: int = 0, max_concurrent_batches: int = 1) -> Scheduler:
         """A fresh scheduler of these limits stepping with ``step_time``; with speculative
@@ -105,7 +124,9 @@ class EngineLimits:
         return Scheduler(self.num_blocks, self.max_num_seqs, self.max_num_batched_tokens, step_time,
                          spec_tokens=self.spec_tokens, accept=accept,
                          enable_prefix_caching=self.enable_prefix_caching,
-                         max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout)
+                         max_concurrent_batches=max_concurrent_batches, kv_layout=self.kv_layout,
+                         max_num_active_seqs=self.max_num_active_seqs,
+                         prefill_first=self.prefill_first)
 
 
 class RequestStream:
@@ -189,10 +210,16 @@ def level_records(run: LevelRun, idx: int, level: float) -> list[RequestRecord]:
     and e2e from the send, token counts as the server's usage reports them."""
     out = []
     for f in run.flights:
+        if f.rejected is not None:  # the HTTP 503 the load generator records, answered at once
+            out.append(RequestRecord(level_idx=idx, level=level, t_start=f.sent, e2e=0.0,
+                                     prompt_tokens=f.req.prompt_len, status=STATUS_REJECTED,
+                                     error=REJECTED_MESSAGES[f.rejected], turn=f.turn))
+            continue
         if not f.tokens:
             continue  # still waiting when the level ended: the generator records it only when it ends
         offs = np.unique(np.asarray(f.tokens, dtype=np.float64)) - f.sent  # a chunk's tokens share its time
         out.append(RequestRecord(level_idx=idx, level=level, t_start=f.sent, ttft=float(offs[0]), e2e=float(offs[-1]),
+                                 ttfa=float(offs[0]),  # no reasoning modelled: the first token is the answer's
                                  prompt_tokens=f.req.prompt_len, output_tokens=len(f.tokens),
                                  tokens_source="server_usage", chunk_offsets=offs.astype(np.float32), turn=f.turn))
     return out
@@ -219,7 +246,8 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
                     quota=spec.level_quota(level), request_overhead_s=model.params.t_request_s,
                     engines=limits.engines, send_gap_s=SEND_GAP_S, settle_n=users if spec.settles else 0,
                     send_times=spec.arrivals(level, spec.seed, idx) if rate else None,
-                    max_concurrency=spec.max_concurrency if rate else None, next_request=stream)
+                    max_concurrency=spec.max_concurrency if rate else None, next_request=stream,
+                    admission=limits.admission, retry_wait=lambda _u: spec.retry_wait_s)
     recs = level_records(run, idx, level)
     w0, w1 = level_window(run.reason, run.warmup_end, run.deadline, run.t_stop, run.last_counted_end)
     in_flight = users if not rate else _max_in_flight(run)
@@ -232,7 +260,8 @@ def predict_level(model: StepTimeModel, limits: EngineLimits, spec: RampSpec, le
 
 def _max_in_flight(run: LevelRun) -> int:
     """The most requests an open-loop level had in flight at once."""
-    ev = sorted([(f.sent, 1) for f in run.flights] + [(f.tokens[-1], -1) for f in run.flights if f.tokens
+    ev = sorted([(f.sent, 1) for f in run.flights if f.rejected is None]
+                + [(f.tokens[-1], -1) for f in run.flights if f.tokens
                                                         and f.req.finish_reason is not None])
     n = most = 0
     for _, d in ev:

@@ -152,10 +152,14 @@ class Source(_Strict):
 
 class Hardware(_Strict):
     """The cards of the run: ``gpu`` a name of ``app/planner/data/gpus.yaml`` (or one it
-    resolves), ``count`` how many the server used (all ranks: TP × PP × DP)."""
+    resolves), ``count`` how many the server used (all ranks: TP × PP × DP); ``p2p``
+    false where the source says the cards could not reach each other directly although
+    the card can (each in its own container or VM, P2P off: NCCL goes through the host),
+    None: the card's own."""
 
     gpu: str = Field(min_length=1)
     count: int = Field(ge=1, le=1024)
+    p2p: bool | None = None
 
 
 class Assumed(_Strict):

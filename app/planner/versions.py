@@ -42,6 +42,43 @@ def newest_known() -> str:
     return known_versions()[-1]
 
 
+#: the first release whose default engine is V1 (vLLM 0.8.0: ``VLLM_USE_V1`` defaults to 1);
+#: before it the V0 engine (vllm/engine/llm_engine.py, vllm/core/scheduler.py) schedules
+V1_DEFAULT_FROM = (0, 8)
+#: V0 turns chunked prefill on by itself above this max_model_len (tokens): "Chunked prefill
+#: is enabled by default for models with max_model_len > 32K" (vllm/engine/arg_utils.py
+#: ``EngineArgs.create_engine_config``, 0.5–0.7: ``use_long_context = max_model_len > 32K``,
+#: on a GPU, without a sliding window, speculative decoding or LoRA)
+V0_LONG_CONTEXT = 32 * 1024
+#: V0's defaults (vllm/engine/arg_utils.py ``EngineArgs.max_num_seqs = 256``; vllm/config.py
+#: ``SchedulerConfig.__init__``: max_num_batched_tokens 512 with chunked prefill — "the best
+#: balance between ITL and TTFT on A100" — else max(max_model_len, 2048)), whatever the card
+V0_MAX_NUM_SEQS, V0_CHUNKED_BATCHED_TOKENS, V0_MIN_BATCHED_TOKENS = 256, 512, 2048
+
+
+def v0_engine(version: str | None) -> bool:
+    """Whether vLLM ``version`` (None: the newest) serves with the V0 engine by default."""
+    return version is not None and bool(re.match(r"\d", str(version))) and \
+        version_tuple(str(version)) < V1_DEFAULT_FROM
+
+
+def chunked_prefill_default(version: str | None, max_model_len: int, sliding_window: bool = False,
+                            speculative: bool = False, lora: bool = False) -> bool:
+    """Whether ``version`` chunks prefills when ``--enable-chunked-prefill`` is not given:
+    always from V1 (0.8); on V0 only for ``max_model_len`` > :data:`V0_LONG_CONTEXT` on a
+    model without a sliding window, without a draft and without LoRA."""
+    if not v0_engine(version):
+        return True
+    return max_model_len > V0_LONG_CONTEXT and not (sliding_window or speculative or lora)
+
+
+def v0_batch_defaults(max_model_len: int, chunked_prefill: bool) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) the V0 engine picks when unset
+    (:data:`V0_MAX_NUM_SEQS`, :data:`V0_CHUNKED_BATCHED_TOKENS`)."""
+    return V0_MAX_NUM_SEQS, (V0_CHUNKED_BATCHED_TOKENS if chunked_prefill
+                             else max(max_model_len, V0_MIN_BATCHED_TOKENS))
+
+
 @dataclass(frozen=True)
 class VllmRules:
     """The rules of one vLLM version (``version`` as given, ``entry`` the data row used)."""
@@ -143,6 +180,13 @@ class VllmRules:
         known); False when its KV cache is ``VLLM_CPU_KVCACHE_SPACE`` GiB, 4 by default
         (``kv_space``: 0.10, 0.11)."""
         return self.data.get("cpu_memory", "utilization") == "utilization"
+
+    @property
+    def cpu_aot_compile_reloads(self) -> bool:
+        """False when the CPU build's AOT-compiled model cannot be loaded back by the next
+        launch, which then compiles again (``cpu_aot_compile_reloads`` in
+        data/vllm_versions.yaml: 0.32, vllm/compilation/decorators.py:315); True otherwise."""
+        return bool(self.data.get("cpu_aot_compile_reloads", True))
 
 
 def rules_for(version: str | None = None) -> VllmRules:

@@ -7,7 +7,8 @@ and the cards showed while the level above the capacity ran (:class:`LevelObserv
 server's options, the rig and the prices from Settings. Output: :class:`Verdict`.
 
 What limits the capacity is read from the first level that broke the SLO, in this order:
-failures; KV capacity (preemptions, or the KV cache ≥ 98 % full); ``max_num_seqs``
+failures; admission control (the server refused more than ``--slo-rejection-rate`` of the
+requests with HTTP 503: its ``--max-num-queued-reqs`` / ``--max-num-queued-tokens``); KV capacity (preemptions, or the KV cache ≥ 98 % full); ``max_num_seqs``
 (requests queued while the running batch was at ``max_num_seqs``); GPU throttling
 (NVML's limiting clock-event reasons, app.telemetry.throttle.LIMITING); then the bound
 it broke: TTFT (prefills queue), TPOT or e2e (decode speed). The next thing to try
@@ -40,12 +41,14 @@ SEQS_PINNED = 0.9
 #: server options the sentence names when set (in this order; tensor_parallel_size always)
 FLAG_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "quantization",
                "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "gpu_memory_utilization",
-               "max_model_len", "enable_prefix_caching", "enforce_eager", "speculative_config")
+               "max_model_len", "enable_prefix_caching", "enforce_eager", "speculative_config",
+               "max_num_active_seqs", "max_num_queued_reqs", "max_num_queued_tokens")
 
 
 #: the limit codes in words
-LIMIT_NAMES = {"failures": "failures", "kv_cache": "KV cache capacity", "max_num_seqs": "max_num_seqs",
-               "throttling": "GPU throttling", "ttft": "time to first token (TTFT)", "tpot": "decode speed (TPOT)",
+LIMIT_NAMES = {"failures": "failures", "rejections": "admission control (HTTP 503)", "kv_cache": "KV cache capacity", "max_num_seqs": "max_num_seqs",
+               "throttling": "GPU throttling", "ttft": "time to first token (TTFT)",
+               "ttfa": "time to first answer token (TTFA, after the reasoning)", "tpot": "decode speed (TPOT)",
                "e2e": "end-to-end latency", "max_level": "the highest level probed", "none": "nothing measured"}
 
 
@@ -105,7 +108,7 @@ class Verdict(BaseModel):
     ``slo`` the bounds; at the capacity level: ``output_tps`` (tokens/s), ``j_per_token``
     (J, None without power readings), ``cost_per_mtok`` (``currency`` per million output
     tokens, rented + energy: app.telemetry.derived.cost_per_mtok; None without prices); ``flags`` the server options in force; ``limited_by`` a code
-    (``failures``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``tpot``,
+    (``failures``, ``rejections``, ``kv_cache``, ``max_num_seqs``, ``throttling``, ``ttft``, ``ttfa``, ``tpot``,
     ``e2e``, ``max_level``, ``none``) and ``limit`` its evidence in words; ``next_try``
     what to change and ``next_fix`` it as option values (or None); ``sentence`` all of it
     in one line; ``few_requests`` when the capacity's p99 came from < 100 requests;
@@ -213,6 +216,12 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(nxt.failures.items())) or "none counted"
         return ("failures", f"{nxt.failure_rate:.0%} of the requests failed at {at} ({kinds})",
                 "read the server log around that level for the cause", None)
+    if "rejections" in cap.limited_by:
+        limits = ", ".join(f"{k} {flags[k]}" for k in ("max_num_queued_reqs", "max_num_queued_tokens") if flags.get(k))
+        return ("rejections", f"the server refused {nxt.rejection_rate:.0%} of the requests with HTTP 503 at {at} "
+                              f"({nxt.rejected} rejected; admission control{': ' + limits if limits else ''})",
+                "the queue limit holds the TTFT by refusing: raise max_num_queued_reqs / max_num_queued_tokens to "
+                "admit more (at a longer TTFT) or add capacity", None)
     o = obs or LevelObservation()
     if (o.preemptions or 0) > 0 or (o.kv_usage_max is not None and o.kv_usage_max >= KV_FULL):
         ev = f"the KV cache was {o.kv_usage_max:.0%} full" if o.kv_usage_max is not None else "the KV cache was full"
@@ -256,6 +265,12 @@ def _limit(cap: Capacity, nxt: StepStats | None, obs: LevelObservation | None, f
             return ("ttft", ev, f"{bound}: raise max_num_batched_tokens to {2 * int(batched)}",
                     {"max_num_batched_tokens": 2 * int(batched)})
         return "ttft", ev, f"{bound}: raise max_num_batched_tokens", None
+    if "ttfa" in broke and "tpot" not in broke and "e2e" not in broke:
+        think = f" after {nxt.reasoning_tokens_mean:.0f} reasoning tokens a request" \
+            if nxt.reasoning_tokens_mean else ""
+        ev = (f"time to first answer token p99 {nxt.ttfa_p99:.3g} s at {at}{think}" if nxt.ttfa_p99 else at)
+        return ("ttfa", ev, "reasoning-bound: a thinking budget (vLLM 0.32's thinking_token_budget request field) "
+                            "or faster decode (TPOT) brings the answer sooner", None)
     code = "tpot" if "tpot" in broke else "e2e"
     val = nxt.tpot_p99 if code == "tpot" else nxt.e2e_p99
     ev = f"{code.upper()} p99 {val:.3g} s at {at}: each decode step is too slow for the bound" if val else at

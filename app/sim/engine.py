@@ -87,7 +87,8 @@ class SimEngine:
                  request_overhead_s: float = 0.0, index: int = 0, t0: float | None = None,
                  on_done: Callable[[int], None] | None = None, spec_tokens: int = 0,
                  spec_acceptance: float = DEFAULT_ACCEPTANCE, enable_prefix_caching: bool = False,
-                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None) -> None:
+                 max_concurrent_batches: int = 1, kv_layout: KvCacheLayout | None = None,
+                 max_num_active_seqs: int | None = None) -> None:
         self.k = float(time_scale)
         #: rig seconds a request spends outside the engine steps before it is queued (HTTP,
         #: tokenization, output processing): the step model's t_request_s
@@ -103,7 +104,8 @@ class SimEngine:
         self.sched = Scheduler(num_blocks, max_num_seqs, max_num_batched_tokens, self._timed,
                                on_first_token=self._first, on_finished=self._finished, on_token=self._token,
                                spec_tokens=spec_tokens, accept=accept, enable_prefix_caching=enable_prefix_caching,
-                               max_concurrent_batches=max_concurrent_batches, kv_layout=kv_layout)
+                               max_concurrent_batches=max_concurrent_batches, kv_layout=kv_layout,
+                               max_num_active_seqs=max_num_active_seqs)
         self._spec_seen = (0, 0, 0, [0] * spec_tokens)  # counters exported so far
         self._spec_logged = (0, 0, 0, [0] * spec_tokens)  # counts at the last SpecDecoding log line
         self._reported_prefix = (0, 0)  # (queries, hits) already added to the metrics

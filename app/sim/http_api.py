@@ -18,6 +18,29 @@ the requests in flight and every later one get 500 with vLLM's ``EngineDeadError
 message, ``/health`` answers 503 (vllm/entrypoints/serve/instrumentator/health.py), and
 ``on_engine_death`` (the server: its log lines, its exit) is called once.
 
+Admission control (``--max-num-queued-reqs`` / ``--max-num-queued-tokens``,
+:mod:`app.engine.admission`): a generation request is judged before its HTTP and
+tokenization time, as vLLM's ``_preflight`` judges it before rendering, against the
+requests admitted and not yet finished — over every data parallel replica, as vLLM's API
+servers count them together — and the prompts of those without a first token; a refused
+one gets vLLM's 503 (its body, no ``Retry-After``) and adds 1 to
+``vllm:admission_rejections_total{reason=…}``. Deviations: vLLM checks twice — before
+rendering (HTTP 503) and again when it registers the request after tokenization
+(vllm/v1/engine/async_llm.py:569; a stream already begun then ends with a 503 error event,
+which the load generator counts as a rejection too); the sim (and the planner,
+app.engine.offline) checks once, counting a request from its check on, so its refusals
+are all HTTP 503s. With data parallel vLLM starts one API
+server per replica and each judges ``--max-num-queued-tokens`` on its own share of the
+requests; the sim's one front end judges it on all of them.
+
+Reasoning (``reasoning_tokens`` N, the rig's ``--sim-reasoning-tokens``): a chat
+completion's first N generated tokens are the model's reasoning — streamed as
+``delta.reasoning`` (vLLM 0.32's ``DeltaMessage.reasoning``,
+vllm/entrypoints/generate/base/protocol.py:359, what a reasoning parser fills), the rest as
+``delta.content``; a step whose tokens straddle the boundary sends two events. Without
+streaming the message carries ``reasoning`` and ``content``. ``usage`` counts both, as
+vLLM's does. Completions (no chat template, no parser) have none.
+
 Tokens: the sim has no tokenizer. A prompt given as a list of token ids counts its
 length; a text counts one token per word and per punctuation mark (regex
 ``\\w+|[^\\w\\s]``). Generated text is filler, one word per token, so the counts in
@@ -40,7 +63,9 @@ from typing import Callable
 
 from aiohttp import web
 
+from app.engine.admission import REJECTED_MESSAGES, REJECTED_TYPE, AdmissionLimits
 from app.engine.balance import DpBalancer
+from app.loadgen.records import REJECTED_STATUS
 from app.sim import vlog
 from app.sim.engine import SimEngine, Stream, combined_info
 
@@ -96,7 +121,8 @@ class ApiServer:
 
     def __init__(self, engine: SimEngine | list[SimEngine], served_name: str, model: str, max_model_len: int,
                  info: dict, api_key: str | None = None, die_at_request: int | None = None,
-                 on_engine_death: Callable[[], None] | None = None, balancer: DpBalancer | None = None) -> None:
+                 on_engine_death: Callable[[], None] | None = None, balancer: DpBalancer | None = None,
+                 admission: AdmissionLimits = AdmissionLimits(), reasoning_tokens: int = 0) -> None:
         self.engines = list(engine) if isinstance(engine, list) else [engine]
         self.engine = self.engines[0]  # its clock and time scale are every replica's
         self.balancer = balancer or DpBalancer(len(self.engines))
@@ -108,6 +134,9 @@ class ApiServer:
         self.die_at_request = die_at_request
         self.on_engine_death = on_engine_death
         self.requests = 0  # generation requests taken
+        self.admission = admission
+        self.reasoning_tokens = reasoning_tokens
+        self._admitted: dict[int, int] = {}  # requests admitted, not yet in an engine (HTTP/tokenization): key → prompt
         self.dead = False
         self.stopping = False  # set by shutdown(): a request that comes in later is refused at once
         self._live: set[Stream] = set()
@@ -285,13 +314,37 @@ class ApiServer:
             plen += CHAT_MESSAGE_OVERHEAD + count_tokens(c or "")
         return await self._generate(request, body, plen, chat=True, prompt=msgs)
 
+    def _refusal(self) -> web.Response | None:
+        """vLLM's admission check (:meth:`AdmissionLimits.refusal`) over the requests in
+        the engines: the 503 it answers, counted by reason; None when admitted."""
+        if not self.admission.active:
+            return None
+        live = [s for s in self._live if not s.finished and s.error is None]
+        why = self.admission.refusal(len(live) + len(self._admitted),
+                                     sum(s.req.prompt_len for s in live if s.counted == 0 and s.req)
+                                     + sum(self._admitted.values()))
+        if why is None:
+            return None
+        self.engine.sim_metrics.admission_rejections[why].inc()
+        return _error(REJECTED_STATUS, REJECTED_MESSAGES[why], REJECTED_TYPE)
+
     async def _generate(self, request: web.Request, body: dict, plen: int, chat: bool,
                         prompt: object = None) -> web.StreamResponse:
+        if not self.dead and not self.stopping:
+            refused = self._refusal()  # vLLM's _preflight: before rendering, so before the length checks
+            if refused is not None:
+                return refused
         mt, err = self._limits(body, plen)
         if err is not None:
             return err
-        if self.engine.request_overhead_s > 0:  # HTTP and tokenization before the engine sees it
-            await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
+        key = id(request)
+        if self.admission.active:
+            self._admitted[key] = plen
+        try:
+            if self.engine.request_overhead_s > 0:  # HTTP and tokenization before the engine sees it
+                await asyncio.sleep(self.engine.request_overhead_s / self.engine.k)
+        finally:
+            self._admitted.pop(key, None)  # from here on it is in _live (no await before), or answered
         if self.dead:
             return _error(500, ENGINE_DEAD_MESSAGE, "InternalServerError")
         if self.stopping:  # no await from here to the stream's registration in _live
@@ -322,12 +375,16 @@ class ApiServer:
 
     def _full(self, s: Stream, rid: str, chat: bool) -> dict:
         r = s.req
-        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(r.output))
+        think = min(self.reasoning_tokens, r.output) if chat else 0
+        text = "".join(" " + WORDS[i % len(WORDS)] for i in range(think, r.output))
         usage = {"prompt_tokens": r.prompt_len, "total_tokens": r.prompt_len + r.output, "completion_tokens": r.output}
         base = {"id": rid, "created": int(time.time()), "model": self.served_name, "usage": usage}
         if chat:
+            message = {"role": "assistant", "content": text, "tool_calls": []}
+            if think:
+                message["reasoning"] = "".join(" " + WORDS[i % len(WORDS)] for i in range(think))
             return {**base, "object": "chat.completion", "choices": [{
-                "index": 0, "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "index": 0, "message": message,
                 "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}]}
         return {**base, "object": "text_completion", "choices": [{
             "index": 0, "text": text, "logprobs": None, "finish_reason": r.finish_reason, "stop_reason": None}]}
@@ -341,6 +398,7 @@ class ApiServer:
         if chat:
             head = f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},"model":{name},' \
                    '"choices":[{"index":0,"delta":{"content":" '
+            rhead = head.replace('"delta":{"content":" ', '"delta":{"reasoning":" ')
             mid = '"},"logprobs":null,"finish_reason":'
             tail = "}]}\n\n"
             await resp.write(f'data: {{"id":"{rid}","object":"chat.completion.chunk","created":{created},'
@@ -349,6 +407,7 @@ class ApiServer:
         else:
             head = f'data: {{"id":"{rid}","object":"text_completion","created":{created},"model":{name},' \
                    '"choices":[{"index":0,"text":" '
+            rhead = head
             mid = '","logprobs":null,"finish_reason":'
             tail = ',"stop_reason":null}]}\n\n'
         r = s.req
@@ -375,6 +434,13 @@ class ApiServer:
                 c = s.chunks.popleft()
                 end = sent + c
                 fin = f'"{r.finish_reason}"' if s.finished and end == last else "null"
+                if chat and sent < self.reasoning_tokens:  # the reasoning part of the step (then its answer, if any)
+                    cut = min(end, self.reasoning_tokens)
+                    rfin = fin if cut == end else "null"
+                    parts.append(f"{rhead}{' '.join(WORDS[i % nw] for i in range(sent, cut))}{mid}{rfin}{tail}")
+                    sent = cut
+                    if sent == end:
+                        continue
                 parts.append(f"{head}{' '.join(WORDS[i % nw] for i in range(sent, end))}{mid}{fin}{tail}")
                 sent = end
             if s.finished:

@@ -10,10 +10,17 @@ With speculative decoding (``spec_tokens`` k > 0) the counters of vLLM's
 ``vllm:spec_decode_num_accepted_tokens_per_pos`` with a ``position`` label "0" … "k−1"
 (exported with the ``_total`` suffix), created only when the server runs a speculative
 config, as vLLM does.
+
+Admission control: ``vllm:admission_rejections`` (exported ``_total``), labels
+``model_name`` and ``reason`` (no ``engine``: the API server counts it), one child per
+reason of :data:`app.engine.admission.ADMISSION_REASONS`, created whatever the limits, as
+vLLM 0.32's ``PrometheusStatLogger`` does (vllm/v1/metrics/loggers.py:845–858).
 """
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from app.engine.admission import ADMISSION_REASONS, ADMISSION_REJECTIONS_METRIC
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -111,6 +118,11 @@ class SimMetrics:
         info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", (*names, "engine"),
                      registry=r)
         self.engines = [EngineMetrics(fam, model_name, str(i), spec_tokens) for i in range(engines)]
+        rejections = Counter(ADMISSION_REJECTIONS_METRIC,
+                             "Number of admission attempts rejected by a queue limit, by reason.",
+                             ("model_name", "reason"), registry=r)
+        #: reason → its counter (the front end's, over every engine)
+        self.admission_rejections = {why: rejections.labels(model_name, why) for why in ADMISSION_REASONS}
         for i in range(engines):
             info.labels(*values, str(i)).set(1)
 

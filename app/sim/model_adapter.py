@@ -109,6 +109,9 @@ def _refusal(p: Plan) -> Refusal | None:
     if "batched_tokens_below_num_seqs" in codes:
         return Refusal(f"ValueError: max_num_batched_tokens ({e.max_num_batched_tokens}) must be greater than or "
                        f"equal to max_num_seqs ({e.max_num_seqs}).", "scheduler.py:1", "APIServer", False)
+    if "active_seqs_above_num_seqs" in codes:
+        return Refusal(f"ValueError: max_num_active_seqs ({p.config.max_num_active_seqs}) cannot be greater than "
+                       f"max_num_seqs ({e.max_num_seqs}).", "scheduler.py:340", "APIServer", False)
     if "max_model_len_exceeds_model" in codes:
         return Refusal(f"ValueError: User-specified max_model_len ({e.max_model_len}) is greater than the derived "
                        f"max_model_len (max_position_embeddings={m.max_position} or model_max_length=None in "

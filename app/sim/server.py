@@ -57,6 +57,7 @@ import time
 from aiohttp import web
 
 from app.config import add_server_options, config_from_namespace
+from app.engine.admission import AdmissionLimits
 from app.engine.balance import DpBalancer
 from app.engine.specdecode import DEFAULT_ACCEPTANCE, check_acceptance
 from app.engines import Engine
@@ -104,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-spec-acceptance", type=float, default=DEFAULT_ACCEPTANCE, metavar="A",
                    help="with --speculative-config: the chance each draft token is accepted given the one before "
                         f"(0-1; position i is accepted with A^i, app/engine/specdecode.py; default {DEFAULT_ACCEPTANCE})")
+    p.add_argument("--sim-reasoning-tokens", type=int, default=0, metavar="N",
+                   help="chat completions stream their first N tokens as reasoning (delta.reasoning, as vLLM 0.32 "
+                        "with a reasoning parser), then the answer (delta.content); 0: none")
     p.add_argument("--sim-calibrated", action="store_true",
                    help="use the step-time parameters calibrated on a real run of these cards "
                         "(vllm-dyno calibrate RUN_ID), when there are any")
@@ -321,12 +325,16 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float, truth:
                          # vLLM V1 caches prefixes unless told not to (vllm/config/cache.py, 0.32.0)
                          enable_prefix_caching=a.enable_prefix_caching is not False,
                          # vLLM's batch queue: pipeline_parallel_size batches in flight (vllm/config/vllm.py:577)
-                         max_concurrent_batches=plan.pp, kv_layout=plan.kv_layout) for r in range(plan.dp)]
+                         max_concurrent_batches=plan.pp, kv_layout=plan.kv_layout,
+                         max_num_active_seqs=plan.plan.config.max_num_active_seqs) for r in range(plan.dp)]
     info = {"engine": Engine.SIM.value, "vllm_version": VLLM_VERSION, "gpu": plan.card.name,
             "gpu_count": a.sim_gpu_count, "seed": a.sim_seed, "cooling": cooling, "ambient_c": a.sim_ambient_c, "model": a.model,
             "served_model_name": served,
             "tensor_parallel_size": plan.tp, "pipeline_parallel_size": plan.pp, "data_parallel_size": plan.dp,
             "max_num_seqs": plan.max_num_seqs, "max_num_batched_tokens": plan.max_num_batched_tokens,
+            "max_num_active_seqs": plan.plan.config.max_num_active_seqs,
+            "max_num_queued_reqs": plan.plan.config.max_num_queued_reqs,
+            "max_num_queued_tokens": plan.plan.config.max_num_queued_tokens,
             "max_model_len": plan.max_model_len, "num_gpu_blocks": num_blocks, "kv_cache_tokens": kv_tokens,
             "kv_bytes_per_token_per_gpu": plan.kv_bytes_per_token, "weights_gib_per_gpu": plan.weights_bytes / ma.GIB,
             "enable_prefix_caching": a.enable_prefix_caching is not False,
@@ -339,8 +347,11 @@ async def _serve(a: argparse.Namespace, plan: ma.SimPlan, cooling: float, truth:
         info["perturb_seed"] = a.sim_perturb
     elif truth is None:
         info["perf"] = steps.params.as_dict()
+    cfg = plan.plan.config
     api = ApiServer(engines, served, a.model, plan.max_model_len, info, os.environ.get("VLLM_API_KEY"),
-                    die_at_request=a.sim_engine_dies_at_request, balancer=balancer)
+                    die_at_request=a.sim_engine_dies_at_request, balancer=balancer,
+                    reasoning_tokens=max(0, a.sim_reasoning_tokens),
+                    admission=AdmissionLimits(cfg.max_num_queued_reqs, cfg.max_num_queued_tokens))
     # shutdown_timeout: how long the HTTP server waits for handlers still running once it
     # stops; api.shutdown() ends every request in flight and refuses later ones, so this is a
     # bound, not a wait (aiohttp's default, 60 s, outlasts the reaper's grace)

@@ -123,7 +123,7 @@ def test_switching_profile_leaves_no_text_of_the_last_session(main_window, qtbot
     w = main_window
     _planned(w, qtbot)
     w._show_state("stopped", "")
-    w.dashboard._set_title("vram", "VRAM used per GPU — least headroom 3.20 GiB")
+    w.dashboard._set_title("vram", "VRAM per GPU, headroom 3.20 GiB")
     assert "sim: <b>stopped</b>" in w.state_label.text()
     w.config.set_engine("vllm", "RTX 4090", 8)  # another engine: a new session's views
     assert "stopped" not in w.state_label.text() and "idle" in w.state_label.text()

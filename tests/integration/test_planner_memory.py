@@ -183,24 +183,29 @@ def test_diagnosis_of_the_cpu_kv_cache_allocation():
 
 
 def test_launch_defaults_fill_only_what_the_user_did_not_set(tiny_model):
-    """One function for every front end (app.planner.launch_defaults): the in-process executor
-    and a KV cache size on the CPU build, never over an explicit flag or variable."""
+    """One function for every front end (app.planner.launch_defaults): the in-process executor,
+    a KV cache size and (0.32) no AOT compile on the CPU build, never over an explicit flag or
+    variable."""
     m = resolve_model(str(tiny_model))
     dev = [node(9.96, 8.61)]
     d = cpu_build_defaults(ServerConfig(model=str(tiny_model)), vllm_version="0.32.0+cpu", cards=dev, model=m,
                            environ={})
     assert d.fix == {"distributed_executor_backend": "uni",
-                     "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1"}}
+                     "env": {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_USE_AOT_COMPILE": "0",
+                             "VLLM_CPU_KVCACHE_SPACE": "1"}}
     assert d.config.distributed_executor_backend == "uni" and d.config.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
     text = "\n".join(d.lines())
     assert "VLLM_CPU_KVCACHE_SPACE=1" in text and "--distributed-executor-backend uni" in text and "8.61" in text
+    assert "VLLM_USE_AOT_COMPILE=0: vLLM 0.32's CPU build cannot load back" in text
     p = plan(d.config, dev, m, vllm_version="0.32.0", use_calibration=False)
     assert p.verdict == "ok", p.problems()  # what serve launches passes every check
     # explicit choices stay
-    mine = ServerConfig(model=str(tiny_model), distributed_executor_backend="mp", env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    mine = ServerConfig(model=str(tiny_model), distributed_executor_backend="mp",
+                        env={"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_USE_AOT_COMPILE": "1"})
     assert cpu_build_defaults(mine, vllm_version="0.32.0", cards=dev, model=m, environ={}).fix == {}
     inherited = cpu_build_defaults(ServerConfig(model=str(tiny_model)), vllm_version="0.32.0", cards=dev, model=m,
-                                   environ={"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_ENABLE_V1_MULTIPROCESSING": "1"})
+                                   environ={"VLLM_CPU_KVCACHE_SPACE": "3", "VLLM_ENABLE_V1_MULTIPROCESSING": "1",
+                                            "VLLM_USE_AOT_COMPILE": "1"})
     assert inherited.fix == {}
     uni = cpu_build_defaults(ServerConfig(model=str(tiny_model), distributed_executor_backend="uni"),
                              vllm_version="0.32.0", cards=dev, model=m, environ={})
@@ -214,6 +219,7 @@ def test_launch_defaults_fill_only_what_the_user_did_not_set(tiny_model):
     old = cpu_build_defaults(ServerConfig(model=str(tiny_model), gpu_memory_utilization=0.95), vllm_version="0.11.0",
                              cards=dev, model=m, environ={})
     assert old.fix["env"]["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert "VLLM_USE_AOT_COMPILE" not in old.fix["env"]  # no such rule for 0.11
     # tensor parallel over two nodes: the executor is left alone
     tp = cpu_build_defaults(ServerConfig(model=str(tiny_model), tensor_parallel_size=2), vllm_version="0.32.0",
                             cards=dev * 2, model=m, environ={})
@@ -226,7 +232,7 @@ def test_launch_defaults_fill_only_what_the_user_did_not_set(tiny_model):
 
 def _no_cpu_env(monkeypatch):
     """The environment the server inherits sets none of the CPU build's variables."""
-    for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+    for k in ("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_USE_AOT_COMPILE"):
         monkeypatch.delenv(k, raising=False)
 
 
@@ -247,7 +253,7 @@ def test_the_controller_fills_cpu_defaults_once_and_says_so(tiny_model, vllm_pyt
     t = LaunchTarget(engine="vllm", config=ServerConfig(model=str(tiny_model)), python=vllm_python)
     out = ctl.launch_defaults(t)
     assert not out.fill_defaults and out.config.distributed_executor_backend == "uni"
-    assert out.config.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert out.config.env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0" and out.config.env["VLLM_USE_AOT_COMPILE"] == "0"
     assert len(heard) == 1 and heard[0].chosen and ctl.launch_defaults(out) is out and len(heard) == 1
     sim = LaunchTarget(engine="sim", config=ServerConfig(model="Llama-3-8B"))
     assert ctl.launch_defaults(sim) is sim

@@ -19,6 +19,7 @@ from app.sim.http_api import ApiServer
 from app.telemetry.gpu_source import TelemetryDocument
 from app.telemetry.metrics_parse import parse_metrics
 from tests.integration.test_sim_server import fails_with, sim_args, start, stop_and_check
+from tests.plugins.shared import once_per_run
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 K = 10.0
@@ -67,8 +68,10 @@ def _serve(users: int, dp: int, out: int = 300) -> dict:
 
 
 @pytest.fixture(scope="module")
-def one_and_two():
-    return _serve(8, 1), _serve(16, 2)
+def one_and_two(tmp_path_factory):
+    """One replica with 8 users and two with 16 (:func:`_serve`), served once per test run
+    (tests/plugins/shared.py: the tests that read them may run on two xdist workers)."""
+    return once_per_run(tmp_path_factory, "sim-parallel-one-and-two", lambda _: (_serve(8, 1), _serve(16, 2)))
 
 
 def test_replicas_share_the_requests_and_add_their_throughput(one_and_two):

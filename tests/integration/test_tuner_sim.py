@@ -17,10 +17,11 @@ import pytest
 from app.store import RunStore
 
 AWQ70 = "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4"
-TUNE = ["tune", "--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--sim-time-scale", "10",
+TUNE = ["tune", "--engine", "sim", "--sim-gpu", "RTX 4090", "--sim-gpu-count", "8", "--sim-time-scale", "20",
         "--sim-perturb", "3", "--model", AWQ70, "--served-model-name", "llama70", "--quantization", "awq_marlin",
         "--max-model-len", "8192", "--slo-ttft-p99", "2", "--slo-tpot-p99", "0.1", "--tp", "8,4,2",
-        "--kv-cache-dtypes", "auto", "--cuda-graphs", "on", "--mnbt", "2048", "--max-launches", "3", "--grace", "5"]
+        "--kv-cache-dtypes", "auto", "--cuda-graphs", "on", "--mnbt", "2048", "--max-launches", "3", "--grace", "5",
+        "--resolution", "0.1"]  # a lone search's resolution: the test judges the resume, not the pick
 
 
 def ours(home: str) -> list[psutil.Process]:

@@ -4,6 +4,7 @@ against the simulated rig and its what-if through the core, the CLI and the Comp
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import replace
@@ -18,6 +19,7 @@ from app.store import RunStore
 from app.telemetry.derived import cost_per_mtok
 from app.whatif import WhatIfError, transfer_params, what_if
 from tests.plugins.qt import pump
+from tests.plugins.shared import once_per_run
 
 SIM = """\
 schema_version: 1
@@ -91,20 +93,29 @@ def test_a_calibration_carries_over_as_corrections():
 
 
 # ------------------------------------------------------------------ a run recorded against the sim
-@pytest.fixture(scope="module")
-def sim_run(tmp_path_factory):
+def _record_sim_run(home):
     """A capacity search (TTFT p99 ≤ 2 s, TPOT p99 ≤ 60 ms; about 12 users) recorded by `vllm-dyno run`'s
-    ProfileRun against a simulated 4× RTX 5090 at 10× time: (home, run id)."""
-    from app.profiles import parse_profile
-    from app.run.profile_run import ProfileRun
+    ProfileRun against a simulated 4× RTX 5090 at 10× time in ``home``'s store: (home, run id)."""
+    from app.profiles import parse_profile  # deferred: the run layer only for the recording
+    from app.run.profile_run import ProfileRun  # deferred: as above
 
-    home = tmp_path_factory.mktemp("whatif-home")
     with RunStore(home / "runs.sqlite") as store:
         res = ProfileRun(parse_profile(SIM), store=store, startup_timeout=120, grace=5, telemetry=False,
                          ramp_overrides={"search": {"start": 8}, "requests_per_level": 100,
                                          "step_seconds": 300}).run()
     assert res.ok, res.reason
     return home, res.run_id
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory):
+    """The recorded capacity search (:func:`_record_sim_run`), recorded once per test run
+    (tests/plugins/shared.py: xdist's workers share it; it was recorded once per worker
+    that ran one of these tests) and copied into a home of this module's own: (home, run id)."""
+    shared, rid = once_per_run(tmp_path_factory, "whatif-sim-run", _record_sim_run)
+    home = tmp_path_factory.mktemp("whatif-home")
+    shutil.copytree(shared, home, dirs_exist_ok=True)
+    return home, rid
 
 
 def test_what_if_on_a_sim_run(sim_run):

@@ -292,7 +292,7 @@ GENERATED_SITE_WORDINGS: dict[str, tuple[str, str]] = {
     'vllm/config/quantization.py:181':
         ('quantization_config.targets is mutually exclusive with quantization_config.linear/moe, got targets=8, linear=8, moe=8.', 'config_conflict'),
     'vllm/config/scheduler.py:339':
-        ('max_num_active_seqs (8) cannot be greater than max_num_seqs (8).', 'config_out_of_range'),
+        ('max_num_active_seqs (8) cannot be greater than max_num_seqs (8).', 'active_seqs_above_num_seqs'),
     'vllm/config/scheduler.py:353':
         ('long_prefill_token_threshold (8) cannot be greater than the max_model_len (8).', 'config_out_of_range'),
     'vllm/config/speculative.py:160':

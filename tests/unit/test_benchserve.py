@@ -49,7 +49,12 @@ def test_defaults_are_vllm_bench_serves():
         "random", 1024, 128, 0.0, 1000, math.inf, 1.0, None, 0, None)
     assert [o.flag for o in BENCH_OPTIONS.values()] == [
         "--dataset-name", "--random-input-len", "--random-output-len", "--random-range-ratio", "--num-prompts",
-        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--lengths-file"]
+        "--request-rate", "--burstiness", "--max-concurrency", "--seed", "--prefix-repetition-prefix-len",
+        "--prefix-repetition-suffix-len", "--prefix-repetition-num-prefixes", "--prefix-repetition-output-len",
+        "--lengths-file"]
+    # PrefixRepetitionRandomDataset's defaults (datasets.py @ 0.32.0)
+    assert (b.prefix_repetition_prefix_len, b.prefix_repetition_suffix_len, b.prefix_repetition_num_prefixes,
+            b.prefix_repetition_output_len) == (256, 256, 10, 128)
     assert b.traffic() == {"num_prompts": 1000, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": None}
 
 
@@ -283,6 +288,33 @@ def test_rate_and_cap_on_the_engine():
     for i in range(1, 12):
         assert r.start_times[i] >= r.start_times[i - 1] + r.latencies[i - 1] - 1e-12
     assert r.duration == pytest.approx(r.start_times[-1] + r.latencies[-1])
+
+
+def test_prefix_repetition_shares_its_prefixes_through_the_cache():
+    """vLLM's prefix_repetition dataset (PrefixRepetitionRandomDataset.sample, datasets.py @ 0.32.0):
+    num_prompts // num_prefixes prompts per prefix, prefix + suffix tokens (+ the server's BOS), the
+    output length fixed, topped up to num_prompts; vLLM's own refusal when num_prompts < num_prefixes.
+    On the engine the prefix's full blocks are found in the cache: with caching on TTFT falls."""
+    from app.planner.benchserve import GENERATED_DATASETS, prefix_repetition_requests, shared_prefixes
+
+    assert GENERATED_DATASETS == ("random", "prefix_repetition")
+    b = BenchArgs(dataset_name="prefix_repetition", num_prompts=23, prefix_repetition_prefix_len=256,
+                  prefix_repetition_suffix_len=32, prefix_repetition_num_prefixes=5, prefix_repetition_output_len=8)
+    lengths, groups = prefix_repetition_requests(b, special_tokens=1)
+    assert lengths == [(289, 8)] * 23 and len(groups) == 23
+    assert sorted(groups[:20]) == sorted(list(range(5)) * 4) and set(groups[20:]) <= set(range(5))
+    assert shared_prefixes(b, 1) == [(g, 257) for g in groups] and shared_prefixes(BenchArgs(), 1) is None
+    with pytest.raises(ValueError, match=r"num_requests \(3\) must be greater than or equal to num_prefixes \(5\)"):
+        BenchArgs(dataset_name="prefix_repetition", num_prompts=3, prefix_repetition_num_prefixes=5)
+    assert "prefix_repetition 5 prefixes of 256 + 32 in / 8 out" in b.describe()
+
+    def ttft(caching: bool) -> float:
+        cfg = tiny_config().model_copy(update={"enable_prefix_caching": caching})
+        return bench_prediction(cfg, cards_for(gpu="CPU"), b.model_copy(update={"max_concurrency": 1}),
+                                vllm_version="0.32.0", use_calibration=False).figures()["mean_ttft_ms"]
+
+    on, off = ttft(True), ttft(False)
+    assert on < 0.6 * off  # 256 of 289 prompt tokens found cached after each prefix's first request
 
 
 def test_too_long_requests_fail_as_vllm_refuses_them():

@@ -13,6 +13,7 @@ from app.config import (INTERNAL_FIELDS, VLLM_OPTIONS, ConfigError, ServerConfig
 ALL_OPTIONS = dict(
     served_model_name="llama", tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=2,
     disable_custom_all_reduce=True, max_num_seqs=64, max_num_batched_tokens=8192, max_model_len=32000,
+    max_num_active_seqs=8, max_num_queued_reqs=256, max_num_queued_tokens=65536,
     quantization="awq", dtype="half", kv_cache_dtype="fp8", gpu_memory_utilization=0.85,
     distributed_executor_backend="ray", enable_prefix_caching=False, enforce_eager=True, host="0.0.0.0", port=8123,
     speculative_config={"method": "eagle", "model": "yuhuili/EAGLE-LLaMA3-Instruct-70B", "num_speculative_tokens": 3,

@@ -170,3 +170,9 @@ def test_valid_parallel_sizes_are_the_planner_rule():
     assert valid_tp_sizes(4) == [1, 2, 3, 4] and valid_tp_sizes(0) == [1]
     assert tp_divides(8, 64, 4) and not tp_divides(3, 64, 8)
     assert valid_pp_sizes(8, 2, 80) == [1, 2, 3, 4] and valid_pp_sizes(8, 1, 2) == [1, 2]
+    # data parallel: TP × PP × DP ≤ cards (vLLM's world_size_across_dp, vllm/config/parallel.py:623, 0.32.0)
+    from app.planner.checks import valid_dp_sizes
+
+    assert valid_dp_sizes(8, 2, 2) == [1, 2] and valid_dp_sizes(4, 4) == [1] and valid_dp_sizes(8) == list(range(1, 9))
+    assert valid_dp_sizes(4, 8) == [1]  # a replica larger than the cards: DP 1 is still offered (the plan says why)
+    assert valid_tp_sizes(4, 1 * 2, 64, 8) == [1, 2]  # PP 1 × DP 2 on 4 cards: no TP 4, no TP 8

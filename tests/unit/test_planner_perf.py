@@ -46,6 +46,66 @@ def test_allreduce_nvlink_vs_pcie_without_p2p():
     assert rig("RTX 5090", 1, "Llama-3-8B").perf.allreduce_s(16384) == 0.0
 
 
+def test_nccl_kept_off_p2p_all_reduces_through_the_host_whatever_the_nvlink():
+    """NCCL_P2P_DISABLE=1 (the fix the planner proposes for P2P hangs) or NCCL_P2P_LEVEL=LOC keep NCCL
+    off P2P (src/graph/paths.cc ncclGetLevel): the all-reduce takes the no-P2P path even on NVLink
+    cards, so TP decode is slower than with P2P; NCCL_P2P_DISABLE=0 is the same as unset."""
+    from app.planner.checks import nccl_p2p_disabled
+
+    assert nccl_p2p_disabled({"NCCL_P2P_DISABLE": "1"}) and nccl_p2p_disabled({"NCCL_P2P_LEVEL": "LOC"})
+    assert nccl_p2p_disabled({"NCCL_P2P_LEVEL": "0"})
+    assert not nccl_p2p_disabled({}) and not nccl_p2p_disabled({"NCCL_P2P_DISABLE": "0"})
+    assert not nccl_p2p_disabled({"NCCL_P2P_LEVEL": "SYS"})
+    nv = rig("A100 80GB SXM", 2, "Llama-3-8B").perf
+    off = rig("A100 80GB SXM", 2, "Llama-3-8B", env={"NCCL_P2P_DISABLE": "1"}).perf
+    assert nv.params.source == "default (NVLink)" and off.params.source == "default (PCIe without P2P)"
+    assert off.params.allreduce_alpha_s == pytest.approx(50e-6) and off.params.link_gbs == 9.0  # PCIe 4.0
+    assert off.step_time_decode(64, 1024) > nv.step_time_decode(64, 1024)
+
+
+def test_the_output_head_multiplies_sampled_rows_only():
+    """vLLM computes logits at the sampled positions only (gpu_model_runner.py:4241 @ 0.32.0): a prompt's
+    prefill multiplies the lm_head once, not per token, so a compute-bound prefill of a large-vocabulary
+    model costs 2·(params − head)·tokens, while each decoding sequence pays the whole head."""
+    import dataclasses
+
+    m = rig("RTX 4090", 1, "Llama-3-8B").perf
+    st = m.stages[0]
+    assert st.head_params == pytest.approx(128256 * 4096)
+    no_head = dataclasses.replace(m, stages=[dataclasses.replace(st, head_params=0.0)])
+    # 2048 prompt tokens on one 4090 are compute-bound (≈ 0.28 s of GEMMs against ≈ 0.02 s of reads)
+    saved = 2 * st.head_params * (2048 - 1) / (m.params.eta_compute * st.gpu.tflops_bf16 * 1e12)
+    assert no_head.step_time_prefill(2048) - m.step_time_prefill(2048) == pytest.approx(saved, rel=1e-6)
+    # a decode step multiplies the head for every sequence: no saving, also where compute binds it
+    assert m.step_time_decode(2048, 16) == pytest.approx(no_head.step_time_decode(2048, 16))
+    assert m.step_time_decode(2048, 16) > 2 * m.step_time_decode(32, 16)
+
+
+def test_v0_versions_plan_with_v0s_defaults_and_prefill_first_steps():
+    """Before 0.8 the V0 engine: max_num_seqs 256 and max_num_batched_tokens max(max_model_len, 2048)
+    without chunked prefill, 512 with it (vllm/config.py SchedulerConfig); chunked prefill on by
+    itself only past 32K of max_model_len (vllm/engine/arg_utils.py); prefix caching off by default."""
+    from app.planner.versions import chunked_prefill_default, v0_batch_defaults, v0_engine
+
+    assert v0_engine("0.5.4") and v0_engine("0.7.3") and not v0_engine("0.8.0") and not v0_engine(None)
+    assert not chunked_prefill_default("0.6.0", 8192) and chunked_prefill_default("0.6.0", 131072)
+    assert not chunked_prefill_default("0.6.0", 131072, sliding_window=True)
+    assert chunked_prefill_default("0.10.1", 8192)
+    assert v0_batch_defaults(4096, False) == (256, 4096) and v0_batch_defaults(1024, False) == (256, 2048)
+    assert v0_batch_defaults(131072, True) == (256, 512)
+
+    def eff(version, **kw):
+        cfg = ServerConfig(model="Llama-3-8B", max_model_len=4096, **kw)
+        return plan(cfg, [lookup_gpu("H100 SXM")], from_catalog("Llama-3-8B"), Workload.of(512, 128),
+                    use_calibration=False, vllm_version=version).effective
+
+    old, new = eff("0.5.4"), eff("0.10.1")
+    assert (old.max_num_seqs, old.max_num_batched_tokens, old.prefill_first, old.prefix_caching) == (256, 4096, True, False)
+    assert new.max_num_seqs == 1024 and not new.prefill_first and new.prefix_caching
+    chunked = eff("0.5.4", extra_args=["--enable-chunked-prefill"])
+    assert (chunked.max_num_batched_tokens, chunked.prefill_first) == (512, False)
+
+
 def test_seed_scenario_shape():
     """docs/perf-model.md: with its parameters the model gives ≈ 40–60 tok/s for one user on
     either rig and ≈ 180–300 at 10 users; 8 cards barely beat 4 for a single user."""

@@ -114,6 +114,9 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 def test_a_good_file_loads(tmp_path):
     s = load_set(_write(tmp_path, "x.yaml", _GOOD.format(id="x", commit="a" * 40)))
     assert s.points[0].measured["output_throughput"] == 100.0
+    assert s.hardware.p2p is None  # the card's own; false where the source says the cards could not reach each other
+    s = load_set(_write(tmp_path, "y.yaml", _GOOD.format(id="y", commit="a" * 40).replace("count: 1", "count: 1, p2p: false")))
+    assert s.hardware.p2p is False
 
 
 @pytest.mark.parametrize("edit, field", [
@@ -122,6 +125,7 @@ def test_a_good_file_loads(tmp_path):
     (lambda t: t.replace("random_input_len", "random-input-len"), "bench"),
     (lambda t: t.replace("role: fit", "role: train"), "role"),
     (lambda t: t.replace("count: 1", "count: 0"), "hardware.count"),
+    (lambda t: t.replace("count: 1", "count: 1, p2p: maybe"), "hardware.p2p"),
     (lambda t: t + "comparisons:\n  - {name: c, points: [a, b], figure: output_throughput}\n", "comparisons[0].points"),
     (lambda t: t.replace("repo: a/b", "repo: gpustack/gpustack"), "source"),
     (lambda t: t + "colour: blue\n", "colour"),

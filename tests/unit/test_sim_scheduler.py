@@ -78,6 +78,41 @@ def test_decode_interleaves_with_chunked_prefill():
     assert st.decode_batch == 1 and st.prefill_tokens == 63
 
 
+def test_v0_prefill_first_stalls_every_decode_for_a_whole_prompt():
+    """V0 without chunked prefill (vllm/core/scheduler.py ``_schedule_default``, 0.4–0.7): waiting
+    prompts go first, whole, in a step of their own — "Don't schedule decodes if prefills are
+    scheduled" — and only a step that admits none decodes; a prompt does not fit a step beside
+    another when the budget is spent, and ``max_num_seqs`` still bounds the running."""
+    s = Scheduler(num_blocks=1000, max_num_seqs=3, max_num_batched_tokens=600, step_time=flat_step,
+                  prefill_first=True)
+    s.add(Request("a", prompt_len=10, max_tokens=50, arrival=0.0))
+    t = drive_steps(s, 0.0, 3)  # a's prefill, then two decodes
+    s.add(Request("b", prompt_len=500, max_tokens=5, arrival=t))
+    s.add(Request("c", prompt_len=200, max_tokens=5, arrival=t))
+    st = s.schedule(t)
+    assert {r.rid: n for r, n in st.work} == {"b": 500}  # whole, alone: c does not fit the budget left
+    assert st.decode_batch == 0 and st.prefill_tokens == 500
+    t += st.dt
+    s.complete(st, t)
+    st = s.schedule(t)
+    assert {r.rid: n for r, n in st.work} == {"c": 200}  # the next waiting prompt before any decode
+    t += st.dt
+    s.complete(st, t)
+    s.add(Request("d", prompt_len=20, max_tokens=5, arrival=t))
+    st = s.schedule(t)  # three running: d waits, and the step decodes all three
+    assert {r.rid: n for r, n in st.work} == {"a": 1, "b": 1, "c": 1} and st.prefill_tokens == 0
+    recs = Rec()
+    s.add(Request("e", prompt_len=30, max_tokens=7, arrival=t, sink=recs))
+    drive(s, t)
+    assert recs.tokens == 7 and recs.done and s.free_blocks == 1000
+    # the same arrivals with V1's mixing: b's prompt is chunked into a step beside a's decode
+    v1 = Scheduler(num_blocks=1000, max_num_seqs=3, max_num_batched_tokens=600, step_time=flat_step)
+    v1.add(Request("a", prompt_len=10, max_tokens=50, arrival=0.0))
+    t = drive_steps(v1, 0.0, 3)
+    v1.add(Request("b", prompt_len=500, max_tokens=5, arrival=t))
+    assert v1.schedule(t).decode_batch == 1
+
+
 def drive_steps(s, t, n):
     for _ in range(n):
         st = s.schedule(t)

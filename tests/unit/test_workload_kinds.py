@@ -79,7 +79,9 @@ def test_the_spec_json_keys_stay_flat_and_an_old_stored_spec_loads():
            "multi_turn": {"turns": 4.0, "think_s": 0.5}, "shared_prefix": None, "settle": None}
     s = RampSpec.model_validate(old)
     assert s.prompt_tokens == (256, 768) and s.multi_turn.turns == 4 and s.seed == 3
-    assert json.loads(s.model_dump_json()) == old
+    # keys are only added, at their defaults: issue 38's admission control (the rejection bound, the retry wait)
+    assert json.loads(s.model_dump_json()) == {**old, "slo": {**old["slo"], "rejection_rate": None, "ttfa_p99": None},
+                                               "rejected_wait_s": 1.0}
 
 
 #: a TuneSpec as the store kept it before the workload model (written by 846014a's TuneSpec)
@@ -109,7 +111,10 @@ def test_a_stored_tune_loads_keeps_its_keys_and_its_workload():
     old = json.loads(OLD_TUNE)
     t = TuneSpec.model_validate_json(OLD_TUNE)
     new = json.loads(t.model_dump_json())
-    assert {k: new[k] for k in old} == old
+    # nested keys are only added, at their defaults: issue 38's admission control (three vLLM options, a bound)
+    added = {"config": {"max_num_active_seqs": None, "max_num_queued_reqs": None, "max_num_queued_tokens": None},
+             "slo": {"rejection_rate": None, "ttfa_p99": None}}
+    assert {k: new[k] for k in old} == {k: {**v, **added[k]} if k in added else v for k, v in old.items()}
     assert set(new) - set(old) == {"output_cap", "burstiness", "max_concurrency"}
     r = t.workload().requests
     assert (r.prompt_tokens, r.length_spread, r.seed, r.multi_turn.turns) == (300, 0.1, 4, 3)
