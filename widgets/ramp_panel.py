@@ -101,6 +101,11 @@ class RampPanel(FormScrollArea):
         # checked when a profile with an SLO is loaded (set_from_profile, issue 37: Run ramp answers
         # "users at your SLO" the trustworthy way); a bare form has no SLO to search for
         f.addRow("", self.find)
+        #: said under the box when it is off (a wrapped line: the form keeps its width at 1280×800)
+        self.find_note = QLabel("Off: an exploratory ramp of fixed levels — its p99 is indicative.")
+        self.find_note.setWordWrap(True)
+        self.find_note.setObjectName("findNote")
+        f.addRow("", self.find_note)
         #: where the search starts: 0 = the plan's predicted users at the SLO (bracketed by 25 %)
         self.start_level = QSpinBox()
         self.start_level.setObjectName("startLevel")
@@ -244,14 +249,14 @@ class RampPanel(FormScrollArea):
         self._form.setRowVisible(self.requests, search)
         # a search's level ends on its requests (its time cap: the step, at least SEARCH_MIN_CAP_S)
         self._form.setRowVisible(self.step, not search)
+        self._form.setRowVisible(self.find_note, not search and not rate)
         if rate:
             self.find.setText("Find max rate at SLO (search)")
             self.find.setToolTip("Probe 1, 2, 4 … req/s up to the Levels' maximum until the SLO breaks, then bisect "
                                  "to 10 % or 0.1 req/s. Each level is judged on at least 100 requests; the step "
                                  f"duration is its time cap (at least {SEARCH_MIN_CAP_S:g} s). Needs an SLO.")
         else:
-            self.find.setText("Users at your SLO (capacity search)" if search
-                              else "Users at your SLO (capacity search) — off: an exploratory ramp, p99 indicative")
+            self.find.setText("Users at your SLO (capacity search)")
             self.find.setToolTip("On: probe from the Start level (the Plan's prediction) up or down by "
                                  f"{PLAN_GROWTH - 1:.0%} until the SLO breaks, then bisect to 10 % (whole users) — "
                                  "the number to plan with. Each level is judged on the Requests per level sent after "

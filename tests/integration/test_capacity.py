@@ -1,6 +1,7 @@
 """The process-starting half of tests/unit/test_capacity.py (the tier rule: tests/plugins/tiers.py)."""
 from __future__ import annotations
 import json
+import math
 import subprocess
 import sys
 from app.loadgen.spec import SLO, CapacitySearch, RampSpec
@@ -33,8 +34,10 @@ def test_find_capacity_on_the_simulated_rig(tmp_path):
     assert cap["users"] == max(lv["users"] for lv in met) and cap["users"] >= 4
     print(r.stdout[-2500:])
     nxt = min(lv["users"] for lv in broke if lv["users"] > cap["users"])
-    assert nxt - cap["users"] <= max(1, 0.1 * cap["users"])  # bisected to the resolution
-    assert all(lv["requests"] >= 100 for lv in levels), [(lv["users"], lv["requests"]) for lv in levels]
+    # bisected to the resolution, rounded up to whole users (app.loadgen.capacity.resolved)
+    assert nxt - cap["users"] <= max(1, math.ceil(0.1 * cap["users"] - 1e-9))
+    # every level judged on its request floor, or stopped once its verdict was decided
+    assert all(not lv["few_requests"] for lv in levels), [(lv["users"], lv["requests"]) for lv in levels]
     assert cap["ttft_p99"] <= 2.0 and cap["tpot_p99"] <= 0.1 and cap["limited_by"]
     assert cap["users_low"] <= cap["users"] <= cap["users_high"]
     verdict = json.loads(out.read_text())["verdict"]
