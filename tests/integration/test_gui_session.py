@@ -143,7 +143,7 @@ def test_run_ramp_answers_users_at_the_slo_from_the_plan(sim_window, qtbot):
     rp.find.setChecked(False)
     rp.levels.setText("1,2,4")
     rp.step.setValue(10)
-    assert "p99 indicative" in rp.find.text()
+    assert rp.find_note.isVisibleTo(w) and "p99 is indicative" in rp.find_note.text()
     w.act_ramp.trigger()
     pump(qtbot, lambda: w.controller.ramp_running, 10, "the exploratory ramp starts")
     pump(qtbot, lambda: not w.controller.ramp_running, 120, "the exploratory ramp ends")
