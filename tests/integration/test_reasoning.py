@@ -26,6 +26,7 @@ def _events(field: str) -> list:
     return ev
 
 
+@pytest.mark.serial  # judges the client's clocks to ±30 ms: alone, not beside three busy workers
 @pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
 def test_ttfa_and_reasoning_tokens_from_a_reasoning_stream(field):
     with ScriptedServer(Script(events=_events(field))) as srv:
