@@ -422,12 +422,15 @@ def _pct(pred: float | None, meas: float | None) -> float | None:
 
 def _accuracy(measured: Sequence[StepStats], predicted: Sequence[StepStats]) -> list[LevelAccuracy]:
     """Level by level (matched in order), the steady levels with requests on both sides;
-    not a level the search stopped once its verdict was decided (stop reason ``decided``,
-    app.loadgen.capacity.level_decided): its window ended on a few requests of its start,
-    where the prediction runs the level to its request floor."""
+    not a broken level the search stopped once its verdict was decided (stop reason
+    ``decided`` with a bound broken, app.loadgen.capacity.level_decided): it ended on the
+    first few requests over a bound, its start-up transient, where the prediction runs the
+    level to its request floor (a met level is decided only after 40 % of its floor)."""
     out = []
     for m, p in zip(measured, predicted):
-        if not (m.n_ok and p.n_ok and m.steady and p.steady and m.output_tps > 0) or m.stop_reason == "decided":
+        if not (m.n_ok and p.n_ok and m.steady and p.steady and m.output_tps > 0):
+            continue
+        if m.stop_reason == "decided" and m.slo_broken:
             continue
         out.append(LevelAccuracy(m.level, m.output_tps, p.output_tps, _pct(p.output_tps, m.output_tps),
                                  _pct(p.ttft_p50, m.ttft_p50), _pct(p.tpot_p50, m.tpot_p50)))
