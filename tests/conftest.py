@@ -109,6 +109,8 @@ def vllm_python() -> str:
 
 def tiny_server_config(tiny_model: Path, **kw):
     from app.config import ServerConfig  # deferred: tests/conftest.py imports no app module at load
+    from app.planner.launch_defaults import cpu_build_defaults  # deferred: as above
+    from app.planner.versions import installed_version  # deferred: as above
 
     # The CPU build runs its model in a separate VLLM::Worker process by default, and the
     # EngineCore and that Worker busy-wait (sched_yield) on their shared-memory queue for 1 s
@@ -123,10 +125,11 @@ def tiny_server_config(tiny_model: Path, **kw):
            "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     env.update(kw.pop("env", {}))
     kw.setdefault("distributed_executor_backend", "uni")
-    # Not the app's CPU-build launch defaults (VLLM_USE_AOT_COMPILE=0 on 0.32): with them the tiny
-    # model's throughput kept growing past max_num_seqs 8 (2,755 tok/s at 16 users against 1,687 at
-    # 8) and test_ramp_e2e's knee was lost; the shared servers keep vLLM's own compile path
-    return ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
+    cfg = ServerConfig(model=str(tiny_model), served_model_name="tiny", max_num_seqs=8, env=env, **kw)
+    # and what every launch of the app adds on the CPU build where the above sets nothing (vLLM
+    # 0.32's AOT compile, whose saved model the next launch cannot load: app.planner.launch_defaults);
+    # environ={}: the test machine's own variables decide nothing here
+    return cpu_build_defaults(cfg, vllm_version=installed_version(str(VLLM_PYTHON)), environ={}).config
 
 
 @contextlib.contextmanager
