@@ -374,6 +374,17 @@ class Scheduler:
         self.waiting.appendleft(victim)
         return victim
 
+    def _admit(self, r: Request, want: int, n: int, now: float, work: list) -> None:
+        """Waiting request ``r`` into RUNNING with ``want`` more blocks and ``n`` tokens in
+        this step's ``work`` (both scheduling modes)."""
+        self._alloc(want)
+        r.blocks += want
+        r.running = True
+        self.running.append(r)
+        if r.first_scheduled is None:
+            r.first_scheduled = now
+        work.append((r, n))
+
     def _schedule_prefills_first(self, now: float) -> Step | None:
         """V0's prefill step (module docstring): whole waiting prompts in order while the
         budget, ``max_num_seqs`` and the free blocks allow; None when none is admitted."""
@@ -391,13 +402,7 @@ class Scheduler:
             if want > self.free_blocks:
                 break
             self.waiting.popleft()
-            self._alloc(want)
-            r.blocks += want
-            r.running = True
-            running.append(r)
-            if r.first_scheduled is None:
-                r.first_scheduled = now
-            work.append((r, need))
+            self._admit(r, want, need, now, work)
             budget -= need
             pre_tok += need
             pre_ctx += need * (r.computed + need / 2)
@@ -498,13 +503,7 @@ class Scheduler:
                         self.prefix_queries += r.prompt_len
                         self.prefix_hits += computed
                         r.cached_tokens = computed
-                self._alloc(want)
-                r.blocks += want
-                r.running = True
-                running.append(r)
-                if r.first_scheduled is None:
-                    r.first_scheduled = now
-                work.append((r, n))
+                self._admit(r, want, n, now, work)
                 budget -= n
                 pre_tok += n
                 pre_ctx += n * (r.computed + n / 2)
