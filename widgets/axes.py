@@ -189,8 +189,24 @@ class LegendPlace:
 
     def __init__(self, plot, legend) -> None:
         self.plot, self.legend = plot, legend
-        plot.vb.sigRangeChanged.connect(lambda *_: self.place())
-        plot.vb.sigResized.connect(lambda *_: self.place())
+        self._queued = False
+        plot.vb.sigRangeChanged.connect(self._queue)
+        plot.vb.sigResized.connect(self._queue)
+
+    def _queue(self, *_) -> None:
+        """Place the legend once the event loop is back, not inside the signal: the view
+        box also emits while Qt deletes the scene (a window closed), and moving a legend
+        then crashed Qt in the plot's layout teardown (a QGraphicsGridLayout deleting an
+        item already freed: SIGSEGV in ~QGraphicsWidget). The call's context is the
+        legend, so a legend deleted first never gets it; range changes in a burst place
+        it once."""
+        if not self._queued:
+            self._queued = True
+            QTimer.singleShot(0, self.legend, self._place_queued)
+
+    def _place_queued(self) -> None:
+        self._queued = False
+        self.place()
 
     def covered(self, offset) -> int:
         """How many drawn points the legend would cover at corner ``offset``."""

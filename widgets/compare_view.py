@@ -49,7 +49,7 @@ from app.settings import Pricing
 from app.fileio import write_atomic
 from app.whatif import what_if
 from widgets.axes import LegendFit, LegendPlace, Log2Axis, PlainLogAxis, log2
-from widgets.fit import wheel_to_page
+from widgets.fit import plot_view
 from widgets.tasks import run_in_background
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
@@ -142,7 +142,7 @@ class CompareView(QWidget):
         self.message.setWordWrap(True)
         cv.addWidget(self.message)
         split = QSplitter(Qt.Vertical)
-        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
+        self.glw = plot_view(pg.GraphicsLayoutWidget())
         self.glw.setBackground("w")
         a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
         a.setTitle("Output throughput vs concurrency", size="10pt", color="#222")

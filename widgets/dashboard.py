@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from app.loadgen.live import BIN_S, SMOOTH_S
 from app.telemetry import names
-from widgets.fit import wheel_to_page
+from widgets.fit import plot_view
 from widgets.plot_export import export_plot
 from widgets.axes import ClockAxis, LegendFit, PlainLogAxis, nice_step, place_line
 
@@ -83,7 +83,7 @@ class Dashboard(QWidget):
         self.bank_fn, self.client_fn, self.now_fn = bank_fn, client_fn, now_fn
         v = QVBoxLayout(self)
         v.setContentsMargins(0, 0, 0, 0)
-        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
+        self.glw = plot_view(pg.GraphicsLayoutWidget())
         v.addWidget(self.glw)
         self.plots: dict[str, pg.PlotItem] = {}
         spec = [("throughput", "Throughput", "output tok/s"), ("latency", "Latency", "ms"),

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import QWheelEvent
-from PySide6.QtWidgets import QApplication, QComboBox, QScrollArea, QSplitter, QStyle, QWidget
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QGraphicsScene,
+    QGraphicsView,
+    QScrollArea,
+    QSplitter,
+    QStyle,
+    QWidget,
+)
 
 #: the smallest screen every tab must fit (a 13-inch laptop), logical px
 LAPTOP_SCREEN = (1280, 800)
@@ -110,7 +119,7 @@ class WheelToPage(QObject):
     zoomed the axes to absurd ranges instead). The plot zooms only while it has the
     keyboard focus (a click in it, or Tab) or with Ctrl held; otherwise the wheel event
     goes to the scroll bar of the nearest scroll area around the plot (none: the wheel
-    does nothing there). Installed on the plot's viewport by :func:`wheel_to_page`."""
+    does nothing there). Installed on the plot's viewport by :func:`plot_view`."""
 
     def __init__(self, view: QWidget) -> None:
         super().__init__(view)
@@ -135,13 +144,24 @@ class WheelToPage(QObject):
         return True
 
 
-def wheel_to_page(view: QWidget) -> QWidget:
-    """Give the plot ``view`` (a pyqtgraph GraphicsView: PlotWidget, GraphicsLayoutWidget)
-    the wheel rule of :class:`WheelToPage`; returns ``view``. Every plot of the window gets
-    it (tests/integration/test_gui_fit.py names one that does not)."""
+def plot_view(view: QGraphicsView) -> QGraphicsView:
+    """Every plot of the window is made through here (tests/integration/test_gui_fit.py names
+    one that is not); returns ``view`` (a pyqtgraph GraphicsView: PlotWidget,
+    GraphicsLayoutWidget) with
+
+    - the wheel rule of :class:`WheelToPage` (the page scrolls; the plot zooms with the focus
+      or Ctrl);
+    - its scene unindexed (``QGraphicsScene.NoIndex``): Qt's default BSP-tree index is for
+      static scenes (Qt's QGraphicsScene::ItemIndexMethod documentation: NoIndex suits
+      dynamic scenes, where items move), and a plot's legend that moved to another corner
+      (widgets.axes.LegendPlace) left the index stale, so deleting the view crashed Qt
+      (SIGSEGV in ~QGraphicsWidget while QGraphicsScene::clear deleted the plot's layout:
+      one run in two of Compare's tests repeated 40 times, none in eight with no index).
+      A plot's scene holds tens of items: the linear search costs nothing there."""
     view.setFocusPolicy(Qt.StrongFocus)  # a click or Tab gives the plot the focus, the wheel alone does not
     view.wheel_to_page = WheelToPage(view)  # type: ignore[attr-defined]
     view.viewport().installEventFilter(view.wheel_to_page)  # type: ignore[attr-defined]
+    view.scene().setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
     return view
 
 

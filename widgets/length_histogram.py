@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyqtgraph as pg
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
-from widgets.fit import wheel_to_page
+from widgets.fit import plot_view
 
 #: bar colours: the prompt (blue) and the output (orange)
 COLORS = {"prompt": "#3a6ea5", "output": "#d9822b"}
@@ -28,7 +28,7 @@ class LengthHistogram(QWidget):
         row.setSpacing(4)
         self.plots: dict[str, pg.PlotWidget] = {}
         for name in ("prompt", "output"):
-            p = wheel_to_page(pg.PlotWidget(background="w"))
+            p = plot_view(pg.PlotWidget(background="w"))
             p.setFixedHeight(110)
             p.setMinimumWidth(120)
             p.setMenuEnabled(False)

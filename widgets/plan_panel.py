@@ -36,7 +36,7 @@ from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
 from app.planner.plan import Workload, fix_to_flags, plan_for
 from app.planner.render import model_error_text, users_at_slo_text
 from widgets.axes import Log2Axis, log2, place_line
-from widgets.fit import wheel_to_page
+from widgets.fit import plot_view
 from widgets.tasks import run_in_background
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ class PlanPanel(QScrollArea):
         self.figures.setWordWrap(True)
         self.v.addWidget(self.figures)
 
-        self.curve_plot = wheel_to_page(pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom")}))
+        self.curve_plot = plot_view(pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom")}))
         self.curve_plot.setMinimumHeight(220)
         pi = self.curve_plot.getPlotItem()
         pi.setTitle("Predicted throughput vs concurrency")
@@ -262,7 +262,7 @@ class PlanPanel(QScrollArea):
         self.v.addWidget(self.curve_plot)
 
         # the predicted p99s the SLO is judged on, with the Ramp tab's bounds
-        self.lat_plot = wheel_to_page(pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom")}))
+        self.lat_plot = plot_view(pg.PlotWidget(axisItems={"bottom": Log2Axis("bottom")}))
         self.lat_plot.setMinimumHeight(200)
         li = self.lat_plot.getPlotItem()
         li.setTitle("Predicted p99 latency vs concurrency")

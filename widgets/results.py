@@ -29,7 +29,7 @@ from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, ser
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import turns_text
 from widgets.axes import LegendPlace, Log2Axis, PlainLogAxis, log2, place_line
-from widgets.fit import wheel_to_page
+from widgets.fit import plot_view
 
 
 #: the verdict box above the results table
@@ -255,7 +255,7 @@ class CurvesView(QWidget):
         self.knee_label.setWordWrap(True)
         self.knee_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         v.addWidget(self.knee_label)
-        self.glw = wheel_to_page(pg.GraphicsLayoutWidget())
+        self.glw = plot_view(pg.GraphicsLayoutWidget())
         v.addWidget(self.glw, 1)
         a = self.glw.addPlot(row=0, col=0, axisItems={"bottom": Log2Axis("bottom")})
         a.setTitle("Throughput vs concurrency", size="10pt")

@@ -48,7 +48,7 @@ from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
 from widgets.axes import LegendFit, LegendPlace
-from widgets.fit import FormScrollArea, wheel_to_page
+from widgets.fit import FormScrollArea, plot_view
 from widgets.flow_layout import FlowLayout
 from widgets.tasks import run_in_background
 
@@ -270,7 +270,7 @@ class TunePanel(QWidget):
         self.table.setWordWrap(False)
         split.addWidget(self.table)
 
-        self.plot = wheel_to_page(pg.PlotWidget(background="w"))
+        self.plot = plot_view(pg.PlotWidget(background="w"))
         pi = self.plot.getPlotItem()
         pi.setTitle("Pareto: output tok/s per user vs per GPU", size="10pt")
         pi.setLabel("bottom", "output tok/s per user")

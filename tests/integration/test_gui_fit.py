@@ -11,7 +11,7 @@ import itertools
 import pyqtgraph as pg
 from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QGraphicsScene
 
 from widgets.axes import LEGEND_CORNERS, ClockAxis
 from widgets.fit import LAPTOP_SCREEN, WheelToPage
@@ -88,8 +88,9 @@ def test_the_window_fits_a_laptop_keeps_the_form_column_and_leaves_the_wheel_to_
     views = w.findChildren(pg.GraphicsView)
     assert len(views) >= 7
     missing = [f"{type(v.parent()).__name__}/{type(v).__name__}" for v in views
-               if not isinstance(getattr(v, "wheel_to_page", None), WheelToPage)]
-    assert not missing, f"plots without widgets.fit.wheel_to_page: {missing}"
+               if not isinstance(getattr(v, "wheel_to_page", None), WheelToPage)
+               or v.scene().itemIndexMethod() != QGraphicsScene.ItemIndexMethod.NoIndex]
+    assert not missing, f"plots not made by widgets.fit.plot_view (the wheel rule, no scene index): {missing}"
     # every time axis reads as a clock (never pyqtgraph's "ks" after 17 minutes, issue 37)
     time_axes = [ax for v in views for item in v.scene().items() if isinstance(item, pg.AxisItem)
                  for ax in [item] if "time" in (ax.labelText or "").lower()]
