@@ -34,7 +34,7 @@ import struct
 import sys
 import threading
 import traceback
-from typing import IO, Any, Callable, Coroutine
+from typing import IO, Any, Callable, Coroutine, Iterator
 
 from app.loadgen.client import PreflightError, time_feeds
 from app.loadgen.records import RequestRecord
@@ -67,12 +67,32 @@ def read_frame(f: IO[bytes]) -> tuple[str, Any] | None:
 SIGTERM_REASON = "the load generator was sent SIGTERM (not by vLLM Dyno); the ramp stopped"
 
 
+def stdin_lines(fd: int = 0) -> Iterator[bytes]:
+    """The lines of ``fd`` (each with its ``\\n``; the last one without it when the input
+    ends there), read with ``os.read``: a thread blocked in ``sys.stdin.buffer`` holds the
+    lock of its BufferedReader, which CPython's shutdown must take, so a worker whose ramp
+    ended while the app still held its stdin open died at exit with "Fatal Python error:
+    _enter_buffered_busy" (SIGABRT, a core file where core dumps are on)."""
+    buf = b""
+    while True:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            if buf:
+                yield buf
+            return
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            yield line + b"\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the app stops the ramp (stdin), not the terminal
     # keep the real stdout for frames; anything printed goes to stderr
     out = os.fdopen(os.dup(1), "wb", buffering=1 << 16)
     os.dup2(2, 1)
-    first = sys.stdin.buffer.readline()
+    lines = stdin_lines()
+    first = next(lines, b"")
     if not first:
         return 2
     try:
@@ -106,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = asyncio.run
     rc = 0
     try:
-        runner(_amain(spec, t0, frames))
+        runner(_amain(spec, t0, frames, lines))
     except Exception as e:
         if isinstance(e, PreflightError):
             frames.put(("error", str(e)))
@@ -123,14 +143,15 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
-async def _amain(spec: RampSpec, t0: float, frames: queue.SimpleQueue) -> None:
+async def _amain(spec: RampSpec, t0: float, frames: queue.SimpleQueue, lines: Iterator[bytes]) -> None:
+    """The ramp; ``lines``: the rest of stdin (:func:`stdin_lines`), watched for ``abort``."""
     time_feeds()  # stream arrivals timed as aiohttp receives them (this process only)
 
     loop = asyncio.get_running_loop()
     abort = asyncio.Event()
 
     def watch_stdin() -> None:
-        for line in sys.stdin.buffer:
+        for line in lines:
             if line.strip() == b"abort":
                 break
         loop.call_soon_threadsafe(abort.set)

@@ -264,3 +264,16 @@ def test_ramp_input_errors_name_the_option():
     r = subprocess.run([sys.executable, "-m", "app.cli", "ramp", "--url", "http://127.0.0.1:9", "--levels", "1",
                         "--step-seconds", "-1", "--no-store"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "argument --step-seconds: -1: give a number of seconds > 0" in r.stderr, r.stderr
+
+
+def test_a_worker_whose_ramp_ended_exits_cleanly():
+    """The worker's ramp ends while the app still holds its stdin open (the app closes it
+    only after the last frame and the exit): the worker exits 0. Before, its stdin-watch
+    thread was blocked inside sys.stdin's BufferedReader, whose lock CPython's shutdown must
+    take: "Fatal Python error: _enter_buffered_busy", SIGABRT, a core file per ramp."""
+    with ScriptedServer(Script(ttft=0.01, itl=0.002)) as srv:
+        gen = LoadGenerator(spec(srv, levels=[2], step_seconds=None, requests_per_level=6)).start()
+        res = gen.wait(60)
+        gen.stop()
+    assert res.status == "done", res.error
+    assert gen.proc.returncode == 0, f"the worker exited with {gen.proc.returncode}"
