@@ -22,11 +22,6 @@ def _knee_checks(res) -> list[str]:
     return problems
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "regression found at the end of the session of 2026-12-07 (night): since this session's merges the CPU "
-    "build's throughput still grows 17 % from 8 to 16 users (2,429 → 2,839 tok/s) and find_knee sees no knee; "
-    "5074189 and 88637af (every merge but issue 37 items 1–2) pass on the same machine: it came with the h-ans "
-    "merge (capacity search from the plan, decided levels, ramp progress) — the first thing to fix next session"))
 def test_ramp_finds_knee_at_max_num_seqs(vllm_server, measured_ramp):
     """Throughput at 8 > 3 × at 1, TTFT p99 at 16 > 2 × at 8, the knee at 8, no failures.
 
