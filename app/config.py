@@ -581,15 +581,15 @@ class ServerConfig(BaseModel):
     max_num_active_seqs: Annotated[int | None, Field(ge=1), VllmOption(
         "--max-num-active-seqs", "opt_int", "requests the scheduler lets run at once, below max_num_seqs "
         "(the CUDA graphs and buffers keep max_num_seqs' size), a count of requests", min_vllm="0.31",
-        maximum=65536)] = None
+        maximum=65536, group=GROUP_PARALLEL)] = None
     max_num_queued_reqs: Annotated[int | None, Field(ge=0), VllmOption(
         "--max-num-queued-reqs", "opt_int", "requests in flight (waiting + running, over every data parallel "
         "rank) beyond which the API server answers HTTP 503, a count of requests", min_vllm="0.29",
-        maximum=1 << 20)] = None
+        maximum=1 << 20, group=GROUP_PARALLEL)] = None
     max_num_queued_tokens: Annotated[int | None, Field(ge=0), VllmOption(
         "--max-num-queued-tokens", "opt_int", "prompt tokens of requests not yet past their prefill at which the "
         "API server answers HTTP 503 (a TTFT bound: target TTFT × prefill tokens/s), tokens", min_vllm="0.29",
-        maximum=1 << 30, step=1024)] = None
+        maximum=1 << 30, step=1024, group=GROUP_PARALLEL)] = None
     max_model_len: Annotated[int | None, Field(ge=1), VllmOption(
         "--max-model-len", "opt_int", "the longest request (prompt + output), tokens (32k = 32000)",
         group=GROUP_PARALLEL, maximum=1 << 21, step=1024, suffixes=True)] = None

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.config import VLLM_OPTIONS
 from app.engine.specdecode import DEFAULT_ACCEPTANCE
 from app.planner.plan import Plan
-from app.planner.versions import v0_batch_defaults, v0_engine
+from app.planner.versions import option_accepted, v0_batch_defaults, v0_engine
 
 #: fields whose default does not depend on the rig, in words
 _STATIC_DEFAULTS = {
@@ -74,6 +75,13 @@ def option_defaults(plan: Plan) -> dict[str, str]:
         "distributed_executor_backend": "mp (worker processes) for more than one rank, else uni"
                                         + (" — the app picks uni on the CPU build" if cpu else ""),
     })
+    # admission control: unset in vLLM's SchedulerConfig (vllm/config/scheduler.py @ 0.32.0)
+    for key, unset in (("max_num_active_seqs", f"max_num_seqs ({seqs:,}): every running slot is used"),
+                       ("max_num_queued_reqs", "no cap: every request is queued (none gets HTTP 503)"),
+                       ("max_num_queued_tokens", "no cap: every prompt is queued (none gets HTTP 503)")):
+        opt = VLLM_OPTIONS[key]
+        out[key] = (f"{unset} (vLLM {r.version})" if option_accepted(opt, r.version)
+                    else f"not in vLLM {r.version} (from {opt.min_vllm}): the launch refuses it")
     return out
 
 

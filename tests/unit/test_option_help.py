@@ -54,3 +54,17 @@ def test_advice_names_the_fix_and_the_figures():
     turing = plan(cfg, cards_for(engine="sim", gpu="RTX 2080 Ti", count=1), resolve_model(MODEL), None, "0.32.0",
                   use_calibration=False, predict=False)
     assert option_notes(turing)["dtype"].default == "auto → float16 for this model on these cards"
+
+
+@pytest.mark.parametrize("version,active,queued", [
+    ("0.32.0", "max_num_seqs (256): every running slot is used (vLLM 0.32.0)", "no cap: every request is queued"),
+    ("0.30.0", "not in vLLM 0.30.0 (from 0.31)", "no cap: every request is queued"),
+    ("0.28.0", "not in vLLM 0.28.0 (from 0.31)", "not in vLLM 0.28.0 (from 0.29)")])
+def test_admission_controls_default_to_no_cap_where_vllm_has_them(version, active, queued):
+    """vLLM's SchedulerConfig leaves the three admission limits unset (vllm/config/scheduler.py
+    @ 0.32.0): the form's tooltip says what that means, or that the plan's version lacks them."""
+    p = plan(ServerConfig(model=MODEL, max_model_len=8192), cards_for(engine="sim", gpu="RTX 4090", count=1),
+             resolve_model(MODEL), None, version, use_calibration=False, predict=False)
+    n = option_notes(p)
+    assert n["max_num_active_seqs"].default.startswith(active), n["max_num_active_seqs"].default
+    assert n["max_num_queued_reqs"].default.startswith(queued) and n["max_num_queued_tokens"].default
