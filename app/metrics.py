@@ -82,6 +82,9 @@ class Metric:
     rate: bool = False
     #: a tail percentile: the CLI marks it when judged on few requests
     tail: bool = False
+    #: a figure only some runs have (TTFA: a reasoning model's): the CLI's and the report's
+    #: tables show it only when a level has it
+    sparse: bool = False
     #: a StepStats field (False: a figure the view supplies, e.g. the GUI's J/token)
     field: bool = True
     #: the cell's text from the whole level, when it is not the formatted value (a derived figure, words)
@@ -166,9 +169,9 @@ _GUI_CSV_STORE = frozenset({RESULTS, CSV, STORE})
 _JSON = frozenset()  # in the JSON (the StepStats dump) only
 
 
-def _ms(name: str, label: str, views: frozenset[str], tail: bool = False) -> Metric:
+def _ms(name: str, label: str, views: frozenset[str], tail: bool = False, sparse: bool = False) -> Metric:
     """A latency: stored in s, shown in ms (as ``vllm bench serve`` reports it)."""
-    return Metric(name, label, "ms", 1000.0, "{:,.1f}", views, tail=tail)
+    return Metric(name, label, "ms", 1000.0, "{:,.1f}", views, tail=tail, sparse=sparse)
 
 
 #: every per-level figure, in the tables' reading order (the CSV's too; its open-loop columns last)
@@ -219,7 +222,7 @@ LEVEL_METRICS: tuple[Metric, ...] = (
     _ms("ttft_max", "TTFT max", _CSV),
     _ms("ttft_mean", "TTFT mean", _CSV),
     _ms("ttfa_p50", "TTFA p50", _GUI_CSV_STORE),
-    _ms("ttfa_p99", "TTFA p99", frozenset({RESULTS, REPORT, CSV, STORE}), tail=True),
+    _ms("ttfa_p99", "TTFA p99", frozenset({RESULTS, CLI, REPORT, CSV, STORE}), tail=True, sparse=True),
     Metric("reasoning_tokens_mean", "reasoning tok", "tokens", fmt="{:,.0f}", views=frozenset({RESULTS, REPORT, CSV, STORE}),
            help="mean reasoning tokens per successful request (delta.reasoning chunks; 0: no reasoning)"),
     _ms("tpot_p50", "TPOT p50", _ALL),
@@ -262,9 +265,12 @@ def in_view(view: str, metrics: Sequence[Metric] | None = None) -> list[Metric]:
 
 
 def table_columns(view: str, levels: Iterable[Any] = (), metrics: Sequence[Metric] | None = None) -> list[Metric]:
-    """A table's columns for ``levels``: its figures, less the open-loop ones unless a level is a rate."""
+    """A table's columns for ``levels``: its figures, less the open-loop ones unless a level
+    is a rate, and less the :attr:`Metric.sparse` ones no level has."""
+    levels = list(levels)
     rate = any(get(d, "mode") == "rate" for d in levels)
-    return [m for m in in_view(view, metrics) if rate or not m.rate]
+    return [m for m in in_view(view, metrics) if (rate or not m.rate)
+            and (not m.sparse or any(get(d, m.name) is not None for d in levels))]
 
 
 def csv_columns(metrics: Sequence[Metric] | None = None) -> list[str]:

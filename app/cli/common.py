@@ -158,6 +158,8 @@ def level_table(levels: list[dict], *, slo: bool = True) -> str:
 
     lines = [line(heads)] + [line(r) for r in rows]
     lines.append(TABLE_LEGEND)
+    if any(m.name == "ttfa_p99" for m in cols):
+        lines.append("TTFA p99: time to the first answer token, after the model's reasoning tokens, in ms")
     if rate:
         lines.append("level N/s: offered request rate; sent/s: the rate achieved (requests sent ÷ the seconds the "
                      "level sent for)")

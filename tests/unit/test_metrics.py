@@ -146,3 +146,16 @@ def test_cells_format_scale_and_missing():
 def test_open_loop_figures_only_in_a_rate_tables(mode):
     cols = {m.name for m in metrics.table_columns(CLI, [{"mode": mode}])}
     assert ("achieved_rps" in cols) == (mode == "rate")
+
+
+def test_ttfa_is_a_column_of_the_cli_and_the_report_only_for_a_reasoning_run(tmp_path):
+    """Issue 38, item 2: a reasoning model's time to the first answer token reaches the CLI
+    table (with its line in the legend) and the report; a run without one keeps them narrow."""
+    plain = _level().model_dump(mode="json")
+    thinking = _level(ttfa_p50=0.35, ttfa_p99=0.8123, reasoning_tokens_mean=120.0).model_dump(mode="json")
+    table = level_table([plain, thinking])
+    head, row = table.splitlines()[0], table.splitlines()[2]
+    assert "TTFA p99" in head and "812.3" in row and "TTFA p99: time to the first answer token" in table
+    assert "TTFA" not in level_table([plain])
+    assert "TTFA p99 ms" in _report_headings([plain, thinking], tmp_path)
+    assert "TTFA p99 ms" not in _report_headings([plain], tmp_path)
