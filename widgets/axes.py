@@ -194,12 +194,11 @@ class LegendPlace:
         plot.vb.sigResized.connect(self._queue)
 
     def _queue(self, *_) -> None:
-        """Place the legend once the event loop is back, not inside the signal: the view
-        box also emits while Qt deletes the scene (a window closed), and moving a legend
-        then crashed Qt in the plot's layout teardown (a QGraphicsGridLayout deleting an
-        item already freed: SIGSEGV in ~QGraphicsWidget). The call's context is the
-        legend, so a legend deleted first never gets it; range changes in a burst place
-        it once."""
+        """Place the legend once the event loop is back, not inside the signal: range
+        changes come in bursts (each curve added, autorange, a resize) and a placement
+        measures every drawn point, so a burst places it once; the call's context is the
+        legend, so a legend deleted meanwhile (its window closed) never gets it. (The crash
+        a moved legend caused at deletion was the scene's BSP index: widgets.fit.plot_view.)"""
         if not self._queued:
             self._queued = True
             QTimer.singleShot(0, self.legend, self._place_queued)
