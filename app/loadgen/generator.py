@@ -213,6 +213,9 @@ class LoadGenerator:
                        else f"ended unexpectedly (exit {rc})")
                 r.error = r.stop_reason = f"the load generator process {how}" + (f":\n{tail}" if tail else "")
                 self._partial_level()
+            elif rc:  # its ramp ended and every frame arrived, but the process did not exit cleanly
+                log.warning("the load generator process exited with %s after its ramp ended: %s", rc,
+                            "\n".join(list(self._err_tail)[-10:]))
             if self.on_done:
                 self.on_done(r)
 
