@@ -48,7 +48,7 @@ from app.planner.gpus import catalog_names
 from app.settings import Pricing
 from app.fileio import write_atomic
 from app.whatif import what_if
-from widgets.axes import LegendFit, LegendPlace, Log2Axis, PlainLogAxis, log2
+from widgets.axes import LegendFit, add_legend, LegendPlace, Log2Axis, PlainLogAxis, log2
 from widgets.fit import plot_view
 from widgets.tasks import run_in_background
 
@@ -157,8 +157,8 @@ class CompareView(QWidget):
         b.showGrid(x=True, y=True, alpha=0.25)
         self.tput_plot, self.lat_plot = a, b
         # curves rise to the right: the legends go where they are not (top left, bottom right)
-        self.legend = a.addLegend(offset=(6, 6), labelTextSize="9pt")
-        self.lat_legend = b.addLegend(offset=(-6, -6), labelTextSize="9pt")
+        self.legend = add_legend(a, offset=(6, 6), labelTextSize="9pt")
+        self.lat_legend = add_legend(b, offset=(-6, -6), labelTextSize="9pt")
         #: … and move to the corner where they cover the fewest points of the curves drawn
         self.legend_places = [LegendPlace(a, self.legend), LegendPlace(b, self.lat_legend)]
         self.legend_fits = [LegendFit(a, self.legend, drive=True), LegendFit(b, self.lat_legend, drive=True)]

@@ -25,7 +25,7 @@ from app.loadgen.live import BIN_S, SMOOTH_S
 from app.telemetry import names
 from widgets.fit import plot_view
 from widgets.plot_export import export_plot
-from widgets.axes import ClockAxis, LegendFit, PlainLogAxis, nice_step, place_line
+from widgets.axes import ClockAxis, add_legend, LegendFit, PlainLogAxis, nice_step, place_line
 
 GIB = 2**30
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -121,7 +121,7 @@ class Dashboard(QWidget):
                 p.setXLink(first)
             self.plots[key] = p
         # per-GPU colours are explained once, in the VRAM plot's legend
-        self.legends = {k: self.plots[k].addLegend(offset=(-6, -6) if k == "vram" else (6, 4), labelTextSize="8pt", colCount=1 if k in
+        self.legends = {k: add_legend(self.plots[k], offset=(-6, -6) if k == "vram" else (6, 4), labelTextSize="8pt", colCount=1 if k in
                                                    ("throughput", "latency", "requests") else 3,
                                                    brush=pg.mkBrush(255, 255, 255, 210))
                         for k in ("throughput", "latency", "vram", "requests")}

@@ -35,7 +35,7 @@ from app.planner.pcie import read_host_pcie
 from app.loadgen.capacity import P99_MIN_REQUESTS, fmt_users, slo_text
 from app.planner.plan import Workload, fix_to_flags, plan_for
 from app.planner.render import model_error_text, users_at_slo_text
-from widgets.axes import Log2Axis, log2, place_line
+from widgets.axes import Log2Axis, add_legend, log2, place_line
 from widgets.fit import plot_view
 from widgets.tasks import run_in_background
 
@@ -269,7 +269,7 @@ class PlanPanel(QScrollArea):
         li.setLabel("bottom", "concurrent requests")
         li.setLabel("left", "ms")
         li.showGrid(x=True, y=True, alpha=0.25)
-        li.addLegend(offset=(5, 5))
+        add_legend(li, offset=(5, 5))
         self.ttft_item = li.plot([], [], pen=pg.mkPen("#e8912d", width=2), symbol="o", symbolSize=5,
                                  symbolBrush="#e8912d", name="TTFT p99")
         self.tpot_item = li.plot([], [], pen=pg.mkPen("#8e44ad", width=2), symbol="s", symbolSize=5,

@@ -28,7 +28,7 @@ from app.loadgen.capacity import answer_text
 from app.loadgen.server_stats import SERVER_COLUMNS, SERVER_LEGEND, explain, server_rows, server_summary
 from app.loadgen.spec import RampSpec
 from app.loadgen.stats import turns_text
-from widgets.axes import LegendPlace, Log2Axis, PlainLogAxis, log2, place_line
+from widgets.axes import LegendPlace, add_legend, Log2Axis, PlainLogAxis, log2, place_line
 from widgets.fit import plot_view
 
 
@@ -262,14 +262,14 @@ class CurvesView(QWidget):
         a.setLabel("bottom", "concurrent requests")
         a.setLabel("left", "output tok/s")
         a.showGrid(x=True, y=True, alpha=0.25)
-        a.addLegend(offset=(-6, -6), labelTextSize="9pt")
+        add_legend(a, offset=(-6, -6), labelTextSize="9pt")
         b = self.glw.addPlot(row=0, col=1, axisItems={"left": PlainLogAxis("left")})
         b.setTitle("TTFT p99 vs throughput", size="10pt")
         b.setLabel("bottom", "output tok/s")
         b.setLabel("left", "TTFT p99 (ms, log scale)")
         b.setLogMode(x=False, y=True)
         b.showGrid(x=True, y=True, alpha=0.25)
-        b.addLegend(offset=(6, 6), labelTextSize="9pt")
+        add_legend(b, offset=(6, 6), labelTextSize="9pt")
         self.tput_plot, self.lat_plot = a, b
         #: each legend goes to the corner where it covers the fewest points of the curves
         self.legend_places = [LegendPlace(p, p.legend) for p in (a, b)]

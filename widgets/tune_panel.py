@@ -47,7 +47,7 @@ from PySide6.QtWidgets import (
 from app.loadgen.spec import SLO
 from app.tuner import report
 from app.tuner.tune import OBJECTIVES, TuneAborted, Tuner, TuneListener
-from widgets.axes import LegendFit, LegendPlace
+from widgets.axes import LegendFit, LegendPlace, add_legend
 from widgets.fit import FormScrollArea, plot_view
 from widgets.flow_layout import FlowLayout
 from widgets.tasks import run_in_background
@@ -277,7 +277,7 @@ class TunePanel(QWidget):
         pi.setLabel("left", "output tok/s per GPU")
         pi.showGrid(x=True, y=True, alpha=0.25)
         # bottom left: slow streams at low throughput per GPU — the corner no configuration reaches
-        self.legend = pi.addLegend(offset=(6, -6), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 230),
+        self.legend = add_legend(pi, offset=(6, -6), labelTextSize="8pt", brush=pg.mkBrush(255, 255, 255, 230),
                                    pen=pg.mkPen("#bbb"))
         # short names keep the key within a quarter of the plot (issue 19, item 9); it shrinks
         # its labels (then hides) when the plot is smaller than that (widgets.axes.LegendFit)
