@@ -57,6 +57,7 @@ def qt_leaks(before: set[threading.Thread]) -> list[str]:
 @pytest.fixture
 def gui_guard(qapp):
     """Fail the test when it leaves Qt threads/timers/windows or Python threads behind."""
+    from PySide6.QtCore import QEvent
     from PySide6.QtWidgets import QApplication
 
     from widgets.main import create_app
@@ -69,6 +70,10 @@ def gui_guard(qapp):
     for w in QApplication.instance().topLevelWidgets():  # do not let one test's leak break the next
         w.close()
         w.deleteLater()
+    # … and delete them now: a deleteLater posted outside an event loop waits for the next
+    # loop a test runs (qtbot.wait), so windows of several tests were deleted together, tests
+    # later, after the garbage collector had freed parts of them (Qt crashed in that cascade)
+    QApplication.sendPostedEvents(None, QEvent.DeferredDelete)
     QApplication.processEvents()
     if leaks:
         pytest.fail("the test left things running:\n  " + "\n  ".join(leaks))
