@@ -197,8 +197,7 @@ class LegendPlace:
         """Place the legend once the event loop is back, not inside the signal: range
         changes come in bursts (each curve added, autorange, a resize) and a placement
         measures every drawn point, so a burst places it once; the call's context is the
-        legend, so a legend deleted meanwhile (its window closed) never gets it. (The crash
-        a moved legend caused at deletion was the scene's BSP index: widgets.fit.plot_view.)"""
+        legend, so a legend deleted meanwhile (its window closed) never gets it."""
         if not self._queued:
             self._queued = True
             QTimer.singleShot(0, self.legend, self._place_queued)
@@ -246,9 +245,10 @@ class KeptLegend(pg.LegendItem):
     alive as long as itself. Under PySide a removed entry (its ItemSample and LabelItem,
     out of the legend's layout and scene) belongs to Python alone, so the garbage collector
     freed it at a moment of its choosing; deleting a closed window then crashed Qt on a
-    freed item in a plot's layout (SIGSEGV in ~QGraphicsWidget under QGraphicsScene::clear,
-    one integration run in two in CI; none in 4 × 120 tests with the entries kept).
-    Made by :func:`add_legend`."""
+    freed item in a plot's layout (SIGSEGV in ~QGraphicsWidget under QGraphicsScene::clear;
+    none in 4 × 120 tests with the entries kept). A mitigation measured by experiment, not
+    a cause read in Qt's source: CI still crashed with it until the test windows were
+    deleted in their own test's teardown (tests/plugins/qt.py). Made by :func:`add_legend`."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

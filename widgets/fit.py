@@ -153,10 +153,9 @@ def plot_view(view: QGraphicsView) -> QGraphicsView:
       or Ctrl);
     - its scene unindexed (``QGraphicsScene.NoIndex``): Qt's default BSP-tree index is for
       static scenes (Qt's QGraphicsScene::ItemIndexMethod documentation: NoIndex suits
-      dynamic scenes, where items move), and a plot's legend that moved to another corner
-      (widgets.axes.LegendPlace) left the index stale, so deleting the view crashed Qt
-      (SIGSEGV in ~QGraphicsWidget while QGraphicsScene::clear deleted the plot's layout:
-      one run in two of Compare's tests repeated 40 times, none in eight with no index).
+      dynamic scenes, where items move), and a plot's legends and curves move. Tried first
+      against a crash at a view's deletion (SIGSEGV in ~QGraphicsWidget); it did not stop
+      it alone (widgets.axes.KeptLegend, tests/plugins/qt.py).
       A plot's scene holds tens of items: the linear search costs nothing there."""
     view.setFocusPolicy(Qt.StrongFocus)  # a click or Tab gives the plot the focus, the wheel alone does not
     view.wheel_to_page = WheelToPage(view)  # type: ignore[attr-defined]
